@@ -1,0 +1,89 @@
+"""The ``ckpt`` Typer app: registers every command and is the one error boundary.
+
+Exit codes: 0 ok; 1 a check found problems; 2 usage error; 3 expected failure (not a checkpoint,
+unreadable, refused); 70 a bug in ckpt (rerun with CKPT_DEBUG=1); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from types import FrameType
+
+import typer
+
+from ckpt_cli import __version__
+from ckpt_cli.commands import inspect as inspect_cmd
+from ckpt_cli.commands import ls as ls_cmd
+from ckpt_cli.errors import EXIT_BUG, EXIT_INTERRUPTED, CkptError
+
+HELP = """List, inspect and check Orbax checkpoints, without JAX.
+
+Exit codes: 0 ok · 1 a check found problems · 2 usage error · 3 not a checkpoint, unreadable or
+refused · 70 internal error (rerun with CKPT_DEBUG=1) · 130 interrupted.
+"""
+
+app = typer.Typer(
+    name="ckpt",
+    help=HELP,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"ckpt {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """List, inspect and check Orbax checkpoints, without JAX."""
+
+
+app.command("ls")(ls_cmd.ls)
+app.command("inspect")(inspect_cmd.inspect)
+
+
+class Interrupted(Exception):
+    """Raised from the SIGINT handler so that Click does not turn Ctrl-C into exit 1."""
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted()
+
+
+def main() -> None:
+    """Run the app; turn every error into one stderr line and a documented exit code."""
+    signal.signal(signal.SIGINT, _on_sigint)
+    debug = bool(os.environ.get("CKPT_DEBUG"))
+    try:
+        app()
+    except CkptError as e:
+        if debug:
+            raise
+        sys.stderr.write(f"ckpt: error: {e}\n")
+        sys.exit(e.exit_code)
+    except Interrupted:
+        sys.stderr.write("ckpt: interrupted\n")
+        sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        # `ckpt ls | head`: the reader left; exit quietly as other Unix tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)
+    except Exception as e:
+        if debug:
+            raise
+        first = str(e).splitlines()[0] if str(e) else ""
+        sys.stderr.write(
+            f"ckpt: internal error: {type(e).__name__}: {first} "
+            "(this is a bug in ckpt; rerun with CKPT_DEBUG=1 to see the traceback)\n"
+        )
+        sys.exit(EXIT_BUG)

@@ -1,0 +1,1 @@
+"""One module per subcommand; they orchestrate core calls and render results, nothing more."""

@@ -1,0 +1,79 @@
+"""Shared option aliases, output helpers and human formatting for the commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+SCHEMA_VERSION = 1
+
+PathArg = Annotated[
+    str,
+    typer.Argument(help="A CheckpointManager root, a step directory or an item directory.",
+                   show_default=False),
+]
+StepOpt = Annotated[
+    int | None,
+    typer.Option("--step", "-s", help="Step to read from a root (default: latest committed).",
+                 show_default=False),
+]
+ItemOpt = Annotated[
+    str | None,
+    typer.Option("--item", "-i", help="Item to read (default: the only one).", show_default=False),
+]
+JsonOpt = Annotated[
+    bool,
+    typer.Option("--json", help="Print one JSON document on stdout (no colour, no progress)."),
+]
+
+
+def stdout_console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def emit_json(doc: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=2,
+                                default=str) + "\n")
+
+
+def warn(message: str) -> None:
+    sys.stderr.write(f"ckpt: warning: {message}\n")
+
+
+def human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def human_count(n: int) -> str:
+    for unit, size in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)
+
+
+def human_age(then: datetime, now: datetime | None = None) -> str:
+    seconds = ((now or datetime.now(timezone.utc)) - then).total_seconds()
+    if seconds < 0:
+        return "in the future"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit} ago"
+    return f"{int(seconds)}s ago"
+
+
+def shape_str(shape: tuple[int, ...] | None) -> str:
+    return "" if shape is None else "[" + ",".join(str(d) for d in shape) + "]"

@@ -1,0 +1,228 @@
+"""Rendering for ``inspect``: Rich tree or table, the training-state summary, stats, shard grid."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.table import Table
+from rich.tree import Tree
+
+from ckpt_cli.commands._common import human_bytes, human_count, shape_str, stdout_console
+from ckpt_cli.core.arrays import ItemStore
+from ckpt_cli.core.inspect import ItemReport, Leaf
+from ckpt_cli.core.shardgrid import ShardLayout, shard_layout
+from ckpt_cli.core.stats import LeafStats, leaf_stats
+from ckpt_cli.errors import NotFoundError, UsageError
+
+
+def report_json(report: ItemReport) -> dict[str, Any]:
+    ref = report.ref
+    return {
+        "path": str(ref.location),
+        "root": str(ref.root) if ref.root else None,
+        "step": ref.step,
+        "item": ref.name,
+        "storage": report.storage,
+        "zarr_format": report.zarr_format,
+        "totals": {
+            "leaves": len(report.leaves),
+            "arrays": sum(1 for leaf in report.leaves if leaf.is_array),
+            "parameters": report.total_elements,
+            "size_bytes": report.total_bytes,
+            "subtrees": [{"name": t.name, "leaves": t.leaves, "parameters": t.elements,
+                          "size_bytes": t.size_bytes} for t in report.subtrees],
+        },
+        "training_state": {
+            "complete": all(p.present for p in report.state),
+            "parts": [{"part": p.part, "present": p.present, "subtrees": list(p.subtrees),
+                       "leaves": len(p.leaves), "note": p.note} for p in report.state],
+        },
+        "custom_metadata": report.custom_metadata,
+        "leaves": [leaf.to_json() for leaf in report.leaves],
+    }
+
+
+def _leaf_facts(leaf: Leaf) -> str:
+    if leaf.value_type == "string":
+        return f"[magenta]string[/] {leaf.value!r}"
+    if not leaf.is_array:
+        return f"[dim]{leaf.value_type} (empty)[/]" if leaf.problem is None else f"[red]{leaf.problem}[/]"
+    parts = [f"[cyan]{leaf.dtype}{shape_str(leaf.shape)}[/]", human_bytes(leaf.size_bytes)]
+    if leaf.chunk_shape is not None and leaf.chunk_shape != leaf.shape:
+        parts.append(f"chunk {shape_str(leaf.chunk_shape)}")
+    if leaf.sharding is not None and leaf.sharding.mesh_shape is not None:
+        parts.append(f"[blue]{leaf.sharding.describe()}[/]")
+    if leaf.random_key_impl:
+        parts.append(f"key<{leaf.random_key_impl}>")
+    return "  ".join(parts)
+
+
+def _stats_str(s: LeafStats | None) -> str:
+    if s is None:
+        return ""
+    if s.count == 0:
+        return f"[red]no finite values (nan={s.nan}, inf={s.inf})[/]"
+    out = f"min={s.min:.4g} max={s.max:.4g} mean={s.mean:.4g} std={s.std:.4g}"
+    if s.nan or s.inf:
+        out += f" [red]nan={s.nan} inf={s.inf}[/]"
+    return out
+
+
+def _title(report: ItemReport) -> str:
+    ref = report.ref
+    where = f"step {ref.step} of {ref.root}" if ref.root else str(ref.location)
+    return f"[bold]item {ref.name!r}[/] — {where}  ({report.storage}, zarr{report.zarr_format})"
+
+
+def print_report(report: ItemReport, flat: bool, stats: dict[str, LeafStats] | None) -> None:
+    console = stdout_console()
+    console.print(_title(report))
+    if flat:
+        table = Table(box=None, pad_edge=False)
+        for col in ("leaf", "type", "dtype", "shape", "elements", "bytes", "chunk", "sharding"):
+            table.add_column(col, justify="right" if col in ("elements", "bytes") else "left")
+        if stats is not None:
+            table.add_column("stats")
+        for leaf in report.leaves:
+            row = [leaf.name, leaf.value_type, leaf.dtype or "", shape_str(leaf.shape),
+                   str(leaf.elements) if leaf.is_array else "", human_bytes(leaf.size_bytes),
+                   shape_str(leaf.chunk_shape),
+                   leaf.sharding.describe() if leaf.sharding else ""]
+            if stats is not None:
+                row.append(_stats_str(stats.get(leaf.name)))
+            table.add_row(*row)
+        console.print(table)
+    else:
+        root = Tree(f"[bold]{report.ref.name}[/]")
+        nodes: dict[tuple[str, ...], Tree] = {(): root}
+        for leaf in report.leaves:
+            for depth in range(1, len(leaf.keypath)):
+                prefix = leaf.keypath[:depth]
+                if prefix not in nodes:
+                    nodes[prefix] = nodes[prefix[:-1]].add(f"[bold]{prefix[-1]}[/]")
+            label = f"{leaf.keypath[-1] if leaf.keypath else leaf.name}  {_leaf_facts(leaf)}"
+            if stats is not None and leaf.name in stats:
+                label += "\n" + _stats_str(stats[leaf.name])
+            nodes[leaf.keypath[:-1]].add(label)
+        console.print(root)
+    _print_totals(report)
+    _print_state(report)
+
+
+def _print_totals(report: ItemReport) -> None:
+    console = stdout_console()
+    table = Table(title="totals", title_justify="left", box=None, pad_edge=False)
+    table.add_column("subtree")
+    table.add_column("leaves", justify="right")
+    table.add_column("parameters", justify="right")
+    table.add_column("bytes", justify="right")
+    for t in report.subtrees:
+        table.add_row(t.name, str(t.leaves), human_count(t.elements), human_bytes(t.size_bytes))
+    table.add_row("[bold]all[/]", str(len(report.leaves)), human_count(report.total_elements),
+                  human_bytes(report.total_bytes))
+    console.print(table)
+
+
+def _print_state(report: ItemReport) -> None:
+    console = stdout_console()
+    complete = all(p.present for p in report.state)
+    console.print("[bold]training state[/]: " + ("[green]complete[/]" if complete else "[yellow]incomplete[/]"))
+    for p in report.state:
+        mark = "[green]✓[/]" if p.present else "[red]✗[/]"
+        where = f" {', '.join(p.subtrees[:3])}{' ...' if len(p.subtrees) > 3 else ''}" if p.present else ""
+        console.print(f"  {mark} {p.description:<16}{where}  [dim]{p.note}[/]")
+
+
+def compute_stats(report: ItemReport, show_progress: bool) -> dict[str, LeafStats]:
+    arrays = [leaf for leaf in report.leaves if leaf.array is not None]
+    store = ItemStore(report.ref.location, report.zarr_format == 3)
+    total = sum(leaf.size_bytes for leaf in arrays)
+    out: dict[str, LeafStats] = {}
+    if show_progress and sys.stderr.isatty() and total > (64 << 20):
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
+                                   TransferSpeedColumn)
+
+        with Progress(TextColumn("stats"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                      transient=True) as progress:
+            task = progress.add_task("stats", total=total)
+            for leaf in arrays:
+                assert leaf.array is not None
+                out[leaf.name] = leaf_stats(store, leaf.name, leaf.array, leaf.database,
+                                            on_bytes=lambda n: progress.advance(task, n))
+        return out
+    for leaf in arrays:
+        assert leaf.array is not None
+        out[leaf.name] = leaf_stats(store, leaf.name, leaf.array, leaf.database)
+    return out
+
+
+def layout_of(report: ItemReport, name: str) -> ShardLayout:
+    leaf = next((lf for lf in report.leaves if lf.name == name), None)
+    if leaf is None:
+        raise NotFoundError(f"--layout: no leaf named {name!r} in {report.ref.location}",
+                            hint="run `ckpt inspect --flat` to see the leaf names")
+    if leaf.shape is None:
+        raise UsageError(f"--layout: {name!r} is a {leaf.value_type}, not an array")
+    return shard_layout(leaf.shape, leaf.sharding)
+
+
+def layout_json(name: str, layout: ShardLayout) -> dict[str, Any]:
+    return {
+        "leaf": name,
+        "sharding": layout.description,
+        "grid": list(layout.grid),
+        "block_shape": list(layout.block_shape),
+        "replicas": layout.replicas,
+        "blocks": [{"index": list(b.index), "bounds": [list(x) for x in b.bounds],
+                    "devices": list(b.devices)} for b in layout.blocks],
+    }
+
+
+def print_layout(name: str, layout: ShardLayout, report: ItemReport) -> None:
+    console = stdout_console()
+    leaf = next(lf for lf in report.leaves if lf.name == name)
+    console.print(f"[bold]layout of {name}[/] {leaf.dtype}{shape_str(layout.shape)}: {layout.description}")
+    console.print(f"  {' x '.join(map(str, layout.grid)) or '1'} blocks of {shape_str(layout.block_shape)}, "
+                  f"each on {layout.replicas} device(s)")
+    if leaf.chunk_shape is not None and layout.block_shape:
+        per_block = 1
+        for b, c in zip(layout.block_shape, leaf.chunk_shape, strict=True):
+            per_block *= -(-b // c) if c else 1
+        console.print(f"  stored chunk {shape_str(leaf.chunk_shape)}: "
+                      + ("one chunk per block" if per_block == 1 and leaf.chunk_shape == layout.block_shape
+                         else f"{per_block} chunk(s) per block"))
+    split = [d for d, g in enumerate(layout.grid) if g > 1]
+    if len(split) <= 2 and len(layout.shape) >= 1:
+        rows_dim = split[0] if split else 0
+        cols_dim = split[1] if len(split) == 2 else None
+        n_rows = layout.grid[rows_dim]
+        n_cols = layout.grid[cols_dim] if cols_dim is not None else 1
+        grid = Table(show_header=cols_dim is not None, show_lines=True)
+        grid.add_column(f"dim {rows_dim}")
+        cells: dict[tuple[int, int], str] = {}
+        for b in layout.blocks:
+            r = b.index[rows_dim]
+            c = b.index[cols_dim] if cols_dim is not None else 0
+            cells[(r, c)] = "dev " + ",".join(map(str, b.devices))
+        for c in range(n_cols):
+            head = "" if cols_dim is None else "{}:{}".format(*_bounds(layout, cols_dim, c))
+            grid.add_column(head)
+        for r in range(n_rows):
+            lo, hi = _bounds(layout, rows_dim, r)
+            grid.add_row(f"{lo}:{hi}", *(cells.get((r, c), "") for c in range(n_cols)))
+        console.print(grid)
+    else:
+        table = Table(box=None)
+        table.add_column("block")
+        table.add_column("slice")
+        table.add_column("devices")
+        for b in layout.blocks:
+            table.add_row(str(list(b.index)), ", ".join(f"{lo}:{hi}" for lo, hi in b.bounds),
+                          ",".join(map(str, b.devices)))
+        console.print(table)
+
+
+def _bounds(layout: ShardLayout, dim: int, i: int) -> tuple[int, int]:
+    size = layout.block_shape[dim]
+    return i * size, min((i + 1) * size, layout.shape[dim])

@@ -1,0 +1,76 @@
+"""``ckpt ls``: the steps of a checkpoint root."""
+
+from __future__ import annotations
+
+import json
+
+from rich.table import Table
+
+from ckpt_cli.commands._common import (
+    JsonOpt,
+    PathArg,
+    emit_json,
+    human_age,
+    human_bytes,
+    stdout_console,
+    warn,
+)
+from ckpt_cli.core.listing import list_root
+from ckpt_cli.core.storage import open_location
+
+
+def ls(path: PathArg, json_out: JsonOpt = False) -> None:
+    """List the steps of a checkpoint root: status, commit time, size, items, metrics, format.
+
+    Status is `committed`, `incomplete` (an unfinished save: a *.orbax-checkpoint-tmp dir) or
+    `uncommitted` (object storage without commit_success.txt). The latest committed step is
+    marked. Reads only metadata: no JAX, no array data.
+    """
+    listing = list_root(open_location(path))
+    if json_out:
+        emit_json({
+            "root": listing.root,
+            "root_metadata": listing.root_metadata,
+            "latest_step": listing.latest.step if listing.latest else None,
+            "total_bytes": listing.total_bytes,
+            "steps": [s.to_json() for s in listing.steps],
+            "ignored": list(listing.ignored),
+        })
+    else:
+        table = Table(title=listing.root, title_justify="left", box=None, pad_edge=False)
+        for col, justify in (("step", "right"), ("status", "left"), ("committed", "left"),
+                             ("age", "right"), ("size", "right"), ("items", "left"),
+                             ("metrics", "left"), ("format", "left")):
+            table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        for s in listing.steps:
+            status = {"committed": "[green]committed[/]", "incomplete": "[yellow]incomplete[/]",
+                      "uncommitted": "[red]uncommitted[/]"}[s.status]
+            when = s.committed_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+            if s.time_source == "mtime":
+                when += " (mtime)"
+            metrics = ", ".join(f"{k}={_metric(v)}" for k, v in (s.metrics or {}).items())
+            formats = sorted(set(s.formats.values()))
+            table.add_row(
+                f"{s.step}{' *' if s.latest else ''}", status, when, human_age(s.committed_at),
+                human_bytes(s.size_bytes), ",".join(s.items), metrics, ",".join(formats),
+            )
+        console = stdout_console()
+        console.print(table)
+        latest = listing.latest
+        console.print(
+            f"{len(listing.steps)} steps, {human_bytes(listing.total_bytes)}"
+            + (f"; latest committed: {latest.step} (*)" if latest else "; no committed step")
+        )
+        if listing.root_metadata and listing.root_metadata.get("custom_metadata"):
+            console.print(f"root metadata: {json.dumps(listing.root_metadata['custom_metadata'])}")
+    for s in listing.steps:
+        if s.problem:
+            warn(f"step {s.step}: {s.problem}")
+    if listing.ignored:
+        warn(f"not steps, ignored: {', '.join(listing.ignored)}")
+
+
+def _metric(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

@@ -1,0 +1,205 @@
+"""Read everything ``ckpt inspect`` shows about one item, without touching array data.
+
+Leaves come from ``_METADATA``; dtype, shape and chunking from each array's zarr header (one batch
+of kvstore reads); sharding from ``_sharding``; write shapes and typed-key markers from
+``array_metadatas``; strings from ``_strings.json``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckpt_cli.core.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.layout import ItemRef
+from ckpt_cli.core.metadata import (
+    KEY_TYPE_SEQUENCE,
+    ArrayMetadata,
+    LeafMeta,
+    ShardingInfo,
+    read_array_metadatas,
+    read_shardings,
+    read_step_metadata,
+    read_strings,
+    read_tree_metadata,
+)
+from ckpt_cli.core.state import StatePart, analyse_state, classify_leaf
+from ckpt_cli.errors import NotACheckpointError
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One leaf of an item: tree position, storage facts and (for strings) its value."""
+
+    name: str
+    keypath: tuple[str, ...]
+    key_types: tuple[int, ...]
+    value_type: str
+    dtype: str | None = None
+    shape: tuple[int, ...] | None = None
+    chunk_shape: tuple[int, ...] | None = None
+    write_shape: tuple[int, ...] | None = None
+    sharding: ShardingInfo | None = None
+    size_bytes: int = 0
+    array: ArrayInfo | None = None
+    database: str = ""
+    random_key_impl: str | None = None
+    value: str | None = None
+    problem: str | None = None
+    part: str | None = None
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape) if self.shape is not None else 0
+
+    @property
+    def is_array(self) -> bool:
+        return self.array is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "keypath": list(self.keypath),
+            "value_type": self.value_type,
+            "dtype": self.dtype,
+            "shape": None if self.shape is None else list(self.shape),
+            "chunk_shape": None if self.chunk_shape is None else list(self.chunk_shape),
+            "write_shape": None if self.write_shape is None else list(self.write_shape),
+            "elements": self.elements if self.shape is not None else None,
+            "size_bytes": self.size_bytes,
+            "sharding": None if self.sharding is None else self.sharding.to_json(),
+            "state_part": self.part,
+            "value": self.value,
+            "problem": self.problem,
+        }
+
+
+@dataclass(frozen=True)
+class SubtreeTotal:
+    name: str
+    leaves: int
+    elements: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class ItemReport:
+    """What ``inspect`` knows about one item."""
+
+    ref: ItemRef
+    storage: str  # ocdbt | ocdbt-unmerged | zarr
+    zarr_format: int
+    leaves: tuple[Leaf, ...]
+    state: tuple[StatePart, ...]
+    custom_metadata: Any = None
+    step_custom_metadata: dict[str, Any] | None = None
+    subtrees: tuple[SubtreeTotal, ...] = field(default_factory=tuple)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(leaf.size_bytes for leaf in self.leaves)
+
+    @property
+    def total_elements(self) -> int:
+        return sum(leaf.elements for leaf in self.leaves if leaf.is_array)
+
+    @property
+    def problems(self) -> list[Leaf]:
+        return [leaf for leaf in self.leaves if leaf.problem]
+
+
+def _matches(name: str, pattern: re.Pattern[str] | None) -> bool:
+    return pattern is None or bool(pattern.search(name))
+
+
+def compile_filter(pattern: str | None) -> re.Pattern[str] | None:
+    """A leaf filter: a glob when it holds ``*``/``?`` and no other regex syntax, else a regex."""
+    if pattern is None:
+        return None
+    import fnmatch
+
+    if re.fullmatch(r"[\w.*?\-/\[\]]+", pattern) and ("*" in pattern or "?" in pattern):
+        return re.compile(fnmatch.translate(pattern))
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        from ckpt_cli.errors import UsageError
+
+        raise UsageError(f"--filter {pattern!r} is not a valid pattern: {e}") from None
+
+
+def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
+    item = ref.location
+    tree = read_tree_metadata(item)
+    if tree is None:
+        raise NotACheckpointError(
+            f"{item} has no _METADATA: it is not a PyTree item",
+            hint="it may be a JSON item or a damaged one; run `ckpt verify` on it",
+        )
+    pattern = compile_filter(name_filter)
+    metas = list(tree.leaves)
+    store = ItemStore(item, tree.use_zarr3)
+    headers = store.read_headers([m.name for m in metas if m.has_array])
+    shardings = read_shardings(item)
+    array_metas = read_array_metadatas(item)
+    strings = read_strings(item) if any(m.value_type == "string" for m in metas) else {}
+    all_leaves = [_leaf(m, headers, shardings, array_metas, strings) for m in metas]
+    # The four-part analysis always sees the whole tree; the filter only narrows what is shown.
+    leaves = [leaf for leaf in all_leaves if _matches(leaf.name, pattern)]
+    step_meta = read_step_metadata(ref.step_location) if ref.step_location else None
+    return ItemReport(
+        ref=ref,
+        storage=store.layout,
+        zarr_format=3 if tree.use_zarr3 else 2,
+        leaves=tuple(leaves),
+        state=analyse_state(all_leaves),
+        custom_metadata=tree.custom_metadata,
+        step_custom_metadata=step_meta.custom_metadata if step_meta else None,
+        subtrees=_subtree_totals(leaves),
+    )
+
+
+def _leaf(meta: LeafMeta, headers: dict[str, tuple[ArrayInfo, str]],
+          shardings: dict[str, ShardingInfo], array_metas: dict[str, ArrayMetadata],
+          strings: dict[str, str]) -> Leaf:
+    am = array_metas.get(meta.name)
+    base: dict[str, Any] = {
+        "name": meta.name, "keypath": meta.keypath, "key_types": meta.key_types,
+        "value_type": meta.value_type, "sharding": shardings.get(meta.name),
+        "write_shape": meta.write_shape or (am.write_shape if am else None),
+        "random_key_impl": (am.ext_metadata or {}).get("random_key_impl") if am else None,
+    }
+    if meta.value_type == "string":
+        value = strings.get(meta.name)
+        problem = None if value is not None else "string value missing from _strings.json"
+        return _with_part(Leaf(**base, value=value, problem=problem,
+                               size_bytes=len((value or "").encode())))
+    if not meta.has_array:
+        return _with_part(Leaf(**base))
+    found = headers.get(meta.name)
+    if found is None:
+        return _with_part(Leaf(**base, problem="no array data found for this leaf"))
+    info, label = found
+    return _with_part(Leaf(**base, dtype=info.dtype, shape=info.shape, chunk_shape=info.chunk_shape,
+                           size_bytes=info.nbytes, array=info, database=label))
+
+
+def _with_part(leaf: Leaf) -> Leaf:
+    from dataclasses import replace
+
+    return replace(leaf, part=classify_leaf(leaf))
+
+
+def _subtree_totals(leaves: list[Leaf]) -> tuple[SubtreeTotal, ...]:
+    totals: dict[str, list[int]] = {}
+    for leaf in leaves:
+        top = leaf.keypath[0] if leaf.keypath else ""
+        if leaf.key_types and leaf.key_types[0] == KEY_TYPE_SEQUENCE:
+            top = f"[{top}]"
+        t = totals.setdefault(top, [0, 0, 0])
+        t[0] += 1
+        t[1] += leaf.elements if leaf.is_array else 0
+        t[2] += leaf.size_bytes
+    return tuple(SubtreeTotal(k, *v) for k, v in totals.items())

@@ -1,0 +1,225 @@
+"""Layout discovery: what a path is (root, step, item), which steps a root holds, and their state.
+
+Orbax names a step ``N``, ``000N`` (``step_format_fixed_length``) or ``PREFIX_N``; an unfinished
+save lives in ``<name>.orbax-checkpoint-tmp`` (>= 0.11.20), ``...-tmp-<counter>`` or, oldest,
+``...-tmp-<timestamp>``. Locally the final rename is the commit, so a step without
+``commit_success.txt`` (written only since 0.12.3) is still complete; object stores have no rename
+and need the marker.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from ckpt_cli.core.storage import Entry, Location
+from ckpt_cli.errors import NotACheckpointError, NotFoundError, UsageError
+
+TMP_MARKER = ".orbax-checkpoint-tmp"
+COMMIT_MARKER = "commit_success.txt"
+STEP_METADATA = "_CHECKPOINT_METADATA"
+TREE_METADATA = "_METADATA"
+ROOT_METADATA_DIR = "metadata"
+ROOT_METADATA = "_ROOT_METADATA"
+METRICS_ITEM = "metrics"
+LEGACY_MSGPACK_RE = re.compile(r"^checkpoint(_\d+)?$")
+
+_PLAIN_STEP_RE = re.compile(r"^(\d+)$")
+_PREFIXED_STEP_RE = re.compile(r"^(.+)_(\d+)$")
+# Same shape as Orbax's TMP_DIR_STEP_PATTERN, anchored on the marker, any era's suffix after it.
+_TMP_STEP_RE = re.compile(r"^(?:(.*?)_)?(\d+)\.orbax-checkpoint-tmp(?:-(\d+))?$")
+# Files Orbax writes directly inside an item directory.
+_ITEM_MARKERS = frozenset({TREE_METADATA, "manifest.ocdbt", "_sharding", "_strings.json"})
+
+Kind = Literal["root", "step", "item", "legacy"]
+Status = Literal["committed", "uncommitted", "incomplete"]
+
+
+@dataclass(frozen=True)
+class StepName:
+    """A directory name parsed as a step (or an unfinished save of one)."""
+
+    step: int
+    prefix: str | None
+    tmp: bool
+    tmp_suffix: str | None = None  # the counter/timestamp of the older tmp naming eras
+
+
+def parse_step_name(name: str) -> StepName | None:
+    """Parse a step directory name in any Orbax naming scheme; None when it is not one."""
+    if TMP_MARKER in name:
+        m = _TMP_STEP_RE.match(name)
+        if not m:
+            return None
+        return StepName(int(m.group(2)), m.group(1), True, m.group(3))
+    if m := _PLAIN_STEP_RE.match(name):
+        return StepName(int(m.group(1)), None, False)
+    if m := _PREFIXED_STEP_RE.match(name):
+        return StepName(int(m.group(2)), m.group(1), False)
+    return None
+
+
+@dataclass(frozen=True)
+class StepRef:
+    """A step directory of a root, with its commit state read from its listing."""
+
+    step: int
+    name: str
+    location: Location
+    status: Status
+    prefix: str | None
+    children: tuple[Entry, ...]
+
+    @property
+    def committed(self) -> bool:
+        return self.status == "committed"
+
+    @property
+    def child_names(self) -> frozenset[str]:
+        return frozenset(e.name for e in self.children)
+
+
+@dataclass(frozen=True)
+class ItemRef:
+    """One item of a step (``default``, ``state``, ``params``...), ready to be read."""
+
+    location: Location
+    name: str
+    step: int | None
+    step_location: Location | None
+    root: Location | None
+
+
+def _looks_like_item(names: frozenset[str]) -> bool:
+    return bool(names & _ITEM_MARKERS) or any(n.startswith("ocdbt.process_") for n in names)
+
+
+def _looks_like_step(names: frozenset[str], children: list[Entry]) -> bool:
+    if STEP_METADATA in names or COMMIT_MARKER in names or _looks_like_item(names):
+        return True
+    # A step written before _CHECKPOINT_METADATA existed: recognise it by its items.
+    return any(e.is_dir and e.name == METRICS_ITEM for e in children)
+
+
+def step_status(location: Location, name: StepName, names: frozenset[str]) -> Status:
+    if name.tmp:
+        return "incomplete"
+    if location.requires_commit_marker and COMMIT_MARKER not in names:
+        return "uncommitted"
+    return "committed"
+
+
+def list_steps(root: Location, entries: list[Entry] | None = None) -> list[StepRef]:
+    """Every step and unfinished save directly under ``root``, sorted by step then name."""
+    steps: list[StepRef] = []
+    for entry in entries if entries is not None else root.list():
+        if not entry.is_dir or entry.name.startswith("."):
+            continue
+        parsed = parse_step_name(entry.name)
+        if parsed is None:
+            continue
+        loc = root.child(entry.name)
+        children = loc.list()
+        names = frozenset(c.name for c in children)
+        # A tmp dir may be empty (the save died at once); a finished name must hold a step.
+        if not parsed.tmp and not _looks_like_step(names, children):
+            continue
+        status = step_status(loc, parsed, names)
+        steps.append(StepRef(parsed.step, entry.name, loc, status, parsed.prefix, tuple(children)))
+    steps.sort(key=lambda s: (s.step, s.status != "committed", s.name))
+    return steps
+
+
+def latest_committed(steps: list[StepRef]) -> StepRef | None:
+    committed = [s for s in steps if s.committed]
+    return committed[-1] if committed else None
+
+
+def detect_kind(location: Location) -> tuple[Kind, list[Entry]]:
+    """Classify a path; raises a one-line error saying what it holds when it is no checkpoint."""
+    if not location.exists():
+        raise NotFoundError(f"{location} does not exist", hint="check the path")
+    if not location.is_dir():
+        if LEGACY_MSGPACK_RE.match(location.name):
+            return "legacy", []
+        raise NotACheckpointError(
+            f"{location} is a file, not a checkpoint directory",
+            hint="point ckpt at a CheckpointManager root, a step or an item directory",
+        )
+    entries = location.list()
+    names = frozenset(e.name for e in entries)
+    if _looks_like_item(names):
+        # A single-item Checkpointer writes _CHECKPOINT_METADATA into the item itself.
+        return ("step" if STEP_METADATA in names else "item"), entries
+    if STEP_METADATA in names or COMMIT_MARKER in names:
+        return "step", entries
+    if any(e.is_dir and _looks_like_item(frozenset(c.name for c in location.child(e.name).list()))
+           for e in entries if e.is_dir and not e.name.startswith(".")
+           and parse_step_name(e.name) is None):
+        return "step", entries
+    if ROOT_METADATA_DIR in names or any(
+        e.is_dir and parse_step_name(e.name) is not None for e in entries
+    ):
+        if list_steps(location, entries) or ROOT_METADATA_DIR in names:
+            return "root", entries
+    if any(not e.is_dir and LEGACY_MSGPACK_RE.match(e.name) for e in entries):
+        return "legacy", entries
+    raise NotACheckpointError(_describe_non_checkpoint(location, entries))
+
+
+def _describe_non_checkpoint(location: Location, entries: list[Entry]) -> str:
+    if not entries:
+        return f"{location} is an empty directory, not a checkpoint"
+    dirs = [e.name + "/" for e in entries if e.is_dir]
+    files = [e.name for e in entries if not e.is_dir]
+    parts = []
+    for label, group in (("directories", dirs), ("files", files)):
+        if group:
+            shown = ", ".join(group[:4]) + (", ..." if len(group) > 4 else "")
+            parts.append(f"{len(group)} {label} ({shown})")
+    return (
+        f"{location} is not an Orbax checkpoint: it holds {' and '.join(parts)}; expected step "
+        f"directories such as 100/, or an item with {TREE_METADATA}"
+    )
+
+
+def step_items(step_loc: Location, children: list[Entry] | tuple[Entry, ...],
+               handlers: dict[str, str] | str | None) -> list[str]:
+    """Item names of a step: the handler map's keys plus item-like subdirectories, sorted."""
+    names = frozenset(e.name for e in children)
+    if isinstance(handlers, str) or (handlers is None and _looks_like_item(names)):
+        return ["default"] if _looks_like_item(names) else []
+    found = set(handlers or {})
+    # An item dir still named `<item>.orbax-checkpoint-tmp` is a save that died mid-way.
+    found.update(e.name for e in children
+                 if e.is_dir and not e.name.startswith(".") and TMP_MARKER not in e.name)
+    return sorted(found)
+
+
+def item_location(step_loc: Location, item: str, items: list[str]) -> Location:
+    """Where an item lives: its subdirectory, or the step itself for single-item Checkpointers."""
+    if item == "default" and "default" in items:
+        sub = step_loc.child("default")
+        return sub if sub.is_dir() else step_loc
+    return step_loc.child(item)
+
+
+def choose_item(items: list[str], requested: str | None, where: Location) -> str:
+    """Pick the item to read: the requested one, else the only non-metrics one."""
+    if requested is not None:
+        if requested not in items:
+            raise NotFoundError(
+                f"item {requested!r} not found in {where}",
+                hint=f"items: {', '.join(items) or 'none'}",
+            )
+        return requested
+    candidates = [i for i in items if i != METRICS_ITEM] or items
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise NotACheckpointError(f"{where} holds no items")
+    raise UsageError(
+        f"{where} holds several items ({', '.join(candidates)})",
+        hint="choose one with --item NAME",
+    )

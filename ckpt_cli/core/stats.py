@@ -1,0 +1,130 @@
+"""Per-leaf value statistics computed block by block, with memory bounded by the block budget.
+
+Blocks are whole chunks (or runs of whole chunks along the last dimensions), so every stored chunk
+is decoded once. Means and variances are merged with Chan's parallel formula in float64, which
+stays accurate over billions of elements where a running sum of squares would not.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ckpt_cli.core.arrays import ArrayInfo, ItemStore
+from ckpt_cli.errors import StorageError
+
+DEFAULT_BLOCK_BYTES = 32 << 20
+IN_FLIGHT = 4
+
+
+@dataclass(frozen=True)
+class LeafStats:
+    count: int  # finite values
+    nan: int
+    inf: int
+    min: float | None
+    max: float | None
+    mean: float | None
+    std: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"min": self.min, "max": self.max, "mean": self.mean, "std": self.std,
+                "nan": self.nan, "inf": self.inf, "finite": self.count}
+
+
+def block_shape(info: ArrayInfo, budget: int = DEFAULT_BLOCK_BYTES) -> tuple[int, ...]:
+    """Chunk-aligned block: whole chunks merged along the last dims while under ``budget``."""
+    shape = list(info.chunk_shape) or []
+    for d in range(len(shape) - 1, -1, -1):
+        other = math.prod(shape[:d] + shape[d + 1:]) * info.itemsize
+        fit = max(shape[d], (budget // max(1, other)) // shape[d] * shape[d])
+        shape[d] = min(info.shape[d], fit)
+        if shape[d] < info.shape[d]:
+            break
+    return tuple(shape)
+
+
+def iter_blocks(info: ArrayInfo, block: tuple[int, ...]) -> Iterator[tuple[slice, ...]]:
+    ranges = [range(0, s, b) if s else range(0) for s, b in zip(info.shape, block, strict=True)]
+    for starts in itertools.product(*ranges):
+        yield tuple(slice(st, min(st + b, s)) for st, b, s in zip(starts, block, info.shape, strict=True))
+
+
+class _Acc:
+    def __init__(self) -> None:
+        self.n = 0
+        self.mean = 0.0
+        self.m2 = 0.0
+        self.lo = math.inf
+        self.hi = -math.inf
+        self.nan = 0
+        self.inf = 0
+
+    def add(self, block: Any) -> None:
+        import numpy as np
+
+        x = np.asarray(block)
+        if x.dtype == np.bool_:
+            x = x.astype(np.uint8)
+        if x.dtype.kind == "V" or (x.dtype.kind == "f" and x.dtype.itemsize < 4):
+            # ml_dtypes (bfloat16, float8, int4) and float16: widen so numpy reduces them exactly.
+            x = x.astype(np.float32)
+        if x.dtype.kind == "f":
+            finite = np.isfinite(x)
+            nan = int(np.isnan(x).sum())
+            self.nan += nan
+            self.inf += int(x.size - finite.sum()) - nan
+            x = x[finite]
+        if x.size == 0:
+            return
+        xf = x.astype(np.float64, copy=False).ravel()
+        n_b = xf.size
+        mean_b = float(xf.mean())
+        m2_b = float(((xf - mean_b) ** 2).sum())
+        self.lo = min(self.lo, float(xf.min()))
+        self.hi = max(self.hi, float(xf.max()))
+        n = self.n + n_b
+        delta = mean_b - self.mean
+        self.mean += delta * n_b / n
+        self.m2 += m2_b + delta * delta * self.n * n_b / n
+        self.n = n
+
+    def result(self) -> LeafStats:
+        if self.n == 0:
+            return LeafStats(0, self.nan, self.inf, None, None, None, None)
+        return LeafStats(self.n, self.nan, self.inf, self.lo, self.hi, self.mean,
+                         math.sqrt(self.m2 / self.n))
+
+
+def leaf_stats(store: ItemStore, name: str, info: ArrayInfo, database: str = "",
+               budget: int = DEFAULT_BLOCK_BYTES,
+               on_bytes: Callable[[int], None] | None = None) -> LeafStats:
+    """Min, max, mean, std and NaN/Inf counts of one array, reading at most ``IN_FLIGHT`` blocks."""
+    store.require_single_database(name, database)
+    arr = store.open_array(name, database)
+    acc = _Acc()
+    pending: deque[tuple[Any, int]] = deque()
+    block = block_shape(info, budget)
+
+    def drain_one() -> None:
+        fut, nbytes = pending.popleft()
+        try:
+            acc.add(fut.result())
+        except Exception as e:
+            raise StorageError(f"cannot read leaf {name!r}: {str(e).splitlines()[0]}",
+                               hint="run `ckpt verify` on it") from None
+        if on_bytes:
+            on_bytes(nbytes)
+
+    for sl in iter_blocks(info, block):
+        nbytes = math.prod(s.stop - s.start for s in sl) * info.itemsize
+        pending.append((arr[sl].read(), nbytes))
+        if len(pending) >= IN_FLIGHT:
+            drain_one()
+    while pending:
+        drain_one()
+    return acc.result()

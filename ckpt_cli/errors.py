@@ -1,0 +1,56 @@
+"""One exception hierarchy for the whole tool, and the exit codes it maps to.
+
+Every error formats its own one-line message and may carry a hint naming the next thing to try
+(pypa/build style). ``app.main`` is the only place that turns them into stderr lines and exit codes.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1  # a check found problems (verify, diff)
+EXIT_USAGE = 2  # bad command line
+EXIT_FAILURE = 3  # expected failure: not a checkpoint, unreadable, refused
+EXIT_INTERRUPTED = 130
+EXIT_BUG = 70  # anything unexpected: a bug in ckpt
+
+
+class CkptError(Exception):
+    """Base of every error ckpt reports to the user."""
+
+    exit_code = EXIT_FAILURE
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message} ({self.hint})"
+        return self.message
+
+
+class UsageError(CkptError, ValueError):
+    """The command line asks for something impossible (conflicting or malformed options)."""
+
+    exit_code = EXIT_USAGE
+
+
+class NotFoundError(CkptError, FileNotFoundError):
+    """A path, step or item that does not exist."""
+
+
+class NotACheckpointError(CkptError, ValueError):
+    """A path that exists but holds no Orbax checkpoint we recognise."""
+
+
+class InvalidMetadataError(CkptError, ValueError):
+    """A metadata file that is damaged, truncated or describes something impossible."""
+
+
+class StorageError(CkptError, OSError):
+    """The storage under a checkpoint failed to list or read."""
+
+
+class UnsupportedError(CkptError, NotImplementedError):
+    """A layout or storage scheme this version does not handle."""
