@@ -14,13 +14,18 @@ SCHEMA_VERSION = 1
 
 PathArg = Annotated[
     str,
-    typer.Argument(help="A CheckpointManager root, a step directory or an item directory.",
-                   show_default=False),
+    typer.Argument(
+        help="A CheckpointManager root, a step directory or an item directory.", show_default=False
+    ),
 ]
 StepOpt = Annotated[
     int | None,
-    typer.Option("--step", "-s", help="Step to read from a root (default: latest committed).",
-                 show_default=False),
+    typer.Option(
+        "--step",
+        "-s",
+        help="Step to read from a root (default: latest committed).",
+        show_default=False,
+    ),
 ]
 ItemOpt = Annotated[
     str | None,
@@ -33,7 +38,8 @@ JsonOpt = Annotated[
 
 
 def stdout_console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    # Piped output (logs, CI) is not cut to 80 columns: nobody reads it in a narrow window.
+    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
 
 
 def stderr_console() -> Console:
@@ -41,8 +47,9 @@ def stderr_console() -> Console:
 
 
 def emit_json(doc: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=2,
-                                default=str) + "\n")
+    sys.stdout.write(
+        json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=2, default=str) + "\n"
+    )
 
 
 def warn(message: str) -> None:

@@ -30,13 +30,28 @@ def report_json(report: ItemReport) -> dict[str, Any]:
             "arrays": sum(1 for leaf in report.leaves if leaf.is_array),
             "parameters": report.total_elements,
             "size_bytes": report.total_bytes,
-            "subtrees": [{"name": t.name, "leaves": t.leaves, "parameters": t.elements,
-                          "size_bytes": t.size_bytes} for t in report.subtrees],
+            "subtrees": [
+                {
+                    "name": t.name,
+                    "leaves": t.leaves,
+                    "parameters": t.elements,
+                    "size_bytes": t.size_bytes,
+                }
+                for t in report.subtrees
+            ],
         },
         "training_state": {
-            "complete": all(p.present for p in report.state),
-            "parts": [{"part": p.part, "present": p.present, "subtrees": list(p.subtrees),
-                       "leaves": len(p.leaves), "note": p.note} for p in report.state],
+            "complete": bool(report.state) and all(p.present for p in report.state),
+            "parts": [
+                {
+                    "part": p.part,
+                    "present": p.present,
+                    "subtrees": list(p.subtrees),
+                    "leaves": len(p.leaves),
+                    "note": p.note,
+                }
+                for p in report.state
+            ],
         },
         "custom_metadata": report.custom_metadata,
         "leaves": [leaf.to_json() for leaf in report.leaves],
@@ -46,13 +61,19 @@ def report_json(report: ItemReport) -> dict[str, Any]:
 def _leaf_facts(leaf: Leaf) -> str:
     if leaf.value_type == "string":
         return f"[magenta]string[/] {leaf.value!r}"
+    if leaf.value_type == "json":
+        return f"[magenta]json[/] {leaf.value}"
     if not leaf.is_array:
-        return f"[dim]{leaf.value_type} (empty)[/]" if leaf.problem is None else f"[red]{leaf.problem}[/]"
+        return (
+            f"[dim]{leaf.value_type} (empty)[/]"
+            if leaf.problem is None
+            else f"[red]{leaf.problem}[/]"
+        )
     parts = [f"[cyan]{leaf.dtype}{shape_str(leaf.shape)}[/]", human_bytes(leaf.size_bytes)]
     if leaf.chunk_shape is not None and leaf.chunk_shape != leaf.shape:
         parts.append(f"chunk {shape_str(leaf.chunk_shape)}")
     if leaf.sharding is not None and leaf.sharding.mesh_shape is not None:
-        parts.append(f"[blue]{leaf.sharding.describe()}[/]")
+        parts.append(f"[blue]{leaf.sharding.short()}[/]")
     if leaf.random_key_impl:
         parts.append(f"key<{leaf.random_key_impl}>")
     return "  ".join(parts)
@@ -72,23 +93,35 @@ def _stats_str(s: LeafStats | None) -> str:
 def _title(report: ItemReport) -> str:
     ref = report.ref
     where = f"step {ref.step} of {ref.root}" if ref.root else str(ref.location)
-    return f"[bold]item {ref.name!r}[/] — {where}  ({report.storage}, zarr{report.zarr_format})"
+    fmt = report.storage + (f", zarr{report.zarr_format}" if report.zarr_format else "")
+    return f"[bold]item {ref.name!r}[/] — {where}  ({fmt})"
 
 
 def print_report(report: ItemReport, flat: bool, stats: dict[str, LeafStats] | None) -> None:
     console = stdout_console()
     console.print(_title(report))
+    meshes = sorted({m for lf in report.leaves if lf.sharding and (m := lf.sharding.mesh_str())})
+    if meshes:
+        console.print("mesh: " + "; ".join(meshes))
     if flat:
         table = Table(box=None, pad_edge=False)
         for col in ("leaf", "type", "dtype", "shape", "elements", "bytes", "chunk", "sharding"):
-            table.add_column(col, justify="right" if col in ("elements", "bytes") else "left")
+            table.add_column(
+                col, justify="right" if col in ("elements", "bytes") else "left", overflow="fold"
+            )
         if stats is not None:
             table.add_column("stats")
         for leaf in report.leaves:
-            row = [leaf.name, leaf.value_type, leaf.dtype or "", shape_str(leaf.shape),
-                   str(leaf.elements) if leaf.is_array else "", human_bytes(leaf.size_bytes),
-                   shape_str(leaf.chunk_shape),
-                   leaf.sharding.describe() if leaf.sharding else ""]
+            row = [
+                leaf.name,
+                leaf.value_type,
+                leaf.dtype or "",
+                shape_str(leaf.shape),
+                str(leaf.elements) if leaf.is_array else "",
+                human_bytes(leaf.size_bytes),
+                shape_str(leaf.chunk_shape),
+                leaf.sharding.short() if leaf.sharding else "",
+            ]
             if stats is not None:
                 row.append(_stats_str(stats.get(leaf.name)))
             table.add_row(*row)
@@ -107,7 +140,8 @@ def print_report(report: ItemReport, flat: bool, stats: dict[str, LeafStats] | N
             nodes[leaf.keypath[:-1]].add(label)
         console.print(root)
     _print_totals(report)
-    _print_state(report)
+    if report.state:
+        _print_state(report)
 
 
 def _print_totals(report: ItemReport) -> None:
@@ -119,18 +153,29 @@ def _print_totals(report: ItemReport) -> None:
     table.add_column("bytes", justify="right")
     for t in report.subtrees:
         table.add_row(t.name, str(t.leaves), human_count(t.elements), human_bytes(t.size_bytes))
-    table.add_row("[bold]all[/]", str(len(report.leaves)), human_count(report.total_elements),
-                  human_bytes(report.total_bytes))
+    table.add_row(
+        "[bold]all[/]",
+        str(len(report.leaves)),
+        human_count(report.total_elements),
+        human_bytes(report.total_bytes),
+    )
     console.print(table)
 
 
 def _print_state(report: ItemReport) -> None:
     console = stdout_console()
     complete = all(p.present for p in report.state)
-    console.print("[bold]training state[/]: " + ("[green]complete[/]" if complete else "[yellow]incomplete[/]"))
+    console.print(
+        "[bold]training state[/]: "
+        + ("[green]complete[/]" if complete else "[yellow]incomplete[/]")
+    )
     for p in report.state:
         mark = "[green]✓[/]" if p.present else "[red]✗[/]"
-        where = f" {', '.join(p.subtrees[:3])}{' ...' if len(p.subtrees) > 3 else ''}" if p.present else ""
+        where = (
+            f" {', '.join(p.subtrees[:3])}{' ...' if len(p.subtrees) > 3 else ''}"
+            if p.present
+            else ""
+        )
         console.print(f"  {mark} {p.description:<16}{where}  [dim]{p.note}[/]")
 
 
@@ -140,16 +185,31 @@ def compute_stats(report: ItemReport, show_progress: bool) -> dict[str, LeafStat
     total = sum(leaf.size_bytes for leaf in arrays)
     out: dict[str, LeafStats] = {}
     if show_progress and sys.stderr.isatty() and total > (64 << 20):
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
-                                   TransferSpeedColumn)
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TransferSpeedColumn,
+        )
 
-        with Progress(TextColumn("stats"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                      transient=True) as progress:
+        with Progress(
+            TextColumn("stats"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            transient=True,
+        ) as progress:
             task = progress.add_task("stats", total=total)
             for leaf in arrays:
                 assert leaf.array is not None
-                out[leaf.name] = leaf_stats(store, leaf.name, leaf.array, leaf.database,
-                                            on_bytes=lambda n: progress.advance(task, n))
+                out[leaf.name] = leaf_stats(
+                    store,
+                    leaf.name,
+                    leaf.array,
+                    leaf.database,
+                    on_bytes=lambda n: progress.advance(task, n),
+                )
         return out
     for leaf in arrays:
         assert leaf.array is not None
@@ -160,8 +220,10 @@ def compute_stats(report: ItemReport, show_progress: bool) -> dict[str, LeafStat
 def layout_of(report: ItemReport, name: str) -> ShardLayout:
     leaf = next((lf for lf in report.leaves if lf.name == name), None)
     if leaf is None:
-        raise NotFoundError(f"--layout: no leaf named {name!r} in {report.ref.location}",
-                            hint="run `ckpt inspect --flat` to see the leaf names")
+        raise NotFoundError(
+            f"--layout: no leaf named {name!r} in {report.ref.location}",
+            hint="run `ckpt inspect --flat` to see the leaf names",
+        )
     if leaf.shape is None:
         raise UsageError(f"--layout: {name!r} is a {leaf.value_type}, not an array")
     return shard_layout(leaf.shape, leaf.sharding)
@@ -174,40 +236,65 @@ def layout_json(name: str, layout: ShardLayout) -> dict[str, Any]:
         "grid": list(layout.grid),
         "block_shape": list(layout.block_shape),
         "replicas": layout.replicas,
-        "blocks": [{"index": list(b.index), "bounds": [list(x) for x in b.bounds],
-                    "devices": list(b.devices)} for b in layout.blocks],
+        "blocks": [
+            {
+                "index": list(b.index),
+                "bounds": [list(x) for x in b.bounds],
+                "devices": list(b.devices),
+            }
+            for b in layout.blocks
+        ],
     }
 
 
 def print_layout(name: str, layout: ShardLayout, report: ItemReport) -> None:
     console = stdout_console()
     leaf = next(lf for lf in report.leaves if lf.name == name)
-    console.print(f"[bold]layout of {name}[/] {leaf.dtype}{shape_str(layout.shape)}: {layout.description}")
-    console.print(f"  {' x '.join(map(str, layout.grid)) or '1'} blocks of {shape_str(layout.block_shape)}, "
-                  f"each on {layout.replicas} device(s)")
+    console.print(
+        f"[bold]layout of {name}[/] {leaf.dtype}{shape_str(layout.shape)}: {layout.description}"
+    )
+    console.print(
+        f"  {' x '.join(map(str, layout.grid)) or '1'} blocks of {shape_str(layout.block_shape)}, "
+        f"each on {layout.replicas} device(s)"
+    )
     if leaf.chunk_shape is not None and layout.block_shape:
         per_block = 1
         for b, c in zip(layout.block_shape, leaf.chunk_shape, strict=True):
             per_block *= -(-b // c) if c else 1
-        console.print(f"  stored chunk {shape_str(leaf.chunk_shape)}: "
-                      + ("one chunk per block" if per_block == 1 and leaf.chunk_shape == layout.block_shape
-                         else f"{per_block} chunk(s) per block"))
+        console.print(
+            f"  stored chunk {shape_str(leaf.chunk_shape)}: "
+            + (
+                "one chunk per block"
+                if per_block == 1 and leaf.chunk_shape == layout.block_shape
+                else f"{per_block} chunk(s) per block"
+            )
+        )
     split = [d for d, g in enumerate(layout.grid) if g > 1]
-    if len(split) <= 2 and len(layout.shape) >= 1:
-        rows_dim = split[0] if split else 0
-        cols_dim = split[1] if len(split) == 2 else None
+    rank = len(layout.shape)
+    if len(split) <= 2 and rank >= 1:
+        # Rows follow the first split dimension, columns the second; a lone split of the last
+        # dimension of a matrix reads as columns, as the matrix itself would.
+        if len(split) == 2:
+            rows_dim, cols_dim = split
+        elif split and split[0] == rank - 1 and rank >= 2:
+            rows_dim, cols_dim = rank - 2, split[0]
+        else:
+            rows_dim, cols_dim = (split[0] if split else 0), None
         n_rows = layout.grid[rows_dim]
         n_cols = layout.grid[cols_dim] if cols_dim is not None else 1
-        grid = Table(show_header=cols_dim is not None, show_lines=True)
-        grid.add_column(f"dim {rows_dim}")
+        grid = Table(show_lines=True)
+        grid.add_column(
+            f"dim {rows_dim} \\ dim {cols_dim}" if cols_dim is not None else f"dim {rows_dim}"
+        )
         cells: dict[tuple[int, int], str] = {}
-        for b in layout.blocks:
-            r = b.index[rows_dim]
-            c = b.index[cols_dim] if cols_dim is not None else 0
-            cells[(r, c)] = "dev " + ",".join(map(str, b.devices))
+        for blk in layout.blocks:
+            r = blk.index[rows_dim]
+            c = blk.index[cols_dim] if cols_dim is not None else 0
+            cells[(r, c)] = "dev " + ",".join(map(str, blk.devices))
         for c in range(n_cols):
-            head = "" if cols_dim is None else "{}:{}".format(*_bounds(layout, cols_dim, c))
-            grid.add_column(head)
+            grid.add_column(
+                "" if cols_dim is None else "{}:{}".format(*_bounds(layout, cols_dim, c))
+            )
         for r in range(n_rows):
             lo, hi = _bounds(layout, rows_dim, r)
             grid.add_row(f"{lo}:{hi}", *(cells.get((r, c), "") for c in range(n_cols)))
@@ -217,9 +304,12 @@ def print_layout(name: str, layout: ShardLayout, report: ItemReport) -> None:
         table.add_column("block")
         table.add_column("slice")
         table.add_column("devices")
-        for b in layout.blocks:
-            table.add_row(str(list(b.index)), ", ".join(f"{lo}:{hi}" for lo, hi in b.bounds),
-                          ",".join(map(str, b.devices)))
+        for blk in layout.blocks:
+            table.add_row(
+                str(list(blk.index)),
+                ", ".join(f"{lo}:{hi}" for lo, hi in blk.bounds),
+                ",".join(map(str, blk.devices)),
+            )
         console.print(table)
 
 

@@ -25,16 +25,32 @@ def inspect(
     path: PathArg,
     step: StepOpt = None,
     item: ItemOpt = None,
-    flat: Annotated[bool, typer.Option("--flat", help="One line per leaf instead of a tree.")] = False,
-    filter_: Annotated[str | None, typer.Option(
-        "--filter", "-f", help="Only leaves whose name matches (glob such as 'params.*kernel' or "
-        "a regex).", show_default=False)] = None,
-    stats: Annotated[bool, typer.Option(
-        "--stats", help="Add min, max, mean, std, NaN and Inf counts per leaf (reads the data, "
-        "chunk by chunk).")] = False,
-    layout: Annotated[str | None, typer.Option(
-        "--layout", help="Draw which device holds which block of this leaf.",
-        show_default=False)] = None,
+    flat: Annotated[
+        bool, typer.Option("--flat", help="One line per leaf instead of a tree.")
+    ] = False,
+    filter_: Annotated[
+        str | None,
+        typer.Option(
+            "--filter",
+            "-f",
+            help="Only leaves whose name matches (glob such as 'params.*kernel' or a regex).",
+            show_default=False,
+        ),
+    ] = None,
+    stats: Annotated[
+        bool,
+        typer.Option(
+            "--stats",
+            help="Add min, max, mean, std, NaN and Inf counts per leaf (reads the data, "
+            "chunk by chunk).",
+        ),
+    ] = False,
+    layout: Annotated[
+        str | None,
+        typer.Option(
+            "--layout", help="Draw which device holds which block of this leaf.", show_default=False
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Show the tree of one item: dtype, shape, bytes, chunking and sharding of every leaf.
@@ -46,8 +62,10 @@ def inspect(
     ref = resolve_item(open_location(path), step, item)
     report = inspect_item(ref, filter_)
     if filter_ is not None and not report.leaves:
-        raise NotFoundError(f"no leaf of {ref.location} matches {filter_!r}",
-                            hint="run `ckpt inspect --flat` to see the leaf names")
+        raise NotFoundError(
+            f"no leaf of {ref.location} matches {filter_!r}",
+            hint="run `ckpt inspect --flat` to see the leaf names",
+        )
     leaf_stats: dict[str, Any] = {}
     if stats:
         leaf_stats = render.compute_stats(report, show_progress=not json_out)
@@ -64,9 +82,9 @@ def inspect(
             doc["layout"] = render.layout_json(layout or "", shard_layout)
         emit_json(doc)
     else:
-        render.print_report(report, flat=flat, stats=leaf_stats if stats else None)
         if shard_layout is not None:
             render.print_layout(layout or "", shard_layout, report)
+        else:
+            render.print_report(report, flat=flat, stats=leaf_stats if stats else None)
     for leaf in report.problems:
         warn(f"{leaf.name}: {leaf.problem} (run `ckpt verify` on this checkpoint)")
-

@@ -28,31 +28,49 @@ def ls(path: PathArg, json_out: JsonOpt = False) -> None:
     """
     listing = list_root(open_location(path))
     if json_out:
-        emit_json({
-            "root": listing.root,
-            "root_metadata": listing.root_metadata,
-            "latest_step": listing.latest.step if listing.latest else None,
-            "total_bytes": listing.total_bytes,
-            "steps": [s.to_json() for s in listing.steps],
-            "ignored": list(listing.ignored),
-        })
+        emit_json(
+            {
+                "root": listing.root,
+                "root_metadata": listing.root_metadata,
+                "latest_step": listing.latest.step if listing.latest else None,
+                "total_bytes": listing.total_bytes,
+                "steps": [s.to_json() for s in listing.steps],
+                "ignored": list(listing.ignored),
+            }
+        )
     else:
         table = Table(title=listing.root, title_justify="left", box=None, pad_edge=False)
-        for col, justify in (("step", "right"), ("status", "left"), ("committed", "left"),
-                             ("age", "right"), ("size", "right"), ("items", "left"),
-                             ("metrics", "left"), ("format", "left")):
-            table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        for col, justify in (
+            ("step", "right"),
+            ("status", "left"),
+            ("committed", "left"),
+            ("age", "right"),
+            ("size", "right"),
+            ("items", "left"),
+            ("metrics", "left"),
+            ("format", "left"),
+        ):
+            table.add_column(col, justify=justify, no_wrap=col != "metrics")  # type: ignore[arg-type]
         for s in listing.steps:
-            status = {"committed": "[green]committed[/]", "incomplete": "[yellow]incomplete[/]",
-                      "uncommitted": "[red]uncommitted[/]"}[s.status]
-            when = s.committed_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+            status = {
+                "committed": "[green]committed[/]",
+                "incomplete": "[yellow]incomplete[/]",
+                "uncommitted": "[red]uncommitted[/]",
+            }[s.status]
+            when = s.committed_at.astimezone().strftime("%Y-%m-%d %H:%M")
             if s.time_source == "mtime":
                 when += " (mtime)"
             metrics = ", ".join(f"{k}={_metric(v)}" for k, v in (s.metrics or {}).items())
             formats = sorted(set(s.formats.values()))
             table.add_row(
-                f"{s.step}{' *' if s.latest else ''}", status, when, human_age(s.committed_at),
-                human_bytes(s.size_bytes), ",".join(s.items), metrics, ",".join(formats),
+                f"{s.step}{' *' if s.latest else ''}",
+                status,
+                when,
+                human_age(s.committed_at),
+                human_bytes(s.size_bytes),
+                ",".join(s.items),
+                metrics,
+                ",".join(formats),
             )
         console = stdout_console()
         console.print(table)

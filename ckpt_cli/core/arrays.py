@@ -14,15 +14,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.storage import Location
-from ckpt_cli.errors import InvalidMetadataError, StorageError, UnsupportedError
+from ckpt_cli.errors import InvalidMetadataError, StorageError
 
 # Element sizes of dtypes numpy does not know by name (ml_dtypes'); the rest come from numpy.
 _EXTRA_ITEMSIZE = {
     "bfloat16": 2,
-    "float8_e4m3fn": 1, "float8_e4m3fnuz": 1, "float8_e4m3b11fnuz": 1, "float8_e5m2": 1,
-    "float8_e5m2fnuz": 1, "float8_e3m4": 1, "float8_e4m3": 1, "float8_e8m0fnu": 1,
-    "float6_e2m3fn": 1, "float6_e3m2fn": 1, "float4_e2m1fn": 1, "int2": 1, "uint2": 1,
-    "int4": 1, "uint4": 1,
+    "float8_e4m3fn": 1,
+    "float8_e4m3fnuz": 1,
+    "float8_e4m3b11fnuz": 1,
+    "float8_e5m2": 1,
+    "float8_e5m2fnuz": 1,
+    "float8_e3m4": 1,
+    "float8_e4m3": 1,
+    "float8_e8m0fnu": 1,
+    "float6_e2m3fn": 1,
+    "float6_e3m2fn": 1,
+    "float4_e2m1fn": 1,
+    "int2": 1,
+    "uint2": 1,
+    "int4": 1,
+    "uint4": 1,
 }
 MAX_RANK = 32  # TensorStore's limit
 MAX_ELEMENTS = 1 << 62
@@ -54,7 +65,9 @@ class ArrayInfo:
 
     @property
     def chunk_grid(self) -> tuple[int, ...]:
-        return tuple(-(-s // c) if c else 0 for s, c in zip(self.shape, self.chunk_shape, strict=True))
+        return tuple(
+            -(-s // c) if c else 0 for s, c in zip(self.shape, self.chunk_shape, strict=True)
+        )
 
     @property
     def num_chunks(self) -> int:
@@ -120,11 +133,20 @@ def parse_zarr_header(name: str, raw: bytes, where: str) -> ArrayInfo:
         else:
             raise ValueError("zarr_format is neither 2 nor 3")
         if len(info.chunk_shape) != len(info.shape) or (info.size and 0 in info.chunk_shape):
-            raise ValueError(f"chunk shape {list(info.chunk_shape)} does not fit shape {list(info.shape)}")
+            raise ValueError(
+                f"chunk shape {list(info.chunk_shape)} does not fit shape {list(info.shape)}"
+            )
         if info.size > MAX_ELEMENTS // max(1, info.itemsize):
             raise ValueError(f"shape {list(info.shape)} is absurdly large")
         return info
-    except (ValueError, KeyError, TypeError, AttributeError, json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        json.JSONDecodeError,
+        UnicodeDecodeError,
+    ) as e:
         raise InvalidMetadataError(
             f"zarr header of leaf {name!r} in {where} is invalid: {str(e).splitlines()[0]}",
             hint="the checkpoint is damaged; run `ckpt verify` on it",
@@ -150,8 +172,9 @@ class ItemStore:
         self.use_zarr3 = use_zarr3
         children = {e.name: e for e in item.list()}
         self.merged = "manifest.ocdbt" in children
-        self.process_dbs = sorted(n for n, e in children.items()
-                                  if e.is_dir and n.startswith("ocdbt.process_"))
+        self.process_dbs = sorted(
+            n for n, e in children.items() if e.is_dir and n.startswith("ocdbt.process_")
+        )
         if self.merged:
             self.layout = "ocdbt"
         elif self.process_dbs:
@@ -159,6 +182,7 @@ class ItemStore:
         else:
             self.layout = "zarr"
         self._kvstores: dict[str, Any] = {}
+        self._raw_headers: dict[str, bytes] = {}
 
     @property
     def header_name(self) -> str:
@@ -169,8 +193,10 @@ class ItemStore:
         if self.layout == "ocdbt":
             return [("", {"driver": "ocdbt", "base": self.item.kvstore_spec()})]
         if self.layout == "ocdbt-unmerged":
-            return [(db, {"driver": "ocdbt", "base": self.item.child(db).kvstore_spec()})
-                    for db in self.process_dbs]
+            return [
+                (db, {"driver": "ocdbt", "base": self.item.child(db).kvstore_spec()})
+                for db in self.process_dbs
+            ]
         return [("", self.item.kvstore_spec())]
 
     def _kvstore(self, label: str, spec: dict[str, Any]) -> Any:
@@ -180,8 +206,10 @@ class ItemStore:
             try:
                 self._kvstores[label] = ts.KvStore.open(spec).result()
             except Exception as e:  # TensorStore raises ValueError for every I/O problem
-                raise StorageError(f"cannot open the array database of {self.item}: {_first(e)}",
-                                   hint="run `ckpt verify` on it") from None
+                raise StorageError(
+                    f"cannot open the array database of {self.item}: {_first(e)}",
+                    hint="run `ckpt verify` on it",
+                ) from None
         return self._kvstores[label]
 
     def read_headers(self, names: list[str]) -> dict[str, tuple[ArrayInfo, str]]:
@@ -198,13 +226,17 @@ class ItemStore:
                 try:
                     result = fut.result()
                 except Exception as e:
-                    raise StorageError(f"cannot read the zarr header of {n!r} in {self.item}: {_first(e)}",
-                                       hint="run `ckpt verify` on it") from None
+                    raise StorageError(
+                        f"cannot read the zarr header of {n!r} in {self.item}: {_first(e)}",
+                        hint="run `ckpt verify` on it",
+                    ) from None
                 if result.state != "value":
                     still.append(n)
                     continue
                 where = str(self.item) + (f"/{label}" if label else "")
-                out[n] = (parse_zarr_header(n, bytes(result.value), where), label)
+                raw = bytes(result.value)
+                out[n] = (parse_zarr_header(n, raw, where), label)
+                self._raw_headers[n] = raw
             missing = still
         return out
 
@@ -212,7 +244,8 @@ class ItemStore:
         base = dict(self._base_specs())[label]
         return {
             "driver": "zarr3" if self.use_zarr3 else "zarr",
-            "kvstore": {**base, "path": f"{name}/"} if base["driver"] == "ocdbt"
+            "kvstore": {**base, "path": f"{name}/"}
+            if base["driver"] == "ocdbt"
             else {**base, "path": base["path"] + f"{name}/"},
             # Orbax writes every chunk, so a missing one is damage, never zeros.
             "fill_missing_data_reads": False,
@@ -224,18 +257,91 @@ class ItemStore:
         try:
             return ts.open(self.array_spec(name, label), open=True, read=True).result()
         except Exception as e:
-            raise StorageError(f"cannot open leaf {name!r} of {self.item}: {_first(e)}",
-                               hint="run `ckpt verify` on it") from None
+            raise StorageError(
+                f"cannot open leaf {name!r} of {self.item}: {_first(e)}",
+                hint="run `ckpt verify` on it",
+            ) from None
 
-    def require_single_database(self, name: str, label: str) -> None:
+    def reader(self, name: str, info: ArrayInfo, label: str = "") -> LeafReader:
         if self.layout == "ocdbt-unmerged" and len(self.process_dbs) > 1:
-            raise UnsupportedError(
-                f"leaf {name!r} is spread over {len(self.process_dbs)} unmerged per-process OCDBT "
-                "databases, which cannot be read as one array",
-                hint="restore and re-save it with Orbax >= 0.4.4 to merge them",
+            if name not in self._raw_headers:
+                self.read_headers([name])
+            return _UnmergedReader(self, name, info)
+        return LeafReader(self.open_array(name, label), info)
+
+    def chunk_keys(self, label: str, name: str) -> list[bytes]:
+        """Chunk keys of one leaf in one database (header excluded), prefix-listed."""
+        import tensorstore as ts
+
+        kv = self._kvstore(label, dict(self._base_specs())[label])
+        prefix = f"{name}/".encode()
+        rng = ts.KvStore.KeyRange(inclusive_min=prefix, exclusive_max=prefix[:-1] + b"0")
+        try:
+            keys = kv.list(rng, strip_prefix_length=len(prefix)).result()
+        except Exception as e:
+            raise StorageError(f"cannot list leaf {name!r} in {self.item}: {_first(e)}") from None
+        return [k for k in keys if k not in (b".zarray", b"zarr.json")]
+
+
+class LeafReader:
+    """Reads chunk-aligned blocks of one leaf; ``read`` returns a TensorStore future."""
+
+    #: Blocks may span several chunks (False where each chunk lives in its own database).
+    multi_chunk_blocks = True
+
+    def __init__(self, array: Any, info: ArrayInfo) -> None:
+        self.array = array
+        self.info = info
+
+    def read(self, block: tuple[slice, ...]) -> Any:
+        return self.array[block].read()
+
+
+def chunk_index_from_key(key: bytes, zarr3: bool) -> tuple[int, ...]:
+    """``0.1`` (zarr2, ``.`` separator as Orbax writes) or ``c/0/1`` (zarr3) to (0, 1)."""
+    text = key.decode()
+    if zarr3:
+        text = text[1:].lstrip("/") if text.startswith("c") else text
+        return tuple(int(p) for p in text.split("/") if p != "")
+    return tuple(int(p) for p in text.split("."))
+
+
+class _UnmergedReader(LeafReader):
+    """Pre-0.4.4 layout: each process database holds its own chunks; the header is in one."""
+
+    multi_chunk_blocks = False
+
+    def __init__(self, store: ItemStore, name: str, info: ArrayInfo) -> None:
+        import tensorstore as ts
+
+        self.info = info
+        self.name = name
+        header = json.loads(store._raw_headers[name])
+        zarr3 = store.use_zarr3
+        self.owner: dict[tuple[int, ...], Any] = {}
+        for db in store.process_dbs:
+            spec = store.array_spec(name, db)
+            spec["metadata"] = header
+            try:
+                arr = ts.open(spec, open=True, assume_metadata=True).result()
+            except Exception as e:
+                raise StorageError(
+                    f"cannot open leaf {name!r} in {store.item}/{db}: {_first(e)}"
+                ) from None
+            for key in store.chunk_keys(db, name):
+                index = () if not info.shape else chunk_index_from_key(key, zarr3)
+                self.owner.setdefault(index, arr)
+
+    def read(self, block: tuple[slice, ...]) -> Any:
+        index = tuple(s.start // c for s, c in zip(block, self.info.chunk_shape, strict=True))
+        arr = self.owner.get(index)
+        if arr is None:
+            raise StorageError(
+                f"chunk {list(index)} of leaf {self.name!r} is in none of the per-process databases",
+                hint="the checkpoint is damaged; run `ckpt verify` on it",
             )
+        return arr[block].read()
 
 
 def _first(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
-

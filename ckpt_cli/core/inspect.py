@@ -7,6 +7,7 @@ of kvstore reads); sharding from ``_sharding``; write shapes and typed-key marke
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -133,12 +134,9 @@ def compile_filter(pattern: str | None) -> re.Pattern[str] | None:
 def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
     item = ref.location
     tree = read_tree_metadata(item)
-    if tree is None:
-        raise NotACheckpointError(
-            f"{item} has no _METADATA: it is not a PyTree item",
-            hint="it may be a JSON item or a damaged one; run `ckpt verify` on it",
-        )
     pattern = compile_filter(name_filter)
+    if tree is None:
+        return _inspect_json_item(ref, pattern)
     metas = list(tree.leaves)
     store = ItemStore(item, tree.use_zarr3)
     headers = store.read_headers([m.name for m in metas if m.has_array])
@@ -161,29 +159,93 @@ def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
     )
 
 
-def _leaf(meta: LeafMeta, headers: dict[str, tuple[ArrayInfo, str]],
-          shardings: dict[str, ShardingInfo], array_metas: dict[str, ArrayMetadata],
-          strings: dict[str, str]) -> Leaf:
+def _inspect_json_item(ref: ItemRef, pattern: re.Pattern[str] | None) -> ItemReport:
+    """A JsonSave item (``metadata`` file) or the ``metrics`` item: its JSON values as leaves."""
+    item = ref.location
+    doc = None
+    for fname in ("metadata", "metrics"):
+        if item.child(fname).is_file():
+            doc = item.child(fname).read_json()
+            break
+    if doc is None:
+        raise NotACheckpointError(
+            f"{item} has neither _METADATA (a PyTree item) nor a JSON item file",
+            hint="the item is damaged or of an unknown kind; run `ckpt verify` on it",
+        )
+    leaves = [
+        Leaf(
+            name=".".join(kp),
+            keypath=kp,
+            key_types=kt,
+            value_type="json",
+            value=json.dumps(v),
+            size_bytes=len(json.dumps(v)),
+        )
+        for kp, kt, v in _flatten_json(doc, (), ())
+    ]
+    leaves = [leaf for leaf in leaves if _matches(leaf.name, pattern)]
+    return ItemReport(
+        ref=ref,
+        storage="json",
+        zarr_format=0,
+        leaves=tuple(leaves),
+        state=(),
+        subtrees=_subtree_totals(leaves),
+    )
+
+
+def _flatten_json(
+    doc: Any, path: tuple[str, ...], types: tuple[int, ...]
+) -> list[tuple[tuple[str, ...], tuple[int, ...], Any]]:
+    if isinstance(doc, dict) and doc:
+        return [x for k, v in doc.items() for x in _flatten_json(v, (*path, str(k)), (*types, 2))]
+    if isinstance(doc, list) and doc:
+        return [
+            x for i, v in enumerate(doc) for x in _flatten_json(v, (*path, str(i)), (*types, 1))
+        ]
+    return [(path or ("value",), types or (2,), doc)]
+
+
+def _leaf(
+    meta: LeafMeta,
+    headers: dict[str, tuple[ArrayInfo, str]],
+    shardings: dict[str, ShardingInfo],
+    array_metas: dict[str, ArrayMetadata],
+    strings: dict[str, str],
+) -> Leaf:
     am = array_metas.get(meta.name)
     base: dict[str, Any] = {
-        "name": meta.name, "keypath": meta.keypath, "key_types": meta.key_types,
-        "value_type": meta.value_type, "sharding": shardings.get(meta.name),
+        "name": meta.name,
+        "keypath": meta.keypath,
+        "key_types": meta.key_types,
+        "value_type": meta.value_type,
+        "sharding": shardings.get(meta.name),
         "write_shape": meta.write_shape or (am.write_shape if am else None),
         "random_key_impl": (am.ext_metadata or {}).get("random_key_impl") if am else None,
     }
     if meta.value_type == "string":
         value = strings.get(meta.name)
         problem = None if value is not None else "string value missing from _strings.json"
-        return _with_part(Leaf(**base, value=value, problem=problem,
-                               size_bytes=len((value or "").encode())))
+        return _with_part(
+            Leaf(**base, value=value, problem=problem, size_bytes=len((value or "").encode()))
+        )
     if not meta.has_array:
         return _with_part(Leaf(**base))
     found = headers.get(meta.name)
     if found is None:
         return _with_part(Leaf(**base, problem="no array data found for this leaf"))
     info, label = found
-    return _with_part(Leaf(**base, dtype=info.dtype, shape=info.shape, chunk_shape=info.chunk_shape,
-                           size_bytes=info.nbytes, array=info, database=label))
+    return _with_part(
+        Leaf(
+            **base,
+            dtype=info.dtype,
+            shape=info.shape,
+            chunk_shape=info.chunk_shape,
+            size_bytes=info.nbytes,
+            array=info,
+            database=label,
+        )
+    )
 
 
 def _with_part(leaf: Leaf) -> Leaf:

@@ -154,15 +154,17 @@ def detect_kind(location: Location) -> tuple[Kind, list[Entry]]:
         return ("step" if STEP_METADATA in names else "item"), entries
     if STEP_METADATA in names or COMMIT_MARKER in names:
         return "step", entries
-    if any(e.is_dir and _looks_like_item(frozenset(c.name for c in location.child(e.name).list()))
-           for e in entries if e.is_dir and not e.name.startswith(".")
-           and parse_step_name(e.name) is None):
-        return "step", entries
-    if ROOT_METADATA_DIR in names or any(
-        e.is_dir and parse_step_name(e.name) is not None for e in entries
+    subdirs = [e.name for e in entries if e.is_dir and not e.name.startswith(".")]
+    step_dirs = [n for n in subdirs if parse_step_name(n) is not None]
+    # A step from before _CHECKPOINT_METADATA: no marker file, but item directories inside.
+    if any(
+        _looks_like_item(frozenset(c.name for c in location.child(n).list()))
+        for n in subdirs
+        if n not in step_dirs
     ):
-        if list_steps(location, entries) or ROOT_METADATA_DIR in names:
-            return "root", entries
+        return "step", entries
+    if ROOT_METADATA_DIR in names or (step_dirs and list_steps(location, entries)):
+        return "root", entries
     if any(not e.is_dir and LEGACY_MSGPACK_RE.match(e.name) for e in entries):
         return "legacy", entries
     raise NotACheckpointError(_describe_non_checkpoint(location, entries))
@@ -184,16 +186,22 @@ def _describe_non_checkpoint(location: Location, entries: list[Entry]) -> str:
     )
 
 
-def step_items(step_loc: Location, children: list[Entry] | tuple[Entry, ...],
-               handlers: dict[str, str] | str | None) -> list[str]:
+def step_items(
+    step_loc: Location,
+    children: list[Entry] | tuple[Entry, ...],
+    handlers: dict[str, str] | str | None,
+) -> list[str]:
     """Item names of a step: the handler map's keys plus item-like subdirectories, sorted."""
     names = frozenset(e.name for e in children)
     if isinstance(handlers, str) or (handlers is None and _looks_like_item(names)):
         return ["default"] if _looks_like_item(names) else []
     found = set(handlers or {})
     # An item dir still named `<item>.orbax-checkpoint-tmp` is a save that died mid-way.
-    found.update(e.name for e in children
-                 if e.is_dir and not e.name.startswith(".") and TMP_MARKER not in e.name)
+    found.update(
+        e.name
+        for e in children
+        if e.is_dir and not e.name.startswith(".") and TMP_MARKER not in e.name
+    )
     return sorted(found)
 
 

@@ -18,7 +18,12 @@ from ckpt_cli.core.layout import (
     step_items,
     step_status,
 )
-from ckpt_cli.core.metadata import peek_storage_flags, read_metrics, read_root_metadata, read_step_metadata
+from ckpt_cli.core.metadata import (
+    peek_storage_flags,
+    read_metrics,
+    read_root_metadata,
+    read_step_metadata,
+)
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import CkptError, NotACheckpointError
 
@@ -33,7 +38,7 @@ class StepInfo:
     name: str
     path: str
     status: str
-    committed_at: datetime | None
+    committed_at: datetime
     time_source: str  # "commit_metadata" | "mtime"
     size_bytes: int
     items: tuple[str, ...]
@@ -49,7 +54,7 @@ class StepInfo:
             "path": self.path,
             "status": self.status,
             "latest": self.latest,
-            "committed_at": self.committed_at.isoformat() if self.committed_at else None,
+            "committed_at": self.committed_at.isoformat(),
             "time_source": self.time_source,
             "size_bytes": self.size_bytes,
             "items": list(self.items),
@@ -107,10 +112,17 @@ def step_info(ref: StepRef) -> StepInfo:
     except CkptError as e:
         problem = problem or e.message
     return StepInfo(
-        step=ref.step, name=ref.name, path=str(loc), status=ref.status,
-        committed_at=committed_at, time_source=source, size_bytes=loc.du(),
-        items=tuple(i for i in items if i != METRICS_ITEM), metrics=metrics,
-        formats=formats, problem=problem,
+        step=ref.step,
+        name=ref.name,
+        path=str(loc),
+        status=ref.status,
+        committed_at=committed_at,
+        time_source=source,
+        size_bytes=loc.du(),
+        items=tuple(i for i in items if i != METRICS_ITEM),
+        metrics=metrics,
+        formats=formats,
+        problem=problem,
     )
 
 
@@ -130,16 +142,30 @@ def list_root(location: Location) -> RootListing:
         parsed = parse_step_name(location.name)
         names = frozenset(e.name for e in entries)
         status = step_status(location, parsed, names) if parsed else "committed"
-        refs = [StepRef(parsed.step if parsed else 0, location.name, location, status,
-                        parsed.prefix if parsed else None, tuple(entries))]
+        refs = [
+            StepRef(
+                parsed.step if parsed else 0,
+                location.name,
+                location,
+                status,
+                parsed.prefix if parsed else None,
+                tuple(entries),
+            )
+        ]
         root, root_meta = location.parent, None
     else:
         refs = list_steps(location, entries)
         root, root_meta = location, read_root_metadata(location)
     step_names = {r.name for r in refs}
-    ignored = tuple(e.name for e in entries if kind == "root" and e.is_dir
-                    and e.name not in step_names and e.name != "metadata"
-                    and not e.name.startswith("."))
+    ignored = tuple(
+        e.name
+        for e in entries
+        if kind == "root"
+        and e.is_dir
+        and e.name not in step_names
+        and e.name != "metadata"
+        and not e.name.startswith(".")
+    )
     with ThreadPoolExecutor(_WORKERS) as pool:
         infos = list(pool.map(step_info, refs))
     latest = latest_committed(refs)

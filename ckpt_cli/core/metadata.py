@@ -56,7 +56,9 @@ def read_step_metadata(step_loc: Location) -> StepMetadata:
         metrics=raw.get("metrics") if isinstance(raw.get("metrics"), dict) else None,
         init_timestamp_nsecs=_opt_int(raw.get("init_timestamp_nsecs")),
         commit_timestamp_nsecs=_opt_int(raw.get("commit_timestamp_nsecs")),
-        custom_metadata=raw.get("custom_metadata") if isinstance(raw.get("custom_metadata"), dict) else None,
+        custom_metadata=raw.get("custom_metadata")
+        if isinstance(raw.get("custom_metadata"), dict)
+        else None,
         present=True,
     )
 
@@ -71,7 +73,9 @@ def read_root_metadata(root: Location) -> dict[str, Any] | None:
     if raw is None:
         return None
     if not isinstance(raw, dict):
-        raise InvalidMetadataError(f"{root.child(ROOT_METADATA_DIR, ROOT_METADATA)} is not a JSON object")
+        raise InvalidMetadataError(
+            f"{root.child(ROOT_METADATA_DIR, ROOT_METADATA)} is not a JSON object"
+        )
     return raw
 
 
@@ -131,8 +135,15 @@ def parse_tree_metadata(raw: Any, where: Location) -> TreeMetadata:
             value_type = str(value["value_type"])
             write_shape = value.get("write_shape")
             shape = None if write_shape is None else tuple(int(d) for d in write_shape)
-            leaves.append(LeafMeta(keypath, key_types, value_type,
-                                   bool(value.get("skip_deserialize", False)), shape))
+            leaves.append(
+                LeafMeta(
+                    keypath,
+                    key_types,
+                    value_type,
+                    bool(value.get("skip_deserialize", False)),
+                    shape,
+                )
+            )
         except (KeyError, TypeError, ValueError, AttributeError):
             raise InvalidMetadataError(
                 f"{where}: entry {outer_key} lacks key_metadata/value_metadata",
@@ -189,16 +200,32 @@ class ShardingInfo:
         out: dict[str, Any] = {"type": self.type}
         if self.mesh_shape is not None and self.axis_names is not None:
             out["mesh"] = dict(zip(self.axis_names, self.mesh_shape, strict=False))
-            out["partition_spec"] = [list(p) if isinstance(p, tuple) else p
-                                     for p in self.partition_spec or ()]
+            out["partition_spec"] = [
+                list(p) if isinstance(p, tuple) else p for p in self.partition_spec or ()
+            ]
             out["device_ids"] = list(self.device_ids or ())
         if self.device_str is not None:
             out["device"] = self.device_str
         return out
 
+    def mesh_str(self) -> str | None:
+        if self.mesh_shape is None or self.axis_names is None:
+            return None
+        return ",".join(f"{n}={s}" for n, s in zip(self.axis_names, self.mesh_shape, strict=False))
+
+    def short(self) -> str:
+        """The partition spec alone (``P(data,model)``, ``replicated``) or the device."""
+        if self.mesh_shape is not None:
+            if not any(p is not None for p in self.partition_spec or ()):
+                return "replicated"
+            return "P(" + ",".join(_spec_str(p) for p in self.partition_spec or ()) + ")"
+        return self.device_str or self.type
+
     def describe(self) -> str:
         if self.mesh_shape is not None and self.axis_names is not None:
-            mesh = ",".join(f"{n}={s}" for n, s in zip(self.axis_names, self.mesh_shape, strict=False))
+            mesh = ",".join(
+                f"{n}={s}" for n, s in zip(self.axis_names, self.mesh_shape, strict=False)
+            )
             spec = ", ".join(_spec_str(p) for p in self.partition_spec or ())
             return f"mesh({mesh}) P({spec})"
         if self.device_str:
@@ -228,8 +255,9 @@ def decode_sharding_entry(text: str) -> ShardingInfo:
     if kind == "NamedSharding":
         spec = tuple(tuple(p) if isinstance(p, list) else p for p in raw.get("partition_spec", []))
         ids = tuple(_flatten_ids(raw["device_mesh"]["mesh"])) if "device_mesh" in raw else None
-        return ShardingInfo(kind, tuple(int(s) for s in raw["shape"]), tuple(raw["axis_names"]),
-                            spec, ids)
+        return ShardingInfo(
+            kind, tuple(int(s) for s in raw["shape"]), tuple(raw["axis_names"]), spec, ids
+        )
     if kind == "SingleDeviceSharding":
         return ShardingInfo(kind, device_str=raw.get("device_str"))
     return ShardingInfo(kind)
@@ -248,7 +276,14 @@ def read_shardings(item: Location) -> dict[str, ShardingInfo]:
         try:
             name = base64.urlsafe_b64decode(key.encode()).decode()
             out[name] = decode_sharding_entry(value)
-        except (binascii.Error, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+        except (
+            binascii.Error,
+            UnicodeDecodeError,
+            ValueError,
+            KeyError,
+            TypeError,
+            AttributeError,
+        ):
             raise InvalidMetadataError(f"{loc}: cannot decode the entry {key!r}") from None
     return out
 
@@ -271,8 +306,11 @@ def read_array_metadatas(item: Location) -> dict[str, ArrayMetadata]:
         return {}
     out: dict[str, ArrayMetadata] = {}
     files = [e.name for e in folder.list() if e.name.startswith("process_")]
-    for fname in sorted(files, key=lambda n: int(n.split("_")[-1]) if n.split("_")[-1].isdigit() else 0,
-                        reverse=True):
+    for fname in sorted(
+        files,
+        key=lambda n: int(n.split("_")[-1]) if n.split("_")[-1].isdigit() else 0,
+        reverse=True,
+    ):
         loc = folder.child(fname)
         raw = loc.read_json()
         try:
@@ -285,7 +323,9 @@ def read_array_metadatas(item: Location) -> dict[str, ArrayMetadata]:
                     name,
                     None if ws is None else tuple(int(d) for d in ws),
                     None if cs is None else tuple(int(d) for d in cs),
-                    meta.get("ext_metadata") if isinstance(meta.get("ext_metadata"), dict) else None,
+                    meta.get("ext_metadata")
+                    if isinstance(meta.get("ext_metadata"), dict)
+                    else None,
                     proc,
                 )
         except (KeyError, TypeError, ValueError):

@@ -58,8 +58,9 @@ def resolve_item(location: Location, step: int | None = None, item: str | None =
         parsed = parse_step_name(location.parent.name)
         if item is not None and item != location.name:
             raise UsageError(f"{location} is the item {location.name!r}, not {item!r}")
-        return ItemRef(location, location.name, parsed.step if parsed else None,
-                       location.parent, None)
+        return ItemRef(
+            location, location.name, parsed.step if parsed else None, location.parent, None
+        )
     if kind == "root":
         root = location
         step_ref = find_step(root, list_steps(root, entries), step)

@@ -49,8 +49,13 @@ def shard_layout(shape: tuple[int, ...], sharding: ShardingInfo | None) -> Shard
         if device and ":" in device and device.rsplit(":", 1)[1].isdigit():
             ids = (int(device.rsplit(":", 1)[1]),)
         desc = sharding.describe() if sharding else "no sharding recorded"
-        return ShardLayout(shape, tuple(1 for _ in shape),
-                           (Block(tuple(0 for _ in shape), whole, ids),), max(1, len(ids)), desc)
+        return ShardLayout(
+            shape,
+            tuple(1 for _ in shape),
+            (Block(tuple(0 for _ in shape), whole, ids),),
+            max(1, len(ids)),
+            desc,
+        )
     mesh = dict(zip(sharding.axis_names, sharding.mesh_shape, strict=True))
     ids_flat = sharding.device_ids or tuple(range(math.prod(sharding.mesh_shape)))
     per_dim_axes = [_axes(sharding.partition_spec, d) for d in range(len(shape))]
@@ -59,16 +64,18 @@ def shard_layout(shape: tuple[int, ...], sharding: ShardingInfo | None) -> Shard
     holders: dict[tuple[int, ...], list[int]] = {}
     for flat, coords in enumerate(itertools.product(*(range(n) for n in sharding.mesh_shape))):
         pos = dict(zip(sharding.axis_names, coords, strict=True))
-        index = []
+        coords_per_dim = []
         for axes in per_dim_axes:
             i = 0
             for a in axes:
                 i = i * mesh[a] + pos[a]
-            index.append(i)
-        holders.setdefault(tuple(index), []).append(ids_flat[flat])
+            coords_per_dim.append(i)
+        holders.setdefault(tuple(coords_per_dim), []).append(ids_flat[flat])
     blocks = []
     for index in sorted(holders):
-        bounds = tuple((i * b, min((i + 1) * b, s)) for i, b, s in zip(index, block_size, shape, strict=True))
+        bounds = tuple(
+            (i * b, min((i + 1) * b, s)) for i, b, s in zip(index, block_size, shape, strict=True)
+        )
         blocks.append(Block(index, bounds, tuple(holders[index])))
     replicas = len(next(iter(holders.values()))) if holders else 1
     return ShardLayout(shape, grid, tuple(blocks), replicas, sharding.describe())

@@ -14,11 +14,34 @@ Part = Literal["params", "opt_state", "step", "rng"]
 PARTS: tuple[Part, ...] = ("params", "opt_state", "step", "rng")
 
 _OPT_NAMES = {"opt_state", "optimizer", "optimizer_state", "opt", "optim", "tx_state", "optstate"}
-_PARAM_NAMES = {"params", "param", "parameters", "model", "weights", "variables", "ema_params",
-                "model_state", "batch_stats", "state_dict"}
+_PARAM_NAMES = {
+    "params",
+    "param",
+    "parameters",
+    "model",
+    "weights",
+    "variables",
+    "ema_params",
+    "model_state",
+    "batch_stats",
+    "state_dict",
+}
 _STEP_NAMES = {"step", "global_step", "steps", "iteration", "iter", "train_step"}
-_RNG_NAMES = {"rng", "rngs", "key", "keys", "prng", "prng_key", "rng_key", "dropout_rng",
-              "rng_state", "seed", "random_key", "dropout_key", "params_rng"}
+_RNG_NAMES = {
+    "rng",
+    "rngs",
+    "key",
+    "keys",
+    "prng",
+    "prng_key",
+    "rng_key",
+    "dropout_rng",
+    "rng_state",
+    "seed",
+    "random_key",
+    "dropout_key",
+    "params_rng",
+}
 
 DESCRIPTIONS: dict[Part, str] = {
     "params": "parameters",
@@ -69,7 +92,12 @@ def _is_key(leaf: LeafLike) -> bool:
     if leaf.random_key_impl:
         return True
     # Raw key data: uint32[..., 2] (threefry) or uint32[..., 4] (rbg).
-    return leaf.dtype == "uint32" and bool(leaf.shape) and leaf.shape is not None and leaf.shape[-1] in (2, 4)
+    return (
+        leaf.dtype == "uint32"
+        and bool(leaf.shape)
+        and leaf.shape is not None
+        and leaf.shape[-1] in (2, 4)
+    )
 
 
 def classify_leaf(leaf: LeafLike) -> Part | None:
@@ -107,7 +135,8 @@ def analyse_state(leaves: Sequence[LeafLike]) -> tuple[StatePart, ...]:
             lf = found[0]
             impl = f" ({lf.random_key_impl})" if lf.random_key_impl else ""
             note = f"{lf.dtype}{list(lf.shape or ())} key{impl}" + (
-                f", {len(found)} keys" if len(found) > 1 else "")
+                f", {len(found)} keys" if len(found) > 1 else ""
+            )
         elif part == "step":
             note = f"{names[0]} ({found[0].dtype} scalar)"
         else:

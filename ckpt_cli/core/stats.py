@@ -32,15 +32,22 @@ class LeafStats:
     std: float | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"min": self.min, "max": self.max, "mean": self.mean, "std": self.std,
-                "nan": self.nan, "inf": self.inf, "finite": self.count}
+        return {
+            "min": self.min,
+            "max": self.max,
+            "mean": self.mean,
+            "std": self.std,
+            "nan": self.nan,
+            "inf": self.inf,
+            "finite": self.count,
+        }
 
 
 def block_shape(info: ArrayInfo, budget: int = DEFAULT_BLOCK_BYTES) -> tuple[int, ...]:
     """Chunk-aligned block: whole chunks merged along the last dims while under ``budget``."""
     shape = list(info.chunk_shape) or []
     for d in range(len(shape) - 1, -1, -1):
-        other = math.prod(shape[:d] + shape[d + 1:]) * info.itemsize
+        other = math.prod(shape[:d] + shape[d + 1 :]) * info.itemsize
         fit = max(shape[d], (budget // max(1, other)) // shape[d] * shape[d])
         shape[d] = min(info.shape[d], fit)
         if shape[d] < info.shape[d]:
@@ -51,7 +58,9 @@ def block_shape(info: ArrayInfo, budget: int = DEFAULT_BLOCK_BYTES) -> tuple[int
 def iter_blocks(info: ArrayInfo, block: tuple[int, ...]) -> Iterator[tuple[slice, ...]]:
     ranges = [range(0, s, b) if s else range(0) for s, b in zip(info.shape, block, strict=True)]
     for starts in itertools.product(*ranges):
-        yield tuple(slice(st, min(st + b, s)) for st, b, s in zip(starts, block, info.shape, strict=True))
+        yield tuple(
+            slice(st, min(st + b, s)) for st, b, s in zip(starts, block, info.shape, strict=True)
+        )
 
 
 class _Acc:
@@ -96,33 +105,40 @@ class _Acc:
     def result(self) -> LeafStats:
         if self.n == 0:
             return LeafStats(0, self.nan, self.inf, None, None, None, None)
-        return LeafStats(self.n, self.nan, self.inf, self.lo, self.hi, self.mean,
-                         math.sqrt(self.m2 / self.n))
+        return LeafStats(
+            self.n, self.nan, self.inf, self.lo, self.hi, self.mean, math.sqrt(self.m2 / self.n)
+        )
 
 
-def leaf_stats(store: ItemStore, name: str, info: ArrayInfo, database: str = "",
-               budget: int = DEFAULT_BLOCK_BYTES,
-               on_bytes: Callable[[int], None] | None = None) -> LeafStats:
+def leaf_stats(
+    store: ItemStore,
+    name: str,
+    info: ArrayInfo,
+    database: str = "",
+    budget: int = DEFAULT_BLOCK_BYTES,
+    on_bytes: Callable[[int], None] | None = None,
+) -> LeafStats:
     """Min, max, mean, std and NaN/Inf counts of one array, reading at most ``IN_FLIGHT`` blocks."""
-    store.require_single_database(name, database)
-    arr = store.open_array(name, database)
+    reader = store.reader(name, info, database)
     acc = _Acc()
     pending: deque[tuple[Any, int]] = deque()
-    block = block_shape(info, budget)
+    block = block_shape(info, budget) if reader.multi_chunk_blocks else info.chunk_shape
 
     def drain_one() -> None:
         fut, nbytes = pending.popleft()
         try:
             acc.add(fut.result())
         except Exception as e:
-            raise StorageError(f"cannot read leaf {name!r}: {str(e).splitlines()[0]}",
-                               hint="run `ckpt verify` on it") from None
+            raise StorageError(
+                f"cannot read leaf {name!r}: {str(e).splitlines()[0]}",
+                hint="run `ckpt verify` on it",
+            ) from None
         if on_bytes:
             on_bytes(nbytes)
 
     for sl in iter_blocks(info, block):
         nbytes = math.prod(s.stop - s.start for s in sl) * info.itemsize
-        pending.append((arr[sl].read(), nbytes))
+        pending.append((reader.read(sl), nbytes))
         if len(pending) >= IN_FLIGHT:
             drain_one()
     while pending:

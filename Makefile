@@ -1,0 +1,53 @@
+# The two commands the README promises: `make demo` and `make test`, on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CKPT := $(VENV)/bin/ckpt
+STAMP := $(VENV)/.installed
+DEMO := demo_runs/exp7
+
+.PHONY: demo test lint types pytest fixtures bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	rm -rf $(DEMO)
+	@echo "== train 300 steps (saves every 100, keeps 3)"
+	$(PY) examples/train_mlp.py --workdir $(DEMO) --steps 300
+	@echo "== train again to 600: resumes from the latest step"
+	$(PY) examples/train_mlp.py --workdir $(DEMO) --steps 600
+	@echo "== ckpt ls"
+	$(CKPT) ls $(DEMO)
+	@echo "== ckpt inspect (latest step)"
+	$(CKPT) inspect $(DEMO)
+	@echo "== ckpt inspect --step 500 --filter 'params.*' --stats --flat"
+	$(CKPT) inspect $(DEMO) --step 500 --filter 'params.*' --stats --flat
+	@echo "== ckpt inspect --json (first lines)"
+	$(CKPT) inspect $(DEMO) --json | head -n 30
+	@echo "== a sharded checkpoint: which device holds which block"
+	$(CKPT) inspect fixtures/ckpts/sharded_4x2 --layout params.w
+
+test: lint types pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check ckpt_cli tests bench examples fixtures/make_fixtures.py
+	$(VENV)/bin/ruff format --check ckpt_cli tests
+
+types: $(STAMP)
+	$(VENV)/bin/mypy
+
+pytest: $(STAMP)
+	$(VENV)/bin/pytest -n 2 -q
+
+fixtures: $(STAMP)
+	$(PY) fixtures/make_fixtures.py
+
+bench: $(STAMP)
+	$(PY) bench/bench_ls_inspect.py
+
+clean:
+	rm -rf $(VENV) demo_runs bench/out .pytest_cache .mypy_cache .ruff_cache
