@@ -1,0 +1,69 @@
+"""Shared test helpers: the committed fixtures, a CLI runner through ``main()``, fresh copies.
+
+``XLA_FLAGS`` forces 8 CPU devices before anything imports jax, so sharded saves work in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures" / "ckpts"
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> CliResult:
+    """Run ``ckpt ARGS`` through the real entry point (the one error boundary) in-process."""
+    from ckpt_cli.app import main
+
+    capsys.readouterr()
+    old = sys.argv
+    sys.argv = ["ckpt", *args]
+    code = 0
+    try:
+        main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv = old
+    out = capsys.readouterr()
+    return CliResult(code, out.out, out.err)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+    def _run(*args: str) -> CliResult:
+        return run_cli([str(a) for a in args], capsys)
+
+    return _run
+
+
+@pytest.fixture
+def fixture_copy(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A writable copy of a committed fixture (tests that damage or change files use this)."""
+
+    def _copy(name: str) -> Path:
+        dst = tmp_path / name
+        shutil.copytree(FIXTURES / name, dst, symlinks=True)
+        return dst
+
+    return _copy

@@ -1,0 +1,48 @@
+"""Startup stays light: ``--help``, ``ls`` and ``inspect`` never import jax or orbax."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import FIXTURES
+
+PROBE = """
+import json, sys
+sys.argv = ["ckpt", *json.loads(sys.argv[1])]
+from ckpt_cli.app import main
+try:
+    main()
+except SystemExit:
+    pass
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("jax", "jaxlib", "orbax", "flax"))
+sys.stderr.write("HEAVY=" + json.dumps(heavy) + "\\n")
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["ls", str(FIXTURES / "seed_mlp")],
+        ["ls", str(FIXTURES / "seed_mlp"), "--json"],
+        ["inspect", str(FIXTURES / "sharded_4x2"), "--json"],
+        ["inspect", str(FIXTURES / "seed_mlp"), "--stats", "--flat"],
+    ],
+)
+def test_read_paths_do_not_import_jax_or_orbax(args: list[str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True, check=True
+    )
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("HEAVY="))
+    assert json.loads(line[len("HEAVY=") :]) == []
+    assert proc.stdout  # the command really ran and printed something
+
+
+def test_help_does_not_import_tensorstore() -> None:
+    code = "import sys; sys.argv=['ckpt','--help']\nfrom ckpt_cli.app import main\ntry:\n    main()\nexcept SystemExit:\n    pass\nprint('TS' if 'tensorstore' in sys.modules else 'NOTS')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip().endswith("NOTS")
