@@ -152,7 +152,7 @@ def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
         storage=store.layout,
         zarr_format=3 if tree.use_zarr3 else 2,
         leaves=tuple(leaves),
-        state=analyse_state(all_leaves),
+        state=_with_step_value(analyse_state(all_leaves), all_leaves, store, ref.step),
         custom_metadata=tree.custom_metadata,
         step_custom_metadata=step_meta.custom_metadata if step_meta else None,
         subtrees=_subtree_totals(leaves),
@@ -246,6 +246,30 @@ def _leaf(
             database=label,
         )
     )
+
+
+def _with_step_value(
+    parts: tuple[StatePart, ...], leaves: list[Leaf], store: ItemStore, dir_step: int | None
+) -> tuple[StatePart, ...]:
+    """Read the saved step counter (one scalar) and compare it with the directory's step."""
+    from dataclasses import replace
+
+    out = []
+    for part in parts:
+        leaf = next((lf for lf in leaves if part.part == "step" and lf.name in part.leaves), None)
+        if leaf is not None and leaf.array is not None and leaf.array.size == 1:
+            try:
+                raw = store.reader(leaf.name, leaf.array, leaf.database).read(()).result()
+                value = int(raw.reshape(-1)[0])
+            except Exception:  # unreadable data is verify's business; inspect shows metadata
+                value = None
+            if value is not None:
+                note = f"{leaf.name} = {value}"
+                if dir_step is not None and value != dir_step:
+                    note += f" (the directory says step {dir_step})"
+                part = replace(part, note=note)
+        out.append(part)
+    return tuple(out)
 
 
 def _with_part(leaf: Leaf) -> Leaf:

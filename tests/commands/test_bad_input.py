@@ -1,0 +1,147 @@
+"""Bad input: one line on stderr naming the problem and what to do, a documented exit code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES
+
+
+def one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    assert lines[0].startswith("ckpt: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["ls", "inspect"])
+def test_missing_path(cli, tmp_path: Path, command: str) -> None:  # type: ignore[no-untyped-def]
+    r = cli(command, tmp_path / "nope")
+    assert r.code == 3
+    assert "does not exist" in one_error_line(r.stderr)
+
+
+@pytest.mark.parametrize("command", ["ls", "inspect"])
+def test_not_a_checkpoint_says_what_is_there(cli, tmp_path: Path, command: str) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "data").mkdir()
+    (tmp_path / "notes.txt").write_text("hi")
+    r = cli(command, tmp_path)
+    assert r.code == 3
+    line = one_error_line(r.stderr)
+    assert "not an Orbax checkpoint" in line and "data/" in line and "notes.txt" in line
+
+
+def test_empty_root(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("ls", tmp_path)
+    assert r.code == 3
+    assert "empty directory" in one_error_line(r.stderr)
+
+
+def test_root_with_only_unfinished_saves(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "7.orbax-checkpoint-tmp").mkdir()
+    assert cli("ls", tmp_path).code == 0
+    r = cli("inspect", tmp_path)
+    assert r.code == 3
+    assert "no committed step" in one_error_line(r.stderr)
+
+
+def test_a_file_is_not_a_checkpoint(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    f = tmp_path / "model.bin"
+    f.write_bytes(b"\0" * 10)
+    r = cli("inspect", f)
+    assert r.code == 3
+    assert "is a file" in one_error_line(r.stderr)
+
+
+def test_legacy_msgpack(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("inspect", FIXTURES / "msgpack_legacy")
+    assert r.code == 3
+    assert "legacy Flax msgpack" in one_error_line(r.stderr)
+
+
+@pytest.mark.parametrize(
+    ("relpath", "content", "phrase"),
+    [
+        ("500/default/_METADATA", '{"tree_metadata": {"(', "not valid JSON"),
+        ("500/default/_METADATA", "", "is empty"),
+        ("500/default/_METADATA", '{"x": 1}', "no 'tree_metadata'"),
+        ("500/default/_sharding", "[1, 2", "not valid JSON"),
+        ("500/default/array_metadatas/process_0", "{}", "array_metadatas layout"),
+    ],
+)
+def test_damaged_json(cli, fixture_copy, relpath: str, content: str, phrase: str) -> None:  # type: ignore[no-untyped-def]
+    root = fixture_copy("seed_mlp")
+    (root / relpath).write_text(content)
+    r = cli("inspect", root)
+    assert r.code == 3
+    line = one_error_line(r.stderr)
+    assert phrase in line and Path(relpath).name in line
+
+
+def test_truncated_step_metadata(cli, fixture_copy) -> None:  # type: ignore[no-untyped-def]
+    root = fixture_copy("composite_best")
+    path = root / "4" / "_CHECKPOINT_METADATA"
+    path.write_bytes(path.read_bytes()[:40])
+    r = cli("inspect", root, "--item", "state")
+    assert r.code == 3
+    assert "_CHECKPOINT_METADATA is not valid JSON" in one_error_line(r.stderr)
+
+
+def test_missing_step_and_item(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("inspect", FIXTURES / "seed_mlp", "--step", "7")
+    assert r.code == 3
+    assert "step 7 not found" in one_error_line(r.stderr) and "300, 400, 500" in r.stderr
+    r = cli("inspect", FIXTURES / "seed_mlp", "--item", "params")
+    assert r.code == 3
+    assert "item 'params' not found" in one_error_line(r.stderr)
+
+
+def test_ambiguous_item_is_a_usage_error(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("inspect", FIXTURES / "composite_best")
+    assert r.code == 2
+    assert "--item" in one_error_line(r.stderr)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [[10**30, 10**30], [-4, 2], [2**40, 2**40], "big", [1.5]],
+)
+def test_absurd_zarr_shape(cli, fixture_copy, shape: object) -> None:  # type: ignore[no-untyped-def]
+    root = fixture_copy("no_ocdbt")
+    zarray = root / "0" / "default" / "params.Dense_0.kernel" / ".zarray"
+    doc = json.loads(zarray.read_text())
+    doc["shape"] = shape
+    zarray.write_text(json.dumps(doc))
+    for args in (["inspect", root], ["inspect", root, "--stats"]):
+        r = cli(*args)
+        assert r.code == 3, r.stderr
+        assert "zarr header of leaf 'params.Dense_0.kernel'" in one_error_line(r.stderr)
+
+
+def test_usage_errors_exit_2(cli) -> None:  # type: ignore[no-untyped-def]
+    assert cli("inspect").code == 2
+    assert cli("inspect", FIXTURES / "seed_mlp", "--step", "abc").code == 2
+    r = cli("inspect", FIXTURES / "seed_mlp", "--filter", "(")
+    assert r.code == 2 and "not a valid pattern" in r.stderr
+
+
+def test_layout_of_unknown_leaf(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("inspect", FIXTURES / "sharded_4x2", "--layout", "params.nope")
+    assert r.code == 3
+    assert "no leaf named 'params.nope'" in one_error_line(r.stderr)
+
+
+def test_unexpected_errors_are_one_line_bugs(cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import ckpt_cli.commands.ls as ls_mod
+
+    def boom(*a: object, **k: object) -> None:
+        raise RuntimeError("kaput")
+
+    monkeypatch.setattr(ls_mod, "list_root", boom)
+    r = cli("ls", FIXTURES / "seed_mlp")
+    assert r.code == 70
+    assert "CKPT_DEBUG=1" in r.stderr and "kaput" in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,192 @@
+"""``ckpt inspect`` on every fixture layout: leaves, dtypes, shapes, sharding, state parts."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import FIXTURES
+
+
+def leaves_by_name(doc: dict) -> dict[str, dict]:  # type: ignore[type-arg]
+    return {leaf["name"]: leaf for leaf in doc["leaves"]}
+
+
+def test_inspect_json_contract_seed(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("inspect", FIXTURES / "seed_mlp", "--json")
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert doc["schema_version"] == 1
+    assert (doc["step"], doc["item"]) == (500, "default")
+    assert doc["path"] == str(FIXTURES / "seed_mlp" / "500" / "default")
+    leaves = leaves_by_name(doc)
+    k = leaves["params.Dense_0.kernel"]
+    assert k["keypath"] == ["params", "Dense_0", "kernel"]
+    assert (k["dtype"], k["shape"], k["chunk_shape"]) == ("float32", [16, 64], [16, 64])
+    assert k["size_bytes"] == 16 * 64 * 4
+    assert leaves["opt_state.0.mu.Dense_0.kernel"]["state_part"] == "opt_state"
+    assert leaves["opt_state.1"]["value_type"] == "None"
+    assert leaves["opt_state.1"]["dtype"] is None
+    assert leaves["rng"]["dtype"] == "uint32" and leaves["rng"]["shape"] == [2]
+    parts = {p["part"]: p for p in doc["training_state"]["parts"]}
+    assert doc["training_state"]["complete"] is True
+    assert parts["step"]["note"] == "step = 500"
+    assert parts["opt_state"]["subtrees"] == ["opt_state"]
+    totals = doc["totals"]
+    assert totals["size_bytes"] == sum(leaf["size_bytes"] for leaf in doc["leaves"])
+    assert totals["parameters"] == sum(
+        leaf["elements"] for leaf in doc["leaves"] if leaf["elements"] is not None
+    )
+    params = next(t for t in totals["subtrees"] if t["name"] == "params")
+    assert params["parameters"] == 16 * 64 + 64 + 64 * 10 + 10
+
+
+def test_inspect_missing_parts_say_what_resume_loses(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = cli("inspect", FIXTURES / "sharded_4x2", "--json").json()
+    parts = {p["part"]: p for p in doc["training_state"]["parts"]}
+    assert doc["training_state"]["complete"] is False
+    assert parts["params"]["present"] is True
+    assert not parts["opt_state"]["present"]
+    assert "restarts the optimizer" in parts["opt_state"]["note"]
+    assert "RNG" in parts["rng"]["note"]
+    human = cli("inspect", FIXTURES / "sharded_4x2")
+    assert "training state: incomplete" in human.stdout
+    assert "no optimizer state" in human.stdout
+
+
+def test_inspect_named_sharding(cli) -> None:  # type: ignore[no-untyped-def]
+    leaves = leaves_by_name(cli("inspect", FIXTURES / "sharded_4x2", "--json").json())
+    w = leaves["params.w"]
+    assert w["sharding"] == {
+        "type": "NamedSharding",
+        "mesh": {"data": 4, "model": 2},
+        "partition_spec": ["data", "model"],
+        "device_ids": list(range(8)),
+    }
+    assert w["chunk_shape"] == [2, 2] and w["write_shape"] == [2, 2]
+    assert leaves["params.b"]["sharding"]["partition_spec"] == [None, "model"]
+    assert leaves["params.replicated"]["sharding"]["partition_spec"] == []
+    assert leaves["scalar"]["sharding"] is None
+
+
+def test_inspect_dtypes(cli) -> None:  # type: ignore[no-untyped-def]
+    leaves = leaves_by_name(cli("inspect", FIXTURES / "bf16", "--json").json())
+    assert {n: (v["dtype"], v["size_bytes"]) for n, v in leaves.items()} == {
+        "bf16": ("bfloat16", 32),
+        "f16": ("float16", 32),
+        "i32": ("int32", 24),
+        "i8": ("int8", 8),
+        "mask": ("bool", 5),
+        "u32": ("uint32", 16),
+    }
+
+
+def test_inspect_strings_and_empty_markers(cli) -> None:  # type: ignore[no-untyped-def]
+    leaves = leaves_by_name(cli("inspect", FIXTURES / "strings", "--json").json())
+    assert leaves["name"]["value"] == "mlp-experiment"
+    assert leaves["meta.tags.1"]["value"] == "cpu"
+    assert leaves["meta.tags.1"]["keypath"] == ["meta", "tags", "1"]
+    assert {leaves[n]["value_type"] for n in ("empty_dict", "empty_list", "nothing")} == {
+        "Dict",
+        "List",
+        "None",
+    }
+    assert leaves["int_scalar"]["dtype"] == "int64" and leaves["int_scalar"]["shape"] == []
+
+
+@pytest.mark.parametrize(
+    ("fixture", "storage", "zarr"),
+    [
+        ("v1_zarr3", "ocdbt", 3),
+        ("no_ocdbt", "zarr", 2),
+        ("no_ocdbt_zarr3", "zarr", 3),
+        ("unmerged_ocdbt", "ocdbt-unmerged", 2),
+        ("prefixed", "ocdbt", 2),
+        ("single_checkpointer", "ocdbt", 2),
+    ],
+)
+def test_inspect_every_layout(cli, fixture: str, storage: str, zarr: int) -> None:  # type: ignore[no-untyped-def]
+    r = cli("inspect", FIXTURES / fixture, "--json")
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert (doc["storage"], doc["zarr_format"]) == (storage, zarr)
+    arrays = [leaf for leaf in doc["leaves"] if leaf["value_type"] not in ("None", "Dict", "List")]
+    assert arrays and all(leaf["dtype"] and leaf["chunk_shape"] is not None for leaf in arrays)
+    assert all(leaf["problem"] is None for leaf in doc["leaves"])
+
+
+def test_unmerged_reads_like_merged(cli) -> None:  # type: ignore[no-untyped-def]
+    a = cli("inspect", FIXTURES / "multiprocess", "--json", "--stats").json()
+    b = cli("inspect", FIXTURES / "unmerged_ocdbt", "--json", "--stats").json()
+    strip = lambda doc: [{k: v for k, v in leaf.items()} for leaf in doc["leaves"]]  # noqa: E731
+    assert strip(a) == strip(b)
+    big = leaves_by_name(b)["params.big"]
+    assert big["stats"]["finite"] == 64 * 64
+
+
+def test_inspect_json_item(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = cli("inspect", FIXTURES / "composite_best", "--item", "extra", "--json").json()
+    assert doc["storage"] == "json"
+    values = {leaf["name"]: json.loads(leaf["value"]) for leaf in doc["leaves"]}
+    assert values == {"epoch": 2, "note": "step 4", "lr": 0.001}
+
+
+def test_inspect_filter(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = cli("inspect", FIXTURES / "seed_mlp", "--filter", "params.*kernel", "--json").json()
+    assert [leaf["name"] for leaf in doc["leaves"]] == [
+        "params.Dense_0.kernel",
+        "params.Dense_1.kernel",
+    ]
+    # The four-part analysis still sees the whole tree.
+    assert doc["training_state"]["complete"] is True
+    regex = cli("inspect", FIXTURES / "seed_mlp", "--filter", r"^opt_state\.0\.mu\.", "--json")
+    assert len(regex.json()["leaves"]) == 4
+    none = cli("inspect", FIXTURES / "seed_mlp", "--filter", "nomatch")
+    assert none.code == 3 and "no leaf" in none.stderr
+
+
+def test_inspect_stats_match_numpy(cli) -> None:  # type: ignore[no-untyped-def]
+    import tensorstore as ts
+
+    doc = cli("inspect", FIXTURES / "seed_mlp", "--stats", "--json").json()
+    kernel = leaves_by_name(doc)["params.Dense_0.kernel"]
+    base = str(FIXTURES / "seed_mlp" / "500" / "default") + "/"
+    arr = ts.open(
+        {
+            "driver": "zarr",
+            "kvstore": {
+                "driver": "ocdbt",
+                "base": {"driver": "file", "path": base},
+                "path": "params.Dense_0.kernel/",
+            },
+        }
+    ).result()
+    ref = np.asarray(arr.read().result(), dtype=np.float64)
+    s = kernel["stats"]
+    assert s["min"] == pytest.approx(ref.min())
+    assert s["max"] == pytest.approx(ref.max())
+    assert s["mean"] == pytest.approx(ref.mean(), rel=1e-9, abs=1e-12)
+    assert s["std"] == pytest.approx(ref.std(), rel=1e-9)
+    assert (s["nan"], s["inf"], s["finite"]) == (0, 0, ref.size)
+
+
+def test_inspect_layout_json(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = cli("inspect", FIXTURES / "sharded_4x2", "--layout", "params.b", "--json").json()
+    lay = doc["layout"]
+    assert lay["grid"] == [1, 2] and lay["block_shape"] == [6, 2] and lay["replicas"] == 4
+    assert [b["devices"] for b in lay["blocks"]] == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    human = cli("inspect", FIXTURES / "sharded_4x2", "--layout", "params.w")
+    assert human.code == 0
+    assert "4 x 2 blocks of [2,2]" in human.stdout
+    assert "one chunk per block" in human.stdout
+
+
+def test_inspect_human_tree(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("inspect", FIXTURES / "sharded_4x2")
+    assert r.code == 0
+    assert "float32[8,4]" in r.stdout and "P(data,model)" in r.stdout
+    assert "mesh: data=4,model=2" in r.stdout
+    flat = cli("inspect", FIXTURES / "sharded_4x2", "--flat")
+    assert "params.replicated" in flat.stdout and "replicated" in flat.stdout
