@@ -169,14 +169,18 @@ def _print_state(report: ItemReport) -> None:
         "[bold]training state[/]: "
         + ("[green]complete[/]" if complete else "[yellow]incomplete[/]")
     )
+    table = Table(box=None, show_header=False, pad_edge=False)
+    for _ in range(4):
+        table.add_column()
     for p in report.state:
-        mark = "[green]✓[/]" if p.present else "[red]✗[/]"
-        where = (
-            f" {', '.join(p.subtrees[:3])}{' ...' if len(p.subtrees) > 3 else ''}"
-            if p.present
-            else ""
+        subtrees = ", ".join(p.subtrees[:3]) + (" ..." if len(p.subtrees) > 3 else "")
+        table.add_row(
+            "  [green]✓[/]" if p.present else "  [red]✗[/]",
+            p.description,
+            subtrees,
+            f"[dim]{p.note}[/]",
         )
-        console.print(f"  {mark} {p.description:<16}{where}  [dim]{p.note}[/]")
+    console.print(table)
 
 
 def compute_stats(report: ItemReport, show_progress: bool) -> dict[str, LeafStats]:
