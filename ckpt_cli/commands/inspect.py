@@ -6,7 +6,6 @@ from typing import Annotated, Any
 
 import typer
 
-from ckpt_cli.commands import _render_inspect as render
 from ckpt_cli.commands._common import (
     ItemOpt,
     JsonOpt,
@@ -59,6 +58,9 @@ def inspect(
     step, RNG state) and what resuming loses when one is missing. Reads only metadata unless
     --stats is given. No JAX.
     """
+    # Rendering pulls in rich.tree/table: imported here so `ls` and `--help` do not pay for it.
+    from ckpt_cli.commands import _render_inspect as render
+
     ref = resolve_item(open_location(path), step, item)
     report = inspect_item(ref, filter_)
     if filter_ is not None and not report.leaves:

@@ -8,6 +8,7 @@ which: it reads every leaf's ``.zarray``/``zarr.json`` with one concurrent batch
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -82,6 +83,7 @@ def dtype_itemsize(name: str) -> int:
     return int(np.dtype(name).itemsize)
 
 
+@functools.lru_cache(maxsize=256)
 def normalize_dtype(raw: Any) -> str:
     """A zarr dtype ('<f4', '|b1', 'bfloat16', 'float32') as a numpy-style name ('float32')."""
     if not isinstance(raw, str):

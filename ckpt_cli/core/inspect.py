@@ -7,6 +7,7 @@ of kvstore reads); sharding from ``_sharding``; write shapes and typed-key marke
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -49,7 +50,11 @@ class Leaf:
     random_key_impl: str | None = None
     value: str | None = None
     problem: str | None = None
-    part: str | None = None
+
+    @functools.cached_property
+    def part(self) -> str | None:
+        """Which of the four training-state parts this leaf belongs to, if any."""
+        return classify_leaf(self)
 
     @property
     def elements(self) -> int:
@@ -226,25 +231,21 @@ def _leaf(
     if meta.value_type == "string":
         value = strings.get(meta.name)
         problem = None if value is not None else "string value missing from _strings.json"
-        return _with_part(
-            Leaf(**base, value=value, problem=problem, size_bytes=len((value or "").encode()))
-        )
+        return Leaf(**base, value=value, problem=problem, size_bytes=len((value or "").encode()))
     if not meta.has_array:
-        return _with_part(Leaf(**base))
+        return Leaf(**base)
     found = headers.get(meta.name)
     if found is None:
-        return _with_part(Leaf(**base, problem="no array data found for this leaf"))
+        return Leaf(**base, problem="no array data found for this leaf")
     info, label = found
-    return _with_part(
-        Leaf(
-            **base,
-            dtype=info.dtype,
-            shape=info.shape,
-            chunk_shape=info.chunk_shape,
-            size_bytes=info.nbytes,
-            array=info,
-            database=label,
-        )
+    return Leaf(
+        **base,
+        dtype=info.dtype,
+        shape=info.shape,
+        chunk_shape=info.chunk_shape,
+        size_bytes=info.nbytes,
+        array=info,
+        database=label,
     )
 
 
@@ -270,12 +271,6 @@ def _with_step_value(
                 part = replace(part, note=note)
         out.append(part)
     return tuple(out)
-
-
-def _with_part(leaf: Leaf) -> Leaf:
-    from dataclasses import replace
-
-    return replace(leaf, part=classify_leaf(leaf))
 
 
 def _subtree_totals(leaves: list[Leaf]) -> tuple[SubtreeTotal, ...]:

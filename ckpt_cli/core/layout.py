@@ -136,13 +136,22 @@ def latest_committed(steps: list[StepRef]) -> StepRef | None:
     return committed[-1] if committed else None
 
 
-def detect_kind(location: Location) -> tuple[Kind, list[Entry]]:
+@dataclass(frozen=True)
+class Detected:
+    """What a path is, with the listings already made to find out (so nobody lists twice)."""
+
+    kind: Kind
+    entries: list[Entry]
+    steps: list[StepRef] | None = None  # for roots
+
+
+def detect(location: Location) -> Detected:
     """Classify a path; raises a one-line error saying what it holds when it is no checkpoint."""
     if not location.exists():
         raise NotFoundError(f"{location} does not exist", hint="check the path")
     if not location.is_dir():
         if LEGACY_MSGPACK_RE.match(location.name):
-            return "legacy", []
+            return Detected("legacy", [])
         raise NotACheckpointError(
             f"{location} is a file, not a checkpoint directory",
             hint="point ckpt at a CheckpointManager root, a step or an item directory",
@@ -151,9 +160,9 @@ def detect_kind(location: Location) -> tuple[Kind, list[Entry]]:
     names = frozenset(e.name for e in entries)
     if _looks_like_item(names):
         # A single-item Checkpointer writes _CHECKPOINT_METADATA into the item itself.
-        return ("step" if STEP_METADATA in names else "item"), entries
+        return Detected("step" if STEP_METADATA in names else "item", entries)
     if STEP_METADATA in names or COMMIT_MARKER in names:
-        return "step", entries
+        return Detected("step", entries)
     subdirs = [e.name for e in entries if e.is_dir and not e.name.startswith(".")]
     step_dirs = [n for n in subdirs if parse_step_name(n) is not None]
     # A step from before _CHECKPOINT_METADATA: no marker file, but item directories inside.
@@ -162,11 +171,12 @@ def detect_kind(location: Location) -> tuple[Kind, list[Entry]]:
         for n in subdirs
         if n not in step_dirs
     ):
-        return "step", entries
-    if ROOT_METADATA_DIR in names or (step_dirs and list_steps(location, entries)):
-        return "root", entries
+        return Detected("step", entries)
+    steps = list_steps(location, entries) if step_dirs else []
+    if ROOT_METADATA_DIR in names or steps:
+        return Detected("root", entries, steps)
     if any(not e.is_dir and LEGACY_MSGPACK_RE.match(e.name) for e in entries):
-        return "legacy", entries
+        return Detected("legacy", entries)
     raise NotACheckpointError(_describe_non_checkpoint(location, entries))
 
 

@@ -6,10 +6,9 @@ from ckpt_cli.core.layout import (
     ItemRef,
     StepRef,
     choose_item,
-    detect_kind,
+    detect,
     item_location,
     latest_committed,
-    list_steps,
     parse_step_name,
     step_items,
 )
@@ -45,7 +44,8 @@ def find_step(root: Location, steps: list[StepRef], step: int | None) -> StepRef
 
 def resolve_item(location: Location, step: int | None = None, item: str | None = None) -> ItemRef:
     """Resolve a root, step or item directory to one item."""
-    kind, entries = detect_kind(location)
+    found = detect(location)
+    kind, entries = found.kind, found.entries
     if kind == "legacy":
         raise UnsupportedError(
             f"{location} is a legacy Flax msgpack checkpoint, not an Orbax one",
@@ -63,7 +63,7 @@ def resolve_item(location: Location, step: int | None = None, item: str | None =
         )
     if kind == "root":
         root = location
-        step_ref = find_step(root, list_steps(root, entries), step)
+        step_ref = find_step(root, found.steps or [], step)
         step_loc, children = step_ref.location, list(step_ref.children)
         step_num: int | None = step_ref.step
     else:

@@ -69,6 +69,8 @@ class LeafLike(Protocol):
     def shape(self) -> tuple[int, ...] | None: ...
     @property
     def random_key_impl(self) -> str | None: ...
+    @property
+    def part(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -121,9 +123,8 @@ def classify_leaf(leaf: LeafLike) -> Part | None:
 def analyse_state(leaves: Sequence[LeafLike]) -> tuple[StatePart, ...]:
     groups: dict[Part, list[LeafLike]] = {p: [] for p in PARTS}
     for leaf in leaves:
-        part = classify_leaf(leaf)
-        if part is not None:
-            groups[part].append(leaf)
+        if leaf.part is not None:
+            groups[leaf.part].append(leaf)  # type: ignore[index]
     out = []
     for part in PARTS:
         found = groups[part]

@@ -156,16 +156,17 @@ class LocalLocation(Location):
     def read_bytes(self, limit: int = MAX_METADATA_BYTES) -> bytes:
         try:
             with open(self.path, "rb") as f:
-                data = f.read(limit + 1)
+                # Check the size first: f.read(limit) would reserve `limit` bytes up front.
+                size = os.fstat(f.fileno()).st_size
+                if size > limit:
+                    raise InvalidMetadataError(f"{self.path} is larger than {limit} bytes")
+                return f.read()
         except FileNotFoundError:
             raise NotFoundError(f"{self.path} does not exist") from None
         except IsADirectoryError:
             raise InvalidMetadataError(f"{self.path} is a directory, expected a file") from None
         except OSError as e:
             raise StorageError(f"cannot read {self.path}: {e.strerror}") from None
-        if len(data) > limit:
-            raise InvalidMetadataError(f"{self.path} is larger than {limit} bytes")
-        return data
 
     def read_tail(self, size: int) -> bytes:
         try:

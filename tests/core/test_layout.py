@@ -6,7 +6,7 @@ import pytest
 
 from ckpt_cli.core.layout import (
     choose_item,
-    detect_kind,
+    detect,
     latest_committed,
     list_steps,
     parse_step_name,
@@ -60,7 +60,7 @@ def test_non_step_names(name: str) -> None:
     ],
 )
 def test_detect_kind(fixture: str, kind: str) -> None:
-    assert detect_kind(LocalLocation(str(FIXTURES / fixture)))[0] == kind
+    assert detect(LocalLocation(str(FIXTURES / fixture))).kind == kind
 
 
 def test_tmp_dirs_of_all_eras_are_incomplete_and_never_latest() -> None:
