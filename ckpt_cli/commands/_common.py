@@ -47,8 +47,11 @@ def stderr_console() -> Console:
 
 
 def emit_json(doc: dict[str, Any]) -> None:
+    # Indented for a person at a terminal; compact for pipes, where indent=2 would push json
+    # onto its slow pure-Python encoder (7x slower on 10,000 leaves, bench/).
+    indent = 2 if sys.stdout.isatty() else None
     sys.stdout.write(
-        json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=2, default=str) + "\n"
+        json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=indent, default=str) + "\n"
     )
 
 

@@ -44,7 +44,6 @@ MAX_ELEMENTS = 1 << 62
 class ArrayInfo:
     """What a leaf's zarr header says: the real dtype, global shape and chunking."""
 
-    name: str
     dtype: str
     shape: tuple[int, ...]
     chunk_shape: tuple[int, ...]
@@ -109,50 +108,49 @@ def _shape(value: Any, what: str) -> tuple[int, ...]:
 def parse_zarr_header(name: str, raw: bytes, where: str) -> ArrayInfo:
     """Validate and read a ``.zarray`` (zarr2) or ``zarr.json`` (zarr3) header."""
     try:
-        doc = json.loads(raw)
-        if not isinstance(doc, dict):
-            raise ValueError("not a JSON object")
-        if doc.get("zarr_format") == 3:
-            shape = _shape(doc["shape"], "shape")
-            chunks = _shape(doc["chunk_grid"]["configuration"]["chunk_shape"], "chunk_shape")
-            dtype = normalize_dtype(doc["data_type"])
-            inner, compression = None, None
-            for codec in doc.get("codecs", []):
-                if codec.get("name") == "sharding_indexed":
-                    conf = codec.get("configuration", {})
-                    inner = _shape(conf.get("chunk_shape", []), "inner chunk_shape")
-                    compression = _compression(conf.get("codecs", []))
-            if compression is None:
-                compression = _compression(doc.get("codecs", []))
-            info = ArrayInfo(name, dtype, shape, chunks, 3, compression, inner)
-        elif doc.get("zarr_format") == 2:
-            shape = _shape(doc["shape"], "shape")
-            chunks = _shape(doc["chunks"], "chunks")
-            dtype = normalize_dtype(doc["dtype"])
-            comp = doc.get("compressor")
-            compression = None if comp is None else _codec_str(comp.get("id"), comp.get("level"))
-            info = ArrayInfo(name, dtype, shape, chunks, 2, compression)
-        else:
-            raise ValueError("zarr_format is neither 2 nor 3")
-        if len(info.chunk_shape) != len(info.shape) or (info.size and 0 in info.chunk_shape):
-            raise ValueError(
-                f"chunk shape {list(info.chunk_shape)} does not fit shape {list(info.shape)}"
-            )
-        if info.size > MAX_ELEMENTS // max(1, info.itemsize):
-            raise ValueError(f"shape {list(info.shape)} is absurdly large")
-        return info
-    except (
-        ValueError,
-        KeyError,
-        TypeError,
-        AttributeError,
-        json.JSONDecodeError,
-        UnicodeDecodeError,
-    ) as e:
+        return _parse_header(raw)
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
         raise InvalidMetadataError(
             f"zarr header of leaf {name!r} in {where} is invalid: {str(e).splitlines()[0]}",
             hint="the checkpoint is damaged; run `ckpt verify` on it",
         ) from None
+
+
+# Trees repeat the same few headers (every layer's kernel alike): parse each distinct one once.
+@functools.lru_cache(maxsize=4096)
+def _parse_header(raw: bytes) -> ArrayInfo:
+    doc = json.loads(raw)
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    if doc.get("zarr_format") == 3:
+        shape = _shape(doc["shape"], "shape")
+        chunks = _shape(doc["chunk_grid"]["configuration"]["chunk_shape"], "chunk_shape")
+        dtype = normalize_dtype(doc["data_type"])
+        inner, compression = None, None
+        for codec in doc.get("codecs", []):
+            if codec.get("name") == "sharding_indexed":
+                conf = codec.get("configuration", {})
+                inner = _shape(conf.get("chunk_shape", []), "inner chunk_shape")
+                compression = _compression(conf.get("codecs", []))
+        if compression is None:
+            compression = _compression(doc.get("codecs", []))
+        info = ArrayInfo(dtype, shape, chunks, 3, compression, inner)
+    elif doc.get("zarr_format") == 2:
+        shape = _shape(doc["shape"], "shape")
+        chunks = _shape(doc["chunks"], "chunks")
+        dtype = normalize_dtype(doc["dtype"])
+        comp = doc.get("compressor")
+        compression = None if comp is None else _codec_str(comp.get("id"), comp.get("level"))
+        info = ArrayInfo(dtype, shape, chunks, 2, compression)
+    else:
+        raise ValueError("zarr_format is neither 2 nor 3")
+    if len(info.chunk_shape) != len(info.shape) or (info.size and 0 in info.chunk_shape):
+        raise ValueError(
+            f"chunk shape {list(info.chunk_shape)} does not fit shape {list(info.shape)}"
+        )
+    if info.size > MAX_ELEMENTS // max(1, info.itemsize):
+        raise ValueError(f"shape {list(info.shape)} is absurdly large")
+    return info
 
 
 def _codec_str(name: Any, level: Any) -> str:

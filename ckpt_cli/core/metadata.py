@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -249,6 +250,8 @@ def _flatten_ids(mesh: Any) -> list[int]:
     raise ValueError("bad device mesh")
 
 
+# A tree has a handful of distinct shardings repeated over thousands of leaves.
+@functools.lru_cache(maxsize=4096)
 def decode_sharding_entry(text: str) -> ShardingInfo:
     raw = json.loads(text)
     kind = str(raw.get("sharding_type", "unknown"))
