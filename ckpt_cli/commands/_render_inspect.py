@@ -6,9 +6,9 @@ import sys
 from typing import Any
 
 from rich.table import Table
-from rich.tree import Tree
 
 from ckpt_cli.commands._common import human_bytes, human_count, shape_str, stdout_console
+from ckpt_cli.commands._lines import Paint, emit, painter, table_lines, tree_lines, use_color
 from ckpt_cli.core.arrays import ItemStore
 from ckpt_cli.core.inspect import ItemReport, Leaf
 from ckpt_cli.core.shardgrid import ShardLayout, shard_layout
@@ -58,35 +58,33 @@ def report_json(report: ItemReport) -> dict[str, Any]:
     }
 
 
-def _leaf_facts(leaf: Leaf) -> str:
+def _leaf_facts(leaf: Leaf, paint: Paint) -> str:
     if leaf.value_type == "string":
-        return f"[magenta]string[/] {leaf.value!r}"
+        return paint("string", "magenta") + " " + paint(repr(leaf.value), "")
     if leaf.value_type == "json":
-        return f"[magenta]json[/] {leaf.value}"
+        return paint("json", "magenta") + " " + paint(leaf.value or "", "")
     if not leaf.is_array:
-        return (
-            f"[dim]{leaf.value_type} (empty)[/]"
-            if leaf.problem is None
-            else f"[red]{leaf.problem}[/]"
-        )
-    parts = [f"[cyan]{leaf.dtype}{shape_str(leaf.shape)}[/]", human_bytes(leaf.size_bytes)]
+        if leaf.problem is not None:
+            return paint(leaf.problem, "red")
+        return paint(f"{leaf.value_type} (empty)", "dim")
+    parts = [paint(f"{leaf.dtype}{shape_str(leaf.shape)}", "cyan"), human_bytes(leaf.size_bytes)]
     if leaf.chunk_shape is not None and leaf.chunk_shape != leaf.shape:
         parts.append(f"chunk {shape_str(leaf.chunk_shape)}")
     if leaf.sharding is not None and leaf.sharding.mesh_shape is not None:
-        parts.append(f"[blue]{leaf.sharding.short()}[/]")
+        parts.append(paint(leaf.sharding.short(), "blue"))
     if leaf.random_key_impl:
-        parts.append(f"key<{leaf.random_key_impl}>")
+        parts.append(paint(f"key<{leaf.random_key_impl}>", ""))
     return "  ".join(parts)
 
 
-def _stats_str(s: LeafStats | None) -> str:
+def _stats_str(s: LeafStats | None, paint: Paint) -> str:
     if s is None:
         return ""
     if s.count == 0:
-        return f"[red]no finite values (nan={s.nan}, inf={s.inf})[/]"
+        return paint(f"no finite values (nan={s.nan}, inf={s.inf})", "red")
     out = f"min={s.min:.4g} max={s.max:.4g} mean={s.mean:.4g} std={s.std:.4g}"
     if s.nan or s.inf:
-        out += f" [red]nan={s.nan} inf={s.inf}[/]"
+        out += " " + paint(f"nan={s.nan} inf={s.inf}", "red")
     return out
 
 
@@ -103,42 +101,41 @@ def print_report(report: ItemReport, flat: bool, stats: dict[str, LeafStats] | N
     meshes = sorted({m for lf in report.leaves if lf.sharding and (m := lf.sharding.mesh_str())})
     if meshes:
         console.print("mesh: " + "; ".join(meshes))
+    color = use_color()
+    paint = painter(color)
     if flat:
-        table = Table(box=None, pad_edge=False)
-        for col in ("leaf", "type", "dtype", "shape", "elements", "bytes", "chunk", "sharding"):
-            table.add_column(
-                col, justify="right" if col in ("elements", "bytes") else "left", overflow="fold"
-            )
+        headers = ["leaf", "type", "dtype", "shape", "elements", "bytes", "chunk", "sharding"]
         if stats is not None:
-            table.add_column("stats")
+            headers.append("stats")
+        with_values = any(leaf.value is not None for leaf in report.leaves)
+        if with_values:
+            headers.append("value")
+        rows = []
         for leaf in report.leaves:
             row = [
-                leaf.name,
-                leaf.value_type,
-                leaf.dtype or "",
-                shape_str(leaf.shape),
-                str(leaf.elements) if leaf.is_array else "",
-                human_bytes(leaf.size_bytes),
-                shape_str(leaf.chunk_shape),
-                leaf.sharding.short() if leaf.sharding else "",
+                (leaf.name, ""),
+                (leaf.value_type, "dim"),
+                (leaf.dtype or "", "cyan"),
+                (shape_str(leaf.shape), "cyan"),
+                (str(leaf.elements) if leaf.is_array else "", ""),
+                (human_bytes(leaf.size_bytes), ""),
+                (shape_str(leaf.chunk_shape), ""),
+                (leaf.sharding.short() if leaf.sharding else "", "blue"),
             ]
             if stats is not None:
-                row.append(_stats_str(stats.get(leaf.name)))
-            table.add_row(*row)
-        console.print(table)
+                row.append((_stats_str(stats.get(leaf.name), painter(False)), ""))
+            if with_values:
+                row.append((leaf.value if leaf.value is not None else "", "magenta"))
+            rows.append(row)
+        emit(table_lines(headers, rows, paint, right=frozenset({4, 5})), color)
     else:
-        root = Tree(f"[bold]{report.ref.name}[/]")
-        nodes: dict[tuple[str, ...], Tree] = {(): root}
+        entries = []
         for leaf in report.leaves:
-            for depth in range(1, len(leaf.keypath)):
-                prefix = leaf.keypath[:depth]
-                if prefix not in nodes:
-                    nodes[prefix] = nodes[prefix[:-1]].add(f"[bold]{prefix[-1]}[/]")
-            label = f"{leaf.keypath[-1] if leaf.keypath else leaf.name}  {_leaf_facts(leaf)}"
+            label = _leaf_facts(leaf, paint)
             if stats is not None and leaf.name in stats:
-                label += "\n" + _stats_str(stats[leaf.name])
-            nodes[leaf.keypath[:-1]].add(label)
-        console.print(root)
+                label += "  " + _stats_str(stats[leaf.name], paint)
+            entries.append((leaf.keypath or (leaf.name,), label))
+        emit(tree_lines(report.ref.name, entries, paint), color)
     _print_totals(report)
     if report.state:
         _print_state(report)
