@@ -54,3 +54,7 @@ class StorageError(CkptError, OSError):
 
 class UnsupportedError(CkptError, NotImplementedError):
     """A layout or storage scheme this version does not handle."""
+
+
+class RefusedError(CkptError):
+    """A request ckpt will not carry out as asked (a plan that cannot work, an unsafe action)."""

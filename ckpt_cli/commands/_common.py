@@ -87,3 +87,33 @@ def human_age(then: datetime, now: datetime | None = None) -> str:
 
 def shape_str(shape: tuple[int, ...] | None) -> str:
     return "" if shape is None else "[" + ",".join(str(d) for d in shape) + "]"
+
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
+
+
+def parse_size(text: str, option: str) -> int:
+    """``1GiB``, ``512MiB``, ``64M``, ``1000000`` -> bytes."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        from ckpt_cli.errors import UsageError
+
+        raise UsageError(f"{option} {text!r} is not a size: use e.g. 512MiB, 1GiB or bytes")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])

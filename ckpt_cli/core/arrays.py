@@ -333,14 +333,44 @@ class _UnmergedReader(LeafReader):
                 self.owner.setdefault(index, arr)
 
     def read(self, block: tuple[slice, ...]) -> Any:
-        index = tuple(s.start // c for s, c in zip(block, self.info.chunk_shape, strict=True))
+        """One chunk: a future from its database. Any other region: assembled from the chunks
+        it touches, each from the database that holds it (returned as an array)."""
+        chunk = self.info.chunk_shape
+        first = tuple(s.start // c for s, c in zip(block, chunk, strict=True))
+        last = tuple((s.stop - 1) // c for s, c in zip(block, chunk, strict=True))
+        if first == last:
+            return self._owner(first)[block].read()
+        import itertools
+
+        import numpy as np
+
+        out: Any = None
+        for index in itertools.product(
+            *(range(a, b + 1) for a, b in zip(first, last, strict=True))
+        ):
+            piece = tuple(
+                slice(max(s.start, i * c), min(s.stop, (i + 1) * c))
+                for s, i, c in zip(block, index, chunk, strict=True)
+            )
+            values = self._owner(index)[piece].read().result()
+            if out is None:
+                out = np.empty([s.stop - s.start for s in block], dtype=values.dtype)
+            out[
+                tuple(
+                    slice(p.start - s.start, p.stop - s.start)
+                    for p, s in zip(piece, block, strict=True)
+                )
+            ] = values
+        return out
+
+    def _owner(self, index: tuple[int, ...]) -> Any:
         arr = self.owner.get(index)
         if arr is None:
             raise StorageError(
                 f"chunk {list(index)} of leaf {self.name!r} is in none of the per-process databases",
                 hint="the checkpoint is damaged; run `ckpt verify` on it",
             )
-        return arr[block].read()
+        return arr
 
 
 def _first(e: Exception) -> str:

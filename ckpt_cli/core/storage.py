@@ -8,8 +8,10 @@ TensorStore's kvstore ``list`` does not return). TensorStore reaches the same pl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import stat as stat_mod
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -78,6 +80,27 @@ class Location:
 
     def kvstore_spec(self) -> dict[str, Any]:
         """A TensorStore kvstore spec for this directory (always ending in ``/``)."""
+        raise NotImplementedError
+
+    # Writing (writers only ever write inside a tmp step directory they created).
+
+    def write_bytes(self, data: bytes) -> None:
+        """Write a whole file atomically: a temporary name in the same directory, then rename."""
+        raise NotImplementedError
+
+    def make_dirs(self) -> None:
+        raise NotImplementedError
+
+    def rename(self, target: Location) -> None:
+        """Atomic rename within one store; fails if ``target`` exists."""
+        raise NotImplementedError
+
+    def remove_tree(self) -> None:
+        """Delete this directory and everything below it (symlinks removed, never followed)."""
+        raise NotImplementedError
+
+    def copy_tree(self, target: Location) -> None:
+        """Copy every file below this directory into ``target`` (created), streaming each file."""
         raise NotImplementedError
 
     def __str__(self) -> str:
@@ -203,6 +226,56 @@ class LocalLocation(Location):
 
     def kvstore_spec(self) -> dict[str, Any]:
         return {"driver": "file", "path": self.path.rstrip("/") + "/"}
+
+    def write_bytes(self, data: bytes) -> None:
+        parent = os.path.dirname(self.path)
+        tmp = os.path.join(parent, f".{os.path.basename(self.path)}.tmp-{os.getpid()}")
+        try:
+            os.makedirs(parent, exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise StorageError(f"cannot write {self.path}: {e.strerror}") from None
+
+    def make_dirs(self) -> None:
+        try:
+            os.makedirs(self.path, exist_ok=True)
+        except OSError as e:
+            raise StorageError(f"cannot create {self.path}: {e.strerror}") from None
+
+    def rename(self, target: Location) -> None:
+        assert isinstance(target, LocalLocation)
+        if os.path.lexists(target.path):
+            raise StorageError(f"cannot rename {self.path}: {target.path} already exists")
+        try:
+            os.rename(self.path, target.path)
+        except OSError as e:
+            raise StorageError(
+                f"cannot rename {self.path} to {target.path}: {e.strerror}"
+            ) from None
+
+    def copy_tree(self, target: Location) -> None:
+        assert isinstance(target, LocalLocation)
+        try:
+            shutil.copytree(self.path, target.path, symlinks=True, dirs_exist_ok=True)
+        except (OSError, shutil.Error) as e:
+            raise StorageError(f"cannot copy {self.path} to {target.path}: {e}") from None
+
+    def remove_tree(self) -> None:
+        try:
+            if os.path.islink(self.path) or not os.path.isdir(self.path):
+                os.unlink(self.path)
+            else:
+                shutil.rmtree(self.path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise StorageError(f"cannot delete {self.path}: {e.strerror}") from None
 
     def __str__(self) -> str:
         return self.path
