@@ -18,7 +18,7 @@ from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import InvalidMetadataError, StorageError
 
 # Element sizes of dtypes numpy does not know by name (ml_dtypes'); the rest come from numpy.
-_EXTRA_ITEMSIZE = {
+EXTRA_DTYPES = {
     "bfloat16": 2,
     "float8_e4m3fn": 1,
     "float8_e4m3fnuz": 1,
@@ -75,8 +75,8 @@ class ArrayInfo:
 
 
 def dtype_itemsize(name: str) -> int:
-    if name in _EXTRA_ITEMSIZE:
-        return _EXTRA_ITEMSIZE[name]
+    if name in EXTRA_DTYPES:
+        return EXTRA_DTYPES[name]
     import numpy as np
 
     return int(np.dtype(name).itemsize)
@@ -87,7 +87,7 @@ def normalize_dtype(raw: Any) -> str:
     """A zarr dtype ('<f4', '|b1', 'bfloat16', 'float32') as a numpy-style name ('float32')."""
     if not isinstance(raw, str):
         raise ValueError(f"unsupported dtype {raw!r}")
-    if raw in _EXTRA_ITEMSIZE:
+    if raw in EXTRA_DTYPES:
         return raw
     import numpy as np
 

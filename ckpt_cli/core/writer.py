@@ -11,6 +11,7 @@ so a reader never sees a half-written step.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import math
 import time
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_cli.core.arrays import ArrayInfo, dtype_itemsize
+from ckpt_cli.core.arrays import EXTRA_DTYPES, ArrayInfo, dtype_itemsize
 from ckpt_cli.core.layout import COMMIT_MARKER, STEP_METADATA, TMP_MARKER, TREE_METADATA
 from ckpt_cli.core.metadata import ShardingInfo
 from ckpt_cli.core.stats import block_shape, iter_blocks
@@ -127,12 +128,12 @@ class ArrayOut:
 
 
 def _zarr2_dtype(name: str) -> str:
+    """numpy names as zarr2 type strings ('<f4', '|b1'); ml_dtypes names stay spelled out."""
+    if name in EXTRA_DTYPES:
+        return name  # np.dtype('bfloat16').str would be '<V2' once ml_dtypes is loaded
     import numpy as np
 
-    try:
-        return str(np.dtype(name).str)  # '<f4', '|b1', ...
-    except TypeError:
-        return name  # ml_dtypes names (bfloat16, float8_*) are spelled out in zarr2 too
+    return str(np.dtype(name).str)
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,7 @@ class ItemWriter:
             return {"driver": "ocdbt", "base": base, "config": OCDBT_CONFIG, "path": f"{name}/"}
         return {**base, "path": base["path"] + f"{name}/"}
 
-    def _open(self, leaf: LeafOut) -> Any:
+    def open_array(self, leaf: LeafOut) -> Any:
         import tensorstore as ts
 
         assert leaf.array is not None
@@ -221,6 +222,8 @@ class ItemWriter:
             "driver": "zarr3" if leaf.array.zarr3 else "zarr",
             "kvstore": self._kvstore(leaf.name),
             "metadata": leaf.array.metadata(),
+            # As Orbax: every chunk is stored, so a missing chunk always means damage.
+            "store_data_equal_to_fill_value": True,
         }
         return ts.open(spec, create=True, open=False, context=self.context)
 
@@ -233,70 +236,13 @@ class ItemWriter:
         upcoming blocks and writes of finished ones overlap as TensorStore futures; the bytes of
         blocks held at once stay under half the memory limit (TensorStore's cache gets a quarter).
         """
-        import numpy as np
-
         arrays = [leaf for leaf in leaves if leaf.array is not None and leaf.source is not None]
-        budget = max(1 << 20, self.memory_limit // (2 * self.in_flight))
-        limit = max(budget, self.memory_limit // 2)
-        opens: dict[int, Any] = {}
-        reads: deque[tuple[Any, Any, LeafOut, tuple[slice, ...], int]] = deque()
-        writes: deque[tuple[Any, LeafOut, int]] = deque()
-        held = 0
-
-        def opened(i: int) -> Any:
-            # Create the next few arrays ahead: each create is a round trip of its own.
-            for j in range(i, min(i + 32, len(arrays))):
-                if j not in opens:
-                    opens[j] = self._open(arrays[j])
-            try:
-                return opens.pop(i).result()
-            except Exception as e:
-                raise StorageError(
-                    f"cannot create leaf {arrays[i].name!r} in {self.dest}: {_first(e)}"
-                ) from None
-
-        def finish_write() -> None:
-            nonlocal held
-            fut, leaf, nbytes = writes.popleft()
-            try:
-                fut.result()
-            except Exception as e:
-                raise StorageError(f"cannot write leaf {leaf.name!r}: {_first(e)}") from None
-            held -= nbytes
-            if on_bytes:
-                on_bytes(nbytes)
-
-        def start_write() -> None:
-            fut, arr, leaf, region, nbytes = reads.popleft()
-            try:
-                values = fut.result() if hasattr(fut, "result") else fut
-            except StorageError:
-                raise
-            except Exception as e:
-                raise StorageError(
-                    f"cannot read the source of leaf {leaf.name!r}: {_first(e)}"
-                ) from None
-            values = np.asarray(values)
-            if values.dtype != arr.dtype.numpy_dtype:
-                values = values.astype(arr.dtype.numpy_dtype)
-            writes.append((arr[region].write(values).commit, leaf, nbytes))
-
-        for i, leaf in enumerate(arrays):
-            assert leaf.array is not None and leaf.source is not None
-            arr = opened(i)
-            itemsize = dtype_itemsize(leaf.array.dtype)
-            for region in iter_blocks(leaf.array.info, block_shape(leaf.array.info, budget)):
-                nbytes = math.prod(s.stop - s.start for s in region) * itemsize
-                reads.append((leaf.source(region), arr, leaf, region, nbytes))
-                held += nbytes
-                while reads and (len(reads) > self.in_flight // 2 or held > limit):
-                    start_write()
-                while writes and (len(writes) > self.in_flight // 2 or held > limit):
-                    finish_write()
-        while reads:
-            start_write()
-        while writes:
-            finish_write()
+        pipe = _Pipeline(self, arrays, on_bytes)
+        try:
+            pipe.run()
+        except BaseException:
+            pipe.drain_quietly()
+            raise
 
     def write_metadata(self, leaves: Sequence[LeafOut], custom_metadata: Any = None) -> None:
         tree: dict[str, Any] = {}
@@ -413,3 +359,89 @@ class StepWriter:
     def abort(self) -> None:
         if self.tmp.exists():
             self.tmp.remove_tree()
+
+
+class _Pipeline:
+    """Blocks of many leaves in flight: source reads, then writes, under a byte budget."""
+
+    def __init__(
+        self, writer: ItemWriter, arrays: list[LeafOut], on_bytes: Callable[[int], None] | None
+    ) -> None:
+        self.writer = writer
+        self.arrays = arrays
+        self.on_bytes = on_bytes
+        self.depth = max(1, writer.in_flight // 2)
+        self.budget = max(1 << 20, writer.memory_limit // (2 * writer.in_flight))
+        self.limit = max(self.budget, writer.memory_limit // 2)
+        self.opens: dict[int, Any] = {}
+        self.reads: deque[tuple[Any, Any, LeafOut, tuple[slice, ...], int]] = deque()
+        self.writes: deque[tuple[Any, LeafOut, int]] = deque()
+        self.held = 0
+
+    def run(self) -> None:
+        for i, leaf in enumerate(self.arrays):
+            assert leaf.array is not None and leaf.source is not None
+            arr = self._opened(i)
+            itemsize = dtype_itemsize(leaf.array.dtype)
+            for region in iter_blocks(leaf.array.info, block_shape(leaf.array.info, self.budget)):
+                nbytes = math.prod(s.stop - s.start for s in region) * itemsize
+                self.reads.append((leaf.source(region), arr, leaf, region, nbytes))
+                self.held += nbytes
+                while self.reads and (len(self.reads) > self.depth or self.held > self.limit):
+                    self._start_write()
+                while self.writes and (len(self.writes) > self.depth or self.held > self.limit):
+                    self._finish_write()
+        while self.reads:
+            self._start_write()
+        while self.writes:
+            self._finish_write()
+
+    def _opened(self, i: int) -> Any:
+        # Create the next few arrays ahead: each create is a round trip of its own.
+        for j in range(i, min(i + 32, len(self.arrays))):
+            if j not in self.opens:
+                self.opens[j] = self.writer.open_array(self.arrays[j])
+        try:
+            return self.opens.pop(i).result()
+        except Exception as e:
+            raise StorageError(
+                f"cannot create leaf {self.arrays[i].name!r} in {self.writer.dest}: {_first(e)}"
+            ) from None
+
+    def _start_write(self) -> None:
+        import numpy as np
+
+        fut, arr, leaf, region, nbytes = self.reads.popleft()
+        try:
+            values = fut.result() if hasattr(fut, "result") else fut
+        except StorageError:
+            raise
+        except Exception as e:
+            raise StorageError(
+                f"cannot read the source of leaf {leaf.name!r}: {_first(e)}"
+            ) from None
+        values = np.asarray(values)
+        if values.dtype.name != arr.dtype.name:
+            values = values.astype(arr.dtype.numpy_dtype)
+        self.writes.append((arr[region].write(values).commit, leaf, nbytes))
+
+    def _finish_write(self) -> None:
+        fut, leaf, nbytes = self.writes.popleft()
+        try:
+            fut.result()
+        except Exception as e:
+            raise StorageError(f"cannot write leaf {leaf.name!r}: {_first(e)}") from None
+        self.held -= nbytes
+        if self.on_bytes:
+            self.on_bytes(nbytes)
+
+    def drain_quietly(self) -> None:
+        """Let TensorStore finish what it started before the caller deletes the tmp step: a
+        write landing after the deletion would re-create the directory."""
+        pending = (
+            [f[0] for f in self.reads] + [f[0] for f in self.writes] + list(self.opens.values())
+        )
+        for fut in pending:
+            if hasattr(fut, "result"):
+                with contextlib.suppress(Exception):
+                    fut.result()

@@ -1,0 +1,360 @@
+"""``ckpt reshard`` proven by real Orbax restores on 8 forced CPU devices."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ckpt_cli.core.inspect import inspect_item
+from ckpt_cli.core.resolve import resolve_item
+from ckpt_cli.core.storage import LocalLocation
+from tests.conftest import FIXTURES, REPO
+
+pytestmark = pytest.mark.slow
+
+
+def read_values(path: Path, step: int | None = None, item: str | None = None) -> dict[str, Any]:
+    """Every leaf's values through ckpt's own reader (works on layouts Orbax cannot read)."""
+    report = inspect_item(resolve_item(LocalLocation(str(path)), step, item))
+    from ckpt_cli.core.arrays import ItemStore
+
+    store = ItemStore(report.ref.location, report.zarr_format == 3)
+    out: dict[str, Any] = {}
+    for leaf in report.leaves:
+        if leaf.array is not None:
+            full = tuple(slice(0, n) for n in leaf.array.shape)
+            got = store.reader(leaf.name, leaf.array, leaf.database).read(full)
+            out[leaf.name] = np.asarray(got.result() if hasattr(got, "result") else got)
+        else:
+            out[leaf.name] = (leaf.value_type, leaf.value)
+    return out
+
+
+def assert_same_values(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        if isinstance(a[name], np.ndarray):
+            assert a[name].dtype == b[name].dtype, name
+            assert a[name].tobytes() == b[name].tobytes(), name  # bit-identical, NaNs included
+        else:
+            assert a[name] == b[name], name
+
+
+def save_sharded(root: Path, mesh_shape: tuple[int, int] = (8, 1)) -> dict[str, Any]:
+    import jax
+    import jax.numpy as jnp
+    import orbax.checkpoint as ocp
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(mesh_shape), ("data", "model"))
+    rs = np.random.RandomState(0)
+    tree = {
+        "params": {
+            "dense": {
+                "kernel": jax.device_put(
+                    jnp.asarray(rs.normal(size=(64, 32)).astype(np.float32)),
+                    NamedSharding(mesh, P("data", None)),
+                ),
+                "bias": jax.device_put(jnp.zeros(32), NamedSharding(mesh, P())),
+            },
+            "embed": jax.device_put(
+                jnp.asarray(rs.normal(size=(16, 8))).astype(jnp.bfloat16),
+                NamedSharding(mesh, P("data", "model")),
+            ),
+        },
+        "step": jnp.asarray(42, jnp.int32),
+    }
+    mgr = ocp.CheckpointManager(str(root))
+    mgr.save(42, args=ocp.args.StandardSave(tree))
+    mgr.wait_until_finished()
+    mgr.close()
+    return tree
+
+
+RULES = {"params.dense.kernel": [None, "model"], "params.embed": ["data", "model"]}
+
+
+def write_rules(tmp_path: Path) -> Path:
+    path = tmp_path / "rules.yaml"
+    path.write_text("\n".join(f"{k}: {json.dumps(v)}" for k, v in RULES.items()) + "\n")
+    return path
+
+
+def test_reshard_8x1_to_2x4_restores_with_target_shardings(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import jax
+    import orbax.checkpoint as ocp
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    tree = save_sharded(src)
+    r = cli(
+        "reshard", src, dst, "--mesh", "data=2,model=4", "--rules", write_rules(tmp_path), "--json"
+    )
+    assert r.code == 0, r.stderr
+    out = r.json()
+    assert out["output"] == str(dst / "42")
+    plan = {leaf["name"]: leaf for leaf in out["leaves"]}
+    assert plan["params.dense.kernel"]["new_chunk_shape"] == [64, 8]
+    assert plan["params.embed"]["new_chunk_shape"] == [8, 2]
+    assert plan["params.dense.bias"]["new_chunk_shape"] == [32]  # unmatched: replicated
+
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("data", "model"))
+    specs = {
+        "params.dense.kernel": P(None, "model"),
+        "params.dense.bias": P(),
+        "params.embed": P("data", "model"),
+        "step": P(),
+    }
+    mgr = ocp.CheckpointManager(str(dst), item_handlers=ocp.StandardCheckpointHandler())
+    abstract = {
+        "params": {
+            "dense": {
+                k: jax.ShapeDtypeStruct(
+                    v.shape, v.dtype, sharding=NamedSharding(mesh, specs[f"params.dense.{k}"])
+                )
+                for k, v in tree["params"]["dense"].items()
+            },
+            "embed": jax.ShapeDtypeStruct(
+                (16, 8),
+                tree["params"]["embed"].dtype,
+                sharding=NamedSharding(mesh, specs["params.embed"]),
+            ),
+        },
+        "step": jax.ShapeDtypeStruct((), np.int32, sharding=NamedSharding(mesh, P())),
+    }
+    restored = mgr.restore(42, args=ocp.args.StandardRestore(abstract))
+    jax.tree.map(
+        lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), tree, restored
+    )
+
+    # Without target shardings Orbax uses the new _sharding; each device's shard is one chunk.
+    plain = mgr.restore(42)
+    leaves = {leaf["name"]: leaf for leaf in cli("inspect", dst, "--json").json()["leaves"]}
+    for name, spec in specs.items():
+        if name == "step":
+            continue
+        value = plain
+        for part in name.split("."):
+            value = value[part]
+        assert value.sharding.spec == spec, name
+        assert value.sharding.mesh.shape == {"data": 2, "model": 4}
+        for shard in value.addressable_shards:
+            assert list(shard.data.shape) == leaves[name]["chunk_shape"], name
+    assert_same_values(read_values(src), read_values(dst))
+
+
+@pytest.mark.parametrize(
+    ("fixture", "args"),
+    [
+        ("seed_mlp", []),
+        ("sharded_4x2", ["--rule", "params.w=[data, model]"]),
+        ("v1_zarr3", []),
+        ("no_ocdbt", []),
+        ("no_ocdbt_zarr3", ["--zarr2"]),
+        ("unmerged_ocdbt", ["--rule", "params.big=[data]"]),
+        ("multiprocess", ["--rule", "params.big=[[data, model]]"]),
+        ("bf16", ["--zarr3"]),
+        ("strings", ["--no-ocdbt"]),
+        ("prefixed", []),
+        ("single_checkpointer", []),
+        ("composite_best", ["--item", "state"]),
+    ],
+)
+def test_every_layout_reshards_value_for_value(
+    cli, tmp_path: Path, fixture: str, args: list[str]
+) -> None:  # type: ignore[no-untyped-def]
+    dst = tmp_path / "out"
+    r = cli("reshard", FIXTURES / fixture, dst, "--mesh", "data=2,model=4", *args)
+    assert r.code == 0, r.stderr
+    item = "state" if fixture == "composite_best" else None
+    assert_same_values(read_values(FIXTURES / fixture, item=item), read_values(dst, item=item))
+
+
+def test_orbax_restores_resharded_fixtures(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import orbax.checkpoint as ocp
+
+    r = cli(
+        "reshard",
+        FIXTURES / "composite_best",
+        tmp_path / "out",
+        "--mesh",
+        "data=8",
+        "--item",
+        "state",
+    )
+    assert r.code == 0, r.stderr
+    listing = cli("ls", tmp_path / "out", "--json").json()["steps"][0]
+    assert listing["items"] == ["extra", "state"] and listing["metrics"] == {"loss": 0.2}
+    mgr = ocp.CheckpointManager(str(tmp_path / "out"))
+    restored = mgr.restore(
+        4, args=ocp.args.Composite(state=ocp.args.StandardRestore(), extra=ocp.args.JsonRestore())
+    )
+    assert restored["extra"] == {"epoch": 2, "note": "step 4", "lr": 0.001}
+    assert set(restored["state"]) == {"w", "step"}
+
+
+def test_non_divisible_is_refused_before_writing(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    dst = tmp_path / "out"
+    r = cli(
+        "reshard", FIXTURES / "sharded_4x2", dst, "--mesh", "data=4", "--rule", "params.b=[data]"
+    )
+    assert r.code == 3
+    assert "params.b: dimension 0 of size 6 is not divisible by 4" in r.stderr
+    assert not dst.exists()
+    dry = cli(
+        "reshard",
+        FIXTURES / "sharded_4x2",
+        dst,
+        "--mesh",
+        "data=4",
+        "--rule",
+        "params.b=[data]",
+        "--dry-run",
+        "--json",
+    )
+    assert dry.code == 3
+    problems = [leaf for leaf in dry.json()["leaves"] if leaf["problem"]]
+    assert [p["name"] for p in problems] == ["params.b"]
+
+
+def test_like_copies_another_layout(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    first = tmp_path / "first"
+    assert (
+        cli(
+            "reshard",
+            FIXTURES / "sharded_4x2",
+            first,
+            "--mesh",
+            "data=2,model=4",
+            "--rule",
+            "params.[bw]=[null, model]",
+        ).code
+        == 0
+    )
+    second = tmp_path / "second"
+    r = cli("reshard", FIXTURES / "sharded_4x2", second, "--like", first)
+    assert r.code == 0, r.stderr
+    a = {x["name"]: x for x in cli("inspect", first, "--json").json()["leaves"]}
+    b = {x["name"]: x for x in cli("inspect", second, "--json").json()["leaves"]}
+    for name in a:
+        assert (a[name]["chunk_shape"], a[name]["sharding"]) == (
+            b[name]["chunk_shape"],
+            b[name]["sharding"],
+        )
+
+
+def test_max_chunk_bytes_splits_shards_evenly(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    src = tmp_path / "src"
+    save_sharded(src)
+    r = cli(
+        "reshard",
+        src,
+        tmp_path / "out",
+        "--mesh",
+        "data=2",
+        "--rule",
+        "params.dense.kernel=[data]",
+        "--max-chunk-bytes",
+        "1KiB",
+        "--json",
+    )
+    assert r.code == 0, r.stderr
+    kernel = next(x for x in r.json()["leaves"] if x["name"] == "params.dense.kernel")
+    chunk = kernel["new_chunk_shape"]
+    assert np.prod(chunk) * 4 <= 1024
+    assert 32 % chunk[0] == 0 and 32 % chunk[1] == 0  # tiles the [32, 32] shard exactly
+    assert_same_values(read_values(src), read_values(tmp_path / "out"))
+
+
+def test_bad_requests(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    src = FIXTURES / "sharded_4x2"
+    assert cli("reshard", src, tmp_path / "o").code == 2  # neither --mesh nor --like
+    r = cli("reshard", src, tmp_path / "o", "--mesh", "data=2", "--rule", "params.w=[nope]")
+    assert r.code == 2 and "unknown mesh axis 'nope'" in r.stderr
+    r = cli("reshard", src, tmp_path / "o", "--mesh", "data=x")
+    assert r.code == 2 and "NAME=SIZE" in r.stderr
+    r = cli("reshard", src, src / "inside", "--mesh", "data=2")
+    assert r.code == 2 and "inside the source" in r.stderr
+    assert cli("reshard", src, tmp_path / "o", "--mesh", "data=2").code == 0
+    again = cli("reshard", src, tmp_path / "o", "--mesh", "data=2")
+    assert again.code == 3 and "already exists" in again.stderr
+
+
+def test_failed_read_leaves_no_step(cli, fixture_copy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    src = fixture_copy("seed_mlp")
+    # seed_mlp's big chunks live out of line in ocdbt.process_0/d/: remove them.
+    for f in (src / "500" / "default" / "ocdbt.process_0" / "d").iterdir():
+        f.unlink()
+    dst = tmp_path / "out"
+    r = cli("reshard", src, dst, "--mesh", "data=2")
+    assert r.code == 3, r.stderr
+    assert "Traceback" not in r.stderr
+    assert sorted(p.name for p in dst.iterdir()) == []  # no step, no tmp dir
+
+
+MEMORY_PROBE = """
+import resource, sys
+sys.argv = ["ckpt", *sys.argv[1:]]
+from ckpt_cli.app import main
+try:
+    main()
+except SystemExit as e:
+    assert not e.code, e.code
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def test_peak_memory_stays_within_the_limit(tmp_path: Path) -> None:
+    """A 256 MiB checkpoint resharded under --memory-limit 32MiB: peak RSS grows by far less."""
+    save = f"""
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+import numpy as np, orbax.checkpoint as ocp
+rs = np.random.RandomState(0)
+tree = {{f"w{{i}}": rs.standard_normal((4096, 4096)).astype(np.float32) for i in range(4)}}
+mgr = ocp.CheckpointManager({str(tmp_path / "src")!r})
+mgr.save(1, args=ocp.args.StandardSave(tree))
+mgr.wait_until_finished()
+"""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", save], check=True, env=env, capture_output=True)
+
+    def peak(*args: str) -> int:
+        proc = subprocess.run(
+            [sys.executable, "-c", MEMORY_PROBE, *args],
+            check=True,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        return int(proc.stdout.strip().splitlines()[-1])
+
+    baseline = peak("inspect", str(tmp_path / "src"), "--stats", "--json")
+    resharded = peak(
+        "reshard",
+        str(tmp_path / "src"),
+        str(tmp_path / "dst"),
+        "--mesh",
+        "data=4",
+        "--rule",
+        "w.*=[data]",
+        "--memory-limit",
+        "32MiB",
+        "--max-chunk-bytes",
+        "8MiB",
+        "--json",
+    )
+    growth = resharded - baseline
+    assert growth < 96 * 2**20, (
+        f"peak grew by {growth / 2**20:.0f} MiB over inspect's {baseline / 2**20:.0f} MiB"
+    )
+    assert_same_values(read_values(tmp_path / "src"), read_values(tmp_path / "dst"))
