@@ -54,3 +54,11 @@ class StorageError(CkptError, OSError):
 
 class UnsupportedError(CkptError, NotImplementedError):
     """A layout or storage scheme this version does not handle."""
+
+
+class RefusedError(CkptError):
+    """A change ckpt will not make: no confirmation, or the change would be unsafe."""
+
+
+class LockedError(RefusedError):
+    """Another ckpt process holds the lock of the same root."""
