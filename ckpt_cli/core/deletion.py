@@ -28,6 +28,7 @@ from ckpt_cli.core.prune import (
     Removal,
     Untouched,
     modified_at,
+    require_root,
 )
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.errors import CkptError, LockedError, NotFoundError
@@ -144,6 +145,7 @@ def prune_lock(root: Location) -> Iterator[None]:
     The lock is an ``flock`` on that file, dropped by the OS when its holder exits or is killed:
     there is no stale lock to clear by hand. The file records pid, host and start time.
     """
+    require_root(root)  # never create the lock file inside a step or a stray directory
     lock_file = root.child(LOCK_NAME)
     owner = {
         "pid": os.getpid(),

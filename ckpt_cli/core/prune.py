@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from ckpt_cli.core.layout import detect_kind
 from ckpt_cli.core.listing import StepInfo, list_root
-from ckpt_cli.core.retention import Policy, format_duration, keep_reasons
+from ckpt_cli.core.retention import Policy, format_duration, keep_reasons, rough_duration
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
 
@@ -59,9 +59,16 @@ class KeptStep:
     name: str
     path: str
     reasons: tuple[str, ...]
+    committed_at: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"step": self.step, "name": self.name, "path": self.path, "reasons": [*self.reasons]}
+        return {
+            "step": self.step,
+            "name": self.name,
+            "path": self.path,
+            "committed_at": _iso(self.committed_at),
+            "reasons": [*self.reasons],
+        }
 
 
 @dataclass(frozen=True)
@@ -73,12 +80,19 @@ class Removal:
     path: str
     size_bytes: int
     step: int | None = None
+    committed_at: datetime | None = None  # steps only
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"step": self.step, "name": self.name, "path": self.path}
-        if self.kind != "step":
+        if self.kind == "step":
+            doc["committed_at"] = _iso(self.committed_at)
+        else:
             doc["kind"] = self.kind
         return {**doc, "size_bytes": self.size_bytes}
+
+
+def _iso(t: datetime | None) -> str | None:
+    return t.isoformat() if t else None
 
 
 @dataclass(frozen=True)
@@ -153,9 +167,9 @@ def plan_prune(
     for s in committed:
         why = reasons.get(s.name) or ((SYMLINK_KEPT,) if s.name in scan.symlinks else None)
         if why:
-            keep.append(KeptStep(s.step, s.name, s.path, why))
+            keep.append(KeptStep(s.step, s.name, s.path, why, s.committed_at))
         else:
-            delete.append(Removal("step", s.name, s.path, s.size_bytes, s.step))
+            delete.append(Removal("step", s.name, s.path, s.size_bytes, s.step, s.committed_at))
     untouched = [
         Untouched(s.name, s.path, "uncommitted: a save may still be in progress")
         for s in scan.steps
@@ -178,7 +192,7 @@ def plan_prune(
                 Untouched(
                     t.name,
                     t.path,
-                    f"unfinished save modified {format_duration(max(age, timedelta(0)))} ago, "
+                    f"unfinished save modified {rough_duration(age)} ago, "
                     f"younger than --tmp-min-age {format_duration(tmp_min_age)}",
                 )
             )
@@ -198,14 +212,20 @@ def plan_prune(
     )
 
 
-def scan_root(root: Location) -> RootScan:
-    """Read what ``plan_prune`` needs from a CheckpointManager root (metadata and sizes only)."""
+def require_root(root: Location) -> list[Entry]:
+    """The root's entries; raises unless ``root`` is a CheckpointManager root (not a step)."""
     kind, entries = detect_kind(root)
     if kind != "root":
         raise NotACheckpointError(
             f"{root} is a {kind} directory, not a root of steps",
             hint="prune takes a CheckpointManager root: the directory that holds the steps",
         )
+    return entries
+
+
+def scan_root(root: Location) -> RootScan:
+    """Read what ``plan_prune`` needs from a CheckpointManager root (metadata and sizes only)."""
+    entries = require_root(root)
     listing = list_root(root)
     symlinks = frozenset(e.name for e in entries if e.is_symlink)
     steps = tuple(s for s in listing.steps if s.status != "incomplete")

@@ -48,6 +48,15 @@ def format_duration(delta: timedelta) -> str:
     return f"{seconds}s"
 
 
+def rough_duration(delta: timedelta) -> str:
+    """An age for people, floored to its largest unit: ``3h``, ``45m``, ``12s``."""
+    seconds = max(0, int(delta.total_seconds()))
+    for unit in ("w", "d", "h", "m"):
+        if seconds >= _UNITS[unit]:
+            return f"{seconds // _UNITS[unit]}{unit}"
+    return f"{seconds}s"
+
+
 def _hour(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H")
 
