@@ -139,6 +139,8 @@ def prune(
         for k in plan.keep:
             if SYMLINK_KEPT in k.reasons:
                 warn(f"step {k.step} is a symlink: kept, prune never deletes through a link")
+        for missing in sorted(policy.keep_steps - {k.step for k in plan.keep}):
+            warn(f"--keep-step {missing}: no committed step {missing} in {plan.root}")
         return plan
 
     if dry_run:

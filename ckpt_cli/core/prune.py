@@ -241,15 +241,15 @@ def scan_root(root: Location) -> RootScan:
         for s in listing.steps
         if s.status == "incomplete"
     )
-    trash = tuple(_trash(root, e) for e in entries if e.name.startswith(TRASH_PREFIX))
+    # Prune only ever makes trash directories: a file of that name is not ours, leave it unseen.
+    trash = tuple(_trash(root, e) for e in entries if e.name.startswith(TRASH_PREFIX) and e.is_dir)
     return RootScan(str(root), steps, tmp, trash, symlinks, listing.ignored)
 
 
 def _trash(root: Location, entry: Entry) -> Leftover:
     loc = root.child(entry.name)
-    real_dir = entry.is_dir and not entry.is_symlink
-    size = loc.du() if real_dir else 0
-    return Leftover(entry.name, str(loc), None, size, modified_at(loc), not real_dir)
+    size = 0 if entry.is_symlink else loc.du()
+    return Leftover(entry.name, str(loc), None, size, modified_at(loc), entry.is_symlink)
 
 
 def modified_at(loc: Location) -> datetime:

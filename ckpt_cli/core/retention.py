@@ -82,6 +82,17 @@ _BUCKETS: tuple[tuple[str, Callable[[datetime], str]], ...] = (
 )
 
 
+_COUNTS = (
+    "keep_last",
+    "keep_every",
+    "keep_hourly",
+    "keep_daily",
+    "keep_weekly",
+    "keep_monthly",
+    "keep_best",
+)
+
+
 @dataclass(frozen=True)
 class Policy:
     """What to keep. Counts of 0 and ``None`` mean the rule is off."""
@@ -102,18 +113,10 @@ class Policy:
     keep_missing_metric: bool = True
 
     def __post_init__(self) -> None:
-        counts = {
-            "--keep-last": self.keep_last,
-            "--keep-every": self.keep_every,
-            "--keep-hourly": self.keep_hourly,
-            "--keep-daily": self.keep_daily,
-            "--keep-weekly": self.keep_weekly,
-            "--keep-monthly": self.keep_monthly,
-            "--keep-best": self.keep_best,
-        }
-        for flag, value in counts.items():
-            if value < 0:
-                raise UsageError(f"{flag} must be a positive number, not {value}")
+        for name in _COUNTS:
+            if getattr(self, name) < 0:
+                flag = "--" + name.replace("_", "-")
+                raise UsageError(f"{flag} must be a positive number, not {getattr(self, name)}")
         if self.keep_within is not None and self.keep_within <= timedelta(0):
             raise UsageError("--keep-within must be longer than zero")
         if self.keep_best and not self.metric:
@@ -128,32 +131,17 @@ class Policy:
 
     @property
     def is_empty(self) -> bool:
-        return not (
-            self.keep_last
-            or self.keep_every
-            or self.keep_steps
-            or self.keep_within
-            or self.keep_hourly
-            or self.keep_daily
-            or self.keep_weekly
-            or self.keep_monthly
-            or self.keep_best
-        )
+        return not any(getattr(self, name) for name in (*_COUNTS, "keep_steps", "keep_within"))
 
     def to_json(self) -> dict[str, Any]:
+        best = bool(self.keep_best)
         return {
-            "keep_last": self.keep_last or None,
-            "keep_every": self.keep_every or None,
+            **{name: getattr(self, name) or None for name in _COUNTS},
             "keep_steps": sorted(self.keep_steps),
             "keep_within": format_duration(self.keep_within) if self.keep_within else None,
-            "keep_hourly": self.keep_hourly or None,
-            "keep_daily": self.keep_daily or None,
-            "keep_weekly": self.keep_weekly or None,
-            "keep_monthly": self.keep_monthly or None,
-            "keep_best": self.keep_best or None,
             "metric": self.metric,
-            "mode": self.mode if self.keep_best else None,
-            "keep_missing_metric": self.keep_missing_metric if self.keep_best else None,
+            "mode": self.mode if best else None,
+            "keep_missing_metric": self.keep_missing_metric if best else None,
         }
 
 

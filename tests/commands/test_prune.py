@@ -50,8 +50,12 @@ def test_dry_run_changes_nothing(cli, root: Path) -> None:  # type: ignore[no-un
 
 
 def test_json_plan_shape(cli, root: Path) -> None:  # type: ignore[no-untyped-def]
-    r = cli("prune", root, "--keep-last", "2", "--keep-step", "100", "--dry-run", "--json")
+    r = cli(
+        "prune", root, "--keep-last", "2", "--keep-step", "100", "--keep-step", "12345",
+        "--dry-run", "--json",
+    )  # fmt: skip
     assert r.code == 0, r.stderr
+    assert "--keep-step 12345: no committed step 12345" in r.stderr
     doc = r.json()
     assert doc["schema_version"] == 1 and doc["dry_run"] is True and doc["outcome"] is None
     assert [(k["step"], k["reasons"]) for k in doc["keep"]] == [
@@ -66,7 +70,7 @@ def test_json_plan_shape(cli, root: Path) -> None:  # type: ignore[no-untyped-de
             p.stat().st_size for p in Path(d["path"]).rglob("*") if p.is_file()
         )
     assert doc["freed_bytes"] == sum(d["size_bytes"] for d in doc["delete"]) > 0
-    assert doc["policy"]["keep_steps"] == [100]
+    assert doc["policy"]["keep_steps"] == [100, 12345]
 
 
 def test_refuses_without_terminal_and_without_yes(cli, root: Path) -> None:  # type: ignore[no-untyped-def]

@@ -175,6 +175,7 @@ FIXTURE_TMP = SMALL_STEP.parent / "3.orbax-checkpoint-tmp"
 
 
 def test_scan_root_sees_steps_tmp_trash_and_unknown(root: Path) -> None:
+    (root / f"{TRASH_PREFIX}a-file").write_text("not made by prune")
     scan = scan_root(LocalLocation(str(root)))
     assert [s.step for s in scan.steps] == [100, 200, 300, 400, 500, 600]
     assert [t.name for t in scan.tmp] == [
