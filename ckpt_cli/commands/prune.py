@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from ckpt_cli.commands._common import JsonOpt, emit_json, warn
+from ckpt_cli.commands._common import JsonOpt, emit_json, stderr_console, warn
 from ckpt_cli.commands._render_prune import render_outcome, render_plan
 from ckpt_cli.core.deletion import PruneOutcome, PruneProgress, execute_plan, prune_lock
 from ckpt_cli.core.prune import SYMLINK_KEPT, PrunePlan, plan_prune, scan_root
@@ -181,8 +181,9 @@ def _interactive() -> bool:
 def _confirm(plan: PrunePlan, json_out: bool) -> None:
     if json_out or not _interactive():
         _emit(plan, None, json_out, dry_run=False)
+        why = "--json never asks" if json_out else "there is no terminal to ask on"
         raise RefusedError(
-            "refusing to delete without confirmation: there is no terminal to ask on",
+            f"refusing to delete without confirmation: {why}",
             hint="rerun with --yes to delete, or --dry-run to only print the plan",
         )
     question = f"Delete {len(plan.delete)} steps and {len(plan.clean)} other directories?"
@@ -200,8 +201,6 @@ def _progress(*, enabled: bool) -> Iterator[Callable[[PruneProgress], None] | No
         yield None
         return
     from rich.progress import Progress
-
-    from ckpt_cli.commands._common import stderr_console
 
     with Progress(console=stderr_console(), transient=True) as bar:
         task = bar.add_task("pruning", total=None)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
-from ckpt_cli.core.layout import ROOT_METADATA_DIR, parse_step_name
+from ckpt_cli.core.layout import ROOT_METADATA_DIR, TMP_MARKER, parse_step_name
 from ckpt_cli.core.prune import (
     LOCK_NAME,
     SYMLINK_KEPT,
@@ -84,7 +84,7 @@ def execute_plan(
             continue
         if r.kind != "trash":
             try:
-                loc = loc.rename(f"{TRASH_PREFIX}{r.name}-{secrets.token_hex(4)}")
+                loc = loc.rename(_trash_name(r.name))
             except NotFoundError:
                 skipped.append(Untouched(r.name, r.path, "gone before deletion"))
                 continue
@@ -104,6 +104,12 @@ def execute_plan(
         if on_progress:
             on_progress(PruneProgress("delete", r.name, i, len(hidden)))
     return PruneOutcome(tuple(deleted), tuple(skipped), tuple(failed))
+
+
+def _trash_name(name: str) -> str:
+    # Without Orbax's tmp marker: Orbax counts any name containing it as its own unfinished save
+    # (and a trainer with cleanup_tmp_directories would race us deleting it).
+    return f"{TRASH_PREFIX}{name.replace(TMP_MARKER, '.tmp')}-{secrets.token_hex(4)}"
 
 
 def _why_unsafe(
