@@ -192,6 +192,19 @@ def test_scan_root_sees_steps_tmp_trash_and_unknown(root: Path) -> None:
     assert datetime.now(timezone.utc) - young.modified_at < HOUR
 
 
+def test_a_save_writing_deep_inside_an_old_tmp_dir_is_young(root: Path) -> None:
+    tmp = root / "700.orbax-checkpoint-tmp"
+    deep = next(p for p in tmp.rglob("*") if p.is_file() and p.parent.name == "d")
+    deep.write_bytes(deep.read_bytes())  # a chunk being written now; its parent dirs stay old
+    assert datetime.now().timestamp() - tmp.stat().st_mtime > 2 * 3600
+    loc = LocalLocation(str(root))
+    plan = plan_prune(
+        scan_root(loc), Policy(keep_last=9), datetime.now(timezone.utc), clean_tmp=True
+    )
+    assert "700.orbax-checkpoint-tmp" not in {r.name for r in plan.clean}
+    assert any(u.name == "700.orbax-checkpoint-tmp" for u in plan.untouched)
+
+
 def test_scan_refuses_a_step_directory(root: Path) -> None:
     with pytest.raises(NotACheckpointError, match="not a root of steps"):
         scan_root(LocalLocation(str(root / "600")))
@@ -310,6 +323,31 @@ def test_lock_is_exclusive_and_released(tmp_path: Path) -> None:
     again = lock_file.try_lock("again")
     assert again is not None
     again.release()
+
+
+def test_lock_taken_on_a_file_just_unlinked_is_not_a_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B opens the lock file, A releases it (unlink) and C takes a new one before B's flock:
+    B's flock then succeeds on a dead inode, and B must not think it holds the lock."""
+    import fcntl
+
+    lock_file = LocalLocation(str(tmp_path / LOCK_NAME))
+    a = lock_file.try_lock("A")
+    assert a is not None
+    holders: list[object] = []
+    real_flock = fcntl.flock
+
+    def flock(fd: int, op: int) -> None:
+        if not holders:
+            holders.append(None)
+            a.release()
+            holders.append(lock_file.try_lock("C"))
+        real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    assert lock_file.try_lock("B") is None
+    assert holders[1] is not None and (tmp_path / LOCK_NAME).read_text() == "C"
 
 
 def test_lock_refuses_a_symlinked_lock_file(tmp_path: Path) -> None:
