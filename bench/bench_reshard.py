@@ -53,12 +53,12 @@ sh = NamedSharding(mesh, P("data", None))
 rs = np.random.RandomState(0)
 tree = {f"layer_{i:02d}": jax.make_array_from_callback(
     (rows, 4096), sh, lambda idx: rs.standard_normal((rows // 8, 4096)).astype(np.float32))
-    for i in range(%d)}
+    for i in range(LEAVES)}
 mgr = ocp.CheckpointManager(root)
 mgr.save(1, args=ocp.args.StandardSave(tree))
 mgr.wait_until_finished()
 print("RESULT 0 0")
-""" % LEAVES
+""".replace("LEAVES", str(LEAVES))
 
 ORBAX_ROUTE = PRELUDE + """
 t0 = time.perf_counter()

@@ -57,4 +57,9 @@ class UnsupportedError(CkptError, NotImplementedError):
 
 
 class RefusedError(CkptError):
-    """A request ckpt will not carry out as asked (a plan that cannot work, an unsafe action)."""
+    """A request ckpt will not carry out as asked: no confirmation, an unsafe change, or a plan
+    that cannot work."""
+
+
+class LockedError(RefusedError):
+    """Another ckpt process holds the lock of the same root."""

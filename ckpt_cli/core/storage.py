@@ -78,6 +78,30 @@ class Location:
         """Every file below this directory as (relative path, entry), symlinks not followed."""
         raise NotImplementedError
 
+    def is_symlink(self) -> bool:
+        raise NotImplementedError
+
+    def resolve(self) -> Location:
+        """This location with every symlink on its path resolved."""
+        raise NotImplementedError
+
+    # Writes, used only by commands that change a root (prune) or write a new step.
+
+    def rename(self, new_name: str) -> Location:
+        """Rename this entry inside its parent directory, atomically; returns the new location."""
+        raise NotImplementedError
+
+    def delete_tree(self) -> None:
+        """Remove this directory and everything below it; refuses a symlink (never follows one)."""
+        raise NotImplementedError
+
+    def try_lock(self, owner: str) -> FileLock | None:
+        """Take an exclusive lock on this file (created if absent) and write ``owner`` into it.
+
+        None when another process holds it.
+        """
+        raise NotImplementedError
+
     def kvstore_spec(self) -> dict[str, Any]:
         """A TensorStore kvstore spec for this directory (always ending in ``/``)."""
         raise NotImplementedError
@@ -89,14 +113,6 @@ class Location:
         raise NotImplementedError
 
     def make_dirs(self) -> None:
-        raise NotImplementedError
-
-    def rename(self, target: Location) -> None:
-        """Atomic rename within one store; fails if ``target`` exists."""
-        raise NotImplementedError
-
-    def remove_tree(self) -> None:
-        """Delete this directory and everything below it (symlinks removed, never followed)."""
         raise NotImplementedError
 
     def copy_tree(self, target: Location) -> None:
@@ -224,6 +240,75 @@ class LocalLocation(Location):
                 else:
                     yield sub, entry
 
+    def resolve(self) -> LocalLocation:
+        return LocalLocation(os.path.realpath(self.path))
+
+    def rename(self, new_name: str) -> LocalLocation:
+        if not new_name or "/" in new_name or new_name in (".", ".."):
+            raise ValueError(f"not a plain directory entry name: {new_name!r}")
+        target = os.path.join(os.path.dirname(self.path), new_name)
+        # os.rename would silently replace an empty directory of that name.
+        if os.path.lexists(target):
+            raise StorageError(f"cannot rename {self.path}: {target} exists")
+        try:
+            os.rename(self.path, target)
+        except FileNotFoundError:
+            raise NotFoundError(f"{self.path} does not exist") from None
+        except OSError as e:
+            raise StorageError(f"cannot rename {self.path} to {new_name}: {e.strerror}") from None
+        return LocalLocation(target)
+
+    def delete_tree(self) -> None:
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            raise NotFoundError(f"{self.path} does not exist") from None
+        except OSError as e:
+            raise StorageError(f"cannot stat {self.path}: {e.strerror}") from None
+        if not stat_mod.S_ISDIR(st.st_mode):
+            raise StorageError(f"refusing to delete {self.path}: not a directory (or a symlink)")
+        # On Linux rmtree works through directory file descriptors and never follows a symlink
+        # met inside the tree (shutil.rmtree.avoids_symlink_attacks).
+        try:
+            shutil.rmtree(self.path)
+        except OSError as e:
+            raise StorageError(f"cannot delete {self.path}: {e.strerror or e}") from None
+
+    def try_lock(self, owner: str) -> FileLock | None:
+        import fcntl
+
+        for _ in range(10):
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            except OSError as e:
+                raise StorageError(f"cannot open lock file {self.path}: {e.strerror}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                return None
+            except OSError as e:
+                os.close(fd)
+                raise StorageError(
+                    f"cannot lock {self.path}: {e.strerror}",
+                    hint="the file system must support flock (local disks and NFSv4 do)",
+                ) from None
+            # The previous holder unlinks the file on release: if it did so after our open, we
+            # hold a lock on a dead inode and must start again on the new file.
+            try:
+                current = os.stat(self.path, follow_symlinks=False)
+            except FileNotFoundError:
+                os.close(fd)
+                continue
+            mine = os.fstat(fd)
+            if (current.st_dev, current.st_ino) != (mine.st_dev, mine.st_ino):
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.write(fd, owner.encode())
+            return FileLock(self.path, fd)
+        raise StorageError(f"cannot lock {self.path}: the lock file keeps being replaced")
+
     def kvstore_spec(self) -> dict[str, Any]:
         return {"driver": "file", "path": self.path.rstrip("/") + "/"}
 
@@ -248,34 +333,12 @@ class LocalLocation(Location):
         except OSError as e:
             raise StorageError(f"cannot create {self.path}: {e.strerror}") from None
 
-    def rename(self, target: Location) -> None:
-        assert isinstance(target, LocalLocation)
-        if os.path.lexists(target.path):
-            raise StorageError(f"cannot rename {self.path}: {target.path} already exists")
-        try:
-            os.rename(self.path, target.path)
-        except OSError as e:
-            raise StorageError(
-                f"cannot rename {self.path} to {target.path}: {e.strerror}"
-            ) from None
-
     def copy_tree(self, target: Location) -> None:
         assert isinstance(target, LocalLocation)
         try:
             shutil.copytree(self.path, target.path, symlinks=True, dirs_exist_ok=True)
         except (OSError, shutil.Error) as e:
             raise StorageError(f"cannot copy {self.path} to {target.path}: {e}") from None
-
-    def remove_tree(self) -> None:
-        try:
-            if os.path.islink(self.path) or not os.path.isdir(self.path):
-                os.unlink(self.path)
-            else:
-                shutil.rmtree(self.path)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            raise StorageError(f"cannot delete {self.path}: {e.strerror}") from None
 
     def __str__(self) -> str:
         return self.path
@@ -288,6 +351,31 @@ class LocalLocation(Location):
 
     def __hash__(self) -> int:
         return hash(self.path)
+
+
+class FileLock:
+    """An exclusive ``flock`` held on an open file: the OS drops it when the process dies, so a
+    killed holder leaves no stale lock (at most the file, which the next holder reuses)."""
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        # Unlink while still holding the lock; a waiter that opened the old file notices the
+        # changed inode and retries (see LocalLocation.try_lock).
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self) -> FileLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 class NotACheckpointDirError(NotFoundError):

@@ -326,7 +326,7 @@ class StepWriter:
                 hint="choose another destination; ckpt never overwrites a step",
             )
         if self.tmp.exists():
-            self.tmp.remove_tree()  # an earlier ckpt run of ours that died: never a valid step
+            self.tmp.delete_tree()  # an earlier ckpt run of ours that died: never a valid step
         self.tmp.make_dirs()
 
     def item(self, name: str, handler: str = STANDARD_HANDLER) -> Location:
@@ -353,12 +353,12 @@ class StepWriter:
         self.tmp.child(COMMIT_MARKER).write_bytes(
             f"Checkpoint commit was successful to {self.final}".encode()
         )
-        self.tmp.rename(self.final)
+        self.tmp.rename(self.final.name)
         return self.final
 
     def abort(self) -> None:
         if self.tmp.exists():
-            self.tmp.remove_tree()
+            self.tmp.delete_tree()
 
 
 class _Pipeline:

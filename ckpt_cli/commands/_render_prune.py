@@ -1,0 +1,71 @@
+"""Rich rendering of a prune plan and its outcome (stdout)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from rich.table import Table
+
+from ckpt_cli.commands._common import human_bytes, stdout_console
+from ckpt_cli.core.deletion import PruneOutcome
+from ckpt_cli.core.prune import PrunePlan
+
+_CLEAN_WHY = {"tmp": "unfinished save", "trash": "trash of an interrupted prune"}
+
+
+def _when(t: datetime | None) -> str:
+    return t.astimezone().strftime("%Y-%m-%d %H:%M") if t else ""
+
+
+def render_plan(plan: PrunePlan, *, dry_run: bool) -> None:
+    title = plan.root + ("  (dry run)" if dry_run else "")
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    table.add_column("step", justify="right", no_wrap=True)
+    table.add_column("action", no_wrap=True)
+    table.add_column("committed", no_wrap=True)
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("why")
+    rows: list[tuple[int, str, tuple[str, str, str, str, str]]] = []
+    for k in plan.keep:
+        row = (k.name, "[green]keep[/]", _when(k.committed_at), "", ", ".join(k.reasons))
+        rows.append((k.step, k.name, row))
+    for r in plan.delete:
+        row = (r.name, "[red]delete[/]", _when(r.committed_at), human_bytes(r.size_bytes), "")
+        rows.append((r.step or 0, r.name, row))
+    for _, _, row in sorted(rows, key=lambda x: (x[0], x[1])):
+        table.add_row(*row)
+    console = stdout_console()
+    console.print(table)
+    if plan.clean or plan.untouched:
+        others = Table(box=None, pad_edge=False)
+        for col in ("other directory", "action", "size", "why"):
+            others.add_column(
+                col, justify="right" if col == "size" else "left", no_wrap=col != "why"
+            )
+        for r in plan.clean:
+            others.add_row(r.name, "[red]remove[/]", human_bytes(r.size_bytes), _CLEAN_WHY[r.kind])
+        for u in plan.untouched:
+            others.add_row(u.name, "[dim]leave[/]", "", u.why)
+        console.print(others)
+    would = "would free" if dry_run else "frees"
+    parts = [f"keep {_n(len(plan.keep), 'step')}", f"delete {_n(len(plan.delete), 'step')}"]
+    if plan.clean:
+        parts.append(
+            f"remove {_n(len(plan.clean), 'tmp/trash directory', 'tmp/trash directories')}"
+        )
+    console.print("; ".join(parts) + f": {would} {human_bytes(plan.freed_bytes)}")
+
+
+def _n(count: int, one: str, many: str | None = None) -> str:
+    return f"{count} {one if count == 1 else many or one + 's'}"
+
+
+def render_outcome(plan: PrunePlan, outcome: PruneOutcome) -> None:
+    steps = sum(1 for r in outcome.deleted if r.kind == "step")
+    others = len(outcome.deleted) - steps
+    line = f"deleted {_n(steps, 'step')}"
+    if others:
+        line += f" and {_n(others, 'tmp/trash directory', 'tmp/trash directories')}"
+    if plan.is_noop:
+        line = "nothing to delete"
+    stdout_console().print(f"{line}; freed {human_bytes(outcome.freed_bytes)}")

@@ -1,0 +1,176 @@
+"""Deleting what a prune plan removes, safely; and the lock that keeps prunes of a root apart.
+
+``execute_plan`` re-lists the root, re-checks every planned entry (still there, a real directory
+resolving inside the root, a tmp dir still idle, a name prune recognises), renames each to a
+hidden trash name inside the root, then removes the trash. A rename is atomic: Orbax and
+``ckpt ls`` stop seeing the step at once, and a crash leaves every kept step intact plus at most
+some ``.ckpt-trash-*`` directories that the next prune removes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+from ckpt_cli.core.layout import ROOT_METADATA_DIR, TMP_MARKER, parse_step_name
+from ckpt_cli.core.prune import (
+    LOCK_NAME,
+    SYMLINK_KEPT,
+    TRASH_PREFIX,
+    PrunePlan,
+    Removal,
+    Untouched,
+    modified_at,
+    require_root,
+)
+from ckpt_cli.core.storage import Entry, Location
+from ckpt_cli.errors import CkptError, LockedError, NotFoundError
+
+
+@dataclass(frozen=True)
+class PruneProgress:
+    """One step of the execution: ``hide`` (renamed to trash) or ``delete`` (trash removed)."""
+
+    action: Literal["hide", "delete"]
+    name: str
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class PruneOutcome:
+    deleted: tuple[Removal, ...]
+    skipped: tuple[Untouched, ...]  # planned, but found changed at deletion time
+    failed: tuple[Untouched, ...]  # the storage refused; a trash dir may remain
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(r.size_bytes for r in self.deleted)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "deleted": [r.name for r in self.deleted],
+            "skipped": [u.to_json() for u in self.skipped],
+            "failed": [u.to_json() for u in self.failed],
+            "freed_bytes": self.freed_bytes,
+        }
+
+
+def execute_plan(
+    plan: PrunePlan,
+    root: Location,
+    *,
+    on_progress: Callable[[PruneProgress], None] | None = None,
+) -> PruneOutcome:
+    """Delete what ``plan`` removes: re-check, rename each to trash, then remove the trash."""
+    fresh = {e.name: e for e in root.list()}
+    real_root = root.resolve()
+    order = sorted(plan.clean, key=lambda r: r.kind != "trash") + list(plan.delete)
+    skipped: list[Untouched] = []
+    failed: list[Untouched] = []
+    hidden: list[tuple[Removal, Location]] = []
+    for r in order:
+        loc = root.child(r.name)
+        why = _why_unsafe(r, fresh.get(r.name), loc, real_root, plan.tmp_min_age)
+        if why:
+            skipped.append(Untouched(r.name, r.path, why))
+            continue
+        if r.kind != "trash":
+            try:
+                loc = loc.rename(_trash_name(r.name))
+            except NotFoundError:
+                skipped.append(Untouched(r.name, r.path, "gone before deletion"))
+                continue
+            except CkptError as e:
+                failed.append(Untouched(r.name, r.path, e.message))
+                continue
+        hidden.append((r, loc))
+        if on_progress:
+            on_progress(PruneProgress("hide", r.name, len(hidden), len(order)))
+    deleted: list[Removal] = []
+    for i, (r, loc) in enumerate(hidden, 1):
+        try:
+            loc.delete_tree()
+            deleted.append(r)
+        except CkptError as e:
+            failed.append(Untouched(r.name, str(loc), f"{e.message} (the next prune retries)"))
+        if on_progress:
+            on_progress(PruneProgress("delete", r.name, i, len(hidden)))
+    return PruneOutcome(tuple(deleted), tuple(skipped), tuple(failed))
+
+
+def _trash_name(name: str) -> str:
+    # Without Orbax's tmp marker: Orbax counts any name containing it as its own unfinished save
+    # (and a trainer with cleanup_tmp_directories would race us deleting it).
+    return f"{TRASH_PREFIX}{name.replace(TMP_MARKER, '.tmp')}-{secrets.token_hex(4)}"
+
+
+def _why_unsafe(
+    r: Removal,
+    entry: Entry | None,
+    loc: Location,
+    real_root: Location,
+    tmp_min_age: timedelta | None,
+) -> str | None:
+    """Why this entry must not be deleted now, or None when it is still what the plan saw."""
+    parsed = parse_step_name(r.name)
+    recognised = {
+        "step": parsed is not None and not parsed.tmp,
+        "tmp": parsed is not None and parsed.tmp and tmp_min_age is not None,
+        "trash": r.name.startswith(TRASH_PREFIX),
+    }[r.kind]
+    if not recognised or "/" in r.name or r.name in (ROOT_METADATA_DIR, LOCK_NAME, ".", ".."):
+        return "not a step or tmp directory of this root"
+    if entry is None:
+        return "gone before deletion"
+    if entry.is_symlink:
+        return SYMLINK_KEPT
+    if not entry.is_dir:
+        return "no longer a directory"
+    resolved = loc.resolve()
+    if resolved.parent != real_root:
+        return "resolves outside the root"
+    if r.kind == "tmp" and tmp_min_age is not None:
+        age = datetime.now(timezone.utc) - modified_at(loc)
+        if age < tmp_min_age:
+            return "modified since the plan: a save may be in progress"
+    return None
+
+
+@contextmanager
+def prune_lock(root: Location) -> Iterator[None]:
+    """Hold the root's prune lock (``.ckpt-prune.lock``); raise ``LockedError`` when taken.
+
+    The lock is an ``flock`` on that file, dropped by the OS when its holder exits or is killed:
+    there is no stale lock to clear by hand. The file records pid, host and start time.
+    """
+    require_root(root)  # never create the lock file inside a step or a stray directory
+    lock_file = root.child(LOCK_NAME)
+    owner = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    lock = lock_file.try_lock(json.dumps(owner))
+    if lock is None:
+        raise LockedError(
+            f"another prune of {root} is running ({_holder(lock_file)})",
+            hint="wait for it to finish and run this prune again",
+        )
+    with lock:
+        yield
+
+
+def _holder(lock_file: Location) -> str:
+    try:
+        owner = json.loads(lock_file.read_bytes(limit=4096))
+        return f"pid {owner['pid']} on {owner['host']}, since {owner['since']}"
+    except (CkptError, ValueError, KeyError, TypeError):
+        return "holder unknown"

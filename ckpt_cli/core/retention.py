@@ -1,0 +1,232 @@
+"""Retention rules: which committed steps a policy keeps, and the reasons for each (no I/O).
+
+Rules are OR-ed, as in restic's ``forget`` and Orbax's preservation policies: a step is kept when
+any rule keeps it, and every kept step carries the reasons that kept it. The newest committed step
+(highest step number, as ``latest_committed``) is always kept. Time rules use each step's commit
+time in UTC. Time buckets follow restic: walk the steps newest first and keep the newest step of
+each distinct bucket until N buckets are kept; buckets without a step do not count.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal, Protocol
+
+from ckpt_cli.errors import UsageError
+
+Mode = Literal["min", "max"]
+
+LATEST = "latest"
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION_RE = re.compile(r"^(?:\d+[smhdw])+$")
+_PART_RE = re.compile(r"(\d+)([smhdw])")
+
+
+def parse_duration(text: str, *, option: str = "duration") -> timedelta:
+    """Parse ``90m``, ``36h``, ``7d``, ``2w`` or a sum such as ``1d12h``; a bare number is refused."""
+    compact = text.strip().lower()
+    if not _DURATION_RE.match(compact):
+        raise UsageError(
+            f"{option}: cannot read {text!r} as a duration",
+            hint="use a number and a unit s, m, h, d or w, such as 90m, 36h, 7d, 2w",
+        )
+    seconds = sum(int(n) * _UNITS[unit] for n, unit in _PART_RE.findall(compact))
+    return timedelta(seconds=seconds)
+
+
+def format_duration(delta: timedelta) -> str:
+    """The shortest exact spelling in one unit: ``36h``, ``7d``, ``2w``, ``90m``."""
+    seconds = int(delta.total_seconds())
+    for unit in ("w", "d", "h", "m"):
+        if seconds and seconds % _UNITS[unit] == 0:
+            return f"{seconds // _UNITS[unit]}{unit}"
+    return f"{seconds}s"
+
+
+def rough_duration(delta: timedelta) -> str:
+    """An age for people, floored to its largest unit: ``3h``, ``45m``, ``12s``."""
+    seconds = max(0, int(delta.total_seconds()))
+    for unit in ("w", "d", "h", "m"):
+        if seconds >= _UNITS[unit]:
+            return f"{seconds // _UNITS[unit]}{unit}"
+    return f"{seconds}s"
+
+
+def _hour(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H")
+
+
+def _day(t: datetime) -> str:
+    return t.strftime("%Y-%m-%d")
+
+
+def _week(t: datetime) -> str:
+    year, week, _ = t.isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+def _month(t: datetime) -> str:
+    return t.strftime("%Y-%m")
+
+
+_BUCKETS: tuple[tuple[str, Callable[[datetime], str]], ...] = (
+    ("hourly", _hour),
+    ("daily", _day),
+    ("weekly", _week),
+    ("monthly", _month),
+)
+
+
+_COUNTS = (
+    "keep_last",
+    "keep_every",
+    "keep_hourly",
+    "keep_daily",
+    "keep_weekly",
+    "keep_monthly",
+    "keep_best",
+)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What to keep. Counts of 0 and ``None`` mean the rule is off."""
+
+    keep_last: int = 0
+    keep_every: int = 0
+    keep_steps: frozenset[int] = field(default_factory=frozenset)
+    keep_within: timedelta | None = None
+    keep_hourly: int = 0
+    keep_daily: int = 0
+    keep_weekly: int = 0
+    keep_monthly: int = 0
+    keep_best: int = 0
+    metric: str | None = None
+    mode: Mode = "min"
+    # Orbax's `keep_checkpoints_without_metrics` defaults to True; losing a step because a metric
+    # was not logged is the surprising outcome, so keeping is the default here too.
+    keep_missing_metric: bool = True
+
+    def __post_init__(self) -> None:
+        for name in _COUNTS:
+            if getattr(self, name) < 0:
+                flag = "--" + name.replace("_", "-")
+                raise UsageError(f"{flag} must be a positive number, not {getattr(self, name)}")
+        if self.keep_within is not None and self.keep_within <= timedelta(0):
+            raise UsageError("--keep-within must be longer than zero")
+        if self.keep_best and not self.metric:
+            raise UsageError(
+                "--keep-best needs the metric to rank by",
+                hint="add --metric NAME (a key of the steps' metrics/metrics, such as loss)",
+            )
+        if self.metric and not self.keep_best:
+            raise UsageError("--metric only applies to --keep-best", hint="add --keep-best N")
+        if self.mode not in ("min", "max"):
+            raise UsageError(f"--mode must be min or max, not {self.mode!r}")
+
+    @property
+    def is_empty(self) -> bool:
+        return not any(getattr(self, name) for name in (*_COUNTS, "keep_steps", "keep_within"))
+
+    def to_json(self) -> dict[str, Any]:
+        best = bool(self.keep_best)
+        return {
+            **{name: getattr(self, name) or None for name in _COUNTS},
+            "keep_steps": sorted(self.keep_steps),
+            "keep_within": format_duration(self.keep_within) if self.keep_within else None,
+            "metric": self.metric,
+            "mode": self.mode if best else None,
+            "keep_missing_metric": self.keep_missing_metric if best else None,
+        }
+
+
+class Candidate(Protocol):
+    """What a rule looks at: ``StepInfo`` satisfies it, and so does any synthetic test step."""
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def committed_at(self) -> datetime: ...
+
+    @property
+    def metrics(self) -> dict[str, Any] | None: ...
+
+
+def metric_value(metrics: dict[str, Any] | None, name: str) -> float | None:
+    """A finite number under ``name``; anything else (absent, NaN, inf, text, bool) is missing."""
+    value = (metrics or {}).get(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def keep_reasons(
+    steps: Sequence[Candidate], policy: Policy, now: datetime
+) -> dict[str, tuple[str, ...]]:
+    """The kept steps of ``steps`` (committed steps of one root), by directory name, with reasons.
+
+    Steps absent from the result are the ones the policy deletes.
+    """
+    by_step = sorted(steps, key=lambda s: (s.step, s.committed_at, s.name))
+    reasons: dict[str, list[str]] = {}
+
+    def keep(s: Candidate, why: str) -> None:
+        reasons.setdefault(s.name, []).append(why)
+
+    if by_step:
+        keep(by_step[-1], LATEST)
+    if policy.keep_last:
+        for s in by_step[-policy.keep_last :]:
+            keep(s, f"last {policy.keep_last}")
+    for s in by_step:
+        if policy.keep_every and s.step % policy.keep_every == 0:
+            keep(s, f"every {policy.keep_every}")
+        if s.step in policy.keep_steps:
+            keep(s, f"step {s.step}")
+        if policy.keep_within is not None and now - s.committed_at <= policy.keep_within:
+            keep(s, f"within {format_duration(policy.keep_within)}")
+
+    newest_first = sorted(steps, key=lambda s: (s.committed_at, s.step, s.name), reverse=True)
+    for label, bucket_of in _BUCKETS:
+        left = getattr(policy, f"keep_{label}")
+        last: str | None = None
+        for s in newest_first:
+            if left <= 0:
+                break
+            bucket = bucket_of(s.committed_at.astimezone(timezone.utc))
+            if bucket != last:
+                keep(s, f"{label} {bucket}")
+                last, left = bucket, left - 1
+
+    if policy.keep_best and policy.metric:
+        _keep_best(by_step, policy, policy.metric, keep)
+    return {name: tuple(why) for name, why in reasons.items()}
+
+
+def _keep_best(
+    by_step: list[Candidate],
+    policy: Policy,
+    metric: str,
+    keep: Callable[[Candidate, str], None],
+) -> None:
+    ranked: list[tuple[float, int, Candidate]] = []
+    for s in by_step:
+        value = metric_value(s.metrics, metric)
+        if value is None:
+            if policy.keep_missing_metric:
+                keep(s, f"no {metric} metric")
+            continue
+        # Best first; on a tie the newer step wins, as Orbax's stable sort does.
+        ranked.append((value if policy.mode == "min" else -value, -s.step, s))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    for _, _, s in ranked[: policy.keep_best]:
+        keep(s, f"best {policy.keep_best} by {metric} ({policy.mode})")

@@ -1,0 +1,377 @@
+"""``ckpt prune`` through the real entry point: plan, refusal, deletion, crashes, concurrency."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ckpt_cli.core.deletion import prune_lock
+from ckpt_cli.core.prune import LOCK_NAME, SYMLINK_KEPT, TRASH_PREFIX
+from ckpt_cli.core.storage import LocalLocation
+from ckpt_cli.errors import StorageError
+from tests.conftest import FIXTURES, REPO
+from tests.prune_roots import SMALL_STEP, age_tree, copy_steps, entries, step_dirs, tree_digest
+from tests.test_startup import PROBE
+
+TMP_SRC = FIXTURES / "with_tmp" / "3.orbax-checkpoint-tmp"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """Steps 100..500, each a copy of a real Orbax step."""
+    return copy_steps(tmp_path / "run", range(100, 600, 100))
+
+
+def run_script(script: str, *args: str, **kw: object) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        env=env,
+        text=True,
+        **kw,  # type: ignore[call-overload]
+    )
+
+
+def test_dry_run_changes_nothing(cli, root: Path) -> None:  # type: ignore[no-untyped-def]
+    shutil.copytree(TMP_SRC, root / "600.orbax-checkpoint-tmp")
+    age_tree(root / "600.orbax-checkpoint-tmp", 7200)
+    before = tree_digest(root), entries(root)
+    r = cli("prune", root, "--keep-last", "2", "--clean-tmp", "--dry-run")
+    assert r.code == 0, r.stderr
+    assert (tree_digest(root), entries(root)) == before
+    assert "(dry run)" in r.stdout and "would free" in r.stdout
+    assert "dry run: nothing was changed" in r.stderr
+
+
+def test_json_plan_shape(cli, root: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli(
+        "prune", root, "--keep-last", "2", "--keep-step", "100", "--keep-step", "12345",
+        "--dry-run", "--json",
+    )  # fmt: skip
+    assert r.code == 0, r.stderr
+    assert "--keep-step 12345: no committed step 12345" in r.stderr
+    doc = r.json()
+    assert doc["schema_version"] == 1 and doc["dry_run"] is True and doc["outcome"] is None
+    assert [(k["step"], k["reasons"]) for k in doc["keep"]] == [
+        (100, ["step 100"]),
+        (400, ["last 2"]),
+        (500, ["latest", "last 2"]),
+    ]
+    assert [d["step"] for d in doc["delete"]] == [200, 300]
+    for d in doc["delete"]:
+        assert d["path"] == str(root / str(d["step"]))
+        assert d["size_bytes"] == sum(
+            p.stat().st_size for p in Path(d["path"]).rglob("*") if p.is_file()
+        )
+    assert doc["freed_bytes"] == sum(d["size_bytes"] for d in doc["delete"]) > 0
+    assert doc["policy"]["keep_steps"] == [100, 12345]
+
+
+def test_refuses_without_terminal_and_without_yes(cli, root: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("prune", root, "--keep-last", "1")
+    assert r.code == 3
+    assert "refusing to delete without confirmation" in r.stderr and "--yes" in r.stderr
+    assert "delete" in r.stdout and "frees" in r.stdout  # the plan was printed
+    assert step_dirs(root) == {100, 200, 300, 400, 500}
+    assert not (root / LOCK_NAME).exists()
+
+
+def test_json_refusal_prints_the_plan(cli, root: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("prune", root, "--keep-last", "1", "--json")
+    assert r.code == 3 and "--json never asks" in r.stderr and "--yes" in r.stderr
+    doc = r.json()
+    assert doc["outcome"] is None and len(doc["delete"]) == 4
+    assert step_dirs(root) == {100, 200, 300, 400, 500}
+
+
+def test_yes_deletes(cli, root: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("prune", root, "--keep-last", "2", "--yes")
+    assert r.code == 0, r.stderr
+    assert "deleted 3 steps" in r.stdout
+    assert entries(root) == ["400", "500"]  # no trash, no lock file left
+
+
+def test_yes_json_reports_the_outcome(cli, root: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("prune", root, "--keep-every", "200", "--yes", "--json")
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert doc["dry_run"] is False
+    assert doc["outcome"]["deleted"] == ["100", "300"]
+    assert doc["outcome"]["freed_bytes"] == doc["freed_bytes"]
+    assert doc["outcome"]["failed"] == [] and doc["outcome"]["skipped"] == []
+    assert step_dirs(root) == {200, 400, 500}
+
+
+@pytest.mark.parametrize(
+    ("answer", "code", "left"),
+    [
+        ("y\n", 0, {400, 500}),
+        ("n\n", 3, {100, 200, 300, 400, 500}),
+        ("", 3, {100, 200, 300, 400, 500}),
+    ],
+)
+def test_asks_on_a_terminal(
+    cli, root: Path, monkeypatch: pytest.MonkeyPatch, answer: str, code: int, left: set[int]
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr("ckpt_cli.commands.prune._interactive", lambda: True)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(answer))
+    r = cli("prune", root, "--keep-last", "2")
+    assert r.code == code
+    assert "Delete 3 steps and 0 other directories?" in r.stderr
+    if code:
+        assert "not confirmed: nothing deleted" in r.stderr
+    assert step_dirs(root) == left
+
+
+def test_nothing_to_delete(cli, root: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("prune", root, "--keep-last", "10")
+    assert r.code == 0 and "nothing to delete" in r.stdout
+    assert step_dirs(root) == {100, 200, 300, 400, 500}
+
+
+@pytest.mark.parametrize(
+    ("args", "phrase"),
+    [
+        ([], "no retention rule given"),
+        (["--keep-within", "7"], "--keep-within: cannot read '7' as a duration"),
+        (
+            ["--keep-last", "1", "--clean-tmp", "--tmp-min-age", "soon"],
+            "--tmp-min-age: cannot read",
+        ),
+        (["--keep-best", "2"], "--keep-best needs the metric"),
+        (["--keep-last", "1", "--metric", "loss"], "--metric only applies to --keep-best"),
+        (["--keep-last", "0"], "--keep-last"),
+        (["--keep-best", "1", "--metric", "loss", "--mode", "median"], "--mode"),
+    ],
+)
+def test_usage_errors_exit_2(cli, root: Path, args: list[str], phrase: str) -> None:  # type: ignore[no-untyped-def]
+    r = cli("prune", root, *args, "--yes")
+    assert r.code == 2, r.stderr
+    assert phrase in r.stderr
+    assert step_dirs(root) == {100, 200, 300, 400, 500}
+
+
+def test_not_a_root(cli, root: Path) -> None:  # type: ignore[no-untyped-def]
+    before = tree_digest(root / "500"), os.stat(root / "500").st_mtime_ns
+    r = cli("prune", root / "500", "--keep-last", "1", "--yes")
+    assert r.code == 3 and "not a root of steps" in r.stderr
+    # Not even a lock file was created (and removed) in the step.
+    assert (tree_digest(root / "500"), os.stat(root / "500").st_mtime_ns) == before
+    r = cli("prune", root / "missing", "--keep-last", "1", "--yes")
+    assert r.code == 3 and "does not exist" in r.stderr
+    assert step_dirs(root) == {100, 200, 300, 400, 500}
+
+
+def test_symlinked_step_pointing_outside_survives(cli, root: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    outside = copy_steps(tmp_path / "other_disk", [50]) / "50"
+    (root / "50").symlink_to(outside, target_is_directory=True)
+    (root / f"{TRASH_PREFIX}60-deadbeef").symlink_to(outside, target_is_directory=True)
+    digest = tree_digest(outside)
+    r = cli("prune", root, "--keep-last", "1", "--yes", "--json")
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert {k["step"]: k["reasons"] for k in doc["keep"]} == {
+        50: [SYMLINK_KEPT],
+        500: ["latest", "last 1"],
+    }
+    assert f"{TRASH_PREFIX}60-deadbeef" in {u["name"] for u in doc["untouched"]}
+    assert "step 50 is a symlink" in r.stderr
+    assert (root / "50").is_symlink() and tree_digest(outside) == digest
+    assert entries(root) == [f"{TRASH_PREFIX}60-deadbeef", "50", "500"]
+
+
+def test_tmp_dirs_young_and_old(cli, root: Path) -> None:  # type: ignore[no-untyped-def]
+    for name, age in (
+        ("600.orbax-checkpoint-tmp", 3 * 3600),
+        ("700.orbax-checkpoint-tmp-0", 20 * 60),
+    ):
+        shutil.copytree(TMP_SRC, root / name)
+        age_tree(root / name, age)
+    r = cli("prune", root, "--keep-last", "5", "--yes")
+    assert r.code == 0 and "nothing to delete" in r.stdout  # without --clean-tmp: untouched
+    assert "--clean-tmp removes it" in r.stdout
+    r = cli("prune", root, "--keep-last", "5", "--clean-tmp", "--yes")
+    assert r.code == 0, r.stderr
+    assert "deleted 0 steps and 1 tmp/trash directory" in r.stdout
+    assert "younger than --tmp-min-age 1h" in r.stdout
+    assert "700.orbax-checkpoint-tmp-0" in entries(root)
+    assert "600.orbax-checkpoint-tmp" not in entries(root)
+    r = cli("prune", root, "--keep-last", "5", "--clean-tmp", "--tmp-min-age", "10m", "--yes")
+    assert r.code == 0 and entries(root) == ["100", "200", "300", "400", "500"]
+
+
+def test_never_deletes_metadata_unknown_dirs_or_files(cli, fixture_copy) -> None:  # type: ignore[no-untyped-def]
+    root = fixture_copy("composite_best")
+    (root / "junk").mkdir()
+    (root / "notes.txt").write_text("mine")
+    (root / "7").mkdir()  # a step-like name that holds no step
+    r = cli("prune", root, "--keep-last", "1", "--clean-tmp", "--tmp-min-age", "0s", "--yes")
+    assert r.code == 0, r.stderr
+    assert entries(root) == ["4", "7", "junk", "metadata", "notes.txt"]
+    assert (root / "notes.txt").read_text() == "mine"
+
+
+def test_failed_deletion_exits_3_and_the_next_prune_finishes(
+    cli, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    original = LocalLocation.delete_tree
+
+    def flaky(self: LocalLocation) -> None:
+        if "-100-" in self.name:
+            raise StorageError(f"cannot delete {self.path}: Input/output error")
+        original(self)
+
+    monkeypatch.setattr(LocalLocation, "delete_tree", flaky)
+    r = cli("prune", root, "--keep-last", "2", "--yes")
+    assert r.code == 3
+    assert "1 deletions failed; every kept step is intact" in r.stderr
+    assert "Input/output error" in r.stderr
+    trash = [n for n in entries(root) if n.startswith(TRASH_PREFIX)]
+    assert len(trash) == 1 and step_dirs(root) == {400, 500}
+    monkeypatch.setattr(LocalLocation, "delete_tree", original)
+    r = cli("prune", root, "--keep-last", "2", "--yes", "--json")
+    assert r.code == 0 and r.json()["outcome"]["deleted"] == trash
+    assert entries(root) == ["400", "500"]
+
+
+KILLER = """
+import os, signal, sys
+from ckpt_cli.core import storage
+point, root, victim = sys.argv[1:4]
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+if point == "rename":
+    original = storage.LocalLocation.rename
+    def rename(self, new_name):
+        moved = original(self, new_name)
+        if new_name.startswith(f".ckpt-trash-{victim}-"):
+            die()
+        return moved
+    storage.LocalLocation.rename = rename
+else:
+    original_unlink, count = os.unlink, [0]
+    def unlink(*args, **kwargs):
+        count[0] += 1
+        if count[0] == 4:
+            die()
+        return original_unlink(*args, **kwargs)
+    os.unlink = unlink
+sys.argv = ["ckpt", "prune", root, "--keep-last", "2", "--clean-tmp", "--yes"]
+from ckpt_cli.app import main
+main()
+"""
+
+
+@pytest.mark.parametrize("point", ["rename", "unlink"])
+def test_killed_mid_prune_then_a_second_prune_completes(cli, root: Path, point: str) -> None:  # type: ignore[no-untyped-def]
+    shutil.copytree(TMP_SRC, root / "600.orbax-checkpoint-tmp")
+    age_tree(root / "600.orbax-checkpoint-tmp", 7200)
+    kept = {n: tree_digest(root / n) for n in ("400", "500")}
+    originals = {n: tree_digest(root / n) for n in ("100", "200", "300")}
+    proc = run_script(
+        KILLER, point, str(root), "200", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == -9, err
+
+    trash = [n for n in entries(root) if n.startswith(TRASH_PREFIX)]
+    # The hidden tmp dir lost Orbax's marker: Orbax must not take trash for its own tmp dir.
+    assert any(n.startswith(f"{TRASH_PREFIX}600.tmp-") for n in trash), trash
+    assert not any(".orbax-checkpoint-tmp" in n for n in trash)
+    assert {n: tree_digest(root / n) for n in kept} == kept
+    # Each doomed step is either untouched or hidden in trash; `ckpt ls` never shows trash.
+    for name, digest in originals.items():
+        assert ((root / name).is_dir() and tree_digest(root / name) == digest) or not (
+            root / name
+        ).exists()
+    listed = cli("ls", root, "--json")
+    assert listed.code == 0
+    assert {s["name"] for s in listed.json()["steps"]} <= {
+        "100",
+        "200",
+        "300",
+        "400",
+        "500",
+        "600.orbax-checkpoint-tmp",
+    }
+
+    r = cli("prune", root, "--keep-last", "2", "--clean-tmp", "--yes", "--json")
+    assert r.code == 0, r.stderr
+    assert set(trash) <= set(r.json()["outcome"]["deleted"])
+    assert entries(root) == ["400", "500"]
+    assert {n: tree_digest(root / n) for n in kept} == kept
+
+
+PAUSER = """
+import sys
+from ckpt_cli.core import storage
+original = storage.LocalLocation.rename
+def rename(self, new_name):
+    moved = original(self, new_name)
+    print("PAUSED", flush=True)
+    sys.stdin.readline()
+    return moved
+storage.LocalLocation.rename = rename
+sys.argv = ["ckpt", "prune", sys.argv[1], "--keep-last", "2", "--yes", "--json"]
+from ckpt_cli.app import main
+main()
+"""
+
+
+def test_concurrent_prune_refuses(cli, root: Path) -> None:  # type: ignore[no-untyped-def]
+    first = run_script(
+        PAUSER, str(root), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert first.stdout is not None and first.stdin is not None
+        assert first.stdout.readline().strip() == "PAUSED"
+        second = cli("prune", root, "--keep-last", "2", "--yes")
+        assert second.code == 3
+        assert "another prune of" in second.stderr and f"pid {first.pid} on" in second.stderr
+        out, err = first.communicate("\n" * 10, timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, err
+    assert json.loads(out[out.index("{") :])["outcome"]["deleted"] == ["100", "200", "300"]
+    assert entries(root) == ["400", "500"]
+    # The lock went with the first prune: a third one runs.
+    assert cli("prune", root, "--keep-last", "1", "--yes").code == 0
+
+
+def test_lock_held_in_process_refuses(cli, root: Path) -> None:  # type: ignore[no-untyped-def]
+    with prune_lock(LocalLocation(str(root))):
+        r = cli("prune", root, "--keep-last", "1", "--yes")
+        dry = cli("prune", root, "--keep-last", "1", "--dry-run")
+    assert r.code == 3 and "another prune of" in r.stderr and "wait for it to finish" in r.stderr
+    assert dry.code == 0  # a dry run changes nothing and needs no lock
+    assert step_dirs(root) == {100, 200, 300, 400, 500}
+
+
+@pytest.mark.parametrize("extra", [["--dry-run"], ["--yes", "--json"]])
+def test_prune_does_not_import_jax_or_orbax(root: Path, extra: list[str]) -> None:
+    args = ["prune", str(root), "--keep-last", "1", *extra]
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("HEAVY="))
+    assert json.loads(line[len("HEAVY=") :]) == []
+    assert proc.stdout
+
+
+def test_many_steps_from_copies(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    root = copy_steps(tmp_path / "big", range(10, 2010, 10), src=SMALL_STEP)
+    r = cli("prune", root, "--keep-last", "3", "--keep-every", "500", "--yes", "--json")
+    assert r.code == 0, r.stderr
+    assert step_dirs(root) == {500, 1000, 1500, 1980, 1990, 2000}
+    assert len(r.json()["outcome"]["deleted"]) == 194
