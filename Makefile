@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	rm -rf $(DEMO)
+	rm -rf $(DEMO) $(DEMO)-4x2
 	@echo "== train 300 steps (saves every 100, keeps 3)"
 	$(PY) examples/train_mlp.py --workdir $(DEMO) --steps 300
 	@echo "== train again to 600: resumes from the latest step"
@@ -30,6 +30,17 @@ demo: $(STAMP)
 	$(CKPT) inspect $(DEMO) --json | head -n 30
 	@echo "== a sharded checkpoint: which device holds which block"
 	$(CKPT) inspect fixtures/ckpts/sharded_4x2 --layout params.w
+	@echo "== ckpt reshard for a (data=4, model=2) mesh, then restore it on 8 CPU devices"
+	rm -rf $(DEMO)-4x2
+	$(CKPT) reshard $(DEMO) $(DEMO)-4x2 --mesh data=4,model=2 --rules examples/mesh_4x2.yaml
+	$(CKPT) inspect $(DEMO)-4x2 --layout params.Dense_0.kernel
+	$(PY) examples/restore_on_mesh.py $(DEMO)-4x2
+	@echo "== ckpt prune --dry-run: the plan (keep with reasons, delete with sizes); nothing changes"
+	$(CKPT) prune $(DEMO) --keep-last 1 --keep-every 500 --dry-run
+	@echo "== ckpt prune --yes: delete what no rule keeps (step 400)"
+	$(CKPT) prune $(DEMO) --keep-last 1 --keep-every 500 --yes
+	$(CKPT) ls $(DEMO)
+	$(PY) -c "import orbax.checkpoint as ocp; print('orbax sees steps', ocp.CheckpointManager('$(DEMO)').all_steps())"
 
 test: lint types pytest
 

@@ -266,39 +266,25 @@ def _print_plan(plan: Any, json_out: bool) -> None:
 
     color = use_color()
     paint = painter(color)
+    with_problems = bool(plan.problems)
     rows = []
     for p in plan.leaves:
         if not p.leaf.is_array:
             continue
-        spec = (
-            ""
-            if p.spec is None
-            else "P("
-            + ",".join(
-                "None" if x is None else x if isinstance(x, str) else "(" + ",".join(x) + ")"
-                for x in p.spec
-            )
-            + ")"
-        )
-        rows.append(
-            [
-                (p.leaf.name, ""),
-                (f"{p.leaf.dtype}{shape_str(p.leaf.shape)}", "cyan"),
-                (shape_str(p.leaf.chunk_shape), ""),
-                (shape_str(p.chunk_shape), "green"),
-                (spec, "blue"),
-                (human_bytes(p.leaf.size_bytes), ""),
-                (p.problem or "", "red"),
-            ]
-        )
+        row = [
+            (p.leaf.name, ""),
+            (f"{p.leaf.dtype}{shape_str(p.leaf.shape)}", "cyan"),
+            (shape_str(p.leaf.chunk_shape), ""),
+            (shape_str(p.chunk_shape), "green"),
+            (p.sharding.short() if p.sharding else "host value", "blue"),
+            (human_bytes(p.leaf.size_bytes), ""),
+        ]
+        if with_problems:
+            row.append((p.problem or "", "red"))
+        rows.append(row)
+    headers = ["leaf", "array", "old chunk", "new chunk", "spec", "bytes"]
     emit(
-        table_lines(
-            ["leaf", "array", "old chunk", "new chunk", "spec", "bytes", "problem"],
-            rows,
-            paint,
-            right=frozenset({5}),
-        ),
-        color,
+        table_lines(headers + ["problem"] * with_problems, rows, paint, right=frozenset({5})), color
     )
     if plan.mesh:
         mesh = ",".join(
