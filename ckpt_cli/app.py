@@ -16,6 +16,7 @@ import typer
 from ckpt_cli import __version__
 from ckpt_cli.commands import inspect as inspect_cmd
 from ckpt_cli.commands import ls as ls_cmd
+from ckpt_cli.commands import migrate as migrate_cmd
 from ckpt_cli.commands import prune as prune_cmd
 from ckpt_cli.commands import reshard as reshard_cmd
 from ckpt_cli.errors import EXIT_BUG, EXIT_INTERRUPTED, CkptError
@@ -55,6 +56,7 @@ app.command("ls")(ls_cmd.ls)
 app.command("inspect")(inspect_cmd.inspect)
 app.command("prune")(prune_cmd.prune)
 app.command("reshard")(reshard_cmd.reshard)
+app.command("migrate")(migrate_cmd.migrate)
 
 
 class Interrupted(Exception):

@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from typing import Annotated, Any
 
 import typer
 
 from ckpt_cli.commands._common import (
+    CompressionOpt,
     ItemOpt,
     JsonOpt,
+    MaxChunkBytesOpt,
+    MemoryLimitOpt,
+    OcdbtOpt,
     StepOpt,
+    Zarr3Opt,
     emit_json,
     human_bytes,
-    parse_size,
     shape_str,
     stdout_console,
     warn,
+    with_progress,
+    write_limits,
 )
 from ckpt_cli.errors import InvalidMetadataError, RefusedError, UsageError
 
@@ -66,37 +71,11 @@ def reshard(
     ] = None,
     step: StepOpt = None,
     item: ItemOpt = None,
-    max_chunk_bytes: Annotated[
-        str,
-        typer.Option(
-            "--max-chunk-bytes",
-            help="Split a device's shard into equal chunks no larger than this.",
-        ),
-    ] = "64MiB",
-    memory_limit: Annotated[
-        str,
-        typer.Option(
-            "--memory-limit",
-            help="Bytes of array data held at once (blocks in flight plus TensorStore's cache).",
-        ),
-    ] = "1GiB",
-    zarr3: Annotated[
-        bool | None,
-        typer.Option(
-            "--zarr3/--zarr2",
-            help="Output zarr version (default: the source's).",
-            show_default=False,
-        ),
-    ] = None,
-    compression: Annotated[
-        str, typer.Option("--compression", help="zstd, zstd:LEVEL or none.")
-    ] = "zstd",
-    ocdbt: Annotated[
-        bool,
-        typer.Option(
-            "--ocdbt/--no-ocdbt", help="One merged OCDBT database, or a zarr directory per array."
-        ),
-    ] = True,
+    max_chunk_bytes: MaxChunkBytesOpt = "64MiB",
+    memory_limit: MemoryLimitOpt = "1GiB",
+    zarr3: Zarr3Opt = None,
+    compression: CompressionOpt = "zstd",
+    ocdbt: OcdbtOpt = True,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the plan per leaf; write nothing.")
     ] = False,
@@ -124,13 +103,7 @@ def reshard(
         raise UsageError(
             "say where to reshard to: --mesh NAME=SIZE,... (with --rules/--rule) or --like OTHER"
         )
-    chunk_limit = parse_size(max_chunk_bytes, "--max-chunk-bytes")
-    mem_limit = parse_size(memory_limit, "--memory-limit")
-    if chunk_limit * 4 > mem_limit:
-        raise UsageError(
-            f"--max-chunk-bytes ({human_bytes(chunk_limit)}) must be at most a quarter "
-            f"of --memory-limit ({human_bytes(mem_limit)})"
-        )
+    chunk_limit, mem_limit = write_limits(max_chunk_bytes, memory_limit)
     comp = Compression.parse(compression)
 
     ref = resolve_item(open_location(src), step, item)
@@ -166,7 +139,8 @@ def reshard(
     leaves = core.reshard_leaves(report, plan, out_zarr3, comp)
     started = time.monotonic()
     operation = {"operation": "reshard", "mesh": mesh, "like": like, "rules": rules}
-    result = _with_progress(
+    result = with_progress(
+        "reshard",
         plan.total_bytes,
         not json_out,
         lambda on_bytes: write_step(
@@ -293,15 +267,3 @@ def _print_plan(plan: Any, json_out: bool) -> None:
         stdout_console().print(
             f"target mesh {mesh} ({plan.mesh.size} devices); {human_bytes(plan.total_bytes)} to write"
         )
-
-
-def _with_progress(total: int, allowed: bool, run: Any) -> Any:
-    if not (allowed and sys.stderr.isatty()):
-        return run(None)
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-    with Progress(
-        TextColumn("reshard"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), transient=True
-    ) as progress:
-        task = progress.add_task("reshard", total=total)
-        return run(lambda n: progress.advance(task, n))

@@ -61,10 +61,13 @@ def write_step(
     memory_limit: int,
     operation: dict[str, Any],
     on_bytes: Callable[[int], None] | None = None,
+    step: int | None = None,
 ) -> StepOutput:
+    """Write ``leaves`` as step ``step`` (default: the source's number) of the root ``dst``."""
     prepare_destination(dst, src)
     dst.make_dirs()
-    step = src.step if src.step is not None else 0
+    if step is None:
+        step = src.step if src.step is not None else 0
     writer = StepWriter(dst, str(step))
     writer.begin()
     try:

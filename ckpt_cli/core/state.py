@@ -102,14 +102,23 @@ def _is_key(leaf: LeafLike) -> bool:
     )
 
 
+def telling_name(keypath: Sequence[str]) -> tuple[Part, int] | None:
+    """The first path component that names parameters or optimizer state, and its position."""
+    for i, k in enumerate(keypath):
+        lowered = k.lower()
+        if lowered in _OPT_NAMES:
+            return "opt_state", i
+        if lowered in _PARAM_NAMES:
+            return "params", i
+    return None
+
+
 def classify_leaf(leaf: LeafLike) -> Part | None:
     """The part a leaf belongs to, by the first telling name on its path, then by its dtype."""
+    telling = telling_name(leaf.keypath)
+    if telling is not None:
+        return telling[0]
     lowered = [k.lower() for k in leaf.keypath]
-    for k in lowered:
-        if k in _OPT_NAMES:
-            return "opt_state"
-        if k in _PARAM_NAMES:
-            return "params"
     last = lowered[-1] if lowered else ""
     if (last in _RNG_NAMES or "rng" in last) and _is_key(leaf):
         return "rng"

@@ -1,0 +1,206 @@
+"""Plan a migration: apply a spec's rules, in order, to the leaves of a source item.
+
+The plan is the list of destination leaves, each with the expression that computes its values
+(``migrate_ops``), the source leaves it reads and the operations applied, plus the source leaves
+that were dropped and the rules that matched nothing. Nothing is read or written here: every
+impossible request (a collision, an impossible reshape, a float cast to int without rounding)
+is a ``RefusedError`` naming the rule, the field and the leaf, before anything is written.
+
+Optimizer state follows parameters (``migrate_tree``): a rule that changes a parameter changes
+the optimizer leaves that mirror it the same way unless the rule says ``follow_optimizer: false``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ckpt_cli.core import migrate_ops as ops
+from ckpt_cli.core import migrate_rules as rules
+from ckpt_cli.core.arrays import ItemStore
+from ckpt_cli.core.inspect import ItemReport, Leaf
+from ckpt_cli.core.metadata import ShardingInfo
+from ckpt_cli.core.migrate_layout import Layout, layout_for
+from ckpt_cli.core.migrate_spec import MigrationSpec, Rule
+from ckpt_cli.core.migrate_tree import Step, Work, fill_key_types, followers, key_types
+from ckpt_cli.core.writer import ArrayOut, Compression, LeafOut
+from ckpt_cli.errors import RefusedError
+
+
+@dataclass(frozen=True)
+class DestLeaf:
+    name: str
+    keypath: tuple[str, ...]
+    key_types: tuple[int, ...]
+    value_type: str
+    expr: ops.Node | None
+    sources: tuple[str, ...]
+    steps: tuple[Step, ...]
+    layout: Layout | None
+    string_value: str | None = None
+    random_key_impl: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.steps)
+
+    @property
+    def size_bytes(self) -> int:
+        if self.expr is None:
+            return 0
+        from ckpt_cli.core.arrays import dtype_itemsize
+
+        return ops.nbytes(self.expr.shape, dtype_itemsize(self.expr.dtype))
+
+
+@dataclass(frozen=True)
+class MigrationPlan:
+    spec: MigrationSpec
+    leaves: tuple[DestLeaf, ...]
+    dropped: tuple[str, ...]
+    unused_rules: tuple[str, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(leaf.size_bytes for leaf in self.leaves)
+
+    @property
+    def changed(self) -> list[DestLeaf]:
+        return [leaf for leaf in self.leaves if leaf.changed]
+
+    @property
+    def untouched(self) -> list[DestLeaf]:
+        return [leaf for leaf in self.leaves if not leaf.changed]
+
+
+def plan_migration(report: ItemReport, spec: MigrationSpec, max_chunk_bytes: int) -> MigrationPlan:
+    work = [Work.from_leaf(leaf) for leaf in report.leaves]
+    unused = []
+    for rule in spec.rules:
+        work, matched = _apply(rule, work)
+        if not matched:
+            unused.append(rule.label)
+        _check_tree(rule, work)
+    default = _default_sharding(report.leaves)
+    sources = {leaf.name: leaf for leaf in report.leaves}
+    kinds = fill_key_types(work)
+    leaves = tuple(_freeze(w, kinds, default, sources, max_chunk_bytes) for w in work)
+    reached = {s for leaf in leaves for s in leaf.sources}
+    dropped = tuple(leaf.name for leaf in report.leaves if leaf.name not in reached)
+    return MigrationPlan(spec, leaves, dropped, tuple(unused))
+
+
+def _apply(rule: Rule, work: list[Work]) -> tuple[list[Work], bool]:
+    if rule.op == "add":
+        return rules.add(rule, work), True
+    if rule.op == "concat":
+        return rules.concat(rule, work)
+    arrays_only = rule.op not in ("rename", "drop", "keep_only")
+    direct = [w for w in work if (w.expr is not None or not arrays_only) and rule.selects(w.name)]
+    if rule.op == "keep_only":
+        keep = {id(w) for w in direct}
+        return [w for w in work if id(w) in keep], bool(direct)
+    follow = followers(rule, direct, work) if rule.follow_optimizer else {}
+    changes: dict[int, list[Work]] = {}
+    for w in direct:
+        changes[id(w)] = rules.change(rule, w, None)
+        for f in follow.get(id(w), []):
+            changes[id(f)] = rules.follow_change(rule, w, f, changes[id(w)])
+    out: list[Work] = []
+    for w in work:
+        out += changes.get(id(w), [w])
+    rules.check_unique(rule, out)
+    return out, bool(direct)
+
+
+def _check_tree(rule: Rule, work: list[Work]) -> None:
+    """A name may not be both a leaf and a subtree (``a.b`` and ``a.b.c``)."""
+    leaves = {w.keypath for w in work}
+    for w in work:
+        for i in range(1, len(w.keypath)):
+            if w.keypath[:i] in leaves:
+                raise RefusedError(
+                    f"{rule.label}: {'.'.join(w.keypath[:i])!r} would be a leaf and also hold {w.name!r}"
+                )
+
+
+def _default_sharding(leaves: Iterable[Leaf]) -> ShardingInfo | None:
+    """The sharding an added jax.Array records: replicated on the mesh the others use."""
+    from dataclasses import replace
+
+    for leaf in leaves:
+        if leaf.value_type == "jax.Array" and leaf.sharding is not None:
+            s = leaf.sharding
+            return replace(s, partition_spec=()) if s.mesh_shape is not None else s
+    return None
+
+
+def _freeze(
+    w: Work,
+    kinds: dict[tuple[str, ...], int],
+    default: ShardingInfo | None,
+    sources: dict[str, Leaf],
+    max_chunk_bytes: int,
+) -> DestLeaf:
+    layout = None
+    if w.expr is not None:
+        layout = layout_for(w.expr, w.value_type, w.leaf, default, sources, max_chunk_bytes)
+    return DestLeaf(
+        name=w.name,
+        keypath=w.keypath,
+        key_types=key_types(w, kinds),
+        value_type=w.value_type,
+        expr=w.expr,
+        sources=w.sources,
+        steps=tuple(w.steps),
+        layout=layout,
+        string_value=w.leaf.value if w.leaf is not None and w.value_type == "string" else None,
+        random_key_impl=w.leaf.random_key_impl if w.leaf is not None else None,
+    )
+
+
+def migrate_leaves(
+    report: ItemReport,
+    plan: MigrationPlan,
+    zarr3: bool,
+    compression: Compression,
+    functions: dict[str, Callable[..., Any]] | None = None,
+) -> list[LeafOut]:
+    """The output leaves of a plan, each array computing its regions from the source item."""
+    ctx = ops.EvalContext(ItemStore(report.ref.location, report.zarr_format == 3), functions or {})
+    out = []
+    for leaf in plan.leaves:
+        array = source = None
+        layout = leaf.layout
+        if leaf.expr is not None and layout is not None:
+            array = ArrayOut(
+                leaf.expr.dtype, leaf.expr.shape, layout.chunk_shape, zarr3, compression
+            )
+            source = _source(leaf.expr, ctx)
+        out.append(
+            LeafOut(
+                keypath=leaf.keypath,
+                key_types=leaf.key_types,
+                value_type=leaf.value_type,
+                array=array,
+                source=source,
+                sharding=layout.sharding if layout is not None else None,
+                write_shape=layout.write_shape if layout is not None else None,
+                ext_metadata={"random_key_impl": leaf.random_key_impl}
+                if leaf.random_key_impl
+                else None,
+                string_value=leaf.string_value,
+            )
+        )
+    return out
+
+
+def _source(expr: ops.Node, ctx: ops.EvalContext) -> Callable[[ops.Region], Any]:
+    whole = frozenset(id(n) for n in expr.walk() if n.whole)
+
+    def read(region: ops.Region) -> Any:
+        ctx.begin(whole)
+        return expr.fetch(region, ctx)
+
+    return read
