@@ -51,6 +51,11 @@ def init_state(hidden: int, seed: int = 0) -> dict[str, Any]:
             "rng": jax.random.key_data(key)}
 
 
+def abstract_state(hidden: int = 128) -> Any:
+    """The shapes and dtypes of a fresh state of width ``hidden``: a ``ckpt migrate --target``."""
+    return jax.eval_shape(lambda: init_state(hidden))
+
+
 def make_train_step(hidden: int):  # type: ignore[no-untyped-def]
     model, tx = MLP(hidden), optax.adam(1e-3)
 

@@ -27,8 +27,10 @@ The values are not those jax draws (jax uses threefry); they follow the same law
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +83,66 @@ class Initializer:
     @property
     def random(self) -> bool:
         return self.kind not in ("zeros", "constant")
+
+
+_TEXT = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\(\s*([^()]*?)\s*\))?\s*")
+_FIELDS = {
+    "constant": {"value"},
+    "normal": {"stddev", "seed"},
+    "truncated_normal": {"stddev", "seed"},
+    "lecun_normal": {"seed"},
+    "glorot_uniform": {"seed"},
+}
+
+
+def parse_init(value: Any, seed: int) -> Initializer:
+    """``zeros``, ``normal(0.02)``, ``constant(1)`` or ``{name: normal, stddev: 0.02, seed: 1}``;
+    ``seed`` unless the value names its own. A ``ValueError`` says what is wrong."""
+    if isinstance(value, str):
+        m = _TEXT.fullmatch(value)
+        if not m:
+            raise ValueError(f"expected e.g. zeros, normal(0.02) or constant(1), got {value!r}")
+        doc: dict[str, Any] = {"name": m.group(1)}
+        if m.group(2):
+            number = _number(m.group(2))
+            if number is None:
+                raise ValueError(f"{m.group(2)!r} is not a number")
+            doc["value" if m.group(1) == "constant" else "stddev"] = number
+    elif isinstance(value, dict):
+        doc = dict(value)
+    else:
+        raise ValueError(
+            f"expected a name such as zeros or normal(0.02), or a mapping, got {value!r}"
+        )
+    kind = doc.pop("name", None)
+    if kind not in KINDS:
+        close = difflib.get_close_matches(str(kind), KINDS, n=1)
+        maybe = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown initialiser {kind!r}{maybe} (initialisers: {', '.join(KINDS)})")
+    extra = set(doc) - _FIELDS.get(kind, set())
+    if extra:
+        raise ValueError(f"{kind} takes no {sorted(extra)[0]!r}")
+    stddev = doc.get("stddev", 0.01)
+    if not isinstance(stddev, (int, float)) or isinstance(stddev, bool) or stddev <= 0:
+        raise ValueError(f"stddev must be a positive number, got {stddev!r}")
+    if kind == "constant" and "value" not in doc:
+        raise ValueError("constant needs a value, e.g. constant(1.0)")
+    const = doc.get("value", 0)
+    if not isinstance(const, (int, float, bool)):
+        raise ValueError(f"constant value must be a number, got {const!r}")
+    own = doc.get("seed", seed)
+    if not isinstance(own, int) or isinstance(own, bool) or own < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {own!r}")
+    return Initializer(kind, float(stddev), const, own)
+
+
+def _number(text: str) -> float | int | None:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return None
 
 
 def numpy_dtype(name: str) -> Any:

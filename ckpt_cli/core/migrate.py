@@ -25,7 +25,6 @@ from ckpt_cli.core.migrate_layout import Layout, layout_for
 from ckpt_cli.core.migrate_spec import MigrationSpec, Rule
 from ckpt_cli.core.migrate_tree import Step, Work, fill_key_types, followers, key_types
 from ckpt_cli.core.writer import ArrayOut, Compression, LeafOut
-from ckpt_cli.errors import RefusedError
 
 
 @dataclass(frozen=True)
@@ -81,7 +80,7 @@ def plan_migration(report: ItemReport, spec: MigrationSpec, max_chunk_bytes: int
         work, matched = _apply(rule, work)
         if not matched:
             unused.append(rule.label)
-        _check_tree(rule, work)
+        rules.check_tree(rule, work)
     default = _default_sharding(report.leaves)
     sources = {leaf.name: leaf for leaf in report.leaves}
     kinds = fill_key_types(work)
@@ -112,17 +111,6 @@ def _apply(rule: Rule, work: list[Work]) -> tuple[list[Work], bool]:
         out += changes.get(id(w), [w])
     rules.check_unique(rule, out)
     return out, bool(direct)
-
-
-def _check_tree(rule: Rule, work: list[Work]) -> None:
-    """A name may not be both a leaf and a subtree (``a.b`` and ``a.b.c``)."""
-    leaves = {w.keypath for w in work}
-    for w in work:
-        for i in range(1, len(w.keypath)):
-            if w.keypath[:i] in leaves:
-                raise RefusedError(
-                    f"{rule.label}: {'.'.join(w.keypath[:i])!r} would be a leaf and also hold {w.name!r}"
-                )
 
 
 def _default_sharding(leaves: Iterable[Leaf]) -> ShardingInfo | None:

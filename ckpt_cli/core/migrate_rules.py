@@ -325,9 +325,14 @@ def _expand(rule: Rule, m: re.Match[str], template: str, w: Work) -> str:
     return name
 
 
+def _followers_last(work: list[Work]) -> list[Work]:
+    """Report a conflict between the leaves a rule names before one among their followers."""
+    return sorted(work, key=lambda w: bool(w.steps and w.steps[-1].via))
+
+
 def check_unique(rule: Rule, out: list[Work]) -> None:
     seen: dict[str, Work] = {}
-    for w in out:
+    for w in _followers_last(out):
         other = seen.get(w.name)
         if other is not None:
             a, b = sorted([other.origin, w.origin])
@@ -336,6 +341,17 @@ def check_unique(rule: Rule, out: list[Work]) -> None:
                 hint="two rules or two leaves write one leaf; rename one of them",
             )
         seen[w.name] = w
+
+
+def check_tree(rule: Rule, work: list[Work]) -> None:
+    """A name may not be both a leaf and a subtree (``a.b`` and ``a.b.c``)."""
+    leaves = {w.keypath for w in work}
+    for w in _followers_last(work):
+        for i in range(1, len(w.keypath)):
+            if w.keypath[:i] in leaves:
+                raise RefusedError(
+                    f"{rule.label}: {'.'.join(w.keypath[:i])!r} would be a leaf and also hold {w.name!r}"
+                )
 
 
 def _fits(rule: Rule, dtype: str, value: Any, where: str) -> Any:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_cli.core.arrays import EXTRA_DTYPES
-from ckpt_cli.core.initializers import FAN_KINDS, KINDS, Initializer
+from ckpt_cli.core.initializers import FAN_KINDS, Initializer, parse_init
 from ckpt_cli.errors import NotFoundError, RefusedError
 
 DTYPES = (
@@ -357,7 +357,10 @@ def _rule(index: int, item: Any, seed: int, where: str) -> Rule:
         if f.has("value_type"):
             kw["value_type"] = f.choice("value_type", VALUE_TYPES)
     if op in ("resize", "add") and f.has("init"):
-        kw["init"] = _init(f, seed)
+        try:
+            kw["init"] = parse_init(f.get("init"), seed)
+        except ValueError as e:
+            raise f.fail("init", str(e)) from None
     if op == "add":
         kw["init"] = kw.get("init") or Initializer("zeros")
         if kw["init"].kind in FAN_KINDS and len(kw["shape"]) < 2:
@@ -370,66 +373,6 @@ def _rule(index: int, item: Any, seed: int, where: str) -> Rule:
     if op == "python":
         kw["function"] = _function(f)
     return Rule(**kw)
-
-
-_INIT_TEXT = re.compile(r"\s*([A-Za-z_]\w*)\s*(?:\(\s*([^()]*?)\s*\))?\s*")
-
-
-def _init(f: _Fields, seed: int) -> Initializer:
-    """``zeros``, ``normal(0.02)``, ``constant(1)`` or ``{name: normal, stddev: 0.02, seed: 1}``."""
-    value = f.get("init")
-    if isinstance(value, str):
-        m = _INIT_TEXT.fullmatch(value)
-        if not m:
-            raise f.fail("init", f"expected e.g. zeros, normal(0.02) or constant(1), got {value!r}")
-        kind, arg = m.group(1), m.group(2)
-        doc: dict[str, Any] = {"name": kind}
-        if arg:
-            number = _number(arg)
-            if number is None:
-                raise f.fail("init", f"{arg!r} is not a number")
-            doc["value" if kind == "constant" else "stddev"] = number
-    elif isinstance(value, dict):
-        doc = dict(value)
-    else:
-        raise f.fail(
-            "init", f"expected a name such as zeros or normal(0.02), or a mapping, got {value!r}"
-        )
-    kind = doc.pop("name", None)
-    if kind not in KINDS:
-        raise f.fail(
-            "init",
-            f"unknown initialiser {kind!r}{_hint(str(kind), KINDS)} (initialisers: {', '.join(KINDS)})",
-        )
-    allowed = {
-        "constant": {"value"},
-        "normal": {"stddev", "seed"},
-        "truncated_normal": {"stddev", "seed"},
-    }
-    extra = set(doc) - allowed.get(kind, {"seed"} if kind in FAN_KINDS else set())
-    if extra:
-        raise f.fail("init", f"{kind} takes no {sorted(extra)[0]!r}")
-    stddev = doc.get("stddev", 0.01)
-    if not isinstance(stddev, (int, float)) or isinstance(stddev, bool) or stddev <= 0:
-        raise f.fail("init", f"stddev must be a positive number, got {stddev!r}")
-    const = doc.get("value", 0)
-    if kind == "constant" and "value" not in doc:
-        raise f.fail("init", "constant needs a value, e.g. constant(1.0)")
-    if not isinstance(const, (int, float, bool)):
-        raise f.fail("init", f"constant value must be a number, got {const!r}")
-    init_seed = f.integer("init", doc.get("seed", seed), minimum=0)
-    return Initializer(kind, float(stddev), const, init_seed)
-
-
-def _number(text: str) -> float | int | None:
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return None
 
 
 def _function(f: _Fields) -> str:
