@@ -111,6 +111,7 @@ def reshard(
     """
     from ckpt_cli.core import reshard as core
     from ckpt_cli.core.inspect import inspect_item
+    from ckpt_cli.core.memory import bound_allocator
     from ckpt_cli.core.resolve import resolve_item
     from ckpt_cli.core.rewrite import prepare_destination, write_step
     from ckpt_cli.core.storage import open_location
@@ -132,6 +133,7 @@ def reshard(
             f"of --memory-limit ({human_bytes(mem_limit)})"
         )
     comp = Compression.parse(compression)
+    bound_allocator()
 
     ref = resolve_item(open_location(src), step, item)
     report = inspect_item(ref)
@@ -163,7 +165,7 @@ def reshard(
     destination = open_location(dst)
     prepare_destination(destination, ref)
 
-    leaves = core.reshard_leaves(report, plan, out_zarr3, comp)
+    leaves = core.reshard_leaves(report, plan, out_zarr3, comp, mem_limit)
     started = time.monotonic()
     operation = {"operation": "reshard", "mesh": mesh, "like": like, "rules": rules}
     result = _with_progress(
