@@ -147,8 +147,12 @@ def _small_tree(step: int) -> dict[str, Any]:
 
     rng = np.random.default_rng(step)
     return {
-        "params": {"dense": {"kernel": rng.standard_normal((4, 4), dtype=np.float32),
-                             "bias": np.zeros(4, np.float32)}},
+        "params": {
+            "dense": {
+                "kernel": rng.standard_normal((4, 4), dtype=np.float32),
+                "bias": np.zeros(4, np.float32),
+            }
+        },
         "step": np.int32(step),
     }
 
@@ -163,8 +167,7 @@ def build_root(path: Path, steps: int) -> None:
     options = ocp.CheckpointManagerOptions(best_fn=lambda m: m["loss"], best_mode="min")
     mgr = ocp.CheckpointManager(partial, options=options)
     for step in range(real):
-        mgr.save(step, args=ocp.args.StandardSave(_small_tree(step)),
-                 metrics={"loss": _loss(step)})
+        mgr.save(step, args=ocp.args.StandardSave(_small_tree(step)), metrics={"loss": _loss(step)})
     mgr.wait_until_finished()
     mgr.close()
     template = partial / str(real - 1)
@@ -173,9 +176,11 @@ def build_root(path: Path, steps: int) -> None:
         dst = partial / str(step)
         shutil.copytree(template, dst)
         offset = (step - real + 1) * 1_000_000  # 1 ms later per step
-        patched = {**step_meta,
-                   "init_timestamp_nsecs": step_meta["init_timestamp_nsecs"] + offset,
-                   "commit_timestamp_nsecs": step_meta["commit_timestamp_nsecs"] + offset}
+        patched = {
+            **step_meta,
+            "init_timestamp_nsecs": step_meta["init_timestamp_nsecs"] + offset,
+            "commit_timestamp_nsecs": step_meta["commit_timestamp_nsecs"] + offset,
+        }
         (dst / "_CHECKPOINT_METADATA").write_text(json.dumps(patched))
         (dst / "metrics" / "metrics").write_text(json.dumps({"loss": _loss(step)}))
     reader = ocp.CheckpointManager(partial, options=ocp.CheckpointManagerOptions(read_only=True))
@@ -192,13 +197,23 @@ def _big_tree(leaves: int) -> dict[str, Any]:
 
     rng = np.random.default_rng(0)
     n_layers = (leaves - 2) // 6
-    params = {"layers": {f"layer_{i}": {"kernel": rng.standard_normal((8, 8), dtype=np.float32),
-                                        "bias": np.zeros(8, np.float32)}
-                         for i in range(n_layers)}}
+    params = {
+        "layers": {
+            f"layer_{i}": {
+                "kernel": rng.standard_normal((8, 8), dtype=np.float32),
+                "bias": np.zeros(8, np.float32),
+            }
+            for i in range(n_layers)
+        }
+    }
 
     def zeros() -> dict[str, Any]:
-        return {"layers": {name: {k: np.zeros_like(v) for k, v in layer.items()}
-                           for name, layer in params["layers"].items()}}
+        return {
+            "layers": {
+                name: {k: np.zeros_like(v) for k, v in layer.items()}
+                for name, layer in params["layers"].items()
+            }
+        }
 
     tree: dict[str, Any] = {
         "params": params,
@@ -250,8 +265,13 @@ class Timing:
 
 
 def _run(cmd: list[str], capture: bool) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, check=False)
+    proc = subprocess.run(
+        cmd,
+        stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.splitlines()[-5:])
         raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{tail}")
@@ -280,15 +300,18 @@ def check_ckpt_ls(steps: int) -> Check:
     def check(out: str) -> None:
         doc = json.loads(out)
         _expect("ckpt ls: steps", len(doc["steps"]), steps)
-        _expect("ckpt ls: committed steps",
-                sum(s["status"] == "committed" for s in doc["steps"]), steps)
+        _expect(
+            "ckpt ls: committed steps", sum(s["status"] == "committed" for s in doc["steps"]), steps
+        )
         _expect("ckpt ls: latest step", doc["latest_step"], steps - 1)
+
     return check
 
 
 def check_ckpt_inspect(leaves: int) -> Check:
     def check(out: str) -> None:
         _expect("ckpt inspect: leaves", json.loads(out)["totals"]["leaves"], leaves)
+
     return check
 
 
@@ -297,22 +320,29 @@ def check_orbax_ls(steps: int) -> Check:
         lines = out.splitlines()
         _expect("orbax ls: latest step", int(lines[0].split()[1]), steps - 1)
         _expect("orbax ls: steps", len(lines) - 1, steps)
+
     return check
 
 
 def check_orbax_inspect(leaves: int) -> Check:
     def check(out: str) -> None:
         _expect("orbax inspect: leaves", len(out.splitlines()), leaves)
+
     return check
 
 
 def forbidden_imports(args: list[str]) -> list[str]:
     """Forbidden packages imported by ``ckpt ARGS``, run in-process in a fresh interpreter."""
-    proc = subprocess.run([PYTHON, "-c", IMPORT_PROBE, *args], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, check=False)
+    proc = subprocess.run(
+        [PYTHON, "-c", IMPORT_PROBE, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
     for line in reversed(proc.stderr.splitlines()):
         if line.startswith(MODULES_MARKER):
-            loaded: list[str] = json.loads(line[len(MODULES_MARKER):])
+            loaded: list[str] = json.loads(line[len(MODULES_MARKER) :])
             return loaded
     raise SystemExit(f"import probe of ckpt {' '.join(args)} failed:\n{proc.stderr[-2000:]}")
 
@@ -353,16 +383,22 @@ def print_table(rows: list[Row]) -> None:
     width = max(len(r.operation) for r in rows)
     print(f"{'operation':<{width}}  {'ckpt s':>8}  {'orbax s':>8}  {'orbax/ckpt':>10}")
     for r in rows:
-        print(f"{r.operation:<{width}}  {r.ckpt.median:>8.3f}  {r.orbax.median:>8.3f}  "
-              f"{r.ratio:>9.1f}x")
+        print(
+            f"{r.operation:<{width}}  {r.ckpt.median:>8.3f}  {r.orbax.median:>8.3f}  "
+            f"{r.ratio:>9.1f}x"
+        )
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--steps", type=int, default=1000, help="steps in the ls root")
     parser.add_argument("--leaves", type=int, default=10000, help="leaves in the inspect item")
-    parser.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR,
-                        help="where the checkpoints are built and cached")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=DEFAULT_WORKDIR,
+        help="where the checkpoints are built and cached",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per command")
     args = parser.parse_args()
     if args.steps < 1 or args.leaves < 2 or args.repeat < 1:
@@ -375,49 +411,94 @@ def main() -> None:
     if not os.access(CKPT, os.X_OK):
         raise SystemExit(f"{CKPT} not found: install ckpt-cli into this interpreter's venv")
     args.workdir.mkdir(parents=True, exist_ok=True)
-    root = str(ensure(args.workdir / f"root_{args.steps}steps", f"a root of {args.steps} steps",
-                      build_root, args.steps))
-    item = str(ensure(args.workdir / f"item_{args.leaves}leaves",
-                      f"an item of {args.leaves} leaves", build_item, args.leaves))
+    root = str(
+        ensure(
+            args.workdir / f"root_{args.steps}steps",
+            f"a root of {args.steps} steps",
+            build_root,
+            args.steps,
+        )
+    )
+    item = str(
+        ensure(
+            args.workdir / f"item_{args.leaves}leaves",
+            f"an item of {args.leaves} leaves",
+            build_item,
+            args.leaves,
+        )
+    )
 
-    imports = {" ".join(a): forbidden_imports(a)
-               for a in (["--help"], ["ls", root, "--json"], ["inspect", item, "--json"])}
+    imports = {
+        " ".join(a): forbidden_imports(a)
+        for a in (["--help"], ["ls", root, "--json"], ["inspect", item, "--json"])
+    }
     for command, loaded in imports.items():
-        print(f"ckpt {command}: imports of {'/'.join(FORBIDDEN_MODULES)}: "
-              f"{', '.join(loaded) if loaded else 'none'}", file=sys.stderr)
+        print(
+            f"ckpt {command}: imports of {'/'.join(FORBIDDEN_MODULES)}: "
+            f"{', '.join(loaded) if loaded else 'none'}",
+            file=sys.stderr,
+        )
 
     n = args.repeat
     print(f"timing ({n} runs each after a warm-up) ...", file=sys.stderr, flush=True)
     ls_ckpt = measure([CKPT, "ls", root, "--json"], n, check_ckpt_ls(args.steps))
     inspect_ckpt = measure([CKPT, "inspect", item, "--json"], n, check_ckpt_inspect(args.leaves))
     rows = [
-        Row("startup: ckpt --help", "ckpt --help", "python -c 'import orbax.checkpoint'",
-            measure([CKPT, "--help"], n), measure([PYTHON, "-c", ORBAX_IMPORT], n)),
-        Row(f"ls {args.steps} steps (orbax: all_steps)", "ckpt ls ROOT --json", ORBAX_LS_STEPS,
-            ls_ckpt, measure([PYTHON, "-c", ORBAX_LS_STEPS, root], n, check_orbax_ls(args.steps))),
-        Row(f"ls {args.steps} steps (orbax: +metadata)", "ckpt ls ROOT --json", ORBAX_LS_METADATA,
+        Row(
+            "startup: ckpt --help",
+            "ckpt --help",
+            "python -c 'import orbax.checkpoint'",
+            measure([CKPT, "--help"], n),
+            measure([PYTHON, "-c", ORBAX_IMPORT], n),
+        ),
+        Row(
+            f"ls {args.steps} steps (orbax: all_steps)",
+            "ckpt ls ROOT --json",
+            ORBAX_LS_STEPS,
             ls_ckpt,
-            measure([PYTHON, "-c", ORBAX_LS_METADATA, root], n, check_orbax_ls(args.steps))),
-        Row(f"inspect {args.leaves} leaves", "ckpt inspect ITEMROOT --json", ORBAX_INSPECT,
+            measure([PYTHON, "-c", ORBAX_LS_STEPS, root], n, check_orbax_ls(args.steps)),
+        ),
+        Row(
+            f"ls {args.steps} steps (orbax: +metadata)",
+            "ckpt ls ROOT --json",
+            ORBAX_LS_METADATA,
+            ls_ckpt,
+            measure([PYTHON, "-c", ORBAX_LS_METADATA, root], n, check_orbax_ls(args.steps)),
+        ),
+        Row(
+            f"inspect {args.leaves} leaves",
+            "ckpt inspect ITEMROOT --json",
+            ORBAX_INSPECT,
             inspect_ckpt,
-            measure([PYTHON, "-c", ORBAX_INSPECT, item], n, check_orbax_inspect(args.leaves))),
+            measure([PYTHON, "-c", ORBAX_INSPECT, item], n, check_orbax_inspect(args.leaves)),
+        ),
     ]
 
     print_table(rows)
     RESULT_JSON.parent.mkdir(parents=True, exist_ok=True)
-    RESULT_JSON.write_text(json.dumps({
-        "steps": args.steps,
-        "leaves": args.leaves,
-        "repeat": n,
-        "root": root,
-        "item": item,
-        "machine": {"python": platform.python_version(), "platform": platform.platform(),
-                    "cpus": os.cpu_count()},
-        "versions": {d: _version(d) for d in ("ckpt-cli", "orbax-checkpoint", "jax",
-                                               "tensorstore")},
-        "forbidden_imports": imports,
-        "rows": [r.to_json() for r in rows],
-    }, indent=2) + "\n")
+    RESULT_JSON.write_text(
+        json.dumps(
+            {
+                "steps": args.steps,
+                "leaves": args.leaves,
+                "repeat": n,
+                "root": root,
+                "item": item,
+                "machine": {
+                    "python": platform.python_version(),
+                    "platform": platform.platform(),
+                    "cpus": os.cpu_count(),
+                },
+                "versions": {
+                    d: _version(d) for d in ("ckpt-cli", "orbax-checkpoint", "jax", "tensorstore")
+                },
+                "forbidden_imports": imports,
+                "rows": [r.to_json() for r in rows],
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {RESULT_JSON}", file=sys.stderr)
     if any(imports.values()):
         raise SystemExit("ckpt imported jax/orbax: see above")

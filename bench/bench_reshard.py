@@ -11,7 +11,7 @@ GiB of float32 in 16 leaves, saved on 8 forced CPU devices with mesh (8, 1) and 
 subprocess whose wall time and peak RSS (``ru_maxrss``) are measured, in the same run:
 
 ckpt
-    ``ckpt reshard SRC DST --mesh data=2,model=4 --rule '.*=[data, model]'`` (default
+    ``ckpt reshard SRC DST --mesh data=2,model=4 --rule '*=[data, model]'`` (default
     ``--memory-limit 1GiB``).
 orbax (today's route)
     ``CheckpointManager.restore`` with ``StandardRestore`` of ``ShapeDtypeStruct``s carrying the
@@ -44,7 +44,9 @@ def done(t0):
     print("RESULT", time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
 
-BUILD = PRELUDE + """
+BUILD = (
+    PRELUDE
+    + """
 import jax, numpy as np, orbax.checkpoint as ocp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 root, rows = sys.argv[1], int(sys.argv[2])
@@ -59,8 +61,11 @@ mgr.save(1, args=ocp.args.StandardSave(tree))
 mgr.wait_until_finished()
 print("RESULT 0 0")
 """.replace("LEAVES", str(LEAVES))
+)
 
-ORBAX_ROUTE = PRELUDE + """
+ORBAX_ROUTE = (
+    PRELUDE
+    + """
 t0 = time.perf_counter()
 import jax, numpy as np, orbax.checkpoint as ocp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
@@ -76,8 +81,11 @@ out.save(1, args=ocp.args.StandardSave(state))
 out.wait_until_finished()
 done(t0)
 """
+)
 
-TS_FLOOR = PRELUDE + """
+TS_FLOOR = (
+    PRELUDE
+    + """
 t0 = time.perf_counter()
 import json, tensorstore as ts
 src, dst = sys.argv[1], sys.argv[2]
@@ -97,11 +105,14 @@ for name in names:
     d.write(s).result()
 done(t0)
 """
+)
 
-CKPT_ROUTE = PRELUDE + """
+CKPT_ROUTE = (
+    PRELUDE
+    + """
 t0 = time.perf_counter()
 sys.argv = ["ckpt", "reshard", sys.argv[1], sys.argv[2], "--mesh", "data=2,model=4",
-            "--rule", ".*=[data, model]", "--json"]
+            "--rule", "*=[data, model]", "--json"]
 from ckpt_cli.app import main
 try:
     main()
@@ -109,8 +120,11 @@ except SystemExit as e:
     assert not e.code, e.code
 done(t0)
 """
+)
 
-RESTORE = PRELUDE + """
+RESTORE = (
+    PRELUDE
+    + """
 import jax, numpy as np, orbax.checkpoint as ocp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 root = sys.argv[1]
@@ -124,12 +138,14 @@ state = mgr.restore(1, args=ocp.args.StandardRestore(target))
 jax.block_until_ready(state)
 done(t0)
 """
+)
 
 
 def run(script: str, *args: str) -> tuple[float, int]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, *args], env=env, capture_output=True, text=True
+    )
     if proc.returncode:
         raise SystemExit(f"benchmark step failed:\n{proc.stderr[-3000:]}")
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
@@ -153,8 +169,11 @@ def main() -> None:
     size = sum(f.stat().st_size for f in src.rglob("*") if f.is_file())
     print(f"source: {src} ({size / 2**30:.2f} GiB on disk)")
     results = {}
-    for name, script in (("ckpt reshard", CKPT_ROUTE), ("orbax restore+save", ORBAX_ROUTE),
-                         ("tensorstore copy (floor)", TS_FLOOR)):
+    for name, script in (
+        ("ckpt reshard", CKPT_ROUTE),
+        ("orbax restore+save", ORBAX_ROUTE),
+        ("tensorstore copy (floor)", TS_FLOOR),
+    ):
         dst = work / ("dst_" + name.split()[0])
         shutil.rmtree(dst, ignore_errors=True)
         print(f"running {name} ...", flush=True)
@@ -166,12 +185,18 @@ def main() -> None:
     print(f"\n{'contender':<26}{'wall s':>9}{'peak RSS':>12}{'vs ckpt time':>14}")
     for name, (secs, rss) in results.items():
         print(f"{name:<26}{secs:>9.2f}{rss / 2**30:>10.2f} G{secs / ours[0]:>13.2f}x")
-    print(f"\nrestore on (2,4): old layout {restore_old[0]:.2f} s, resharded {restore_new[0]:.2f} s "
-          f"({restore_old[0] / restore_new[0]:.2f}x)")
-    out = {"source_bytes": size, "rows": rows, "leaves": LEAVES,
-           "results": {k: {"seconds": v[0], "peak_rss_bytes": v[1]} for k, v in results.items()},
-           "restore_seconds": {"old_layout": restore_old[0], "resharded": restore_new[0]},
-           "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    print(
+        f"\nrestore on (2,4): old layout {restore_old[0]:.2f} s, resharded {restore_new[0]:.2f} s "
+        f"({restore_old[0] / restore_new[0]:.2f}x)"
+    )
+    out = {
+        "source_bytes": size,
+        "rows": rows,
+        "leaves": LEAVES,
+        "results": {k: {"seconds": v[0], "peak_rss_bytes": v[1]} for k, v in results.items()},
+        "restore_seconds": {"old_layout": restore_old[0], "resharded": restore_new[0]},
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     (REPO / "bench" / "out").mkdir(parents=True, exist_ok=True)
     (REPO / "bench" / "out" / "reshard.json").write_text(json.dumps(out, indent=2))
     print("wrote bench/out/reshard.json")

@@ -90,6 +90,7 @@ def reshard(
     """
     from ckpt_cli.core import reshard as core
     from ckpt_cli.core.inspect import inspect_item
+    from ckpt_cli.core.memory import bound_allocator
     from ckpt_cli.core.resolve import resolve_item
     from ckpt_cli.core.rewrite import prepare_destination, write_step
     from ckpt_cli.core.storage import open_location
@@ -105,6 +106,7 @@ def reshard(
         )
     chunk_limit, mem_limit = write_limits(max_chunk_bytes, memory_limit)
     comp = Compression.parse(compression)
+    bound_allocator()
 
     ref = resolve_item(open_location(src), step, item)
     report = inspect_item(ref)
@@ -136,7 +138,7 @@ def reshard(
     destination = open_location(dst)
     prepare_destination(destination, ref)
 
-    leaves = core.reshard_leaves(report, plan, out_zarr3, comp)
+    leaves = core.reshard_leaves(report, plan, out_zarr3, comp, mem_limit)
     started = time.monotonic()
     operation = {"operation": "reshard", "mesh": mesh, "like": like, "rules": rules}
     result = with_progress(

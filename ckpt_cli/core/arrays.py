@@ -167,7 +167,9 @@ def _compression(codecs: list[Any]) -> str | None:
 class ItemStore:
     """The arrays of one item, wherever the item keeps them."""
 
-    def __init__(self, item: Location, use_zarr3: bool) -> None:
+    def __init__(self, item: Location, use_zarr3: bool, context: Any = None) -> None:
+        #: A ``ts.Context`` shared by every open (a chunk cache for readers that revisit chunks).
+        self.context = context
         self.item = item
         self.use_zarr3 = use_zarr3
         children = {e.name: e for e in item.list()}
@@ -204,7 +206,7 @@ class ItemStore:
 
         if label not in self._kvstores:
             try:
-                self._kvstores[label] = ts.KvStore.open(spec).result()
+                self._kvstores[label] = ts.KvStore.open(spec, context=self.context).result()
             except Exception as e:  # TensorStore raises ValueError for every I/O problem
                 raise StorageError(
                     f"cannot open the array database of {self.item}: {_first(e)}",
@@ -255,7 +257,8 @@ class ItemStore:
         import tensorstore as ts
 
         try:
-            return ts.open(self.array_spec(name, label), open=True, read=True).result()
+            spec = self.array_spec(name, label)
+            return ts.open(spec, open=True, read=True, context=self.context).result()
         except Exception as e:
             raise StorageError(
                 f"cannot open leaf {name!r} of {self.item}: {_first(e)}",
@@ -323,7 +326,7 @@ class _UnmergedReader(LeafReader):
             spec = store.array_spec(name, db)
             spec["metadata"] = header
             try:
-                arr = ts.open(spec, open=True, assume_metadata=True).result()
+                arr = ts.open(spec, open=True, assume_metadata=True, context=store.context).result()
             except Exception as e:
                 raise StorageError(
                     f"cannot open leaf {name!r} in {store.item}/{db}: {_first(e)}"
@@ -375,3 +378,10 @@ class _UnmergedReader(LeafReader):
 
 def _first(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def cached_context(cache_bytes: int) -> Any:
+    """A TensorStore context whose chunk cache holds up to ``cache_bytes`` of decoded chunks."""
+    import tensorstore as ts
+
+    return ts.Context({"cache_pool": {"total_bytes_limit": max(0, cache_bytes)}})

@@ -120,20 +120,29 @@ def _matches(name: str, pattern: re.Pattern[str] | None) -> bool:
     return pattern is None or bool(pattern.search(name))
 
 
-def compile_filter(pattern: str | None) -> re.Pattern[str] | None:
-    """A leaf filter: a glob when it holds ``*``/``?`` and no other regex syntax, else a regex."""
+def compile_filter(pattern: str | None, option: str = "--filter") -> re.Pattern[str] | None:
+    """A leaf-name pattern: ``re:REGEX`` is a regular expression; otherwise a glob when it holds
+    ``*``, ``?`` or ``[`` and no regex-only syntax (``( ) | ^ $ + \\ {``), else a regex.
+
+    Globs match the whole dotted name and ``*`` crosses dots (``params.*kernel``); regexes are
+    searched anywhere in the name unless anchored.
+    """
     if pattern is None:
         return None
     import fnmatch
 
-    if re.fullmatch(r"[\w.*?\-/\[\]]+", pattern) and ("*" in pattern or "?" in pattern):
+    if pattern.startswith("re:"):
+        source = pattern[3:]
+    elif re.search(r"[*?\[]", pattern) and not re.search(r"[()|^$+\\{]", pattern):
         return re.compile(fnmatch.translate(pattern))
+    else:
+        source = pattern
     try:
-        return re.compile(pattern)
+        return re.compile(source)
     except re.error as e:
         from ckpt_cli.errors import UsageError
 
-        raise UsageError(f"--filter {pattern!r} is not a valid pattern: {e}") from None
+        raise UsageError(f"{option} {pattern!r} is not a valid pattern: {e}") from None
 
 
 def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core.arrays import ItemStore, dtype_itemsize
+from ckpt_cli.core.arrays import ItemStore, cached_context, dtype_itemsize
 from ckpt_cli.core.inspect import ItemReport, Leaf, compile_filter
 from ckpt_cli.core.metadata import ShardingInfo
 from ckpt_cli.core.writer import ArrayOut, Compression, LeafOut
@@ -98,7 +98,7 @@ def parse_rules(doc: Any, mesh: MeshSpec, source: str) -> list[Rule]:
         raise UsageError(f"{source}: expected a mapping of leaf patterns to partition specs")
     rules = []
     for pattern, value in doc.items():
-        regex = compile_filter(str(pattern))
+        regex = compile_filter(str(pattern), f"{source}: rule")
         assert regex is not None
         # A rule names whole leaves: anchor it so `kernel` does not match `kernel_scale`.
         anchored = re.compile(f"(?:{regex.pattern})\\Z")
@@ -250,17 +250,21 @@ def plan_like(report: ItemReport, other: ItemReport, max_chunk_bytes: int) -> Re
 
 
 def reshard_leaves(
-    report: ItemReport, plan: ReshardPlan, zarr3: bool, compression: Compression
+    report: ItemReport, plan: ReshardPlan, zarr3: bool, compression: Compression, memory_limit: int
 ) -> list[LeafOut]:
     """The output leaves of a plan, each array reading its values from the source item."""
-    store = ItemStore(report.ref.location, report.zarr_format == 3)
+    # Source chunks that straddle output blocks are decoded once, then served from the cache.
+    store = ItemStore(
+        report.ref.location, report.zarr_format == 3, cached_context(memory_limit // 8)
+    )
     out = []
     for p in plan.leaves:
         leaf = p.leaf
-        array = source = None
+        array = source = source_chunks = None
         if leaf.array is not None and leaf.dtype is not None and leaf.shape is not None:
             array = ArrayOut(leaf.dtype, leaf.shape, p.chunk_shape, zarr3, compression)
             source = store.reader(leaf.name, leaf.array, leaf.database).read
+            source_chunks = leaf.array.chunk_shape
         out.append(
             LeafOut(
                 keypath=leaf.keypath,
@@ -274,6 +278,7 @@ def reshard_leaves(
                 if leaf.random_key_impl
                 else None,
                 string_value=leaf.value if leaf.value_type == "string" else None,
+                source_chunks=source_chunks,
             )
         )
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import math
 import time
@@ -149,6 +150,9 @@ class LeafOut:
     write_shape: tuple[int, ...] | None = None
     ext_metadata: dict[str, Any] | None = None
     string_value: str | None = None
+    #: The source's chunking, when values are copied from stored chunks: blocks then follow
+    #: both chunkings so every source chunk is decoded once.
+    source_chunks: tuple[int, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -184,7 +188,7 @@ def _context(memory_limit: int) -> Any:
         {
             "file_io_concurrency": {"limit": 32},
             # Source chunks that straddle destination blocks are decoded once, then served from here.
-            "cache_pool": {"total_bytes_limit": max(0, memory_limit // 4)},
+            "cache_pool": {"total_bytes_limit": 0},
         }
     )
 
@@ -361,6 +365,21 @@ class StepWriter:
             self.tmp.delete_tree()
 
 
+def aligned_block(
+    info: ArrayInfo, source_chunks: tuple[int, ...] | None, budget: int
+) -> tuple[int, ...]:
+    """Output blocks made of whole output chunks; when a block of whole source chunks too (the
+    per-dimension least common multiple) fits twice the budget, blocks are made of those."""
+    if source_chunks is not None and len(source_chunks) == len(info.shape):
+        unit = tuple(
+            min(n, math.lcm(c, s)) if c and s else n
+            for n, c, s in zip(info.shape, info.chunk_shape, source_chunks, strict=True)
+        )
+        if math.prod(unit) * info.itemsize <= 2 * budget:
+            return block_shape(dataclasses.replace(info, chunk_shape=unit), budget)
+    return block_shape(info, budget)
+
+
 class _Pipeline:
     """Blocks of many leaves in flight: source reads, then writes, under a byte budget."""
 
@@ -371,8 +390,11 @@ class _Pipeline:
         self.arrays = arrays
         self.on_bytes = on_bytes
         self.depth = max(1, writer.in_flight // 2)
-        self.budget = max(1 << 20, writer.memory_limit // (2 * writer.in_flight))
-        self.limit = max(self.budget, writer.memory_limit // 2)
+        # A block in flight costs about three times its size (TensorStore's decoded source
+        # chunks, the values, the encoded output), so blocks get a quarter of the limit and the
+        # chunk cache an eighth; the rest is headroom for encoders and the allocator.
+        self.budget = max(1 << 20, writer.memory_limit // (4 * writer.in_flight))
+        self.limit = max(self.budget, writer.memory_limit // 4)
         self.opens: dict[int, Any] = {}
         self.reads: deque[tuple[Any, Any, LeafOut, tuple[slice, ...], int]] = deque()
         self.writes: deque[tuple[Any, LeafOut, int]] = deque()
@@ -383,7 +405,8 @@ class _Pipeline:
             assert leaf.array is not None and leaf.source is not None
             arr = self._opened(i)
             itemsize = dtype_itemsize(leaf.array.dtype)
-            for region in iter_blocks(leaf.array.info, block_shape(leaf.array.info, self.budget)):
+            block = aligned_block(leaf.array.info, leaf.source_chunks, self.budget)
+            for region in iter_blocks(leaf.array.info, block):
                 nbytes = math.prod(s.stop - s.start for s in region) * itemsize
                 self.reads.append((leaf.source(region), arr, leaf, region, nbytes))
                 self.held += nbytes
