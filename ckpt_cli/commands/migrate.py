@@ -91,6 +91,7 @@ def migrate(
     """
     from ckpt_cli.commands import _render_migrate as render
     from ckpt_cli.core.inspect import inspect_item
+    from ckpt_cli.core.memory import bound_allocator
     from ckpt_cli.core.migrate import migrate_leaves, plan_migration
     from ckpt_cli.core.migrate_spec import load_spec
     from ckpt_cli.core.migrate_target import abstract_state, compare_target, import_function
@@ -101,6 +102,7 @@ def migrate(
 
     chunk_limit, mem_limit = write_limits(max_chunk_bytes, memory_limit)
     comp = Compression.parse(compression)
+    bound_allocator()
     destination, out_step = _destination(dst, step_out)
     parsed = load_spec(spec)
     functions = {}
@@ -132,9 +134,8 @@ def migrate(
         warn(f"differs from --target: {d.text()}")
 
     prepare_destination(destination, ref)
-    leaves = migrate_leaves(
-        report, plan, report.zarr_format == 3 if zarr3 is None else zarr3, comp, functions
-    )
+    out_zarr3 = report.zarr_format == 3 if zarr3 is None else zarr3
+    leaves = migrate_leaves(report, plan, out_zarr3, comp, mem_limit, functions)
     operation = {
         "operation": "migrate",
         "spec_file": spec,
@@ -152,7 +153,7 @@ def migrate(
             destination,
             leaves,
             use_ocdbt=ocdbt,
-            use_zarr3=report.zarr_format == 3 if zarr3 is None else zarr3,
+            use_zarr3=out_zarr3,
             memory_limit=mem_limit,
             operation=operation,
             on_bytes=on_bytes,

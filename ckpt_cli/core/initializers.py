@@ -49,6 +49,7 @@ KINDS = (
 )
 #: Kinds whose scale comes from the array's fans, which need rank >= 2.
 FAN_KINDS = ("lecun_normal", "glorot_uniform")
+PIECE = 1 << 20  # elements generated at once (about 8 MiB per float64 temporary)
 MAX_ROUNDS = 64  # a value rejected 64 times in a row has probability 0.046**64
 
 
@@ -243,6 +244,18 @@ def generate(
         return np.zeros(out_shape, dtype=np_dtype)
     if init.kind == "constant":
         return np.full(out_shape, init.value, dtype=np_dtype)
+    if math.prod(out_shape) > PIECE:
+        # Temporaries are float64/uint64, several per element: fill large regions piecewise.
+        d = next(i for i, n in enumerate(out_shape) if n > 1)
+        half = region[d].start + out_shape[d] // 2
+        out = np.empty(out_shape, dtype=np_dtype)
+        for part in (slice(region[d].start, half), slice(half, region[d].stop)):
+            sub = tuple(part if i == d else s for i, s in enumerate(region))
+            local = tuple(
+                slice(p.start - r.start, p.stop - r.start) for p, r in zip(sub, region, strict=True)
+            )
+            out[local] = generate(init, name, shape, dtype, sub)
+        return out
     index = flat_indices(shape, region)
     key = leaf_key(init.seed, name)
     if init.kind == "normal":

@@ -12,13 +12,14 @@ the optimizer leaves that mirror it the same way unless the rule says ``follow_o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core import migrate_ops as ops
 from ckpt_cli.core import migrate_rules as rules
-from ckpt_cli.core.arrays import ItemStore
+from ckpt_cli.core.arrays import ItemStore, cached_context, dtype_itemsize
 from ckpt_cli.core.inspect import ItemReport, Leaf
 from ckpt_cli.core.metadata import ShardingInfo
 from ckpt_cli.core.migrate_layout import Layout, layout_for
@@ -48,9 +49,7 @@ class DestLeaf:
     def size_bytes(self) -> int:
         if self.expr is None:
             return 0
-        from ckpt_cli.core.arrays import dtype_itemsize
-
-        return ops.nbytes(self.expr.shape, dtype_itemsize(self.expr.dtype))
+        return math.prod(self.expr.shape) * dtype_itemsize(self.expr.dtype)
 
 
 @dataclass(frozen=True)
@@ -153,10 +152,14 @@ def migrate_leaves(
     plan: MigrationPlan,
     zarr3: bool,
     compression: Compression,
+    memory_limit: int,
     functions: dict[str, Callable[..., Any]] | None = None,
 ) -> list[LeafOut]:
     """The output leaves of a plan, each array computing its regions from the source item."""
-    ctx = ops.EvalContext(ItemStore(report.ref.location, report.zarr_format == 3), functions or {})
+    # Source chunks that straddle output blocks are decoded once, then served from the cache.
+    cache = cached_context(memory_limit // 8)
+    store = ItemStore(report.ref.location, report.zarr_format == 3, cache)
+    ctx = ops.EvalContext(store, functions or {})
     out = []
     for leaf in plan.leaves:
         array = source = None
@@ -179,6 +182,7 @@ def migrate_leaves(
                 if leaf.random_key_impl
                 else None,
                 string_value=leaf.string_value,
+                source_chunks=ops.source_chunks(leaf.expr) if leaf.expr is not None else None,
             )
         )
     return out

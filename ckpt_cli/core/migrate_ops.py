@@ -17,7 +17,6 @@ finishes the computation: reads of many regions stay in flight together, as in `
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -172,10 +171,12 @@ class Cast(Unary):
         with np.errstate(over="ignore", invalid="ignore"):
             out = x.astype(target)
         if is_float(self.dtype) and is_float(self.inner.dtype) and x.size:
-            overflow = ~np.isfinite(out.astype(np.float32)) & np.isfinite(x)
-            if overflow.any():
-                worst = float(np.abs(x[overflow].astype(np.float64)).max())
-                raise self._refuse(f"{worst:g} is beyond the range of {self.dtype}")
+            finite = np.isfinite(out)
+            if not finite.all():
+                overflow = ~finite & np.isfinite(x)
+                if overflow.any():
+                    worst = float(np.abs(x[overflow].astype(np.float64)).max())
+                    raise self._refuse(f"{worst:g} is beyond the range of {self.dtype}")
         return out
 
     def _refuse(self, why: str) -> RefusedError:
@@ -195,22 +196,44 @@ class Resize(Unary):
 
         src = self.inner.shape
         overlap = tuple(slice(s.start, min(s.stop, n)) for s, n in zip(region, src, strict=True))
-        inside = all(o.stop > o.start for o in overlap) or not region
-        if inside and all(o == s for o, s in zip(overlap, region, strict=True)):
+        inside = all(o.stop > o.start for o in overlap)
+        if inside and overlap == region:
             return self.inner.fetch(region, ctx)
         assert self.init is not None  # the plan refuses a growing resize without init
-        filled = generate(self.init, self.key_name, self.shape, self.dtype, region)
+        out = np.empty([s.stop - s.start for s in region], numpy_dtype(self.dtype))
+        # Only the new elements are generated: the slabs of the region beyond the source.
+        for box in outside(region, src):
+            values = generate(self.init, self.key_name, self.shape, self.dtype, box)
+            out[_local(box, region)] = values
         if not inside:
-            return filled
-        local = tuple(
-            slice(o.start - s.start, o.stop - s.start) for o, s in zip(overlap, region, strict=True)
-        )
+            return out
 
         def place(values: list[Any]) -> Any:
-            filled[local] = np.asarray(values[0]).astype(filled.dtype)
-            return filled
+            out[_local(overlap, region)] = np.asarray(values[0])
+            return out
 
         return Pending([self.inner.fetch(overlap, ctx)], place)
+
+
+def outside(region: Region, shape: tuple[int, ...]) -> list[Region]:
+    """Disjoint boxes covering the part of ``region`` outside the box ``[0, shape)``."""
+    boxes, inner = [], list(region)
+    for d, n in enumerate(shape):
+        s = inner[d]
+        if s.stop > n:
+            box = list(inner)
+            box[d] = slice(max(s.start, n), s.stop)
+            boxes.append(tuple(box))
+            inner[d] = slice(s.start, min(s.stop, n))
+            if inner[d].start >= inner[d].stop:
+                break
+    return boxes
+
+
+def _local(box: Region, region: Region) -> Region:
+    return tuple(
+        slice(b.start - r.start, b.stop - r.start) for b, r in zip(box, region, strict=True)
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -331,13 +354,22 @@ class Python(Whole):
         return out.astype(numpy_dtype(self.dtype), copy=False)
 
 
+def source_chunks(expr: Node) -> tuple[int, ...] | None:
+    """The source chunking a node's regions line up with (for blocks that decode each stored
+    chunk once), when its values come from one source leaf without an offset."""
+    if isinstance(expr, Source):
+        return expr.info.chunk_shape
+    if isinstance(expr, (Cast, Resize)):
+        return source_chunks(expr.inner)
+    if isinstance(expr, Transpose):
+        inner = source_chunks(expr.inner)
+        return None if inner is None else tuple(inner[a] for a in expr.axes)
+    return None
+
+
 def is_float(dtype: str) -> bool:
     return dtype.startswith(("float", "bfloat"))
 
 
 def is_integer(dtype: str) -> bool:
     return dtype.startswith(("int", "uint"))
-
-
-def nbytes(shape: tuple[int, ...], itemsize: int) -> int:
-    return math.prod(shape) * itemsize

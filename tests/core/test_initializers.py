@@ -112,3 +112,27 @@ def test_parse_init_forms() -> None:
     ):
         with pytest.raises(ValueError, match=message):
             parse_init(bad, 0)
+
+
+def test_large_regions_are_generated_piecewise_with_the_same_values() -> None:
+    init = Initializer("truncated_normal", 1.0, seed=2)
+    shape = (1200, 1000)  # 1.2M elements: above the piece size
+    whole = generate(init, "w", shape, "float32", (slice(0, 1200), slice(0, 1000)))
+    part = generate(init, "w", shape, "float32", (slice(333, 334), slice(0, 1000)))
+    assert whole[333:334].tobytes() == part.tobytes()
+
+
+@pytest.mark.parametrize(
+    "region", [(slice(0, 8), slice(0, 9)), (slice(3, 8), slice(6, 9)), (slice(5, 8), slice(0, 2))]
+)
+def test_outside_boxes_cover_exactly_the_new_elements(region: tuple[slice, ...]) -> None:
+    from ckpt_cli.core.migrate_ops import outside
+
+    old = (5, 6)
+    covered = np.zeros((8, 9), int)
+    for box in outside(region, old):
+        covered[box] += 1
+    expected = np.zeros((8, 9), int)
+    expected[region] = 1
+    expected[:5, :6] = 0
+    assert (covered == expected).all()
