@@ -5,7 +5,7 @@ Run from the repository root::
     .venv/bin/python bench/bench_migrate.py [--gib 1] [--workdir bench/out/migrate]
 
 The source (built once with real Orbax, cached in the work directory) is a CheckpointManager step
-of ``--gib`` GiB of float32 in 16 leaves ``params.layer_NN.kernel`` of shape [rows, 4096], saved
+of ``--gib`` GiB (default 1.25: 1.15 GiB on disk) of float32 in 16 leaves ``params.layer_NN.kernel`` of shape [rows, 4096], saved
 from one device. The migration renames every leaf to ``params.block_NN.w``, casts it to
 bfloat16 and widens 4 of them to [rows, 4608] (new columns ``normal(0.02)``). Each contender runs
 in a fresh subprocess whose wall time and peak RSS (``ru_maxrss``) are measured, in the same run:
@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from _harness import REPO, run  # bench/ is on sys.path when a script runs
+
 LEAVES, RESIZED, COLS, WIDE = 16, 4, 4096, 4608
 PRELUDE = """
 import os, resource, sys, time
@@ -40,7 +38,9 @@ def done(t0):
     print("RESULT", time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
 
-BUILD = PRELUDE + f"""
+BUILD = (
+    PRELUDE
+    + f"""
 import jax, numpy as np, orbax.checkpoint as ocp
 root, rows = sys.argv[1], int(sys.argv[2])
 rs = np.random.RandomState(0)
@@ -51,6 +51,7 @@ mgr.save(1, args=ocp.args.StandardSave(tree))
 mgr.wait_until_finished()
 print("RESULT 0 0")
 """
+)
 
 SPEC = rf"""# bench/bench_migrate.py: rename + cast to bfloat16 + widen {RESIZED} leaves
 rules:
@@ -59,7 +60,9 @@ rules:
   - {{op: resize, match: 'params\.block_0[0-{RESIZED - 1}]\.w', shape: [null, {WIDE}], init: 'normal(0.02)'}}
 """
 
-ORBAX_ROUTE = PRELUDE + f"""
+ORBAX_ROUTE = (
+    PRELUDE
+    + f"""
 t0 = time.perf_counter()
 import jax, ml_dtypes, numpy as np, orbax.checkpoint as ocp
 from orbax.checkpoint import transform_utils as tu
@@ -87,8 +90,11 @@ out.save(1, args=ocp.args.StandardSave(state))
 out.wait_until_finished()
 done(t0)
 """
+)
 
-CKPT_ROUTE = PRELUDE + """
+CKPT_ROUTE = (
+    PRELUDE
+    + """
 t0 = time.perf_counter()
 sys.argv = ["ckpt", "migrate", *sys.argv[1:], "--json"]
 from ckpt_cli.app import main
@@ -98,6 +104,7 @@ except SystemExit as e:
     assert not e.code, e.code
 done(t0)
 """
+)
 
 SAME = """
 import sys
@@ -116,21 +123,9 @@ print("RESULT 0 0")
 """
 
 
-def run(script: str, *args: str) -> tuple[float, int]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", script, *args], env=env, capture_output=True, text=True
-    )
-    if proc.returncode:
-        raise SystemExit(f"benchmark step failed:\n{proc.stderr[-3000:]}")
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
-    _, seconds, rss = line.split()
-    return float(seconds), int(rss)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gib", type=float, default=1.0)
+    ap.add_argument("--gib", type=float, default=1.25)
     ap.add_argument("--workdir", default=str(REPO / "bench" / "out" / "migrate"))
     args = ap.parse_args()
     work = Path(args.workdir)

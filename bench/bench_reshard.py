@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from _harness import REPO, run  # bench/ is on sys.path when a script runs
+
 LEAVES = 16
 PRELUDE = """
 import os, resource, sys, time
@@ -139,18 +137,6 @@ jax.block_until_ready(state)
 done(t0)
 """
 )
-
-
-def run(script: str, *args: str) -> tuple[float, int]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", script, *args], env=env, capture_output=True, text=True
-    )
-    if proc.returncode:
-        raise SystemExit(f"benchmark step failed:\n{proc.stderr[-3000:]}")
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
-    _, seconds, rss = line.split()
-    return float(seconds), int(rss)
 
 
 def main() -> None:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -37,34 +36,6 @@ JsonOpt = Annotated[
     typer.Option("--json", help="Print one JSON document on stdout (no colour, no progress)."),
 ]
 
-# Options of the commands that write a new step (reshard, migrate).
-MaxChunkBytesOpt = Annotated[
-    str,
-    typer.Option(
-        "--max-chunk-bytes", help="Split a device's shard into equal chunks no larger than this."
-    ),
-]
-MemoryLimitOpt = Annotated[
-    str,
-    typer.Option(
-        "--memory-limit",
-        help="Bytes of array data held at once (blocks in flight plus TensorStore's cache).",
-    ),
-]
-Zarr3Opt = Annotated[
-    bool | None,
-    typer.Option(
-        "--zarr3/--zarr2", help="Output zarr version (default: the source's).", show_default=False
-    ),
-]
-CompressionOpt = Annotated[str, typer.Option("--compression", help="zstd, zstd:LEVEL or none.")]
-OcdbtOpt = Annotated[
-    bool,
-    typer.Option(
-        "--ocdbt/--no-ocdbt", help="One merged OCDBT database, or a zarr directory per array."
-    ),
-]
-
 
 def stdout_console() -> Console:
     # Piped output (logs, CI) is not cut to 80 columns: nobody reads it in a narrow window.
@@ -82,24 +53,6 @@ def emit_json(doc: dict[str, Any]) -> None:
     sys.stdout.write(
         json.dumps({"schema_version": SCHEMA_VERSION, **doc}, indent=indent, default=str) + "\n"
     )
-
-
-T = TypeVar("T")
-
-
-def with_progress(
-    label: str, total: int, allowed: bool, run: Callable[[Callable[[int], None] | None], T]
-) -> T:
-    """Run ``run(on_bytes)`` under a transient byte progress bar on stderr (a terminal only)."""
-    if not (allowed and sys.stderr.isatty()):
-        return run(None)
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-    with Progress(
-        TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), transient=True
-    ) as progress:
-        task = progress.add_task(label, total=total)
-        return run(lambda n: progress.advance(task, n))
 
 
 def warn(message: str) -> None:
@@ -164,17 +117,3 @@ def parse_size(text: str, option: str) -> int:
 
         raise UsageError(f"{option} {text!r} is not a size: use e.g. 512MiB, 1GiB or bytes")
     return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
-
-
-def write_limits(max_chunk_bytes: str, memory_limit: str) -> tuple[int, int]:
-    """``--max-chunk-bytes`` and ``--memory-limit`` in bytes; a chunk fits a quarter of the limit."""
-    chunk_limit = parse_size(max_chunk_bytes, "--max-chunk-bytes")
-    mem_limit = parse_size(memory_limit, "--memory-limit")
-    if chunk_limit * 4 > mem_limit:
-        from ckpt_cli.errors import UsageError
-
-        raise UsageError(
-            f"--max-chunk-bytes ({human_bytes(chunk_limit)}) must be at most a quarter "
-            f"of --memory-limit ({human_bytes(mem_limit)})"
-        )
-    return chunk_limit, mem_limit

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 import typer
 
-from ckpt_cli.commands._common import (
+from ckpt_cli.commands._common import ItemOpt, JsonOpt, StepOpt, emit_json, warn
+from ckpt_cli.commands._write import (
     CompressionOpt,
-    ItemOpt,
-    JsonOpt,
     MaxChunkBytesOpt,
     MemoryLimitOpt,
     OcdbtOpt,
-    StepOpt,
     Zarr3Opt,
-    emit_json,
-    human_bytes,
-    stdout_console,
-    warn,
-    with_progress,
+    write_and_report,
     write_limits,
 )
 from ckpt_cli.errors import RefusedError, UsageError
@@ -96,7 +89,7 @@ def migrate(
     from ckpt_cli.core.migrate_spec import load_spec
     from ckpt_cli.core.migrate_target import abstract_state, compare_target, import_function
     from ckpt_cli.core.resolve import resolve_item
-    from ckpt_cli.core.rewrite import prepare_destination, write_step
+    from ckpt_cli.core.rewrite import prepare_destination
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.writer import Compression
 
@@ -136,48 +129,25 @@ def migrate(
     prepare_destination(destination, ref)
     out_zarr3 = report.zarr_format == 3 if zarr3 is None else zarr3
     leaves = migrate_leaves(report, plan, out_zarr3, comp, mem_limit, functions)
-    operation = {
-        "operation": "migrate",
-        "spec_file": spec,
-        "spec_sha256": parsed.sha256,
-        "spec": parsed.document,
-        "target": target,
-    }
-    started = time.monotonic()
-    result = with_progress(
+    write_and_report(
         "migrate",
-        plan.total_bytes,
-        not json_out,
-        lambda on_bytes: write_step(
-            ref,
-            destination,
-            leaves,
-            use_ocdbt=ocdbt,
-            use_zarr3=out_zarr3,
-            memory_limit=mem_limit,
-            operation=operation,
-            on_bytes=on_bytes,
-            step=out_step,
-        ),
-    )
-    seconds = time.monotonic() - started
-    if json_out:
-        doc.update(
-            {
-                "output": result.path,
-                "step": result.step,
-                "item": result.item,
-                "bytes_written": result.bytes_written,
-                "seconds": round(seconds, 3),
-            }
-        )
-        emit_json(doc)
-        return
-    render.print_plan(plan, target, diffs)
-    rate = result.bytes_written / seconds if seconds > 0 else 0
-    stdout_console().print(
-        f"wrote step {result.step} to {result.path}: "
-        f"{human_bytes(result.bytes_written)} in {seconds:.1f} s ({human_bytes(int(rate))}/s)"
+        ref,
+        destination,
+        leaves,
+        total=plan.total_bytes,
+        json_doc=doc if json_out else None,
+        print_plan=lambda: render.print_plan(plan, target, diffs),
+        use_ocdbt=ocdbt,
+        use_zarr3=out_zarr3,
+        memory_limit=mem_limit,
+        step=out_step,
+        operation={
+            "operation": "migrate",
+            "spec_file": spec,
+            "spec_sha256": parsed.sha256,
+            "spec": parsed.document,
+            "target": target,
+        },
     )
 
 

@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 import typer
 
 from ckpt_cli.commands._common import (
-    CompressionOpt,
     ItemOpt,
     JsonOpt,
-    MaxChunkBytesOpt,
-    MemoryLimitOpt,
-    OcdbtOpt,
     StepOpt,
-    Zarr3Opt,
     emit_json,
     human_bytes,
     shape_str,
     stdout_console,
     warn,
-    with_progress,
+)
+from ckpt_cli.commands._write import (
+    CompressionOpt,
+    MaxChunkBytesOpt,
+    MemoryLimitOpt,
+    OcdbtOpt,
+    Zarr3Opt,
+    write_and_report,
     write_limits,
 )
 from ckpt_cli.errors import InvalidMetadataError, RefusedError, UsageError
@@ -92,7 +93,7 @@ def reshard(
     from ckpt_cli.core.inspect import inspect_item
     from ckpt_cli.core.memory import bound_allocator
     from ckpt_cli.core.resolve import resolve_item
-    from ckpt_cli.core.rewrite import prepare_destination, write_step
+    from ckpt_cli.core.rewrite import prepare_destination
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.writer import Compression
 
@@ -139,43 +140,19 @@ def reshard(
     prepare_destination(destination, ref)
 
     leaves = core.reshard_leaves(report, plan, out_zarr3, comp, mem_limit)
-    started = time.monotonic()
-    operation = {"operation": "reshard", "mesh": mesh, "like": like, "rules": rules}
-    result = with_progress(
+    write_and_report(
         "reshard",
-        plan.total_bytes,
-        not json_out,
-        lambda on_bytes: write_step(
-            ref,
-            destination,
-            leaves,
-            use_ocdbt=ocdbt,
-            use_zarr3=out_zarr3,
-            memory_limit=mem_limit,
-            operation=operation,
-            on_bytes=on_bytes,
-        ),
+        ref,
+        destination,
+        leaves,
+        total=plan.total_bytes,
+        json_doc=_plan_json(plan) if json_out else None,
+        print_plan=lambda: _print_plan(plan, False),
+        use_ocdbt=ocdbt,
+        use_zarr3=out_zarr3,
+        memory_limit=mem_limit,
+        operation={"operation": "reshard", "mesh": mesh, "like": like, "rules": rules},
     )
-    seconds = time.monotonic() - started
-    if json_out:
-        doc = _plan_json(plan)
-        doc.update(
-            {
-                "output": result.path,
-                "step": result.step,
-                "item": result.item,
-                "bytes_written": result.bytes_written,
-                "seconds": round(seconds, 3),
-            }
-        )
-        emit_json(doc)
-    else:
-        _print_plan(plan, False)
-        rate = result.bytes_written / seconds if seconds > 0 else 0
-        stdout_console().print(
-            f"wrote step {result.step} to {result.path}: "
-            f"{human_bytes(result.bytes_written)} in {seconds:.1f} s ({human_bytes(int(rate))}/s)"
-        )
 
 
 def _load_rules(path: str) -> Any:
