@@ -21,7 +21,7 @@ from ckpt_cli.commands import prune as prune_cmd
 from ckpt_cli.commands import reshard as reshard_cmd
 from ckpt_cli.errors import EXIT_BUG, EXIT_INTERRUPTED, CkptError
 
-HELP = """List, inspect, prune and reshard Orbax checkpoints; the read commands need no JAX.
+HELP = """List, inspect, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX.
 
 Exit codes: 0 ok · 1 a check found problems · 2 usage error · 3 not a checkpoint, unreadable or refused · 70 internal error (rerun with CKPT_DEBUG=1) · 130 interrupted.
 """
@@ -48,7 +48,7 @@ def _root(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
-    """List, inspect, prune and reshard Orbax checkpoints; the read commands need no JAX."""
+    """List, inspect, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX."""
 
 
 app.command("ls")(ls_cmd.ls)
