@@ -8,6 +8,7 @@ TensorStore's kvstore ``list`` does not return). TensorStore reaches the same pl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat as stat_mod
@@ -78,6 +79,30 @@ class Location:
 
     def kvstore_spec(self) -> dict[str, Any]:
         """A TensorStore kvstore spec for this directory (always ending in ``/``)."""
+        raise NotImplementedError
+
+    def size(self) -> int:
+        """Bytes of this file, symlinks followed."""
+        raise NotImplementedError
+
+    def iter_bytes(self, block_size: int = 4 << 20) -> Iterator[bytes]:
+        """This file's content in pieces of at most ``block_size`` bytes (streamed, not loaded)."""
+        raise NotImplementedError
+
+    def write_bytes_atomic(self, data: bytes) -> None:
+        """Write this file whole or not at all: a temporary sibling, then a rename over it."""
+        raise NotImplementedError
+
+    def resolve(self) -> Location:
+        """The same file with every symlink on its path resolved."""
+        raise NotImplementedError
+
+    def is_within(self, other: Location) -> bool:
+        """Whether this location is ``other`` or lies below it (paths compared as given)."""
+        raise NotImplementedError
+
+    def relative_to(self, other: Location) -> str:
+        """This location's path relative to ``other`` (``.`` for the same place)."""
         raise NotImplementedError
 
     def __str__(self) -> str:
@@ -202,6 +227,48 @@ class LocalLocation(Location):
 
     def kvstore_spec(self) -> dict[str, Any]:
         return {"driver": "file", "path": self.path.rstrip("/") + "/"}
+
+    def size(self) -> int:
+        try:
+            return os.stat(self.path).st_size
+        except FileNotFoundError:
+            raise NotFoundError(f"{self.path} does not exist") from None
+        except OSError as e:
+            raise StorageError(f"cannot stat {self.path}: {e.strerror}") from None
+
+    def iter_bytes(self, block_size: int = 4 << 20) -> Iterator[bytes]:
+        try:
+            with open(self.path, "rb") as f:
+                while block := f.read(block_size):
+                    yield block
+        except FileNotFoundError:
+            raise NotFoundError(f"{self.path} does not exist") from None
+        except OSError as e:
+            raise StorageError(f"cannot read {self.path}: {e.strerror}") from None
+
+    def write_bytes_atomic(self, data: bytes) -> None:
+        tmp = f"{self.path}.tmp-{os.getpid()}"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise StorageError(f"cannot write {self.path}: {e.strerror}") from None
+
+    def resolve(self) -> LocalLocation:
+        return LocalLocation(os.path.realpath(self.path))
+
+    def is_within(self, other: Location) -> bool:
+        if not isinstance(other, LocalLocation):
+            return False
+        return self.path == other.path or self.path.startswith(other.path.rstrip("/") + "/")
+
+    def relative_to(self, other: Location) -> str:
+        return os.path.relpath(self.path, str(other))
 
     def __str__(self) -> str:
         return self.path
