@@ -14,8 +14,10 @@ from types import FrameType
 import typer
 
 from ckpt_cli import __version__
+from ckpt_cli.commands import diff as diff_cmd
 from ckpt_cli.commands import inspect as inspect_cmd
 from ckpt_cli.commands import ls as ls_cmd
+from ckpt_cli.commands import verify as verify_cmd
 from ckpt_cli.errors import EXIT_BUG, EXIT_INTERRUPTED, CkptError
 
 HELP = """List, inspect and check Orbax checkpoints, without JAX.
@@ -51,6 +53,8 @@ def _root(
 
 app.command("ls")(ls_cmd.ls)
 app.command("inspect")(inspect_cmd.inspect)
+app.command("verify")(verify_cmd.verify)
+app.command("diff")(diff_cmd.diff)
 
 
 class Interrupted(Exception):
