@@ -103,11 +103,11 @@ def check_arrays(
             continue
         facts.chunks += info.num_chunks
         ok = _check_shape(
-            facts, info, metas[name], shardings.get(name), array_metas.get(name), file
+            facts, name, info, metas[name], shardings.get(name), array_metas.get(name), file
         )
-        ok = _check_chunks(facts, info, parts_of.get(name, [])) and ok
+        ok = _check_chunks(facts, name, info, parts_of.get(name, [])) and ok
         if rec is not None:
-            ok = _check_against_record(facts, info, file) and ok
+            ok = _check_against_record(facts, name, info, file) and ok
         if ok and name not in broken:
             facts.arrays[name] = (info, label)
     if rec is not None:
@@ -142,13 +142,13 @@ def _shard_shape(
 
 def _check_shape(
     facts: ItemFacts,
+    name: str,
     info: ArrayInfo,
     meta: LeafMeta,
     sharding: ShardingInfo | None,
     am: ArrayMetadata | None,
     file: str | None,
 ) -> bool:
-    name = info.name
     if am is not None and am.chunk_shape not in (None, info.chunk_shape, info.inner_chunk_shape):
         facts.add(
             "chunk-shape-mismatch",
@@ -183,7 +183,7 @@ def _check_shape(
     return not bad
 
 
-def _check_chunks(facts: ItemFacts, info: ArrayInfo, parts: list[str]) -> bool:
+def _check_chunks(facts: ItemFacts, name: str, info: ArrayInfo, parts: list[str]) -> bool:
     grid = info.chunk_grid
     present: set[tuple[int, ...]] = set()
     unexpected = []
@@ -196,9 +196,9 @@ def _check_chunks(facts: ItemFacts, info: ArrayInfo, parts: list[str]) -> bool:
     if unexpected:
         facts.add(
             "chunk-unexpected",
-            f"{info.name}: {len(unexpected)} stored chunk key(s) lie outside its chunk grid "
+            f"{name}: {len(unexpected)} stored chunk key(s) lie outside its chunk grid "
             f"{_shape_str(grid)} (e.g. {unexpected[0]}): was the header's shape changed?",
-            info.name,
+            name,
         )
     missing = info.num_chunks - len(present)
     if missing <= 0:
@@ -206,41 +206,41 @@ def _check_chunks(facts: ItemFacts, info: ArrayInfo, parts: list[str]) -> bool:
     first = ", ".join(_shape_str(i) for i in expected_missing(grid, present))
     facts.add(
         "chunk-missing",
-        f"{info.name}: {missing} of {info.num_chunks} chunks are not stored (first: {first}). "
+        f"{name}: {missing} of {info.num_chunks} chunks are not stored (first: {first}). "
         "Orbax writes every chunk, so this is lost data, and a reader that fills missing "
         f"chunks would silently return zeros; {_RESTORE}",
-        info.name,
+        name,
     )
     return False
 
 
-def _check_against_record(facts: ItemFacts, info: ArrayInfo, file: str | None) -> bool:
+def _check_against_record(facts: ItemFacts, name: str, info: ArrayInfo, file: str | None) -> bool:
     assert facts.record is not None
-    rec = facts.record.leaves.get(info.name)
+    rec = facts.record.leaves.get(name)
     if rec is None:
         facts.add(
             "digest-incomplete",
-            f"{info.name} has no recorded digest (added after recording?): run "
+            f"{name} has no recorded digest (added after recording?): run "
             "`ckpt verify --record` again to cover it",
-            info.name,
+            name,
         )
         return True
     ok = True
     if rec.dtype != info.dtype:
         facts.add(
             "dtype-mismatch",
-            f"{info.name}: the zarr header says dtype {info.dtype}, the digests were recorded "
+            f"{name}: the zarr header says dtype {info.dtype}, the digests were recorded "
             f"for {rec.dtype}: the header was changed, so values decode wrongly; {_RESTORE}",
-            info.name,
+            name,
             file,
         )
         ok = False
     if rec.shape != info.shape:
         facts.add(
             "shape-mismatch",
-            f"{info.name}: the zarr header says shape {_shape_str(info.shape)}, the digests "
+            f"{name}: the zarr header says shape {_shape_str(info.shape)}, the digests "
             f"were recorded for {_shape_str(rec.shape)}; {_RESTORE}",
-            info.name,
+            name,
             file,
         )
         ok = False

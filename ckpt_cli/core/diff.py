@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ckpt_cli.core.arrays import ArrayInfo, ItemStore
@@ -183,8 +183,7 @@ def _common_block(a: ArrayInfo, b: ArrayInfo) -> tuple[int, ...]:
         for s, ca, cb in zip(a.shape, a.chunk_shape, b.chunk_shape, strict=True)
     )
     if math.prod(lcm) * max(a.itemsize, b.itemsize) <= 4 * DIFF_BLOCK_BYTES:
-        merged = ArrayInfo(a.name, a.dtype, a.shape, lcm, a.zarr_format, a.compression)
-        return block_shape(merged, DIFF_BLOCK_BYTES)
+        return block_shape(replace(a, chunk_shape=lcm), DIFF_BLOCK_BYTES)
     return block_shape(a, DIFF_BLOCK_BYTES)
 
 
