@@ -81,6 +81,10 @@ def verify_path(
     if options.sample is not None and options.deep:
         raise UsageError("choose --deep (every chunk) or --sample (some chunks), not both")
     kind, entries = detect_kind(location)
+    names = {e.name for e in entries}
+    if kind == "step" and STEP_METADATA not in names and names & _JSON_ITEM_FILES:
+        # A JsonSave or metrics item: its commit_success.txt makes it look like a step.
+        kind = "item"
     if kind == "legacy":
         raise UnsupportedError(
             f"{location} is a legacy Flax msgpack checkpoint: it has no structure to verify",

@@ -210,3 +210,20 @@ def test_nonfinite_is_a_warning_unless_asked(cli, fixture_copy) -> None:  # type
     ]
     assert [p["severity"] for p in doc["problems"] if p["code"] == "nonfinite"] == ["warning"]
     assert cli("verify", root, "--deep", "--fail-on-nonfinite").code == 1
+
+
+@pytest.mark.parametrize("name", CLEAN)
+def test_record_and_verify_every_layout(cli, fixture_copy, name: str) -> None:  # type: ignore[no-untyped-def]
+    root = fixture_copy(name)
+    recorded = cli("verify", root, "--record", "--json").json()
+    assert recorded["ok"] and recorded["recorded"], recorded["problems"]
+    r = cli("verify", root, "--deep", "--json")
+    assert r.code == 0 and r.json()["problems"] == []
+    assert set(r.json()["checked"]["digests"].values()) == {"verified"}
+
+
+def test_json_and_metrics_items_verify_on_their_own(cli) -> None:  # type: ignore[no-untyped-def]
+    for item in ("composite_best/4/extra", "composite_best/4/metrics", "v1_zarr3/1/metrics"):
+        r = cli("verify", FIXTURES / item, "--json")
+        assert r.code == 0 and r.json()["problems"] == [], r.stdout
+        assert r.json()["kind"] == "item"

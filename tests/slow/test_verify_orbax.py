@@ -121,3 +121,38 @@ def test_digests_survive_a_different_sharding(cli, tmp_path: Path) -> None:  # t
     assert len(chunks) == 3  # three different chunkings on disk...
     assert len(set(digests.values())) == 1  # ...one digest of the values
     assert cli("diff", tmp_path / "rows", tmp_path / "cols").code == 0
+
+
+def test_orbax_keeps_managing_composite_items_with_digests(cli, fixture_copy) -> None:  # type: ignore[no-untyped-def]
+    # Digest files in a StandardSave item, a JsonSave item and the metrics item.
+    import orbax.checkpoint as ocp
+
+    root = fixture_copy("composite_best")
+    assert cli("verify", root, "--record").code == 0
+    for item in ("state", "extra", "metrics"):
+        assert (root / "4" / item / DIGESTS).is_file()
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=2, best_fn=lambda m: m["loss"], best_mode="min"
+    )
+    with ocp.CheckpointManager(root, options=options, item_names=("state", "extra")) as mgr:
+        restored = mgr.restore(
+            4,
+            args=ocp.args.Composite(state=ocp.args.StandardRestore(), extra=ocp.args.JsonRestore()),
+        )
+        assert restored.extra == {"epoch": 2, "note": "step 4", "lr": 0.001}
+        assert np.asarray(restored.state["w"]).shape == (4, 3)
+        state = {"w": np.zeros((4, 3), np.float32), "step": 6}
+        mgr.save(
+            6,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), extra=ocp.args.JsonSave({"epoch": 3})
+            ),
+            metrics={"loss": 0.1},
+        )
+        mgr.wait_until_finished()
+        assert mgr.all_steps() == [4, 6]  # best-2 pruned step 2, digest files and all
+    assert not (root / "2").exists()
+    r = cli("verify", root, "--deep", "--json")
+    assert r.code == 0, r.stdout
+    digests = r.json()["checked"]["digests"]
+    assert digests["4/state"] == "verified" and digests["6/state"] == "absent"
