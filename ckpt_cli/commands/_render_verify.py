@@ -14,7 +14,7 @@ from ckpt_cli.errors import StorageError
 _DIGESTS = {
     "absent": "no digests recorded",
     "sizes-checked": "recorded digests: sizes checked (values need --deep)",
-    "verified": "recorded digests verified",
+    "checked": "values checked against recorded digests",
     "sampled": "recorded digests: sampled files checked",
     "recorded": "digests recorded",
     "not-recorded": "digests NOT recorded (errors)",
@@ -35,7 +35,9 @@ def print_report(report: VerifyReport) -> None:
     console = stdout_console()
     console.print(summary_line(report))
     for item in report.items:
-        console.print(f"  {item.path}: {_DIGESTS.get(item.digests, item.digests)}")
+        errors = sum(1 for p in item.problems if p.severity == "error")
+        found = f"; {errors} error(s)" if errors else ""
+        console.print(f"  {item.path}: {_DIGESTS.get(item.digests, item.digests)}{found}")
     if report.unfinished:
         console.print(
             f"  {len(report.unfinished)} unfinished save(s) skipped: "

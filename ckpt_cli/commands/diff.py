@@ -22,11 +22,6 @@ from ckpt_cli.core.resolve import resolve_item
 from ckpt_cli.core.storage import open_location
 from ckpt_cli.errors import EXIT_PROBLEMS, UsageError
 
-_StepOpt = Annotated[
-    int | None,
-    typer.Option(show_default=False, help="Step of this side's root (default: latest committed)."),
-]
-
 
 def diff(
     a: Annotated[str, typer.Argument(help="Root, step or item; ROOT@STEP picks a step.")],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -103,9 +104,9 @@ def verify(
         if item.digests == "not-recorded":
             warn(f"digests of {item.path} were not recorded: fix its errors first")
     if report.recorded and not json_out:
-        warn(
-            f"recorded digests in {len(report.recorded)} item(s); later `ckpt verify` runs "
-            "check them (sizes always, values with --deep)"
+        sys.stderr.write(
+            f"ckpt: recorded digests in {len(report.recorded)} item(s); later `ckpt verify` "
+            "runs check them (file sizes always, values with --deep)\n"
         )
     if not report.ok:
         raise typer.Exit(EXIT_PROBLEMS)

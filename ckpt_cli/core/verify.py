@@ -212,7 +212,7 @@ def _data_level(
 def _digest_state(f: ItemFacts, level: str) -> str:
     if f.record is None:
         return "absent"
-    return {"structure": "sizes-checked", "sample": "sampled"}.get(level, "verified")
+    return {"structure": "sizes-checked", "sample": "sampled"}.get(level, "checked")
 
 
 def _tmp_problem(name: str, shown: str) -> Problem:

@@ -82,7 +82,7 @@ def test_flipped_byte_is_invisible_without_the_deep_digest_check(cli) -> None:  
     mismatch = [p for p in doc["problems"] if p["code"] == "digest-mismatch"]
     assert [p["leaf"] for p in mismatch] == ["opt_state.0.nu.Dense_0.kernel"]
     assert "datafile-checksum-mismatch" in codes(doc)
-    assert doc["checked"]["digests"] == {"500/default": "verified"}
+    assert doc["checked"]["digests"] == {"500/default": "checked"}
 
 
 def test_flipped_byte_caught_by_a_full_sample(cli) -> None:  # type: ignore[no-untyped-def]
@@ -219,7 +219,7 @@ def test_record_and_verify_every_layout(cli, fixture_copy, name: str) -> None:  
     assert recorded["ok"] and recorded["recorded"], recorded["problems"]
     r = cli("verify", root, "--deep", "--json")
     assert r.code == 0 and r.json()["problems"] == []
-    assert set(r.json()["checked"]["digests"].values()) == {"verified"}
+    assert set(r.json()["checked"]["digests"].values()) == {"checked"}
 
 
 def test_json_and_metrics_items_verify_on_their_own(cli) -> None:  # type: ignore[no-untyped-def]

@@ -61,7 +61,7 @@ def test_orbax_saves_restores_and_prunes_roots_with_digests(cli, tmp_path: Path)
     with ocp.CheckpointManager(root, options=options) as mgr:
         assert _equal(mgr.restore(3, args=ocp.args.StandardRestore(_tree(0))), _tree(3))
     r = cli("verify", root, "--deep", "--json")
-    assert r.code == 0 and set(r.json()["checked"]["digests"].values()) == {"verified"}
+    assert r.code == 0 and set(r.json()["checked"]["digests"].values()) == {"checked"}
 
 
 def test_orbax_saves_over_an_item_with_digests(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -155,4 +155,4 @@ def test_orbax_keeps_managing_composite_items_with_digests(cli, fixture_copy) ->
     r = cli("verify", root, "--deep", "--json")
     assert r.code == 0, r.stdout
     digests = r.json()["checked"]["digests"]
-    assert digests["4/state"] == "verified" and digests["6/state"] == "absent"
+    assert digests["4/state"] == "checked" and digests["6/state"] == "absent"
