@@ -6,9 +6,9 @@ import os
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from ckpt_cli.commands._common import (
+    FilterOpt,
     ItemOpt,
     JsonOpt,
     emit_json,
@@ -16,7 +16,7 @@ from ckpt_cli.commands._common import (
     stdout_console,
 )
 from ckpt_cli.commands._progress import progress_bar
-from ckpt_cli.core.diff import DiffReport, LeafDiff, diff_items
+from ckpt_cli.core.diff import STATUSES, DiffReport, LeafDiff, diff_items
 from ckpt_cli.core.layout import ItemRef
 from ckpt_cli.core.resolve import resolve_item
 from ckpt_cli.core.storage import open_location
@@ -49,15 +49,7 @@ def diff(
             "different.",
         ),
     ] = False,
-    filter_: Annotated[
-        str | None,
-        typer.Option(
-            "--filter",
-            "-f",
-            help="Only leaves whose name matches (glob or regex).",
-            show_default=False,
-        ),
-    ] = None,
+    filter_: FilterOpt = None,
     show_all: Annotated[
         bool, typer.Option("--all", help="List equal leaves too, not only the differences.")
     ] = False,
@@ -105,19 +97,7 @@ def _json(report: DiffReport) -> dict[str, Any]:
         "equal": report.equal,
         "tolerance": {"atol": report.atol, "rtol": report.rtol},
         "compare_cast": report.compare_cast,
-        "summary": {
-            s: report.count(s)
-            for s in (
-                "equal",
-                "different",
-                "only_a",
-                "only_b",
-                "dtype_changed",
-                "shape_changed",
-                "kind_changed",
-                "error",
-            )
-        },
+        "summary": {s: report.count(s) for s in STATUSES},
         "leaves": [d.to_json() for d in report.leaves],
     }
 
@@ -151,6 +131,8 @@ def _row(d: LeafDiff) -> list[str]:
 
 
 def _print(report: DiffReport, show_all: bool) -> None:
+    from rich.table import Table  # here, so that `ckpt --help` does not import it
+
     console = stdout_console()
     for label, ref in (("A", report.a), ("B", report.b)):
         step = f" step {ref.step}" if ref.step is not None else ""
@@ -165,16 +147,7 @@ def _print(report: DiffReport, show_all: bool) -> None:
         console.print(table)
     counts = ", ".join(
         f"{report.count(s)} {_LABEL.get(s, s.replace('_', ' '))}"
-        for s in (
-            "equal",
-            "different",
-            "only_a",
-            "only_b",
-            "dtype_changed",
-            "shape_changed",
-            "kind_changed",
-            "error",
-        )
+        for s in STATUSES
         if report.count(s)
     )
     tol = f"atol={report.atol:g}, rtol={report.rtol:g}"

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from ckpt_cli.commands import _render_verify as render
 from ckpt_cli.commands._common import JsonOpt, PathArg, emit_json, warn
 from ckpt_cli.commands._progress import progress_bar
 from ckpt_cli.core.deep import parse_sample
@@ -82,6 +81,9 @@ def verify(
     Exit codes: 0 no errors (warnings allowed unless --strict) · 1 problems found · 2 usage ·
     3 not a checkpoint or unreadable.
     """
+    # Rendering pulls in rich.table: imported here so `ckpt --help` and `ls` do not pay for it.
+    from ckpt_cli.commands import _render_verify as render
+
     options = VerifyOptions(
         step=step,
         latest=latest,

@@ -25,7 +25,17 @@ from ckpt_cli.core.stats import block_shape, iter_blocks
 
 DIFF_BLOCK_BYTES = 16 << 20
 
-Status = str  # equal | different | only_a | only_b | dtype_changed | shape_changed | kind_changed | error
+Status = str
+STATUSES: tuple[Status, ...] = (
+    "equal",
+    "different",
+    "only_a",
+    "only_b",
+    "dtype_changed",
+    "shape_changed",
+    "kind_changed",
+    "error",
+)
 
 
 @dataclass(frozen=True)
