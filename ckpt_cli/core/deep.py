@@ -13,7 +13,7 @@ import random
 import re
 import secrets
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -254,9 +254,8 @@ def _chunk_block(info: ArrayInfo, index: tuple[int, ...]) -> tuple[slice, ...]:
     )
 
 
-def iter_item_bytes(items: list[ItemFacts], want_digests: bool) -> Iterator[int]:
-    """Bytes each item's deep pass will report to progress (arrays, plus files if checksummed)."""
-    for f in items:
-        arrays = sum(info.nbytes for info, _ in f.arrays.values())
-        files = f.inventory.total_bytes if (want_digests and f.inventory) else 0
-        yield arrays + files
+def item_bytes(facts: ItemFacts, want_digests: bool) -> int:
+    """Bytes an item's deep pass reports to progress: arrays, plus files when checksummed."""
+    arrays = sum(info.nbytes for info, _ in facts.arrays.values())
+    files = facts.inventory.total_bytes if (want_digests and facts.inventory) else 0
+    return arrays + files

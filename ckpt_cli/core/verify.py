@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ckpt_cli.core.deep import DataResult, SampleSpec, deep_item, iter_item_bytes, sample_items
+from ckpt_cli.core.deep import DataResult, SampleSpec, deep_item, item_bytes, sample_items
 from ckpt_cli.core.digests import DigestRecord, write_digests
 from ckpt_cli.core.layout import (
     COMMIT_MARKER,
@@ -128,8 +128,7 @@ def verify_path(
         if options.sample is not None
         else ("deep" if options.deep or options.record else "structure")
     )
-    data = _data_level(facts, options, level, on_progress)
-    results, sample = data
+    results, sample = _data_level(facts, options, level, on_progress)
     recorded: list[str] = []
     checks = []
     for t, f, r in zip(targets, facts, results, strict=True):
@@ -200,7 +199,7 @@ def _data_level(
         )
         return list(results), sample
     wants = [options.record or f.record is not None for f in facts]
-    total = sum(b for f, w in zip(facts, wants, strict=True) for b in iter_item_bytes([f], w))
+    total = sum(item_bytes(f, w) for f, w in zip(facts, wants, strict=True))
     out: list[DataResult | None] = []
     for f, want in zip(facts, wants, strict=True):
         r = deep_item(f, want, options.budget, on_bytes)
