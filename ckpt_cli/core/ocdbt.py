@@ -14,7 +14,8 @@ directory: the merged root of an Orbax item points into ``ocdbt.process_N/``.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -23,6 +24,7 @@ from ckpt_cli.core.problems import Problem, problem
 from ckpt_cli.core.storage import Location
 
 MANIFEST = "manifest.ocdbt"
+DUMP_AHEAD = 4
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ class _Walk:
         self.db = db
         self.file_size = file_size
         self.kv = kv
-        self.refs: list[tuple[Ref, bytes | None]] = []
+        self.refs: dict[tuple[Ref, bytes | None], None] = {}  # ordered, deduplicated
         self.problems: list[Problem] = []
         self.bad_files: set[str] = set()
         self.complete = True
@@ -103,7 +105,7 @@ class _Walk:
                 )
             )
             return None
-        self.refs.append((r, key))
+        self.refs[(r, key)] = None
         return r
 
     def readable(self, r: Ref) -> bool:
@@ -114,18 +116,28 @@ class _Walk:
         self.complete = False  # the caller reports the file once, from all refs into it
         return False
 
-    def dump(self, locations: list[str]) -> list[tuple[str, Any]]:
-        """Dump several nodes concurrently; damaged ones become problems."""
+    def dump(self, locations: list[str]) -> Iterator[tuple[str, Any]]:
+        """Dump nodes, ``DUMP_AHEAD`` at a time; damaged ones become problems.
+
+        A database written in many batches has one root per version, each listing every key
+        written so far: holding all their dumps at once would grow with the checkpoint.
+        """
         import tensorstore as ts
 
-        futures = [(loc, ts.ocdbt.dump(self.kv, loc)) for loc in locations]
-        out = []
-        for loc, fut in futures:
+        pending: deque[tuple[str, Any]] = deque()
+        queue = iter(locations)
+        while True:
+            while len(pending) < DUMP_AHEAD and (loc := next(queue, None)) is not None:
+                pending.append((loc, ts.ocdbt.dump(self.kv, loc)))
+            if not pending:
+                return
+            loc, fut = pending.popleft()
             try:
-                out.append((loc, fut.result()))
+                node = fut.result()
             except Exception as e:
                 self.fail(e, loc)
-        return out
+                continue
+            yield loc, node
 
     def fail(self, e: BaseException, where: str) -> None:
         self.complete = False
@@ -212,7 +224,14 @@ def scan_database(item: Location, db: str, file_size: Callable[[str], int | None
     if versions:
         latest = versions[-1]
         walk.nodes([latest["root"]["location"]], keys)
-        walk.nodes([v["root"]["location"] for v in versions[:-1]], None)
+        # Superseded versions: no reader reads them, but their nodes keep files referenced.
+        # A single-node tree (height 0) is referenced, not decoded: it lists every key written
+        # so far, and a database written in many batches has one per batch.
+        older = versions[:-1]
+        for v in older:
+            if int(v.get("root_height", 0)) == 0:
+                walk.ref(v["root"]["location"])
+        walk.nodes([v["root"]["location"] for v in older if int(v.get("root_height", 0))], None)
     return OcdbtScan(db, keys, tuple(walk.refs), tuple(walk.problems), walk.complete)
 
 
