@@ -5,10 +5,13 @@ Run from the repository root::
     .venv/bin/python bench/bench_verify.py            # 0.25 GiB and 0.75 GiB checkpoints
     .venv/bin/python bench/bench_verify.py --full     # 1 GiB and 3 GiB (needs ~12 GiB RAM for Orbax)
 
-Checkpoints are built once with REAL Orbax (a CheckpointManager root, one step, many leaves of
-float32 random normal values, sharded over 8 forced CPU devices with ``P('data', None)``,
-``P(None, 'model')``, ``P('data', 'model')`` and replicated layouts) and cached under
-``bench/out/verify/`` (git-ignored; delete a directory to rebuild it).
+Checkpoints are built once with REAL Orbax (a CheckpointManager root, one step, 512 leaves:
+256 float32 kernels of random normal values, ``(rows, 1024)`` with ``rows`` set by the size,
+sharded over 8 forced CPU devices with ``P('data', None)``, ``P(None, 'model')``,
+``P('data', 'model')`` and replicated layouts, and 256 replicated biases) and cached under
+``bench/out/verify/`` (git-ignored; delete a directory to rebuild it). The leaf count is the same
+at every size, so the RSS comparison shows what the bytes cost; metadata (OCDBT tree nodes,
+chunk keys) grows with the number of leaves, not with their size.
 
 On the larger checkpoint, with a hot page cache (every file is read once before timing), each
 contender runs ``--repeat`` times in a fresh process; the median wall time is reported, with the
@@ -43,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-WORKDIR = REPO / "bench" / "out" / "verify"
+WORKDIR = REPO / "bench" / "out" / "verify512"
 RESULT_JSON = REPO / "bench" / "out" / "verify.json"
 PYTHON = sys.executable
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -60,12 +63,12 @@ root, total = sys.argv[1], int(sys.argv[2])
 mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
 specs = [P("data", None), P(None, "model"), P("data", "model"), P()]
 rng = np.random.default_rng(0)
-leaf = 1024 * 1024  # 4 MiB float32 kernels, plus a bias per layer
-layers = max(1, total // (leaf * 4))
+layers = 256  # the same 512 leaves at every size: only the bytes grow
+rows = max(8, total // (layers * 1024 * 4) // 8 * 8)
 tree = {}
 for i in range(layers):
     spec = specs[i % len(specs)]
-    kernel = rng.standard_normal((1024, 1024), dtype=np.float32)
+    kernel = rng.standard_normal((rows, 1024), dtype=np.float32)
     tree[f"layer_{i:04d}"] = {
         "kernel": jax.device_put(kernel, NamedSharding(mesh, spec)),
         "bias": jax.device_put(rng.standard_normal(1024, dtype=np.float32), NamedSharding(mesh, P())),
@@ -73,7 +76,7 @@ for i in range(layers):
 with ocp.CheckpointManager(root) as mgr:
     mgr.save(0, args=ocp.args.StandardSave({"params": tree}))
     mgr.wait_until_finished()
-print(layers * 2, "leaves")
+print(layers * 2, "leaves of", rows, "x 1024")
 """
 
 RESTORE = r"""
