@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from ckpt_cli.core.arrays import ArrayInfo
 from ckpt_cli.core.digests import DIGEST_FILE, FileSum, LeafDigest, file_checksum
 from ckpt_cli.core.problems import NonFinite, SampleInfo
-from ckpt_cli.core.scan import LeafScan, ScanTask, scan_leaves
-from ckpt_cli.core.stats import DEFAULT_BLOCK_BYTES
+from ckpt_cli.core.scan import SCAN_BLOCK_BYTES, LeafScan, ScanTask, scan_leaves
 from ckpt_cli.core.structure import ItemFacts
 from ckpt_cli.errors import CkptError, UsageError
 
@@ -86,7 +85,7 @@ class _Bytes:
 def deep_item(
     facts: ItemFacts,
     want_digests: bool,
-    budget: int = DEFAULT_BLOCK_BYTES,
+    budget: int = SCAN_BLOCK_BYTES,
     on_bytes: Callable[[int], None] | None = None,
 ) -> DataResult:
     """Decode every chunk of every readable array; digests and file checksums when wanted."""
@@ -185,7 +184,7 @@ def sample_items(
     items: list[ItemFacts],
     spec: SampleSpec,
     seed: int | None,
-    budget: int = DEFAULT_BLOCK_BYTES,
+    budget: int = SCAN_BLOCK_BYTES,
     on_bytes: Callable[[int], None] | None = None,
 ) -> tuple[list[DataResult], SampleInfo]:
     """Decode a random subset of all chunks of all items; check the files that hold them."""

@@ -14,9 +14,11 @@ shape are recorded and compared beside it). Why this scheme:
   one running hash; memory stays at a block. A per-slab Merkle tree would allow hashing slabs
   out of order, but every slab still has to be assembled in C order first, so it saves
   nothing here and makes the digest harder to reproduce by hand.
-* The cost: where chunks split a trailing dimension (``P(None, 'model')``), a C-order block cuts
-  through chunks. Blocks are aligned to chunk boundaries along the split dimension whenever one
-  chunk-row fits in ``4 x budget``; beyond that a chunk is decoded once per block that touches it.
+* The cost: a compressed chunk decodes whole, so a block that cuts through chunks decodes them
+  again for every block. Blocks therefore take whole chunk-rows along their split dimension
+  (all chunks of the same rows, however the trailing dims are chunked, as ``P(None, 'model')``
+  does) whenever one chunk-row fits in ``CHUNK_ROW_CAP`` (128 MiB), even past the block budget;
+  only beyond that is a chunk decoded once per block that touches it.
 * SHA-256 runs at about twice BLAKE2b's speed on CPUs with SHA extensions (measured here:
   1.6 vs 0.8 GB/s), and the leaf stream is hashed once.
 
@@ -49,6 +51,7 @@ FORMAT_VERSION = 1
 LEAF_ALGORITHM = "sha256 of values, C order, little-endian"
 FILE_ALGORITHM = "crc32 (zlib) of file bytes"
 _READ_PIECE = 8 << 20
+CHUNK_ROW_CAP = 128 << 20
 
 
 @dataclass(frozen=True)
@@ -164,12 +167,12 @@ class ValueHasher:
         return self._h.hexdigest()
 
 
-def c_order_block(info: ArrayInfo, budget: int) -> tuple[int, ...]:
+def c_order_block(info: ArrayInfo, budget: int, row_cap: int = CHUNK_ROW_CAP) -> tuple[int, ...]:
     """A block whose consecutive positions are consecutive ranges of the C-order stream.
 
     Dims before the split dim ``k`` are 1, dim ``k`` takes ``r`` indices, later dims are whole.
-    ``k`` is the first dim whose trailing sub-array fits ``budget``; ``r`` is rounded to whole
-    chunks along ``k`` when that fits ``4 x budget``, so most chunks are decoded once.
+    ``k`` is the first dim whose trailing sub-array fits ``budget``; ``r`` is whole chunks along
+    ``k`` (at least one chunk-row when that fits ``row_cap``), so chunks are decoded once.
     """
     shape, chunk = info.shape, info.chunk_shape
     if not shape:
@@ -185,7 +188,7 @@ def c_order_block(info: ArrayInfo, budget: int) -> tuple[int, ...]:
     c = max(1, chunk[k])
     if r >= c:
         r = r // c * c
-    elif c * inner <= 4 * budget:
+    elif c * inner <= row_cap:
         r = c
     r = max(1, min(r, shape[k]))
     return (1,) * k + (r,) + tuple(shape[k + 1 :])

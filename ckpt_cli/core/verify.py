@@ -38,7 +38,7 @@ from ckpt_cli.core.problems import (
     problem,
 )
 from ckpt_cli.core.resolve import find_step
-from ckpt_cli.core.stats import DEFAULT_BLOCK_BYTES
+from ckpt_cli.core.scan import SCAN_BLOCK_BYTES
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.core.structure import ItemFacts, check_item
 from ckpt_cli.errors import CkptError, InvalidMetadataError, UnsupportedError, UsageError
@@ -60,7 +60,7 @@ class VerifyOptions:
     seed: int | None = None
     strict: bool = False
     fail_on_nonfinite: bool = False
-    budget: int = DEFAULT_BLOCK_BYTES
+    budget: int = SCAN_BLOCK_BYTES
 
 
 @dataclass(frozen=True)

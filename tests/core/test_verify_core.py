@@ -60,22 +60,26 @@ def test_digest_ignores_layout_chunking_and_block_size(fixture_copy) -> None:  #
 
 
 @pytest.mark.parametrize(
-    ("shape", "chunks", "budget", "expected"),
+    ("shape", "chunks", "budget", "cap", "expected"),
     [
-        ((64, 64), (8, 64), 4096, (16, 64)),  # whole chunk rows, two at a time
-        ((64, 64), (64, 8), 4096, (64, 64)),  # one chunk-row fits 4 x budget: decode each once
-        ((64, 64), (64, 8), 1024, (4, 64)),  # it does not: rows cut through the chunks
-        ((64, 64), (64, 8), 1 << 20, (64, 64)),  # everything fits
-        ((4, 1000), (4, 100), 400, (1, 100)),  # a row is too big: split the last dim, chunk-aligned
-        ((), (), 10, ()),
+        ((64, 64), (8, 64), 4096, 1 << 20, (16, 64)),  # whole chunk rows, two at a time
+        ((64, 64), (64, 8), 4096, 1 << 20, (64, 64)),  # a chunk-row fits the cap: decode once
+        ((64, 64), (64, 8), 1024, 8192, (4, 64)),  # it does not: rows cut through the chunks
+        ((64, 64), (64, 8), 1 << 20, 0, (64, 64)),  # everything fits the budget
+        ((4, 1000), (4, 100), 400, 0, (1, 100)),  # a row is too big: split the last dim
+        ((), (), 10, 0, ()),
     ],
 )
 def test_c_order_block(
-    shape: tuple[int, ...], chunks: tuple[int, ...], budget: int, expected: tuple[int, ...]
+    shape: tuple[int, ...],
+    chunks: tuple[int, ...],
+    budget: int,
+    cap: int,
+    expected: tuple[int, ...],
 ) -> None:
     header = {"zarr_format": 2, "shape": list(shape), "chunks": list(chunks), "dtype": "<f4"}
     info = parse_zarr_header("x", json.dumps(header).encode(), "test")
-    block = c_order_block(info, budget)
+    block = c_order_block(info, budget, row_cap=cap)
     assert block == expected
     # Consecutive blocks are consecutive byte ranges of the C-order stream.
     flat = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
