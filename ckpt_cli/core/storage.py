@@ -101,10 +101,6 @@ class Location:
         """Whether this location is ``other`` or lies below it (paths compared as given)."""
         raise NotImplementedError
 
-    def relative_to(self, other: Location) -> str:
-        """This location's path relative to ``other`` (``.`` for the same place)."""
-        raise NotImplementedError
-
     def __str__(self) -> str:
         raise NotImplementedError
 
@@ -266,9 +262,6 @@ class LocalLocation(Location):
         if not isinstance(other, LocalLocation):
             return False
         return self.path == other.path or self.path.startswith(other.path.rstrip("/") + "/")
-
-    def relative_to(self, other: Location) -> str:
-        return os.path.relpath(self.path, str(other))
 
     def __str__(self) -> str:
         return self.path
