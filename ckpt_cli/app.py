@@ -14,14 +14,16 @@ from types import FrameType
 import typer
 
 from ckpt_cli import __version__
+from ckpt_cli.commands import diff as diff_cmd
 from ckpt_cli.commands import inspect as inspect_cmd
 from ckpt_cli.commands import ls as ls_cmd
 from ckpt_cli.commands import migrate as migrate_cmd
 from ckpt_cli.commands import prune as prune_cmd
 from ckpt_cli.commands import reshard as reshard_cmd
+from ckpt_cli.commands import verify as verify_cmd
 from ckpt_cli.errors import EXIT_BUG, EXIT_INTERRUPTED, CkptError
 
-HELP = """List, inspect, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX.
+HELP = """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX.
 
 Exit codes: 0 ok · 1 a check found problems · 2 usage error · 3 not a checkpoint, unreadable or refused · 70 internal error (rerun with CKPT_DEBUG=1) · 130 interrupted.
 """
@@ -48,11 +50,13 @@ def _root(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
-    """List, inspect, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX."""
+    """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX."""
 
 
 app.command("ls")(ls_cmd.ls)
 app.command("inspect")(inspect_cmd.inspect)
+app.command("verify")(verify_cmd.verify)
+app.command("diff")(diff_cmd.diff)
 app.command("prune")(prune_cmd.prune)
 app.command("reshard")(reshard_cmd.reshard)
 app.command("migrate")(migrate_cmd.migrate)

@@ -1,4 +1,4 @@
-"""Startup stays light: ``--help``, ``ls`` and ``inspect`` never import jax or orbax."""
+"""Startup stays light: ``--help``, ``ls``, ``inspect`` and ``verify`` never import jax or orbax."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ sys.stderr.write("HEAVY=" + json.dumps(heavy) + "\\n")
         ["ls", str(FIXTURES / "seed_mlp"), "--json"],
         ["inspect", str(FIXTURES / "sharded_4x2"), "--json"],
         ["inspect", str(FIXTURES / "seed_mlp"), "--stats", "--flat"],
+        ["verify", str(FIXTURES / "seed_mlp"), "--deep", "--json"],
+        ["verify", str(FIXTURES / "multiprocess"), "--sample", "50%", "--seed", "1"],
     ],
 )
 def test_read_paths_do_not_import_jax_or_orbax(args: list[str]) -> None:

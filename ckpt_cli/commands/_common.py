@@ -31,6 +31,15 @@ ItemOpt = Annotated[
     str | None,
     typer.Option("--item", "-i", help="Item to read (default: the only one).", show_default=False),
 ]
+FilterOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--filter",
+        "-f",
+        help="Only leaves whose name matches (glob such as 'params.*kernel' or a regex).",
+        show_default=False,
+    ),
+]
 JsonOpt = Annotated[
     bool,
     typer.Option("--json", help="Print one JSON document on stdout (no colour, no progress)."),

@@ -216,7 +216,29 @@ class ItemStore:
 
     def read_headers(self, names: list[str]) -> dict[str, tuple[ArrayInfo, str]]:
         """Zarr headers of many leaves in one concurrent batch: name -> (info, database label)."""
+        raw, errors = self.read_header_bytes(names)
+        if errors:
+            n, message = next(iter(errors.items()))
+            raise StorageError(
+                f"cannot read the zarr header of {n!r} in {self.item}: {message}",
+                hint="run `ckpt verify` on it",
+            )
         out: dict[str, tuple[ArrayInfo, str]] = {}
+        for n, (data, label) in raw.items():
+            where = str(self.item) + (f"/{label}" if label else "")
+            out[n] = (parse_zarr_header(n, data, where), label)
+        return out
+
+    def read_header_bytes(
+        self, names: list[str]
+    ) -> tuple[dict[str, tuple[bytes, str]], dict[str, str]]:
+        """Raw zarr headers in one concurrent batch per database, unparsed and never raising.
+
+        Returns (name -> (bytes, database label), name -> read error); a name in neither has
+        no header in any database.
+        """
+        found: dict[str, tuple[bytes, str]] = {}
+        errors: dict[str, str] = {}
         missing = list(names)
         for label, spec in self._base_specs():
             if not missing:
@@ -228,19 +250,15 @@ class ItemStore:
                 try:
                     result = fut.result()
                 except Exception as e:
-                    raise StorageError(
-                        f"cannot read the zarr header of {n!r} in {self.item}: {_first(e)}",
-                        hint="run `ckpt verify` on it",
-                    ) from None
+                    errors[n] = _first(e)
+                    continue
                 if result.state != "value":
                     still.append(n)
                     continue
-                where = str(self.item) + (f"/{label}" if label else "")
-                raw = bytes(result.value)
-                out[n] = (parse_zarr_header(n, raw, where), label)
-                self._raw_headers[n] = raw
+                found[n] = (bytes(result.value), label)
+                self._raw_headers[n] = found[n][0]
             missing = still
-        return out
+        return found, errors
 
     def array_spec(self, name: str, label: str = "") -> dict[str, Any]:
         base = dict(self._base_specs())[label]

@@ -119,6 +119,18 @@ class Location:
         """Copy every file below this directory into ``target`` (created), streaming each file."""
         raise NotImplementedError
 
+    def size(self) -> int:
+        """Bytes of this file, symlinks followed."""
+        raise NotImplementedError
+
+    def iter_bytes(self, block_size: int = 4 << 20) -> Iterator[bytes]:
+        """This file's content in pieces of at most ``block_size`` bytes (streamed, not loaded)."""
+        raise NotImplementedError
+
+    def is_within(self, other: Location) -> bool:
+        """Whether this location is ``other`` or lies below it (paths compared as given)."""
+        raise NotImplementedError
+
     def __str__(self) -> str:
         raise NotImplementedError
 
@@ -312,6 +324,24 @@ class LocalLocation(Location):
     def kvstore_spec(self) -> dict[str, Any]:
         return {"driver": "file", "path": self.path.rstrip("/") + "/"}
 
+    def size(self) -> int:
+        try:
+            return os.stat(self.path).st_size
+        except FileNotFoundError:
+            raise NotFoundError(f"{self.path} does not exist") from None
+        except OSError as e:
+            raise StorageError(f"cannot stat {self.path}: {e.strerror}") from None
+
+    def iter_bytes(self, block_size: int = 4 << 20) -> Iterator[bytes]:
+        try:
+            with open(self.path, "rb") as f:
+                while block := f.read(block_size):
+                    yield block
+        except FileNotFoundError:
+            raise NotFoundError(f"{self.path} does not exist") from None
+        except OSError as e:
+            raise StorageError(f"cannot read {self.path}: {e.strerror}") from None
+
     def write_bytes(self, data: bytes) -> None:
         parent = os.path.dirname(self.path)
         tmp = os.path.join(parent, f".{os.path.basename(self.path)}.tmp-{os.getpid()}")
@@ -339,6 +369,11 @@ class LocalLocation(Location):
             shutil.copytree(self.path, target.path, symlinks=True, dirs_exist_ok=True)
         except (OSError, shutil.Error) as e:
             raise StorageError(f"cannot copy {self.path} to {target.path}: {e}") from None
+
+    def is_within(self, other: Location) -> bool:
+        if not isinstance(other, LocalLocation):
+            return False
+        return self.path == other.path or self.path.startswith(other.path.rstrip("/") + "/")
 
     def __str__(self) -> str:
         return self.path

@@ -1,0 +1,224 @@
+"""Benchmark ``ckpt verify --deep`` (with recorded digests) against the alternatives, same run.
+
+Run from the repository root::
+
+    .venv/bin/python bench/bench_verify.py            # 0.25 GiB and 0.75 GiB checkpoints
+    .venv/bin/python bench/bench_verify.py --full     # 1 GiB and 3 GiB (needs ~12 GiB RAM for Orbax)
+
+Checkpoints are built once with REAL Orbax (a CheckpointManager root, one step, 512 leaves:
+256 float32 kernels of random normal values, ``(rows, 1024)`` with ``rows`` set by the size,
+sharded over 8 forced CPU devices with ``P('data', None)``, ``P(None, 'model')``,
+``P('data', 'model')`` and replicated layouts, and 256 replicated biases) and cached under
+``bench/out/verify/`` (git-ignored; delete a directory to rebuild it). The leaf count is the same
+at every size, so the RSS comparison shows what the bytes cost; metadata (OCDBT tree nodes,
+chunk keys) grows with the number of leaves, not with their size.
+
+On the larger checkpoint, with a hot page cache (every file is read once before timing), each
+contender runs ``--repeat`` times in a fresh process; the median wall time is reported, with the
+peak RSS of that process (``wait4``):
+
+ckpt verify --deep
+    structure, every chunk decoded, NaN/Inf per leaf, every leaf digest and every file checksum
+    checked against ``_CKPT_DIGESTS.json`` (recorded once beforehand with ``--record``); and the
+    same without the record (decoding and NaN/Inf only), to show what the digests cost.
+orbax restore (a)
+    the only deep check users have today: ``StandardCheckpointer().restore`` of the item with
+    ``RestoreArgs(restore_type=np.ndarray)`` for every leaf, i.e. every array decoded into host
+    memory. Its restore-only time (after ``import orbax``) is reported too.
+cat (b)
+    the floor: ``cat`` of every file of the item to /dev/null.
+
+Then ``verify --deep``'s peak RSS on the smaller checkpoint, to show that memory does not grow
+with the checkpoint. Results: a table on stdout and JSON in ``bench/out/verify.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+WORKDIR = REPO / "bench" / "out" / "verify512"
+RESULT_JSON = REPO / "bench" / "out" / "verify.json"
+PYTHON = sys.executable
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+CKPT = [PYTHON, "-m", "ckpt_cli"]
+GIB = 1 << 30
+
+BUILD = r"""
+import os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+import jax, numpy as np, orbax.checkpoint as ocp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+root, total = sys.argv[1], int(sys.argv[2])
+mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model"))
+specs = [P("data", None), P(None, "model"), P("data", "model"), P()]
+rng = np.random.default_rng(0)
+layers = 256  # the same 512 leaves at every size: only the bytes grow
+rows = max(8, total // (layers * 1024 * 4) // 8 * 8)
+tree = {}
+for i in range(layers):
+    spec = specs[i % len(specs)]
+    kernel = rng.standard_normal((rows, 1024), dtype=np.float32)
+    tree[f"layer_{i:04d}"] = {
+        "kernel": jax.device_put(kernel, NamedSharding(mesh, spec)),
+        "bias": jax.device_put(rng.standard_normal(1024, dtype=np.float32), NamedSharding(mesh, P())),
+    }
+with ocp.CheckpointManager(root) as mgr:
+    mgr.save(0, args=ocp.args.StandardSave({"params": tree}))
+    mgr.wait_until_finished()
+print(layers * 2, "leaves of", rows, "x 1024")
+"""
+
+RESTORE = r"""
+import os, sys, time
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"  # the saving topology
+import numpy as np, jax, orbax.checkpoint as ocp
+item = sys.argv[1]
+ckptr = ocp.PyTreeCheckpointer()
+meta = ckptr.metadata(item).item_metadata.tree
+args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), meta)
+t1 = time.perf_counter()
+tree = ckptr.restore(item, args=ocp.args.PyTreeRestore(restore_args=args))
+n = sum(x.nbytes for x in jax.tree.leaves(tree))
+t2 = time.perf_counter()
+print(f"RESTORE {t2 - t1:.4f} {n}")
+"""
+
+
+@dataclass
+class Run:
+    wall_s: float
+    rss_mib: float
+    out: str
+
+
+def run_rss(cmd: list[str], ok: tuple[int, ...] = (0,)) -> Run:
+    """Run a command in a fresh process; wall time and that process's own peak RSS (``wait4``
+    reaps the child itself, so the figure is not the max over all children so far)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=ENV, close_fds=True
+    )
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - start
+    if proc.returncode not in ok:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode})")
+    return Run(wall, usage.ru_maxrss / 1024, out.decode())
+
+
+def median(cmd: list[str], repeat: int) -> tuple[Run, list[Run]]:
+    runs = [run_rss(cmd) for _ in range(repeat)]
+    best = sorted(runs, key=lambda r: r.wall_s)[len(runs) // 2]
+    return best, runs
+
+
+def ensure(path: Path, size: int) -> Path:
+    if not (path / "0" / "default" / "_CKPT_DIGESTS.json").exists():
+        print(f"building {path.name} with Orbax ...", flush=True)
+        subprocess.run(
+            [PYTHON, "-c", BUILD, str(path), str(size)], check=True, env=ENV, stdout=sys.stderr
+        )
+        rec = run_rss([*CKPT, "verify", str(path), "--record", "--json"])
+        if not json.loads(rec.out)["ok"]:
+            raise SystemExit(f"recording digests on {path} failed: {rec.out[-2000:]}")
+    return path
+
+
+def disk_bytes(item: Path) -> int:
+    return sum(p.stat().st_size for p in item.rglob("*") if p.is_file())
+
+
+def warm(item: Path) -> None:
+    subprocess.run(f"find {item} -type f -exec cat {{}} + > /dev/null", shell=True, check=True)
+
+
+def row(name: str, r: Run, nbytes: int, extra: str = "") -> dict[str, Any]:
+    return {
+        "contender": name,
+        "wall_s": round(r.wall_s, 3),
+        "gib_per_s": round(nbytes / GIB / r.wall_s, 3),
+        "peak_rss_mib": round(r.rss_mib, 1),
+        "note": extra,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--full", action="store_true", help="1 GiB and 3 GiB instead of 0.25 and 0.75")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    small, large = (1 * GIB, 3 * GIB) if args.full else (GIB // 4, 3 * GIB // 4)
+    WORKDIR.mkdir(parents=True, exist_ok=True)
+    roots = {s: ensure(WORKDIR / f"ckpt_{s / GIB:g}GiB", s) for s in (small, large)}
+    item = roots[large] / "0" / "default"
+    nbytes = disk_bytes(item)
+    warm(item)
+
+    ours, _ = median([*CKPT, "verify", str(roots[large]), "--deep", "--json"], args.repeat)
+    doc = json.loads(ours.out)
+    assert doc["ok"] and set(doc["checked"]["digests"].values()) == {"checked"}, doc
+    record = item / "_CKPT_DIGESTS.json"
+    record.rename(record.with_suffix(".off"))
+    try:  # the same deep pass without a record: decoding and NaN/Inf only
+        plain, _ = median([*CKPT, "verify", str(roots[large]), "--deep", "--json"], args.repeat)
+    finally:
+        record.with_suffix(".off").rename(record)
+    restore, runs = median([PYTHON, "-c", RESTORE, str(item)], args.repeat)
+    restore_only = statistics.median(float(r.out.split()[1]) for r in runs)
+    cat, _ = median(["sh", "-c", f"find {item} -type f -exec cat {{}} + > /dev/null"], args.repeat)
+    warm(roots[small] / "0" / "default")
+    ours_small, _ = median([*CKPT, "verify", str(roots[small]), "--deep", "--json"], args.repeat)
+
+    rows = [
+        row("ckpt verify --deep (digests)", ours, nbytes),
+        row("ckpt verify --deep (no record)", plain, nbytes),
+        row("(a) orbax restore to host", restore, nbytes, f"restore only {restore_only:.2f} s"),
+        row("(b) cat > /dev/null", cat, nbytes),
+    ]
+    result = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "checkpoint_bytes": nbytes,
+        "leaves": doc["checked"]["leaves"],
+        "rows": rows,
+        "ratios": {
+            "ours_vs_orbax_restore": round(restore.wall_s / ours.wall_s, 2),
+            "ours_vs_cat": round(ours.wall_s / cat.wall_s, 2),
+        },
+        "rss_mib_by_size": {
+            f"{small / GIB:g} GiB": round(ours_small.rss_mib, 1),
+            f"{large / GIB:g} GiB": round(ours.rss_mib, 1),
+        },
+    }
+    print(
+        f"checkpoint: {nbytes / GIB:.2f} GiB on disk, {doc['checked']['leaves']} leaves, hot cache"
+    )
+    print(f"{'contender':32} {'wall s':>8} {'GiB/s':>7} {'peak RSS MiB':>13}  note")
+    for r in rows:
+        print(
+            f"{r['contender']:32} {r['wall_s']:8.2f} {r['gib_per_s']:7.2f} "
+            f"{r['peak_rss_mib']:13.0f}  {r['note']}"
+        )
+    print(
+        f"ckpt is {result['ratios']['ours_vs_orbax_restore']}x faster than an Orbax restore and "
+        f"takes {result['ratios']['ours_vs_cat']}x the time of cat"
+    )
+    print("peak RSS of verify --deep by checkpoint size:", result["rss_mib_by_size"])
+    RESULT_JSON.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""``diff``: compare two items leaf by leaf, values streamed block by block.
+
+Leaves only in A, only in B, dtype or shape changed, and for arrays present in both with the same
+shape: equal, or how far apart (max absolute and relative difference, elements outside
+``|a - b| <= atol + rtol * |b|``, numpy's ``allclose`` rule). NaN equals NaN at the same place.
+A dtype change counts as different unless ``compare_cast``: then both sides are compared as
+float64 (exact for every dtype up to 32 bits; int64 beyond 2**53 rounds). Blocks follow A's
+chunking (merged with B's when the common multiple is small), reads of A and B in flight
+together.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ckpt_cli.core.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
+from ckpt_cli.core.layout import ItemRef
+from ckpt_cli.core.scan import IN_FLIGHT, read_block
+from ckpt_cli.core.stats import block_shape, iter_blocks
+
+DIFF_BLOCK_BYTES = 16 << 20
+
+Status = str
+STATUSES: tuple[Status, ...] = (
+    "equal",
+    "different",
+    "only_a",
+    "only_b",
+    "dtype_changed",
+    "shape_changed",
+    "kind_changed",
+    "error",
+)
+
+
+@dataclass(frozen=True)
+class LeafDiff:
+    name: str
+    status: Status
+    dtype_a: str | None = None
+    dtype_b: str | None = None
+    shape_a: tuple[int, ...] | None = None
+    shape_b: tuple[int, ...] | None = None
+    elements: int = 0
+    mismatched: int = 0  # elements outside the tolerance (NaN against a number included)
+    max_abs: float | None = None
+    max_rel: float | None = None
+    message: str | None = None
+
+    @property
+    def equal(self) -> bool:
+        return self.status == "equal"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "dtype": [self.dtype_a, self.dtype_b],
+            "shape": [
+                None if self.shape_a is None else list(self.shape_a),
+                None if self.shape_b is None else list(self.shape_b),
+            ],
+            "elements": self.elements,
+            "mismatched": self.mismatched,
+            "max_abs_diff": self.max_abs,
+            "max_rel_diff": self.max_rel,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    a: ItemRef
+    b: ItemRef
+    atol: float
+    rtol: float
+    compare_cast: bool
+    leaves: tuple[LeafDiff, ...]
+
+    @property
+    def equal(self) -> bool:
+        return all(d.equal for d in self.leaves)
+
+    def count(self, status: Status) -> int:
+        return sum(1 for d in self.leaves if d.status == status)
+
+
+def diff_items(
+    a: ItemRef,
+    b: ItemRef,
+    atol: float = 0.0,
+    rtol: float = 0.0,
+    compare_cast: bool = False,
+    name_filter: str | None = None,
+    on_progress: Callable[[str, int, int], None] | None = None,
+) -> DiffReport:
+    ra, rb = inspect_item(a, name_filter), inspect_item(b, name_filter)
+    la = {leaf.name: leaf for leaf in ra.leaves}
+    lb = {leaf.name: leaf for leaf in rb.leaves}
+    sa, sb = _store(ra), _store(rb)
+    total = sum(leaf.size_bytes for n, leaf in la.items() if leaf.is_array and n in lb)
+    done = [0]
+
+    def on_bytes(n: int) -> None:
+        done[0] += n
+        if on_progress:
+            on_progress("data", done[0], total)
+
+    out = []
+    for name in sorted(la.keys() | lb.keys()):
+        x, y = la.get(name), lb.get(name)
+        if x is None or y is None:
+            leaf = x or y
+            assert leaf is not None
+            out.append(
+                LeafDiff(
+                    name,
+                    "only_a" if y is None else "only_b",
+                    *((leaf.dtype, None) if y is None else (None, leaf.dtype)),
+                    *((leaf.shape, None) if y is None else (None, leaf.shape)),
+                )
+            )
+            continue
+        out.append(_diff_leaf(x, y, sa, sb, atol, rtol, compare_cast, on_bytes))
+    return DiffReport(a, b, atol, rtol, compare_cast, tuple(out))
+
+
+def _store(report: ItemReport) -> ItemStore | None:
+    if report.storage == "json":
+        return None
+    return ItemStore(report.ref.location, report.zarr_format == 3)
+
+
+def _result(x: Leaf, y: Leaf, status: Status, **extra: Any) -> LeafDiff:
+    return LeafDiff(x.name, status, x.dtype, y.dtype, x.shape, y.shape, **extra)
+
+
+def _diff_leaf(
+    x: Leaf,
+    y: Leaf,
+    sa: ItemStore | None,
+    sb: ItemStore | None,
+    atol: float,
+    rtol: float,
+    compare_cast: bool,
+    on_bytes: Callable[[int], None],
+) -> LeafDiff:
+    if x.problem or y.problem:
+        return _result(x, y, "error", message=x.problem or y.problem)
+    if x.is_array != y.is_array or (not x.is_array and x.value_type != y.value_type):
+        return _result(x, y, "kind_changed", message=f"{x.value_type} vs {y.value_type}")
+    if not x.is_array:
+        return _result(x, y, "equal" if x.value == y.value else "different")
+    assert x.array is not None and y.array is not None and sa is not None and sb is not None
+    if x.shape != y.shape:
+        return _result(x, y, "shape_changed")
+    if x.dtype != y.dtype and not compare_cast:
+        return _result(
+            x,
+            y,
+            "dtype_changed",
+            message="values not compared (pass --compare-cast to compare them as float64)",
+        )
+    acc = _Compare(atol, rtol, exact_ints=x.dtype == y.dtype)
+    try:
+        _stream(sa, sb, x, y, acc, on_bytes)
+    except Exception as e:
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return _result(x, y, "error", message=message)
+    status = "equal" if acc.mismatched == 0 else "different"
+    note = f"compared as float64 ({x.dtype} vs {y.dtype})" if x.dtype != y.dtype else None
+    return _result(
+        x,
+        y,
+        status,
+        elements=x.array.size,
+        mismatched=acc.mismatched,
+        max_abs=acc.max_abs,
+        max_rel=acc.max_rel,
+        message=note,
+    )
+
+
+def _common_block(a: ArrayInfo, b: ArrayInfo) -> tuple[int, ...]:
+    """Blocks aligned to both chunkings when their common multiple stays small, else to A's."""
+    lcm = tuple(
+        min(s, math.lcm(ca or 1, cb or 1))
+        for s, ca, cb in zip(a.shape, a.chunk_shape, b.chunk_shape, strict=True)
+    )
+    if math.prod(lcm) * max(a.itemsize, b.itemsize) <= 4 * DIFF_BLOCK_BYTES:
+        return block_shape(replace(a, chunk_shape=lcm), DIFF_BLOCK_BYTES)
+    return block_shape(a, DIFF_BLOCK_BYTES)
+
+
+def _stream(
+    sa: ItemStore, sb: ItemStore, x: Leaf, y: Leaf, acc: _Compare, on_bytes: Callable[[int], None]
+) -> None:
+    assert x.array is not None and y.array is not None
+    ra = sa.reader(x.name, x.array, x.database)
+    rb = sb.reader(y.name, y.array, y.database)
+    pending: deque[tuple[Any, Any, int]] = deque()
+    for sl in iter_blocks(x.array, _common_block(x.array, y.array)):
+        nbytes = math.prod(s.stop - s.start for s in sl) * x.array.itemsize
+        pending.append((read_block(ra, sl), read_block(rb, sl), nbytes))
+        if len(pending) >= IN_FLIGHT // 2:
+            fa, fb, n = pending.popleft()
+            acc.add(fa.result(), fb.result())
+            on_bytes(n)
+    while pending:
+        fa, fb, n = pending.popleft()
+        acc.add(fa.result(), fb.result())
+        on_bytes(n)
+
+
+class _Compare:
+    def __init__(self, atol: float, rtol: float, exact_ints: bool) -> None:
+        self.atol = atol
+        self.rtol = rtol
+        self.exact_ints = exact_ints
+        self.mismatched = 0
+        self.max_abs = 0.0
+        self.max_rel = 0.0
+
+    def add(self, a: Any, b: Any) -> None:
+        import numpy as np
+
+        a, b = np.asarray(a), np.asarray(b)
+        exact = self.exact_ints and a.dtype.kind in "iub" and not (self.atol or self.rtol)
+        if exact:
+            # Integers compare in their own dtype: float64 would round int64 beyond 2**53.
+            neq = a != b
+            self.mismatched += int(np.count_nonzero(neq))
+            a, b = a[neq], b[neq]
+        af, bf = a.astype(np.float64), b.astype(np.float64)
+        same = (af == bf) | (np.isnan(af) & np.isnan(bf))
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            diff = np.where(same, 0.0, np.abs(af - bf))
+            if not exact:
+                ok = same | (diff <= self.atol + self.rtol * np.abs(bf))
+                self.mismatched += int(np.count_nonzero(~ok))
+            if not diff.size:
+                return
+            bad = ~np.isfinite(diff)  # NaN against a number, Inf against a finite value
+            self.max_abs = max(self.max_abs, math.inf if bad.any() else float(diff.max()))
+            rel = ~bad & (bf != 0)
+            if rel.any():
+                self.max_rel = max(self.max_rel, float((diff[rel] / np.abs(bf[rel])).max()))
