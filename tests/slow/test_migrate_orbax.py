@@ -68,6 +68,20 @@ def test_seed_mlp_widened_restores_into_the_wide_model_and_trains(
     assert float(wide_loss) == pytest.approx(float(narrow_loss), rel=1e-5)
     assert int(trained["step"]) == 4
 
+    diff = cli("diff", src, dst, "--json")
+    assert diff.code == 1  # the widened leaves changed shape
+    status = {leaf["name"]: leaf["status"] for leaf in diff.json()["leaves"]}
+    assert sorted(n for n, s in status.items() if s == "equal") == [
+        "opt_state.0.count",
+        "opt_state.0.mu.Dense_1.bias",
+        "opt_state.0.nu.Dense_1.bias",
+        "opt_state.1",  # optax's EmptyState, an empty marker
+        "params.Dense_1.bias",
+        "rng",
+        "step",
+    ]  # bit-identical: atol = rtol = 0 by default
+    assert {s for n, s in status.items() if s != "equal"} == {"shape_changed"}
+
     before, after = read_values(src), read_values(dst)
     unchanged = [n for n in before if "Dense_1.bias" in n or n in ("step", "rng")]
     assert len(unchanged) == 5
