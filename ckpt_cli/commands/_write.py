@@ -14,6 +14,7 @@ from ckpt_cli.commands._common import emit_json, human_bytes, parse_size, stdout
 
 if TYPE_CHECKING:
     from ckpt_cli.core.layout import ItemRef
+    from ckpt_cli.core.rewrite import StepOutput
     from ckpt_cli.core.storage import Location
     from ckpt_cli.core.writer import LeafOut
 
@@ -87,10 +88,12 @@ def write_and_report(
     total: int,
     json_doc: dict[str, Any] | None,
     print_plan: Callable[[], None],
+    after: Callable[[StepOutput], dict[str, Any]] | None = None,
     **write_args: Any,
 ) -> None:
     """``write_step`` under a progress bar, then the result: added to ``json_doc`` and printed
-    as JSON, or the plan and one line with the rate."""
+    as JSON, or the plan and one line with the rate. ``after`` runs on the written step; what it
+    returns joins the JSON document (or is printed as ``key: value`` lines)."""
     from ckpt_cli.core.rewrite import write_step
 
     started = time.monotonic()
@@ -101,6 +104,7 @@ def write_and_report(
         lambda on_bytes: write_step(ref, destination, leaves, on_bytes=on_bytes, **write_args),
     )
     seconds = time.monotonic() - started
+    extra = after(result) if after is not None else {}
     if json_doc is not None:
         json_doc.update(
             {
@@ -109,6 +113,7 @@ def write_and_report(
                 "item": result.item,
                 "bytes_written": result.bytes_written,
                 "seconds": round(seconds, 3),
+                **extra,
             }
         )
         emit_json(json_doc)
@@ -119,3 +124,5 @@ def write_and_report(
         f"wrote step {result.step} to {result.path}: "
         f"{human_bytes(result.bytes_written)} in {seconds:.1f} s ({human_bytes(int(rate))}/s)"
     )
+    for key, value in extra.items():
+        stdout_console().print(f"{key}: {value}")

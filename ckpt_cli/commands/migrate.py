@@ -69,6 +69,15 @@ def migrate(
     zarr3: Zarr3Opt = None,
     compression: CompressionOpt = "zstd",
     ocdbt: OcdbtOpt = True,
+    record_digests: Annotated[
+        bool | None,
+        typer.Option(
+            "--record-digests/--no-record-digests",
+            help="Read the new step back and record its digests, as `ckpt verify --record` "
+            "(default: when the source has a record).",
+            show_default=False,
+        ),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the plan per leaf; write nothing.")
     ] = False,
@@ -85,7 +94,11 @@ def migrate(
     from ckpt_cli.commands import _render_migrate as render
     from ckpt_cli.core.inspect import inspect_item
     from ckpt_cli.core.memory import bound_allocator
-    from ckpt_cli.core.migrate import migrate_leaves, plan_migration
+    from ckpt_cli.core.migrate import (
+        has_digests,
+        migrate_leaves,
+        plan_migration,
+    )
     from ckpt_cli.core.migrate_spec import load_spec
     from ckpt_cli.core.migrate_target import abstract_state, compare_target, import_function
     from ckpt_cli.core.resolve import resolve_item
@@ -137,6 +150,9 @@ def migrate(
         total=plan.total_bytes,
         json_doc=doc if json_out else None,
         print_plan=lambda: render.print_plan(plan, target, diffs),
+        after=_digests
+        if (has_digests(ref.location) if record_digests is None else record_digests)
+        else None,
         use_ocdbt=ocdbt,
         use_zarr3=out_zarr3,
         memory_limit=mem_limit,
@@ -149,6 +165,14 @@ def migrate(
             "target": target,
         },
     )
+
+
+def _digests(result: Any) -> dict[str, Any]:
+    from ckpt_cli.core.migrate import record_step_digests
+    from ckpt_cli.core.storage import open_location
+
+    recorded = record_step_digests(open_location(result.path))
+    return {"digests": "recorded" if recorded else "not recorded (run `ckpt verify` on the step)"}
 
 
 def _destination(dst: str, step_out: int | None) -> tuple[Any, int | None]:

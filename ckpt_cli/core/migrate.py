@@ -25,7 +25,9 @@ from ckpt_cli.core.metadata import ShardingInfo
 from ckpt_cli.core.migrate_layout import Layout, layout_for
 from ckpt_cli.core.migrate_spec import MigrationSpec, Rule
 from ckpt_cli.core.migrate_tree import Step, Work, fill_key_types, followers, key_types
+from ckpt_cli.core.storage import Location
 from ckpt_cli.core.writer import ArrayOut, Compression, LeafOut
+from ckpt_cli.errors import CkptError
 
 
 @dataclass(frozen=True)
@@ -196,3 +198,21 @@ def _source(expr: ops.Node, ctx: ops.EvalContext) -> Callable[[ops.Region], Any]
         return expr.fetch(region, ctx)
 
     return read
+
+
+def record_step_digests(step: Location) -> tuple[str, ...]:
+    """Read the written step back once and record its digests (``ckpt verify --record``): the
+    items recorded, none when verification found an error."""
+    from ckpt_cli.core.verify import VerifyOptions, verify_path
+
+    report = verify_path(step, VerifyOptions(record=True))
+    return report.recorded
+
+
+def has_digests(item: Location) -> bool:
+    from ckpt_cli.core.digests import read_digests
+
+    try:
+        return read_digests(item) is not None
+    except CkptError:  # a damaged record is verify's business; migrate does not carry it
+        return False

@@ -336,3 +336,20 @@ def test_migrate_without_target_does_not_import_jax(tmp_path: Path) -> None:
         [sys.executable, "-c", probe, *args], capture_output=True, text=True, check=True
     )
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_digests_are_recorded_when_the_source_has_them(cli, fixture_copy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    src = fixture_copy("seed_mlp")
+    spec = REPO / "examples" / "widen_64_to_128.yaml"
+    plain = cli("migrate", src, tmp_path / "plain", "--spec", spec, "--json")
+    assert plain.code == 0 and "digests" not in plain.json()
+    assert cli("verify", src, "--step", "500", "--record").code == 0
+    r = cli("migrate", src, tmp_path / "out", "--spec", spec, "--json")
+    assert r.code == 0, r.stderr
+    assert r.json()["digests"] == "recorded"
+    assert (tmp_path / "out" / "500" / "default" / "_CKPT_DIGESTS.json").is_file()
+    check = cli("verify", tmp_path / "out", "--deep", "--json")
+    assert check.code == 0, check.stdout
+    assert check.json()["checked"]["digests"] == {"500/default": "checked"}
+    off = cli("migrate", src, tmp_path / "off", "--spec", spec, "--no-record-digests", "--json")
+    assert off.code == 0 and "digests" not in off.json()
