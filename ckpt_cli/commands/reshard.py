@@ -110,6 +110,7 @@ def reshard(
     written under a tmp name and renamed when complete.
     """
     from ckpt_cli.core import reshard as core
+    from ckpt_cli.core.digests import read_digests
     from ckpt_cli.core.inspect import inspect_item
     from ckpt_cli.core.memory import bound_allocator
     from ckpt_cli.core.resolve import resolve_item
@@ -166,6 +167,13 @@ def reshard(
     prepare_destination(destination, ref)
 
     leaves = core.reshard_leaves(report, plan, out_zarr3, comp, mem_limit)
+    # Values do not change: recorded digests carry over (and verify proves they still match).
+    record = read_digests(ref.location)
+    carried = (
+        {k: v for k, v in record.leaves.items() if k in {x.name for x in leaves}}
+        if record
+        else None
+    )
     started = time.monotonic()
     operation = {"operation": "reshard", "mesh": mesh, "like": like, "rules": rules}
     result = _with_progress(
@@ -180,6 +188,7 @@ def reshard(
             memory_limit=mem_limit,
             operation=operation,
             on_bytes=on_bytes,
+            leaf_digests=carried,
         ),
     )
     seconds = time.monotonic() - started

@@ -220,6 +220,9 @@ def scan_database(item: Location, db: str, file_size: Callable[[str], int | None
                 elif "location" in entry:
                     pending.append(entry["location"])
     keys: dict[bytes, Ref | None] = {}
+    # A database created empty (as ckpt's writers do) starts with a version whose root has no
+    # location: an empty tree, nothing to reference.
+    versions = [v for v in versions if "location" in v.get("root", {})]
     versions.sort(key=lambda v: int(v.get("generation_number", 0)))
     if versions:
         latest = versions[-1]
