@@ -13,8 +13,8 @@ import sys
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
-import jax  # noqa: E402
-import orbax.checkpoint as ocp  # noqa: E402
+import jax
+import orbax.checkpoint as ocp
 
 
 def main() -> None:
