@@ -27,12 +27,26 @@ demo: $(STAMP)
 	@echo "== ckpt inspect --step 500 --filter 'params.*' --stats --flat"
 	$(CKPT) inspect $(DEMO) --step 500 --filter 'params.*' --stats --flat
 	@echo "== ckpt inspect --json (first lines)"
-	$(CKPT) inspect $(DEMO) --json | head -n 30
+	$(CKPT) inspect $(DEMO) --json | $(PY) -m json.tool | head -n 30
 	@echo "== a sharded checkpoint: which device holds which block"
 	$(CKPT) inspect fixtures/ckpts/sharded_4x2 --layout params.w
+	@echo "== ckpt verify --record: a deep pass, then digests stored in every item"
+	$(CKPT) verify $(DEMO) --record
+	@echo "== ckpt verify --deep: every chunk decoded and checked against the recorded digests"
+	$(CKPT) verify $(DEMO) --deep
+	@echo "== ckpt verify --latest --sample 25% --seed 1 --json (a nightly partial check)"
+	$(CKPT) verify $(DEMO) --latest --sample 25% --seed 1 --json | $(PY) -m json.tool | head -n 30
+	@echo "== ckpt diff: what changed between two steps (exit 1: they differ)"
+	$(CKPT) diff $(DEMO)@500 $(DEMO)@600 --filter 'params.*' || true
+	@echo "== a byte flipped in a data file: only the recorded digests see it"
+	$(CKPT) verify fixtures/damaged/flipped-byte || true
+	$(CKPT) verify fixtures/damaged/flipped-byte --deep || true
 	@echo "== ckpt reshard for a (data=4, model=2) mesh, then restore it on 8 CPU devices"
 	rm -rf $(DEMO)-4x2
 	$(CKPT) reshard $(DEMO) $(DEMO)-4x2 --mesh data=4,model=2 --rules examples/mesh_4x2.yaml
+	@echo "== the resharded step holds the same values and carries the recorded digests"
+	$(CKPT) diff $(DEMO) $(DEMO)-4x2
+	$(CKPT) verify $(DEMO)-4x2 --deep
 	$(CKPT) inspect $(DEMO)-4x2 --layout params.Dense_0.kernel
 	$(PY) examples/restore_on_mesh.py $(DEMO)-4x2
 	@echo "== ckpt prune --dry-run: the plan (keep with reasons, delete with sizes); nothing changes"
@@ -45,7 +59,7 @@ demo: $(STAMP)
 test: lint types pytest
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check ckpt_cli tests bench examples fixtures/make_fixtures.py
+	$(VENV)/bin/ruff check ckpt_cli tests bench examples fixtures/make_fixtures.py fixtures/make_damaged.py
 	$(VENV)/bin/ruff format --check ckpt_cli tests
 
 types: $(STAMP)
@@ -59,6 +73,8 @@ fixtures: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/bench_ls_inspect.py
+	$(PY) bench/bench_verify.py
+	$(PY) bench/bench_reshard.py
 
 clean:
 	rm -rf $(VENV) demo_runs bench/out .pytest_cache .mypy_cache .ruff_cache

@@ -90,6 +90,7 @@ def reshard(
     written under a tmp name and renamed when complete.
     """
     from ckpt_cli.core import reshard as core
+    from ckpt_cli.core.digests import read_digests
     from ckpt_cli.core.inspect import inspect_item
     from ckpt_cli.core.memory import bound_allocator
     from ckpt_cli.core.resolve import resolve_item
@@ -140,6 +141,13 @@ def reshard(
     prepare_destination(destination, ref)
 
     leaves = core.reshard_leaves(report, plan, out_zarr3, comp, mem_limit)
+    # Values do not change: recorded digests carry over (and verify proves they still match).
+    record = read_digests(ref.location)
+    carried = (
+        {k: v for k, v in record.leaves.items() if k in {x.name for x in leaves}}
+        if record
+        else None
+    )
     write_and_report(
         "reshard",
         ref,
@@ -152,6 +160,7 @@ def reshard(
         use_zarr3=out_zarr3,
         memory_limit=mem_limit,
         operation={"operation": "reshard", "mesh": mesh, "like": like, "rules": rules},
+        leaf_digests=carried,
     )
 
 

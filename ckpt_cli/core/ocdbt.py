@@ -220,10 +220,10 @@ def scan_database(item: Location, db: str, file_size: Callable[[str], int | None
                 elif "location" in entry:
                     pending.append(entry["location"])
     keys: dict[bytes, Ref | None] = {}
-    versions.sort(key=lambda v: int(v.get("generation_number", 0)))
-    # A version whose tree is empty has no root node (generation 1 of a database TensorStore
-    # creates itself, as ckpt's writers do): nothing to walk.
+    # A database created empty (as ckpt's writers do) starts with a version whose root has no
+    # location: an empty tree, nothing to reference.
     versions = [v for v in versions if "location" in v.get("root", {})]
+    versions.sort(key=lambda v: int(v.get("generation_number", 0)))
     if versions:
         latest = versions[-1]
         walk.nodes([latest["root"]["location"]], keys)

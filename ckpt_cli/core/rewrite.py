@@ -13,6 +13,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_cli.core.digests import (
+    DIGEST_FILE,
+    DigestRecord,
+    LeafDigest,
+    file_checksum,
+    write_digests,
+)
 from ckpt_cli.core.layout import ItemRef, detect, step_items
 from ckpt_cli.core.metadata import read_step_metadata, read_tree_metadata
 from ckpt_cli.core.storage import Location
@@ -61,9 +68,12 @@ def write_step(
     memory_limit: int,
     operation: dict[str, Any],
     on_bytes: Callable[[int], None] | None = None,
+    leaf_digests: dict[str, LeafDigest] | None = None,
     step: int | None = None,
 ) -> StepOutput:
-    """Write ``leaves`` as step ``step`` (default: the source's number) of the root ``dst``."""
+    """Write ``leaves`` as step ``step`` (default: the source's number) of the root ``dst``;
+    ``leaf_digests`` (values known unchanged, e.g. by reshard) are recorded for the new item
+    with freshly computed file checksums, so verify keeps checking them."""
     prepare_destination(dst, src)
     dst.make_dirs()
     if step is None:
@@ -79,6 +89,13 @@ def write_step(
         )
         item.write_arrays(leaves, on_bytes)
         item.write_metadata(leaves, tree.custom_metadata if tree else None)
+        if leaf_digests:
+            files = {
+                rel: file_checksum(item_dir.child(*rel.split("/")))
+                for rel, _ in item_dir.walk()
+                if rel != DIGEST_FILE
+            }
+            write_digests(item_dir, DigestRecord(leaf_digests, files))
         if src.step_location is not None and src.location != src.step_location:
             _copy_other_items(src, writer, source_meta.item_handlers if source_meta else None)
         custom = dict(source_meta.custom_metadata or {}) if source_meta else {}

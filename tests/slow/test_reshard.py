@@ -358,3 +358,40 @@ mgr.wait_until_finished()
         f"peak grew by {growth / 2**20:.0f} MiB over inspect's {baseline / 2**20:.0f} MiB"
     )
     assert_same_values(read_values(tmp_path / "src"), read_values(tmp_path / "dst"))
+
+
+def test_diff_says_identical_and_digests_carry_over(cli, fixture_copy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    src = fixture_copy("seed_mlp")
+    rec = cli("verify", src, "--step", "500", "--record")
+    assert rec.code == 0, rec.stderr
+    dst = tmp_path / "out"
+    r = cli(
+        "reshard",
+        src,
+        dst,
+        "--mesh",
+        "data=2,model=4",
+        "--rule",
+        "params.Dense_0.kernel=[null, model]",
+    )
+    assert r.code == 0, r.stderr
+    diff = cli("diff", src, dst, "--step", "500", "--json")
+    assert diff.code == 0, diff.stdout + diff.stderr
+    assert diff.json()["equal"] is True
+    digests = json.loads((dst / "500" / "default" / "_CKPT_DIGESTS.json").read_text())
+    recorded = json.loads((src / "500" / "default" / "_CKPT_DIGESTS.json").read_text())
+    assert digests["leaves"] == recorded["leaves"]
+    assert digests["files"] != recorded["files"]  # new data files, new checksums
+    deep = cli("verify", dst, "--deep", "--json")
+    assert deep.code == 0, deep.stdout
+    assert deep.json()["problems"] == []
+    assert deep.json()["checked"]["digests"] == {"500/default": "checked"}
+    # And a changed value is caught through the carried digests.
+    bad = json.loads((dst / "500" / "default" / "_CKPT_DIGESTS.json").read_text())
+    bad["leaves"]["params.Dense_0.bias"]["sha256"] = "0" * 64
+    (dst / "500" / "default" / "_CKPT_DIGESTS.json").write_text(json.dumps(bad))
+    caught = cli("verify", dst, "--deep", "--json")
+    assert caught.code == 1
+    assert [(p["code"], p["leaf"]) for p in caught.json()["problems"]] == [
+        ("digest-mismatch", "params.Dense_0.bias")
+    ]
