@@ -36,7 +36,8 @@ FilterOpt = Annotated[
     typer.Option(
         "--filter",
         "-f",
-        help="Only leaves whose name matches (glob such as 'params.*kernel' or a regex).",
+        help="Only leaves whose dotted name matches: a glob ('params.*kernel'), a regex "
+        "('^opt_state\\.'), or re:REGEX.",
         show_default=False,
     ),
 ]

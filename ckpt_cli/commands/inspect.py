@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from ckpt_cli.commands._common import (
+    FilterOpt,
     ItemOpt,
     JsonOpt,
     PathArg,
@@ -27,15 +28,7 @@ def inspect(
     flat: Annotated[
         bool, typer.Option("--flat", help="One line per leaf instead of a tree.")
     ] = False,
-    filter_: Annotated[
-        str | None,
-        typer.Option(
-            "--filter",
-            "-f",
-            help="Only leaves whose name matches (glob such as 'params.*kernel' or a regex).",
-            show_default=False,
-        ),
-    ] = None,
+    filter_: FilterOpt = None,
     stats: Annotated[
         bool,
         typer.Option(
