@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	rm -rf $(DEMO) $(DEMO)-4x2
+	rm -rf $(DEMO) $(DEMO)-4x2 $(DEMO)-wide
 	@echo "== train 300 steps (saves every 100, keeps 3)"
 	$(PY) examples/train_mlp.py --workdir $(DEMO) --steps 300
 	@echo "== train again to 600: resumes from the latest step"
@@ -49,6 +49,15 @@ demo: $(STAMP)
 	$(CKPT) verify $(DEMO)-4x2 --deep
 	$(CKPT) inspect $(DEMO)-4x2 --layout params.Dense_0.kernel
 	$(PY) examples/restore_on_mesh.py $(DEMO)-4x2
+	@echo "== ckpt migrate --dry-run: widen the hidden layer 64 -> 128, checked against the wide model"
+	rm -rf $(DEMO)-wide
+	$(CKPT) migrate $(DEMO) $(DEMO)-wide --spec examples/widen_64_to_128.yaml --target examples.train_mlp:abstract_state --dry-run
+	@echo "== ckpt migrate: write the wide step 600 (Adam moments follow), then resume training the wide model"
+	$(CKPT) migrate $(DEMO) $(DEMO)-wide --spec examples/widen_64_to_128.yaml --target examples.train_mlp:abstract_state
+	@echo "== the leaves no rule touched are bit-identical"
+	$(CKPT) diff $(DEMO)@600 $(DEMO)-wide@600 --filter '^(params.Dense_1.bias|opt_state.0.count|rng|step)$$'
+	$(PY) examples/train_mlp.py --workdir $(DEMO)-wide --hidden 128 --steps 700
+	$(CKPT) ls $(DEMO)-wide
 	@echo "== ckpt prune --dry-run: the plan (keep with reasons, delete with sizes); nothing changes"
 	$(CKPT) prune $(DEMO) --keep-last 1 --keep-every 500 --dry-run
 	@echo "== ckpt prune --yes: delete what no rule keeps (step 400)"
@@ -75,6 +84,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_ls_inspect.py
 	$(PY) bench/bench_verify.py
 	$(PY) bench/bench_reshard.py
+	$(PY) bench/bench_migrate.py
 
 clean:
 	rm -rf $(VENV) demo_runs bench/out .pytest_cache .mypy_cache .ruff_cache
