@@ -54,6 +54,7 @@ def report_json(report: ItemReport) -> dict[str, Any]:
             ],
         },
         "custom_metadata": report.custom_metadata,
+        "step_custom_metadata": report.step_custom_metadata,
         "leaves": [leaf.to_json() for leaf in report.leaves],
     }
 
@@ -139,6 +140,10 @@ def print_report(report: ItemReport, flat: bool, stats: dict[str, LeafStats] | N
     _print_totals(report)
     if report.state:
         _print_state(report)
+    history = (report.step_custom_metadata or {}).get("ckpt_history")
+    if isinstance(history, list) and history:
+        ops = ", ".join(str(h.get("operation", "?")) for h in history if isinstance(h, dict))
+        console.print(f"written by ckpt: {ops} (see step_custom_metadata.ckpt_history in --json)")
 
 
 def _print_totals(report: ItemReport) -> None:

@@ -243,6 +243,8 @@ def test_like_copies_another_layout(cli, tmp_path: Path) -> None:  # type: ignor
     second = tmp_path / "second"
     r = cli("reshard", FIXTURES / "sharded_4x2", second, "--like", first)
     assert r.code == 0, r.stderr
+    history = cli("inspect", second, "--json").json()["step_custom_metadata"]["ckpt_history"]
+    assert [h["operation"] for h in history] == ["reshard"] and history[0]["like"] == str(first)
     a = {x["name"]: x for x in cli("inspect", first, "--json").json()["leaves"]}
     b = {x["name"]: x for x in cli("inspect", second, "--json").json()["leaves"]}
     for name in a:
