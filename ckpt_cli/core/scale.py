@@ -117,7 +117,8 @@ def plan_write_units(
     """Cut the blocks of every array leaf into units of about ``unit_bytes``, in leaf order.
     A leaf whose plan cannot be split (a whole-leaf migrate expression) stays in one unit."""
     run = run or uuid.uuid4().hex
-    budget = block_budget(memory_limit)
+    # Blocks no bigger than a unit (when the chunks allow), so units stay near ``unit_bytes``.
+    budget = min(block_budget(memory_limit), max(1, unit_bytes))
     units: list[WriteUnit] = []
     current: list[UnitLeaf] = []
     size = 0
