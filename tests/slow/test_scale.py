@@ -321,3 +321,49 @@ def test_a_unit_rewritten_gives_the_same_bytes(src: Path, tmp_path: Path) -> Non
 
     a, b = contents(first.database), contents(second.database)
     assert a == b and len(a) >= 1 and all(k.startswith(b"params.embed/") for k in a)
+
+
+def _verify_json(cli: Any, *args: Any) -> tuple[int, dict[str, Any]]:
+    r = cli("verify", *args, "--json")
+    return r.code, r.json()
+
+
+def _same_findings(a: dict[str, Any], b: dict[str, Any]) -> None:
+    for key in ("ok", "nonfinite", "summary"):
+        assert a[key] == b[key], key
+    assert a["checked"]["bytes_decoded"] == b["checked"]["bytes_decoded"]
+    assert [(p["code"], p["leaf"], p["file"]) for p in a["problems"]] == [
+        (p["code"], p["leaf"], p["file"]) for p in b["problems"]
+    ]
+
+
+def test_verify_deep_on_dask_equals_single_process(
+    cli: Any, src: Path, cluster: Any, tmp_path: Path
+) -> None:
+    import shutil
+
+    dask = ["--executor", "dask", "--scheduler", cluster.scheduler_address, "--unit-bytes", "1MiB"]
+    # No record: the 4 MiB leaf is split over units; NaN counts add up.
+    code_a, single = _verify_json(cli, src, "--deep")
+    code_b, scaled = _verify_json(cli, src, "--deep", *dask)
+    assert code_a == code_b == 0
+    _same_findings(single, scaled)
+    assert [(n["leaf"], n["nan"], n["inf"]) for n in scaled["nonfinite"]] == [
+        ("params.embed", 1, 0)
+    ]
+    # --record: leaf digests (one worker per leaf) and file CRCs equal the single-process ones.
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(src, a)
+    shutil.copytree(src, b)
+    assert cli("verify", a, "--record").code == 0
+    assert cli("verify", b, "--record", *dask).code == 0
+    rec_a = json.loads((a / "7" / "default" / "_CKPT_DIGESTS.json").read_text())
+    rec_b = json.loads((b / "7" / "default" / "_CKPT_DIGESTS.json").read_text())
+    assert rec_a["leaves"] == rec_b["leaves"] and rec_a["files"] == rec_b["files"]
+    # A flipped byte is caught the same way by the workers.
+    damaged = Path(__file__).resolve().parents[2] / "fixtures" / "damaged" / "flipped-byte"
+    code_a, single = _verify_json(cli, damaged, "--deep")
+    code_b, scaled = _verify_json(cli, damaged, "--deep", *dask)
+    assert code_a == code_b == 1
+    _same_findings(single, scaled)
+    assert {p["code"] for p in scaled["problems"]} >= {"digest-mismatch"}
