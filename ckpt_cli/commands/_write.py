@@ -3,6 +3,7 @@ and the write itself with its report."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ import typer
 from ckpt_cli.commands._common import emit_json, human_bytes, parse_size, stdout_console
 
 if TYPE_CHECKING:
+    from ckpt_cli.core.executor import ExecutorSpec
     from ckpt_cli.core.layout import ItemRef
     from ckpt_cli.core.rewrite import StepOutput
     from ckpt_cli.core.storage import Location
@@ -89,20 +91,27 @@ def write_and_report(
     json_doc: dict[str, Any] | None,
     print_plan: Callable[[], None],
     after: Callable[[StepOutput], dict[str, Any]] | None = None,
+    scale: ExecutorSpec | None = None,
     **write_args: Any,
 ) -> None:
     """``write_step`` under a progress bar, then the result: added to ``json_doc`` and printed
     as JSON, or the plan and one line with the rate. ``after`` runs on the written step; what it
-    returns joins the JSON document (or is printed as ``key: value`` lines)."""
+    returns joins the JSON document (or is printed as ``key: value`` lines). With a ``scale``
+    that splits the work, units run on its executor (the progress bar sums their bytes)."""
+    from ckpt_cli.commands._scale import stats_json, stats_line
+    from ckpt_cli.core.executor import open_executor
     from ckpt_cli.core.rewrite import write_step
 
     started = time.monotonic()
-    result = with_progress(
-        label,
-        total,
-        json_doc is None,
-        lambda on_bytes: write_step(ref, destination, leaves, on_bytes=on_bytes, **write_args),
-    )
+    with contextlib.ExitStack() as stack:
+        if scale is not None and scale.scaled:
+            write_args["executor"] = stack.enter_context(open_executor(scale))
+        result = with_progress(
+            label,
+            total,
+            json_doc is None,
+            lambda on_bytes: write_step(ref, destination, leaves, on_bytes=on_bytes, **write_args),
+        )
     seconds = time.monotonic() - started
     extra = after(result) if after is not None else {}
     if json_doc is not None:
@@ -113,6 +122,7 @@ def write_and_report(
                 "item": result.item,
                 "bytes_written": result.bytes_written,
                 "seconds": round(seconds, 3),
+                "scale": stats_json(result.scale),
                 **extra,
             }
         )
@@ -124,5 +134,7 @@ def write_and_report(
         f"wrote step {result.step} to {result.path}: "
         f"{human_bytes(result.bytes_written)} in {seconds:.1f} s ({human_bytes(int(rate))}/s)"
     )
+    if result.scale is not None:
+        stdout_console().print(stats_line(result.scale))
     for key, value in extra.items():
         stdout_console().print(f"{key}: {value}")

@@ -7,6 +7,14 @@ from typing import Annotated, Any
 import typer
 
 from ckpt_cli.commands._common import ItemOpt, JsonOpt, StepOpt, emit_json, warn
+from ckpt_cli.commands._scale import (
+    ExecutorOpt,
+    SchedulerOpt,
+    UnitBytesOpt,
+    WorkersOpt,
+    executor_spec,
+)
+from ckpt_cli.commands._scale import unit_bytes as parse_unit_bytes
 from ckpt_cli.commands._write import (
     CompressionOpt,
     MaxChunkBytesOpt,
@@ -82,6 +90,10 @@ def migrate(
         bool, typer.Option("--dry-run", help="Print the plan per leaf; write nothing.")
     ] = False,
     json_out: JsonOpt = False,
+    executor: ExecutorOpt = "local",
+    workers: WorkersOpt = 1,
+    scheduler: SchedulerOpt = None,
+    unit_bytes: UnitBytesOpt = "256MiB",
 ) -> None:
     """Migrate a checkpoint to a changed model with a spec of rules: rename, drop, keep_only, cast,
     resize, reshape, transpose, split, concat, add, set (and python, behind --allow-python).
@@ -107,6 +119,8 @@ def migrate(
     from ckpt_cli.core.writer import Compression
 
     chunk_limit, mem_limit = write_limits(max_chunk_bytes, memory_limit)
+    scale = executor_spec(executor, workers, scheduler)
+    units = parse_unit_bytes(unit_bytes)
     comp = Compression.parse(compression)
     bound_allocator()
     destination, out_step = _destination(dst, step_out)
@@ -154,6 +168,8 @@ def migrate(
         if (has_digests(ref.location) if record_digests is None else record_digests)
         else None,
         use_ocdbt=ocdbt,
+        scale=scale,
+        unit_bytes=units,
         use_zarr3=out_zarr3,
         memory_limit=mem_limit,
         step=out_step,

@@ -16,6 +16,14 @@ from ckpt_cli.commands._common import (
     stdout_console,
     warn,
 )
+from ckpt_cli.commands._scale import (
+    ExecutorOpt,
+    SchedulerOpt,
+    UnitBytesOpt,
+    WorkersOpt,
+    executor_spec,
+)
+from ckpt_cli.commands._scale import unit_bytes as parse_unit_bytes
 from ckpt_cli.commands._write import (
     CompressionOpt,
     MaxChunkBytesOpt,
@@ -81,6 +89,10 @@ def reshard(
         bool, typer.Option("--dry-run", help="Print the plan per leaf; write nothing.")
     ] = False,
     json_out: JsonOpt = False,
+    executor: ExecutorOpt = "local",
+    workers: WorkersOpt = 1,
+    scheduler: SchedulerOpt = None,
+    unit_bytes: UnitBytesOpt = "256MiB",
 ) -> None:
     """Rewrite a checkpoint for another device mesh: each device's shard becomes whole chunks.
 
@@ -107,6 +119,8 @@ def reshard(
             "say where to reshard to: --mesh NAME=SIZE,... (with --rules/--rule) or --like OTHER"
         )
     chunk_limit, mem_limit = write_limits(max_chunk_bytes, memory_limit)
+    scale = executor_spec(executor, workers, scheduler)
+    units = parse_unit_bytes(unit_bytes)
     comp = Compression.parse(compression)
     bound_allocator()
 
@@ -157,6 +171,8 @@ def reshard(
         json_doc=_plan_json(plan) if json_out else None,
         print_plan=lambda: _print_plan(plan, False),
         use_ocdbt=ocdbt,
+        scale=scale,
+        unit_bytes=units,
         use_zarr3=out_zarr3,
         memory_limit=mem_limit,
         operation={"operation": "reshard", "mesh": mesh, "like": like, "rules": rules},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Annotated
 
@@ -9,6 +10,14 @@ import typer
 
 from ckpt_cli.commands._common import JsonOpt, PathArg, emit_json, warn
 from ckpt_cli.commands._progress import progress_bar
+from ckpt_cli.commands._scale import (
+    ExecutorOpt,
+    SchedulerOpt,
+    UnitBytesOpt,
+    WorkersOpt,
+    executor_spec,
+)
+from ckpt_cli.commands._scale import unit_bytes as parse_unit_bytes
 from ckpt_cli.core.deep import parse_sample
 from ckpt_cli.core.storage import open_location
 from ckpt_cli.core.verify import VerifyOptions, verify_path
@@ -70,6 +79,10 @@ def verify(
         ),
     ] = None,
     json_out: JsonOpt = False,
+    executor: ExecutorOpt = "local",
+    workers: WorkersOpt = 1,
+    scheduler: SchedulerOpt = None,
+    unit_bytes: UnitBytesOpt = "256MiB",
 ) -> None:
     """Check a checkpoint for damage: a root (all committed steps), a step or an item.
 
@@ -94,8 +107,16 @@ def verify(
         strict=strict,
         fail_on_nonfinite=fail_on_nonfinite,
     )
-    with progress_bar(not json_out) as on_progress:
-        report = verify_path(open_location(path), options, on_progress)
+    scale = executor_spec(executor, workers, scheduler)
+    units = parse_unit_bytes(unit_bytes)
+    with contextlib.ExitStack() as stack:
+        pool = None
+        if scale.scaled and (deep or record):
+            from ckpt_cli.core.executor import open_executor
+
+            pool = stack.enter_context(open_executor(scale))
+        on_progress = stack.enter_context(progress_bar(not json_out))
+        report = verify_path(open_location(path), options, on_progress, pool, units)
     if json_out:
         emit_json(report.to_json())
     else:

@@ -26,7 +26,7 @@ from ckpt_cli.core.migrate_layout import Layout, layout_for
 from ckpt_cli.core.migrate_spec import MigrationSpec, Rule
 from ckpt_cli.core.migrate_tree import Step, Work, fill_key_types, followers, key_types
 from ckpt_cli.core.storage import Location
-from ckpt_cli.core.writer import ArrayOut, Compression, LeafOut
+from ckpt_cli.core.writer import ArrayOut, BlockSource, Compression, LeafOut
 from ckpt_cli.errors import CkptError
 
 
@@ -149,6 +149,27 @@ def _freeze(
     )
 
 
+@dataclass(frozen=True)
+class ComputeLeaf:
+    """A worker's recipe for a migrated leaf: the expression (frozen dataclasses over source leaf
+    names) and the ``module:function`` names its python rules call, imported on the worker."""
+
+    source: str
+    source_zarr3: bool
+    expr: ops.Node
+    functions: tuple[str, ...]
+
+    @property
+    def splittable(self) -> bool:
+        return self.expr.streams
+
+    def build(self, store: ItemStore) -> BlockSource:
+        from ckpt_cli.core.migrate_target import import_function
+
+        functions = {f: import_function(f, "migrate function") for f in self.functions}
+        return _source(self.expr, ops.EvalContext(store, functions))
+
+
 def migrate_leaves(
     report: ItemReport,
     plan: MigrationPlan,
@@ -164,13 +185,15 @@ def migrate_leaves(
     ctx = ops.EvalContext(store, functions or {})
     out = []
     for leaf in plan.leaves:
-        array = source = None
+        array = source = recipe = None
         layout = leaf.layout
         if leaf.expr is not None and layout is not None:
             array = ArrayOut(
                 leaf.expr.dtype, leaf.expr.shape, layout.chunk_shape, zarr3, compression
             )
             source = _source(leaf.expr, ctx)
+            used = tuple(sorted(n.function for n in leaf.expr.walk() if isinstance(n, ops.Python)))
+            recipe = ComputeLeaf(str(report.ref.location), report.zarr_format == 3, leaf.expr, used)
         out.append(
             LeafOut(
                 keypath=leaf.keypath,
@@ -185,6 +208,7 @@ def migrate_leaves(
                 else None,
                 string_value=leaf.string_value,
                 source_chunks=ops.source_chunks(leaf.expr) if leaf.expr is not None else None,
+                plan=recipe,
             )
         )
     return out

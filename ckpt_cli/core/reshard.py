@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core.arrays import ItemStore, cached_context, dtype_itemsize
+from ckpt_cli.core.arrays import ArrayInfo, ItemStore, cached_context, dtype_itemsize
 from ckpt_cli.core.inspect import ItemReport, Leaf, compile_filter
 from ckpt_cli.core.metadata import ShardingInfo
-from ckpt_cli.core.writer import ArrayOut, Compression, LeafOut
+from ckpt_cli.core.writer import ArrayOut, BlockSource, Compression, LeafOut
 from ckpt_cli.errors import UsageError
 
 Spec = tuple[Any, ...]  # per dimension: None, an axis name, or a tuple of axis names
@@ -106,6 +106,21 @@ def parse_rules(doc: Any, mesh: MeshSpec, source: str) -> list[Rule]:
             Rule(str(pattern), parse_spec(value, f"{source}: rule {pattern!r}", mesh), anchored)
         )
     return rules
+
+
+@dataclass(frozen=True)
+class ReadLeaf:
+    """A worker's recipe for a resharded leaf: read the same region of the stored source leaf."""
+
+    source: str
+    source_zarr3: bool
+    name: str
+    info: ArrayInfo
+    database: str
+    splittable: bool = True
+
+    def build(self, store: ItemStore) -> BlockSource:
+        return store.reader(self.name, self.info, self.database).read
 
 
 @dataclass(frozen=True)
@@ -260,11 +275,18 @@ def reshard_leaves(
     out = []
     for p in plan.leaves:
         leaf = p.leaf
-        array = source = source_chunks = None
+        array = source = source_chunks = recipe = None
         if leaf.array is not None and leaf.dtype is not None and leaf.shape is not None:
             array = ArrayOut(leaf.dtype, leaf.shape, p.chunk_shape, zarr3, compression)
             source = store.reader(leaf.name, leaf.array, leaf.database).read
             source_chunks = leaf.array.chunk_shape
+            recipe = ReadLeaf(
+                str(report.ref.location),
+                report.zarr_format == 3,
+                leaf.name,
+                leaf.array,
+                leaf.database,
+            )
         out.append(
             LeafOut(
                 keypath=leaf.keypath,
@@ -279,6 +301,7 @@ def reshard_leaves(
                 else None,
                 string_value=leaf.value if leaf.value_type == "string" else None,
                 source_chunks=source_chunks,
+                plan=recipe,
             )
         )
     return out

@@ -20,8 +20,10 @@ from ckpt_cli.core.digests import (
     file_checksum,
     write_digests,
 )
+from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.layout import ItemRef, detect, step_items
 from ckpt_cli.core.metadata import read_step_metadata, read_tree_metadata
+from ckpt_cli.core.scale import DEFAULT_UNIT_BYTES, ScaleStats, write_arrays_scaled
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.writer import JSON_HANDLER, STANDARD_HANDLER, ItemWriter, LeafOut, StepWriter
 from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
@@ -33,6 +35,7 @@ class StepOutput:
     step: int
     item: str
     bytes_written: int
+    scale: ScaleStats | None = None  # how a scaled-out run split the work
 
 
 def prepare_destination(dst: Location, src: ItemRef) -> None:
@@ -70,10 +73,14 @@ def write_step(
     on_bytes: Callable[[int], None] | None = None,
     leaf_digests: dict[str, LeafDigest] | None = None,
     step: int | None = None,
+    executor: Executor | None = None,
+    unit_bytes: int = DEFAULT_UNIT_BYTES,
 ) -> StepOutput:
     """Write ``leaves`` as step ``step`` (default: the source's number) of the root ``dst``;
     ``leaf_digests`` (values known unchanged, e.g. by reshard) are recorded for the new item
-    with freshly computed file checksums, so verify keeps checking them."""
+    with freshly computed file checksums, so verify keeps checking them. With ``executor`` the
+    arrays are written in units by its workers (``core/scale.py``); metadata, digests and the
+    commit stay here, after every unit succeeded."""
     prepare_destination(dst, src)
     dst.make_dirs()
     if step is None:
@@ -87,7 +94,11 @@ def write_step(
         item = ItemWriter(
             item_dir, use_ocdbt=use_ocdbt, use_zarr3=use_zarr3, memory_limit=memory_limit
         )
-        item.write_arrays(leaves, on_bytes)
+        stats = None
+        if executor is None:
+            item.write_arrays(leaves, on_bytes)
+        else:
+            stats = write_arrays_scaled(item, leaves, executor, unit_bytes, on_bytes)
         item.write_metadata(leaves, tree.custom_metadata if tree else None)
         if leaf_digests:
             files = {
@@ -112,7 +123,7 @@ def write_step(
             writer.abort()
         raise
     written = sum(leaf.array.nbytes for leaf in leaves if leaf.array is not None)
-    return StepOutput(str(final), step, src.name, written)
+    return StepOutput(str(final), step, src.name, written, stats)
 
 
 def _copy_other_items(

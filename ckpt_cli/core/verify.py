@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ckpt_cli.core.deep import DataResult, SampleSpec, deep_item, item_bytes, sample_items
 from ckpt_cli.core.digests import DigestRecord, write_digests
+from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.layout import (
     COMMIT_MARKER,
     ROOT_METADATA,
@@ -38,6 +39,7 @@ from ckpt_cli.core.problems import (
     problem,
 )
 from ckpt_cli.core.resolve import find_step
+from ckpt_cli.core.scale_verify import DEFAULT_SCAN_UNIT_BYTES, deep_item_scaled
 from ckpt_cli.core.scan import SCAN_BLOCK_BYTES
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.core.structure import ItemFacts, check_item
@@ -73,8 +75,14 @@ class _ItemTarget:
 
 
 def verify_path(
-    location: Location, options: VerifyOptions, on_progress: ProgressFn | None = None
+    location: Location,
+    options: VerifyOptions,
+    on_progress: ProgressFn | None = None,
+    executor: Executor | None = None,
+    unit_bytes: int = DEFAULT_SCAN_UNIT_BYTES,
 ) -> VerifyReport:
+    """Check ``location``; with ``executor`` the deep pass runs in units on its workers
+    (``scale_verify``), everything else stays here."""
     started = time.monotonic()
     if options.record and options.sample is not None:
         raise UsageError("--record needs every chunk: it cannot be combined with --sample")
@@ -129,7 +137,7 @@ def verify_path(
         if options.sample is not None
         else ("deep" if options.deep or options.record else "structure")
     )
-    results, sample = _data_level(facts, options, level, on_progress)
+    results, sample = _data_level(facts, options, level, on_progress, executor, unit_bytes)
     recorded: list[str] = []
     checks = []
     for t, f, r in zip(targets, facts, results, strict=True):
@@ -176,7 +184,12 @@ def verify_path(
 
 
 def _data_level(
-    facts: list[ItemFacts], options: VerifyOptions, level: str, on_progress: ProgressFn | None
+    facts: list[ItemFacts],
+    options: VerifyOptions,
+    level: str,
+    on_progress: ProgressFn | None,
+    executor: Executor | None = None,
+    unit_bytes: int = DEFAULT_SCAN_UNIT_BYTES,
 ) -> tuple[list[DataResult | None], SampleInfo | None]:
     if level == "structure":
         return [None] * len(facts), None
@@ -203,7 +216,10 @@ def _data_level(
     total = sum(item_bytes(f, w) for f, w in zip(facts, wants, strict=True))
     out: list[DataResult | None] = []
     for f, want in zip(facts, wants, strict=True):
-        r = deep_item(f, want, options.budget, on_bytes)
+        if executor is None:
+            r = deep_item(f, want, options.budget, on_bytes)
+        else:
+            r = deep_item_scaled(f, want, options.budget, executor, unit_bytes, on_bytes)
         r.chunks_decoded = sum(info.num_chunks for info, _ in f.arrays.values())
         out.append(r)
     return out, None

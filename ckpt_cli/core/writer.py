@@ -17,11 +17,11 @@ import json
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from ckpt_cli.core.arrays import EXTRA_DTYPES, ArrayInfo, dtype_itemsize
+from ckpt_cli.core.arrays import EXTRA_DTYPES, ArrayInfo, ItemStore, dtype_itemsize
 from ckpt_cli.core.layout import COMMIT_MARKER, STEP_METADATA, TMP_MARKER, TREE_METADATA
 from ckpt_cli.core.metadata import ShardingInfo
 from ckpt_cli.core.stats import block_shape, iter_blocks
@@ -41,6 +41,26 @@ OCDBT_CONFIG = {
 
 #: A block source: given a region of the destination array, a future of its values.
 BlockSource = Callable[[tuple[slice, ...]], Any]
+Region = tuple[slice, ...]
+
+
+class SourcePlan(Protocol):
+    """A picklable description of a leaf's values, rebuilt into a ``BlockSource`` by a worker of
+    a scaled-out run (``core/scale.py``): data only (the source item's URL, leaf names, the
+    operation), never an open handle."""
+
+    @property
+    def source(self) -> str:
+        """The URL of the item the values are read from."""
+
+    @property
+    def source_zarr3(self) -> bool: ...
+
+    @property
+    def splittable(self) -> bool:
+        """Whether any region can be computed alone (False: the whole leaf is one unit)."""
+
+    def build(self, store: ItemStore) -> BlockSource: ...
 
 
 @dataclass(frozen=True)
@@ -153,6 +173,8 @@ class LeafOut:
     #: The source's chunking, when values are copied from stored chunks: blocks then follow
     #: both chunkings so every source chunk is decoded once.
     source_chunks: tuple[int, ...] | None = None
+    #: How a worker of a scaled-out run rebuilds ``source`` (None: this process only).
+    plan: SourcePlan | None = None
 
     @property
     def name(self) -> str:
@@ -204,16 +226,23 @@ class ItemWriter:
         use_zarr3: bool,
         memory_limit: int,
         in_flight: int = 8,
+        database: str | None = None,
+        assume_metadata: bool = False,
+        context: Any = None,
     ) -> None:
         self.dest = dest
+        #: A sub-database (``ocdbt.process_<id>``) to write chunks into, merged later; its
+        #: arrays are opened with the metadata the driver already stored (``assume_metadata``).
+        self.database = database
+        self.assume_metadata = assume_metadata
         self.use_ocdbt = use_ocdbt
         self.use_zarr3 = use_zarr3
         self.memory_limit = memory_limit
         self.in_flight = in_flight
-        self.context = _context(memory_limit)
+        self.context = context if context is not None else _context(memory_limit)
 
     def _kvstore(self, name: str) -> dict[str, Any]:
-        base = self.dest.kvstore_spec()
+        base = (self.dest.child(self.database) if self.database else self.dest).kvstore_spec()
         if self.use_ocdbt:
             return {"driver": "ocdbt", "base": base, "config": OCDBT_CONFIG, "path": f"{name}/"}
         return {**base, "path": base["path"] + f"{name}/"}
@@ -229,6 +258,8 @@ class ItemWriter:
             # As Orbax: every chunk is stored, so a missing chunk always means damage.
             "store_data_equal_to_fill_value": True,
         }
+        if self.assume_metadata:
+            return ts.open(spec, open=True, assume_metadata=True, context=self.context)
         return ts.open(spec, create=True, open=False, context=self.context)
 
     def write_arrays(
@@ -241,7 +272,17 @@ class ItemWriter:
         blocks held at once stay under half the memory limit (TensorStore's cache gets a quarter).
         """
         arrays = [leaf for leaf in leaves if leaf.array is not None and leaf.source is not None]
-        pipe = _Pipeline(self, arrays, on_bytes)
+        budget = block_budget(self.memory_limit, self.in_flight)
+        self.write_regions([(leaf, leaf_regions(leaf, budget)) for leaf in arrays], on_bytes)
+
+    def write_regions(
+        self,
+        jobs: Sequence[tuple[LeafOut, Iterable[Region]]],
+        on_bytes: Callable[[int], None] | None = None,
+    ) -> None:
+        """Fill the given chunk-aligned regions of each leaf from its source (the arrays exist,
+        or are created here unless ``assume_metadata``), all in one pipeline."""
+        pipe = _Pipeline(self, list(jobs), on_bytes)
         try:
             pipe.run()
         except BaseException:
@@ -365,6 +406,21 @@ class StepWriter:
             self.tmp.delete_tree()
 
 
+def block_budget(memory_limit: int, in_flight: int = 8) -> int:
+    """Bytes of one block in flight: a block costs about three times its size (TensorStore's
+    decoded source chunks, the values, the encoded output), so blocks get a quarter of the
+    limit and the chunk cache an eighth; the rest is headroom for encoders and the allocator."""
+    return max(1 << 20, memory_limit // (4 * in_flight))
+
+
+def leaf_regions(leaf: LeafOut, budget: int) -> Iterator[Region]:
+    """The output blocks of one array leaf, in order: whole output chunks (several when small),
+    lined up with the source chunks when that fits (``aligned_block``)."""
+    assert leaf.array is not None
+    block = aligned_block(leaf.array.info, leaf.source_chunks, budget)
+    return iter_blocks(leaf.array.info, block)
+
+
 def aligned_block(
     info: ArrayInfo, source_chunks: tuple[int, ...] | None, budget: int
 ) -> tuple[int, ...]:
@@ -384,16 +440,17 @@ class _Pipeline:
     """Blocks of many leaves in flight: source reads, then writes, under a byte budget."""
 
     def __init__(
-        self, writer: ItemWriter, arrays: list[LeafOut], on_bytes: Callable[[int], None] | None
+        self,
+        writer: ItemWriter,
+        jobs: list[tuple[LeafOut, Iterable[Region]]],
+        on_bytes: Callable[[int], None] | None,
     ) -> None:
         self.writer = writer
-        self.arrays = arrays
+        self.jobs = jobs
+        self.arrays = [leaf for leaf, _ in jobs]
         self.on_bytes = on_bytes
         self.depth = max(1, writer.in_flight // 2)
-        # A block in flight costs about three times its size (TensorStore's decoded source
-        # chunks, the values, the encoded output), so blocks get a quarter of the limit and the
-        # chunk cache an eighth; the rest is headroom for encoders and the allocator.
-        self.budget = max(1 << 20, writer.memory_limit // (4 * writer.in_flight))
+        self.budget = block_budget(writer.memory_limit, writer.in_flight)
         self.limit = max(self.budget, writer.memory_limit // 4)
         self.opens: dict[int, Any] = {}
         self.reads: deque[tuple[Any, Any, LeafOut, tuple[slice, ...], int]] = deque()
@@ -401,12 +458,11 @@ class _Pipeline:
         self.held = 0
 
     def run(self) -> None:
-        for i, leaf in enumerate(self.arrays):
+        for i, (leaf, regions) in enumerate(self.jobs):
             assert leaf.array is not None and leaf.source is not None
             arr = self._opened(i)
             itemsize = dtype_itemsize(leaf.array.dtype)
-            block = aligned_block(leaf.array.info, leaf.source_chunks, self.budget)
-            for region in iter_blocks(leaf.array.info, block):
+            for region in regions:
                 nbytes = math.prod(s.stop - s.start for s in region) * itemsize
                 self.reads.append((leaf.source(region), arr, leaf, region, nbytes))
                 self.held += nbytes
