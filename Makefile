@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	rm -rf $(DEMO) $(DEMO)-4x2 $(DEMO)-wide
+	rm -rf $(DEMO) $(DEMO)-4x2 $(DEMO)-wide $(DEMO)-4x2-w2 $(DEMO)-4x2-dask
 	@echo "== train 300 steps (saves every 100, keeps 3)"
 	$(PY) examples/train_mlp.py --workdir $(DEMO) --steps 300
 	@echo "== train again to 600: resumes from the latest step"
@@ -49,6 +49,13 @@ demo: $(STAMP)
 	$(CKPT) verify $(DEMO)-4x2 --deep
 	$(CKPT) inspect $(DEMO)-4x2 --layout params.Dense_0.kernel
 	$(PY) examples/restore_on_mesh.py $(DEMO)-4x2
+	@echo "== scale out: the same reshard split into units on 2 local worker processes, then on a Dask cluster"
+	rm -rf $(DEMO)-4x2-w2 $(DEMO)-4x2-dask
+	$(CKPT) reshard $(DEMO) $(DEMO)-4x2-w2 --mesh data=4,model=2 --rules examples/mesh_4x2.yaml --workers 2 --unit-bytes 4KiB
+	$(CKPT) diff $(DEMO)-4x2 $(DEMO)-4x2-w2
+	$(PY) examples/with_dask_cluster.py $(CKPT) reshard $(DEMO) $(DEMO)-4x2-dask --mesh data=4,model=2 --rules examples/mesh_4x2.yaml --executor dask --unit-bytes 4KiB
+	$(CKPT) diff $(DEMO)-4x2 $(DEMO)-4x2-dask
+	$(PY) examples/with_dask_cluster.py $(CKPT) verify $(DEMO) --deep --executor dask
 	@echo "== ckpt migrate --dry-run: widen the hidden layer 64 -> 128, checked against the wide model"
 	rm -rf $(DEMO)-wide
 	$(CKPT) migrate $(DEMO) $(DEMO)-wide --spec examples/widen_64_to_128.yaml --target examples.train_mlp:abstract_state --dry-run
@@ -85,6 +92,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_verify.py
 	$(PY) bench/bench_reshard.py
 	$(PY) bench/bench_migrate.py
+	$(PY) bench/bench_scale.py
 
 clean:
 	rm -rf $(VENV) demo_runs bench/out .pytest_cache .mypy_cache .ruff_cache

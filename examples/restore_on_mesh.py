@@ -28,7 +28,9 @@ def main() -> None:
         sharding = getattr(value, "sharding", None)
         if hasattr(sharding, "spec"):
             shard = value.addressable_shards[0].data.shape
-            print(f"  {name:<42} {value.dtype}{list(value.shape)} {sharding.spec} shard {list(shard)}")
+            print(
+                f"  {name:<42} {value.dtype}{list(value.shape)} {sharding.spec} shard {list(shard)}"
+            )
         else:
             print(f"  {name:<42} {type(value).__name__}")
 

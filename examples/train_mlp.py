@@ -47,8 +47,12 @@ def init_state(hidden: int, seed: int = 0) -> dict[str, Any]:
     key, init_key = jax.random.split(key)
     params = MLP(hidden).init(init_key, jnp.zeros((1, IN_DIM)))["params"]
     tx = optax.adam(1e-3)
-    return {"params": params, "opt_state": tx.init(params), "step": jnp.asarray(0, jnp.int32),
-            "rng": jax.random.key_data(key)}
+    return {
+        "params": params,
+        "opt_state": tx.init(params),
+        "step": jnp.asarray(0, jnp.int32),
+        "rng": jax.random.key_data(key),
+    }
 
 
 def abstract_state(hidden: int = 128) -> Any:
@@ -60,7 +64,9 @@ def make_train_step(hidden: int):  # type: ignore[no-untyped-def]
     model, tx = MLP(hidden), optax.adam(1e-3)
 
     @jax.jit
-    def train_step(state: dict[str, Any], x: jax.Array, y: jax.Array) -> tuple[dict[str, Any], jax.Array]:
+    def train_step(
+        state: dict[str, Any], x: jax.Array, y: jax.Array
+    ) -> tuple[dict[str, Any], jax.Array]:
         key = jax.random.wrap_key_data(state["rng"])
         key, batch_key = jax.random.split(key)
         idx = jax.random.choice(batch_key, x.shape[0], (64,), replace=False)
@@ -71,8 +77,12 @@ def make_train_step(hidden: int):  # type: ignore[no-untyped-def]
 
         loss, grads = jax.value_and_grad(loss_fn)(state["params"])
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
-        return {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state,
-                "step": state["step"] + 1, "rng": jax.random.key_data(key)}, loss
+        return {
+            "params": optax.apply_updates(state["params"], updates),
+            "opt_state": opt_state,
+            "step": state["step"] + 1,
+            "rng": jax.random.key_data(key),
+        }, loss
 
     return train_step
 
@@ -88,8 +98,9 @@ def main() -> None:
 
     mgr = ocp.CheckpointManager(
         os.path.abspath(args.workdir),
-        options=ocp.CheckpointManagerOptions(max_to_keep=args.keep,
-                                             save_interval_steps=args.save_every),
+        options=ocp.CheckpointManagerOptions(
+            max_to_keep=args.keep, save_interval_steps=args.save_every
+        ),
     )
     state = init_state(args.hidden)
     latest = mgr.latest_step()
