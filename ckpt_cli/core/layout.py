@@ -18,6 +18,10 @@ from ckpt_cli.errors import NotACheckpointError, NotFoundError, UsageError
 
 TMP_MARKER = ".orbax-checkpoint-tmp"
 COMMIT_MARKER = "commit_success.txt"
+#: Object stores: put into a step before prune removes its marker; the step is trash from then on.
+TOMBSTONE = ".ckpt-deleting"
+#: Object stores: put into a step a ckpt writer writes in place; removed right before the marker.
+WRITING_MARKER = ".ckpt-writing"
 STEP_METADATA = "_CHECKPOINT_METADATA"
 TREE_METADATA = "_METADATA"
 ROOT_METADATA_DIR = "metadata"
@@ -122,6 +126,8 @@ def list_steps(root: Location, entries: list[Entry] | None = None) -> list[StepR
         loc = root.child(entry.name)
         children = loc.list()
         names = frozenset(c.name for c in children)
+        if TOMBSTONE in names:
+            continue  # a step prune has begun to delete (object stores): trash, not a step
         # A tmp dir may be empty (the save died at once); a finished name must hold a step.
         if not parsed.tmp and not _looks_like_step(names, children):
             continue
