@@ -13,7 +13,10 @@ chain and ``AWS_ENDPOINT_URL*`` settings as the AWS CLI) and the GCS JSON API ``
 Faults: TensorStore retries transient errors itself (``*_request_retries`` below: 4 attempts,
 0.25 s doubling to 2 s), botocore in its ``standard`` mode (4 attempts), the GCS lister likewise;
 a dead endpoint therefore fails within seconds, as one ``StorageError`` naming the URL, the
-endpoint and what failed.
+endpoint and what failed. Request concurrency stays TensorStore's shared default (32,
+``TENSORSTORE_S3_REQUEST_CONCURRENCY``): a ``*_request_concurrency`` written into the spec makes
+a new resource per open, so two arrays of one item no longer share their OCDBT writer and every
+commit races the other's manifest (measured: 262 data files instead of 9, 117 failed PUTs).
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from ckpt_cli.errors import StorageError, UnsupportedError
 
 #: TensorStore's retry settings for both drivers: bounded, so a dead endpoint fails in seconds.
 RETRIES = {"max_retries": 4, "initial_delay": "0.25s", "max_delay": "2s"}
-REQUEST_CONCURRENCY = {"limit": 32}
 LIST_ATTEMPTS = 4
 LIST_TIMEOUT_S = 20.0
 
@@ -161,7 +163,6 @@ class S3Store(ObjectStore):
             "bucket": self.bucket,
             "path": prefix,
             "s3_request_retries": RETRIES,
-            "s3_request_concurrency": REQUEST_CONCURRENCY,
         }
         if self._endpoint:
             spec["endpoint"] = self._endpoint
@@ -236,7 +237,6 @@ class GcsStore(ObjectStore):
             "bucket": self.bucket,
             "path": prefix,
             "gcs_request_retries": RETRIES,
-            "gcs_request_concurrency": REQUEST_CONCURRENCY,
         }
 
     def _token(self) -> str | None:
