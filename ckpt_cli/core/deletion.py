@@ -38,7 +38,7 @@ from ckpt_cli.core.prune import (
     require_root,
 )
 from ckpt_cli.core.storage import Entry, Location
-from ckpt_cli.errors import CkptError, LockedError, NotFoundError
+from ckpt_cli.errors import CkptError, LockedError, NotFoundError, UnreachableError
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,8 @@ def execute_plan(
             except NotFoundError:
                 skipped.append(Untouched(r.name, r.path, "gone before deletion"))
                 continue
+            except UnreachableError:
+                raise  # the store is gone: stop here, the next prune finishes what was hidden
             except CkptError as e:
                 failed.append(Untouched(r.name, r.path, e.message))
                 continue
@@ -107,6 +109,8 @@ def execute_plan(
         try:
             loc.delete_tree()
             deleted.append(r)
+        except UnreachableError:
+            raise
         except CkptError as e:
             failed.append(Untouched(r.name, str(loc), f"{e.message} (the next prune retries)"))
         if on_progress:

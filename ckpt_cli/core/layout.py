@@ -100,7 +100,9 @@ def _looks_like_item(names: frozenset[str]) -> bool:
 
 
 def _looks_like_step(names: frozenset[str], children: list[Entry]) -> bool:
-    if STEP_METADATA in names or COMMIT_MARKER in names or _looks_like_item(names):
+    if STEP_METADATA in names or COMMIT_MARKER in names or WRITING_MARKER in names:
+        return True
+    if _looks_like_item(names):
         return True
     # A step written before _CHECKPOINT_METADATA existed: recognise it by its items.
     return any(e.is_dir and e.name == METRICS_ITEM for e in children)

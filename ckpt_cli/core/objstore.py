@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ckpt_cli.errors import StorageError, UnsupportedError
+from ckpt_cli.errors import CkptError, StorageError, UnreachableError, UnsupportedError
 
 #: TensorStore's retry settings for both drivers: bounded, so a dead endpoint fails in seconds.
 RETRIES = {"max_retries": 4, "initial_delay": "0.25s", "max_delay": "2s"}
@@ -110,8 +110,22 @@ class ObjectStore:
         """One line for a failed request: what failed and where, without a traceback."""
         return describe_error(e, self.endpoint)
 
+    def error(self, what: str, e: BaseException) -> StorageError:
+        """``what`` failed because of ``e``: an ``UnreachableError`` when the endpoint is gone."""
+        if isinstance(e, StorageError):
+            return type(e)(f"{what}: {e.message}", hint=e.hint or HINT)
+        if isinstance(e, CkptError):
+            return StorageError(f"{what}: {e.message}", hint=e.hint)
+        cause = self.describe(e)
+        cls = UnreachableError if cause.startswith(_UNREACHABLE) else StorageError
+        return cls(f"{what}: {cause}", hint=HINT)
+
     def identity(self) -> tuple[str, str, str]:
         return (self.scheme, self.bucket, self.endpoint)
+
+
+HINT = "check the URL, the endpoint (--s3-endpoint, CKPT_S3_ENDPOINT) and the credentials"
+_UNREACHABLE = ("connection refused at", "no answer from")
 
 
 def describe_error(e: BaseException, endpoint: str) -> str:
@@ -319,13 +333,13 @@ class GcsStore(ObjectStore):
                 time.sleep(delay)
                 delay *= 2
         reason = getattr(last, "reason", last)
-        if isinstance(reason, ConnectionRefusedError):
-            raise StorageError(
-                f"connection refused at {self.endpoint} (after {LIST_ATTEMPTS} attempts)"
-            )
-        raise StorageError(
-            f"{describe_error(last, self.endpoint)} (after {LIST_ATTEMPTS} attempts)"
+        cause = (
+            f"connection refused at {self.endpoint}"
+            if isinstance(reason, ConnectionRefusedError)
+            else describe_error(last, self.endpoint)
         )
+        cls = UnreachableError if cause.startswith(_UNREACHABLE) else StorageError
+        raise cls(f"{cause} (after {LIST_ATTEMPTS} attempts)")
 
 
 def _rfc3339(text: Any) -> float:

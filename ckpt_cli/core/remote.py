@@ -69,13 +69,8 @@ class _Listing:
                 return
             try:
                 found = list(self.store.list_objects(prefix))
-            except CkptError as e:
-                raise StorageError(f"cannot list {self.store.url(prefix)}: {e.message}") from None
             except Exception as e:
-                raise StorageError(
-                    f"cannot list {self.store.url(prefix)}: {self.store.describe(e)}",
-                    hint=_HINT,
-                ) from None
+                raise self.store.error(f"cannot list {self.store.url(prefix)}", e) from None
             self.listed = [p for p in self.listed if not p.startswith(prefix)] + [prefix]
             for obj in found:
                 self.info[obj.key] = (obj.size, obj.mtime)
@@ -101,9 +96,6 @@ class _Listing:
     def clear(self) -> None:
         with self.lock:
             self.keys, self.info, self.listed = [], {}, []
-
-
-_HINT = "check the URL, the endpoint (--s3-endpoint, CKPT_S3_ENDPOINT) and the credentials"
 
 
 class RemoteLocation(Location):
@@ -161,9 +153,7 @@ class RemoteLocation(Location):
                     try:
                         first = next(iter(self.store.list_objects(self.key, limit=1)), None)
                     except Exception as e:
-                        raise StorageError(
-                            f"cannot list {self}: {self.store.describe(e)}", hint=_HINT
-                        ) from None
+                        raise self.store.error(f"cannot list {self}", e) from None
                     if first is not None and first.key == self.key:
                         self._listing.added(first.key, first.size, first.mtime)
                     return first is not None and first.key == self.key
@@ -228,9 +218,7 @@ class RemoteLocation(Location):
         try:
             result = self._listing.kv().read(self.key, byte_range=byte_range).result()
         except Exception as e:
-            raise StorageError(
-                f"cannot read {self}: {self.store.describe(e)}", hint=_HINT
-            ) from None
+            raise self.store.error(f"cannot read {self}", e) from None
         if result.state != "value":
             if self.is_dir():
                 raise InvalidMetadataError(f"{self} is a directory, expected a file")
@@ -264,9 +252,7 @@ class RemoteLocation(Location):
         try:
             self._listing.kv().write(self.key, data).result()
         except Exception as e:
-            raise StorageError(
-                f"cannot write {self}: {self.store.describe(e)}", hint=_HINT
-            ) from None
+            raise self.store.error(f"cannot write {self}", e) from None
         self._listing.added(self.key, len(data), time.time())
 
     def make_dirs(self) -> None:
@@ -308,10 +294,7 @@ class RemoteLocation(Location):
                 except Exception as e:
                     failed = failed or (k, e)
             if failed:
-                raise StorageError(
-                    f"cannot delete {self.store.url(failed[0])}: {self.store.describe(failed[1])}",
-                    hint=_HINT,
-                )
+                raise self.store.error(f"cannot delete {self.store.url(failed[0])}", failed[1])
 
     def hide(self, trash_name: str) -> RemoteLocation:
         """Make this step stop looking valid before its objects go: a tombstone first (the next
@@ -336,15 +319,16 @@ class RemoteLocation(Location):
                 return None
             stamp = kv.write(self.key, owner.encode(), if_equal=current.stamp.generation).result()
         except Exception as e:
-            raise StorageError(
-                f"cannot take the lock {self}: {self.store.describe(e)}", hint=_HINT
-            ) from None
+            raise self.store.error(f"cannot take the lock {self}", e) from None
         if not stamp.generation:
             return None  # someone else put it between our read and our write
         return _ObjectLock(self, stamp.generation)
 
     def refresh(self) -> None:
         self._listing.clear()
+
+    def describe_error(self, e: BaseException) -> str:
+        return self.store.describe(e)
 
     def kvstore_spec(self) -> dict[str, Any]:
         return self.store.kvstore_spec(self._dir)

@@ -151,6 +151,10 @@ class Location:
         """Whether this location is ``other`` or lies below it (paths compared as given)."""
         raise NotImplementedError
 
+    def describe_error(self, e: BaseException) -> str:
+        """One line for a TensorStore error met here (object stores: endpoint and cause)."""
+        return _short(e) if str(e) else type(e).__name__
+
     def __str__(self) -> str:
         raise NotImplementedError
 
@@ -178,7 +182,7 @@ class Location:
         return sum(entry.size for _, entry in self.walk())
 
 
-def _short(e: Exception) -> str:
+def _short(e: BaseException) -> str:
     return str(e).split("\n", 1)[0]
 
 

@@ -459,7 +459,8 @@ class _Pipeline:
             return self.opens.pop(i).result()
         except Exception as e:
             raise StorageError(
-                f"cannot create leaf {self.arrays[i].name!r} in {self.writer.dest}: {_first(e)}"
+                f"cannot create leaf {self.arrays[i].name!r} in {self.writer.dest}: "
+                f"{self.writer.dest.describe_error(e)}"
             ) from None
 
     def _start_write(self) -> None:
@@ -484,7 +485,10 @@ class _Pipeline:
         try:
             fut.result()
         except Exception as e:
-            raise StorageError(f"cannot write leaf {leaf.name!r}: {_first(e)}") from None
+            dest = self.writer.dest
+            raise StorageError(
+                f"cannot write leaf {leaf.name!r} to {dest}: {dest.describe_error(e)}"
+            ) from None
         self.held -= nbytes
         if self.on_bytes:
             self.on_bytes(nbytes)
