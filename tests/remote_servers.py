@@ -120,11 +120,36 @@ class S3Server:
             self.counts.clear()
 
 
+def _add_generation_header() -> None:
+    """Real GCS sends ``x-goog-generation`` with every media download; gcp-storage-emulator
+    (2026.7.19) does not, so TensorStore records generation 0 and its next conditional read
+    fails ("Malformed StorageGeneration"). Add the header the way GCS does."""
+    from gcp_storage_emulator.handlers import objects
+
+    if getattr(objects.download, "_with_generation", False):
+        return
+    plain = objects.download
+
+    def download(request: Any, response: Any, storage: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            obj = storage.get_file_obj(request.params["bucket_name"], request.params["object_id"])
+            response["x-goog-generation"] = str(obj["generation"])
+            response["x-goog-metageneration"] = str(obj.get("metageneration", "1"))
+        except Exception:
+            pass  # not found: the handler answers 404
+        return plain(request, response, storage, *args, **kwargs)
+
+    download._with_generation = True  # type: ignore[attr-defined]
+    objects.download = download
+
+
 class GcsServer:
     """gcp-storage-emulator on 127.0.0.1 (in memory), one bucket."""
 
     def __init__(self) -> None:
         from gcp_storage_emulator.server import create_server
+
+        _add_generation_header()
 
         self.port = free_port()
         self._server = create_server("127.0.0.1", self.port, in_memory=True, default_bucket=BUCKET)

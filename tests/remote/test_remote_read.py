@@ -154,3 +154,25 @@ def test_missing_path_and_bad_urls(cli: Any, s3: S3) -> None:
     assert cli("ls", "s3://").code == 2
     other = cli("ls", "hdfs://x/y")
     assert other.code == 3 and "not supported" in other.stderr
+
+
+@pytest.mark.parametrize("command", [["ls"], ["inspect", "--json"], ["verify", "--deep"]])
+def test_remote_read_paths_do_not_import_jax_or_orbax(s3: S3, command: list[str]) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_startup import PROBE
+
+    args = [command[0], s3.fixture("seed_mlp"), *command[1:]]
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ),
+    )
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("HEAVY="))
+    assert json.loads(line[len("HEAVY=") :]) == []
+    assert proc.stdout
