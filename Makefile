@@ -75,6 +75,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_ls_inspect.py
 	$(PY) bench/bench_verify.py
 	$(PY) bench/bench_reshard.py
+	$(PY) bench/bench_remote.py
 
 clean:
 	rm -rf $(VENV) demo_runs bench/out .pytest_cache .mypy_cache .ruff_cache
