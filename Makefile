@@ -93,6 +93,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_reshard.py
 	$(PY) bench/bench_migrate.py
 	$(PY) bench/bench_scale.py
+	$(PY) bench/bench_remote.py
 
 clean:
 	rm -rf $(VENV) demo_runs bench/out .pytest_cache .mypy_cache .ruff_cache

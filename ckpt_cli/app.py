@@ -49,8 +49,20 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
+    s3_endpoint: str | None = typer.Option(
+        None,
+        "--s3-endpoint",
+        metavar="URL",
+        help="S3-compatible endpoint for s3:// paths (MinIO, Ceph, a local server), e.g. "
+        "http://127.0.0.1:9000. Default: $CKPT_S3_ENDPOINT, $AWS_ENDPOINT_URL_S3, "
+        "$AWS_ENDPOINT_URL, else AWS.",
+        show_default=False,
+    ),
 ) -> None:
     """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX."""
+    from ckpt_cli.core.objstore import set_s3_endpoint
+
+    set_s3_endpoint(s3_endpoint)
 
 
 app.command("ls")(ls_cmd.ls)

@@ -52,6 +52,11 @@ class StorageError(CkptError, OSError):
     """The storage under a checkpoint failed to list or read."""
 
 
+class UnreachableError(StorageError):
+    """The store itself cannot be reached (connection refused, no answer): nothing more can be
+    done there, so operations stop at once instead of failing entry by entry."""
+
+
 class UnsupportedError(CkptError, NotImplementedError):
     """A layout or storage scheme this version does not handle."""
 

@@ -48,3 +48,13 @@ def test_help_does_not_import_tensorstore() -> None:
     code = "import sys; sys.argv=['ckpt','--help']\nfrom ckpt_cli.app import main\ntry:\n    main()\nexcept SystemExit:\n    pass\nprint('TS' if 'tensorstore' in sys.modules else 'NOTS')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip().endswith("NOTS")
+
+
+def test_local_ls_does_not_import_bucket_clients() -> None:
+    code = (
+        f"import sys; sys.argv=['ckpt','ls',{str(FIXTURES / 'seed_mlp')!r}]\n"
+        "from ckpt_cli.app import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('botocore', 'google.auth', 'urllib.request') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

@@ -41,7 +41,7 @@ def print_report(report: VerifyReport) -> None:
     if report.unfinished:
         console.print(
             f"  {len(report.unfinished)} unfinished save(s) skipped: "
-            f"{', '.join(report.unfinished)} (Orbax deletes them on its next save)"
+            f"{', '.join(report.unfinished)} (not checkpoints until committed)"
         )
     if report.sample is not None:
         s = report.sample

@@ -15,7 +15,7 @@ from ckpt_cli.commands._common import (
     stdout_console,
     warn,
 )
-from ckpt_cli.core.listing import list_root
+from ckpt_cli.core.listing import StepInfo, list_root
 from ckpt_cli.core.storage import open_location
 
 
@@ -86,6 +86,26 @@ def ls(path: PathArg, json_out: JsonOpt = False) -> None:
             warn(f"step {s.step}: {s.problem}")
     if listing.ignored:
         warn(f"not steps, ignored: {', '.join(listing.ignored)}")
+    for s in listing.steps:
+        if s.status == "uncommitted":
+            warn(_uncommitted_hint(s, listing.root))
+
+
+def _uncommitted_hint(s: StepInfo, root: str) -> str:
+    """An object-store step without commit_success.txt: a save in progress or interrupted, or a
+    complete step copied without its marker (Orbax issue #394): say how to tell and fix."""
+    target = f"{root} --step {s.step}" if s.path != root else s.path
+    why = (
+        "its _CHECKPOINT_METADATA records a commit, so it may be a complete step copied "
+        "without its marker (Orbax issue #394)"
+        if s.time_source == "commit_metadata"
+        else "a save in progress or interrupted, or a copy without its marker (Orbax issue #394)"
+    )
+    return (
+        f"step {s.step} has no commit_success.txt: Orbax and ckpt do not treat it as a "
+        f"checkpoint; {why}; if no save is writing it, check it and mark it with "
+        f"`ckpt verify {target} --mark-committed`"
+    )
 
 
 def _metric(value: object) -> str:

@@ -69,6 +69,15 @@ def verify(
         bool,
         typer.Option("--fail-on-nonfinite", help="Treat NaN/Inf in a leaf as an error."),
     ] = False,
+    mark_committed: Annotated[
+        bool,
+        typer.Option(
+            "--mark-committed",
+            help="After a clean deep check of the one step (a root with --step N, or a step), "
+            "put its commit_success.txt: for steps copied to a bucket without it (Orbax #394). "
+            "Refused (nothing written, exit 1) when the check finds errors.",
+        ),
+    ] = False,
     junit: Annotated[
         str | None,
         typer.Option(
@@ -106,6 +115,7 @@ def verify(
         seed=seed,
         strict=strict,
         fail_on_nonfinite=fail_on_nonfinite,
+        mark_committed=mark_committed,
     )
     scale = executor_spec(executor, workers, scheduler)
     units = parse_unit_bytes(unit_bytes)
@@ -131,5 +141,9 @@ def verify(
             f"ckpt: recorded digests in {len(report.recorded)} item(s); later `ckpt verify` "
             "runs check them (file sizes always, values with --deep)\n"
         )
+    for marked in report.marked_committed:
+        sys.stderr.write(f"ckpt: marked {marked} committed (commit_success.txt)\n")
+    if mark_committed and not report.marked_committed:
+        warn("not marked committed: the check found errors; nothing was written")
     if not report.ok:
         raise typer.Exit(EXIT_PROBLEMS)

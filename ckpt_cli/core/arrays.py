@@ -209,7 +209,7 @@ class ItemStore:
                 self._kvstores[label] = ts.KvStore.open(spec, context=self.context).result()
             except Exception as e:  # TensorStore raises ValueError for every I/O problem
                 raise StorageError(
-                    f"cannot open the array database of {self.item}: {_first(e)}",
+                    f"cannot open the array database of {self.item}: {self.item.describe_error(e)}",
                     hint="run `ckpt verify` on it",
                 ) from None
         return self._kvstores[label]
@@ -250,7 +250,7 @@ class ItemStore:
                 try:
                     result = fut.result()
                 except Exception as e:
-                    errors[n] = _first(e)
+                    errors[n] = self.item.describe_error(e)
                     continue
                 if result.state != "value":
                     still.append(n)
@@ -279,7 +279,7 @@ class ItemStore:
             return ts.open(spec, open=True, read=True, context=self.context).result()
         except Exception as e:
             raise StorageError(
-                f"cannot open leaf {name!r} of {self.item}: {_first(e)}",
+                f"cannot open leaf {name!r} of {self.item}: {self.item.describe_error(e)}",
                 hint="run `ckpt verify` on it",
             ) from None
 
@@ -300,7 +300,9 @@ class ItemStore:
         try:
             keys = kv.list(rng, strip_prefix_length=len(prefix)).result()
         except Exception as e:
-            raise StorageError(f"cannot list leaf {name!r} in {self.item}: {_first(e)}") from None
+            raise StorageError(
+                f"cannot list leaf {name!r} in {self.item}: {self.item.describe_error(e)}"
+            ) from None
         return [k for k in keys if k not in (b".zarray", b"zarr.json")]
 
 
@@ -347,7 +349,7 @@ class _UnmergedReader(LeafReader):
                 arr = ts.open(spec, open=True, assume_metadata=True, context=store.context).result()
             except Exception as e:
                 raise StorageError(
-                    f"cannot open leaf {name!r} in {store.item}/{db}: {_first(e)}"
+                    f"cannot open leaf {name!r} in {store.item}/{db}: {store.item.describe_error(e)}"
                 ) from None
             for key in store.chunk_keys(db, name):
                 index = () if not info.shape else chunk_index_from_key(key, zarr3)
@@ -392,10 +394,6 @@ class _UnmergedReader(LeafReader):
                 hint="the checkpoint is damaged; run `ckpt verify` on it",
             )
         return arr
-
-
-def _first(e: Exception) -> str:
-    return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 def cached_context(cache_bytes: int) -> Any:

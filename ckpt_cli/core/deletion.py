@@ -1,10 +1,16 @@
 """Deleting what a prune plan removes, safely; and the lock that keeps prunes of a root apart.
 
 ``execute_plan`` re-lists the root, re-checks every planned entry (still there, a real directory
-resolving inside the root, a tmp dir still idle, a name prune recognises), renames each to a
-hidden trash name inside the root, then removes the trash. A rename is atomic: Orbax and
+resolving inside the root, a tmp dir still idle, a name prune recognises), hides each, then
+removes it. Locally hiding is a rename to a hidden trash name inside the root: atomic, Orbax and
 ``ckpt ls`` stop seeing the step at once, and a crash leaves every kept step intact plus at most
-some ``.ckpt-trash-*`` directories that the next prune removes.
+some ``.ckpt-trash-*`` directories that the next prune removes. Object stores have no rename: a
+step gets a ``.ckpt-deleting`` tombstone, then loses ``commit_success.txt`` (so it no longer
+looks valid), then its objects; a step with a tombstone is trash that the next prune removes.
+
+The lock: an ``flock`` locally; on object stores a lock object put only if absent (conditional
+put), deleted on release. A prune that is killed leaves that object behind: the next prune is
+refused, names the holder and says to delete the object once that prune is surely gone.
 """
 
 from __future__ import annotations
@@ -27,11 +33,12 @@ from ckpt_cli.core.prune import (
     PrunePlan,
     Removal,
     Untouched,
+    is_tombstoned,
     modified_at,
     require_root,
 )
 from ckpt_cli.core.storage import Entry, Location
-from ckpt_cli.errors import CkptError, LockedError, NotFoundError
+from ckpt_cli.errors import CkptError, LockedError, NotFoundError, UnreachableError
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ def execute_plan(
     on_progress: Callable[[PruneProgress], None] | None = None,
 ) -> PruneOutcome:
     """Delete what ``plan`` removes: re-check, rename each to trash, then remove the trash."""
+    root.refresh()
     fresh = {e.name: e for e in root.list()}
     real_root = root.resolve()
     order = sorted(plan.clean, key=lambda r: r.kind != "trash") + list(plan.delete)
@@ -84,10 +92,12 @@ def execute_plan(
             continue
         if r.kind != "trash":
             try:
-                loc = loc.rename(_trash_name(r.name))
+                loc = loc.hide(_trash_name(r.name))
             except NotFoundError:
                 skipped.append(Untouched(r.name, r.path, "gone before deletion"))
                 continue
+            except UnreachableError:
+                raise  # the store is gone: stop here, the next prune finishes what was hidden
             except CkptError as e:
                 failed.append(Untouched(r.name, r.path, e.message))
                 continue
@@ -99,6 +109,8 @@ def execute_plan(
         try:
             loc.delete_tree()
             deleted.append(r)
+        except UnreachableError:
+            raise
         except CkptError as e:
             failed.append(Untouched(r.name, str(loc), f"{e.message} (the next prune retries)"))
         if on_progress:
@@ -124,7 +136,7 @@ def _why_unsafe(
     recognised = {
         "step": parsed is not None and not parsed.tmp,
         "tmp": parsed is not None and parsed.tmp and tmp_min_age is not None,
-        "trash": r.name.startswith(TRASH_PREFIX),
+        "trash": r.name.startswith(TRASH_PREFIX) or is_tombstoned(loc),
     }[r.kind]
     if not recognised or "/" in r.name or r.name in (ROOT_METADATA_DIR, LOCK_NAME, ".", ".."):
         return "not a step or tmp directory of this root"
@@ -160,10 +172,13 @@ def prune_lock(root: Location) -> Iterator[None]:
     }
     lock = lock_file.try_lock(json.dumps(owner))
     if lock is None:
-        raise LockedError(
-            f"another prune of {root} is running ({_holder(lock_file)})",
-            hint="wait for it to finish and run this prune again",
-        )
+        hint = "wait for it to finish and run this prune again"
+        if root.requires_commit_marker:
+            hint += (
+                f"; a prune that was killed leaves the lock behind: once that one is surely "
+                f"gone, delete {lock_file} and run again"
+            )
+        raise LockedError(f"another prune of {root} is running ({_holder(lock_file)})", hint=hint)
     with lock:
         yield
 

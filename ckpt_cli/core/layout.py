@@ -18,6 +18,10 @@ from ckpt_cli.errors import NotACheckpointError, NotFoundError, UsageError
 
 TMP_MARKER = ".orbax-checkpoint-tmp"
 COMMIT_MARKER = "commit_success.txt"
+#: Object stores: put into a step before prune removes its marker; the step is trash from then on.
+TOMBSTONE = ".ckpt-deleting"
+#: Object stores: put into a step a ckpt writer writes in place; removed right before the marker.
+WRITING_MARKER = ".ckpt-writing"
 STEP_METADATA = "_CHECKPOINT_METADATA"
 TREE_METADATA = "_METADATA"
 ROOT_METADATA_DIR = "metadata"
@@ -96,7 +100,9 @@ def _looks_like_item(names: frozenset[str]) -> bool:
 
 
 def _looks_like_step(names: frozenset[str], children: list[Entry]) -> bool:
-    if STEP_METADATA in names or COMMIT_MARKER in names or _looks_like_item(names):
+    if STEP_METADATA in names or COMMIT_MARKER in names or WRITING_MARKER in names:
+        return True
+    if _looks_like_item(names):
         return True
     # A step written before _CHECKPOINT_METADATA existed: recognise it by its items.
     return any(e.is_dir and e.name == METRICS_ITEM for e in children)
@@ -122,6 +128,8 @@ def list_steps(root: Location, entries: list[Entry] | None = None) -> list[StepR
         loc = root.child(entry.name)
         children = loc.list()
         names = frozenset(c.name for c in children)
+        if TOMBSTONE in names:
+            continue  # a step prune has begun to delete (object stores): trash, not a step
         # A tmp dir may be empty (the save died at once); a finished name must hold a step.
         if not parsed.tmp and not _looks_like_step(names, children):
             continue

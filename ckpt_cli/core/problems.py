@@ -129,6 +129,7 @@ class VerifyReport:
     unfinished: tuple[str, ...] = ()
     sample: SampleInfo | None = None
     recorded: tuple[str, ...] = ()
+    marked_committed: tuple[str, ...] = ()  # steps given commit_success.txt (--mark-committed)
     elapsed_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -181,6 +182,7 @@ class VerifyReport:
                 for n in i.nonfinite
             ],
             "recorded": list(self.recorded),
+            "marked_committed": list(self.marked_committed),
             "elapsed_s": round(self.elapsed_s, 3),
             "problems": [p.to_json() for p in self.problems],
         }

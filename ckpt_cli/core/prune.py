@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
-from ckpt_cli.core.layout import detect
+from ckpt_cli.core.layout import TOMBSTONE, detect, parse_step_name
 from ckpt_cli.core.listing import StepInfo, list_root
 from ckpt_cli.core.retention import Policy, format_duration, keep_reasons, rough_duration
 from ckpt_cli.core.storage import Entry, Location
@@ -243,8 +243,19 @@ def scan_root(root: Location) -> RootScan:
         if s.status == "incomplete"
     )
     # Prune only ever makes trash directories: a file of that name is not ours, leave it unseen.
-    trash = tuple(_trash(root, e) for e in entries if e.name.startswith(TRASH_PREFIX) and e.is_dir)
-    return RootScan(str(root), steps, tmp, trash, symlinks, listing.ignored)
+    trash = [_trash(root, e) for e in entries if e.name.startswith(TRASH_PREFIX) and e.is_dir]
+    if root.requires_commit_marker:  # object stores: a step that got a tombstone is trash
+        trash += [
+            _trash(root, e)
+            for e in entries
+            if e.is_dir and parse_step_name(e.name) and is_tombstoned(root.child(e.name))
+        ]
+    return RootScan(str(root), steps, tmp, tuple(trash), symlinks, listing.ignored)
+
+
+def is_tombstoned(loc: Location) -> bool:
+    """Whether prune began to delete this step on an object store (see ``deletion``)."""
+    return loc.requires_commit_marker and loc.child(TOMBSTONE).is_file()
 
 
 def _trash(root: Location, entry: Entry) -> Leftover:

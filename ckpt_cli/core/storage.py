@@ -3,7 +3,10 @@
 Local paths use ``os.scandir`` (one system call per directory, sizes and mtimes included, which
 TensorStore's kvstore ``list`` does not return). TensorStore reaches the same places through
 ``kvstore_spec()``, so array and OCDBT access follow a location wherever it lives. Object stores
-(``s3://``, ``gs://``) plug in here as further ``Location`` subclasses.
+(``s3://``, ``gs://``) are ``RemoteLocation`` (``remote.py``); what differs between the two
+kinds is a property of the location, not an ``if`` in each caller: ``requires_commit_marker``
+(no rename: a step is finished when ``commit_success.txt`` is there), ``hide`` (how a step
+stops looking valid before deletion), ``refresh`` (drop cached listings), ``parallel_reads``.
 """
 
 from __future__ import annotations
@@ -38,7 +41,10 @@ class Location:
     """A file or directory in some store, addressed by path; cheap to create, lazy to touch."""
 
     #: Whether a finished step must carry ``commit_success.txt`` (object stores have no rename).
+    #: Writers then write a step in place and put the marker last.
     requires_commit_marker = False
+    #: How many independent small reads are worth running at once (1: serial is fastest).
+    parallel_reads = 1
 
     @property
     def name(self) -> str:
@@ -95,7 +101,19 @@ class Location:
         """Remove this directory and everything below it; refuses a symlink (never follows one)."""
         raise NotImplementedError
 
-    def try_lock(self, owner: str) -> FileLock | None:
+    def delete_file(self) -> None:
+        """Remove this one file."""
+        raise NotImplementedError
+
+    def hide(self, trash_name: str) -> Location:
+        """Make this step directory stop looking like a step, atomically where the store can;
+        returns where it now is (``delete_tree`` it next). Locally: a rename to ``trash_name``."""
+        return self.rename(trash_name)
+
+    def refresh(self) -> None:
+        """Forget cached listings (after writes made by TensorStore, before a re-check)."""
+
+    def try_lock(self, owner: str) -> Lock | None:
         """Take an exclusive lock on this file (created if absent) and write ``owner`` into it.
 
         None when another process holds it.
@@ -116,8 +134,10 @@ class Location:
         raise NotImplementedError
 
     def copy_tree(self, target: Location) -> None:
-        """Copy every file below this directory into ``target`` (created), streaming each file."""
-        raise NotImplementedError
+        """Copy every file below this directory into ``target`` (created), file by file."""
+        for rel, _ in self.walk():
+            parts = rel.split("/")
+            target.child(*parts).write_bytes(self.child(*parts).read_bytes())
 
     def size(self) -> int:
         """Bytes of this file, symlinks followed."""
@@ -130,6 +150,10 @@ class Location:
     def is_within(self, other: Location) -> bool:
         """Whether this location is ``other`` or lies below it (paths compared as given)."""
         raise NotImplementedError
+
+    def describe_error(self, e: BaseException) -> str:
+        """One line for a TensorStore error met here (object stores: endpoint and cause)."""
+        return _short(e) if str(e) else type(e).__name__
 
     def __str__(self) -> str:
         raise NotImplementedError
@@ -158,7 +182,7 @@ class Location:
         return sum(entry.size for _, entry in self.walk())
 
 
-def _short(e: Exception) -> str:
+def _short(e: BaseException) -> str:
     return str(e).split("\n", 1)[0]
 
 
@@ -286,6 +310,14 @@ class LocalLocation(Location):
         except OSError as e:
             raise StorageError(f"cannot delete {self.path}: {e.strerror or e}") from None
 
+    def delete_file(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            raise NotFoundError(f"{self.path} does not exist") from None
+        except OSError as e:
+            raise StorageError(f"cannot delete {self.path}: {e.strerror}") from None
+
     def try_lock(self, owner: str) -> FileLock | None:
         import fcntl
 
@@ -364,7 +396,9 @@ class LocalLocation(Location):
             raise StorageError(f"cannot create {self.path}: {e.strerror}") from None
 
     def copy_tree(self, target: Location) -> None:
-        assert isinstance(target, LocalLocation)
+        if not isinstance(target, LocalLocation):
+            super().copy_tree(target)
+            return
         try:
             shutil.copytree(self.path, target.path, symlinks=True, dirs_exist_ok=True)
         except (OSError, shutil.Error) as e:
@@ -388,7 +422,20 @@ class LocalLocation(Location):
         return hash(self.path)
 
 
-class FileLock:
+class Lock:
+    """A held lock; ``release`` (or leaving the ``with`` block) gives it up."""
+
+    def release(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Lock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class FileLock(Lock):
     """An exclusive ``flock`` held on an open file: the OS drops it when the process dies, so a
     killed holder leaves no stale lock (at most the file, which the next holder reuses)."""
 
@@ -405,12 +452,6 @@ class FileLock:
             os.unlink(self.path)
         os.close(self._fd)
         self._fd = None
-
-    def __enter__(self) -> FileLock:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 class NotACheckpointDirError(NotFoundError):
@@ -431,10 +472,14 @@ def open_location(target: str) -> Location:
     """Turn a command-line path or URL into a Location."""
     if target.startswith("file://"):
         return LocalLocation(target[len("file://") :] or "/")
+    if target.startswith(("s3://", "gs://")):
+        from ckpt_cli.core.remote import open_remote
+
+        return open_remote(target)
     if "://" in target:
         scheme = target.split("://", 1)[0]
         raise UnsupportedError(
-            f"{scheme}:// locations are not supported by this version of ckpt",
-            hint="copy the checkpoint to a local path, or mount the bucket",
+            f"{scheme}:// locations are not supported",
+            hint="use a local path, file://, s3:// or gs://",
         )
     return LocalLocation(os.path.expanduser(target))

@@ -63,6 +63,9 @@ class VerifyOptions:
     strict: bool = False
     fail_on_nonfinite: bool = False
     budget: int = SCAN_BLOCK_BYTES
+    #: After a clean deep check of the one step, put its ``commit_success.txt`` (a step copied
+    #: to an object store without it, Orbax issue #394).
+    mark_committed: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,12 +104,16 @@ def verify_path(
         )
     if kind != "root" and (options.step is not None or options.latest):
         raise UsageError(f"--step and --latest apply to a root; {location} is a {kind}")
+    if options.mark_committed:
+        _check_markable(location, kind, options)
     problems: list[Problem] = []
     targets: list[_ItemTarget] = []
     steps: list[int] = []
     unfinished: list[str] = []
+    marked_steps: list[Location] = [location] if kind == "step" else []
     if kind == "root":
         for ref in _select_steps(location, entries, options, problems, unfinished):
+            marked_steps.append(ref.location)
             steps.append(ref.step)
             targets.extend(
                 _check_step(ref.location, ref.name, ref.step, list(ref.children), problems)
@@ -135,7 +142,7 @@ def verify_path(
     level = (
         "sample"
         if options.sample is not None
-        else ("deep" if options.deep or options.record else "structure")
+        else ("deep" if options.deep or options.record or options.mark_committed else "structure")
     )
     results, sample = _data_level(facts, options, level, on_progress, executor, unit_bytes)
     recorded: list[str] = []
@@ -169,6 +176,10 @@ def verify_path(
             )
         )
     top = [escalate(p, options.strict, options.fail_on_nonfinite) for p in problems]
+    marked: tuple[str, ...] = ()
+    clean = not any(p.severity == "error" for c in checks for p in (*top, *c.problems))
+    if options.mark_committed and clean and marked_steps:
+        marked = tuple(_mark_committed(s) for s in marked_steps)
     return VerifyReport(
         path=str(location),
         kind=kind,
@@ -179,6 +190,7 @@ def verify_path(
         unfinished=tuple(unfinished),
         sample=sample,
         recorded=tuple(recorded),
+        marked_committed=marked,
         elapsed_s=time.monotonic() - started,
     )
 
@@ -268,6 +280,11 @@ def _select_steps(
                     file=e.name,
                 )
             )
+    if options.step is not None and options.mark_committed:
+        found = [s for s in steps if s.step == options.step and s.status != "incomplete"]
+        if found:
+            unfinished[:] = [n for n in unfinished if n != found[0].name]
+            return found[:1]
     if options.step is not None:
         return [find_step(root, steps, options.step)]
     if options.latest:
@@ -373,3 +390,24 @@ def _check_step(
             )
         )
     return targets
+
+
+def _check_markable(location: Location, kind: str, options: VerifyOptions) -> None:
+    if options.sample is not None:
+        raise UsageError("--mark-committed needs every chunk checked: drop --sample")
+    if (kind == "root" and options.step is None) or kind not in ("root", "step"):
+        raise UsageError(
+            "--mark-committed marks one step: give a root with --step N, or the step itself",
+            hint=f"{location} is a {kind}",
+        )
+    parsed = parse_step_name(location.name) if kind == "step" else None
+    if parsed is not None and parsed.tmp:
+        raise UsageError(f"{location} is an unfinished save: it cannot be marked committed")
+
+
+def _mark_committed(step: Location) -> str:
+    """Put the step's ``commit_success.txt`` (Orbax's text); a marker already there is kept."""
+    marker = step.child(COMMIT_MARKER)
+    if not marker.is_file():
+        marker.write_bytes(f"Checkpoint commit was successful to {step}".encode())
+    return str(step)

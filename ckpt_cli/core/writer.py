@@ -5,7 +5,9 @@ straight into one OCDBT database at the item root (no ``ocdbt.process_N/`` to me
 an item through ``ocdbt`` over the item directory either way. Metadata files (``_METADATA``,
 ``_sharding``, ``array_metadatas/process_0``, ``_strings.json``) follow FORMAT.md. A step is
 written under ``<name>.orbax-checkpoint-tmp``, committed with ``commit_success.txt`` and renamed,
-so a reader never sees a half-written step.
+so a reader never sees a half-written step. Where the location has no rename
+(``requires_commit_marker``: object stores), the step is written in place and
+``commit_success.txt`` is put last, as Orbax does on GCS: until then it is ``uncommitted``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ckpt_cli.core.arrays import EXTRA_DTYPES, ArrayInfo, ItemStore, dtype_itemsize
-from ckpt_cli.core.layout import COMMIT_MARKER, STEP_METADATA, TMP_MARKER, TREE_METADATA
+from ckpt_cli.core.layout import (
+    COMMIT_MARKER,
+    STEP_METADATA,
+    TMP_MARKER,
+    TREE_METADATA,
+    WRITING_MARKER,
+)
 from ckpt_cli.core.metadata import ShardingInfo
 from ckpt_cli.core.stats import block_shape, iter_blocks
 from ckpt_cli.core.storage import Location
@@ -288,6 +296,8 @@ class ItemWriter:
         except BaseException:
             pipe.drain_quietly()
             raise
+        finally:
+            self.dest.refresh()  # TensorStore wrote objects that a cached listing does not know
 
     def write_metadata(self, leaves: Sequence[LeafOut], custom_metadata: Any = None) -> None:
         tree: dict[str, Any] = {}
@@ -353,26 +363,44 @@ def _first(e: Exception) -> str:
 
 
 class StepWriter:
-    """A step written under its tmp name and renamed when complete, as Orbax does locally."""
+    """A step written so that no reader ever takes it for a finished one before it is.
+
+    Locally (rename): under its tmp name, committed with ``commit_success.txt``, then renamed, as
+    Orbax does. Object stores (no rename, ``requires_commit_marker``): in place under its final
+    name with a ``.ckpt-writing`` object first, ``commit_success.txt`` put last, as Orbax does
+    on GCS; until the marker lands the step is ``uncommitted``.
+    """
 
     def __init__(self, root: Location, step_name: str) -> None:
         self.root = root
         self.final = root.child(step_name)
-        self.tmp = root.child(step_name + TMP_MARKER)
+        self.in_place = root.requires_commit_marker
+        self.tmp = self.final if self.in_place else root.child(step_name + TMP_MARKER)
         self.init_ns = time.time_ns()
         self.handlers: dict[str, str] = {}
+        self._started = False
 
     def begin(self) -> None:
         from ckpt_cli.errors import NotACheckpointError
 
+        if self.in_place and self._left_by_ckpt():
+            self.final.delete_tree()  # an earlier ckpt write of ours that died: never committed
         if self.final.exists():
             raise NotACheckpointError(
                 f"{self.final} already exists",
                 hint="choose another destination; ckpt never overwrites a step",
             )
-        if self.tmp.exists():
+        if not self.in_place and self.tmp.exists():
             self.tmp.delete_tree()  # an earlier ckpt run of ours that died: never a valid step
         self.tmp.make_dirs()
+        self._started = True
+        if self.in_place:
+            self.tmp.child(WRITING_MARKER).write_bytes(b"ckpt is writing this step")
+
+    def _left_by_ckpt(self) -> bool:
+        return self.final.child(WRITING_MARKER).is_file() and not (
+            self.final.child(COMMIT_MARKER).is_file()
+        )
 
     def item(self, name: str, handler: str = STANDARD_HANDLER) -> Location:
         self.handlers[name] = handler
@@ -395,14 +423,17 @@ class StepWriter:
                 }
             ).encode()
         )
+        if self.in_place:
+            self.tmp.child(WRITING_MARKER).delete_file()
         self.tmp.child(COMMIT_MARKER).write_bytes(
             f"Checkpoint commit was successful to {self.final}".encode()
         )
-        self.tmp.rename(self.final.name)
+        if not self.in_place:
+            self.tmp.rename(self.final.name)
         return self.final
 
     def abort(self) -> None:
-        if self.tmp.exists():
+        if self._started and self.tmp.exists():
             self.tmp.delete_tree()
 
 
@@ -484,7 +515,8 @@ class _Pipeline:
             return self.opens.pop(i).result()
         except Exception as e:
             raise StorageError(
-                f"cannot create leaf {self.arrays[i].name!r} in {self.writer.dest}: {_first(e)}"
+                f"cannot create leaf {self.arrays[i].name!r} in {self.writer.dest}: "
+                f"{self.writer.dest.describe_error(e)}"
             ) from None
 
     def _start_write(self) -> None:
@@ -509,7 +541,10 @@ class _Pipeline:
         try:
             fut.result()
         except Exception as e:
-            raise StorageError(f"cannot write leaf {leaf.name!r}: {_first(e)}") from None
+            dest = self.writer.dest
+            raise StorageError(
+                f"cannot write leaf {leaf.name!r} to {dest}: {dest.describe_error(e)}"
+            ) from None
         self.held -= nbytes
         if self.on_bytes:
             self.on_bytes(nbytes)

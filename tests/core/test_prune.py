@@ -165,6 +165,8 @@ def root(tmp_path: Path) -> Path:
     shutil.copytree(FIXTURE_TMP, r / "700.orbax-checkpoint-tmp")
     age_tree(r / "700.orbax-checkpoint-tmp", 3 * 3600)
     shutil.copytree(FIXTURE_TMP, r / "800.orbax-checkpoint-tmp-1703334121930256")
+    # copytree keeps the fixture's mtimes (as old as its checkout): make this one a save in progress.
+    age_tree(r / "800.orbax-checkpoint-tmp-1703334121930256", 0)
     shutil.copytree(SMALL_STEP, r / f"{TRASH_PREFIX}50-0badc0de")
     (r / "junk").mkdir()
     (r / "notes.txt").write_text("keep me")
