@@ -16,7 +16,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ckpt_cli.core.arrays import ArrayInfo, chunk_index_from_key, parse_zarr_header
-from ckpt_cli.core.digests import DIGEST_FILE, string_digest
+from ckpt_cli.core.digests import DIGEST_FILE, recorded_file, string_digest
 from ckpt_cli.core.metadata import ArrayMetadata, LeafMeta, ShardingInfo, TreeMetadata
 from ckpt_cli.core.ocdbt import first_line
 from ckpt_cli.errors import CkptError, InvalidMetadataError
@@ -273,6 +273,8 @@ def check_record_files(facts: ItemFacts) -> None:
     assert facts.record is not None and facts.inventory is not None
     inv = facts.inventory
     for rel, rec in sorted(facts.record.files.items()):
+        if not recorded_file(rel):
+            continue  # recorded by an older ckpt; commit state is checked elsewhere
         size = inv.size(rel)
         if size is None:
             facts.add(
@@ -293,7 +295,7 @@ def check_record_files(facts: ItemFacts) -> None:
                 file=rel,
             )
     for rel in sorted(inv.sizes.keys() - facts.record.files.keys()):
-        if rel != DIGEST_FILE and not rel.startswith(DIGEST_FILE + ".tmp-"):
+        if recorded_file(rel):
             facts.add(
                 "digest-incomplete",
                 f"{rel} appeared after digests were recorded: check where it came from, then "

@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ckpt_cli.core.arrays import ArrayInfo
-from ckpt_cli.core.digests import DIGEST_FILE, FileSum, LeafDigest, file_checksum
+from ckpt_cli.core.digests import DIGEST_FILE, FileSum, LeafDigest, file_checksum, recorded_file
 from ckpt_cli.core.problems import NonFinite, SampleInfo
 from ckpt_cli.core.scan import SCAN_BLOCK_BYTES, LeafScan, ScanTask, scan_leaves
 from ckpt_cli.core.structure import ItemFacts
@@ -124,7 +124,7 @@ def _data_files(facts: ItemFacts) -> list[str]:
     return sorted(
         rel
         for rel, size in facts.inventory.sizes.items()
-        if size is not None and rel != DIGEST_FILE and not rel.startswith(DIGEST_FILE + ".tmp-")
+        if size is not None and recorded_file(rel)
     )
 
 

@@ -42,6 +42,7 @@ from typing import Any
 
 from ckpt_cli import __version__
 from ckpt_cli.core.arrays import ArrayInfo
+from ckpt_cli.core.layout import COMMIT_MARKER
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import InvalidMetadataError
 
@@ -90,6 +91,21 @@ class DigestRecord:
                 path: {"size": f.size, "crc32": f.crc32} for path, f in sorted(self.files.items())
             },
         }
+
+
+def recorded_file(rel: str) -> bool:
+    """Whether an item file belongs in the record's file checksums.
+
+    Not the digest file itself (nor a temporary copy of it), and not ``commit_success.txt``:
+    that is commit state, checked by the structure level, and a copy of a step may rightly lack
+    it (Orbax issue #394) until ``verify --mark-committed`` writes it again.
+    """
+    name = rel.rsplit("/", 1)[-1]
+    return not (
+        rel == COMMIT_MARKER
+        or name == DIGEST_FILE
+        or name.lstrip(".").startswith(DIGEST_FILE + ".tmp-")
+    )
 
 
 def read_digests(item: Location) -> DigestRecord | None:

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.digests import (
-    DIGEST_FILE,
     DigestRecord,
     LeafDigest,
     file_checksum,
+    recorded_file,
     write_digests,
 )
 from ckpt_cli.core.executor import Executor
@@ -104,7 +104,7 @@ def write_step(
             files = {
                 rel: file_checksum(item_dir.child(*rel.split("/")))
                 for rel, _ in item_dir.walk()
-                if rel != DIGEST_FILE
+                if recorded_file(rel)
             }
             write_digests(item_dir, DigestRecord(leaf_digests, files))
         if src.step_location is not None and src.location != src.step_location:

@@ -227,3 +227,15 @@ def test_json_and_metrics_items_verify_on_their_own(cli) -> None:  # type: ignor
         r = cli("verify", FIXTURES / item, "--json")
         assert r.code == 0 and r.json()["problems"] == [], r.stdout
         assert r.json()["kind"] == "item"
+
+
+def test_commit_markers_are_not_part_of_the_record(cli, fixture_copy) -> None:  # type: ignore[no-untyped-def]
+    """A copy without its commit markers (Orbax #394) keeps matching its recorded digests."""
+    root = fixture_copy("seed_mlp")
+    assert cli("verify", root, "--step", "500", "--record").code == 0
+    record = json.loads((root / "500" / "default" / "_CKPT_DIGESTS.json").read_text())
+    assert "commit_success.txt" not in record["files"]
+    (root / "500" / "default" / "commit_success.txt").unlink()
+    r = cli("verify", root, "--step", "500", "--deep", "--json")
+    assert r.code == 0, r.stdout
+    assert r.json()["problems"] == []
