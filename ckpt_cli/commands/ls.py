@@ -26,7 +26,7 @@ def ls(path: PathArg, json_out: JsonOpt = False) -> None:
     `uncommitted` (object storage without commit_success.txt). The latest committed step is
     marked. Reads only metadata: no JAX, no array data.
     """
-    listing = list_root(open_location(path))
+    listing = list_root(open_location(path), from_listing=True)
     if json_out:
         emit_json(
             {
