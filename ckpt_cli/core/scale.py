@@ -301,6 +301,7 @@ def merge_databases(item: Location, databases: Sequence[str]) -> None:
     except Exception as e:
         raise StorageError(f"cannot merge the worker databases of {item}: {_first(e)}") from None
     keep = set(databases)
+    item.refresh()  # workers and TensorStore wrote objects a cached listing cannot know
     for entry in item.list():
         if entry.is_dir and entry.name.startswith(WORKER_DB_PREFIX) and entry.name not in keep:
             item.child(entry.name).delete_tree()
