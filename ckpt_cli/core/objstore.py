@@ -44,9 +44,6 @@ def set_s3_endpoint(url: str | None) -> None:
     """The ``--s3-endpoint`` option (it overrides the environment)."""
     global _s3_endpoint_option
     _s3_endpoint_option = url.rstrip("/") if url else None
-    if _s3_endpoint_option:
-        # Local worker processes (--workers N) start from this environment: they follow too.
-        os.environ["CKPT_S3_ENDPOINT"] = _s3_endpoint_option
 
 
 def s3_endpoint() -> str | None:
