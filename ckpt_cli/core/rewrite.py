@@ -24,8 +24,9 @@ from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.layout import ItemRef, detect, step_items
 from ckpt_cli.core.metadata import read_step_metadata, read_tree_metadata
 from ckpt_cli.core.scale import DEFAULT_UNIT_BYTES, ScaleStats, write_arrays_scaled
+from ckpt_cli.core.steps import StepWriter
 from ckpt_cli.core.storage import Location
-from ckpt_cli.core.writer import JSON_HANDLER, STANDARD_HANDLER, ItemWriter, LeafOut, StepWriter
+from ckpt_cli.core.writer import JSON_HANDLER, STANDARD_HANDLER, ItemWriter, LeafOut
 from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
 
 

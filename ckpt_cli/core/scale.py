@@ -35,6 +35,7 @@ from typing import Any
 
 from ckpt_cli.core.arrays import ItemStore, cached_context, dtype_itemsize
 from ckpt_cli.core.executor import Executor
+from ckpt_cli.core.pipeline import block_budget, leaf_regions
 from ckpt_cli.core.storage import Location, open_location
 from ckpt_cli.core.writer import (
     OCDBT_CONFIG,
@@ -43,8 +44,6 @@ from ckpt_cli.core.writer import (
     LeafOut,
     Region,
     SourcePlan,
-    block_budget,
-    leaf_regions,
 )
 from ckpt_cli.errors import StorageError, UnsupportedError
 

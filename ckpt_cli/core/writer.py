@@ -13,28 +13,20 @@ so a reader never sees a half-written step. Where the location has no rename
 from __future__ import annotations
 
 import base64
-import contextlib
-import dataclasses
 import json
 import math
-import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ckpt_cli.core.arrays import EXTRA_DTYPES, ArrayInfo, ItemStore, dtype_itemsize
 from ckpt_cli.core.layout import (
     COMMIT_MARKER,
-    STEP_METADATA,
-    TMP_MARKER,
     TREE_METADATA,
-    WRITING_MARKER,
 )
 from ckpt_cli.core.metadata import ShardingInfo
-from ckpt_cli.core.stats import block_shape, iter_blocks
+from ckpt_cli.core.pipeline import Pipeline, block_budget, leaf_regions
 from ckpt_cli.core.storage import Location
-from ckpt_cli.errors import StorageError
 
 STANDARD_HANDLER = (
     "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
@@ -290,7 +282,7 @@ class ItemWriter:
     ) -> None:
         """Fill the given chunk-aligned regions of each leaf from its source (the arrays exist,
         or are created here unless ``assume_metadata``), all in one pipeline."""
-        pipe = _Pipeline(self, list(jobs), on_bytes)
+        pipe = Pipeline(self, list(jobs), on_bytes)
         try:
             pipe.run()
         except BaseException:
@@ -360,202 +352,3 @@ class ItemWriter:
 
 def _first(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
-
-
-class StepWriter:
-    """A step written so that no reader ever takes it for a finished one before it is.
-
-    Locally (rename): under its tmp name, committed with ``commit_success.txt``, then renamed, as
-    Orbax does. Object stores (no rename, ``requires_commit_marker``): in place under its final
-    name with a ``.ckpt-writing`` object first, ``commit_success.txt`` put last, as Orbax does
-    on GCS; until the marker lands the step is ``uncommitted``.
-    """
-
-    def __init__(self, root: Location, step_name: str) -> None:
-        self.root = root
-        self.final = root.child(step_name)
-        self.in_place = root.requires_commit_marker
-        self.tmp = self.final if self.in_place else root.child(step_name + TMP_MARKER)
-        self.init_ns = time.time_ns()
-        self.handlers: dict[str, str] = {}
-        self._started = False
-
-    def begin(self) -> None:
-        from ckpt_cli.errors import NotACheckpointError
-
-        if self.in_place and self._left_by_ckpt():
-            self.final.delete_tree()  # an earlier ckpt write of ours that died: never committed
-        if self.final.exists():
-            raise NotACheckpointError(
-                f"{self.final} already exists",
-                hint="choose another destination; ckpt never overwrites a step",
-            )
-        if not self.in_place and self.tmp.exists():
-            self.tmp.delete_tree()  # an earlier ckpt run of ours that died: never a valid step
-        self.tmp.make_dirs()
-        self._started = True
-        if self.in_place:
-            self.tmp.child(WRITING_MARKER).write_bytes(b"ckpt is writing this step")
-
-    def _left_by_ckpt(self) -> bool:
-        return self.final.child(WRITING_MARKER).is_file() and not (
-            self.final.child(COMMIT_MARKER).is_file()
-        )
-
-    def item(self, name: str, handler: str = STANDARD_HANDLER) -> Location:
-        self.handlers[name] = handler
-        loc = self.tmp.child(name)
-        loc.make_dirs()
-        return loc
-
-    def commit(
-        self, custom_metadata: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None
-    ) -> Location:
-        self.tmp.child(STEP_METADATA).write_bytes(
-            json.dumps(
-                {
-                    "item_handlers": self.handlers,
-                    "metrics": metrics or {},
-                    "performance_metrics": {},
-                    "init_timestamp_nsecs": self.init_ns,
-                    "commit_timestamp_nsecs": time.time_ns(),
-                    "custom_metadata": custom_metadata or {},
-                }
-            ).encode()
-        )
-        if self.in_place:
-            self.tmp.child(WRITING_MARKER).delete_file()
-        self.tmp.child(COMMIT_MARKER).write_bytes(
-            f"Checkpoint commit was successful to {self.final}".encode()
-        )
-        if not self.in_place:
-            self.tmp.rename(self.final.name)
-        return self.final
-
-    def abort(self) -> None:
-        if self._started and self.tmp.exists():
-            self.tmp.delete_tree()
-
-
-def block_budget(memory_limit: int, in_flight: int = 8) -> int:
-    """Bytes of one block in flight: a block costs about three times its size (TensorStore's
-    decoded source chunks, the values, the encoded output), so blocks get a quarter of the
-    limit and the chunk cache an eighth; the rest is headroom for encoders and the allocator."""
-    return max(1 << 20, memory_limit // (4 * in_flight))
-
-
-def leaf_regions(leaf: LeafOut, budget: int) -> Iterator[Region]:
-    """The output blocks of one array leaf, in order: whole output chunks (several when small),
-    lined up with the source chunks when that fits (``aligned_block``)."""
-    assert leaf.array is not None
-    block = aligned_block(leaf.array.info, leaf.source_chunks, budget)
-    return iter_blocks(leaf.array.info, block)
-
-
-def aligned_block(
-    info: ArrayInfo, source_chunks: tuple[int, ...] | None, budget: int
-) -> tuple[int, ...]:
-    """Output blocks made of whole output chunks; when a block of whole source chunks too (the
-    per-dimension least common multiple) fits twice the budget, blocks are made of those."""
-    if source_chunks is not None and len(source_chunks) == len(info.shape):
-        unit = tuple(
-            min(n, math.lcm(c, s)) if c and s else n
-            for n, c, s in zip(info.shape, info.chunk_shape, source_chunks, strict=True)
-        )
-        if math.prod(unit) * info.itemsize <= 2 * budget:
-            return block_shape(dataclasses.replace(info, chunk_shape=unit), budget)
-    return block_shape(info, budget)
-
-
-class _Pipeline:
-    """Blocks of many leaves in flight: source reads, then writes, under a byte budget."""
-
-    def __init__(
-        self,
-        writer: ItemWriter,
-        jobs: list[tuple[LeafOut, Iterable[Region]]],
-        on_bytes: Callable[[int], None] | None,
-    ) -> None:
-        self.writer = writer
-        self.jobs = jobs
-        self.arrays = [leaf for leaf, _ in jobs]
-        self.on_bytes = on_bytes
-        self.depth = max(1, writer.in_flight // 2)
-        self.budget = block_budget(writer.memory_limit, writer.in_flight)
-        self.limit = max(self.budget, writer.memory_limit // 4)
-        self.opens: dict[int, Any] = {}
-        self.reads: deque[tuple[Any, Any, LeafOut, tuple[slice, ...], int]] = deque()
-        self.writes: deque[tuple[Any, LeafOut, int]] = deque()
-        self.held = 0
-
-    def run(self) -> None:
-        for i, (leaf, regions) in enumerate(self.jobs):
-            assert leaf.array is not None and leaf.source is not None
-            arr = self._opened(i)
-            itemsize = dtype_itemsize(leaf.array.dtype)
-            for region in regions:
-                nbytes = math.prod(s.stop - s.start for s in region) * itemsize
-                self.reads.append((leaf.source(region), arr, leaf, region, nbytes))
-                self.held += nbytes
-                while self.reads and (len(self.reads) > self.depth or self.held > self.limit):
-                    self._start_write()
-                while self.writes and (len(self.writes) > self.depth or self.held > self.limit):
-                    self._finish_write()
-        while self.reads:
-            self._start_write()
-        while self.writes:
-            self._finish_write()
-
-    def _opened(self, i: int) -> Any:
-        # Create the next few arrays ahead: each create is a round trip of its own.
-        for j in range(i, min(i + 32, len(self.arrays))):
-            if j not in self.opens:
-                self.opens[j] = self.writer.open_array(self.arrays[j])
-        try:
-            return self.opens.pop(i).result()
-        except Exception as e:
-            raise StorageError(
-                f"cannot create leaf {self.arrays[i].name!r} in {self.writer.dest}: "
-                f"{self.writer.dest.describe_error(e)}"
-            ) from None
-
-    def _start_write(self) -> None:
-        import numpy as np
-
-        fut, arr, leaf, region, nbytes = self.reads.popleft()
-        try:
-            values = fut.result() if hasattr(fut, "result") else fut
-        except StorageError:
-            raise
-        except Exception as e:
-            raise StorageError(
-                f"cannot read the source of leaf {leaf.name!r}: {_first(e)}"
-            ) from None
-        values = np.asarray(values)
-        if values.dtype.name != arr.dtype.name:
-            values = values.astype(arr.dtype.numpy_dtype)
-        self.writes.append((arr[region].write(values).commit, leaf, nbytes))
-
-    def _finish_write(self) -> None:
-        fut, leaf, nbytes = self.writes.popleft()
-        try:
-            fut.result()
-        except Exception as e:
-            dest = self.writer.dest
-            raise StorageError(
-                f"cannot write leaf {leaf.name!r} to {dest}: {dest.describe_error(e)}"
-            ) from None
-        self.held -= nbytes
-        if self.on_bytes:
-            self.on_bytes(nbytes)
-
-    def drain_quietly(self) -> None:
-        """Let TensorStore finish what it started before the caller deletes the tmp step: a
-        write landing after the deletion would re-create the directory."""
-        pending = (
-            [f[0] for f in self.reads] + [f[0] for f in self.writes] + list(self.opens.values())
-        )
-        for fut in pending:
-            if hasattr(fut, "result"):
-                with contextlib.suppress(Exception):
-                    fut.result()
