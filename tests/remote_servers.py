@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import logging
 import os
 import socket
 import threading
@@ -81,6 +82,14 @@ class S3Server:
                     outer._conns.add(conn)
                 return conn, addr
 
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # Requests cut off by stop() raise in the handler thread; socketserver would
+                # print that to sys.stderr, which the CLI tests capture as ckpt's own output.
+                pass
+
+        # werkzeug logs failed requests to stderr by itself: keep the server's noise out of
+        # the CLI output the tests read.
+        logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
         self._server = Server("127.0.0.1", self.port, app, handler=MotoRequestHandler)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
