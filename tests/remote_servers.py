@@ -52,9 +52,6 @@ class S3Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> S3Server:
-        import logging
-
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)
         from moto.moto_server.werkzeug_app import (
             DomainDispatcherApplication,
             MotoRequestHandler,
