@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -16,11 +16,11 @@ from ckpt_cli.commands._common import (
     stdout_console,
 )
 from ckpt_cli.commands._progress import progress_bar
-from ckpt_cli.core.diff import STATUSES, DiffReport, LeafDiff, diff_items
-from ckpt_cli.core.layout import ItemRef
-from ckpt_cli.core.resolve import resolve_item
-from ckpt_cli.core.storage import open_location
 from ckpt_cli.errors import EXIT_PROBLEMS, UsageError
+
+if TYPE_CHECKING:  # the core is imported when the command runs, not when `ckpt` starts
+    from ckpt_cli.core.diff import DiffReport, LeafDiff
+    from ckpt_cli.core.layout import ItemRef
 
 
 def diff(
@@ -67,6 +67,8 @@ def diff(
         raise UsageError("--atol and --rtol must not be negative")
     ref_a = _resolve(a, step_a if step_a is not None else step, item, "--step-a")
     ref_b = _resolve(b, step_b if step_b is not None else step, item, "--step-b")
+    from ckpt_cli.core.diff import diff_items
+
     with progress_bar(not json_out) as on_progress:
         report = diff_items(ref_a, ref_b, atol, rtol, compare_cast, filter_, on_progress)
     if json_out:
@@ -78,6 +80,9 @@ def diff(
 
 
 def _resolve(target: str, step: int | None, item: str | None, flag: str) -> ItemRef:
+    from ckpt_cli.core.resolve import resolve_item
+    from ckpt_cli.core.storage import open_location
+
     path, at, tail = target.rpartition("@")
     if at and tail.isdigit() and not os.path.exists(target):
         if step is not None:
@@ -91,6 +96,8 @@ def _side(ref: ItemRef) -> dict[str, Any]:
 
 
 def _json(report: DiffReport) -> dict[str, Any]:
+    from ckpt_cli.core.diff import STATUSES
+
     return {
         "a": _side(report.a),
         "b": _side(report.b),
@@ -132,6 +139,8 @@ def _row(d: LeafDiff) -> list[str]:
 
 def _print(report: DiffReport, show_all: bool) -> None:
     from rich.table import Table  # here, so that `ckpt --help` does not import it
+
+    from ckpt_cli.core.diff import STATUSES
 
     console = stdout_console()
     for label, ref in (("A", report.a), ("B", report.b)):

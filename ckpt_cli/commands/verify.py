@@ -18,9 +18,6 @@ from ckpt_cli.commands._scale import (
     executor_spec,
 )
 from ckpt_cli.commands._scale import unit_bytes as parse_unit_bytes
-from ckpt_cli.core.deep import parse_sample
-from ckpt_cli.core.storage import open_location
-from ckpt_cli.core.verify import VerifyOptions, verify_path
 from ckpt_cli.errors import EXIT_PROBLEMS
 
 
@@ -103,8 +100,11 @@ def verify(
     Exit codes: 0 no errors (warnings allowed unless --strict) · 1 problems found · 2 usage ·
     3 not a checkpoint or unreadable.
     """
-    # Rendering pulls in rich.table: imported here so `ckpt --help` and `ls` do not pay for it.
+    # The core and rich.table are imported here, so that `ckpt --help` and `ls` do not pay.
     from ckpt_cli.commands import _render_verify as render
+    from ckpt_cli.core.deep import parse_sample
+    from ckpt_cli.core.storage import open_location
+    from ckpt_cli.core.verify import VerifyOptions, verify_path
 
     options = VerifyOptions(
         step=step,
