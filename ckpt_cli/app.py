@@ -21,7 +21,7 @@ from ckpt_cli.commands import migrate as migrate_cmd
 from ckpt_cli.commands import prune as prune_cmd
 from ckpt_cli.commands import reshard as reshard_cmd
 from ckpt_cli.commands import verify as verify_cmd
-from ckpt_cli.errors import EXIT_BUG, EXIT_INTERRUPTED, CkptError
+from ckpt_cli.errors import EXIT_BUG, EXIT_INTERRUPTED, CkptError, first_line
 
 HELP = """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX.
 
@@ -103,7 +103,7 @@ def main() -> None:
     except Exception as e:
         if debug:
             raise
-        first = str(e).splitlines()[0] if str(e) else ""
+        first = first_line(e) if str(e) else ""
         sys.stderr.write(
             f"ckpt: internal error: {type(e).__name__}: {first} "
             "(this is a bug in ckpt; rerun with CKPT_DEBUG=1 to see the traceback)\n"

@@ -68,3 +68,8 @@ class RefusedError(CkptError):
 
 class LockedError(RefusedError):
     """Another ckpt process holds the lock of the same root."""
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message (TensorStore's run to many), else its type."""
+    return str(e).splitlines()[0] if str(e) else type(e).__name__

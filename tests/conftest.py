@@ -5,10 +5,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,3 +69,20 @@ def fixture_copy(tmp_path: Path):  # type: ignore[no-untyped-def]
         return dst
 
     return _copy
+
+
+@contextlib.contextmanager
+def local_cluster() -> Iterator[Any]:
+    """A 2-worker Dask cluster on 127.0.0.1 (processes, one thread each, no dashboard). Start it
+    after the environment the workers need is set: they inherit it."""
+    from distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=None,
+        worker_dashboard_address=None,
+    ) as cluster:
+        yield cluster

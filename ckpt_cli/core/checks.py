@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 from ckpt_cli.core.arrays import ArrayInfo, chunk_index_from_key, parse_zarr_header
 from ckpt_cli.core.digests import DIGEST_FILE, recorded_file, string_digest
 from ckpt_cli.core.metadata import ArrayMetadata, LeafMeta, ShardingInfo, TreeMetadata
-from ckpt_cli.core.ocdbt import first_line
-from ckpt_cli.errors import CkptError, InvalidMetadataError
+from ckpt_cli.errors import CkptError, InvalidMetadataError, first_line
 
 if TYPE_CHECKING:
     from ckpt_cli.core.structure import ItemFacts

@@ -22,6 +22,7 @@ from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.layout import ItemRef
 from ckpt_cli.core.scan import IN_FLIGHT, read_block
 from ckpt_cli.core.stats import block_shape, iter_blocks
+from ckpt_cli.errors import first_line
 
 DIFF_BLOCK_BYTES = 16 << 20
 
@@ -170,7 +171,7 @@ def _diff_leaf(
     try:
         _stream(sa, sb, x, y, acc, on_bytes)
     except Exception as e:
-        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        message = first_line(e)
         return _result(x, y, "error", message=message)
     status = "equal" if acc.mismatched == 0 else "different"
     note = f"compared as float64 ({x.dtype} vs {y.dtype})" if x.dtype != y.dtype else None

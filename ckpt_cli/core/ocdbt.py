@@ -22,6 +22,7 @@ from urllib.parse import unquote
 
 from ckpt_cli.core.problems import Problem, problem
 from ckpt_cli.core.storage import Location
+from ckpt_cli.errors import first_line
 
 MANIFEST = "manifest.ocdbt"
 DUMP_AHEAD = 4
@@ -74,10 +75,6 @@ def error_code(e: BaseException) -> str:
     if text.startswith("OUT_OF_RANGE"):
         return "data-file-truncated"
     return "unreadable"
-
-
-def first_line(e: BaseException) -> str:
-    return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 class _Walk:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckpt_cli.core.arrays import ArrayInfo, dtype_itemsize
 from ckpt_cli.core.stats import block_shape, iter_blocks
-from ckpt_cli.errors import StorageError
+from ckpt_cli.errors import StorageError, first_line
 
 if TYPE_CHECKING:
     from ckpt_cli.core.writer import ItemWriter, LeafOut, Region
@@ -110,7 +110,7 @@ class Pipeline:
             raise
         except Exception as e:
             raise StorageError(
-                f"cannot read the source of leaf {leaf.name!r}: {_first(e)}"
+                f"cannot read the source of leaf {leaf.name!r}: {first_line(e)}"
             ) from None
         values = np.asarray(values)
         if values.dtype.name != arr.dtype.name:
@@ -140,7 +140,3 @@ class Pipeline:
             if hasattr(fut, "result"):
                 with contextlib.suppress(Exception):
                     fut.result()
-
-
-def _first(e: Exception) -> str:
-    return str(e).splitlines()[0] if str(e) else type(e).__name__

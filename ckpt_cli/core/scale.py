@@ -45,7 +45,7 @@ from ckpt_cli.core.writer import (
     Region,
     SourcePlan,
 )
-from ckpt_cli.errors import StorageError, UnsupportedError
+from ckpt_cli.errors import StorageError, UnsupportedError, first_line
 
 DEFAULT_UNIT_BYTES = 256 << 20
 WORKER_DB_PREFIX = "ocdbt.process_w"
@@ -272,7 +272,7 @@ def _create_arrays(item: ItemWriter, arrays: list[LeafOut]) -> None:
                 fut.result()
             except Exception as e:
                 raise StorageError(
-                    f"cannot create leaf {leaf.name!r} in {item.dest}: {_first(e)}"
+                    f"cannot create leaf {leaf.name!r} in {item.dest}: {first_line(e)}"
                 ) from None
 
 
@@ -298,13 +298,11 @@ def merge_databases(item: Location, databases: Sequence[str]) -> None:
             fut.result()
         txn.commit_async().result()
     except Exception as e:
-        raise StorageError(f"cannot merge the worker databases of {item}: {_first(e)}") from None
+        raise StorageError(
+            f"cannot merge the worker databases of {item}: {first_line(e)}"
+        ) from None
     keep = set(databases)
     item.refresh()  # workers and TensorStore wrote objects a cached listing cannot know
     for entry in item.list():
         if entry.is_dir and entry.name.startswith(WORKER_DB_PREFIX) and entry.name not in keep:
             item.child(entry.name).delete_tree()
-
-
-def _first(e: Exception) -> str:
-    return str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -19,7 +19,7 @@ from typing import Any
 from ckpt_cli.core.arrays import ArrayInfo, ItemStore, LeafReader
 from ckpt_cli.core.digests import ValueHasher, c_order_block
 from ckpt_cli.core.stats import block_shape, iter_blocks
-from ckpt_cli.errors import CkptError, StorageError
+from ckpt_cli.errors import CkptError, StorageError, first_line
 
 #: Block budget of verify's reads: small blocks keep memory flat whatever the leaf sizes; TS
 #: still decodes the chunks of one block in parallel. (Chunk-rows may exceed it: digests.py.)
@@ -207,7 +207,7 @@ def scan_leaves(
                 acc.bytes += nbytes
                 acc.blocks += 1
             except Exception as e:
-                acc.error = str(e).splitlines()[0] if str(e) else type(e).__name__
+                acc.error = first_line(e)
         if on_bytes is not None:
             on_bytes(nbytes)
         return None

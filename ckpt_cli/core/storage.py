@@ -20,7 +20,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.errors import InvalidMetadataError, NotFoundError, StorageError, UnsupportedError
+from ckpt_cli.errors import (
+    InvalidMetadataError,
+    NotFoundError,
+    StorageError,
+    UnsupportedError,
+    first_line,
+)
 
 # A metadata file bigger than this is damage, not metadata: refuse before allocating for it.
 MAX_METADATA_BYTES = 1 << 30
@@ -153,7 +159,7 @@ class Location:
 
     def describe_error(self, e: BaseException) -> str:
         """One line for a TensorStore error met here (object stores: endpoint and cause)."""
-        return _short(e) if str(e) else type(e).__name__
+        return first_line(e)
 
     def __str__(self) -> str:
         raise NotImplementedError
@@ -166,7 +172,7 @@ class Location:
         try:
             return json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            what = "empty" if not raw.strip() else f"not valid JSON ({_short(e)})"
+            what = "empty" if not raw.strip() else f"not valid JSON ({first_line(e)})"
             raise InvalidMetadataError(
                 f"{self} is {what}",
                 hint="the checkpoint is damaged; run `ckpt verify` on it",
@@ -180,10 +186,6 @@ class Location:
     def du(self) -> int:
         """Bytes used by all files below this directory (symlinks counted as links)."""
         return sum(entry.size for _, entry in self.walk())
-
-
-def _short(e: BaseException) -> str:
-    return str(e).split("\n", 1)[0]
 
 
 class LocalLocation(Location):

@@ -348,7 +348,3 @@ class ItemWriter:
         self.dest.child(COMMIT_MARKER).write_bytes(
             f"Checkpoint commit was successful to {self.dest}".encode()
         )
-
-
-def _first(e: Exception) -> str:
-    return str(e).splitlines()[0] if str(e) else type(e).__name__

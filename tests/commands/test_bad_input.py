@@ -145,3 +145,10 @@ def test_unexpected_errors_are_one_line_bugs(cli, monkeypatch) -> None:  # type:
     r = cli("ls", FIXTURES / "seed_mlp")
     assert r.code == 70
     assert "CKPT_DEBUG=1" in r.stderr and "kaput" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_version(cli) -> None:  # type: ignore[no-untyped-def]
+    from ckpt_cli import __version__
+
+    r = cli("--version")
+    assert r.code == 0 and r.stdout.strip() == f"ckpt {__version__}"

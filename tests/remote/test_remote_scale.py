@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import local_cluster
 from tests.remote.conftest import S3
 
 pytestmark = pytest.mark.slow
@@ -17,16 +18,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def s3_cluster(s3: S3) -> Iterator[Any]:
     """A cluster started after the S3 environment is set, so its workers reach the server."""
-    from distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        worker_dashboard_address=None,
-    ) as cluster:
+    with local_cluster() as cluster:
         yield cluster
 
 

@@ -397,3 +397,37 @@ def test_diff_says_identical_and_digests_carry_over(cli, fixture_copy, tmp_path:
     assert [(p["code"], p["leaf"]) for p in caught.json()["problems"]] == [
         ("digest-mismatch", "params.Dense_0.bias")
     ]
+
+
+@pytest.mark.parametrize(
+    ("args", "compressor"),
+    [
+        (["--compression", "none"], None),
+        (["--compression", "zstd:5"], {"id": "zstd", "level": 5}),
+        ([], {"id": "zstd", "level": 1}),
+    ],
+)
+def test_compression_option_reaches_the_zarr_header(
+    cli, tmp_path: Path, args: list[str], compressor: Any
+) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "out"
+    r = cli("reshard", FIXTURES / "no_ocdbt", out, "--mesh", "data=2", "--no-ocdbt", *args)
+    assert r.code == 0, r.stderr
+    header = json.loads((out / "0" / "default" / "params.Dense_0.kernel" / ".zarray").read_text())
+    assert header["compressor"] == compressor
+    assert_same_values(read_values(FIXTURES / "no_ocdbt"), read_values(out))
+
+
+def test_bad_compression_is_a_usage_error(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    for bad in ("gzip", "zstd:0", "zstd:x"):
+        r = cli(
+            "reshard",
+            FIXTURES / "no_ocdbt",
+            tmp_path / "o",
+            "--mesh",
+            "data=2",
+            "--compression",
+            bad,
+        )
+        assert r.code == 2 and "--compression" in r.stderr, bad
+    assert not (tmp_path / "o").exists()

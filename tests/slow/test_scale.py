@@ -20,6 +20,7 @@ import pytest
 
 from ckpt_cli.core.arrays import ItemStore
 from ckpt_cli.core.writer import BlockSource
+from tests.conftest import local_cluster
 from tests.slow.test_reshard import assert_same_values, read_values
 
 pytestmark = pytest.mark.slow
@@ -69,16 +70,7 @@ def src(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
-    from distributed import LocalCluster
-
-    with LocalCluster(
-        n_workers=2,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        worker_dashboard_address=None,
-    ) as c:
+    with local_cluster() as c:
         yield c
 
 
@@ -235,8 +227,6 @@ class FailingPlan(SlowPlan):
 def test_killed_worker_is_retried_with_identical_output(
     cli: Any, src: Path, tmp_path: Path
 ) -> None:
-    from distributed import LocalCluster
-
     from ckpt_cli.core.executor import DaskExecutor
     from ckpt_cli.core.rewrite import write_step
     from ckpt_cli.core.storage import LocalLocation
@@ -245,10 +235,8 @@ def test_killed_worker_is_retried_with_identical_output(
     assert cli("reshard", src, single, "--mesh", "data=4,model=2", "--rule", RULES).code == 0
     ref, leaves = _reshard_parts(src)
     slow = [replace(x, plan=SlowPlan(x.plan, 0.4)) if x.plan else x for x in leaves]
-    with LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-        dashboard_address=None, worker_dashboard_address=None,
-    ) as cluster, DaskExecutor(cluster.scheduler_address) as executor:  # fmt: skip
+    # A cluster of its own: one of its workers gets killed.
+    with local_cluster() as cluster, DaskExecutor(cluster.scheduler_address) as executor:
         assert isinstance(executor, DaskExecutor)
         pids = executor.client.run(os.getpid)
         victim = next(iter(pids.values()))
