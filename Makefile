@@ -8,7 +8,7 @@ DEMO := demo_runs/exp7
 S3PORT := 9055
 S3CKPT := AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(CKPT) --s3-endpoint http://127.0.0.1:$(S3PORT)
 
-.PHONY: demo test lint types pytest fixtures bench clean
+.PHONY: demo test lint types pytest fixtures fixtures-matrix bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -109,6 +109,11 @@ pytest: $(STAMP)
 
 fixtures: $(STAMP)
 	$(PY) fixtures/make_fixtures.py
+
+# The fixture matrix: one venv per Orbax release (/work/venvs, outside the repo), run by hand.
+# make fixtures-matrix [RELEASE=0.4.3] [CASE=dtypes]
+fixtures-matrix:
+	python3.11 fixtures/matrix/make_matrix.py $(if $(RELEASE),--release $(RELEASE)) $(if $(CASE),--case $(CASE))
 
 bench: $(STAMP)
 	$(PY) bench/bench_ls_inspect.py
