@@ -60,7 +60,7 @@ def _root(
     ),
 ) -> None:
     """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX."""
-    from ckpt_cli.core.objstore import set_s3_endpoint
+    from ckpt_cli.core.storage.objstore import set_s3_endpoint
 
     set_s3_endpoint(s3_endpoint)
 

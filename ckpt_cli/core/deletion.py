@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
-from ckpt_cli.core.layout import ROOT_METADATA_DIR, TMP_MARKER, parse_step_name
+from ckpt_cli.core.layout import (
+    COMMIT_MARKER,
+    ROOT_METADATA_DIR,
+    TMP_MARKER,
+    TOMBSTONE,
+    parse_step_name,
+)
 from ckpt_cli.core.prune import (
     LOCK_NAME,
     SYMLINK_KEPT,
@@ -92,7 +98,7 @@ def execute_plan(
             continue
         if r.kind != "trash":
             try:
-                loc = loc.hide(_trash_name(r.name))
+                loc = _hide(loc, _trash_name(r.name))
             except NotFoundError:
                 skipped.append(Untouched(r.name, r.path, "gone before deletion"))
                 continue
@@ -107,7 +113,7 @@ def execute_plan(
     deleted: list[Removal] = []
     for i, (r, loc) in enumerate(hidden, 1):
         try:
-            loc.delete_tree()
+            _remove(loc)
             deleted.append(r)
         except UnreachableError:
             raise
@@ -116,6 +122,29 @@ def execute_plan(
         if on_progress:
             on_progress(PruneProgress("delete", r.name, i, len(hidden)))
     return PruneOutcome(tuple(deleted), tuple(skipped), tuple(failed))
+
+
+def _hide(loc: Location, trash_name: str) -> Location:
+    """Make a step stop looking valid before its files go; returns where it now is.
+
+    Locally a rename to the trash name, atomic. Object stores have no rename: a tombstone first
+    (the next prune finishes an interrupted delete), then the commit marker goes."""
+    if not loc.requires_commit_marker:
+        return loc.rename(trash_name)
+    loc.child(TOMBSTONE).write_bytes(json.dumps({"trash": trash_name}).encode())
+    marker = loc.child(COMMIT_MARKER)
+    if marker.is_file():
+        marker.delete_file()
+    return loc
+
+
+def _remove(loc: Location) -> None:
+    """Delete a hidden step. On object stores the commit marker goes first and the tombstone
+    last, so that a delete cut short never looks like a valid step and stays trash."""
+    if loc.requires_commit_marker:
+        loc.delete_tree(first=(COMMIT_MARKER,), last=(TOMBSTONE,))
+    else:
+        loc.delete_tree()
 
 
 def _trash_name(name: str) -> str:

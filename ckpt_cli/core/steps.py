@@ -33,7 +33,9 @@ class StepWriter:
         from ckpt_cli.errors import NotACheckpointError
 
         if self.in_place and self._left_by_ckpt():
-            self.final.delete_tree()  # an earlier ckpt write of ours that died: never committed
+            self.final.delete_tree(
+                first=(COMMIT_MARKER,)
+            )  # an earlier ckpt write of ours that died: never committed
         if self.final.exists():
             raise NotACheckpointError(
                 f"{self.final} already exists",
@@ -83,4 +85,4 @@ class StepWriter:
 
     def abort(self) -> None:
         if self._started and self.tmp.exists():
-            self.tmp.delete_tree()
+            self.tmp.delete_tree(first=(COMMIT_MARKER,))

@@ -12,9 +12,8 @@ Reads, writes and deletes go through TensorStore (``kvstore_spec``). The listing
 with the writes and deletes made through this class; ``refresh()`` drops it after writes made by
 TensorStore directly (arrays) and before a re-check that must see the store as it is now.
 
-Object stores have no rename, so a finished step is marked by ``commit_success.txt``, put last
-(``requires_commit_marker``); writers write a step in place and deleting one removes its marker
-first (``hide``), after putting a tombstone that tells the next prune to finish the job.
+Object stores have no rename (``requires_commit_marker``): writers write a step in place and put
+a commit marker last; ``delete_tree`` deletes object by object, in the order its caller asks.
 """
 
 from __future__ import annotations
@@ -22,20 +21,18 @@ from __future__ import annotations
 import bisect
 import builtins
 import contextlib
-import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
-from ckpt_cli.core.layout import COMMIT_MARKER, TOMBSTONE
-from ckpt_cli.core.objstore import ObjectStore, open_store
-from ckpt_cli.core.storage import (
+from ckpt_cli.core.storage.base import (
     MAX_METADATA_BYTES,
     Entry,
     Location,
     Lock,
     NotACheckpointDirError,
 )
+from ckpt_cli.core.storage.objstore import ObjectStore, open_store
 from ckpt_cli.errors import CkptError, InvalidMetadataError, NotFoundError, StorageError
 
 DELETE_BATCH = 64
@@ -258,19 +255,19 @@ class RemoteLocation(Location):
     def make_dirs(self) -> None:
         """Nothing to do: directories are implicit in object stores."""
 
-    def delete_tree(self) -> None:
-        """Delete every object below: commit markers first, so that an interrupted delete never
-        leaves something that looks like a valid step; a tombstone, if any, last."""
+    def delete_tree(self, *, first: Collection[str] = (), last: Collection[str] = ()) -> None:
+        """Delete every object below: those named in ``first`` (anywhere below), then the rest,
+        then those named in ``last`` directly inside this directory."""
         self.refresh()
         keys = self._children_keys()
         if not keys:
             raise NotFoundError(f"{self} does not exist")
-        tomb = f"{self._dir}{TOMBSTONE}"
-        markers = [k for k in keys if k.rsplit("/", 1)[-1] == COMMIT_MARKER]
-        rest = [k for k in keys if k not in markers and k != tomb]
-        self._delete(markers)
-        self._delete(rest)
-        self._delete([k for k in keys if k == tomb])
+        early = [k for k in keys if k.rsplit("/", 1)[-1] in first]
+        late = [k for k in keys if k[len(self._dir) :] in last and k not in early]
+        ordered = set(early) | set(late)
+        self._delete(early)
+        self._delete([k for k in keys if k not in ordered])
+        self._delete(late)
 
     def delete_file(self) -> None:
         if not self.is_file():
@@ -295,15 +292,6 @@ class RemoteLocation(Location):
                     failed = failed or (k, e)
             if failed:
                 raise self.store.error(f"cannot delete {self.store.url(failed[0])}", failed[1])
-
-    def hide(self, trash_name: str) -> RemoteLocation:
-        """Make this step stop looking valid before its objects go: a tombstone first (the next
-        prune finishes an interrupted delete), then the commit marker."""
-        self.child(TOMBSTONE).write_bytes(json.dumps({"trash": trash_name}).encode())
-        marker = self.child(COMMIT_MARKER)
-        if marker.is_file():
-            self._delete([marker.key])
-        return self
 
     def rename(self, new_name: str) -> Location:
         raise StorageError(f"cannot rename {self}: object stores have no rename")
