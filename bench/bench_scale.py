@@ -34,8 +34,8 @@ from bench_reshard import BUILD, LEAVES
 
 def _leaves(src: Path) -> tuple[Any, Any]:
     from ckpt_cli.core import reshard as core
+    from ckpt_cli.core.format.resolve import resolve_item
     from ckpt_cli.core.inspect import inspect_item
-    from ckpt_cli.core.resolve import resolve_item
     from ckpt_cli.core.storage import LocalLocation
     from ckpt_cli.core.writer import Compression
 

@@ -1,3 +1,5 @@
 """ckpt: list, inspect, verify, prune, migrate and reshard Orbax checkpoints."""
 
-__version__ = "0.1.0"
+from ckpt_cli._version import __version__
+
+__all__ = ["__version__"]

@@ -13,7 +13,7 @@ from types import FrameType
 
 import typer
 
-from ckpt_cli import __version__
+from ckpt_cli._version import __version__
 from ckpt_cli.commands import diff as diff_cmd
 from ckpt_cli.commands import inspect as inspect_cmd
 from ckpt_cli.commands import ls as ls_cmd

@@ -9,9 +9,9 @@ from rich.table import Table
 
 from ckpt_cli.commands._common import human_bytes, human_count, shape_str, stdout_console
 from ckpt_cli.commands._lines import Paint, emit, painter, table_lines, tree_lines, use_color
-from ckpt_cli.core.arrays import ItemStore
+from ckpt_cli.core.format.arrays import ItemStore
+from ckpt_cli.core.format.sharding import ShardLayout, shard_layout
 from ckpt_cli.core.inspect import ItemReport, Leaf
-from ckpt_cli.core.shardgrid import ShardLayout, shard_layout
 from ckpt_cli.core.stats import LeafStats, leaf_stats
 from ckpt_cli.errors import NotFoundError, UsageError
 

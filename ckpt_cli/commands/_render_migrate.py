@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ckpt_cli.commands._common import human_bytes, shape_str, stdout_console
-from ckpt_cli.core.layout import ItemRef
+from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.migrate import DestLeaf, MigrationPlan
 
 

@@ -15,7 +15,7 @@ from ckpt_cli.commands._common import emit_json, human_bytes, parse_size, stdout
 
 if TYPE_CHECKING:
     from ckpt_cli.core.executor import ExecutorSpec
-    from ckpt_cli.core.layout import ItemRef
+    from ckpt_cli.core.format.layout import ItemRef
     from ckpt_cli.core.rewrite import StepOutput
     from ckpt_cli.core.storage import Location
     from ckpt_cli.core.writer import LeafOut

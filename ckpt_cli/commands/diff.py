@@ -20,7 +20,7 @@ from ckpt_cli.errors import EXIT_PROBLEMS, UsageError
 
 if TYPE_CHECKING:  # the core is imported when the command runs, not when `ckpt` starts
     from ckpt_cli.core.diff import DiffReport, LeafDiff
-    from ckpt_cli.core.layout import ItemRef
+    from ckpt_cli.core.format.layout import ItemRef
 
 
 def diff(
@@ -80,7 +80,7 @@ def diff(
 
 
 def _resolve(target: str, step: int | None, item: str | None, flag: str) -> ItemRef:
-    from ckpt_cli.core.resolve import resolve_item
+    from ckpt_cli.core.format.resolve import resolve_item
     from ckpt_cli.core.storage import open_location
 
     path, at, tail = target.rpartition("@")

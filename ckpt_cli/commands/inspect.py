@@ -15,8 +15,8 @@ from ckpt_cli.commands._common import (
     emit_json,
     warn,
 )
+from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.inspect import inspect_item
-from ckpt_cli.core.resolve import resolve_item
 from ckpt_cli.core.storage import open_location
 from ckpt_cli.errors import NotFoundError
 

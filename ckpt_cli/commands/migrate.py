@@ -104,6 +104,7 @@ def migrate(
     is written under a tmp name and renamed when complete, recording the spec it applied.
     """
     from ckpt_cli.commands import _render_migrate as render
+    from ckpt_cli.core.format.resolve import resolve_item
     from ckpt_cli.core.inspect import inspect_item
     from ckpt_cli.core.memory import bound_allocator
     from ckpt_cli.core.migrate import (
@@ -113,7 +114,6 @@ def migrate(
     )
     from ckpt_cli.core.migrate_spec import load_spec
     from ckpt_cli.core.migrate_target import abstract_state, compare_target, import_function
-    from ckpt_cli.core.resolve import resolve_item
     from ckpt_cli.core.rewrite import prepare_destination
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.writer import Compression
@@ -193,7 +193,7 @@ def _digests(result: Any) -> dict[str, Any]:
 
 def _destination(dst: str, step_out: int | None) -> tuple[Any, int | None]:
     """DST is a root; ``ROOT/N`` inside an existing CheckpointManager root names the step."""
-    from ckpt_cli.core.layout import detect
+    from ckpt_cli.core.format.layout import detect
     from ckpt_cli.core.storage import open_location
 
     location = open_location(dst)

@@ -102,10 +102,10 @@ def reshard(
     written under a tmp name and renamed when complete.
     """
     from ckpt_cli.core import reshard as core
-    from ckpt_cli.core.digests import read_digests
+    from ckpt_cli.core.format.digests import read_digests
+    from ckpt_cli.core.format.resolve import resolve_item
     from ckpt_cli.core.inspect import inspect_item
     from ckpt_cli.core.memory import bound_allocator
-    from ckpt_cli.core.resolve import resolve_item
     from ckpt_cli.core.rewrite import prepare_destination
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.writer import Compression

@@ -15,9 +15,11 @@ import json
 import math
 from typing import TYPE_CHECKING
 
-from ckpt_cli.core.arrays import ArrayInfo, chunk_index_from_key, parse_zarr_header
-from ckpt_cli.core.digests import DIGEST_FILE, recorded_file, string_digest
-from ckpt_cli.core.metadata import ArrayMetadata, LeafMeta, ShardingInfo, TreeMetadata
+from ckpt_cli.core.format.arrays import ArrayInfo, parse_zarr_header
+from ckpt_cli.core.format.digests import DIGEST_FILE, recorded_file, string_digest
+from ckpt_cli.core.format.metadata import ArrayMetadata, LeafMeta, TreeMetadata
+from ckpt_cli.core.format.names import parse_chunk_part, split_key
+from ckpt_cli.core.format.sharding import ShardingInfo
 from ckpt_cli.errors import CkptError, InvalidMetadataError, first_line
 
 if TYPE_CHECKING:
@@ -303,26 +305,6 @@ def check_record_files(facts: ItemFacts) -> None:
             )
 
 
-def chunk_key(index: tuple[int, ...], zarr3: bool) -> str:
-    if zarr3:
-        return "c" + "".join(f"/{i}" for i in index)
-    return ".".join(str(i) for i in index) if index else "0"
-
-
-def split_key(key: bytes, zarr3: bool) -> tuple[str, str]:
-    """(array name, part after it) of a database key such as ``params.w/0.1`` or ``x/c/0/1``."""
-    text = key.decode(errors="replace")
-    if zarr3:
-        for sep in ("/c/",):
-            if sep in text:
-                name, rest = text.rsplit(sep, 1)
-                return name, "c/" + rest
-        if text.endswith("/c"):
-            return text[:-2], "c"
-    name, _, rest = text.rpartition("/")
-    return name, rest
-
-
 def expected_missing(
     grid: tuple[int, ...], present: set[tuple[int, ...]], limit: int = 5
 ) -> list[tuple[int, ...]]:
@@ -334,16 +316,3 @@ def expected_missing(
             if len(out) >= limit:
                 break
     return out
-
-
-def parse_chunk_part(part: str, zarr3: bool, rank: int) -> tuple[int, ...] | None:
-    """A chunk key's part after the array name as an index; None when it is not one."""
-    if rank == 0:
-        return () if part == ("c" if zarr3 else "0") else None
-    if zarr3 and not part.startswith("c/"):
-        return None
-    try:
-        index = chunk_index_from_key(part.encode(), zarr3)
-    except ValueError:
-        return None
-    return index if len(index) == rank and all(i >= 0 for i in index) else None

@@ -17,10 +17,16 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ckpt_cli.core.arrays import ArrayInfo
-from ckpt_cli.core.digests import DIGEST_FILE, FileSum, LeafDigest, file_checksum, recorded_file
+from ckpt_cli.core.format.arrays import ArrayInfo
+from ckpt_cli.core.format.digests import (
+    DIGEST_FILE,
+    FileSum,
+    LeafDigest,
+    file_checksum,
+    recorded_file,
+)
+from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES, LeafScan, ScanTask, scan_leaves
 from ckpt_cli.core.problems import NonFinite, SampleInfo
-from ckpt_cli.core.scan import SCAN_BLOCK_BYTES, LeafScan, ScanTask, scan_leaves
 from ckpt_cli.core.structure import ItemFacts
 from ckpt_cli.errors import CkptError, UsageError
 
@@ -103,7 +109,7 @@ def deep_item(
                 _take_scan(facts, result, scan, facts.arrays[scan.name][0])
         _take_sums(facts, result, sums)
     for name, value in facts.strings.items():
-        from ckpt_cli.core.digests import string_digest
+        from ckpt_cli.core.format.digests import string_digest
 
         result.digests[name] = string_digest(value)
     return result

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
-from ckpt_cli.core.layout import (
+from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
     ROOT_METADATA_DIR,
     TMP_MARKER,

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ckpt_cli.core.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.blocks import block_shape, iter_blocks
+from ckpt_cli.core.format.layout import ItemRef
+from ckpt_cli.core.format.scan import IN_FLIGHT, read_block
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
-from ckpt_cli.core.layout import ItemRef
-from ckpt_cli.core.scan import IN_FLIGHT, read_block
-from ckpt_cli.core.stats import block_shape, iter_blocks
 from ckpt_cli.errors import first_line
 
 DIFF_BLOCK_BYTES = 16 << 20

@@ -14,19 +14,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_cli.core.arrays import ArrayInfo, ItemStore
-from ckpt_cli.core.layout import ItemRef
-from ckpt_cli.core.metadata import (
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.layout import ItemRef
+from ckpt_cli.core.format.metadata import (
     KEY_TYPE_SEQUENCE,
     ArrayMetadata,
     LeafMeta,
-    ShardingInfo,
     read_array_metadatas,
-    read_shardings,
     read_step_metadata,
     read_strings,
     read_tree_metadata,
 )
+from ckpt_cli.core.format.names import compile_filter
+from ckpt_cli.core.format.sharding import ShardingInfo, read_shardings
 from ckpt_cli.core.state import StatePart, analyse_state, classify_leaf
 from ckpt_cli.errors import NotACheckpointError
 
@@ -118,31 +118,6 @@ class ItemReport:
 
 def _matches(name: str, pattern: re.Pattern[str] | None) -> bool:
     return pattern is None or bool(pattern.search(name))
-
-
-def compile_filter(pattern: str | None, option: str = "--filter") -> re.Pattern[str] | None:
-    """A leaf-name pattern: ``re:REGEX`` is a regular expression; otherwise a glob when it holds
-    ``*``, ``?`` or ``[`` and no regex-only syntax (``( ) | ^ $ + \\ {``), else a regex.
-
-    Globs match the whole dotted name and ``*`` crosses dots (``params.*kernel``); regexes are
-    searched anywhere in the name unless anchored.
-    """
-    if pattern is None:
-        return None
-    import fnmatch
-
-    if pattern.startswith("re:"):
-        source = pattern[3:]
-    elif re.search(r"[*?\[]", pattern) and not re.search(r"[()|^$+\\{]", pattern):
-        return re.compile(fnmatch.translate(pattern))
-    else:
-        source = pattern
-    try:
-        return re.compile(source)
-    except re.error as e:
-        from ckpt_cli.errors import UsageError
-
-        raise UsageError(f"{option} {pattern!r} is not a valid pattern: {e}") from None
 
 
 def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:

@@ -6,25 +6,22 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ckpt_cli.core.layout import (
-    COMMIT_MARKER,
-    METRICS_ITEM,
-    TOMBSTONE,
+from ckpt_cli.core.format.layout import (
     StepRef,
     detect,
     item_location,
     latest_committed,
-    parse_step_name,
     step_items,
     step_status,
 )
-from ckpt_cli.core.metadata import (
+from ckpt_cli.core.format.metadata import (
     StepMetadata,
     peek_storage_flags,
     read_metrics,
     read_root_metadata,
     read_step_metadata,
 )
+from ckpt_cli.core.format.names import COMMIT_MARKER, METRICS_ITEM, TOMBSTONE, parse_step_name
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import CkptError, NotACheckpointError
 

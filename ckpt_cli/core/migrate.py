@@ -19,9 +19,9 @@ from typing import Any
 
 from ckpt_cli.core import migrate_ops as ops
 from ckpt_cli.core import migrate_rules as rules
-from ckpt_cli.core.arrays import ItemStore, cached_context, dtype_itemsize
+from ckpt_cli.core.format.arrays import ItemStore, cached_context, dtype_itemsize
+from ckpt_cli.core.format.sharding import ShardingInfo
 from ckpt_cli.core.inspect import ItemReport, Leaf
-from ckpt_cli.core.metadata import ShardingInfo
 from ckpt_cli.core.migrate_layout import Layout, layout_for
 from ckpt_cli.core.migrate_spec import MigrationSpec, Rule
 from ckpt_cli.core.migrate_tree import Step, Work, fill_key_types, followers, key_types
@@ -234,7 +234,7 @@ def record_step_digests(step: Location) -> tuple[str, ...]:
 
 
 def has_digests(item: Location) -> bool:
-    from ckpt_cli.core.digests import read_digests
+    from ckpt_cli.core.format.digests import read_digests
 
     try:
         return read_digests(item) is not None

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
 from ckpt_cli.core.initializers import Initializer, generate, numpy_dtype
 from ckpt_cli.errors import RefusedError
 

@@ -4,14 +4,13 @@ source reads and destination writes overlapping as TensorStore futures, under a 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ckpt_cli.core.arrays import ArrayInfo, dtype_itemsize
-from ckpt_cli.core.stats import block_shape, iter_blocks
+from ckpt_cli.core.format.arrays import dtype_itemsize
+from ckpt_cli.core.format.blocks import aligned_block, iter_blocks
 from ckpt_cli.errors import StorageError, first_line
 
 if TYPE_CHECKING:
@@ -31,21 +30,6 @@ def leaf_regions(leaf: LeafOut, budget: int) -> Iterator[Region]:
     assert leaf.array is not None
     block = aligned_block(leaf.array.info, leaf.source_chunks, budget)
     return iter_blocks(leaf.array.info, block)
-
-
-def aligned_block(
-    info: ArrayInfo, source_chunks: tuple[int, ...] | None, budget: int
-) -> tuple[int, ...]:
-    """Output blocks made of whole output chunks; when a block of whole source chunks too (the
-    per-dimension least common multiple) fits twice the budget, blocks are made of those."""
-    if source_chunks is not None and len(source_chunks) == len(info.shape):
-        unit = tuple(
-            min(n, math.lcm(c, s)) if c and s else n
-            for n, c, s in zip(info.shape, info.chunk_shape, source_chunks, strict=True)
-        )
-        if math.prod(unit) * info.itemsize <= 2 * budget:
-            return block_shape(dataclasses.replace(info, chunk_shape=unit), budget)
-    return block_shape(info, budget)
 
 
 class Pipeline:

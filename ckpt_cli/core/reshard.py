@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core.arrays import ArrayInfo, ItemStore, cached_context, dtype_itemsize
-from ckpt_cli.core.inspect import ItemReport, Leaf, compile_filter
-from ckpt_cli.core.metadata import ShardingInfo
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context, dtype_itemsize
+from ckpt_cli.core.format.names import compile_filter
+from ckpt_cli.core.format.sharding import ShardingInfo
+from ckpt_cli.core.inspect import ItemReport, Leaf
 from ckpt_cli.core.writer import ArrayOut, BlockSource, Compression, LeafOut
 from ckpt_cli.errors import UsageError
 

@@ -13,16 +13,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core.digests import (
+from ckpt_cli.core.executor import Executor
+from ckpt_cli.core.format.digests import (
     DigestRecord,
     LeafDigest,
     file_checksum,
     recorded_file,
     write_digests,
 )
-from ckpt_cli.core.executor import Executor
-from ckpt_cli.core.layout import ItemRef, detect, step_items
-from ckpt_cli.core.metadata import read_step_metadata, read_tree_metadata
+from ckpt_cli.core.format.layout import ItemRef, detect, step_items
+from ckpt_cli.core.format.metadata import read_step_metadata, read_tree_metadata
 from ckpt_cli.core.scale import DEFAULT_UNIT_BYTES, ScaleStats, write_arrays_scaled
 from ckpt_cli.core.steps import StepWriter
 from ckpt_cli.core.storage import Location

@@ -33,8 +33,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core.arrays import ItemStore, cached_context, dtype_itemsize
 from ckpt_cli.core.executor import Executor
+from ckpt_cli.core.format.arrays import ItemStore, cached_context, dtype_itemsize
 from ckpt_cli.core.pipeline import block_budget, leaf_regions
 from ckpt_cli.core.storage import Location, open_location
 from ckpt_cli.core.writer import (

@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from ckpt_cli.core.layout import COMMIT_MARKER, STEP_METADATA, TMP_MARKER, WRITING_MARKER
+from ckpt_cli.core.format.names import COMMIT_MARKER, STEP_METADATA, TMP_MARKER, WRITING_MARKER
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.writer import STANDARD_HANDLER
 

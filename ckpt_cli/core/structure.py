@@ -13,18 +13,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_cli.core import checks
-from ckpt_cli.core.arrays import ArrayInfo, ItemStore
-from ckpt_cli.core.checks import chunk_key, split_key
-from ckpt_cli.core.digests import DIGEST_FILE, DigestRecord, read_digests
-from ckpt_cli.core.inventory import Inventory, take_inventory
-from ckpt_cli.core.layout import COMMIT_MARKER, STEP_METADATA, TREE_METADATA
-from ckpt_cli.core.metadata import (
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.digests import DIGEST_FILE, DigestRecord, read_digests
+from ckpt_cli.core.format.metadata import (
     TreeMetadata,
     parse_tree_metadata,
     read_array_metadatas,
-    read_shardings,
     read_strings,
 )
+from ckpt_cli.core.format.names import (
+    COMMIT_MARKER,
+    STEP_METADATA,
+    TREE_METADATA,
+    chunk_key,
+    split_key,
+)
+from ckpt_cli.core.format.sharding import read_shardings
+from ckpt_cli.core.inventory import Inventory, take_inventory
 from ckpt_cli.core.ocdbt import MANIFEST, OcdbtScan, Ref, check_ref_bounds, scan_database
 from ckpt_cli.core.problems import Problem, problem
 from ckpt_cli.core.storage import Location

@@ -15,21 +15,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ckpt_cli.core.deep import DataResult, SampleSpec, deep_item, item_bytes, sample_items
-from ckpt_cli.core.digests import DigestRecord, write_digests
 from ckpt_cli.core.executor import Executor
-from ckpt_cli.core.layout import (
+from ckpt_cli.core.format.digests import DigestRecord, write_digests
+from ckpt_cli.core.format.layout import StepRef, detect, list_steps
+from ckpt_cli.core.format.metadata import read_step_metadata
+from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
     ROOT_METADATA,
     ROOT_METADATA_DIR,
     STEP_METADATA,
     TMP_MARKER,
     TREE_METADATA,
-    StepRef,
-    detect,
-    list_steps,
     parse_step_name,
 )
-from ckpt_cli.core.metadata import read_step_metadata
+from ckpt_cli.core.format.resolve import find_step
+from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES
 from ckpt_cli.core.problems import (
     ItemCheck,
     Problem,
@@ -38,9 +38,7 @@ from ckpt_cli.core.problems import (
     escalate,
     problem,
 )
-from ckpt_cli.core.resolve import find_step
 from ckpt_cli.core.scale_verify import DEFAULT_SCAN_UNIT_BYTES, deep_item_scaled
-from ckpt_cli.core.scan import SCAN_BLOCK_BYTES
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.core.structure import ItemFacts, check_item
 from ckpt_cli.errors import CkptError, InvalidMetadataError, UnsupportedError, UsageError

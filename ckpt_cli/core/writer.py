@@ -19,12 +19,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ckpt_cli.core.arrays import EXTRA_DTYPES, ArrayInfo, ItemStore, dtype_itemsize
-from ckpt_cli.core.layout import (
-    COMMIT_MARKER,
-    TREE_METADATA,
-)
-from ckpt_cli.core.metadata import ShardingInfo
+from ckpt_cli.core.format.arrays import EXTRA_DTYPES, ArrayInfo, ItemStore, dtype_itemsize
+from ckpt_cli.core.format.names import COMMIT_MARKER, TREE_METADATA
+from ckpt_cli.core.format.sharding import ShardingInfo, sharding_json
 from ckpt_cli.core.pipeline import Pipeline, block_budget, leaf_regions
 from ckpt_cli.core.storage import Location
 
@@ -179,28 +176,6 @@ class LeafOut:
     @property
     def name(self) -> str:
         return ".".join(self.keypath)
-
-
-def sharding_json(s: ShardingInfo) -> dict[str, Any]:
-    """A ``_sharding`` entry for a NamedSharding (device ids in mesh order), as Orbax writes it."""
-    if s.mesh_shape is None or s.axis_names is None:
-        return {"sharding_type": "SingleDeviceSharding", "device_str": s.device_str or "cpu:0"}
-    ids = list(s.device_ids or range(math.prod(s.mesh_shape)))
-
-    def nest(flat: list[int], dims: Sequence[int]) -> Any:
-        if len(dims) == 1:
-            return [{"id": i} for i in flat]
-        step = len(flat) // dims[0]
-        return [nest(flat[k * step : (k + 1) * step], dims[1:]) for k in range(dims[0])]
-
-    return {
-        "sharding_type": "NamedSharding",
-        "shape": list(s.mesh_shape),
-        "axis_names": list(s.axis_names),
-        "axis_types": ["AxisType.Auto"] * len(s.axis_names),
-        "partition_spec": [list(p) if isinstance(p, tuple) else p for p in s.partition_spec or ()],
-        "device_mesh": {"mesh": nest(ids, s.mesh_shape)},
-    }
 
 
 def _context(memory_limit: int) -> Any:

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_cli.core.layout import (
-    choose_item,
-    detect,
-    latest_committed,
-    list_steps,
-    parse_step_name,
-)
-from ckpt_cli.core.resolve import resolve_item
+from ckpt_cli.core.format.layout import choose_item, detect, latest_committed, list_steps
+from ckpt_cli.core.format.names import parse_step_name
+from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.errors import NotACheckpointError, NotFoundError, UsageError
 from tests.conftest import FIXTURES

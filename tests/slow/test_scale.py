@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ckpt_cli.core.arrays import ItemStore
+from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.writer import BlockSource
 from tests.conftest import local_cluster
 from tests.slow.test_reshard import assert_same_values, read_values
@@ -179,8 +179,8 @@ def test_executor_usage_errors(
 
 def _reshard_parts(src: Path, memory_limit: int = 64 << 20) -> tuple[Any, list[Any]]:
     from ckpt_cli.core import reshard as core
+    from ckpt_cli.core.format.resolve import resolve_item
     from ckpt_cli.core.inspect import inspect_item
-    from ckpt_cli.core.resolve import resolve_item
     from ckpt_cli.core.storage import LocalLocation
     from ckpt_cli.core.writer import Compression
 

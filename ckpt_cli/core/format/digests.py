@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ckpt_cli import __version__
-from ckpt_cli.core.arrays import ArrayInfo
-from ckpt_cli.core.layout import COMMIT_MARKER
+from ckpt_cli._version import __version__
+from ckpt_cli.core.format.arrays import ArrayInfo
+from ckpt_cli.core.format.names import COMMIT_MARKER
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import InvalidMetadataError
 

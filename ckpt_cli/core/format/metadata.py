@@ -1,21 +1,23 @@
-"""Parsers for the JSON metadata Orbax writes: step, root, metrics, tree, sharding, array metadata.
+"""Parsers for the JSON metadata Orbax writes: step, root, metrics, tree, array metadata.
 
 Each parser validates what it relies on and turns damage into ``InvalidMetadataError`` naming the
-file; none touches array data. Formats are as written by orbax-checkpoint 0.12 (see FORMAT.md).
+file; none touches array data. Formats are as written by orbax-checkpoint 0.12 (see FORMAT.md);
+``_sharding`` is in ``sharding.py``.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import functools
-import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ckpt_cli.core.layout import ROOT_METADATA, ROOT_METADATA_DIR, STEP_METADATA, TREE_METADATA
+from ckpt_cli.core.format.names import (
+    ROOT_METADATA,
+    ROOT_METADATA_DIR,
+    STEP_METADATA,
+    TREE_METADATA,
+)
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import InvalidMetadataError
 
@@ -184,111 +186,6 @@ def peek_storage_flags(item: Location) -> tuple[bool, bool] | None:
         return ocdbt.group(1) == b"true", zarr3.group(1) == b"true"
     tree = read_tree_metadata(item)
     return None if tree is None else (tree.use_ocdbt, tree.use_zarr3)
-
-
-@dataclass(frozen=True)
-class ShardingInfo:
-    """A decoded ``_sharding`` entry."""
-
-    type: str
-    mesh_shape: tuple[int, ...] | None = None
-    axis_names: tuple[str, ...] | None = None
-    partition_spec: tuple[Any, ...] | None = None  # per dim: None, an axis name, or a tuple of them
-    device_ids: tuple[int, ...] | None = None  # mesh devices in mesh (C) order
-    device_str: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.type}
-        if self.mesh_shape is not None and self.axis_names is not None:
-            out["mesh"] = dict(zip(self.axis_names, self.mesh_shape, strict=False))
-            out["partition_spec"] = [
-                list(p) if isinstance(p, tuple) else p for p in self.partition_spec or ()
-            ]
-            out["device_ids"] = list(self.device_ids or ())
-        if self.device_str is not None:
-            out["device"] = self.device_str
-        return out
-
-    def mesh_str(self) -> str | None:
-        if self.mesh_shape is None or self.axis_names is None:
-            return None
-        return ",".join(f"{n}={s}" for n, s in zip(self.axis_names, self.mesh_shape, strict=False))
-
-    def short(self) -> str:
-        """The partition spec alone (``P(data,model)``, ``replicated``) or the device."""
-        if self.mesh_shape is not None:
-            if not any(p is not None for p in self.partition_spec or ()):
-                return "replicated"
-            return "P(" + ",".join(_spec_str(p) for p in self.partition_spec or ()) + ")"
-        return self.device_str or self.type
-
-    def describe(self) -> str:
-        if self.mesh_shape is not None and self.axis_names is not None:
-            mesh = ",".join(
-                f"{n}={s}" for n, s in zip(self.axis_names, self.mesh_shape, strict=False)
-            )
-            spec = ", ".join(_spec_str(p) for p in self.partition_spec or ())
-            return f"mesh({mesh}) P({spec})"
-        if self.device_str:
-            return f"single({self.device_str})"
-        return self.type
-
-
-def _spec_str(p: Any) -> str:
-    if p is None:
-        return "None"
-    if isinstance(p, tuple):
-        return "(" + ",".join(p) + ")"
-    return str(p)
-
-
-def _flatten_ids(mesh: Any) -> list[int]:
-    if isinstance(mesh, list):
-        return [i for m in mesh for i in _flatten_ids(m)]
-    if isinstance(mesh, dict) and "id" in mesh:
-        return [int(mesh["id"])]
-    raise ValueError("bad device mesh")
-
-
-# A tree has a handful of distinct shardings repeated over thousands of leaves.
-@functools.lru_cache(maxsize=4096)
-def decode_sharding_entry(text: str) -> ShardingInfo:
-    raw = json.loads(text)
-    kind = str(raw.get("sharding_type", "unknown"))
-    if kind == "NamedSharding":
-        spec = tuple(tuple(p) if isinstance(p, list) else p for p in raw.get("partition_spec", []))
-        ids = tuple(_flatten_ids(raw["device_mesh"]["mesh"])) if "device_mesh" in raw else None
-        return ShardingInfo(
-            kind, tuple(int(s) for s in raw["shape"]), tuple(raw["axis_names"]), spec, ids
-        )
-    if kind == "SingleDeviceSharding":
-        return ShardingInfo(kind, device_str=raw.get("device_str"))
-    return ShardingInfo(kind)
-
-
-def read_shardings(item: Location) -> dict[str, ShardingInfo]:
-    """``_sharding``: urlsafe-base64 param names to JSON strings; decoded per param name."""
-    loc = item.child("_sharding")
-    raw = loc.read_json_if_exists()
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise InvalidMetadataError(f"{loc} is not a JSON object")
-    out = {}
-    for key, value in raw.items():
-        try:
-            name = base64.urlsafe_b64decode(key.encode()).decode()
-            out[name] = decode_sharding_entry(value)
-        except (
-            binascii.Error,
-            UnicodeDecodeError,
-            ValueError,
-            KeyError,
-            TypeError,
-            AttributeError,
-        ):
-            raise InvalidMetadataError(f"{loc}: cannot decode the entry {key!r}") from None
-    return out
 
 
 @dataclass(frozen=True)

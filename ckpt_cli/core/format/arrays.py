@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_cli.core.format.names import chunk_index_from_key
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import InvalidMetadataError, StorageError
 
@@ -318,15 +319,6 @@ class LeafReader:
 
     def read(self, block: tuple[slice, ...]) -> Any:
         return self.array[block].read()
-
-
-def chunk_index_from_key(key: bytes, zarr3: bool) -> tuple[int, ...]:
-    """``0.1`` (zarr2, ``.`` separator as Orbax writes) or ``c/0/1`` (zarr3) to (0, 1)."""
-    text = key.decode()
-    if zarr3:
-        text = text[1:].lstrip("/") if text.startswith("c") else text
-        return tuple(int(p) for p in text.split("/") if p != "")
-    return tuple(int(p) for p in text.split("."))
 
 
 class _UnmergedReader(LeafReader):

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from ckpt_cli.core.layout import (
+from ckpt_cli.core.format.layout import (
     ItemRef,
     StepRef,
     choose_item,
     detect,
     item_location,
     latest_committed,
-    parse_step_name,
     step_items,
 )
-from ckpt_cli.core.metadata import read_step_metadata
+from ckpt_cli.core.format.metadata import read_step_metadata
+from ckpt_cli.core.format.names import parse_step_name
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import NotACheckpointError, NotFoundError, UnsupportedError, UsageError
 

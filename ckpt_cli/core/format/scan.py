@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core.arrays import ArrayInfo, ItemStore, LeafReader
-from ckpt_cli.core.digests import ValueHasher, c_order_block
-from ckpt_cli.core.stats import block_shape, iter_blocks
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader
+from ckpt_cli.core.format.blocks import block_shape, iter_blocks
+from ckpt_cli.core.format.digests import ValueHasher, c_order_block
 from ckpt_cli.errors import CkptError, StorageError, first_line
 
 #: Block budget of verify's reads: small blocks keep memory flat whatever the leaf sizes; TS

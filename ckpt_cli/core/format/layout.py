@@ -1,67 +1,34 @@
 """Layout discovery: what a path is (root, step, item), which steps a root holds, and their state.
 
-Orbax names a step ``N``, ``000N`` (``step_format_fixed_length``) or ``PREFIX_N``; an unfinished
-save lives in ``<name>.orbax-checkpoint-tmp`` (>= 0.11.20), ``...-tmp-<counter>`` or, oldest,
-``...-tmp-<timestamp>``. Locally the final rename is the commit, so a step without
-``commit_success.txt`` (written only since 0.12.3) is still complete; object stores have no rename
-and need the marker.
+Locally the final rename is the commit, so a step without ``commit_success.txt`` (written only
+since 0.12.3) is still complete; object stores have no rename and need the marker. Names and
+markers are in ``names.py``.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
+from ckpt_cli.core.format.names import (
+    COMMIT_MARKER,
+    LEGACY_MSGPACK_RE,
+    METRICS_ITEM,
+    ROOT_METADATA_DIR,
+    STEP_METADATA,
+    TMP_MARKER,
+    TOMBSTONE,
+    TREE_METADATA,
+    WRITING_MARKER,
+    StepName,
+    looks_like_item,
+    parse_step_name,
+)
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.errors import NotACheckpointError, NotFoundError, UsageError
 
-TMP_MARKER = ".orbax-checkpoint-tmp"
-COMMIT_MARKER = "commit_success.txt"
-#: Object stores: put into a step before prune removes its marker; the step is trash from then on.
-TOMBSTONE = ".ckpt-deleting"
-#: Object stores: put into a step a ckpt writer writes in place; removed right before the marker.
-WRITING_MARKER = ".ckpt-writing"
-STEP_METADATA = "_CHECKPOINT_METADATA"
-TREE_METADATA = "_METADATA"
-ROOT_METADATA_DIR = "metadata"
-ROOT_METADATA = "_ROOT_METADATA"
-METRICS_ITEM = "metrics"
-LEGACY_MSGPACK_RE = re.compile(r"^checkpoint(_\d+)?$")
-
-_PLAIN_STEP_RE = re.compile(r"^(\d+)$")
-_PREFIXED_STEP_RE = re.compile(r"^(.+)_(\d+)$")
-# Same shape as Orbax's TMP_DIR_STEP_PATTERN, anchored on the marker, any era's suffix after it.
-_TMP_STEP_RE = re.compile(r"^(?:(.*?)_)?(\d+)\.orbax-checkpoint-tmp(?:-(\d+))?$")
-# Files Orbax writes directly inside an item directory.
-_ITEM_MARKERS = frozenset({TREE_METADATA, "manifest.ocdbt", "_sharding", "_strings.json"})
-
 Kind = Literal["root", "step", "item", "legacy"]
 Status = Literal["committed", "uncommitted", "incomplete"]
-
-
-@dataclass(frozen=True)
-class StepName:
-    """A directory name parsed as a step (or an unfinished save of one)."""
-
-    step: int
-    prefix: str | None
-    tmp: bool
-    tmp_suffix: str | None = None  # the counter/timestamp of the older tmp naming eras
-
-
-def parse_step_name(name: str) -> StepName | None:
-    """Parse a step directory name in any Orbax naming scheme; None when it is not one."""
-    if TMP_MARKER in name:
-        m = _TMP_STEP_RE.match(name)
-        if not m:
-            return None
-        return StepName(int(m.group(2)), m.group(1), True, m.group(3))
-    if m := _PLAIN_STEP_RE.match(name):
-        return StepName(int(m.group(1)), None, False)
-    if m := _PREFIXED_STEP_RE.match(name):
-        return StepName(int(m.group(2)), m.group(1), False)
-    return None
 
 
 @dataclass(frozen=True)
@@ -95,14 +62,10 @@ class ItemRef:
     root: Location | None
 
 
-def _looks_like_item(names: frozenset[str]) -> bool:
-    return bool(names & _ITEM_MARKERS) or any(n.startswith("ocdbt.process_") for n in names)
-
-
 def _looks_like_step(names: frozenset[str], children: list[Entry]) -> bool:
     if STEP_METADATA in names or COMMIT_MARKER in names or WRITING_MARKER in names:
         return True
-    if _looks_like_item(names):
+    if looks_like_item(names):
         return True
     # A step written before _CHECKPOINT_METADATA existed: recognise it by its items.
     return any(e.is_dir and e.name == METRICS_ITEM for e in children)
@@ -166,7 +129,7 @@ def detect(location: Location) -> Detected:
         )
     entries = location.list()
     names = frozenset(e.name for e in entries)
-    if _looks_like_item(names):
+    if looks_like_item(names):
         # A single-item Checkpointer writes _CHECKPOINT_METADATA into the item itself.
         return Detected("step" if STEP_METADATA in names else "item", entries)
     if STEP_METADATA in names or COMMIT_MARKER in names:
@@ -175,7 +138,7 @@ def detect(location: Location) -> Detected:
     step_dirs = [n for n in subdirs if parse_step_name(n) is not None]
     # A step from before _CHECKPOINT_METADATA: no marker file, but item directories inside.
     if any(
-        _looks_like_item(frozenset(c.name for c in location.child(n).list()))
+        looks_like_item(frozenset(c.name for c in location.child(n).list()))
         for n in subdirs
         if n not in step_dirs
     ):
@@ -211,8 +174,8 @@ def step_items(
 ) -> list[str]:
     """Item names of a step: the handler map's keys plus item-like subdirectories, sorted."""
     names = frozenset(e.name for e in children)
-    if isinstance(handlers, str) or (handlers is None and _looks_like_item(names)):
-        return ["default"] if _looks_like_item(names) else []
+    if isinstance(handlers, str) or (handlers is None and looks_like_item(names)):
+        return ["default"] if looks_like_item(names) else []
     found = set(handlers or {})
     # An item dir still named `<item>.orbax-checkpoint-tmp` is a save that died mid-way.
     found.update(
