@@ -64,7 +64,8 @@ def reshard(src: Path, dst: Path, executor: Any, unit_bytes: int) -> tuple[float
 
 def verify(src: Path, executor: Any, unit_bytes: int) -> float:
     from ckpt_cli.core.storage import LocalLocation
-    from ckpt_cli.core.verify import VerifyOptions, verify_path
+    from ckpt_cli.core.verify.run import verify_path
+    from ckpt_cli.core.verify.types import VerifyOptions
 
     t0 = time.perf_counter()
     report = verify_path(

@@ -8,7 +8,8 @@ from pathlib import Path
 from rich.table import Table
 
 from ckpt_cli.commands._common import human_bytes, stdout_console
-from ckpt_cli.core.problems import ItemCheck, Problem, VerifyReport
+from ckpt_cli.core.verify.problems import Problem
+from ckpt_cli.core.verify.types import ItemCheck, VerifyReport
 from ckpt_cli.errors import StorageError
 
 _DIGESTS = {

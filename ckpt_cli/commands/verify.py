@@ -102,9 +102,10 @@ def verify(
     """
     # The core and rich.table are imported here, so that `ckpt --help` and `ls` do not pay.
     from ckpt_cli.commands import _render_verify as render
-    from ckpt_cli.core.deep import parse_sample
     from ckpt_cli.core.storage import open_location
-    from ckpt_cli.core.verify import VerifyOptions, verify_path
+    from ckpt_cli.core.verify.deep import parse_sample
+    from ckpt_cli.core.verify.run import verify_path
+    from ckpt_cli.core.verify.types import VerifyOptions
 
     options = VerifyOptions(
         step=step,

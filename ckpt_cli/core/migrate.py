@@ -227,7 +227,8 @@ def _source(expr: ops.Node, ctx: ops.EvalContext) -> Callable[[ops.Region], Any]
 def record_step_digests(step: Location) -> tuple[str, ...]:
     """Read the written step back once and record its digests (``ckpt verify --record``): the
     items recorded, none when verification found an error."""
-    from ckpt_cli.core.verify import VerifyOptions, verify_path
+    from ckpt_cli.core.verify.run import verify_path
+    from ckpt_cli.core.verify.types import VerifyOptions
 
     report = verify_path(step, VerifyOptions(record=True))
     return report.recorded

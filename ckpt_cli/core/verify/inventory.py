@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ckpt_cli.core.problems import Problem, problem
 from ckpt_cli.core.storage import Location
+from ckpt_cli.core.verify.problems import Problem, problem
 from ckpt_cli.errors import CkptError
 
 

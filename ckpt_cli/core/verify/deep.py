@@ -15,7 +15,6 @@ import secrets
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
 from ckpt_cli.core.format.arrays import ArrayInfo
 from ckpt_cli.core.format.digests import (
@@ -26,19 +25,12 @@ from ckpt_cli.core.format.digests import (
     recorded_file,
 )
 from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES, LeafScan, ScanTask, scan_leaves
-from ckpt_cli.core.problems import NonFinite, SampleInfo
-from ckpt_cli.core.structure import ItemFacts
+from ckpt_cli.core.verify.types import DataResult, ItemFacts, NonFinite, SampleInfo, SampleSpec
 from ckpt_cli.errors import CkptError, UsageError
 
 _FILE_WORKERS = 2
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _RESTORE = "restore this step from a copy"
-
-
-@dataclass(frozen=True)
-class SampleSpec:
-    percent: float | None = None
-    bytes: int | None = None
 
 
 def parse_sample(text: str) -> SampleSpec:
@@ -62,17 +54,6 @@ def parse_sample(text: str) -> SampleSpec:
             f"--sample {text!r} is neither a percentage nor an amount of bytes",
             hint="for example --sample 5% or --sample 2GiB",
         ) from None
-
-
-@dataclass
-class DataResult:
-    """What the data level found in one item (its problems go straight into the facts)."""
-
-    nonfinite: list[NonFinite]
-    digests: dict[str, LeafDigest]
-    files: dict[str, FileSum]
-    bytes_decoded: int = 0
-    chunks_decoded: int = 0
 
 
 class _Bytes:

@@ -15,21 +15,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ckpt_cli.core.deep import (
-    DataResult,
-    _data_files,
-    _done,
-    _take_scan,
-    _take_sums,
-    deep_item,
-)
 from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.blocks import block_shape, iter_blocks
 from ckpt_cli.core.format.digests import FileSum, file_checksum, string_digest
 from ckpt_cli.core.format.scan import LeafScan, ScanTask, scan_leaves
 from ckpt_cli.core.storage import open_location
-from ckpt_cli.core.structure import ItemFacts
+from ckpt_cli.core.verify.deep import _data_files, _done, _take_scan, _take_sums, deep_item
+from ckpt_cli.core.verify.types import DataResult, ItemFacts
 from ckpt_cli.errors import CkptError
 
 DEFAULT_SCAN_UNIT_BYTES = 256 << 20

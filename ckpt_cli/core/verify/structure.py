@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_cli.core import checks
-from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.digests import DIGEST_FILE, DigestRecord, read_digests
 from ckpt_cli.core.format.metadata import (
     TreeMetadata,
@@ -23,57 +21,22 @@ from ckpt_cli.core.format.metadata import (
 )
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
+    MANIFEST,
     STEP_METADATA,
     TREE_METADATA,
-    chunk_key,
     split_key,
 )
 from ckpt_cli.core.format.sharding import read_shardings
-from ckpt_cli.core.inventory import Inventory, take_inventory
-from ckpt_cli.core.ocdbt import MANIFEST, OcdbtScan, Ref, check_ref_bounds, scan_database
-from ckpt_cli.core.problems import Problem, problem
 from ckpt_cli.core.storage import Location
+from ckpt_cli.core.verify import checks
+from ckpt_cli.core.verify.inventory import take_inventory
+from ckpt_cli.core.verify.ocdbt import OcdbtScan, check_ref_bounds, scan_database
+from ckpt_cli.core.verify.problems import Problem
+from ckpt_cli.core.verify.types import ItemFacts
 from ckpt_cli.errors import CkptError, InvalidMetadataError
 
 _PROCESS_FILE = re.compile(r"^process_\d+$")
 _JSON_ITEM_FILES = ("metadata", "metrics")
-
-
-@dataclass
-class ItemFacts:
-    """Working state of one item's check, handed from the structure level to the deeper ones."""
-
-    shown_as: str
-    kind: str = "pytree"  # pytree | json
-    leaves: list[str] = field(default_factory=list)
-    arrays: dict[str, tuple[ArrayInfo, str]] = field(default_factory=dict)  # readable, no errors
-    strings: dict[str, str] = field(default_factory=dict)
-    store: ItemStore | None = None
-    zarr3: bool = False
-    keys: dict[bytes, Ref | None] = field(default_factory=dict)
-    arrays_seen: set[str] = field(default_factory=set)  # arrays with a stored header
-    record: DigestRecord | None = None
-    inventory: Inventory | None = None
-    chunks: int = 0
-    problems: list[Problem] = field(default_factory=list)
-
-    def add(
-        self, code: str, message: str, leaf: str | None = None, file: str | None = None
-    ) -> None:
-        shown = (
-            None
-            if file is None
-            else (file if self.shown_as in ("", ".") else f"{self.shown_as}/{file}")
-        )
-        self.problems.append(problem(code, message, leaf=leaf, file=shown))
-
-    def chunk_file(self, name: str, index: tuple[int, ...]) -> str | None:
-        """The item-relative file holding a chunk's bytes; None when inline in a tree node."""
-        key = f"{name}/{chunk_key(index, self.zarr3)}"
-        if self.store is not None and self.store.layout == "zarr":
-            return key
-        ref = self.keys.get(key.encode())
-        return ref.file if ref is not None else None
 
 
 def check_item(

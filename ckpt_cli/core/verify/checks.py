@@ -13,17 +13,14 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from typing import TYPE_CHECKING
 
 from ckpt_cli.core.format.arrays import ArrayInfo, parse_zarr_header
 from ckpt_cli.core.format.digests import DIGEST_FILE, recorded_file, string_digest
 from ckpt_cli.core.format.metadata import ArrayMetadata, LeafMeta, TreeMetadata
 from ckpt_cli.core.format.names import parse_chunk_part, split_key
 from ckpt_cli.core.format.sharding import ShardingInfo
+from ckpt_cli.core.verify.types import ItemFacts
 from ckpt_cli.errors import CkptError, InvalidMetadataError, first_line
-
-if TYPE_CHECKING:
-    from ckpt_cli.core.structure import ItemFacts
 
 _RESTORE = "restore it from a copy of this step"
 

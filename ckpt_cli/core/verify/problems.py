@@ -7,7 +7,7 @@ severity; ``--strict`` turns warnings into errors and ``--fail-on-nonfinite`` do
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 Severity = Literal["error", "warning"]
@@ -79,110 +79,3 @@ def escalate(p: Problem, strict: bool, fail_on_nonfinite: bool) -> Problem:
     if p.severity == "warning" and (strict or (fail_on_nonfinite and p.code == "nonfinite")):
         return replace(p, severity="error")
     return p
-
-
-@dataclass(frozen=True)
-class NonFinite:
-    leaf: str
-    nan: int
-    inf: int
-
-
-@dataclass(frozen=True)
-class ItemCheck:
-    """The result for one item: what was looked at and what was found."""
-
-    path: str  # relative to the checked path ("." when the item is the checked path)
-    step: int | None
-    name: str
-    kind: str  # pytree | json
-    leaves: tuple[str, ...]
-    arrays: int
-    chunks: int
-    files: int
-    digests: str  # absent | verified | recorded | structure-only | sampled
-    problems: tuple[Problem, ...]
-    nonfinite: tuple[NonFinite, ...] = ()
-    bytes_decoded: int = 0
-    chunks_decoded: int = 0
-
-
-@dataclass(frozen=True)
-class SampleInfo:
-    seed: int
-    chunks: int
-    of_chunks: int
-    bytes: int
-    of_bytes: int
-
-
-@dataclass(frozen=True)
-class VerifyReport:
-    """Everything one ``verify`` run found, ready to render as a table, JSON or JUnit."""
-
-    path: str
-    kind: str  # root | step | item
-    level: str  # structure | deep | sample
-    items: tuple[ItemCheck, ...]
-    problems: tuple[Problem, ...]  # all of them: root, step and item problems
-    steps: tuple[int, ...] = ()
-    unfinished: tuple[str, ...] = ()
-    sample: SampleInfo | None = None
-    recorded: tuple[str, ...] = ()
-    marked_committed: tuple[str, ...] = ()  # steps given commit_success.txt (--mark-committed)
-    elapsed_s: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def errors(self) -> int:
-        return sum(1 for p in self.problems if p.severity == "error")
-
-    @property
-    def warnings(self) -> int:
-        return sum(1 for p in self.problems if p.severity == "warning")
-
-    @property
-    def ok(self) -> bool:
-        return self.errors == 0
-
-    def checked_json(self) -> dict[str, Any]:
-        return {
-            "level": self.level,
-            "steps": list(self.steps),
-            "items": len(self.items),
-            "leaves": sum(len(i.leaves) for i in self.items),
-            "arrays": sum(i.arrays for i in self.items),
-            "chunks": sum(i.chunks for i in self.items),
-            "files": sum(i.files for i in self.items),
-            "chunks_decoded": sum(i.chunks_decoded for i in self.items),
-            "bytes_decoded": sum(i.bytes_decoded for i in self.items),
-            "digests": {i.path: i.digests for i in self.items},
-            "unfinished_saves": list(self.unfinished),
-            "sample": None
-            if self.sample is None
-            else {
-                "seed": self.sample.seed,
-                "chunks": self.sample.chunks,
-                "of_chunks": self.sample.of_chunks,
-                "bytes": self.sample.bytes,
-                "of_bytes": self.sample.of_bytes,
-            },
-        }
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "kind": self.kind,
-            "ok": self.ok,
-            "checked": self.checked_json(),
-            "summary": {"errors": self.errors, "warnings": self.warnings},
-            "nonfinite": [
-                {"item": i.path, "leaf": n.leaf, "nan": n.nan, "inf": n.inf}
-                for i in self.items
-                for n in i.nonfinite
-            ],
-            "recorded": list(self.recorded),
-            "marked_committed": list(self.marked_committed),
-            "elapsed_s": round(self.elapsed_s, 3),
-            "problems": [p.to_json() for p in self.problems],
-        }

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from ckpt_cli.core.problems import Problem, problem
+from ckpt_cli.core.format.names import MANIFEST
 from ckpt_cli.core.storage import Location
+from ckpt_cli.core.verify.problems import Problem, problem
 from ckpt_cli.errors import first_line
 
-MANIFEST = "manifest.ocdbt"
 DUMP_AHEAD = 4
 
 
