@@ -37,7 +37,7 @@ def _leaves(src: Path) -> tuple[Any, Any]:
     from ckpt_cli.core.format.resolve import resolve_item
     from ckpt_cli.core.inspect import inspect_item
     from ckpt_cli.core.storage import LocalLocation
-    from ckpt_cli.core.writer import Compression
+    from ckpt_cli.core.write.types import Compression
 
     ref = resolve_item(LocalLocation(str(src)))
     report = inspect_item(ref)
@@ -48,8 +48,8 @@ def _leaves(src: Path) -> tuple[Any, Any]:
 
 
 def reshard(src: Path, dst: Path, executor: Any, unit_bytes: int) -> tuple[float, Any]:
-    from ckpt_cli.core.rewrite import write_step
     from ckpt_cli.core.storage import LocalLocation
+    from ckpt_cli.core.write.rewrite import write_step
 
     shutil.rmtree(dst, ignore_errors=True)
     ref, leaves = _leaves(src)

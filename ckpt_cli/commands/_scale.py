@@ -10,7 +10,7 @@ from ckpt_cli.commands._common import parse_size
 
 if TYPE_CHECKING:
     from ckpt_cli.core.executor import ExecutorSpec
-    from ckpt_cli.core.scale import ScaleStats
+    from ckpt_cli.core.write.distributed import ScaleStats
 
 ExecutorOpt = Annotated[
     str,

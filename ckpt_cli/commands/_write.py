@@ -16,9 +16,9 @@ from ckpt_cli.commands._common import emit_json, human_bytes, parse_size, stdout
 if TYPE_CHECKING:
     from ckpt_cli.core.executor import ExecutorSpec
     from ckpt_cli.core.format.layout import ItemRef
-    from ckpt_cli.core.rewrite import StepOutput
     from ckpt_cli.core.storage import Location
-    from ckpt_cli.core.writer import LeafOut
+    from ckpt_cli.core.write.rewrite import StepOutput
+    from ckpt_cli.core.write.types import LeafOut
 
 # Options of the commands that write a new step (reshard, migrate).
 MaxChunkBytesOpt = Annotated[
@@ -100,7 +100,7 @@ def write_and_report(
     that splits the work, units run on its executor (the progress bar sums their bytes)."""
     from ckpt_cli.commands._scale import stats_json, stats_line
     from ckpt_cli.core.executor import open_executor
-    from ckpt_cli.core.rewrite import write_step
+    from ckpt_cli.core.write.rewrite import write_step
 
     started = time.monotonic()
     with contextlib.ExitStack() as stack:

@@ -106,7 +106,6 @@ def migrate(
     from ckpt_cli.commands import _render_migrate as render
     from ckpt_cli.core.format.resolve import resolve_item
     from ckpt_cli.core.inspect import inspect_item
-    from ckpt_cli.core.memory import bound_allocator
     from ckpt_cli.core.migrate import (
         has_digests,
         migrate_leaves,
@@ -114,9 +113,10 @@ def migrate(
     )
     from ckpt_cli.core.migrate_spec import load_spec
     from ckpt_cli.core.migrate_target import abstract_state, compare_target, import_function
-    from ckpt_cli.core.rewrite import prepare_destination
     from ckpt_cli.core.storage import open_location
-    from ckpt_cli.core.writer import Compression
+    from ckpt_cli.core.write.memory import bound_allocator
+    from ckpt_cli.core.write.rewrite import prepare_destination
+    from ckpt_cli.core.write.types import Compression
 
     chunk_limit, mem_limit = write_limits(max_chunk_bytes, memory_limit)
     scale = executor_spec(executor, workers, scheduler)

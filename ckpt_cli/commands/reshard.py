@@ -105,10 +105,10 @@ def reshard(
     from ckpt_cli.core.format.digests import read_digests
     from ckpt_cli.core.format.resolve import resolve_item
     from ckpt_cli.core.inspect import inspect_item
-    from ckpt_cli.core.memory import bound_allocator
-    from ckpt_cli.core.rewrite import prepare_destination
     from ckpt_cli.core.storage import open_location
-    from ckpt_cli.core.writer import Compression
+    from ckpt_cli.core.write.memory import bound_allocator
+    from ckpt_cli.core.write.rewrite import prepare_destination
+    from ckpt_cli.core.write.types import Compression
 
     if like is not None and (mesh or rules or rule):
         raise UsageError(

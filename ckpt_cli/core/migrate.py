@@ -26,7 +26,7 @@ from ckpt_cli.core.migrate_layout import Layout, layout_for
 from ckpt_cli.core.migrate_spec import MigrationSpec, Rule
 from ckpt_cli.core.migrate_tree import Step, Work, fill_key_types, followers, key_types
 from ckpt_cli.core.storage import Location
-from ckpt_cli.core.writer import ArrayOut, BlockSource, Compression, LeafOut
+from ckpt_cli.core.write.types import ArrayOut, BlockSource, Compression, LeafOut
 from ckpt_cli.errors import CkptError
 
 

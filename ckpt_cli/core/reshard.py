@@ -18,7 +18,7 @@ from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context, dt
 from ckpt_cli.core.format.names import compile_filter
 from ckpt_cli.core.format.sharding import ShardingInfo
 from ckpt_cli.core.inspect import ItemReport, Leaf
-from ckpt_cli.core.writer import ArrayOut, BlockSource, Compression, LeafOut
+from ckpt_cli.core.write.types import ArrayOut, BlockSource, Compression, LeafOut
 from ckpt_cli.errors import UsageError
 
 Spec = tuple[Any, ...]  # per dimension: None, an axis name, or a tuple of axis names

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from ckpt_cli.core.format.arrays import ItemStore
-from ckpt_cli.core.writer import BlockSource
+from ckpt_cli.core.write.types import BlockSource
 from tests.conftest import local_cluster
 from tests.slow.test_reshard import assert_same_values, read_values
 
@@ -182,7 +182,7 @@ def _reshard_parts(src: Path, memory_limit: int = 64 << 20) -> tuple[Any, list[A
     from ckpt_cli.core.format.resolve import resolve_item
     from ckpt_cli.core.inspect import inspect_item
     from ckpt_cli.core.storage import LocalLocation
-    from ckpt_cli.core.writer import Compression
+    from ckpt_cli.core.write.types import Compression
 
     ref = resolve_item(LocalLocation(str(src)))
     report = inspect_item(ref)
@@ -228,8 +228,8 @@ def test_killed_worker_is_retried_with_identical_output(
     cli: Any, src: Path, tmp_path: Path
 ) -> None:
     from ckpt_cli.core.executor import DaskExecutor
-    from ckpt_cli.core.rewrite import write_step
     from ckpt_cli.core.storage import LocalLocation
+    from ckpt_cli.core.write.rewrite import write_step
 
     single = tmp_path / "single"
     assert cli("reshard", src, single, "--mesh", "data=4,model=2", "--rule", RULES).code == 0
@@ -263,8 +263,8 @@ def test_killed_worker_is_retried_with_identical_output(
 
 def test_failed_unit_leaves_no_step(src: Path, tmp_path: Path) -> None:
     from ckpt_cli.core.executor import LocalExecutor
-    from ckpt_cli.core.rewrite import write_step
     from ckpt_cli.core.storage import LocalLocation
+    from ckpt_cli.core.write.rewrite import write_step
     from ckpt_cli.errors import StorageError
 
     ref, leaves = _reshard_parts(src)
@@ -285,9 +285,9 @@ def test_failed_unit_leaves_no_step(src: Path, tmp_path: Path) -> None:
 def test_a_unit_rewritten_gives_the_same_bytes(src: Path, tmp_path: Path) -> None:
     import tensorstore as ts
 
-    from ckpt_cli.core.scale import _create_arrays, plan_write_units, run_write_unit
     from ckpt_cli.core.storage import LocalLocation
-    from ckpt_cli.core.writer import OCDBT_CONFIG, ItemWriter
+    from ckpt_cli.core.write.distributed import _create_arrays, plan_write_units, run_write_unit
+    from ckpt_cli.core.write.item import OCDBT_CONFIG, ItemWriter
 
     _, leaves = _reshard_parts(src)
     dest = LocalLocation(str(tmp_path / "item"))

@@ -23,10 +23,11 @@ from ckpt_cli.core.format.digests import (
 )
 from ckpt_cli.core.format.layout import ItemRef, detect, step_items
 from ckpt_cli.core.format.metadata import read_step_metadata, read_tree_metadata
-from ckpt_cli.core.scale import DEFAULT_UNIT_BYTES, ScaleStats, write_arrays_scaled
-from ckpt_cli.core.steps import StepWriter
 from ckpt_cli.core.storage import Location
-from ckpt_cli.core.writer import JSON_HANDLER, STANDARD_HANDLER, ItemWriter, LeafOut
+from ckpt_cli.core.write.distributed import DEFAULT_UNIT_BYTES, ScaleStats, write_arrays_scaled
+from ckpt_cli.core.write.item import JSON_HANDLER, STANDARD_HANDLER, ItemWriter
+from ckpt_cli.core.write.step import StepWriter
+from ckpt_cli.core.write.types import LeafOut
 from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
 
 

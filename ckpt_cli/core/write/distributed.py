@@ -35,16 +35,10 @@ from typing import Any
 
 from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.format.arrays import ItemStore, cached_context, dtype_itemsize
-from ckpt_cli.core.pipeline import block_budget, leaf_regions
 from ckpt_cli.core.storage import Location, open_location
-from ckpt_cli.core.writer import (
-    OCDBT_CONFIG,
-    ArrayOut,
-    ItemWriter,
-    LeafOut,
-    Region,
-    SourcePlan,
-)
+from ckpt_cli.core.write.item import OCDBT_CONFIG, ItemWriter
+from ckpt_cli.core.write.pipeline import block_budget, leaf_regions
+from ckpt_cli.core.write.types import ArrayOut, LeafOut, Region, SourcePlan
 from ckpt_cli.errors import StorageError, UnsupportedError, first_line
 
 DEFAULT_UNIT_BYTES = 256 << 20

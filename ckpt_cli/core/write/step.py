@@ -8,7 +8,7 @@ from typing import Any
 
 from ckpt_cli.core.format.names import COMMIT_MARKER, STEP_METADATA, TMP_MARKER, WRITING_MARKER
 from ckpt_cli.core.storage import Location
-from ckpt_cli.core.writer import STANDARD_HANDLER
+from ckpt_cli.core.write.item import STANDARD_HANDLER
 
 
 class StepWriter:

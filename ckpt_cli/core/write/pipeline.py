@@ -7,14 +7,12 @@ import contextlib
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ckpt_cli.core.format.arrays import dtype_itemsize
 from ckpt_cli.core.format.blocks import aligned_block, iter_blocks
+from ckpt_cli.core.write.types import ArraySink, LeafOut, Region
 from ckpt_cli.errors import StorageError, first_line
-
-if TYPE_CHECKING:
-    from ckpt_cli.core.writer import ItemWriter, LeafOut, Region
 
 
 def block_budget(memory_limit: int, in_flight: int = 8) -> int:
@@ -37,7 +35,7 @@ class Pipeline:
 
     def __init__(
         self,
-        writer: ItemWriter,
+        writer: ArraySink,
         jobs: list[tuple[LeafOut, Iterable[Region]]],
         on_bytes: Callable[[int], None] | None,
     ) -> None:
