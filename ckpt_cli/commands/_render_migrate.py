@@ -6,7 +6,7 @@ from typing import Any
 
 from ckpt_cli.commands._common import human_bytes, shape_str, stdout_console
 from ckpt_cli.core.format.layout import ItemRef
-from ckpt_cli.core.migrate import DestLeaf, MigrationPlan
+from ckpt_cli.core.migrate.plan import DestLeaf, MigrationPlan
 
 
 def _leaf_json(leaf: DestLeaf) -> dict[str, Any]:

@@ -7,8 +7,8 @@ from datetime import datetime
 from rich.table import Table
 
 from ckpt_cli.commands._common import human_bytes, stdout_console
-from ckpt_cli.core.deletion import PruneOutcome
-from ckpt_cli.core.prune import PrunePlan
+from ckpt_cli.core.prune.execute import PruneOutcome
+from ckpt_cli.core.prune.plan import PrunePlan
 
 _CLEAN_WHY = {"tmp": "unfinished save", "trash": "trash of an interrupted prune"}
 

@@ -106,13 +106,9 @@ def migrate(
     from ckpt_cli.commands import _render_migrate as render
     from ckpt_cli.core.format.resolve import resolve_item
     from ckpt_cli.core.inspect import inspect_item
-    from ckpt_cli.core.migrate import (
-        has_digests,
-        migrate_leaves,
-        plan_migration,
-    )
-    from ckpt_cli.core.migrate_spec import load_spec
-    from ckpt_cli.core.migrate_target import abstract_state, compare_target, import_function
+    from ckpt_cli.core.migrate.plan import has_digests, migrate_leaves, plan_migration
+    from ckpt_cli.core.migrate.spec import load_spec
+    from ckpt_cli.core.migrate.target import abstract_state, compare_target, import_function
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.write.memory import bound_allocator
     from ckpt_cli.core.write.rewrite import prepare_destination
@@ -139,7 +135,7 @@ def migrate(
     ref = resolve_item(open_location(src), step, item)
     report = inspect_item(ref)
     plan = plan_migration(report, parsed, chunk_limit)
-    diffs = compare_target(plan, abstract_state(target)) if target else None
+    diffs = compare_target(plan.abstract(), abstract_state(target)) if target else None
     doc = render.plan_json(plan, ref, target, diffs)
     problem = _problem(plan, target, diffs, allow_unused, allow_mismatch)
     if dry_run or problem:
@@ -184,7 +180,7 @@ def migrate(
 
 
 def _digests(result: Any) -> dict[str, Any]:
-    from ckpt_cli.core.migrate import record_step_digests
+    from ckpt_cli.core.migrate.plan import record_step_digests
     from ckpt_cli.core.storage import open_location
 
     recorded = record_step_digests(open_location(result.path))

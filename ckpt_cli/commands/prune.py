@@ -13,9 +13,9 @@ import typer
 
 from ckpt_cli.commands._common import JsonOpt, emit_json, stderr_console, warn
 from ckpt_cli.commands._render_prune import render_outcome, render_plan
-from ckpt_cli.core.deletion import PruneOutcome, PruneProgress, execute_plan, prune_lock
-from ckpt_cli.core.prune import SYMLINK_KEPT, PrunePlan, plan_prune, scan_root
-from ckpt_cli.core.retention import Policy, parse_duration
+from ckpt_cli.core.prune.execute import PruneOutcome, PruneProgress, execute_plan, prune_lock
+from ckpt_cli.core.prune.plan import SYMLINK_KEPT, PrunePlan, plan_prune, scan_root
+from ckpt_cli.core.prune.policy import Policy, parse_duration
 from ckpt_cli.core.storage import open_location
 from ckpt_cli.errors import RefusedError, StorageError
 

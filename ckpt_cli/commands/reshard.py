@@ -104,6 +104,7 @@ def reshard(
     from ckpt_cli.core import reshard as core
     from ckpt_cli.core.format.digests import read_digests
     from ckpt_cli.core.format.resolve import resolve_item
+    from ckpt_cli.core.format.sharding import MeshSpec
     from ckpt_cli.core.inspect import inspect_item
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.write.memory import bound_allocator
@@ -130,7 +131,7 @@ def reshard(
         plan = core.plan_like(report, inspect_item(resolve_item(open_location(like))), chunk_limit)
     else:
         assert mesh is not None
-        target = core.MeshSpec.parse(mesh)
+        target = MeshSpec.parse(mesh)
         rule_list = core.parse_rules(_load_rules(rules), target, rules) if rules else []
         for text in rule or []:
             rule_list += core.parse_rules(_inline_rule(text), target, f"--rule {text!r}")

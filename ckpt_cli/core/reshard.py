@@ -8,51 +8,16 @@ is valid: a mesh axis that does not divide a dimension is reported first.
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context, dtype_itemsize
 from ckpt_cli.core.format.names import compile_filter
-from ckpt_cli.core.format.sharding import ShardingInfo
+from ckpt_cli.core.format.sharding import MeshSpec, ShardingInfo, Spec, shard_shape, split_chunk
 from ckpt_cli.core.inspect import ItemReport, Leaf
 from ckpt_cli.core.write.types import ArrayOut, BlockSource, Compression, LeafOut
 from ckpt_cli.errors import UsageError
-
-Spec = tuple[Any, ...]  # per dimension: None, an axis name, or a tuple of axis names
-
-
-@dataclass(frozen=True)
-class MeshSpec:
-    axis_names: tuple[str, ...]
-    shape: tuple[int, ...]
-
-    @classmethod
-    def parse(cls, text: str) -> MeshSpec:
-        """``data=8,model=4``."""
-        names, sizes = [], []
-        for part in text.split(","):
-            name, _, size = part.strip().partition("=")
-            if not re.fullmatch(r"[A-Za-z_]\w*", name) or not size.isdigit() or int(size) < 1:
-                raise UsageError(
-                    f"--mesh {text!r}: expected NAME=SIZE[,NAME=SIZE...], e.g. data=8,model=4"
-                )
-            if name in names:
-                raise UsageError(f"--mesh {text!r}: axis {name!r} appears twice")
-            names.append(name)
-            sizes.append(int(size))
-        return cls(tuple(names), tuple(sizes))
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    def sharding(self, spec: Spec) -> ShardingInfo:
-        return ShardingInfo(
-            "NamedSharding", self.shape, self.axis_names, spec, tuple(range(self.size))
-        )
 
 
 @dataclass(frozen=True)
@@ -152,50 +117,6 @@ class ReshardPlan:
     @property
     def total_bytes(self) -> int:
         return sum(p.nbytes for p in self.leaves if p.leaf.is_array)
-
-
-def shard_shape(
-    shape: Sequence[int], spec: Spec, mesh: MeshSpec
-) -> tuple[tuple[int, ...], str | None]:
-    """The per-device block of ``shape`` under ``spec``, or a reason it does not divide."""
-    sizes = dict(zip(mesh.axis_names, mesh.shape, strict=True))
-    if len(spec) > len(shape):
-        return tuple(shape), f"partition spec has {len(spec)} entries for a rank-{len(shape)} array"
-    out = []
-    for d, n in enumerate(shape):
-        p = spec[d] if d < len(spec) else None
-        axes = () if p is None else (p,) if isinstance(p, str) else tuple(p)
-        parts = math.prod(sizes[a] for a in axes)
-        if n % parts:
-            return tuple(
-                shape
-            ), f"dimension {d} of size {n} is not divisible by {parts} ({'*'.join(axes)})"
-        out.append(n // parts)
-    return tuple(out), None
-
-
-def split_chunk(shard: tuple[int, ...], itemsize: int, max_bytes: int) -> tuple[int, ...]:
-    """Split a shard into equal chunks under ``max_bytes``: the largest dimension first, by its
-    smallest prime factor, so every chunk tiles the shard exactly."""
-    chunk = list(shard)
-    while math.prod(chunk) * itemsize > max_bytes:
-        for d in sorted(range(len(chunk)), key=lambda i: -chunk[i]):
-            f = _smallest_factor(chunk[d])
-            if f:
-                chunk[d] //= f
-                break
-        else:
-            break  # only prime-free dims left (all 1): cannot split further
-    return tuple(chunk)
-
-
-def _smallest_factor(n: int) -> int | None:
-    if n < 2:
-        return None
-    for f in range(2, math.isqrt(n) + 1):
-        if n % f == 0:
-            return f
-    return n
 
 
 def plan_from_rules(

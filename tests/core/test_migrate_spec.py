@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_cli.core.initializers import Initializer
-from ckpt_cli.core.migrate_spec import load_spec, parse_spec
+from ckpt_cli.core.migrate.initializers import Initializer
+from ckpt_cli.core.migrate.spec import load_spec, parse_spec
 from ckpt_cli.errors import NotFoundError, RefusedError
 
 EVERY_OP = r"""

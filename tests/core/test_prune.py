@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_cli.core.deletion import PruneProgress, execute_plan, prune_lock
 from ckpt_cli.core.listing import StepInfo
-from ckpt_cli.core.prune import (
+from ckpt_cli.core.prune.execute import PruneProgress, execute_plan, prune_lock
+from ckpt_cli.core.prune.plan import (
     LOCK_NAME,
     NO_STEP_RULE,
     SYMLINK_KEPT,
@@ -24,7 +24,7 @@ from ckpt_cli.core.prune import (
     plan_prune,
     scan_root,
 )
-from ckpt_cli.core.retention import Policy
+from ckpt_cli.core.prune.policy import Policy
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.errors import LockedError, NotACheckpointError, StorageError, UsageError
 from tests.prune_roots import SMALL_STEP, age_tree, copy_steps, entries, step_dirs, tree_digest

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ckpt_cli.core.retention import (
+from ckpt_cli.core.prune.policy import (
     Policy,
     format_duration,
     keep_reasons,

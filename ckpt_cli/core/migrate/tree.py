@@ -15,13 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ckpt_cli.core import migrate_ops as ops
 from ckpt_cli.core.inspect import Leaf
+from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.state import telling_name
 from ckpt_cli.errors import RefusedError
 
 if TYPE_CHECKING:
-    from ckpt_cli.core.migrate_spec import Rule
+    from ckpt_cli.core.migrate.spec import Rule
 
 
 @dataclass(frozen=True)

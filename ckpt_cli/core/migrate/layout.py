@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ckpt_cli.core import migrate_ops as ops
 from ckpt_cli.core.format.arrays import dtype_itemsize
-from ckpt_cli.core.format.sharding import ShardingInfo
+from ckpt_cli.core.format.sharding import MeshSpec, ShardingInfo, Spec, shard_shape, split_chunk
 from ckpt_cli.core.inspect import Leaf
-from ckpt_cli.core.reshard import MeshSpec, Spec, shard_shape, split_chunk
+from ckpt_cli.core.migrate import ops
 
 
 @dataclass(frozen=True)

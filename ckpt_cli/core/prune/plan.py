@@ -17,7 +17,7 @@ from typing import Any, Literal
 from ckpt_cli.core.format.layout import detect
 from ckpt_cli.core.format.names import TOMBSTONE, parse_step_name
 from ckpt_cli.core.listing import StepInfo, list_root
-from ckpt_cli.core.retention import Policy, format_duration, keep_reasons, rough_duration
+from ckpt_cli.core.prune.policy import Policy, format_duration, keep_reasons, rough_duration
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
 

@@ -17,14 +17,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core import migrate_ops as ops
-from ckpt_cli.core import migrate_rules as rules
 from ckpt_cli.core.format.arrays import ItemStore, cached_context, dtype_itemsize
 from ckpt_cli.core.format.sharding import ShardingInfo
 from ckpt_cli.core.inspect import ItemReport, Leaf
-from ckpt_cli.core.migrate_layout import Layout, layout_for
-from ckpt_cli.core.migrate_spec import MigrationSpec, Rule
-from ckpt_cli.core.migrate_tree import Step, Work, fill_key_types, followers, key_types
+from ckpt_cli.core.migrate import ops, rules
+from ckpt_cli.core.migrate.layout import Layout, layout_for
+from ckpt_cli.core.migrate.spec import MigrationSpec, Rule
+from ckpt_cli.core.migrate.tree import Step, Work, fill_key_types, followers, key_types
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.types import ArrayOut, BlockSource, Compression, LeafOut
 from ckpt_cli.errors import CkptError
@@ -72,6 +71,16 @@ class MigrationPlan:
     @property
     def untouched(self) -> list[DestLeaf]:
         return [leaf for leaf in self.leaves if not leaf.changed]
+
+    def abstract(self) -> dict[str, tuple[tuple[int, ...] | None, str]]:
+        """The destination leaves as --target sees them: name -> (shape, dtype)."""
+        out: dict[str, tuple[tuple[int, ...] | None, str]] = {}
+        for leaf in self.leaves:
+            if leaf.expr is not None:
+                out[leaf.name] = (leaf.expr.shape, leaf.expr.dtype)
+            elif leaf.value_type == "string":
+                out[leaf.name] = (None, "string")
+        return out
 
 
 def plan_migration(report: ItemReport, spec: MigrationSpec, max_chunk_bytes: int) -> MigrationPlan:
@@ -164,7 +173,7 @@ class ComputeLeaf:
         return self.expr.streams
 
     def build(self, store: ItemStore) -> BlockSource:
-        from ckpt_cli.core.migrate_target import import_function
+        from ckpt_cli.core.migrate.target import import_function
 
         functions = {f: import_function(f, "migrate function") for f in self.functions}
         return _source(self.expr, ops.EvalContext(store, functions))

@@ -32,7 +32,7 @@ from ckpt_cli.core.format.names import (
     TOMBSTONE,
     parse_step_name,
 )
-from ckpt_cli.core.prune import (
+from ckpt_cli.core.prune.plan import (
     LOCK_NAME,
     SYMLINK_KEPT,
     TRASH_PREFIX,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
-from ckpt_cli.core.initializers import Initializer, generate, numpy_dtype
+from ckpt_cli.core.migrate.initializers import Initializer, generate, numpy_dtype
 from ckpt_cli.errors import RefusedError
 
 Region = tuple[slice, ...]

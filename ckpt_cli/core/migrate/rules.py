@@ -9,10 +9,10 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ckpt_cli.core import migrate_ops as ops
-from ckpt_cli.core.initializers import FAN_KINDS, Initializer, numpy_dtype
-from ckpt_cli.core.migrate_spec import Rule
-from ckpt_cli.core.migrate_tree import Step, Work, moment_prefixes, relative_path
+from ckpt_cli.core.migrate import ops
+from ckpt_cli.core.migrate.initializers import FAN_KINDS, Initializer, numpy_dtype
+from ckpt_cli.core.migrate.spec import Rule
+from ckpt_cli.core.migrate.tree import Step, Work, moment_prefixes, relative_path
 from ckpt_cli.errors import RefusedError
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_cli.core.format.arrays import EXTRA_DTYPES
-from ckpt_cli.core.initializers import FAN_KINDS, Initializer, parse_init
+from ckpt_cli.core.migrate.initializers import FAN_KINDS, Initializer, parse_init
 from ckpt_cli.errors import NotFoundError, RefusedError
 
 DTYPES = (
