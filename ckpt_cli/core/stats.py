@@ -1,4 +1,5 @@
-"""Per-leaf value statistics computed block by block, with memory bounded by the block budget.
+"""Per-leaf value statistics (``inspect --stats``) computed block by block, with memory bounded
+by the block budget.
 
 Blocks are whole chunks (or runs of whole chunks along the last dimensions), so every stored chunk
 is decoded once. Means and variances are merged with Chan's parallel formula in float64, which
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
 from ckpt_cli.core.format.blocks import DEFAULT_BLOCK_BYTES, block_shape, iter_blocks
+from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.errors import StorageError
 
 IN_FLIGHT = 4
@@ -123,3 +125,17 @@ def leaf_stats(
     while pending:
         drain_one()
     return acc.result()
+
+
+def leaves_stats(
+    store: ItemStore,
+    arrays: Sequence[tuple[str, ArrayInfo, str]],
+    on_progress: ProgressFn | None = None,
+) -> dict[str, LeafStats]:
+    """Statistics of every (name, array, database) of an item, in order; progress as ``stats``
+    bytes of all of them."""
+    bytes_done = ByteProgress(on_progress, "stats", sum(info.nbytes for _, info, _ in arrays))
+    return {
+        name: leaf_stats(store, name, info, database, on_bytes=bytes_done)
+        for name, info, database in arrays
+    }

@@ -178,18 +178,21 @@ def test_executor_usage_errors(
 
 
 def _reshard_parts(src: Path, memory_limit: int = 64 << 20) -> tuple[Any, list[Any]]:
-    from ckpt_cli.core import reshard as core
     from ckpt_cli.core.format.resolve import resolve_item
+    from ckpt_cli.core.format.sharding import MeshSpec
     from ckpt_cli.core.inspect import inspect_item
+    from ckpt_cli.core.reshard.execute import reshard_leaves
+    from ckpt_cli.core.reshard.plan import plan_from_rules
+    from ckpt_cli.core.reshard.rules import parse_rules
     from ckpt_cli.core.storage import LocalLocation
     from ckpt_cli.core.write.types import Compression
 
     ref = resolve_item(LocalLocation(str(src)))
     report = inspect_item(ref)
-    mesh = core.MeshSpec.parse("data=4,model=2")
-    rules = core.parse_rules({"params.*": ["data"]}, mesh, "test")
-    plan = core.plan_from_rules(report, mesh, rules, 1 << 20)
-    return ref, core.reshard_leaves(report, plan, False, Compression("zstd"), memory_limit)
+    mesh = MeshSpec.parse("data=4,model=2")
+    rules = parse_rules({"params.*": ["data"]}, mesh, "test")
+    plan = plan_from_rules(report, mesh, rules, 1 << 20)
+    return ref, reshard_leaves(report, plan, False, Compression("zstd"), memory_limit)
 
 
 @dataclass(frozen=True)

@@ -242,10 +242,28 @@ class ShardLayout:
     blocks: tuple[Block, ...]
     replicas: int  # devices holding each block
     description: str
+    leaf: str = ""  # the leaf laid out, when known
 
     @property
     def block_shape(self) -> tuple[int, ...]:
         return tuple(-(-s // g) if g else 0 for s, g in zip(self.shape, self.grid, strict=True))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "leaf": self.leaf,
+            "sharding": self.description,
+            "grid": list(self.grid),
+            "block_shape": list(self.block_shape),
+            "replicas": self.replicas,
+            "blocks": [
+                {
+                    "index": list(b.index),
+                    "bounds": [list(x) for x in b.bounds],
+                    "devices": list(b.devices),
+                }
+                for b in self.blocks
+            ],
+        }
 
 
 def _axes(spec: tuple[object, ...] | None, dim: int) -> tuple[str, ...]:
@@ -255,7 +273,10 @@ def _axes(spec: tuple[object, ...] | None, dim: int) -> tuple[str, ...]:
     return tuple(str(a) for a in p) if isinstance(p, tuple) else (str(p),)
 
 
-def shard_layout(shape: tuple[int, ...], sharding: ShardingInfo | None) -> ShardLayout:
+def shard_layout(
+    shape: tuple[int, ...], sharding: ShardingInfo | None, leaf: str = ""
+) -> ShardLayout:
+    """Which devices hold which block of an array of ``shape`` (``leaf`` names it)."""
     whole = tuple((0, s) for s in shape)
     if sharding is None or sharding.mesh_shape is None or sharding.axis_names is None:
         device = sharding.device_str if sharding else None
@@ -269,6 +290,7 @@ def shard_layout(shape: tuple[int, ...], sharding: ShardingInfo | None) -> Shard
             (Block(tuple(0 for _ in shape), whole, ids),),
             max(1, len(ids)),
             desc,
+            leaf,
         )
     mesh = dict(zip(sharding.axis_names, sharding.mesh_shape, strict=True))
     ids_flat = sharding.device_ids or tuple(range(math.prod(sharding.mesh_shape)))
@@ -292,4 +314,4 @@ def shard_layout(shape: tuple[int, ...], sharding: ShardingInfo | None) -> Shard
         )
         blocks.append(Block(index, bounds, tuple(holders[index])))
     replicas = len(next(iter(holders.values()))) if holders else 1
-    return ShardLayout(shape, grid, tuple(blocks), replicas, sharding.describe())
+    return ShardLayout(shape, grid, tuple(blocks), replicas, sharding.describe(), leaf)

@@ -19,19 +19,23 @@ import json
 import os
 import secrets
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Any
 
+from ckpt_cli.core.format.layout import Detected
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
     ROOT_METADATA_DIR,
+    STEP_METADATA,
     TMP_MARKER,
     TOMBSTONE,
+    looks_like_item,
     parse_step_name,
 )
+from ckpt_cli.core.progress import Progress, ProgressFn
 from ckpt_cli.core.prune.plan import (
     LOCK_NAME,
     SYMLINK_KEPT,
@@ -44,17 +48,14 @@ from ckpt_cli.core.prune.plan import (
     require_root,
 )
 from ckpt_cli.core.storage import Entry, Location
-from ckpt_cli.errors import CkptError, LockedError, NotFoundError, UnreachableError
-
-
-@dataclass(frozen=True)
-class PruneProgress:
-    """One step of the execution: ``hide`` (renamed to trash) or ``delete`` (trash removed)."""
-
-    action: Literal["hide", "delete"]
-    name: str
-    done: int
-    total: int
+from ckpt_cli.errors import (
+    CkptError,
+    LockedError,
+    NotFoundError,
+    StorageError,
+    UnreachableError,
+    UsageError,
+)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,16 @@ class PruneOutcome:
     def freed_bytes(self) -> int:
         return sum(r.size_bytes for r in self.deleted)
 
+    @property
+    def failure(self) -> StorageError | None:
+        """The error a prune with failed deletions ends in (kept steps are intact), or None."""
+        if not self.failed:
+            return None
+        return StorageError(
+            f"{len(self.failed)} deletions failed; every kept step is intact",
+            hint="fix the cause and run the prune again: it removes the leftover trash",
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "deleted": [r.name for r in self.deleted],
@@ -76,13 +87,44 @@ class PruneOutcome:
         }
 
 
+@dataclass(frozen=True)
+class PruneResult:
+    """A prune as ``ckpt prune --json`` prints it: the plan, and its outcome unless a dry run
+    (or a refusal) stopped before deleting."""
+
+    plan: PrunePlan
+    outcome: PruneOutcome | None
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.plan.to_json(),
+            "dry_run": self.dry_run,
+            "outcome": self.outcome.to_json() if self.outcome else None,
+        }
+
+
+def execute(plan: PrunePlan, on_progress: ProgressFn | None = None) -> PruneResult:
+    """Carry out a plan of ``plan_prune_root`` under the root's lock (``execute_plan``); the
+    entries are checked again, so a plan made a while ago deletes only what is still as seen."""
+    root = plan.location
+    if root is None:
+        raise UsageError("this prune plan was not made from a root (use plan_prune_root)")
+    with prune_lock(root):
+        if plan.is_noop:
+            return PruneResult(plan, PruneOutcome((), (), ()))
+        return PruneResult(plan, execute_plan(plan, root, on_progress=on_progress))
+
+
 def execute_plan(
     plan: PrunePlan,
     root: Location,
     *,
-    on_progress: Callable[[PruneProgress], None] | None = None,
+    on_progress: ProgressFn | None = None,
 ) -> PruneOutcome:
-    """Delete what ``plan`` removes: re-check, rename each to trash, then remove the trash."""
+    """Delete what ``plan`` removes: re-check, rename each to trash, then remove the trash.
+
+    Progress: ``hide`` then ``delete`` events, one per entry, naming it."""
     root.refresh()
     fresh = {e.name: e for e in root.list()}
     real_root = root.resolve()
@@ -109,7 +151,7 @@ def execute_plan(
                 continue
         hidden.append((r, loc))
         if on_progress:
-            on_progress(PruneProgress("hide", r.name, len(hidden), len(order)))
+            on_progress(Progress("hide", r.name, len(hidden), len(order)))
     deleted: list[Removal] = []
     for i, (r, loc) in enumerate(hidden, 1):
         try:
@@ -120,7 +162,7 @@ def execute_plan(
         except CkptError as e:
             failed.append(Untouched(r.name, str(loc), f"{e.message} (the next prune retries)"))
         if on_progress:
-            on_progress(PruneProgress("delete", r.name, i, len(hidden)))
+            on_progress(Progress("delete", r.name, i, len(hidden)))
     return PruneOutcome(tuple(deleted), tuple(skipped), tuple(failed))
 
 
@@ -186,13 +228,14 @@ def _why_unsafe(
 
 
 @contextmanager
-def prune_lock(root: Location) -> Iterator[None]:
+def prune_lock(root: Location) -> Iterator[Detected]:
     """Hold the root's prune lock (``.ckpt-prune.lock``); raise ``LockedError`` when taken.
+    Yields the root's detection, made under the lock: the one a prune plans from.
 
     The lock is an ``flock`` on that file, dropped by the OS when its holder exits or is killed:
     there is no stale lock to clear by hand. The file records pid, host and start time.
     """
-    require_root(root)  # never create the lock file inside a step or a stray directory
+    _refuse_plain_non_roots(root)  # never create the lock file inside a step or a stray directory
     lock_file = root.child(LOCK_NAME)
     owner = {
         "pid": os.getpid(),
@@ -209,7 +252,24 @@ def prune_lock(root: Location) -> Iterator[None]:
             )
         raise LockedError(f"another prune of {root} is running ({_holder(lock_file)})", hint=hint)
     with lock:
-        yield
+        yield require_root(root)
+
+
+def _refuse_plain_non_roots(root: Location) -> None:
+    """One listing before the lock: a path that is plainly no root (a step, an item, nothing
+    that holds steps) gets the full detection and its error. A root detected under the lock
+    is then the only detection; the rare old step without metadata whose items are named like
+    steps is refused there, and the lock file it briefly held goes with the lock."""
+    try:
+        entries = root.list()
+    except CkptError:
+        entries = None
+    names = {e.name for e in entries or ()}
+    holds_steps = any(
+        e.is_dir and (e.name == ROOT_METADATA_DIR or parse_step_name(e.name)) for e in entries or ()
+    )
+    if not holds_steps or looks_like_item(names) or names & {STEP_METADATA, COMMIT_MARKER}:
+        require_root(root)
 
 
 def _holder(lock_file: Location) -> str:

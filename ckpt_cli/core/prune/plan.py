@@ -10,14 +10,15 @@ in ``deletion.py``.
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
-from ckpt_cli.core.format.layout import detect
+from ckpt_cli.core.format.layout import Detected, detect
 from ckpt_cli.core.format.names import TOMBSTONE, parse_step_name
 from ckpt_cli.core.listing import StepInfo, list_root
 from ckpt_cli.core.prune.policy import Policy, format_duration, keep_reasons, rough_duration
+from ckpt_cli.core.schema import document
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
 
@@ -117,6 +118,8 @@ class PrunePlan:
     clean: tuple[Removal, ...]  # unfinished saves and trash
     untouched: tuple[Untouched, ...]
     tmp_min_age: timedelta | None  # None: unfinished saves are not cleaned
+    #: The root itself, when the plan was made from it (``plan_prune_root``): where to execute.
+    location: Location | None = field(default=None, compare=False, repr=False)
 
     @property
     def freed_bytes(self) -> int:
@@ -127,19 +130,22 @@ class PrunePlan:
         return not self.delete and not self.clean
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "root": self.root,
-            "policy": {
-                **self.policy.to_json(),
-                "clean_tmp": self.tmp_min_age is not None,
-                "tmp_min_age": format_duration(self.tmp_min_age) if self.tmp_min_age else None,
-            },
-            "keep": [k.to_json() for k in self.keep],
-            "delete": [r.to_json() for r in self.delete],
-            "clean": [r.to_json() for r in self.clean],
-            "untouched": [u.to_json() for u in self.untouched],
-            "freed_bytes": self.freed_bytes,
-        }
+        """The plan as ``ckpt prune --dry-run --json`` prints it."""
+        return document(
+            {
+                "root": self.root,
+                "policy": {
+                    **self.policy.to_json(),
+                    "clean_tmp": self.tmp_min_age is not None,
+                    "tmp_min_age": format_duration(self.tmp_min_age) if self.tmp_min_age else None,
+                },
+                "keep": [k.to_json() for k in self.keep],
+                "delete": [r.to_json() for r in self.delete],
+                "clean": [r.to_json() for r in self.clean],
+                "untouched": [u.to_json() for u in self.untouched],
+                "freed_bytes": self.freed_bytes,
+            }
+        )
 
 
 def plan_prune(
@@ -213,22 +219,47 @@ def plan_prune(
     )
 
 
-def require_root(root: Location) -> list[Entry]:
-    """The root's entries; raises unless ``root`` is a CheckpointManager root (not a step)."""
+def plan_prune_root(
+    root: Location,
+    policy: Policy,
+    *,
+    clean_tmp: bool = False,
+    tmp_min_age: timedelta = DEFAULT_TMP_MIN_AGE,
+    now: datetime | None = None,
+    detected: Detected | None = None,
+) -> PrunePlan:
+    """Scan ``root`` and plan what ``policy`` keeps and removes there (now, unless ``now``)."""
+    scan = scan_root(root, detected)
+    plan = plan_prune(
+        scan,
+        policy,
+        now or datetime.now(timezone.utc),
+        clean_tmp=clean_tmp,
+        tmp_min_age=tmp_min_age,
+    )
+    return replace(plan, location=root)
+
+
+def require_root(root: Location) -> Detected:
+    """What ``root`` holds; raises unless it is a CheckpointManager root (not a step)."""
     found = detect(root)
-    kind, entries = found.kind, found.entries
-    if kind != "root":
+    if found.kind != "root":
         raise NotACheckpointError(
-            f"{root} is a {kind} directory, not a root of steps",
+            f"{root} is a {found.kind} directory, not a root of steps",
             hint="prune takes a CheckpointManager root: the directory that holds the steps",
         )
-    return entries
+    return found
 
 
-def scan_root(root: Location) -> RootScan:
-    """Read what ``plan_prune`` needs from a CheckpointManager root (metadata and sizes only)."""
-    entries = require_root(root)
-    listing = list_root(root)
+def scan_root(root: Location, detected: Detected | None = None) -> RootScan:
+    """Read what ``plan_prune`` needs from a CheckpointManager root (metadata and sizes only).
+
+    ``detected``: the root's detection, when the caller made it (``prune_lock``): a prune
+    detects its root once.
+    """
+    found = detected if detected is not None else require_root(root)
+    entries = found.entries
+    listing = list_root(root, detected=found)
     symlinks = frozenset(e.name for e in entries if e.is_symlink)
     steps = tuple(s for s in listing.steps if s.status != "incomplete")
     tmp = tuple(

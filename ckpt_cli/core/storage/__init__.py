@@ -17,6 +17,7 @@ from ckpt_cli.core.storage.base import (
     NotACheckpointDirError,
 )
 from ckpt_cli.core.storage.local import LocalLocation
+from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.errors import UnsupportedError
 
 __all__ = [
@@ -26,22 +27,24 @@ __all__ = [
     "Location",
     "Lock",
     "NotACheckpointDirError",
+    "StorageOptions",
     "open_location",
 ]
 
 
-def open_location(target: str) -> Location:
-    """Turn a command-line path or URL into a Location."""
+def open_location(target: str, options: StorageOptions | None = None) -> Location:
+    """Turn a command-line path or URL into a Location; ``options`` (default: this process's
+    environment, ``StorageOptions.from_environment``) say how to reach object stores."""
     if target.startswith("file://"):
-        return LocalLocation(target[len("file://") :] or "/")
+        return LocalLocation(target[len("file://") :] or "/", options)
     if target.startswith(("s3://", "gs://")):
         from ckpt_cli.core.storage.remote import open_remote
 
-        return open_remote(target)
+        return open_remote(target, options)
     if "://" in target:
         scheme = target.split("://", 1)[0]
         raise UnsupportedError(
             f"{scheme}:// locations are not supported",
             hint="use a local path, file://, s3:// or gs://",
         )
-    return LocalLocation(os.path.expanduser(target))
+    return LocalLocation(os.path.expanduser(target), options)

@@ -16,6 +16,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.errors import InvalidMetadataError, NotFoundError, first_line
 
 # A metadata file bigger than this is damage, not metadata: refuse before allocating for it.
@@ -41,6 +42,11 @@ class Location:
     requires_commit_marker = False
     #: How many independent small reads are worth running at once (1: serial is fastest).
     parallel_reads = 1
+
+    @property
+    def options(self) -> StorageOptions:
+        """The storage options this location was opened with (units of work carry them)."""
+        raise NotImplementedError
 
     @property
     def name(self) -> str:

@@ -21,14 +21,24 @@ from ckpt_cli.core.storage.base import (
     Lock,
     NotACheckpointDirError,
 )
+from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.errors import InvalidMetadataError, NotFoundError, StorageError
 
 
 class LocalLocation(Location):
     """A path on a local (or locally mounted) file system."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, options: StorageOptions | None = None) -> None:
         self.path = os.path.abspath(path)
+        self._options = options
+
+    @property
+    def options(self) -> StorageOptions:
+        # Units of work written here may read object stores: they need this process's options.
+        return self._options if self._options is not None else StorageOptions.from_environment()
+
+    def _at(self, path: str) -> LocalLocation:
+        return LocalLocation(path, self._options)
 
     @property
     def name(self) -> str:
@@ -36,10 +46,10 @@ class LocalLocation(Location):
 
     @property
     def parent(self) -> LocalLocation:
-        return LocalLocation(os.path.dirname(self.path))
+        return self._at(os.path.dirname(self.path))
 
     def child(self, *parts: str) -> LocalLocation:
-        return LocalLocation(os.path.join(self.path, *parts))
+        return self._at(os.path.join(self.path, *parts))
 
     def exists(self) -> bool:
         return os.path.lexists(self.path)
@@ -115,7 +125,7 @@ class LocalLocation(Location):
                     yield sub, entry
 
     def resolve(self) -> LocalLocation:
-        return LocalLocation(os.path.realpath(self.path))
+        return self._at(os.path.realpath(self.path))
 
     def rename(self, new_name: str) -> LocalLocation:
         if not new_name or "/" in new_name or new_name in (".", ".."):
@@ -130,7 +140,7 @@ class LocalLocation(Location):
             raise NotFoundError(f"{self.path} does not exist") from None
         except OSError as e:
             raise StorageError(f"cannot rename {self.path} to {new_name}: {e.strerror}") from None
-        return LocalLocation(target)
+        return self._at(target)
 
     def delete_tree(self, *, first: Collection[str] = (), last: Collection[str] = ()) -> None:
         # One rmtree: a local tree is hidden by a rename before it is deleted (order moot).

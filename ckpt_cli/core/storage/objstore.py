@@ -10,7 +10,8 @@ key, 1,000 keys a request: S3 ``ListObjectsV2`` through botocore (the same stand
 chain and ``AWS_ENDPOINT_URL*`` settings as the AWS CLI) and the GCS JSON API ``objects.list``
 (a bearer token from google-auth's application default credentials; none for an emulator).
 
-Faults: TensorStore retries transient errors itself (``*_request_retries`` below: 4 attempts,
+Endpoints, credential sources and these limits come from ``StorageOptions`` (``options.py``).
+Faults: TensorStore retries transient errors itself (``*_request_retries``: 4 attempts,
 0.25 s doubling to 2 s), botocore in its ``standard`` mode (4 attempts), the GCS lister likewise;
 a dead endpoint therefore fails within seconds, as one ``StorageError`` naming the URL, the
 endpoint and what failed. Request concurrency stays TensorStore's shared default (32,
@@ -30,49 +31,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.errors import CkptError, StorageError, UnreachableError, UnsupportedError
-
-#: TensorStore's retry settings for both drivers: bounded, so a dead endpoint fails in seconds.
-RETRIES = {"max_retries": 4, "initial_delay": "0.25s", "max_delay": "2s"}
-LIST_ATTEMPTS = 4
-LIST_TIMEOUT_S = 20.0
-
-_s3_endpoint_option: str | None = None
-
-
-def set_s3_endpoint(url: str | None) -> None:
-    """The ``--s3-endpoint`` option (it overrides the environment)."""
-    global _s3_endpoint_option
-    _s3_endpoint_option = url.rstrip("/") if url else None
-
-
-def s3_endpoint() -> str | None:
-    """``--s3-endpoint``, else ``CKPT_S3_ENDPOINT``, ``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``."""
-    for value in (
-        _s3_endpoint_option,
-        os.environ.get("CKPT_S3_ENDPOINT"),
-        os.environ.get("AWS_ENDPOINT_URL_S3"),
-        os.environ.get("AWS_ENDPOINT_URL"),
-    ):
-        if value:
-            return value.rstrip("/")
-    return None
-
-
-def gcs_endpoint() -> str | None:
-    """``TENSORSTORE_GCS_HTTP_URL`` (TensorStore's own), else ``STORAGE_EMULATOR_HOST``."""
-    url = os.environ.get("TENSORSTORE_GCS_HTTP_URL")
-    if url:
-        return url.rstrip("/")
-    emulator = os.environ.get("STORAGE_EMULATOR_HOST")
-    if emulator:
-        if "://" not in emulator:
-            emulator = "http://" + emulator
-        # TensorStore reads only its own variable; an emulator takes any token.
-        os.environ["TENSORSTORE_GCS_HTTP_URL"] = emulator.rstrip("/")
-        os.environ.setdefault("GOOGLE_AUTH_TOKEN_FOR_TESTING", "emulator")
-        return emulator.rstrip("/")
-    return None
 
 
 @dataclass(frozen=True)
@@ -87,8 +47,9 @@ class ObjectStore:
 
     scheme = ""
 
-    def __init__(self, bucket: str) -> None:
+    def __init__(self, bucket: str, options: StorageOptions) -> None:
         self.bucket = bucket
+        self.options = options
         self.requests = 0  # listing requests made (the bench reports them)
         self._lock = threading.Lock()
 
@@ -159,12 +120,10 @@ def describe_error(e: BaseException, endpoint: str) -> str:
 class S3Store(ObjectStore):
     scheme = "s3"
 
-    def __init__(self, bucket: str) -> None:
-        super().__init__(bucket)
-        self._endpoint = s3_endpoint()
-        self.region = (
-            os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-        )
+    def __init__(self, bucket: str, options: StorageOptions) -> None:
+        super().__init__(bucket, options)
+        self._endpoint = options.s3_endpoint
+        self.region = options.s3_region or "us-east-1"
         self._client: Any = None
 
     @property
@@ -176,31 +135,38 @@ class S3Store(ObjectStore):
             "driver": "s3",
             "bucket": self.bucket,
             "path": prefix,
-            "s3_request_retries": RETRIES,
+            "s3_request_retries": self.options.retries(),
         }
         if self._endpoint:
             spec["endpoint"] = self._endpoint
             spec["aws_region"] = self.region
-        elif os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"):
+        elif self.options.s3_region:
             spec["aws_region"] = self.region
-        # Keys in the environment: say so, which spares the default chain's noisy probing of
-        # profile files that do not exist; otherwise the whole standard chain.
-        if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
-            spec["aws_credentials"] = {"type": "environment"}
-        else:
-            spec["aws_credentials"] = {"type": "default"}
+        spec["aws_credentials"] = {"type": self._credentials_type()}
         return spec
+
+    def _credentials_type(self) -> str:
+        kind = self.options.s3_credentials
+        if kind != "auto":
+            return kind
+        # Keys in this process's environment: say so, which spares the default chain's noisy
+        # probing of profile files that do not exist; otherwise the whole standard chain.
+        if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
+            return "environment"
+        return "default"
 
     def _s3(self) -> Any:
         with self._lock:
             if self._client is None:
                 try:
                     import botocore.session
+                    from botocore import UNSIGNED
                     from botocore.config import Config
                 except ImportError:  # pragma: no cover - a dependency
                     raise UnsupportedError(
                         "listing s3:// needs botocore", hint="pip install botocore"
                     ) from None
+                anonymous = self.options.s3_credentials == "anonymous"
                 session = botocore.session.get_session()
                 self._client = session.create_client(
                     "s3",
@@ -208,9 +174,10 @@ class S3Store(ObjectStore):
                     region_name=self.region,
                     config=Config(
                         connect_timeout=5,
-                        read_timeout=LIST_TIMEOUT_S,
-                        retries={"max_attempts": LIST_ATTEMPTS, "mode": "standard"},
+                        read_timeout=self.options.list_timeout_s,
+                        retries={"max_attempts": self.options.list_attempts, "mode": "standard"},
                         max_pool_connections=32,
+                        **({"signature_version": UNSIGNED} if anonymous else {}),
                     ),
                 )
             return self._client
@@ -236,10 +203,16 @@ class S3Store(ObjectStore):
 class GcsStore(ObjectStore):
     scheme = "gs"
 
-    def __init__(self, bucket: str) -> None:
-        super().__init__(bucket)
-        self._endpoint = gcs_endpoint()
+    def __init__(self, bucket: str, options: StorageOptions) -> None:
+        super().__init__(bucket, options)
+        self._endpoint = options.gcs_endpoint
         self._credentials: Any = None
+        if self._endpoint and os.environ.get("TENSORSTORE_GCS_HTTP_URL") != self._endpoint:
+            # TensorStore's gcs driver takes its endpoint from this variable only (a worker
+            # process gets it here, from the options, whatever its environment said).
+            os.environ["TENSORSTORE_GCS_HTTP_URL"] = self._endpoint
+        if options.gcs_emulator:
+            os.environ.setdefault("GOOGLE_AUTH_TOKEN_FOR_TESTING", "emulator")
 
     @property
     def endpoint(self) -> str:
@@ -250,7 +223,7 @@ class GcsStore(ObjectStore):
             "driver": "gcs",
             "bucket": self.bucket,
             "path": prefix,
-            "gcs_request_retries": RETRIES,
+            "gcs_request_retries": self.options.retries(),
         }
 
     def _token(self) -> str | None:
@@ -310,11 +283,13 @@ class GcsStore(ObjectStore):
         if bearer:
             headers["Authorization"] = f"Bearer {bearer}"
         delay = 0.25
-        for attempt in range(LIST_ATTEMPTS):
+        attempts = self.options.list_attempts
+        for attempt in range(attempts):
             self.requests += 1
             try:
                 with urllib.request.urlopen(
-                    urllib.request.Request(url, headers=headers), timeout=LIST_TIMEOUT_S
+                    urllib.request.Request(url, headers=headers),
+                    timeout=self.options.list_timeout_s,
                 ) as r:
                     return json.loads(r.read())
             except urllib.error.HTTPError as e:
@@ -329,7 +304,7 @@ class GcsStore(ObjectStore):
                 last: BaseException = e
             except (urllib.error.URLError, OSError) as e:
                 last = e
-            if attempt + 1 < LIST_ATTEMPTS:
+            if attempt + 1 < attempts:
                 time.sleep(delay)
                 delay *= 2
         reason = getattr(last, "reason", last)
@@ -339,7 +314,7 @@ class GcsStore(ObjectStore):
             else describe_error(last, self.endpoint)
         )
         cls = UnreachableError if cause.startswith(_UNREACHABLE) else StorageError
-        raise cls(f"{cause} (after {LIST_ATTEMPTS} attempts)")
+        raise cls(f"{cause} (after {attempts} attempts)")
 
 
 def _rfc3339(text: Any) -> float:
@@ -348,13 +323,16 @@ def _rfc3339(text: Any) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-_STORES: dict[tuple[str, str, str | None], ObjectStore] = {}
+_STORES: dict[tuple[str, str, StorageOptions], ObjectStore] = {}
+_STORES_LOCK = threading.Lock()
 
 
-def open_store(scheme: str, bucket: str) -> ObjectStore:
-    """The store of a bucket (one per scheme, bucket and endpoint in this process)."""
-    endpoint = s3_endpoint() if scheme == "s3" else gcs_endpoint()
-    key = (scheme, bucket, endpoint)
-    if key not in _STORES:
-        _STORES[key] = S3Store(bucket) if scheme == "s3" else GcsStore(bucket)
-    return _STORES[key]
+def open_store(scheme: str, bucket: str, options: StorageOptions | None = None) -> ObjectStore:
+    """The store of a bucket (one per scheme, bucket and options in this process); options
+    default to this process's environment."""
+    options = options if options is not None else StorageOptions.from_environment()
+    key = (scheme, bucket, options)
+    with _STORES_LOCK:
+        if key not in _STORES:
+            _STORES[key] = S3Store(bucket, options) if scheme == "s3" else GcsStore(bucket, options)
+        return _STORES[key]

@@ -33,6 +33,7 @@ from ckpt_cli.core.storage.base import (
     NotACheckpointDirError,
 )
 from ckpt_cli.core.storage.objstore import ObjectStore, open_store
+from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.errors import CkptError, InvalidMetadataError, NotFoundError, StorageError
 
 DELETE_BATCH = 64
@@ -108,6 +109,10 @@ class RemoteLocation(Location):
     @property
     def store(self) -> ObjectStore:
         return self._listing.store
+
+    @property
+    def options(self) -> StorageOptions:
+        return self.store.options
 
     @property
     def _dir(self) -> str:
@@ -352,7 +357,7 @@ class _ObjectLock(Lock):
             loc._delete([loc.key])
 
 
-def open_remote(url: str) -> RemoteLocation:
+def open_remote(url: str, options: StorageOptions | None = None) -> RemoteLocation:
     """``s3://bucket/path`` or ``gs://bucket/path`` as a location with a fresh listing."""
     scheme, rest = url.split("://", 1)
     bucket, _, key = rest.partition("/")
@@ -360,4 +365,4 @@ def open_remote(url: str) -> RemoteLocation:
         from ckpt_cli.errors import UsageError
 
         raise UsageError(f"{url} names no bucket: use {scheme}://BUCKET/PATH")
-    return RemoteLocation(_Listing(open_store(scheme, bucket)), key)
+    return RemoteLocation(_Listing(open_store(scheme, bucket, options)), key)

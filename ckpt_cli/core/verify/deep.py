@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import random
-import re
 import secrets
 import threading
 from collections.abc import Callable
@@ -26,34 +25,10 @@ from ckpt_cli.core.format.digests import (
 )
 from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES, LeafScan, ScanTask, scan_leaves
 from ckpt_cli.core.verify.types import DataResult, ItemFacts, NonFinite, SampleInfo, SampleSpec
-from ckpt_cli.errors import CkptError, UsageError
+from ckpt_cli.errors import CkptError
 
 _FILE_WORKERS = 2
-_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _RESTORE = "restore this step from a copy"
-
-
-def parse_sample(text: str) -> SampleSpec:
-    """``5%`` (of the array bytes) or an amount of bytes: ``2G``, ``500MiB``, ``1000000``."""
-    t = text.strip()
-    try:
-        if t.endswith("%"):
-            pct = float(t[:-1])
-            if not 0 < pct <= 100:
-                raise ValueError
-            return SampleSpec(percent=pct)
-        m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?", t, re.IGNORECASE)
-        if m is None:
-            raise ValueError
-        amount = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-        if amount <= 0:
-            raise ValueError
-        return SampleSpec(bytes=amount)
-    except ValueError:
-        raise UsageError(
-            f"--sample {text!r} is neither a percentage nor an amount of bytes",
-            hint="for example --sample 5% or --sample 2GiB",
-        ) from None
 
 
 class _Bytes:

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.blocks import block_shape, iter_blocks
 from ckpt_cli.core.format.digests import FileSum, file_checksum, string_digest
 from ckpt_cli.core.format.scan import LeafScan, ScanTask, scan_leaves
-from ckpt_cli.core.storage import open_location
+from ckpt_cli.core.storage import StorageOptions, open_location
 from ckpt_cli.core.verify.deep import _data_files, _done, _take_scan, _take_sums, deep_item
 from ckpt_cli.core.verify.types import DataResult, ItemFacts
 from ckpt_cli.errors import CkptError
@@ -35,6 +35,8 @@ class ScanUnit:
     budget: int
     tasks: tuple[ScanTask, ...]
     files: tuple[tuple[str, int], ...]  # (item-relative path, size)
+    #: How the worker reaches the item (the driver's options).
+    storage: StorageOptions = field(default_factory=StorageOptions)
 
     @property
     def nbytes(self) -> int:
@@ -62,6 +64,7 @@ def plan_scan_units(
 ) -> list[ScanUnit]:
     assert facts.store is not None
     item, zarr3 = str(facts.store.item), facts.store.use_zarr3
+    storage = facts.store.item.options
     units: list[ScanUnit] = []
     tasks: list[ScanTask] = []
     size = 0
@@ -69,7 +72,7 @@ def plan_scan_units(
     def flush() -> None:
         nonlocal tasks, size
         if tasks:
-            units.append(ScanUnit(item, zarr3, budget, tuple(tasks), ()))
+            units.append(ScanUnit(item, zarr3, budget, tuple(tasks), (), storage))
         tasks, size = [], 0
 
     for name, (info, label) in sorted(facts.arrays.items()):
@@ -92,23 +95,24 @@ def plan_scan_units(
             flush()
     flush()
     if want_digests and facts.inventory is not None:
+        base = str(facts.inventory.base)
         group: list[tuple[str, int]] = []
         size = 0
         for rel in _data_files(facts):
             group.append((rel, facts.inventory.sizes.get(rel) or 0))
             size += group[-1][1]
             if size >= unit_bytes:
-                units.append(ScanUnit(str(facts.inventory.base), zarr3, budget, (), tuple(group)))
+                units.append(ScanUnit(base, zarr3, budget, (), tuple(group), storage))
                 group, size = [], 0
         if group:
-            units.append(ScanUnit(str(facts.inventory.base), zarr3, budget, (), tuple(group)))
+            units.append(ScanUnit(base, zarr3, budget, (), tuple(group), storage))
     return units
 
 
 def run_scan_unit(unit: ScanUnit) -> ScanDone:
     """Decode a unit's blocks and checksum its files (runs on a worker; never raises for
     damage: errors travel back as results, as in the single-process pass)."""
-    location = open_location(unit.item)
+    location = open_location(unit.item, unit.storage)
     scans: tuple[LeafScan, ...] = ()
     if unit.tasks:
         store = ItemStore(location, unit.zarr3)

@@ -10,12 +10,13 @@ all (or cannot be listed) raises, which the CLI turns into exit code 3.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
 
-from ckpt_cli.core.executor import Executor
+from ckpt_cli.core.executor import Executor, ExecutorSpec, open_executor
 from ckpt_cli.core.format.digests import DigestRecord, write_digests
 from ckpt_cli.core.format.names import COMMIT_MARKER
+from ckpt_cli.core.progress import ByteProgress, Progress, ProgressFn
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.verify.deep import deep_item, item_bytes, sample_items
 from ckpt_cli.core.verify.distributed import DEFAULT_SCAN_UNIT_BYTES, deep_item_scaled
@@ -32,19 +33,26 @@ from ckpt_cli.core.verify.types import (
 )
 from ckpt_cli.errors import UsageError
 
-#: (phase, done, total): phase "structure" counts items, "data" counts bytes.
-ProgressFn = Callable[[str, int, int], None]
-
 
 def verify_path(
     location: Location,
     options: VerifyOptions,
     on_progress: ProgressFn | None = None,
-    executor: Executor | None = None,
+    executor: Executor | ExecutorSpec | None = None,
     unit_bytes: int = DEFAULT_SCAN_UNIT_BYTES,
 ) -> VerifyReport:
     """Check ``location``; with ``executor`` the deep pass runs in units on its workers
-    (``scale_verify``), everything else stays here."""
+    (``distributed``), everything else stays here. An ``ExecutorSpec`` that scales out is
+    opened (and closed) here, for a deep pass or ``record`` only.
+
+    Progress: ``structure`` counts items, ``data`` bytes decoded (and checksummed).
+    """
+    if isinstance(executor, ExecutorSpec):
+        with contextlib.ExitStack() as stack:
+            pool = None
+            if executor.scaled and (options.deep or options.record):
+                pool = stack.enter_context(open_executor(executor))
+            return verify_path(location, options, on_progress, pool, unit_bytes)
     started = time.monotonic()
     if options.record and options.sample is not None:
         raise UsageError("--record needs every chunk: it cannot be combined with --sample")
@@ -56,10 +64,10 @@ def verify_path(
     facts = []
     for i, t in enumerate(targets):
         if on_progress:
-            on_progress("structure", i, len(targets))
+            on_progress(Progress("structure", t.shown_as, i, len(targets)))
         facts.append(check_item(t.location, t.shown_as, location, t.is_step))
     if on_progress:
-        on_progress("structure", len(targets), len(targets))
+        on_progress(Progress("structure", None, len(targets), len(targets)))
 
     level = (
         "sample"
@@ -127,14 +135,6 @@ def _data_level(
 ) -> tuple[list[DataResult | None], SampleInfo | None]:
     if level == "structure":
         return [None] * len(facts), None
-    done = [0]
-    total = 0
-
-    def on_bytes(n: int) -> None:
-        done[0] += n
-        if on_progress:
-            on_progress("data", done[0], total)
-
     if options.sample is not None:
         total = sum(sum(i.nbytes for i, _ in f.arrays.values()) for f in facts)
         total = (
@@ -142,12 +142,15 @@ def _data_level(
             if options.sample.percent
             else min(total, options.sample.bytes or 0)
         )
+        on_bytes = ByteProgress(on_progress, "data", total)
         results, sample = sample_items(
             facts, options.sample, options.seed, options.budget, on_bytes
         )
         return list(results), sample
     wants = [options.record or f.record is not None for f in facts]
-    total = sum(item_bytes(f, w) for f, w in zip(facts, wants, strict=True))
+    on_bytes = ByteProgress(
+        on_progress, "data", sum(item_bytes(f, w) for f, w in zip(facts, wants, strict=True))
+    )
     out: list[DataResult | None] = []
     for f, want in zip(facts, wants, strict=True):
         if executor is None:

@@ -14,6 +14,7 @@ from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
 from ckpt_cli.core.format.digests import DigestRecord, FileSum, LeafDigest
 from ckpt_cli.core.format.names import chunk_key
 from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES
+from ckpt_cli.core.schema import document
 from ckpt_cli.core.verify.inventory import Inventory
 from ckpt_cli.core.verify.ocdbt import Ref
 from ckpt_cli.core.verify.problems import Problem, problem
@@ -178,19 +179,22 @@ class VerifyReport:
         }
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "kind": self.kind,
-            "ok": self.ok,
-            "checked": self.checked_json(),
-            "summary": {"errors": self.errors, "warnings": self.warnings},
-            "nonfinite": [
-                {"item": i.path, "leaf": n.leaf, "nan": n.nan, "inf": n.inf}
-                for i in self.items
-                for n in i.nonfinite
-            ],
-            "recorded": list(self.recorded),
-            "marked_committed": list(self.marked_committed),
-            "elapsed_s": round(self.elapsed_s, 3),
-            "problems": [p.to_json() for p in self.problems],
-        }
+        """The document ``ckpt verify --json`` prints."""
+        return document(
+            {
+                "path": self.path,
+                "kind": self.kind,
+                "ok": self.ok,
+                "checked": self.checked_json(),
+                "summary": {"errors": self.errors, "warnings": self.warnings},
+                "nonfinite": [
+                    {"item": i.path, "leaf": n.leaf, "nan": n.nan, "inf": n.inf}
+                    for i in self.items
+                    for n in i.nonfinite
+                ],
+                "recorded": list(self.recorded),
+                "marked_committed": list(self.marked_committed),
+                "elapsed_s": round(self.elapsed_s, 3),
+                "problems": [p.to_json() for p in self.problems],
+            }
+        )

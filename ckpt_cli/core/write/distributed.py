@@ -30,12 +30,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.format.arrays import ItemStore, cached_context, dtype_itemsize
-from ckpt_cli.core.storage import Location, open_location
+from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.item import OCDBT_CONFIG, ItemWriter
 from ckpt_cli.core.write.pipeline import block_budget, leaf_regions
 from ckpt_cli.core.write.types import ArrayOut, LeafOut, Region, SourcePlan
@@ -73,6 +73,8 @@ class WriteUnit:
     use_ocdbt: bool
     memory_limit: int
     leaves: tuple[UnitLeaf, ...]
+    #: How the worker reaches the destination and the sources (the driver's options).
+    storage: StorageOptions = field(default_factory=StorageOptions)
 
     @property
     def nbytes(self) -> int:
@@ -97,6 +99,16 @@ class ScaleStats:
     worker_seconds: float  # summed time inside units
     merge_seconds: float
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "executor": self.executor,
+            "workers": self.workers,
+            "units": self.units,
+            "databases": self.databases,
+            "worker_seconds": round(self.worker_seconds, 3),
+            "merge_seconds": round(self.merge_seconds, 3),
+        }
+
 
 def plan_write_units(
     leaves: Sequence[LeafOut],
@@ -120,7 +132,9 @@ def plan_write_units(
         nonlocal current, size
         if current:
             units.append(
-                WriteUnit(run, len(units), str(dest), use_ocdbt, memory_limit, (*current,))
+                WriteUnit(
+                    run, len(units), str(dest), use_ocdbt, memory_limit, (*current,), dest.options
+                )
             )
         current, size = [], 0
 
@@ -164,7 +178,7 @@ class _RunState:
     def __init__(self, unit: WriteUnit) -> None:
         self.database = f"{WORKER_DB_PREFIX}{uuid.uuid4().hex[:12]}" if unit.use_ocdbt else None
         self.writer = ItemWriter(
-            open_location(unit.dest),
+            open_location(unit.dest, unit.storage),
             use_ocdbt=unit.use_ocdbt,
             use_zarr3=False,  # arrays carry their own zarr version; metadata is the driver's
             memory_limit=unit.memory_limit,
@@ -172,6 +186,7 @@ class _RunState:
             assume_metadata=True,
         )
         self.cache = cached_context(unit.memory_limit // 8)
+        self.storage = unit.storage
         self.stores: dict[tuple[str, bool], ItemStore] = {}
         self.lock = threading.Lock()
 
@@ -179,7 +194,8 @@ class _RunState:
         with self.lock:
             key = (url, zarr3)
             if key not in self.stores:
-                self.stores[key] = ItemStore(open_location(url), zarr3, self.cache)
+                location = open_location(url, self.storage)
+                self.stores[key] = ItemStore(location, zarr3, self.cache)
             return self.stores[key]
 
 

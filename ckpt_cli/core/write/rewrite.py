@@ -9,11 +9,12 @@ read.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from ckpt_cli.core.executor import Executor
+from ckpt_cli.core.executor import Executor, open_executor
 from ckpt_cli.core.format.digests import (
     DigestRecord,
     LeafDigest,
@@ -23,11 +24,12 @@ from ckpt_cli.core.format.digests import (
 )
 from ckpt_cli.core.format.layout import ItemRef, detect, step_items
 from ckpt_cli.core.format.metadata import read_step_metadata, read_tree_metadata
+from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.distributed import DEFAULT_UNIT_BYTES, ScaleStats, write_arrays_scaled
 from ckpt_cli.core.write.item import JSON_HANDLER, STANDARD_HANDLER, ItemWriter
 from ckpt_cli.core.write.step import StepWriter
-from ckpt_cli.core.write.types import LeafOut
+from ckpt_cli.core.write.types import LeafOut, WriteOptions
 from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
 
 
@@ -38,6 +40,87 @@ class StepOutput:
     item: str
     bytes_written: int
     scale: ScaleStats | None = None  # how a scaled-out run split the work
+
+
+class WritePlan(Protocol):
+    """A frozen plan of a writer (``ReshardPlan``, ``MigrationPlan``)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """A written step: the plan it carried out, where it went, how long it took; ``digests``
+    says whether the new step's digests were recorded (migrate), None when not asked."""
+
+    plan: WritePlan
+    output: StepOutput
+    seconds: float
+    digests: str | None = None
+
+    @property
+    def rate(self) -> float:
+        """Bytes written per second."""
+        return self.output.bytes_written / self.seconds if self.seconds > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan's document, with what was written added."""
+        out = self.output
+        doc = {
+            **self.plan.to_json(),
+            "output": out.path,
+            "step": out.step,
+            "item": out.item,
+            "bytes_written": out.bytes_written,
+            "seconds": round(self.seconds, 3),
+            "scale": out.scale.to_json() if out.scale else None,
+        }
+        if self.digests is not None:
+            doc["digests"] = self.digests
+        return doc
+
+
+def run_write(
+    src: ItemRef,
+    dst: Location,
+    leaves: Sequence[LeafOut],
+    options: WriteOptions,
+    *,
+    zarr3: bool,
+    label: str,
+    operation: dict[str, Any],
+    on_progress: ProgressFn | None = None,
+    leaf_digests: dict[str, LeafDigest] | None = None,
+    step: int | None = None,
+) -> tuple[StepOutput, float]:
+    """``write_step`` with ``options`` (``zarr3``: the output zarr version, resolved): the
+    executor opened when it scales out, progress as ``label`` bytes of the arrays. Returns the
+    output and the seconds it took."""
+    started = time.monotonic()
+    total = sum(leaf.array.nbytes for leaf in leaves if leaf.array is not None)
+    with contextlib.ExitStack() as stack:
+        executor = None
+        if options.executor.scaled:
+            executor = stack.enter_context(open_executor(options.executor))
+        out = write_step(
+            src,
+            dst,
+            leaves,
+            use_ocdbt=options.ocdbt,
+            use_zarr3=zarr3,
+            memory_limit=options.memory_limit,
+            operation=operation,
+            on_bytes=ByteProgress(on_progress, label, total),
+            leaf_digests=leaf_digests,
+            step=step,
+            executor=executor,
+            unit_bytes=options.unit_bytes,
+            check_destination=False,
+        )
+    return out, time.monotonic() - started
 
 
 def prepare_destination(dst: Location, src: ItemRef) -> None:
@@ -77,13 +160,16 @@ def write_step(
     step: int | None = None,
     executor: Executor | None = None,
     unit_bytes: int = DEFAULT_UNIT_BYTES,
+    check_destination: bool = True,
 ) -> StepOutput:
     """Write ``leaves`` as step ``step`` (default: the source's number) of the root ``dst``;
     ``leaf_digests`` (values known unchanged, e.g. by reshard) are recorded for the new item
     with freshly computed file checksums, so verify keeps checking them. With ``executor`` the
     arrays are written in units by its workers (``core/scale.py``); metadata, digests and the
-    commit stay here, after every unit succeeded."""
-    prepare_destination(dst, src)
+    commit stay here, after every unit succeeded. ``check_destination`` False: the caller
+    already ran ``prepare_destination``."""
+    if check_destination:
+        prepare_destination(dst, src)
     dst.make_dirs()
     if step is None:
         step = src.step if src.step is not None else 0

@@ -13,9 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ckpt_cli.core.executor import ExecutorSpec
 from ckpt_cli.core.format.arrays import EXTRA_DTYPES, ArrayInfo, ItemStore, dtype_itemsize
 from ckpt_cli.core.format.sharding import ShardingInfo
 from ckpt_cli.core.storage import Location
+from ckpt_cli.core.units import human_bytes
+from ckpt_cli.errors import UsageError
 
 #: A block source: given a region of the destination array, a future of its values.
 BlockSource = Callable[[tuple[slice, ...]], Any]
@@ -49,8 +52,6 @@ class Compression:
     @classmethod
     def parse(cls, text: str) -> Compression:
         """``zstd``, ``zstd:5`` or ``none``."""
-        from ckpt_cli.errors import UsageError
-
         name, _, level = text.partition(":")
         if name == "none" and not level:
             return cls(None)
@@ -172,3 +173,29 @@ class ArraySink(Protocol):
     def in_flight(self) -> int: ...
 
     def open_array(self, leaf: LeafOut) -> Any: ...
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """How a writer (reshard, migrate) writes: limits, storage format, where the work runs.
+
+    ``memory_limit`` bounds the array bytes held at once (blocks in flight plus TensorStore's
+    cache); a chunk may take at most a quarter of it. ``zarr3`` None keeps the source's zarr
+    version. With an ``executor`` that scales out, arrays are written in units of about
+    ``unit_bytes`` by its workers.
+    """
+
+    max_chunk_bytes: int = 64 << 20
+    memory_limit: int = 1 << 30
+    zarr3: bool | None = None
+    compression: Compression = field(default_factory=lambda: Compression("zstd"))
+    ocdbt: bool = True
+    executor: ExecutorSpec = field(default_factory=ExecutorSpec)
+    unit_bytes: int = 256 << 20
+
+    def __post_init__(self) -> None:
+        if self.max_chunk_bytes * 4 > self.memory_limit:
+            raise UsageError(
+                f"--max-chunk-bytes ({human_bytes(self.max_chunk_bytes)}) must be at most a "
+                f"quarter of --memory-limit ({human_bytes(self.memory_limit)})"
+            )

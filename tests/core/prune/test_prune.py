@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ckpt_cli.core.listing import StepInfo
-from ckpt_cli.core.prune.execute import PruneProgress, execute_plan, prune_lock
+from ckpt_cli.core.progress import Progress as PruneProgress
+from ckpt_cli.core.prune.execute import execute_plan, prune_lock
 from ckpt_cli.core.prune.plan import (
     LOCK_NAME,
     NO_STEP_RULE,

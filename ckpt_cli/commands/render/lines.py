@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from rich.markup import escape
 
-from ckpt_cli.commands._common import stdout_console
+from ckpt_cli.commands._output import stdout_console
 
 Paint = Callable[[str, str], str]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ckpt_cli.commands._lines import painter, table_lines, tree_lines
+from ckpt_cli.commands.render.lines import painter, table_lines, tree_lines
 
 
 def test_tree_lines_structure() -> None:

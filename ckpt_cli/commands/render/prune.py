@@ -1,4 +1,5 @@
-"""Rich rendering of a prune plan and its outcome (stdout)."""
+"""Text of ``ckpt prune``: the plan (kept steps with their reasons, deletions with sizes), the
+outcome, and the warnings."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ from datetime import datetime
 
 from rich.table import Table
 
-from ckpt_cli.commands._common import human_bytes, stdout_console
+from ckpt_cli.commands._output import stdout_console
+from ckpt_cli.commands.render.units import human_bytes
 from ckpt_cli.core.prune.execute import PruneOutcome
-from ckpt_cli.core.prune.plan import PrunePlan
+from ckpt_cli.core.prune.plan import SYMLINK_KEPT, PrunePlan
 
 _CLEAN_WHY = {"tmp": "unfinished save", "trash": "trash of an interrupted prune"}
 
@@ -69,3 +71,25 @@ def render_outcome(plan: PrunePlan, outcome: PruneOutcome) -> None:
     if plan.is_noop:
         line = "nothing to delete"
     stdout_console().print(f"{line}; freed {human_bytes(outcome.freed_bytes)}")
+
+
+def plan_warnings(plan: PrunePlan) -> list[str]:
+    out = [
+        f"step {k.step} is a symlink: kept, prune never deletes through a link"
+        for k in plan.keep
+        if SYMLINK_KEPT in k.reasons
+    ]
+    kept = {k.step for k in plan.keep}
+    out += [
+        f"--keep-step {missing}: no committed step {missing} in {plan.root}"
+        for missing in sorted(plan.policy.keep_steps - kept)
+    ]
+    return out
+
+
+def outcome_warnings(outcome: PruneOutcome) -> list[str]:
+    return [f"{s.name} not deleted: {s.why}" for s in (*outcome.skipped, *outcome.failed)]
+
+
+def confirm_question(plan: PrunePlan) -> str:
+    return f"Delete {len(plan.delete)} steps and {len(plan.clean)} other directories?"

@@ -1,62 +1,30 @@
-"""Rendering for ``inspect``: Rich tree or table, the training-state summary, stats, shard grid."""
+"""Text of ``ckpt inspect``: the tree or a table of leaves, totals, the training-state summary,
+stats, and the device grid of one leaf."""
 
 from __future__ import annotations
 
-import sys
-from typing import Any
-
 from rich.table import Table
 
-from ckpt_cli.commands._common import human_bytes, human_count, shape_str, stdout_console
-from ckpt_cli.commands._lines import Paint, emit, painter, table_lines, tree_lines, use_color
-from ckpt_cli.core.format.arrays import ItemStore
-from ckpt_cli.core.format.sharding import ShardLayout, shard_layout
-from ckpt_cli.core.inspect import ItemReport, Leaf
-from ckpt_cli.core.stats import LeafStats, leaf_stats
-from ckpt_cli.errors import NotFoundError, UsageError
+from ckpt_cli.commands._output import stdout_console
+from ckpt_cli.commands.render.lines import Paint, emit, painter, table_lines, tree_lines, use_color
+from ckpt_cli.commands.render.units import human_bytes, human_count, shape_str
+from ckpt_cli.core.format.sharding import ShardLayout
+from ckpt_cli.core.inspect import InspectResult, ItemReport, Leaf
+from ckpt_cli.core.stats import LeafStats
 
 
-def report_json(report: ItemReport) -> dict[str, Any]:
-    ref = report.ref
-    return {
-        "path": str(ref.location),
-        "root": str(ref.root) if ref.root else None,
-        "step": ref.step,
-        "item": ref.name,
-        "storage": report.storage,
-        "zarr_format": report.zarr_format,
-        "totals": {
-            "leaves": len(report.leaves),
-            "arrays": sum(1 for leaf in report.leaves if leaf.is_array),
-            "parameters": report.total_elements,
-            "size_bytes": report.total_bytes,
-            "subtrees": [
-                {
-                    "name": t.name,
-                    "leaves": t.leaves,
-                    "parameters": t.elements,
-                    "size_bytes": t.size_bytes,
-                }
-                for t in report.subtrees
-            ],
-        },
-        "training_state": {
-            "complete": bool(report.state) and all(p.present for p in report.state),
-            "parts": [
-                {
-                    "part": p.part,
-                    "present": p.present,
-                    "subtrees": list(p.subtrees),
-                    "leaves": len(p.leaves),
-                    "note": p.note,
-                }
-                for p in report.state
-            ],
-        },
-        "custom_metadata": report.custom_metadata,
-        "step_custom_metadata": report.step_custom_metadata,
-        "leaves": [leaf.to_json() for leaf in report.leaves],
-    }
+def print_result(result: InspectResult, flat: bool) -> None:
+    if result.layout is not None:
+        print_layout(result.layout, result.report)
+    else:
+        print_report(result.report, flat=flat, stats=result.stats)
+
+
+def warnings(result: InspectResult) -> list[str]:
+    return [
+        f"{leaf.name}: {leaf.problem} (run `ckpt verify` on this checkpoint)"
+        for leaf in result.report.problems
+    ]
 
 
 def _leaf_facts(leaf: Leaf, paint: Paint) -> str:
@@ -185,75 +153,8 @@ def _print_state(report: ItemReport) -> None:
     console.print(table)
 
 
-def compute_stats(report: ItemReport, show_progress: bool) -> dict[str, LeafStats]:
-    arrays = [leaf for leaf in report.leaves if leaf.array is not None]
-    store = ItemStore(report.ref.location, report.zarr_format == 3)
-    total = sum(leaf.size_bytes for leaf in arrays)
-    out: dict[str, LeafStats] = {}
-    if show_progress and sys.stderr.isatty() and total > (64 << 20):
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TransferSpeedColumn,
-        )
-
-        with Progress(
-            TextColumn("stats"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            transient=True,
-        ) as progress:
-            task = progress.add_task("stats", total=total)
-            for leaf in arrays:
-                assert leaf.array is not None
-                out[leaf.name] = leaf_stats(
-                    store,
-                    leaf.name,
-                    leaf.array,
-                    leaf.database,
-                    on_bytes=lambda n: progress.advance(task, n),
-                )
-        return out
-    for leaf in arrays:
-        assert leaf.array is not None
-        out[leaf.name] = leaf_stats(store, leaf.name, leaf.array, leaf.database)
-    return out
-
-
-def layout_of(report: ItemReport, name: str) -> ShardLayout:
-    leaf = next((lf for lf in report.leaves if lf.name == name), None)
-    if leaf is None:
-        raise NotFoundError(
-            f"--layout: no leaf named {name!r} in {report.ref.location}",
-            hint="run `ckpt inspect --flat` to see the leaf names",
-        )
-    if leaf.shape is None:
-        raise UsageError(f"--layout: {name!r} is a {leaf.value_type}, not an array")
-    return shard_layout(leaf.shape, leaf.sharding)
-
-
-def layout_json(name: str, layout: ShardLayout) -> dict[str, Any]:
-    return {
-        "leaf": name,
-        "sharding": layout.description,
-        "grid": list(layout.grid),
-        "block_shape": list(layout.block_shape),
-        "replicas": layout.replicas,
-        "blocks": [
-            {
-                "index": list(b.index),
-                "bounds": [list(x) for x in b.bounds],
-                "devices": list(b.devices),
-            }
-            for b in layout.blocks
-        ],
-    }
-
-
-def print_layout(name: str, layout: ShardLayout, report: ItemReport) -> None:
+def print_layout(layout: ShardLayout, report: ItemReport) -> None:
+    name = layout.leaf
     console = stdout_console()
     leaf = next(lf for lf in report.leaves if lf.name == name)
     console.print(

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ckpt_cli.commands._common import human_bytes, stdout_console
+from ckpt_cli.commands._output import stdout_console
+from ckpt_cli.commands.render.units import human_bytes
 from ckpt_cli.core.verify.problems import Problem
 from ckpt_cli.core.verify.types import ItemCheck, VerifyReport
 from ckpt_cli.errors import StorageError
@@ -66,6 +67,27 @@ def print_report(report: VerifyReport) -> None:
     else:
         verdict = "[green]OK[/]" if report.ok else "[red]FAILED[/]"
         console.print(f"{verdict}: {report.errors} error(s), {report.warnings} warning(s)")
+
+
+def messages(report: VerifyReport, json_out: bool, mark_committed: bool) -> list[tuple[str, str]]:
+    """What verify says on stderr, in order, as (``warning`` or ``note``, text)."""
+    out = [
+        ("warning", f"digests of {item.path} were not recorded: fix its errors first")
+        for item in report.items
+        if item.digests == "not-recorded"
+    ]
+    if report.recorded and not json_out:
+        out.append(
+            (
+                "note",
+                f"recorded digests in {len(report.recorded)} item(s); later `ckpt verify` "
+                "runs check them (file sizes always, values with --deep)",
+            )
+        )
+    out += [("note", f"marked {m} committed (commit_success.txt)") for m in report.marked_committed]
+    if mark_committed and not report.marked_committed:
+        out.append(("warning", "not marked committed: the check found errors; nothing was written"))
+    return out
 
 
 def write_junit(report: VerifyReport, path: str) -> None:
