@@ -7,28 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from ckpt_cli.commands._options import (
-    CleanTmpOpt,
-    JsonOpt,
-    KeepBestOpt,
-    KeepDailyOpt,
-    KeepEveryOpt,
-    KeepHourlyOpt,
-    KeepLastOpt,
-    KeepMissingMetricOpt,
-    KeepMonthlyOpt,
-    KeepStepOpt,
-    KeepWeeklyOpt,
-    KeepWithinOpt,
-    MetricOpt,
-    Mode,
-    ModeOpt,
-    PruneDryRunOpt,
-    RootArg,
-    TmpMinAgeOpt,
-    YesOpt,
-    storage_options,
-)
+from ckpt_cli.commands import _options as o
 from ckpt_cli.commands._output import emit_json, progress_bar, warn
 from ckpt_cli.errors import RefusedError
 
@@ -39,24 +18,24 @@ if TYPE_CHECKING:
 
 def prune(
     ctx: typer.Context,
-    root: RootArg,
-    keep_last: KeepLastOpt = None,
-    keep_every: KeepEveryOpt = None,
-    keep_step: KeepStepOpt = None,
-    keep_within: KeepWithinOpt = None,
-    keep_hourly: KeepHourlyOpt = None,
-    keep_daily: KeepDailyOpt = None,
-    keep_weekly: KeepWeeklyOpt = None,
-    keep_monthly: KeepMonthlyOpt = None,
-    keep_best: KeepBestOpt = None,
-    metric: MetricOpt = None,
-    mode: ModeOpt = Mode.min,
-    keep_missing_metric: KeepMissingMetricOpt = True,
-    clean_tmp: CleanTmpOpt = False,
-    tmp_min_age: TmpMinAgeOpt = "1h",
-    dry_run: PruneDryRunOpt = False,
-    yes: YesOpt = False,
-    json_out: JsonOpt = False,
+    root: o.RootArg,
+    keep_last: o.KeepLastOpt = None,
+    keep_every: o.KeepEveryOpt = None,
+    keep_step: o.KeepStepOpt = None,
+    keep_within: o.KeepWithinOpt = None,
+    keep_hourly: o.KeepHourlyOpt = None,
+    keep_daily: o.KeepDailyOpt = None,
+    keep_weekly: o.KeepWeeklyOpt = None,
+    keep_monthly: o.KeepMonthlyOpt = None,
+    keep_best: o.KeepBestOpt = None,
+    metric: o.MetricOpt = None,
+    mode: o.ModeOpt = o.Mode.min,
+    keep_missing_metric: o.KeepMissingMetricOpt = True,
+    clean_tmp: o.CleanTmpOpt = False,
+    tmp_min_age: o.TmpMinAgeOpt = "1h",
+    dry_run: o.PruneDryRunOpt = False,
+    yes: o.YesOpt = False,
+    json_out: o.JsonOpt = False,
 ) -> None:
     """Delete the steps that no retention rule keeps; show the plan first.
 
@@ -89,7 +68,7 @@ def prune(
         keep_missing_metric=keep_missing_metric,
     )
     min_age = parse_duration(tmp_min_age, option="--tmp-min-age")
-    location = open_location(root, storage_options(ctx))
+    location = open_location(root, o.storage_options(ctx))
 
     def make_plan(detected: Detected | None = None) -> PruneResult:
         plan = plan_prune_root(
