@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import tensorstore as ts
 
-from ckpt_cli.commands._options import parse_sample
 from ckpt_cli.core.format.arrays import ItemStore, parse_zarr_header
 from ckpt_cli.core.format.blocks import iter_blocks
 from ckpt_cli.core.format.digests import c_order_block, read_digests
@@ -19,8 +18,7 @@ from ckpt_cli.core.format.scan import read_block
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.core.verify.ocdbt import scan_database
 from ckpt_cli.core.verify.run import verify_path
-from ckpt_cli.core.verify.types import SampleSpec, VerifyOptions
-from ckpt_cli.errors import UsageError
+from ckpt_cli.core.verify.types import VerifyOptions
 from tests.conftest import FIXTURES
 
 
@@ -169,15 +167,6 @@ def test_record_refused_on_errors(fixture_copy) -> None:  # type: ignore[no-unty
     assert not report.ok and report.recorded == ()
     assert report.items[0].digests == "not-recorded"
     assert not (root / "0" / "default" / "_CKPT_DIGESTS.json").exists()
-
-
-def test_parse_sample() -> None:
-    assert parse_sample("5%") == SampleSpec(percent=5.0)
-    assert parse_sample("2GiB") == SampleSpec(bytes=2 << 30)
-    assert parse_sample("1500") == SampleSpec(bytes=1500)
-    for bad in ("0%", "150%", "x", "-1"):
-        with pytest.raises(UsageError):
-            parse_sample(bad)
 
 
 def test_verify_writes_nothing_without_record() -> None:
