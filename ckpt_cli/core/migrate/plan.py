@@ -13,6 +13,7 @@ the optimizer leaves that mirror it the same way unless the rule says ``follow_o
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -185,8 +186,8 @@ class MigrationPlan:
 
 
 def plan_migration(
-    source: str | Location,
-    destination: str | Location,
+    source: str | os.PathLike[str] | Location,
+    destination: str | os.PathLike[str] | Location,
     spec: str | MigrationSpec,
     *,
     target: str | None = None,
@@ -256,7 +257,7 @@ def resolve_destination(location: Location, step_out: int | None) -> tuple[Locat
     return parent, int(location.name)
 
 
-def _open(target: str | Location, storage: StorageOptions | None) -> Location:
+def _open(target: str | os.PathLike[str] | Location, storage: StorageOptions | None) -> Location:
     return target if isinstance(target, Location) else open_location(target, storage)
 
 

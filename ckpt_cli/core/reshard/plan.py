@@ -11,6 +11,7 @@ is valid: a mesh axis that does not divide a dimension is reported first.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -130,13 +131,13 @@ class ReshardPlan:
 
 
 def plan_reshard(
-    source: str | Location,
-    destination: str | Location,
+    source: str | os.PathLike[str] | Location,
+    destination: str | os.PathLike[str] | Location,
     *,
     mesh: str | MeshSpec | None = None,
     rules_file: str | None = None,
     rules: Sequence[str] | Mapping[str, Any] = (),
-    like: str | Location | None = None,
+    like: str | os.PathLike[str] | Location | None = None,
     step: int | None = None,
     item: str | None = None,
     write: WriteOptions | None = None,
@@ -192,11 +193,11 @@ def plan_reshard(
     )
 
 
-def _open(target: str | Location, storage: StorageOptions | None) -> Location:
+def _open(target: str | os.PathLike[str] | Location, storage: StorageOptions | None) -> Location:
     return target if isinstance(target, Location) else open_location(target, storage)
 
 
-def _text(target: str | Location | None) -> str | None:
+def _text(target: str | os.PathLike[str] | Location | None) -> str | None:
     return None if target is None else str(target)
 
 

@@ -32,9 +32,12 @@ __all__ = [
 ]
 
 
-def open_location(target: str, options: StorageOptions | None = None) -> Location:
+def open_location(
+    target: str | os.PathLike[str], options: StorageOptions | None = None
+) -> Location:
     """Turn a command-line path or URL into a Location; ``options`` (default: this process's
     environment, ``StorageOptions.from_environment``) say how to reach object stores."""
+    target = os.fspath(target)
     if target.startswith("file://"):
         return LocalLocation(target[len("file://") :] or "/", options)
     if target.startswith(("s3://", "gs://")):
