@@ -12,6 +12,7 @@ README = (REPO / "README.md").read_text()
 
 
 def test_every_problem_code_is_documented_with_its_severity() -> None:
+    assert CODES
     for code, (severity, _) in CODES.items():
         rows = [line for line in README.splitlines() if re.search(rf"`{re.escape(code)}`", line)]
         assert rows, f"problem code {code} is not in the README"
