@@ -86,7 +86,8 @@ def layer(name: str) -> tuple[int, str]:
             return 3, "read"
         if sub in ("verify", "write"):
             return 3, sub
-        if sub in ("prune", "reshard", "migrate"):
+        # safetensors: export/import, arriving from another branch (reads format, writes).
+        if sub in ("prune", "reshard", "migrate", "safetensors"):
             return 4, sub
         raise AssertionError(f"{name}: a core module outside the architecture's packages")
     if parts[:2] == ["ckpt_cli", "commands"]:
