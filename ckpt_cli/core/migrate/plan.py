@@ -21,6 +21,7 @@ from typing import Any
 
 from ckpt_cli.core.format.arrays import dtype_itemsize
 from ckpt_cli.core.format.layout import ItemRef, detect
+from ckpt_cli.core.format.names import unsafe_as_path
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.sharding import ShardingInfo
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
@@ -128,7 +129,16 @@ class MigrationPlan:
 
     @property
     def refusal(self) -> RefusedError | None:
-        """Why this plan must not be written (unused rules, a mismatched target), or None."""
+        """Why this plan must not be written (unused rules, a mismatched target, leaves that
+        cannot be directories of a plain item), or None."""
+        if not self.write.ocdbt:
+            for leaf in self.leaves:
+                if leaf.expr is not None and (why := unsafe_as_path(leaf.name)):
+                    return RefusedError(
+                        f"leaf {leaf.name!r} cannot be stored without OCDBT ({why}); "
+                        "nothing written",
+                        hint="drop --no-ocdbt, or rename the leaf with a rule",
+                    )
         if self.unused_rules and not self.allow_unused:
             return RefusedError(
                 f"{', '.join(self.unused_rules)} matched no leaf; nothing written",

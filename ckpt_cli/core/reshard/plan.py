@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ckpt_cli.core.format.arrays import dtype_itemsize
 from ckpt_cli.core.format.layout import ItemRef
+from ckpt_cli.core.format.names import unsafe_as_path
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.sharding import MeshSpec, ShardingInfo, Spec, shard_shape, split_chunk
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
@@ -172,6 +173,8 @@ def plan_reshard(
             for text in rules:
                 rule_list += parse_rules(inline_rule(text), target, f"--rule {text!r}")
         layout = plan_from_rules(report, target, rule_list, write.max_chunk_bytes)
+    if not write.ocdbt:
+        layout = _without_unsafe_paths(layout)
     mesh_text = (
         ",".join(f"{n}={k}" for n, k in zip(mesh.axis_names, mesh.shape, strict=True))
         if isinstance(mesh, MeshSpec)
@@ -191,6 +194,18 @@ def plan_reshard(
             "rules": rules_file,
         },
     )
+
+
+def _without_unsafe_paths(layout: ReshardLayout) -> ReshardLayout:
+    """Without OCDBT every array is a directory named after its leaf: refuse the leaves whose
+    dict keys cannot be one (``..``), as Orbax does, instead of writing outside the item."""
+    leaves = []
+    for p in layout.leaves:
+        why = unsafe_as_path(p.leaf.name) if p.leaf.is_array else None
+        if why and p.problem is None:
+            p = replace(p, problem=f"cannot be stored without OCDBT ({why}); drop --no-ocdbt")
+        leaves.append(p)
+    return replace(layout, leaves=tuple(leaves))
 
 
 def _open(target: str | os.PathLike[str] | Location, storage: StorageOptions | None) -> Location:

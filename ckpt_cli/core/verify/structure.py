@@ -22,9 +22,11 @@ from ckpt_cli.core.format.metadata import (
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
     MANIFEST,
+    LEGACY_MSGPACK_RE,
     STEP_METADATA,
     TREE_METADATA,
     split_key,
+    storage_dir,
 )
 from ckpt_cli.core.format.sharding import read_shardings
 from ckpt_cli.core.storage import Location
@@ -128,6 +130,9 @@ def _check_pytree(item: Location, facts: ItemFacts, known: set[str]) -> None:
     scans: list[OcdbtScan] = []
     complete, broken = True, set[str]()
     referenced: set[str] = set()
+    # Keys are named after storage directories; the dict key '' keeps its array at the top.
+    leaf_of = {storage_dir(m.name): m.name for m in tree.leaves if m.has_array}
+    top_array = "" in leaf_of
     if store.layout == "zarr":
         if tree.use_ocdbt:
             facts.add(
@@ -137,7 +142,11 @@ def _check_pytree(item: Location, facts: ItemFacts, known: set[str]) -> None:
                 file=MANIFEST,
             )
             complete = False
-        facts.keys = {rel.encode(): None for rel in inv.sizes if "/" in rel}
+        facts.keys = {
+            rel.encode(): None
+            for rel in inv.sizes
+            if "/" in rel or (top_array and _array_file("", rel, store.header_name, tree.use_zarr3))
+        }
     else:
         if MANIFEST in inv.sizes or any(rel.startswith("d/") for rel in inv.sizes):
             scans.append(scan_database(item, "", inv.size))
@@ -145,7 +154,9 @@ def _check_pytree(item: Location, facts: ItemFacts, known: set[str]) -> None:
         for scan in scans:
             facts.problems.extend(_shown(facts, p) for p in scan.problems)
             referenced.update(r.file for r, _ in scan.refs)
-        bounds, broken = check_ref_bounds(scans, inv.size, lambda k: split_key(k, facts.zarr3)[0])
+        bounds, broken = check_ref_bounds(
+            scans, inv.size, lambda k: _leaf_of_key(k, leaf_of, facts.zarr3)
+        )
         facts.problems.extend(_shown(facts, p) for p in bounds)
         key_scans = [s for s in scans if s.db == ""] if MANIFEST in inv.sizes else scans
         for scan in reversed(key_scans):
@@ -159,10 +170,38 @@ def _check_pytree(item: Location, facts: ItemFacts, known: set[str]) -> None:
         known | {TREE_METADATA, "_sharding", "_strings.json", MANIFEST},
         lambda rel: (
             _is_process_file(rel)
-            or (store.layout == "zarr" and rel.split("/")[0] in facts.arrays_seen)
+            or (store.layout == "zarr" and _in_array(rel, facts.arrays_seen, store, tree))
             or _ocdbt_file(rel, known_dirs, referenced, facts, complete and bool(scans))
         ),
     )
+
+
+def _leaf_of_key(key: bytes, leaf_of: dict[str, str], zarr3: bool) -> str:
+    where = split_key(key, zarr3)[0]
+    return leaf_of.get(where, where)
+
+
+def _array_file(directory: str, rel: str, header: str, zarr3: bool) -> bool:
+    """Whether ``rel`` is the header or a chunk of the plain array kept in ``directory``."""
+    if directory:
+        if not rel.startswith(directory + "/"):
+            return False
+        rel = rel[len(directory) + 1 :]
+    return rel == header or split_key(rel.encode(), zarr3)[0] == "" and _chunk_like(rel, zarr3)
+
+
+def _chunk_like(part: str, zarr3: bool) -> bool:
+    if zarr3:
+        return part == "c" or part.startswith("c/")
+    return "/" not in part and all(p.isdigit() for p in part.split("."))
+
+
+def _in_array(rel: str, seen: set[str], store: ItemStore, tree: TreeMetadata) -> bool:
+    """Whether a file of a plain item lies in the directory of a stored array."""
+    if "" in seen and _array_file("", rel, store.header_name, tree.use_zarr3):
+        return True
+    parts = rel.split("/")
+    return any("/".join(parts[:i]) in seen for i in range(1, len(parts)))
 
 
 def _shown(facts: ItemFacts, p: Problem) -> Problem:
