@@ -25,7 +25,7 @@ from ckpt_cli.core.format.names import (
     parse_step_name,
 )
 from ckpt_cli.core.storage import Entry, Location
-from ckpt_cli.errors import NotACheckpointError, NotFoundError, UsageError
+from ckpt_cli.errors import CkptError, NotACheckpointError, NotFoundError, UsageError
 
 Kind = Literal["root", "step", "item", "legacy"]
 Status = Literal["committed", "uncommitted", "incomplete"]
@@ -62,13 +62,26 @@ class ItemRef:
     root: Location | None
 
 
-def _looks_like_step(names: frozenset[str], children: list[Entry]) -> bool:
+def _looks_like_step(loc: Location, names: frozenset[str], children: list[Entry]) -> bool:
     if STEP_METADATA in names or COMMIT_MARKER in names or WRITING_MARKER in names:
         return True
     if looks_like_item(names):
         return True
-    # A step written before _CHECKPOINT_METADATA existed: recognise it by its items.
-    return any(e.is_dir and e.name == METRICS_ITEM for e in children)
+    # A step written before _CHECKPOINT_METADATA existed (Orbax 0.4): just `N/` holding its
+    # items, recognised by what they hold. Only such steps cost a listing per item here.
+    return any(
+        e.is_dir
+        and (e.name == METRICS_ITEM or _holds_item(loc.child(e.name)))
+        and TMP_MARKER not in e.name
+        for e in children
+    )
+
+
+def _holds_item(loc: Location) -> bool:
+    try:
+        return looks_like_item(frozenset(e.name for e in loc.list()), json_items=True)
+    except CkptError:
+        return False
 
 
 def step_status(location: Location, name: StepName, names: frozenset[str]) -> Status:
@@ -94,7 +107,7 @@ def list_steps(root: Location, entries: list[Entry] | None = None) -> list[StepR
         if TOMBSTONE in names:
             continue  # a step prune has begun to delete (object stores): trash, not a step
         # A tmp dir may be empty (the save died at once); a finished name must hold a step.
-        if not parsed.tmp and not _looks_like_step(names, children):
+        if not parsed.tmp and not _looks_like_step(loc, names, children):
             continue
         status = step_status(loc, parsed, names)
         steps.append(StepRef(parsed.step, entry.name, loc, status, parsed.prefix, tuple(children)))

@@ -19,6 +19,8 @@ TOMBSTONE = ".ckpt-deleting"
 #: Object stores: put into a step a ckpt writer writes in place; removed right before the marker.
 WRITING_MARKER = ".ckpt-writing"
 STEP_METADATA = "_CHECKPOINT_METADATA"
+#: The empty file the v1 API (``orbax.checkpoint.experimental.v1``) writes into a checkpoint.
+V1_MARKER = "orbax.checkpoint"
 TREE_METADATA = "_METADATA"
 ROOT_METADATA_DIR = "metadata"
 ROOT_METADATA = "_ROOT_METADATA"
