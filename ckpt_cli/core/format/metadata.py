@@ -119,7 +119,8 @@ class TreeMetadata:
     """``_METADATA`` of an item."""
 
     leaves: tuple[LeafMeta, ...]
-    use_ocdbt: bool
+    #: None: not recorded (Orbax writes the flag only since 0.12; tell OCDBT from the files).
+    use_ocdbt: bool | None
     use_zarr3: bool
     custom_metadata: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -154,7 +155,7 @@ def parse_tree_metadata(raw: Any, where: Location) -> TreeMetadata:
             ) from None
     return TreeMetadata(
         leaves=tuple(leaves),
-        use_ocdbt=bool(raw.get("use_ocdbt", False)),
+        use_ocdbt=bool(raw["use_ocdbt"]) if "use_ocdbt" in raw else None,
         use_zarr3=bool(raw.get("use_zarr3", False)),
         custom_metadata=raw.get("custom_metadata"),
         extra={k: v for k, v in raw.items() if k not in {"tree_metadata", "custom_metadata"}},
@@ -182,8 +183,8 @@ def peek_storage_flags(item: Location) -> tuple[bool, bool] | None:
         return None
     tail = loc.read_tail(4096)
     ocdbt, zarr3 = _OCDBT_FLAG.search(tail), _ZARR3_FLAG.search(tail)
-    if ocdbt and zarr3:
-        return ocdbt.group(1) == b"true", zarr3.group(1) == b"true"
+    if zarr3:
+        return (ocdbt.group(1) == b"true" if ocdbt else None), zarr3.group(1) == b"true"
     tree = read_tree_metadata(item)
     return None if tree is None else (tree.use_ocdbt, tree.use_zarr3)
 
