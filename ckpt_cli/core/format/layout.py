@@ -12,6 +12,7 @@ from typing import Literal
 
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
+    JSON_ITEM_FILES,
     LEGACY_MSGPACK_RE,
     METRICS_ITEM,
     ROOT_METADATA_DIR,
@@ -145,6 +146,13 @@ def detect(location: Location) -> Detected:
     if looks_like_item(names):
         # A single-item Checkpointer writes _CHECKPOINT_METADATA into the item itself.
         return Detected("step" if STEP_METADATA in names else "item", entries)
+    if (
+        names & JSON_ITEM_FILES
+        and STEP_METADATA not in names
+        and not any(e.is_dir for e in entries)
+    ):
+        # A JsonSave item (`metadata`) or a step's `metrics`, its commit_success.txt aside.
+        return Detected("item", entries)
     if STEP_METADATA in names or COMMIT_MARKER in names:
         return Detected("step", entries)
     subdirs = [e.name for e in entries if e.is_dir and not e.name.startswith(".")]
