@@ -56,11 +56,12 @@ def resolve_item(location: Location, step: int | None = None, item: str | None =
         if step is not None:
             raise UsageError(f"--step does not apply to the item directory {location}")
         parsed = parse_step_name(location.parent.name)
-        if item is not None and item != location.name:
-            raise UsageError(f"{location} is the item {location.name!r}, not {item!r}")
-        return ItemRef(
-            location, location.name, parsed.step if parsed else None, location.parent, None
-        )
+        # Outside a step, the directory is a single-item Checkpointer's save: its one item is
+        # called `default` (what a CheckpointManager names an unnamed item).
+        name = location.name if parsed is not None else "default"
+        if item is not None and item not in (name, location.name):
+            raise UsageError(f"{location} is the item {name!r}, not {item!r}")
+        return ItemRef(location, name, parsed.step if parsed else None, location.parent, None)
     if kind == "root":
         root = location
         step_ref = find_step(root, found.steps or [], step)
