@@ -227,7 +227,10 @@ def _ocdbt_file(
     )
     if not in_db:
         return False
-    if parts[-1] != MANIFEST and trust_refs and rel not in referenced:
+    # Per-process databases hold tree nodes that lost a commit race to another write of the
+    # same save (found on clean saves of the v1 API): Orbax's own leftovers, not damage. Only
+    # the database at the item root, which a save writes once, is held to every file.
+    if parts[-1] != MANIFEST and trust_refs and rel not in referenced and parts[0] == "d":
         facts.add(
             "unreferenced-file",
             f"OCDBT data file {rel} is referenced by no version of its database: it is dead "
