@@ -11,15 +11,18 @@ import functools
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.metadata import (
+    ARRAY_ITEM_LEAF,
     KEY_TYPE_SEQUENCE,
     ArrayMetadata,
     LeafMeta,
+    is_array_handler,
+    legacy_array_tree,
     read_array_metadatas,
     read_step_metadata,
     read_strings,
@@ -108,13 +111,15 @@ class ItemReport:
     """What ``inspect`` knows about one item."""
 
     ref: ItemRef
-    storage: str  # ocdbt | ocdbt-unmerged | zarr
+    storage: str  # ocdbt | ocdbt-unmerged | zarr | json
     zarr_format: int
     leaves: tuple[Leaf, ...]
     state: tuple[StatePart, ...]
     custom_metadata: Any = None
     step_custom_metadata: dict[str, Any] | None = None
     subtrees: tuple[SubtreeTotal, ...] = field(default_factory=tuple)
+    #: pytree (StandardSave, PyTreeSave), array (ArraySave: the item is one array) or json.
+    kind: str = "pytree"
 
     @property
     def total_bytes(self) -> int:
@@ -136,6 +141,7 @@ class ItemReport:
                 "root": str(ref.root) if ref.root else None,
                 "step": ref.step,
                 "item": ref.name,
+                "kind": self.kind,
                 "storage": self.storage,
                 "zarr_format": self.zarr_format,
                 "totals": {
@@ -221,7 +227,16 @@ def _matches(name: str, pattern: re.Pattern[str] | None) -> bool:
 
 def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
     item = ref.location
+    step_meta = read_step_metadata(ref.step_location) if ref.step_location else None
+    handlers = step_meta.item_handlers if step_meta else None
+    handler = handlers.get(ref.name) if isinstance(handlers, dict) else None
     tree = read_tree_metadata(item)
+    kind = "pytree"
+    if tree is None:
+        tree = legacy_array_tree(item)
+        kind = "array"
+    elif is_array_handler(handler) and [m.keypath for m in tree.leaves] == [(ARRAY_ITEM_LEAF,)]:
+        kind = "array"  # ArraySave of Orbax 0.12+: a tree of one leaf named `checkpoint`
     pattern = compile_filter(name_filter)
     if tree is None:
         return _inspect_json_item(ref, pattern)
@@ -232,12 +247,16 @@ def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
     array_metas = read_array_metadatas(item)
     strings = read_strings(item) if any(m.value_type == "string" for m in metas) else {}
     all_leaves = [_leaf(m, headers, shardings, array_metas, strings) for m in metas]
+    if kind == "array":
+        # The item is the array itself, as ArrayCheckpointHandler restores it: no keypath.
+        # The leaf keeps its storage name (`checkpoint`) to be read and written by.
+        all_leaves = [replace(leaf, keypath=(), key_types=()) for leaf in all_leaves]
     # The four-part analysis always sees the whole tree; the filter only narrows what is shown.
     leaves = [leaf for leaf in all_leaves if _matches(leaf.name, pattern)]
-    step_meta = read_step_metadata(ref.step_location) if ref.step_location else None
     return ItemReport(
         ref=ref,
         storage=store.layout,
+        kind=kind,
         zarr_format=3 if tree.use_zarr3 else 2,
         leaves=tuple(leaves),
         state=_with_step_value(analyse_state(all_leaves), all_leaves, store, ref.step),
@@ -275,6 +294,7 @@ def _inspect_json_item(ref: ItemRef, pattern: re.Pattern[str] | None) -> ItemRep
     return ItemReport(
         ref=ref,
         storage="json",
+        kind="json",
         zarr_format=0,
         leaves=tuple(leaves),
         state=(),
@@ -336,7 +356,6 @@ def _with_step_value(
     parts: tuple[StatePart, ...], leaves: list[Leaf], store: ItemStore, dir_step: int | None
 ) -> tuple[StatePart, ...]:
     """Read the saved step counter (one scalar) and compare it with the directory's step."""
-    from dataclasses import replace
 
     out = []
     for part in parts:

@@ -26,6 +26,8 @@ ROOT_METADATA_DIR = "metadata"
 ROOT_METADATA = "_ROOT_METADATA"
 METRICS_ITEM = "metrics"
 MANIFEST = "manifest.ocdbt"
+#: Where ``ArrayCheckpointHandler`` (``ArraySave``) keeps its one array: ``<item>/checkpoint/``.
+ARRAY_ITEM_DIR = "checkpoint"
 LEGACY_MSGPACK_RE = re.compile(r"^checkpoint(_\d+)?$")
 #: Files Orbax writes directly inside a PyTree item directory.
 ITEM_MARKERS = frozenset({TREE_METADATA, MANIFEST, "_sharding", "_strings.json"})

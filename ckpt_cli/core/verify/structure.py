@@ -15,14 +15,15 @@ from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.digests import DIGEST_FILE, DigestRecord, read_digests
 from ckpt_cli.core.format.metadata import (
     TreeMetadata,
+    legacy_array_tree,
     parse_tree_metadata,
     read_array_metadatas,
     read_strings,
 )
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
-    MANIFEST,
     LEGACY_MSGPACK_RE,
+    MANIFEST,
     STEP_METADATA,
     TREE_METADATA,
     split_key,
@@ -57,6 +58,12 @@ def check_item(
         facts.kind = "json"
         _parse_json(item, json_file, facts)
         _flag_unknown(facts, known | {json_file}, lambda rel: False)
+    elif (
+        tree := legacy_array_tree(item, frozenset(r.split("/")[0] for r in inv.sizes))
+    ) is not None:
+        # ArraySave before Orbax 0.12: no _METADATA, the array under `checkpoint`.
+        facts.kind = "array"
+        _check_tree(item, facts, known, tree, _metadata_files_parse(item, facts))
     else:
         facts.add(
             "metadata-missing",
@@ -111,13 +118,32 @@ def _check_pytree(item: Location, facts: ItemFacts, known: set[str]) -> None:
         tree = _parsed(
             facts, TREE_METADATA, lambda: parse_tree_metadata(raw, item.child(TREE_METADATA)), None
         )
-    meta_ok = all(
-        _parse_json(item, rel, facts) is not None
-        for rel in sorted(inv.sizes)
-        if rel in ("_sharding", "_strings.json") or _is_process_file(rel)
-    )
+    meta_ok = _metadata_files_parse(item, facts)
     if tree is None:
         return  # without the tree nothing else can be matched; the file problem says it all
+    if tree.use_ocdbt is None:
+        # Orbax 0.4/0.5 wrote the tree also as msgpack, `checkpoint` (placeholders for arrays),
+        # next to _METADATA; 0.12 records use_ocdbt and writes no such file.
+        known = known | {n for n in inv.sizes if LEGACY_MSGPACK_RE.match(n)}
+    _check_tree(item, facts, known, tree, meta_ok)
+
+
+def _metadata_files_parse(item: Location, facts: ItemFacts) -> bool:
+    assert facts.inventory is not None
+    return all(
+        _parse_json(item, rel, facts) is not None
+        for rel in sorted(facts.inventory.sizes)
+        if rel in ("_sharding", "_strings.json") or _is_process_file(rel)
+    )
+
+
+def _check_tree(
+    item: Location, facts: ItemFacts, known: set[str], tree: TreeMetadata, meta_ok: bool
+) -> None:
+    """Arrays, chunks, databases and files of an item against its tree (parsed, or for an
+    ArraySave of before 0.12 known by heart)."""
+    inv = facts.inventory
+    assert inv is not None
     facts.zarr3 = tree.use_zarr3
     facts.leaves = [m.name for m in tree.leaves]
     shardings = _parsed(facts, "_sharding", lambda: read_shardings(item), {}) if meta_ok else {}
@@ -187,7 +213,7 @@ def _array_file(directory: str, rel: str, header: str, zarr3: bool) -> bool:
         if not rel.startswith(directory + "/"):
             return False
         rel = rel[len(directory) + 1 :]
-    return rel == header or split_key(rel.encode(), zarr3)[0] == "" and _chunk_like(rel, zarr3)
+    return rel == header or (split_key(rel.encode(), zarr3)[0] == "" and _chunk_like(rel, zarr3))
 
 
 def _chunk_like(part: str, zarr3: bool) -> bool:

@@ -25,6 +25,9 @@ STANDARD_HANDLER = (
     "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
 )
 JSON_HANDLER = "orbax.checkpoint._src.handlers.json_checkpoint_handler.JsonCheckpointHandler"
+ARRAY_HANDLER = "orbax.checkpoint._src.handlers.array_checkpoint_handler.ArrayCheckpointHandler"
+#: The handler Orbax records for an item of each kind ``inspect`` tells (``ItemReport.kind``).
+HANDLERS = {"pytree": STANDARD_HANDLER, "array": ARRAY_HANDLER, "json": JSON_HANDLER}
 # Orbax's own OCDBT settings for checkpoints (tensorstore_utils._add_ocdbt_write_options).
 OCDBT_CONFIG = {
     "max_inline_value_bytes": 1024,
