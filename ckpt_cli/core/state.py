@@ -6,6 +6,7 @@ this module finds each part by leaf names and dtypes and says what resuming woul
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -109,6 +110,26 @@ def _is_key(leaf: LeafLike) -> bool:
         and leaf.shape is not None
         and leaf.shape[-1] in (2, 4)
     )
+
+
+_KEYISH = re.compile(r"(^|_)(rngs?|keys?|prng|seed)(_|$)|rng")
+
+
+def rng_state_kind(leaf: LeafLike) -> str | None:
+    """What a leaf is of a PRNG state, or None: a typed key (``random_key_impl``), raw key data
+    (uint32 ``[..., 2]`` threefry / ``[..., 4]`` rbg under a key-ish name such as ``rng``,
+    ``rngs``, ``dropout_key``, ``key_batch``), or the counter of a flax.nnx RNG stream
+    (``rngs.<stream>.count``). Writers never change such values unless a rule names them."""
+    if leaf.random_key_impl:
+        return "typed PRNG key"
+    lowered = [k.lower() for k in leaf.keypath]
+    keyish = any(_KEYISH.search(k) for k in lowered)
+    if keyish and _is_key(leaf):
+        return "raw PRNG key data"
+    names = [k for k in lowered if k != "value"]  # nnx Variables end in `.value`
+    if "rngs" in names[:-1] and names[-1:] == ["count"] and _is_int_scalar(leaf):
+        return "nnx RNG stream counter"
+    return None
 
 
 def telling_name(keypath: Sequence[str]) -> tuple[Part, int] | None:

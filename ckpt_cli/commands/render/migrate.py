@@ -40,6 +40,8 @@ def print_plan(plan: MigrationPlan) -> None:
     )
     if plan.dropped:
         out.print("dropped: " + ", ".join(plan.dropped))
+    for skip in plan.skipped:
+        out.print(f"skipped: {skip.text()}")
     for label in plan.unused_rules:
         out.print(f"unused: {label} matched no leaf")
     if target is not None:

@@ -31,6 +31,7 @@ from ckpt_cli.core.migrate.spec import MigrationSpec, Rule, load_spec
 from ckpt_cli.core.migrate.target import Difference, abstract_state, compare_target, import_function
 from ckpt_cli.core.migrate.tree import Step, Work, fill_key_types, followers, key_types
 from ckpt_cli.core.schema import document
+from ckpt_cli.core.state import rng_state_kind
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.memory import bound_allocator
 from ckpt_cli.core.write.types import WriteOptions
@@ -79,6 +80,27 @@ class DestLeaf:
         return math.prod(self.expr.shape) * dtype_itemsize(self.expr.dtype)
 
 
+#: Rules that change values or shapes; they leave PRNG state alone unless they name it exactly.
+_VALUE_OPS = frozenset({"cast", "set", "resize", "reshape", "transpose", "split", "python"})
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A leaf a rule matched but did not change: PRNG state named by a pattern, not exactly."""
+
+    leaf: str
+    rule: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"leaf": self.leaf, "rule": self.rule, "reason": self.reason}
+
+    def text(self) -> str:
+        return (
+            f"{self.leaf}: {self.reason}, left as is by {self.rule} (name it exactly to change it)"
+        )
+
+
 @dataclass(frozen=True)
 class MigrationPlan:
     """A migration to carry out (``execute``): the spec applied to the source item, the
@@ -102,6 +124,8 @@ class MigrationPlan:
     record_digests: bool | None = None
     #: The functions of ``op: python`` rules, imported (only with allow_python).
     functions: dict[str, Callable[..., Any]] = field(default_factory=dict, compare=False)
+    #: PRNG key data (and nnx RNG counters) rules matched by pattern and left unchanged.
+    skipped: tuple[Skip, ...] = ()
 
     kind = "migrate"
 
@@ -185,6 +209,7 @@ class MigrationPlan:
                 "total_bytes": self.total_bytes,
                 "leaves": [leaf.to_json() for leaf in self.leaves],
                 "dropped": list(self.dropped),
+                "skipped": [k.to_json() for k in self.skipped],
                 "unused_rules": list(self.unused_rules),
                 "target": None
                 if self.target is None
@@ -233,7 +258,7 @@ def plan_migration(
         functions[rule.function] = import_function(rule.function, where)
     ref = resolve_item(_open(source, storage), step, item)
     report = inspect_item(ref)
-    leaves, dropped, unused = apply_spec(report, parsed, write.max_chunk_bytes)
+    leaves, dropped, unused, skipped = apply_spec(report, parsed, write.max_chunk_bytes)
     plan = MigrationPlan(
         parsed,
         leaves,
@@ -250,6 +275,7 @@ def plan_migration(
         allow_mismatch=allow_mismatch,
         record_digests=record_digests,
         functions=functions,
+        skipped=skipped,
     )
     if target is None:
         return plan
@@ -274,13 +300,14 @@ def _open(target: str | os.PathLike[str] | Location, storage: StorageOptions | N
 
 def apply_spec(
     report: ItemReport, spec: MigrationSpec, max_chunk_bytes: int
-) -> tuple[tuple[DestLeaf, ...], tuple[str, ...], tuple[str, ...]]:
+) -> tuple[tuple[DestLeaf, ...], tuple[str, ...], tuple[str, ...], tuple[Skip, ...]]:
     """The spec's rules applied in order: (destination leaves, dropped source leaves, labels
-    of the rules that matched nothing)."""
+    of the rules that matched nothing, PRNG state left unchanged)."""
     work = [Work.from_leaf(leaf) for leaf in report.leaves]
     unused = []
+    skipped: list[Skip] = []
     for rule in spec.rules:
-        work, matched = _apply(rule, work)
+        work, matched = _apply(rule, work, skipped)
         if not matched:
             unused.append(rule.label)
         rules.check_tree(rule, work)
@@ -290,16 +317,29 @@ def apply_spec(
     leaves = tuple(_freeze(w, kinds, default, sources, max_chunk_bytes) for w in work)
     reached = {s for leaf in leaves for s in leaf.sources}
     dropped = tuple(leaf.name for leaf in report.leaves if leaf.name not in reached)
-    return leaves, dropped, tuple(unused)
+    return leaves, dropped, tuple(unused), tuple(skipped)
 
 
-def _apply(rule: Rule, work: list[Work]) -> tuple[list[Work], bool]:
+def _apply(rule: Rule, work: list[Work], skipped: list[Skip]) -> tuple[list[Work], bool]:
     if rule.op == "add":
         return rules.add(rule, work), True
     if rule.op == "concat":
         return rules.concat(rule, work)
     arrays_only = rule.op not in ("rename", "drop", "keep_only")
     direct = [w for w in work if (w.expr is not None or not arrays_only) and rule.selects(w.name)]
+    if rule.op in _VALUE_OPS and direct:
+        # PRNG key data cast to bfloat16 or padded is no key any more: a pattern that merely
+        # covers it (`model\..*`) leaves it alone, and the plan says so.
+        kept = []
+        for w in direct:
+            why = rng_state_kind(w.leaf) if w.leaf is not None else None
+            if why and not rule.names_exactly(w.name):
+                skipped.append(Skip(w.name, rule.label, why))
+            else:
+                kept.append(w)
+        if not kept:
+            return work, True  # matched, every match skipped: not an unused rule
+        direct = kept
     if rule.op == "keep_only":
         keep = {id(w) for w in direct}
         return [w for w in work if id(w) in keep], bool(direct)

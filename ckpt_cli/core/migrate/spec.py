@@ -104,6 +104,11 @@ class Rule:
     def label(self) -> str:
         return f"rule {self.index} ({self.op})"
 
+    def names_exactly(self, name: str) -> bool:
+        """Whether a ``match`` pattern spells out ``name`` itself (dots escaped or not), not a
+        family of leaves: what a rule must do to change PRNG key data."""
+        return any(_literal(p.pattern) == name for p in self.match)
+
     def selects(self, name: str) -> re.Match[str] | None:
         """The match of the first ``match`` pattern that takes the whole name, unless excluded."""
         if any(e.fullmatch(name) for e in self.exclude):
@@ -113,6 +118,23 @@ class Rule:
             if m:
                 return m
         return None
+
+
+def _literal(pattern: str) -> str | None:
+    """The one name a pattern matches when it holds no operator (``.`` taken as the dot of a
+    leaf name, ``\\.`` too), else None."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern) and not pattern[i + 1].isalnum():
+            out.append(pattern[i + 1])
+            i += 2
+            continue
+        if c in "*+?[](){}|^$\\":
+            return None
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 @dataclass(frozen=True)
