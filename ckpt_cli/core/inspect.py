@@ -29,14 +29,10 @@ from ckpt_cli.core.format.metadata import (
     read_tree_metadata,
 )
 from ckpt_cli.core.format.names import compile_filter
-from ckpt_cli.core.format.resolve import resolve_item
-from ckpt_cli.core.format.sharding import ShardingInfo, ShardLayout, read_shardings, shard_layout
-from ckpt_cli.core.progress import ProgressFn
+from ckpt_cli.core.format.sharding import ShardingInfo, read_shardings
 from ckpt_cli.core.schema import document
-from ckpt_cli.core.state import StatePart, analyse_state, classify_leaf
-from ckpt_cli.core.stats import LeafStats, leaves_stats
-from ckpt_cli.core.storage import Location
-from ckpt_cli.errors import NotACheckpointError, NotFoundError, UsageError
+from ckpt_cli.core.state import KEY_DTYPES, StatePart, analyse_state, classify_leaf
+from ckpt_cli.errors import NotACheckpointError
 
 
 @dataclass(frozen=True)
@@ -160,65 +156,6 @@ class ItemReport:
                 "leaves": [leaf.to_json() for leaf in self.leaves],
             }
         )
-
-
-@dataclass(frozen=True)
-class InspectResult:
-    """What ``ckpt inspect`` shows: the item, with per-leaf statistics (``--stats``) and the
-    block layout of one leaf (``--layout``) when asked."""
-
-    report: ItemReport
-    stats: dict[str, LeafStats] | None = None
-    layout: ShardLayout | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        doc = self.report.to_json()
-        if self.stats is not None:
-            for leaf_doc in doc["leaves"]:
-                s = self.stats.get(leaf_doc["name"])
-                leaf_doc["stats"] = s.to_json() if s else None
-        if self.layout is not None:
-            doc["layout"] = self.layout.to_json()
-        return doc
-
-
-def inspect_path(
-    location: Location,
-    step: int | None = None,
-    item: str | None = None,
-    *,
-    name_filter: str | None = None,
-    stats: bool = False,
-    layout: str | None = None,
-    on_progress: ProgressFn | None = None,
-) -> InspectResult:
-    """Resolve ``location`` to one item and inspect it: ``stats`` reads every array (progress
-    as ``stats`` bytes), ``layout`` names the leaf whose device blocks to lay out."""
-    ref = resolve_item(location, step, item)
-    report = inspect_item(ref, name_filter)
-    if name_filter is not None and not report.leaves:
-        raise NotFoundError(
-            f"no leaf of {ref.location} matches {name_filter!r}",
-            hint="run `ckpt inspect --flat` to see the leaf names",
-        )
-    values = None
-    if stats:
-        arrays = [(lf.name, lf.array, lf.database) for lf in report.leaves if lf.array is not None]
-        store = ItemStore(ref.location, report.zarr_format == 3)
-        values = leaves_stats(store, arrays, on_progress)
-    return InspectResult(report, values, _layout_of(report, layout) if layout else None)
-
-
-def _layout_of(report: ItemReport, name: str) -> ShardLayout:
-    leaf = next((lf for lf in report.leaves if lf.name == name), None)
-    if leaf is None:
-        raise NotFoundError(
-            f"--layout: no leaf named {name!r} in {report.ref.location}",
-            hint="run `ckpt inspect --flat` to see the leaf names",
-        )
-    if leaf.shape is None:
-        raise UsageError(f"--layout: {name!r} is a {leaf.value_type}, not an array")
-    return shard_layout(leaf.shape, leaf.sharding, name)
 
 
 def _matches(name: str, pattern: re.Pattern[str] | None) -> bool:

@@ -27,6 +27,11 @@ _PARAM_NAMES = {
     "batch_stats",
     "state_dict",
 }
+#: Variables of flax layers (Dense/Linear, Embed, LayerNorm/BatchNorm): parameters, or batch
+#: statistics, which inspect counts with them as ``batch_stats`` is.
+_LAYER_NAMES = {"kernel", "bias", "embedding", "scale", "mean", "var", "weight"}
+#: jax's short names of PRNG implementations, as in the dtype ``key<fry>``.
+KEY_DTYPES = {"threefry2x32": "fry", "rbg": "rbg", "unsafe_rbg": "urbg"}
 _STEP_NAMES = {"step", "global_step", "steps", "iteration", "iter", "train_step"}
 _RNG_NAMES = {
     "rng",

@@ -7,10 +7,12 @@ markers are in ``names.py``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from ckpt_cli.core.format.names import (
+    ARRAY_ITEM_DIR,
     COMMIT_MARKER,
     JSON_ITEM_FILES,
     LEGACY_MSGPACK_RE,
@@ -26,7 +28,7 @@ from ckpt_cli.core.format.names import (
     parse_step_name,
 )
 from ckpt_cli.core.storage import Entry, Location
-from ckpt_cli.errors import CkptError, NotACheckpointError, NotFoundError, UsageError
+from ckpt_cli.errors import CkptError, NotACheckpointError, NotFoundError, SeveralItemsError
 
 Kind = Literal["root", "step", "item", "legacy"]
 Status = Literal["committed", "uncommitted", "incomplete"]
@@ -215,8 +217,40 @@ def item_location(step_loc: Location, item: str, items: list[str]) -> Location:
     return step_loc.child(item)
 
 
-def choose_item(items: list[str], requested: str | None, where: Location) -> str:
-    """Pick the item to read: the requested one, else the only non-metrics one."""
+ItemKind = Literal["pytree", "array", "json", "unknown"]
+
+
+def item_kind(step_loc: Location, name: str, handlers: dict[str, str] | str | None) -> ItemKind:
+    """What an item of a step holds: a PyTree (StandardSave, PyTreeSave), one array (ArraySave),
+    JSON (JsonSave, metrics); from the handler the step recorded, else from its files."""
+    handler = handlers.get(name) if isinstance(handlers, dict) else None
+    if handler:
+        if handler.endswith("ArrayCheckpointHandler"):
+            return "array"
+        if handler.endswith("JsonCheckpointHandler"):
+            return "json"
+        return "pytree"
+    try:
+        names = frozenset(e.name for e in step_loc.child(name).list())
+    except CkptError:
+        return "unknown"
+    if TREE_METADATA in names:
+        return "pytree"
+    if names & JSON_ITEM_FILES:
+        return "json"
+    if looks_like_item(names) or ARRAY_ITEM_DIR in names:
+        return "array"  # ArraySave before 0.12: `checkpoint/` or a database, no _METADATA
+    return "unknown"
+
+
+def choose_item(
+    items: list[str],
+    requested: str | None,
+    where: Location,
+    kind_of: Callable[[str], ItemKind] | None = None,
+) -> str:
+    """Pick the item to read: the requested one, else the one state item: the only item besides
+    ``metrics``, or the only PyTree item among JSON and ArraySave ones (``kind_of``)."""
     if requested is not None:
         if requested not in items:
             raise NotFoundError(
@@ -229,7 +263,12 @@ def choose_item(items: list[str], requested: str | None, where: Location) -> str
         return candidates[0]
     if not candidates:
         raise NotACheckpointError(f"{where} holds no items")
-    raise UsageError(
+    if kind_of is not None:
+        trees = [i for i in candidates if kind_of(i) == "pytree"]
+        if len(trees) == 1:
+            return trees[0]
+    raise SeveralItemsError(
         f"{where} holds several items ({', '.join(candidates)})",
         hint="choose one with --item NAME",
+        items=tuple(candidates),
     )
