@@ -61,6 +61,20 @@ class Leaf:
         return classify_leaf(self)
 
     @property
+    def key_dtype(self) -> str | None:
+        """A typed PRNG key's dtype as JAX names it (``key<fry>``); its stored data is uint32."""
+        if not self.random_key_impl:
+            return None
+        return f"key<{KEY_DTYPES.get(self.random_key_impl, self.random_key_impl)}>"
+
+    @property
+    def key_shape(self) -> tuple[int, ...] | None:
+        """A typed key's shape: its data's without the last dimension (2 words for threefry)."""
+        if not self.random_key_impl or not self.shape:
+            return None
+        return self.shape[:-1]
+
+    @property
     def elements(self) -> int:
         return math.prod(self.shape) if self.shape is not None else 0
 
@@ -69,12 +83,18 @@ class Leaf:
         return self.array is not None
 
     def to_json(self) -> dict[str, Any]:
+        key_shape = self.key_shape
+        shape = key_shape if key_shape is not None else self.shape
         return {
             "name": self.name,
             "keypath": list(self.keypath),
             "value_type": self.value_type,
-            "dtype": self.dtype,
-            "shape": None if self.shape is None else list(self.shape),
+            # A typed key shows as Orbax restores it: key<fry> of the key shape.
+            "dtype": self.key_dtype or self.dtype,
+            "shape": None if shape is None else list(shape),
+            "key_data": {"dtype": self.dtype, "shape": list(self.shape or ())}
+            if key_shape is not None
+            else None,
             "chunk_shape": None if self.chunk_shape is None else list(self.chunk_shape),
             "write_shape": None if self.write_shape is None else list(self.write_shape),
             "elements": self.elements if self.shape is not None else None,

@@ -61,13 +61,16 @@ def _leaf_facts(leaf: Leaf, paint: Paint) -> str:
         if leaf.problem is not None:
             return paint(leaf.problem, "red")
         return paint(f"{leaf.value_type} (empty)", "dim")
+    if leaf.key_dtype is not None:
+        typed = f"{leaf.key_dtype}{shape_str(leaf.key_shape)}"
+        parts = [paint(typed, "cyan"), f"data {leaf.dtype}{shape_str(leaf.shape)}"]
+        parts.append(human_bytes(leaf.size_bytes))
+        return "  ".join(parts)
     parts = [paint(f"{leaf.dtype}{shape_str(leaf.shape)}", "cyan"), human_bytes(leaf.size_bytes)]
     if leaf.chunk_shape is not None and leaf.chunk_shape != leaf.shape:
         parts.append(f"chunk {shape_str(leaf.chunk_shape)}")
     if leaf.sharding is not None and leaf.sharding.mesh_shape is not None:
         parts.append(paint(leaf.sharding.short(), "blue"))
-    if leaf.random_key_impl:
-        parts.append(paint(f"key<{leaf.random_key_impl}>", ""))
     return "  ".join(parts)
 
 
