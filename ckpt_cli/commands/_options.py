@@ -152,7 +152,20 @@ StepOpt = Annotated[
 ]
 ItemOpt = Annotated[
     str | None,
-    typer.Option("--item", "-i", help="Item to read (default: the only one).", show_default=False),
+    typer.Option(
+        "--item",
+        "-i",
+        help="Item to read (default: the step's one state item).",
+        show_default=False,
+    ),
+]
+ItemAOpt = Annotated[
+    str | None,
+    typer.Option("--item-a", help="Item of A (also A@STEP:ITEM).", show_default=False),
+]
+ItemBOpt = Annotated[
+    str | None,
+    typer.Option("--item-b", help="Item of B (also B@STEP:ITEM).", show_default=False),
 ]
 FilterOpt = Annotated[
     str | None,
@@ -248,7 +261,10 @@ JunitOpt = Annotated[
 
 # --- diff ----------------------------------------------------------------------------------------
 
-SideArg = Annotated[str, typer.Argument(help="Root, step or item; ROOT@STEP picks a step.")]
+SideArg = Annotated[
+    str,
+    typer.Argument(help="Root, step or item; ROOT@STEP picks a step, ROOT@STEP:ITEM an item."),
+]
 BothStepsOpt = Annotated[
     int | None,
     typer.Option("--step", "-s", help="Step to take from both roots.", show_default=False),
