@@ -7,9 +7,9 @@ this module finds each part by leaf names and dtypes and says what resuming woul
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 Part = Literal["params", "opt_state", "step", "rng"]
 PARTS: tuple[Part, ...] = ("params", "opt_state", "step", "rng")
@@ -224,3 +224,48 @@ def _subtree(part: Part, keypath: tuple[str, ...]) -> str:
         if part == "params" and len(keypath) > 1:
             return keypath[0]
     return ".".join(keypath)
+
+
+_T = TypeVar("_T")
+
+
+def relative_path(keypath: tuple[str, ...]) -> tuple[str, ...]:
+    """The path below the parameter root, or the whole path for a leaf that is no parameter."""
+    telling = telling_name(keypath)
+    if telling is not None and telling[0] == "params" and len(keypath) > telling[1] + 1:
+        return keypath[telling[1] + 1 :]
+    return keypath
+
+
+def parameter_index(
+    leaves: Iterable[_T], keypath_of: Callable[[_T], tuple[str, ...]]
+) -> dict[tuple[str, ...], list[_T]]:
+    """The parameters among ``leaves`` (below a parameter root) by their relative path."""
+    index: dict[tuple[str, ...], list[_T]] = {}
+    for x in leaves:
+        keypath = keypath_of(x)
+        telling = telling_name(keypath)
+        if telling is not None and telling[0] == "params":
+            rel = relative_path(keypath)
+            if rel != keypath:
+                index.setdefault(rel, []).append(x)
+    return index
+
+
+def mirrored(
+    keypath: tuple[str, ...],
+    shape: tuple[int, ...] | None,
+    index: dict[tuple[str, ...], list[_T]],
+    shape_of: Callable[[_T], tuple[int, ...] | None],
+) -> tuple[list[_T], int] | None:
+    """The parameters an optimizer leaf mirrors and where its relative path starts: a leaf below
+    an optimizer root whose path ends with a parameter's relative path and that has its shape
+    (optax's Adam ``mu``/``nu``, SGD's ``trace``); the longest relative path decides."""
+    telling = telling_name(keypath)
+    if telling is None or telling[0] != "opt_state":
+        return None
+    for k in range(telling[1] + 1, len(keypath)):
+        found = [p for p in index.get(keypath[k:], []) if shape_of(p) == shape]
+        if found:
+            return found, k
+    return None
