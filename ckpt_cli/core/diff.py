@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context
 from ckpt_cli.core.format.blocks import block_shape, iter_blocks
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.resolve import resolve_item
-from ckpt_cli.core.format.scan import IN_FLIGHT, read_block
+from ckpt_cli.core.format.scan import IN_FLIGHT, OPEN_CACHE_BYTES, read_block
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.schema import document
@@ -210,7 +210,9 @@ def diff_items(
 def _store(report: ItemReport) -> ItemStore | None:
     if report.storage == "json":
         return None
-    return ItemStore(report.ref.location, report.zarr_format == 3)
+    # One context for every leaf: its cache keeps the OCDBT manifest and tree nodes, which a
+    # context per open would read again for each of thousands of small leaves.
+    return ItemStore(report.ref.location, report.zarr_format == 3, cached_context(OPEN_CACHE_BYTES))
 
 
 def _result(x: Leaf, y: Leaf, status: Status, **extra: Any) -> LeafDiff:
