@@ -160,6 +160,7 @@ def test_dotdot_key_is_refused_without_ocdbt(
     ]
 
 
+@pytest.mark.slow
 def test_odd_keys_plain_output_stays_inside_the_item(tmp_path: Path, orbax: OrbaxRestorer) -> None:
     f = fixture("0.12.8", "odd_keys_plain")
     out = tmp_path / "out"
@@ -174,6 +175,7 @@ def test_odd_keys_plain_output_stays_inside_the_item(tmp_path: Path, orbax: Orba
 
 
 # 7. Zero-size arrays ------------------------------------------------------------------------
+@pytest.mark.slow
 def test_zero_size_reshard_sharding_the_empty_dimension(
     tmp_path: Path, orbax: OrbaxRestorer
 ) -> None:
@@ -252,6 +254,7 @@ def test_v1_marker_file_and_per_process_leftovers() -> None:
 
 # 13. reshard moves Adam moments with their parameter ----------------------------------------
 @pytest.mark.parametrize("release", ["0.5.20", "0.12.8"])
+@pytest.mark.slow
 def test_reshard_moments_follow_their_parameter(
     release: str, tmp_path: Path, orbax: OrbaxRestorer
 ) -> None:
@@ -344,3 +347,10 @@ def test_composite_root(release: str, tmp_path: Path, capsys: pytest.CaptureFixt
     assert json.loads((tmp_path / "b" / "2" / "_CHECKPOINT_METADATA").read_text())["item_handlers"][
         "arr"
     ].endswith("ArrayCheckpointHandler")
+
+
+@pytest.mark.parametrize("release", ["0.4.3", "0.5.20", "0.9.1", "0.11.19", "0.12.8"])
+def test_root_metadata_of_every_era(release: str) -> None:
+    listing = list_root(open_location(str(fixture(release, "composite").path)))
+    assert listing.root_metadata is not None
+    assert listing.root_metadata["custom_metadata"] == {"experiment": "composite"}

@@ -73,10 +73,13 @@ def _opt_int(value: Any) -> int | None:
 
 
 def read_root_metadata(root: Location) -> dict[str, Any] | None:
-    """``metadata/_ROOT_METADATA``: the manager's custom metadata, or None when absent."""
+    """``metadata/_ROOT_METADATA``: the manager's custom metadata, or None when absent. Orbax
+    before 0.11 wrote the custom metadata alone to ``metadata/metadata``: shown the same way,
+    as ``{"custom_metadata": ...}``."""
     raw = root.child(ROOT_METADATA_DIR, ROOT_METADATA).read_json_if_exists()
     if raw is None:
-        return None
+        legacy = root.child(ROOT_METADATA_DIR, "metadata").read_json_if_exists()
+        return {"custom_metadata": legacy} if isinstance(legacy, dict) else None
     if not isinstance(raw, dict):
         raise InvalidMetadataError(
             f"{root.child(ROOT_METADATA_DIR, ROOT_METADATA)} is not a JSON object"
