@@ -36,6 +36,8 @@ from tests.matrix.matrix import (
     sha256,
 )
 
+pytestmark = pytest.mark.slow  # every output is restored by Orbax
+
 FIXTURES = all_fixtures()
 ids = [f.id for f in FIXTURES]
 MESH = {"data": 2, "model": 4}
