@@ -32,6 +32,10 @@ demo: $(STAMP)
 	$(CKPT) inspect $(DEMO) --json | $(PY) -m json.tool | head -n 30
 	@echo "== a sharded checkpoint: which device holds which block"
 	$(CKPT) inspect fixtures/ckpts/sharded_4x2 --layout params.w
+	@echo "== checkpoints of other Orbax releases: a root of 0.4.3 (steps without step metadata), a Composite save of 0.12.8 (state + JSON + ArraySave)"
+	$(CKPT) ls fixtures/matrix/0.4.3/linen_trainstate/ckpt
+	$(CKPT) inspect fixtures/matrix/0.12.8/composite/ckpt --flat
+	$(CKPT) diff fixtures/matrix/0.4.3/composite/ckpt@1:arr fixtures/matrix/0.12.8/composite/ckpt@1:arr
 	@echo "== ckpt verify --record: a deep pass, then digests stored in every item"
 	$(CKPT) verify $(DEMO) --record
 	@echo "== ckpt verify --deep: every chunk decoded and checked against the recorded digests"
