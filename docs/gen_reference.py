@@ -220,12 +220,18 @@ def render_command(app: Any, name: str) -> str:
     ]
     lines += _params_tables(cmd, hints)
     lines += ["## Exit codes", ""]
+    general = exit_code_rows(app_exit or "")
     if own_exit:
-        lines += [f"For `ckpt {name}`: {md(own_exit)}.", ""]
-        lines += _exit_table(exit_code_rows(own_exit))
+        own = exit_code_rows(own_exit)
+        codes = {code for code, _ in own}
+        lines += [f"From `ckpt {name} --help`, then the codes every command shares:", ""]
+        # 0-3 are the command's outcomes, as its help states them; the rest (a bug, an
+        # interrupt) can end any command.
+        shared = [row for row in general if row[0] not in codes and int(row[0]) > 3]
+        lines += _exit_table(own + shared)
     else:
         lines += ["The codes every command uses (from `ckpt --help`):", ""]
-        lines += _exit_table(exit_code_rows(app_exit or ""))
+        lines += _exit_table(general)
     lines += [
         "See [troubleshooting](../troubleshooting.md) for what each code means and the errors "
         "behind it.",
