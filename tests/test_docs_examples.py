@@ -16,6 +16,15 @@ ALL_BLOCKS = [b for page in pages() for b in python_blocks(page)]
 RUN_PAGES = sorted({b.page for b in ALL_BLOCKS if b.not_run is None})
 
 
+def _param(page: Path) -> object:
+    """A page whose examples restore or save with real Orbax is a slow round trip."""
+    code = "\n".join(b.code for b in ALL_BLOCKS if b.page == page and b.not_run is None)
+    slow = "import orbax" in code or "import jax" in code
+    return pytest.param(
+        page, id=str(page.relative_to(REPO)), marks=[pytest.mark.slow] if slow else []
+    )
+
+
 def test_the_docs_have_python_examples_and_most_of_them_run() -> None:
     assert ALL_BLOCKS, "no ```python block found in docs/ or README.md"
     runnable = [b for b in ALL_BLOCKS if b.not_run is None]
@@ -33,7 +42,7 @@ def test_a_block_skipped_says_why_right_before_its_fence() -> None:
         )
 
 
-@pytest.mark.parametrize("page", RUN_PAGES, ids=[str(p.relative_to(REPO)) for p in RUN_PAGES])
+@pytest.mark.parametrize("page", [_param(p) for p in RUN_PAGES])
 def test_the_examples_of_the_page_run(page: Path, tmp_path: Path) -> None:
     blocks = [b for b in ALL_BLOCKS if b.page == page]
     result = run_page(blocks, tmp_path)
