@@ -61,6 +61,14 @@ def test_every_problem_code_is_documented_with_its_severity() -> None:
         )
 
 
+def test_the_problem_code_table_names_no_code_that_does_not_exist() -> None:
+    page = (DOCS / "verify.md").read_text()
+    table = page.split("## Problem codes", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^\| `([a-z0-9-]+)` \|", table, re.M)
+    assert len(listed) >= 20
+    assert sorted(listed) == sorted(CODES), set(listed) ^ set(CODES)
+
+
 def test_every_exit_code_is_documented() -> None:
     codes = sorted({v for k, v in vars(errors).items() if k.startswith("EXIT_")})
     assert codes == [0, 1, 2, 3, 70, 130]
