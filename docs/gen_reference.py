@@ -146,6 +146,8 @@ def _type(param: Any, hints: dict[str, Any]) -> str:
         return "flag"
     value, repeatable = _value_type(hints.get(param.name, str))
     text = md(str(param.metavar), cell=True) if param.metavar else value
+    if text.startswith("SIZE"):  # one size parser, one meaning: link it
+        text = f"[{text}](../layouts.md#sizes-and-durations)"
     if repeatable or getattr(param, "multiple", False):
         text += " (repeatable)"
     return text

@@ -96,3 +96,20 @@ def test_every_command_that_prints_json_has_its_schema_documented() -> None:
         section = re.search(rf"^## `ckpt {name}`\n(.*?)(?=^## |\Z)", page, re.M | re.S)
         assert section, f"docs/json.md has no section for ckpt {name}"
         assert '"schema_version": 1' in section.group(1), name
+
+
+def test_the_design_page_names_every_package_and_module() -> None:
+    page = (DOCS / "design.md").read_text()
+    block = page.split("## The layout", 1)[1].split("```", 2)[1]
+    modules = sorted((REPO / "ckpt_cli").rglob("*.py"))
+    assert len(modules) > 50
+    for path in modules:
+        rel = path.relative_to(REPO / "ckpt_cli")
+        for package in rel.parts[:-1]:
+            assert f"{package}/" in block, f"docs/design.md's layout does not show {package}/"
+        if path.stem == "__init__" and len(rel.parts) > 1:
+            continue
+        name = path.name if len(rel.parts) == 1 else path.stem
+        assert re.search(rf"\b{re.escape(name)}\b", block), (
+            f"docs/design.md's layout does not name ckpt_cli/{rel}"
+        )
