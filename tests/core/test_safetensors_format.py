@@ -437,3 +437,32 @@ def test_directory_without_index_or_with_several_files(tmp_path: Path) -> None:
 def test_bad_index_is_refused(raw: bytes, phrase: str) -> None:
     with pytest.raises(InvalidSafetensorsError, match=phrase):
         parse_index(raw, "model.safetensors.index.json")
+
+
+def test_sink_routes_blocks_to_their_files_and_writes_the_index_last(tmp_path: Path) -> None:
+    from ckpt_cli.core.safetensors.sink import SafetensorsSink
+
+    tensors = tensor_set(6)
+    specs = [TensorSpec(k, v.dtype.name, v.shape) for k, v in sorted(tensors.items())]
+    plan = plan_files(specs, max_shard_size=40, metadata={"format": "pt"})
+    assert len(plan.files) > 2 and plan.index_name is not None
+    with SafetensorsSink(str(tmp_path), plan) as sink:
+        for name, arr in sorted(tensors.items()):
+            for start, shape in contiguous_blocks(arr.shape, arr.dtype.itemsize, 8):
+                index = tuple(slice(s, s + n) for s, n in zip(start, shape, strict=True))
+                sink.write(name, start, arr[index])
+        assert not (tmp_path / plan.index_name).exists()
+        sink.commit()
+    assert sorted(os.listdir(tmp_path)) == sorted([plan.index_name, *(f.name for f in plan.files)])
+    found = find_files(str(tmp_path))
+    loaded: dict[str, bytes] = {}
+    for file in found.files:
+        loaded.update(load_with_library(tmp_path / file))
+    assert loaded == {k: v.tobytes() for k, v in tensors.items()}
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(RuntimeError), SafetensorsSink(str(other), plan) as sink:
+        name = plan.files[0].header.tensors[0].name
+        sink.write(name, (0,) * len(tensors[name].shape), tensors[name])
+        raise RuntimeError("interrupted")
+    assert os.listdir(other) == []
