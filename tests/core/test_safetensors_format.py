@@ -358,7 +358,7 @@ def test_parse_header_directly_names_the_tensor() -> None:
 def test_blocks_cover_each_element_once_in_file_order(shape: tuple[int, ...], max_bytes: int) -> None:  # fmt: skip
     itemsize = 4
     size = int(np.prod(shape))
-    blocks = list(contiguous_blocks(shape, itemsize, max_bytes, align=2))
+    blocks = list(contiguous_blocks(shape, itemsize, max_bytes, chunks=(2,) * len(shape)))
     if size:
         assert blocks
     position = 0
@@ -466,3 +466,30 @@ def test_sink_routes_blocks_to_their_files_and_writes_the_index_last(tmp_path: P
         sink.write(name, (0,) * len(tensors[name].shape), tensors[name])
         raise RuntimeError("interrupted")
     assert os.listdir(other) == []
+
+
+def test_read_box_reads_any_box_as_numpy_slices_it(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    tensors = {
+        "m": random_array(rng, "bfloat16", (6, 5, 4)),
+        "b": random_array(rng, "bool", (3, 7)),
+        "s": random_array(rng, "int64", ()),
+        "v": random_array(rng, "float32", (9,)),
+    }
+    path = tmp_path / "x.safetensors"
+    stn.save_file(tensors, str(path))
+    with SafetensorsReader.open(str(path)) as r:
+        assert r.read_box("s", ()).tobytes() == tensors["s"].tobytes()
+        for name, arr in tensors.items():
+            for _ in range(40):
+                region = []
+                for n in arr.shape:
+                    a = int(rng.integers(0, n + 1))
+                    b = int(rng.integers(a, n + 1))
+                    region.append(slice(a, b))
+                got = r.read_box(name, tuple(region))
+                want = arr[tuple(region)]
+                assert got.shape == want.shape and got.dtype == want.dtype
+                assert got.tobytes() == np.ascontiguousarray(want).tobytes(), (name, region)
+        with pytest.raises(ValueError, match="outside"):
+            r.read_box("v", (slice(3, 12),))

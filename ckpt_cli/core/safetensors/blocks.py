@@ -16,11 +16,14 @@ Block = tuple[tuple[int, ...], tuple[int, ...]]  # (start corner, shape)
 
 
 def contiguous_blocks(
-    shape: Sequence[int], itemsize: int, max_bytes: int, align: int = 1
+    shape: Sequence[int],
+    itemsize: int,
+    max_bytes: int,
+    chunks: Sequence[int] | None = None,
 ) -> Iterator[Block]:
     """C-order contiguous blocks covering ``shape``, each at most ``max_bytes`` (or one element),
-    in file order. ``align``: block lengths along the cut axis are multiples of it where
-    possible (a chunk extent, so reads touch whole chunks)."""
+    in file order. ``chunks``: the source's chunk shape; block lengths along the cut axis are
+    multiples of its extent there where possible, so each read covers whole chunks."""
     shape = tuple(shape)
     if not shape:
         yield (), ()
@@ -32,6 +35,7 @@ def contiguous_blocks(
         k += 1
     step_bytes = math.prod(shape[k + 1 :]) * itemsize
     m = max(1, max_bytes // step_bytes)
+    align = chunks[k] if chunks is not None and len(chunks) == len(shape) else 1
     if align > 1 and m >= align:
         m -= m % align
     rest = shape[k + 1 :]

@@ -9,6 +9,8 @@ byte source is a small protocol, so a ranged reader of an object store can stand
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -123,6 +125,43 @@ class SafetensorsReader:
                 )
             out = out.view(np.bool_)
         return out.reshape(shape)
+
+    def read_box(self, name: str, region: tuple[slice, ...]) -> Any:
+        """Any box of tensor ``name`` (``region``: one slice per axis, steps of 1): one
+        positioned read per C-contiguous run of the box, nothing outside it."""
+        import numpy as np
+
+        entry = self.tensors[name]
+        shape = entry.shape
+        bounds = [
+            (s.start or 0, shape[i] if s.stop is None else s.stop) for i, s in enumerate(region)
+        ]
+        if len(bounds) != len(shape) or any(
+            not 0 <= a <= b <= n for (a, b), n in zip(bounds, shape, strict=True)
+        ):
+            raise ValueError(f"region {region} is outside {list(shape)} of tensor {name!r}")
+        box = tuple(b - a for a, b in bounds)
+        j = len(shape) - 1
+        while j > 0 and bounds[j] == (0, shape[j]):
+            j -= 1
+        if not shape or all(bounds[i][1] - bounds[i][0] == 1 for i in range(j)):
+            start = tuple(a for a, _ in bounds)
+            return self.read_block(name, start, box)  # already one run
+        dtype = self.numpy_dtype(name)
+        out = np.empty(box, dtype=dtype)
+        if out.size == 0:
+            return out
+        runs = out.reshape(-1, math.prod(box[j:])).view(np.uint8)
+        step = itemsize(entry.dtype)
+        base = self.header.data_start + entry.begin
+        for i, prefix in enumerate(itertools.product(*(range(a, b) for a, b in bounds[:j]))):
+            first = flat_offset(shape, (*prefix, *(a for a, _ in bounds[j:])))
+            self._read_exact(base + first * step, runs[i].data)
+        if dtype == np.bool_ and out.view(np.uint8).max(initial=0) > 1:
+            raise InvalidSafetensorsError(
+                f"{self.name}: tensor {name!r} is BOOL but holds bytes other than 0 and 1"
+            )
+        return out
 
     def read_rows(self, name: str, start: int, stop: int) -> Any:
         entry = self.tensors[name]
