@@ -388,7 +388,7 @@ class _Stream:
         want = numpy_dtype(t.dtype)
         if values.dtype != want:
             values = values.astype(want)
-        sink.write(t.name, start, np.ascontiguousarray(values))
+        sink.write(t.name, start, np.asarray(values, order="C"))
         self.held -= nbytes
         self.done += nbytes
         if self.on_bytes is not None:
