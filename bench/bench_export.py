@@ -5,8 +5,9 @@ Run from the repository root::
     .venv/bin/python bench/bench_export.py [--gib 1] [--workdir bench/out/export]
 
 The source (built once with real Orbax, cached in the work directory) is a CheckpointManager step
-of ``--gib`` GiB of parameters: float32 leaves ``params.layer_NN.kernel`` [rows, 4096] plus as
-many bfloat16 bytes again in ``params.layer_NN.kernel_bf16``, saved from one device. Each
+of ``--gib`` GiB of parameters: pairs of leaves ``params.layer_NN.kernel`` float32[4096, 4096]
+and ``params.layer_NN.kernel_bf16`` bfloat16[4096, 4096], saved from 8 (forced CPU) devices with
+rows sharded, so a chunk is one device's shard (8 MiB) and a bigger model has more leaves. Each
 contender runs in a fresh subprocess whose wall time and peak RSS (``ru_maxrss``) are measured,
 in the same run:
 
@@ -35,23 +36,31 @@ from pathlib import Path
 
 from _harness import REPO, run  # bench/ is on sys.path when a script runs
 
-LEAVES, COLS = 8, 4096
+ROWS, COLS = 4096, 4096  # every leaf pair: float32 64 MiB + bfloat16 32 MiB
+PAIR_BYTES = ROWS * COLS * 6
 PRELUDE = """
 import os, resource, sys, time
 def done(t0):
     print("RESULT", time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
 
+# The source as a training job saves it: 8 devices, rows sharded, so each chunk is one
+# device's shard (8 MiB); a bigger model has more leaves, not bigger chunks.
 BUILD = (
     PRELUDE
     + f"""
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 import jax, ml_dtypes, numpy as np, orbax.checkpoint as ocp
-root, rows = sys.argv[1], int(sys.argv[2])
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+root, pairs = sys.argv[1], int(sys.argv[2])
+mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
+rows = NamedSharding(mesh, P("data", None))
 rs = np.random.RandomState(0)
 def leaf(i):
-    x = rs.standard_normal((rows, {COLS})).astype(np.float32)
-    return {{"kernel": jax.device_put(x), "kernel_bf16": jax.device_put(x.astype(ml_dtypes.bfloat16))}}
-tree = {{"params": {{f"layer_{{i:02d}}": leaf(i) for i in range({LEAVES})}}}}
+    x = rs.standard_normal(({ROWS}, {COLS})).astype(np.float32)
+    return {{"kernel": jax.device_put(x, rows),
+             "kernel_bf16": jax.device_put(x.astype(ml_dtypes.bfloat16), rows)}}
+tree = {{"params": {{f"layer_{{i:02d}}": leaf(i) for i in range(pairs)}}}}
 mgr = ocp.CheckpointManager(root)
 mgr.save(1, args=ocp.args.StandardSave(tree))
 mgr.wait_until_finished()
@@ -166,15 +175,17 @@ def main() -> None:
     ap.add_argument("--workdir", default=str(REPO / "bench" / "out" / "export"))
     args = ap.parse_args()
     work = Path(args.workdir)
-    rows = max(8, int(args.gib * 2**30 / (LEAVES * COLS * 6)))  # 4 bytes f32 + 2 bytes bf16
-    src = work / f"src_{rows}rows"
+    pairs = max(1, round(args.gib * 2**30 / PAIR_BYTES))
+    src = work / f"src_{pairs}pairs"
     if not (src / "1").is_dir():
         shutil.rmtree(src, ignore_errors=True)
         work.mkdir(parents=True, exist_ok=True)
-        print(f"building {LEAVES} x (float32 + bfloat16)[{rows},{COLS}] ...", flush=True)
-        run(BUILD, str(src), str(rows))
+        print(
+            f"building {pairs} x (float32 + bfloat16)[{ROWS},{COLS}] on 8 devices ...", flush=True
+        )
+        run(BUILD, str(src), str(pairs))
     size = sum(f.stat().st_size for f in src.rglob("*") if f.is_file())
-    tensor_bytes = LEAVES * rows * COLS * 6
+    tensor_bytes = pairs * PAIR_BYTES
     print(
         f"source: {src} ({tensor_bytes / 2**30:.2f} GiB of tensors, {size / 2**30:.2f} GiB on disk)"
     )
@@ -215,7 +226,7 @@ def main() -> None:
             SAME_IMPORT,
             str(outputs["load_file+orbax save"]),
             str(outputs["ckpt import"]),
-            f"params.layer_{LEAVES - 1:02d}.kernel_bf16",
+            f"params.layer_{pairs - 1:02d}.kernel_bf16",
         )
         print("both imports restore the same values")
     print(f"\nload: {Path('/proc/loadavg').read_text().split()[:3]} (1, 5, 15 min)")
@@ -226,8 +237,7 @@ def main() -> None:
     out = {
         "tensor_bytes": tensor_bytes,
         "source_bytes_on_disk": size,
-        "rows": rows,
-        "leaves": LEAVES * 2,
+        "leaves": pairs * 2,
         "loadavg": Path("/proc/loadavg").read_text().split()[:3],
         "results": {k: {"seconds": v[0], "peak_rss_bytes": v[1]} for k, v in results.items()},
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -297,6 +298,7 @@ def execute(
     on_bytes: Any = None,
 ) -> ExportResult:
     """Write the plan's files into a temporary directory, then rename it to ``plan.out``."""
+    import contextlib
     import secrets
     import shutil
     import time
@@ -320,10 +322,14 @@ def execute(
         )
         ctx = ops.EvalContext(store, {})
         stream = _Stream(ctx, memory_limit, on_bytes)
-        with SafetensorsSink(tmp, plan.files) as sink:
+        with SafetensorsSink(tmp, plan.files) as sink, contextlib.closing(stream):
+            # The writer thread stops (closing) before the sink closes its files (abort).
             by_name = {t.name: t for t in plan.tensors}
+            order = [by_name[e.name] for f in plan.files.files for e in f.header.tensors]
+            opener = _Opener(store, ctx, order)
             for f in plan.files.files:
                 for entry in f.header.tensors:
+                    opener.ready(by_name[entry.name])
                     stream.tensor(by_name[entry.name], sink)
                 stream.drain(sink)
                 sink.finish_file(f.name)
@@ -337,20 +343,73 @@ def execute(
     return ExportResult(plan, time.perf_counter() - t0, stream.done)
 
 
+class _Opener:
+    """Opens the source arrays a few tensors ahead: each open is a round trip of its own (the
+    zarr header through OCDBT), so the next ones are in flight while a tensor streams."""
+
+    AHEAD = 32
+
+    def __init__(self, store: Any, ctx: ops.EvalContext, order: list[ExportTensor]) -> None:
+        self.store = store
+        self.ctx = ctx
+        self.sources = [[n for n in t.expr.walk() if isinstance(n, ops.Source)] for t in order]
+        self.index = {id(t): i for i, t in enumerate(order)}
+        self.pending: dict[str, Any] = {}
+        # The unmerged layout reads each process database on its own: ItemStore opens those.
+        self.enabled = not (store.layout == "ocdbt-unmerged" and len(store.process_dbs) > 1)
+
+    def ready(self, t: ExportTensor) -> None:
+        if not self.enabled:
+            return
+        import tensorstore as ts
+
+        from ckpt_cli.core.arrays import LeafReader
+        from ckpt_cli.errors import StorageError
+
+        i = self.index[id(t)]
+        for sources in self.sources[i : i + self.AHEAD]:
+            for n in sources:
+                if n.name not in self.pending and n.name not in self.ctx.readers:
+                    spec = self.store.array_spec(n.name, n.database)
+                    self.pending[n.name] = ts.open(
+                        spec, open=True, read=True, context=self.store.context
+                    )
+        for n in self.sources[i]:
+            if n.name in self.ctx.readers:
+                continue
+            try:
+                array = self.pending.pop(n.name).result()
+            except Exception as e:
+                raise StorageError(
+                    f"cannot open leaf {n.name!r} of {self.store.item}: {self.store.item.describe_error(e)}",
+                    hint="run `ckpt verify` on it",
+                ) from None
+            self.ctx.readers[n.name] = LeafReader(array, n.info)
+
+
 class _Stream:
-    """Blocks of the tensors in file order, a few in flight under the memory limit."""
+    """Blocks of the tensors in file order: reads a few blocks ahead (TensorStore decodes on its
+    own threads) while one thread writes finished blocks, all under the memory limit."""
 
     def __init__(self, ctx: ops.EvalContext, memory_limit: int, on_bytes: Any) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         from ckpt_cli.core.pipeline import block_budget
 
         self.ctx = ctx
-        self.budget = block_budget(memory_limit)
-        self.limit = max(self.budget, memory_limit // 4)
+        # Small blocks are enough for a file: a positioned write of 8 MiB runs at disk speed.
+        self.budget = min(block_budget(memory_limit), 8 << 20)
+        self.limit = max(2 * self.budget, memory_limit // 4)
         self.depth = 4
         self.on_bytes = on_bytes
-        self.pending: list[tuple[ExportTensor, tuple[int, ...], Any, int]] = []
+        self.reads: deque[tuple[ExportTensor, tuple[int, ...], Any, int]] = deque()
+        self.writes: deque[tuple[Any, int]] = deque()
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-export-write")
         self.held = 0
         self.done = 0
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
 
     def tensor(self, t: ExportTensor, sink: Any) -> None:
         from ckpt_cli.core.arrays import dtype_itemsize
@@ -363,22 +422,26 @@ class _Stream:
             self.ctx.begin(whole)
             region = tuple(slice(s, s + n) for s, n in zip(start, shape, strict=True))
             nbytes = math.prod(shape) * itemsize
-            self.pending.append((t, start, t.expr.fetch(region, self.ctx), nbytes))
+            self.reads.append((t, start, t.expr.fetch(region, self.ctx), nbytes))
             self.held += nbytes
-            while self.pending and (len(self.pending) > self.depth or self.held > self.limit):
-                self._write_one(sink)
+            while self.reads and (len(self.reads) > self.depth or self.held > self.limit):
+                self._start_write(sink)
+            while self.writes and (len(self.writes) > self.depth or self.held > self.limit):
+                self._finish_write()
 
     def drain(self, sink: Any) -> None:
-        while self.pending:
-            self._write_one(sink)
+        while self.reads:
+            self._start_write(sink)
+        while self.writes:
+            self._finish_write()
 
-    def _write_one(self, sink: Any) -> None:
+    def _start_write(self, sink: Any) -> None:
         import numpy as np
 
         from ckpt_cli.core.safetensors.dtypes import numpy_dtype
         from ckpt_cli.errors import CkptError, StorageError, first_line
 
-        t, start, fut, nbytes = self.pending.pop(0)
+        t, start, fut, nbytes = self.reads.popleft()
         try:
             values = ops.resolve(fut)
         except CkptError:
@@ -388,7 +451,12 @@ class _Stream:
         want = numpy_dtype(t.dtype)
         if values.dtype != want:
             values = values.astype(want)
-        sink.write(t.name, start, np.asarray(values, order="C"))
+        block = np.asarray(values, order="C")
+        self.writes.append((self.pool.submit(sink.write, t.name, start, block), nbytes))
+
+    def _finish_write(self) -> None:
+        fut, nbytes = self.writes.popleft()
+        fut.result()
         self.held -= nbytes
         self.done += nbytes
         if self.on_bytes is not None:

@@ -23,6 +23,9 @@ from ckpt_cli.core.safetensors.plan import ShardFile
 from ckpt_cli.errors import StorageError
 
 TMP_MARK = ".ckpt-tmp-"
+#: Bytes written between two ``fdatasync`` calls: the kernel writes back as the export goes, so
+#: dirty pages stay bounded and the final sync before the rename is short.
+SYNC_EVERY = 64 << 20
 
 
 class SafetensorsWriter:
@@ -36,6 +39,7 @@ class SafetensorsWriter:
         self._written: dict[str, list[tuple[int, int]]] = {n: [] for n in self._entries}
         self._fd: int | None = None
         self.bytes_written = 0
+        self._unsynced = 0
 
     def __enter__(self) -> SafetensorsWriter:
         self.open()
@@ -82,6 +86,10 @@ class SafetensorsWriter:
             raise ValueError(f"{self.path}: the writer is not open")
         try:
             _pwrite_all(self._fd, raw.data, offset)
+            self._unsynced += raw.nbytes
+            if self._unsynced >= SYNC_EVERY:
+                os.fdatasync(self._fd)
+                self._unsynced = 0
         except OSError as e:
             raise StorageError(f"cannot write {self.tmp_path}: {e.strerror or e}") from None
         self.bytes_written += raw.nbytes
