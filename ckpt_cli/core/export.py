@@ -233,7 +233,7 @@ def plan_export(
 def _refuse(name: str, why: str) -> RefusedError:
     return RefusedError(
         f"leaf {name!r} {why}; nothing written",
-        hint="drop it (a spec rule `op: drop`, or --params-only to export the parameters only)",
+        hint="drop it with a spec rule `op: drop`, or export the parameters only with --params-only",
     )
 
 

@@ -368,3 +368,19 @@ def _reader(expr: ops.Node, ctx: ImportContext) -> Any:
         return expr.fetch(region, ctx)
 
     return read
+
+
+def check_target(plan: ImportPlan, target: str) -> None:
+    """Refuse a plan whose leaves differ from the abstract state ``target`` returns (names,
+    shapes, dtypes), as ``migrate --target`` does."""
+    from typing import cast
+
+    from ckpt_cli.core.migrate_target import abstract_state, compare_target
+
+    diffs = compare_target(cast(Any, plan), abstract_state(target))
+    if diffs:
+        raise RefusedError(
+            f"the result differs from --target {target} in {len(diffs)} leaves, nothing written; "
+            f"{diffs[0].text()}",
+            hint="--dry-run lists the leaves the import would write",
+        )
