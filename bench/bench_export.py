@@ -12,7 +12,7 @@ contender runs in a fresh subprocess whose wall time and peak RSS (``ru_maxrss``
 in the same run:
 
 export
-    ``ckpt export SRC DST`` (default ``--memory-limit``, and ``--memory-limit 256MiB``) against
+    ``ckpt export SRC DST`` (default ``--memory-limit 256MiB``, and ``1GiB``) against
     "Orbax restore + ``safetensors.numpy.save_file``": ``StandardRestore`` into host numpy
     arrays, flatten to dotted names, one ``model.safetensors``.
 import
@@ -127,6 +127,7 @@ done(t0)
 
 SAME_EXPORT = """
 import glob, os, sys
+import ml_dtypes  # registers bfloat16 with numpy, which safe_open(framework="np") asks for
 import safetensors
 def tensors(d):
     out = {}
@@ -195,7 +196,7 @@ def main() -> None:
     exports: dict[str, Contender] = {"orbax restore+save_file": (ORBAX_EXPORT, [str(src)], [])}
     if have_export:
         exports["ckpt export"] = (CKPT, ["export", str(src)], [])
-        exports["ckpt export 256MiB"] = (CKPT, ["export", str(src)], ["--memory-limit", "256MiB"])
+        exports["ckpt export 1GiB"] = (CKPT, ["export", str(src)], ["--memory-limit", "1GiB"])
     else:
         print("ckpt export does not exist yet: only the reference route runs")
     results: dict[str, tuple[float, int]] = {}
@@ -217,7 +218,11 @@ def main() -> None:
     imports: dict[str, Contender] = {"load_file+orbax save": (ORBAX_IMPORT, [exported], [])}
     if have_import:
         imports["ckpt import"] = (CKPT, ["import", exported], [])
-        imports["ckpt import 256MiB"] = (CKPT, ["import", exported], ["--memory-limit", "256MiB"])
+        imports["ckpt import 1GiB"] = (
+            CKPT,
+            ["import", exported],
+            ["--memory-limit", "1GiB", "--max-chunk-bytes", "64MiB"],
+        )
     else:
         print("ckpt import does not exist yet: only the reference route runs")
     race("import_", imports)

@@ -74,7 +74,7 @@ def export(
     ] = False,
     step: StepOpt = None,
     item: ItemOpt = None,
-    memory_limit: MemoryLimitOpt = "1GiB",
+    memory_limit: MemoryLimitOpt = "256MiB",
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the plan per tensor; write nothing.")
     ] = False,

@@ -69,8 +69,10 @@ def import_(
         bool,
         typer.Option("--allow-unused", help="Warn, not fail, when a rule matches nothing."),
     ] = False,
-    max_chunk_bytes: MaxChunkBytesOpt = "64MiB",
-    memory_limit: MemoryLimitOpt = "1GiB",
+    # Smaller than reshard's defaults: blocks come from a file at disk speed, so more of them in
+    # flight buy nothing (bench/bench_export.py: 256MiB/16MiB ran faster than 1GiB/64MiB).
+    max_chunk_bytes: MaxChunkBytesOpt = "16MiB",
+    memory_limit: MemoryLimitOpt = "256MiB",
     zarr3: Annotated[bool, typer.Option("--zarr3/--zarr2", help="Output zarr version.")] = False,
     compression: CompressionOpt = "zstd",
     ocdbt: OcdbtOpt = True,

@@ -186,7 +186,7 @@ def plan_import(
     mesh: MeshSpec | None = None,
     rules: Sequence[Rule] = (),
     step: int = 0,
-    max_chunk_bytes: int = 64 << 20,
+    max_chunk_bytes: int = 16 << 20,
     allow_unused: bool = False,
 ) -> ImportPlan:
     """Everything an import writes, decided and checked from the files' headers alone."""
