@@ -5,17 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-# Until the re-layout lands these commands are not registered in the app (see the branch's
-# report); the tests run as soon as they are.
-from ckpt_cli.app import app as _app
 from tests.conftest import FIXTURES
 from tests.remote.conftest import S3
 from tests.remote_servers import BUCKET
-
-if not {"export", "import"} <= {c.name for c in _app.registered_commands}:
-    pytest.skip("ckpt export/import are not registered in the app yet", allow_module_level=True)
 
 
 def test_export_from_s3_equals_the_local_export(cli: Any, s3: S3, tmp_path: Path) -> None:

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import safetensors
 
-from ckpt_cli.core.export import execute, plan_export
-from ckpt_cli.core.inspect import inspect_item
-from ckpt_cli.core.migrate_spec import load_spec, parse_spec
-from ckpt_cli.core.resolve import resolve_item
+from ckpt_cli.core.format.resolve import resolve_item
+from ckpt_cli.core.migrate.spec import load_spec, parse_spec
 from ckpt_cli.core.safetensors import find_files
+from ckpt_cli.core.safetensors.export import plan_export
+from ckpt_cli.core.safetensors.export_run import execute
 from ckpt_cli.core.storage import open_location
 from ckpt_cli.errors import RefusedError
 from tests.conftest import FIXTURES, REPO
@@ -32,12 +32,7 @@ pytestmark = pytest.mark.slow
 
 
 def export(src: Path | str, out: Path, **kw: Any) -> Any:
-    step, item = kw.pop("step", None), kw.pop("item", None)
-    memory_limit = kw.pop("memory_limit", 1 << 30)
-    ref = resolve_item(open_location(str(src)), step, item)
-    report = inspect_item(ref)
-    plan = plan_export(ref, report, str(out), **kw)
-    return execute(plan, report, memory_limit=memory_limit)
+    return execute(plan_export(str(src), str(out), **kw))
 
 
 def load_dir(out: Path) -> tuple[dict[str, Any], dict[str, str] | None]:

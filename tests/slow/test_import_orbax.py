@@ -17,9 +17,11 @@ import numpy as np
 import pytest
 import yaml
 
-from ckpt_cli.core import import_ as importing
-from ckpt_cli.core.migrate_spec import load_spec
-from ckpt_cli.core.reshard import MeshSpec, parse_rules
+from ckpt_cli.core.format.sharding import MeshSpec
+from ckpt_cli.core.migrate.spec import load_spec
+from ckpt_cli.core.reshard.rules import parse_rules
+from ckpt_cli.core.safetensors import import_ as importing
+from ckpt_cli.core.safetensors.import_run import execute
 from ckpt_cli.errors import InvalidSafetensorsError
 from tests.conftest import FIXTURES, REPO
 from tests.orbax_truth import restore_leaves, same_bytes
@@ -29,9 +31,7 @@ pytestmark = pytest.mark.slow
 
 
 def import_(src: Path, dst: Path, **kw: Any) -> Any:
-    memory_limit = kw.pop("memory_limit", 1 << 30)
-    plan = importing.plan_import(str(src), str(dst), **kw)
-    return importing.execute(plan, memory_limit=memory_limit)
+    return execute(importing.plan_import(str(src), str(dst), **kw))
 
 
 def test_import_of_an_export_restores_value_for_value(tmp_path: Path) -> None:

@@ -15,17 +15,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-# stack/unstack are wired into the spec after the re-layout lands; the tests run once they are.
-from ckpt_cli.core.migrate_spec import FIELDS as _FIELDS
-from ckpt_cli.core.migrate_spec import load_spec
+from ckpt_cli.core.migrate.spec import load_spec
 from tests.conftest import REPO
 from tests.hf_reference import llama_forward
 from tests.orbax_truth import restore_leaves, same_bytes
 from tests.slow.test_export_orbax import export, load_dir
 from tests.slow.test_import_orbax import import_
-
-if "stack" not in _FIELDS:
-    pytest.skip("migrate's spec has no stack/unstack yet", allow_module_level=True)
 
 pytestmark = pytest.mark.slow
 sys.path.insert(0, str(REPO / "examples"))

@@ -13,12 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-# stack/unstack are wired into the spec after the re-layout lands; the tests run once they are.
-from ckpt_cli.core.migrate_spec import FIELDS as _FIELDS
 from tests.orbax_truth import restore_leaves, same_bytes
-
-if "stack" not in _FIELDS:
-    pytest.skip("migrate's spec has no stack/unstack yet", allow_module_level=True)
 
 pytestmark = pytest.mark.slow
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core import migrate_ops as ops
-from ckpt_cli.core.migrate_rules import _at, _axis, _dims, _expand, _name, check_unique
-from ckpt_cli.core.migrate_spec import Rule
-from ckpt_cli.core.migrate_tree import Step, Work, moment_prefixes, relative_path
+from ckpt_cli.core.migrate import ops
+from ckpt_cli.core.migrate.rules import _at, _axis, _dims, _expand, _name, check_unique
+from ckpt_cli.core.migrate.spec import Rule
+from ckpt_cli.core.migrate.tree import Step, Work, moment_prefixes, relative_path
 from ckpt_cli.errors import RefusedError
 
 INDEX = "{i}"

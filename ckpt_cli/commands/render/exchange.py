@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckpt_cli.commands._common import human_bytes, shape_str, stdout_console
+from ckpt_cli.commands._output import stdout_console
+from ckpt_cli.commands.render.units import shape_str
+from ckpt_cli.core.units import human_bytes
 
 
 def _ops(steps: Any) -> str:

@@ -10,21 +10,23 @@ from its file with one positioned read per contiguous run, under the memory limi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_cli.core import migrate_ops as ops
-from ckpt_cli.core.arrays import dtype_itemsize
-from ckpt_cli.core.metadata import ShardingInfo
-from ckpt_cli.core.migrate_spec import MigrationSpec
-from ckpt_cli.core.migrate_tree import Step, Work, fill_key_types, key_types
-from ckpt_cli.core.reshard import MeshSpec, Rule, shard_shape, split_chunk
+from ckpt_cli.core.format.arrays import dtype_itemsize
+from ckpt_cli.core.format.sharding import MeshSpec, ShardingInfo, shard_shape, split_chunk
+from ckpt_cli.core.migrate import ops
+from ckpt_cli.core.migrate.spec import MigrationSpec
+from ckpt_cli.core.migrate.tree import Step, Work, fill_key_types, key_types
+from ckpt_cli.core.reshard.rules import Rule
 from ckpt_cli.core.safetensors.dtypes import TO_NUMPY
 from ckpt_cli.core.safetensors.reader import SafetensorsReader, check_against_index, find_files
-from ckpt_cli.errors import RefusedError
+from ckpt_cli.core.write.types import WriteOptions
+from ckpt_cli.errors import RefusedError, UsageError
 
 SCHEMA_VERSION = 1
 SINGLE_DEVICE = ShardingInfo("SingleDeviceSharding", device_str="cpu:0")
@@ -105,6 +107,9 @@ class ImportPlan:
     spec: MigrationSpec | None
     unused_rules: tuple[str, ...]
     mesh: MeshSpec | None
+    write: WriteOptions = field(default_factory=lambda: WriteOptions(16 << 20, 256 << 20))
+
+    kind = "import"
 
     @property
     def total_bytes(self) -> int:
@@ -165,36 +170,64 @@ def source_work(src: str) -> tuple[Any, list[Work], dict[str, str]]:
     return files, work, metadata
 
 
-def apply_spec(spec: MigrationSpec, work: list[Work]) -> tuple[list[Work], tuple[str, ...]]:
-    from ckpt_cli.core import migrate_rules
-    from ckpt_cli.core.migrate import _apply
-
-    unused = []
-    for rule in spec.rules:
-        work, matched = _apply(rule, work)
-        if not matched:
-            unused.append(rule.label)
-        migrate_rules.check_tree(rule, work)
-    return work, tuple(unused)
-
-
 def plan_import(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    spec: str | MigrationSpec | None = None,
+    mesh: str | MeshSpec | None = None,
+    rules: str | Mapping[str, Any] | Sequence[Rule] | None = None,
+    step: int = 0,
+    target: str | None = None,
+    allow_unused: bool = False,
+    write: WriteOptions | None = None,
+) -> ImportPlan:
+    """Plan importing ``src`` (a .safetensors file, an index, or a directory holding either)
+    as step ``step`` of the root ``dst``. ``spec`` (a file or a parsed migrate spec) maps the
+    tensors first; ``mesh`` (``data=4,model=2``) with ``rules`` (a YAML/JSON file or a mapping
+    of leaf patterns to partition specs) lays them out as ``reshard`` does; ``target``
+    (MODULE:FUNCTION, imports jax) checks the result. Reads the headers only."""
+    from ckpt_cli.core.migrate.spec import load_spec
+    from ckpt_cli.core.reshard.rules import load_rules, parse_rules
+
+    write = write or WriteOptions(16 << 20, 256 << 20)
+    parsed = load_spec(spec) if isinstance(spec, str) else spec
+    target_mesh = MeshSpec.parse(mesh) if isinstance(mesh, str) else mesh
+    rule_list: Sequence[Rule] = ()
+    if rules is not None and not (isinstance(rules, Sequence) and not isinstance(rules, str)):
+        if target_mesh is None:
+            raise UsageError("--rules needs --mesh: the mesh its partition specs name")
+        doc = load_rules(rules) if isinstance(rules, str) else rules
+        rule_list = parse_rules(doc, target_mesh, rules if isinstance(rules, str) else "rules")
+    elif rules is not None:
+        rule_list = rules
+    plan = _plan(
+        os.fspath(src), os.fspath(dst), parsed, target_mesh, rule_list, step,
+        write.max_chunk_bytes, allow_unused,
+    )  # fmt: skip
+    plan = dataclasses.replace(plan, write=write)
+    if target:
+        check_target(plan, target)
+    return plan
+
+
+def _plan(
     src: str,
     dst: str,
-    *,
-    spec: MigrationSpec | None = None,
-    mesh: MeshSpec | None = None,
-    rules: Sequence[Rule] = (),
-    step: int = 0,
-    max_chunk_bytes: int = 16 << 20,
-    allow_unused: bool = False,
+    spec: MigrationSpec | None,
+    mesh: MeshSpec | None,
+    rules: Sequence[Rule],
+    step: int,
+    max_chunk_bytes: int,
+    allow_unused: bool,
 ) -> ImportPlan:
-    """Everything an import writes, decided and checked from the files' headers alone."""
     files, work, metadata = source_work(src)
     names = [w.name for w in work]
     unused: tuple[str, ...] = ()
     if spec is not None:
-        work, unused = apply_spec(spec, work)
+        from ckpt_cli.core.migrate.plan import apply_rules
+
+        work, unused = apply_rules(work, spec)
         if unused and not allow_unused:
             raise RefusedError(
                 f"{', '.join(unused)} matched no tensor; nothing written",
@@ -275,109 +308,15 @@ def _layout(
     )
 
 
-@dataclass(frozen=True)
-class ImportResult:
-    plan: ImportPlan
-    path: str
-    bytes_written: int
-    seconds: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            **self.plan.to_json(),
-            "written": {
-                "path": self.path,
-                "bytes": self.bytes_written,
-                "seconds": round(self.seconds, 3),
-            },
-        }
-
-
-def execute(
-    plan: ImportPlan,
-    *,
-    memory_limit: int,
-    zarr3: bool = False,
-    compression: Any = None,
-    use_ocdbt: bool = True,
-    on_bytes: Any = None,
-) -> ImportResult:
-    """Write the plan as step ``plan.step`` of the root ``plan.dst`` (tmp name, then renamed)."""
-    import contextlib
-    import time
-
-    from ckpt_cli.core.layout import detect
-    from ckpt_cli.core.steps import StepWriter
-    from ckpt_cli.core.storage import open_location
-    from ckpt_cli.core.writer import ArrayOut, Compression, ItemWriter, LeafOut
-    from ckpt_cli.errors import CkptError, NotACheckpointError
-
-    t0 = time.perf_counter()
-    root = open_location(plan.dst)
-    if root.exists() and root.list() and detect(root).kind != "root":
-        raise NotACheckpointError(
-            f"the destination {root} exists and is not a checkpoint root",
-            hint="give a new directory or an existing CheckpointManager root",
-        )
-    ctx = ImportContext()
-    comp = compression or Compression("zstd")
-    outs = [
-        LeafOut(
-            keypath=leaf.keypath,
-            key_types=leaf.key_types,
-            value_type="jax.Array",
-            array=ArrayOut(leaf.expr.dtype, leaf.expr.shape, leaf.chunk_shape, zarr3, comp),
-            source=_reader(leaf.expr, ctx),
-            sharding=leaf.sharding,
-            write_shape=leaf.write_shape,
-        )
-        for leaf in plan.leaves
-    ]
-    root.make_dirs()
-    writer = StepWriter(root, str(plan.step))
-    writer.begin()
-    try:
-        item = ItemWriter(
-            writer.item("default"), use_ocdbt=use_ocdbt, use_zarr3=zarr3, memory_limit=memory_limit
-        )
-        item.write_arrays(outs, on_bytes)
-        item.write_metadata(outs)
-        history = {
-            "operation": "import",
-            "source": plan.source,
-            "files": list(plan.files),
-            "safetensors_metadata": plan.source_metadata,
-            "spec_file": plan.spec.path if plan.spec else None,
-            "spec_sha256": plan.spec.sha256 if plan.spec else None,
-        }
-        final = writer.commit({"ckpt_history": [history]})
-    except BaseException:
-        with contextlib.suppress(CkptError):
-            writer.abort()
-        raise
-    finally:
-        ctx.close()
-    return ImportResult(plan, str(final), plan.total_bytes, time.perf_counter() - t0)
-
-
-def _reader(expr: ops.Node, ctx: ImportContext) -> Any:
-    whole = frozenset(id(n) for n in expr.walk() if n.whole)
-
-    def read(region: ops.Region) -> Any:
-        ctx.begin(whole)
-        return expr.fetch(region, ctx)
-
-    return read
-
-
 def check_target(plan: ImportPlan, target: str) -> None:
     """Refuse a plan whose leaves differ from the abstract state ``target`` returns (names,
     shapes, dtypes), as ``migrate --target`` does."""
-    from typing import cast
+    from ckpt_cli.core.migrate.target import abstract_state, compare_target
 
-    from ckpt_cli.core.migrate_target import abstract_state, compare_target
-
-    diffs = compare_target(cast(Any, plan), abstract_state(target))
+    planned: dict[str, tuple[tuple[int, ...] | None, str]] = {
+        leaf.name: (leaf.expr.shape, leaf.expr.dtype) for leaf in plan.leaves
+    }
+    diffs = compare_target(planned, abstract_state(target))
     if diffs:
         raise RefusedError(
             f"the result differs from --target {target} in {len(diffs)} leaves, nothing written; "
