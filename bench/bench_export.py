@@ -13,15 +13,17 @@ in the same run:
 
 export
     ``ckpt export SRC DST`` (default ``--memory-limit 256MiB``, and ``1GiB``) against
-    "Orbax restore + ``safetensors.numpy.save_file``": ``StandardRestore`` into host numpy
-    arrays, flatten to dotted names, one ``model.safetensors``.
+    "Orbax restore + ``safetensors.numpy.save_file``": ``PyTreeRestore`` into host numpy
+    arrays, flatten to dotted names, one ``model.safetensors`` (no fsync; ckpt syncs its files
+    before the rename).
 import
-    ``ckpt import DST-of-ckpt-export NEW`` against "``safetensors.numpy.load_file`` + Orbax
-    save": the whole file into memory, nested back into a tree, ``StandardSave``.
+    ``ckpt import DST-of-ckpt-export NEW`` (defaults ``--memory-limit 256MiB
+    --max-chunk-bytes 16MiB``, and ``1GiB``/``64MiB``) against "``safetensors.numpy.load_file``
+    + Orbax save": the whole file into memory, nested back into a tree, ``StandardSave``.
 
 Every output is checked: the two exports hold the same bytes for every tensor (read back through
-``safetensors.safe_open``), and the two imports restore to equal values in Orbax. Until the
-``ckpt export``/``ckpt import`` commands exist, only the two reference routes run.
+``safetensors.safe_open``), and the two imports restore to equal values in Orbax. The machine is
+shared: the load average is printed beside the figures; compare contenders of one run.
 """
 
 from __future__ import annotations
