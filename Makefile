@@ -67,6 +67,23 @@ demo: $(STAMP)
 	$(CKPT) diff $(DEMO)@600 $(DEMO)-wide@600 --filter '^(params.Dense_1.bias|opt_state.0.count|rng|step)$$'
 	$(PY) examples/train_mlp.py --workdir $(DEMO)-wide --hidden 128 --steps 700
 	$(CKPT) ls $(DEMO)-wide
+	@echo "== ckpt export: step 600 to PyTorch nn.Linear names and layout (safetensors), streamed"
+	rm -rf $(DEMO)-pt $(DEMO)-back $(DEMO)-pt-bad.safetensors $(DEMO)-bad $(DEMO)-llama $(DEMO)-llama-hf $(DEMO)-llama-back
+	$(CKPT) export $(DEMO) $(DEMO)-pt --step 600 --spec examples/mlp_to_pytorch.yaml
+	@echo "== the safetensors library loads it"
+	$(PY) -c "import safetensors.numpy as s; t = s.load_file('$(DEMO)-pt/model.safetensors'); print({k: (str(v.dtype), v.shape) for k, v in sorted(t.items())})"
+	@echo "== ckpt import: back into an Orbax step 600; ckpt diff: the parameters are equal"
+	$(CKPT) import $(DEMO)-pt $(DEMO)-back --spec examples/pytorch_to_mlp.yaml --step 600
+	$(CKPT) diff $(DEMO)@600 $(DEMO)-back@600 --filter 'params.*'
+	@echo "== a scanned Llama-shaped Flax model to Hugging Face Llama names (sharded), and back"
+	$(PY) examples/llama_tree.py --workdir $(DEMO)-llama
+	$(CKPT) export $(DEMO)-llama $(DEMO)-llama-hf --spec examples/llama_to_hf.yaml --dtype bfloat16 --dry-run
+	$(CKPT) export $(DEMO)-llama $(DEMO)-llama-hf --spec examples/llama_to_hf.yaml --max-shard-size 40KB --json | $(PY) -c "import json, sys; d = json.load(sys.stdin); print(d['index'], [f['name'] for f in d['files']])"
+	$(CKPT) import $(DEMO)-llama-hf $(DEMO)-llama-back --spec examples/hf_to_llama.yaml --target examples.llama_tree:abstract_state
+	$(CKPT) diff $(DEMO)-llama $(DEMO)-llama-back
+	@echo "== a truncated safetensors file: one line, exit 3, nothing written"
+	$(PY) -c "b = open('$(DEMO)-pt/model.safetensors', 'rb').read(); open('$(DEMO)-pt-bad.safetensors', 'wb').write(b[:-5])"
+	$(CKPT) import $(DEMO)-pt-bad.safetensors $(DEMO)-bad || true
 	@echo "== ckpt prune --dry-run: the plan (keep with reasons, delete with sizes); nothing changes"
 	$(CKPT) prune $(DEMO) --keep-last 1 --keep-every 500 --dry-run
 	@echo "== ckpt prune --yes: delete what no rule keeps (step 400)"
@@ -135,6 +152,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_migrate.py
 	$(PY) bench/bench_scale.py
 	$(PY) bench/bench_remote.py
+	$(PY) bench/bench_export.py
 
 clean:
 	rm -rf $(VENV) demo_runs bench/out site .pytest_cache .mypy_cache .ruff_cache

@@ -15,6 +15,8 @@ import typer
 
 from ckpt_cli._version import __version__
 from ckpt_cli.commands import diff as diff_cmd
+from ckpt_cli.commands import export as export_cmd
+from ckpt_cli.commands import import_ as import_cmd
 from ckpt_cli.commands import inspect as inspect_cmd
 from ckpt_cli.commands import ls as ls_cmd
 from ckpt_cli.commands import migrate as migrate_cmd
@@ -23,7 +25,7 @@ from ckpt_cli.commands import reshard as reshard_cmd
 from ckpt_cli.commands import verify as verify_cmd
 from ckpt_cli.errors import EXIT_BUG, EXIT_INTERRUPTED, CkptError, first_line
 
-HELP = """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX.
+HELP = """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints, and export them to safetensors (and import back); the read commands need no JAX.
 
 Exit codes: 0 ok · 1 a check found problems · 2 usage error · 3 not a checkpoint, unreadable or refused · 70 internal error (rerun with CKPT_DEBUG=1) · 130 interrupted.
 """
@@ -60,7 +62,7 @@ def _root(
         show_default=False,
     ),
 ) -> None:
-    """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX."""
+    """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints, and export them to safetensors (and import back); the read commands need no JAX."""
     from ckpt_cli.core.storage.options import StorageOptions
 
     # Configuration as data: the commands hand these options to the core, which carries them
@@ -75,6 +77,8 @@ app.command("diff")(diff_cmd.diff)
 app.command("prune")(prune_cmd.prune)
 app.command("reshard")(reshard_cmd.reshard)
 app.command("migrate")(migrate_cmd.migrate)
+app.command("export")(export_cmd.export)
+app.command("import")(import_cmd.import_)
 
 
 class Interrupted(Exception):

@@ -81,3 +81,7 @@ class LockedError(RefusedError):
 def first_line(e: BaseException) -> str:
     """The first line of an exception's message (TensorStore's run to many), else its type."""
     return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+class InvalidSafetensorsError(InvalidMetadataError):
+    """A safetensors file or index that breaks the format: refused before anything is written."""

@@ -43,11 +43,11 @@ def test_the_staleness_check_names_the_page_to_regenerate(tmp_path: Path) -> Non
     page = out / "reshard.md"
     page.write_text(page.read_text().replace("--memory-limit", "--memory-cap"))
     (out / "ls.md").unlink()
-    (out / "export.md").write_text("# ckpt export\n")
+    (out / "frobnicate.md").write_text("# ckpt frobnicate\n")
     assert GEN.stale_pages(out) == [
         "docs/reference/ls.md",
         "docs/reference/reshard.md",
-        "docs/reference/export.md (no such command)",
+        "docs/reference/frobnicate.md (no such command)",
     ]
 
 

@@ -33,7 +33,17 @@ def test_readme_starts_with_the_two_commands() -> None:
 
 def test_readme_is_short_and_has_one_line_per_command() -> None:
     assert len(README.splitlines()) <= 250
-    assert COMMANDS == ["ls", "inspect", "verify", "diff", "prune", "reshard", "migrate"]
+    assert COMMANDS == [
+        "ls",
+        "inspect",
+        "verify",
+        "diff",
+        "prune",
+        "reshard",
+        "migrate",
+        "export",
+        "import",
+    ]
     section = README.split("## Commands", 1)[1].split("\n## ", 1)[0]
     for name in COMMANDS:
         lines = [line for line in section.splitlines() if line.startswith(f"- `ckpt {name} ")]

@@ -507,3 +507,28 @@ PruneDryRunOpt = Annotated[
     bool, typer.Option("--dry-run", "-n", help="Print the plan; change nothing.")
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking.")]
+
+# --- export / import -----------------------------------------------------------------------------
+
+#: Defaults of export/import: values stream from or into a file at disk speed, so more blocks in
+#: flight buy nothing (bench/bench_export.py: 256MiB and 16MiB chunks ran faster than 1GiB/64MiB).
+EXCHANGE_MEMORY_LIMIT = size_default("256MiB")
+IMPORT_CHUNK_BYTES = size_default("16MiB")
+#: transformers' default for save_pretrained(max_shard_size=...): 5 GB, decimal.
+MAX_SHARD_SIZE = size_default("5GB")
+MaxShardSizeOpt = Annotated[
+    int,
+    _size_option(
+        "--max-shard-size",
+        "Shard above this size (5GB = 5e9 bytes, as transformers; GiB units too).",
+    ),
+]
+OptionalSpecOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--spec",
+        help="A migrate spec (YAML or .toml): rules applied first (rename, transpose, "
+        "unstack, ...).",
+        show_default=False,
+    ),
+]
