@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ckpt_cli.app import app
-from ckpt_cli.core.problems import CODES
+from ckpt_cli.core.verify.problems import CODES
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()

@@ -55,14 +55,31 @@ class ErrorDocumentJSON(TypedDict):
     error: ErrorJSON
 
 
-def _documents() -> dict[str, tuple[Any, int]]:
-    """command -> (document TypedDict, schema_version). Imported here, not at module level, so
-    that ``ckpt --help`` never loads the result types."""
+def _documents() -> dict[str, Any]:
+    """command -> the TypedDict of its document. Imported here, not at module level, so that
+    ``ckpt --help`` never loads the result types."""
     return {}
 
 
+#: Every command that prints a --json document (the app test checks the list).
+COMMANDS = ("ls", "inspect", "verify", "diff", "prune", "reshard", "migrate", "pin", "unpin")
+
+
 def schema_version(command: str) -> int:
-    return _documents()[command][1]
+    """The version of ``command``'s document: its result type's ``SCHEMA_VERSION``."""
+    from ckpt_cli.core.inspect import ItemReport
+    from ckpt_cli.core.schema import SCHEMA_VERSION
+
+    return {"inspect": ItemReport.SCHEMA_VERSION}.get(command, SCHEMA_VERSION)
+
+
+def schema_version_of_argv(argv: list[str]) -> int:
+    """The version of the document the command named in ``argv`` prints (an error document
+    before any result: the command line may not even parse)."""
+    from ckpt_cli.core.schema import SCHEMA_VERSION
+
+    command = next((a for a in argv if a in COMMANDS), None)
+    return schema_version(command) if command else SCHEMA_VERSION
 
 
 def canonical_hash(schema: dict[str, Any]) -> str:
@@ -71,7 +88,7 @@ def canonical_hash(schema: dict[str, Any]) -> str:
 
 
 def command_schema(command: str) -> dict[str, Any]:
-    document, version = _documents()[command]
+    document, version = _documents()[command], schema_version(command)
     schema = json_schema(
         document | ErrorDocumentJSON,
         schema_id=f"{SCHEMA_BASE}/{command}/v{version}.json",

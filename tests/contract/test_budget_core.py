@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_cli.core.budget import (
+from ckpt_cli.core.storage import LocalLocation
+from ckpt_cli.core.verify.budget import (
     STATE_FILE,
     Deadline,
     RotationState,
@@ -17,7 +18,6 @@ from ckpt_cli.core.budget import (
     subset_of,
     write_state,
 )
-from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.errors import UsageError
 
 

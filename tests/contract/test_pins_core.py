@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_cli.core.pins import PIN_FILE, UNREADABLE_NOTE, pin_step, read_pin, unpin_step
+from ckpt_cli.core.format.pins import PIN_FILE, UNREADABLE_NOTE, pin_step, read_pin, unpin_step
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.errors import NotFoundError, RefusedError
 from tests.contract.conftest import World

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ckpt_cli.core.pins import PIN_FILE, pin_step, read_pin, unpin_step
+from ckpt_cli.core.format.pins import PIN_FILE, pin_step, read_pin, unpin_step
 from ckpt_cli.core.storage import open_location
 from tests.remote.conftest import S3
 from tests.remote.test_remote_write import committed_steps, make_root

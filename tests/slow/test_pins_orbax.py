@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckpt_cli.core.pins import PIN_FILE, pin_step
+from ckpt_cli.core.format.pins import PIN_FILE, pin_step
+from ckpt_cli.core.prune.orbax_policy import PinnedSteps
 from ckpt_cli.core.storage import LocalLocation
-from ckpt_cli.orbax_policy import PinnedSteps
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.inspect import inspect_item
-from ckpt_cli.core.resolve import resolve_item
 from ckpt_cli.core.storage import LocalLocation
 from tests.conftest import FIXTURES, REPO
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 def read_values(path: Path, step: int | None = None, item: str | None = None) -> dict[str, Any]:
     """Every leaf's values through ckpt's own reader (works on layouts Orbax cannot read)."""
     report = inspect_item(resolve_item(LocalLocation(str(path)), step, item))
-    from ckpt_cli.core.arrays import ItemStore
+    from ckpt_cli.core.format.arrays import ItemStore
 
     store = ItemStore(report.ref.location, report.zarr_format == 3)
     out: dict[str, Any] = {}
