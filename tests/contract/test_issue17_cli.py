@@ -20,7 +20,6 @@ STATE_FILE = "_CKPT_VERIFY_STATE.json"
 # --- pin / unpin --------------------------------------------------------------------------------
 
 
-@xfail
 def test_pin_is_shown_by_ls(world: World, cli) -> None:  # type: ignore[no-untyped-def]
     r = cli("pin", world.good, "400", "--note", "best eval so far", "--json")
     assert r.code == 0, r.stderr
@@ -36,7 +35,6 @@ def test_pin_is_shown_by_ls(world: World, cli) -> None:  # type: ignore[no-untyp
     assert "pinned" in row
 
 
-@xfail
 def test_pin_twice_updates_the_note_and_unpin_is_idempotent(world: World, cli) -> None:  # type: ignore[no-untyped-def]
     assert cli("pin", world.good, "400").code == 0
     again = one_json_document(cli("pin", world.good, "400", "--note", "n2", "--json").stdout)
@@ -47,7 +45,6 @@ def test_pin_twice_updates_the_note_and_unpin_is_idempotent(world: World, cli) -
     assert second["ok"] is True and second["changed"] is False
 
 
-@xfail
 def test_prune_keeps_a_pinned_step_with_the_reason(world: World, cli) -> None:  # type: ignore[no-untyped-def]
     assert cli("pin", world.good, "300", "--note", "paper figure 3").code == 0
     r = cli("prune", world.good, "--keep-last", "1", "--yes", "--json")
@@ -67,7 +64,6 @@ def test_prune_keeps_a_pinned_step_with_the_reason(world: World, cli) -> None:  
     assert sorted(p.name for p in world.good.iterdir() if not p.name.startswith(".")) == ["500"]
 
 
-@xfail
 def test_verify_does_not_flag_the_pin_file(world: World, cli) -> None:  # type: ignore[no-untyped-def]
     assert cli("pin", world.good, "500").code == 0
     doc = one_json_document(cli("verify", world.good, "--strict", "--json").stdout)
@@ -181,7 +177,6 @@ def test_rotate_keeps_its_state_next_to_the_digests(world: World, cli) -> None: 
 # --- inspect: JSON items -------------------------------------------------------------------------
 
 
-@xfail
 def test_json_item_values_are_json_values(world: World, cli) -> None:  # type: ignore[no-untyped-def]
     doc = one_json_document(cli("inspect", world.composite, "--item", "extra", "--json").stdout)
     values = {leaf["name"]: leaf["value"] for leaf in doc["leaves"]}

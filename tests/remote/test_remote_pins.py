@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from ckpt_cli.core.format.pins import PIN_FILE, pin_step, read_pin, unpin_step
 from ckpt_cli.core.storage import open_location
 from tests.remote.conftest import S3
@@ -34,7 +32,6 @@ def test_pin_is_one_object_next_to_the_step_metadata(
     assert key not in keys(s3.client, s3_prefix + "/")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17: ckpt pin and prune's pin rule not built yet")
 def test_prune_in_a_bucket_keeps_the_pinned_step(
     cli: Any, s3: S3, s3_prefix: str, tmp_path: Path
 ) -> None:

@@ -172,7 +172,11 @@ def plan_prune(
     keep: list[KeptStep] = []
     delete: list[Removal] = []
     for s in committed:
-        why = reasons.get(s.name) or ((SYMLINK_KEPT,) if s.name in scan.symlinks else None)
+        why = reasons.get(s.name, ())
+        if s.pinned is not None:  # `ckpt pin`: kept whatever the rules say
+            why = (s.pinned.reason, *why)
+        if not why and s.name in scan.symlinks:
+            why = (SYMLINK_KEPT,)
         if why:
             keep.append(KeptStep(s.step, s.name, s.path, why, s.committed_at))
         else:
