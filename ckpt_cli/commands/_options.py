@@ -482,7 +482,14 @@ MetricOpt = Annotated[
     str | None,
     typer.Option(help="Metric of metrics/metrics to rank by (--keep-best).", show_default=False),
 ]
-ModeOpt = Annotated[Mode, typer.Option(help="Best is the lowest (min) or highest (max).")]
+ModeOpt = Annotated[
+    Mode | None,
+    typer.Option(
+        help="With --keep-best, required: best is the lowest (min, a loss) or the highest (max, "
+        "an accuracy; Orbax's best_mode default).",
+        show_default=False,
+    ),
+]
 KeepMissingMetricOpt = Annotated[
     bool,
     typer.Option(

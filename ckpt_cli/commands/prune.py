@@ -29,7 +29,7 @@ def prune(
     keep_monthly: o.KeepMonthlyOpt = None,
     keep_best: o.KeepBestOpt = None,
     metric: o.MetricOpt = None,
-    mode: o.ModeOpt = o.Mode.min,
+    mode: o.ModeOpt = None,
     keep_missing_metric: o.KeepMissingMetricOpt = True,
     clean_tmp: o.CleanTmpOpt = False,
     tmp_min_age: o.TmpMinAgeOpt = "1h",
@@ -64,7 +64,7 @@ def prune(
         keep_monthly=keep_monthly or 0,
         keep_best=keep_best or 0,
         metric=metric,
-        mode=mode.value,
+        mode=mode.value if mode is not None else None,
         keep_missing_metric=keep_missing_metric,
     )
     min_age = parse_duration(tmp_min_age, option="--tmp-min-age")

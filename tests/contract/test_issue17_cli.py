@@ -73,14 +73,12 @@ def test_verify_does_not_flag_the_pin_file(world: World, cli) -> None:  # type: 
 # --- prune --keep-best ------------------------------------------------------------------------
 
 
-@xfail
 def test_keep_best_requires_mode(world: World, cli) -> None:  # type: ignore[no-untyped-def]
     r = cli("prune", world.composite, "--keep-best", "1", "--metric", "loss", "--dry-run")
     assert r.code == 2
     assert "--mode" in r.stderr and "max" in r.stderr and "min" in r.stderr
 
 
-@xfail
 def test_prune_plan_shows_the_metric_values(world: World, cli) -> None:  # type: ignore[no-untyped-def]
     args = ["prune", world.composite, "--keep-best", "1", "--metric", "loss", "--mode", "min"]
     doc = one_json_document(cli(*args, "--dry-run", "--json").stdout)
