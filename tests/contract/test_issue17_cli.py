@@ -94,7 +94,6 @@ def test_prune_plan_shows_the_metric_values(world: World, cli) -> None:  # type:
 # --- verify: Composite runs, --sample n/t, --max-duration, --rotate -----------------------------
 
 
-@xfail
 def test_composite_verify_prints_one_digest_line_per_step(world: World, cli) -> None:  # type: ignore[no-untyped-def]
     r = cli("verify", world.composite)
     assert r.code == 0
