@@ -44,9 +44,13 @@ def parse_size(text: str, option: str) -> int:
 
 def parse_sample(text: str) -> SampleSpec:
     """``5%`` (of the array bytes) or an amount of bytes, as any size: ``2G``, ``500MiB``."""
+    from ckpt_cli.core.verify.budget import parse_subset
     from ckpt_cli.core.verify.types import SampleSpec
 
     t = text.strip()
+    subset = parse_subset(t)  # n/t: the n-th of t disjoint subsets (restic's n/t)
+    if subset is not None:
+        return SampleSpec(subset=subset)
     try:
         if t.endswith("%"):
             pct = float(t[:-1])
@@ -59,8 +63,8 @@ def parse_sample(text: str) -> SampleSpec:
         return SampleSpec(bytes=amount)
     except ValueError:  # UsageError is one
         raise UsageError(
-            f"--sample {text!r} is neither a percentage nor an amount of bytes",
-            hint="for example --sample 5% or --sample 2GiB",
+            f"--sample {text!r} is neither a percentage, an amount of bytes nor N/T",
+            hint="for example --sample 5%, --sample 2GiB or --sample 2/7",
         ) from None
 
 

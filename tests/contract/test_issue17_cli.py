@@ -101,7 +101,6 @@ def test_composite_verify_prints_one_digest_line_per_step(world: World, cli) -> 
     assert 1 <= len(lines) <= 2, r.stdout  # 2 steps x 3 items printed 6 lines before
 
 
-@xfail
 def test_sample_partitions_cover_every_chunk_once(world: World, cli) -> None:  # type: ignore[no-untyped-def]
     t = 3
     runs = []
@@ -120,12 +119,25 @@ def test_sample_partitions_cover_every_chunk_once(world: World, cli) -> None:  #
     assert again["checked"]["sample"] == runs[1]
 
 
-@xfail
 @pytest.mark.parametrize("bad", ["0/4", "5/4", "1/0", "a/b", "2/"])
 def test_sample_subset_must_make_sense(world: World, cli, bad: str) -> None:  # type: ignore[no-untyped-def]
     r = cli("verify", world.good, "--sample", bad)
     assert r.code == 2 and "--sample" in r.stderr
     assert "N/T" in r.stderr, r.stderr  # the message names the form that was meant
+
+
+def test_a_damaged_chunk_is_in_exactly_one_subset(world: World, cli, fixture_copy) -> None:  # type: ignore[no-untyped-def]
+    root = fixture_copy("no_ocdbt")
+    chunk = root / "0" / "default" / "params.Dense_0.kernel" / "0.0"
+    chunk.write_bytes(b"not zstd" * 8)
+    t = 4
+    found = []
+    for n in range(1, t + 1):
+        r = cli("verify", root, "--sample", f"{n}/{t}", "--json")
+        codes = {p["code"] for p in one_json_document(r.stdout)["problems"]}
+        found.append("decode-error" in codes)
+        assert r.code == (1 if found[-1] else 0), r.stdout
+    assert found.count(True) == 1, found
 
 
 @xfail

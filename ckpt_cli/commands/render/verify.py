@@ -49,8 +49,11 @@ def item_lines(report: VerifyReport) -> list[str]:
     lines = []
     for step, group in by_step.items():
         states = {i.digests for i in group}
-        if step is not None and len(group) > 1 and len(states) == 1 and not any(
-            errors[id(i)] for i in group
+        if (
+            step is not None
+            and len(group) > 1
+            and len(states) == 1
+            and not any(errors[id(i)] for i in group)
         ):
             names = ", ".join(i.name for i in group)
             lines.append(f"step {step}: {len(group)} items ({names}): {_digests(group[0])}")
@@ -79,7 +82,12 @@ def print_report(report: VerifyReport) -> None:
         s = report.sample
         console.print(
             f"  sample: {s.chunks} of {s.of_chunks} chunks, {human_bytes(s.bytes)} of "
-            f"{human_bytes(s.of_bytes)}, seed {s.seed} (pass --seed {s.seed} to repeat it)"
+            f"{human_bytes(s.of_bytes)}, "
+            + (
+                f"subset {s.subset}"
+                if s.subset
+                else f"seed {s.seed} (pass --seed {s.seed} to repeat it)"
+            )
         )
     if report.problems:
         table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")

@@ -74,7 +74,8 @@ def verify_path(
         if options.sample is not None
         else ("deep" if options.deep or options.record or options.mark_committed else "structure")
     )
-    results, sample = _data_level(facts, options, level, on_progress, executor, unit_bytes)
+    names = [t.name for t in targets]
+    results, sample = _data_level(facts, options, level, on_progress, executor, unit_bytes, names)
     recorded: list[str] = []
     checks = []
     for t, f, r in zip(targets, facts, results, strict=True):
@@ -132,19 +133,21 @@ def _data_level(
     on_progress: ProgressFn | None,
     executor: Executor | None = None,
     unit_bytes: int = DEFAULT_SCAN_UNIT_BYTES,
+    names: list[str] | None = None,
 ) -> tuple[list[DataResult | None], SampleInfo | None]:
     if level == "structure":
         return [None] * len(facts), None
     if options.sample is not None:
         total = sum(sum(i.nbytes for i, _ in f.arrays.values()) for f in facts)
-        total = (
-            int(total * (options.sample.percent or 100) / 100)
-            if options.sample.percent
-            else min(total, options.sample.bytes or 0)
-        )
+        if options.sample.subset is not None:
+            total //= options.sample.subset[1]
+        elif options.sample.percent:
+            total = int(total * options.sample.percent / 100)
+        else:
+            total = min(total, options.sample.bytes or 0)
         on_bytes = ByteProgress(on_progress, "data", total)
         results, sample = sample_items(
-            facts, options.sample, options.seed, options.budget, on_bytes
+            facts, options.sample, options.seed, options.budget, on_bytes, names
         )
         return list(results), sample
     wants = [options.record or f.record is not None for f in facts]

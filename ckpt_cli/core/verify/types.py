@@ -24,6 +24,7 @@ from ckpt_cli.core.verify.problems import Problem, problem
 class SampleSpec:
     percent: float | None = None
     bytes: int | None = None
+    subset: tuple[int, int] | None = None  # (n, t): the n-th of t disjoint subsets of chunks
 
 
 @dataclass(frozen=True)
@@ -118,11 +119,12 @@ class ItemCheck:
 
 @dataclass(frozen=True)
 class SampleInfo:
-    seed: int
+    seed: int | None  # None for an n/t subset, which is not random
     chunks: int
     of_chunks: int
     bytes: int
     of_bytes: int
+    subset: str | None = None  # "n/t"
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,7 @@ class VerifyReport:
                 "of_chunks": self.sample.of_chunks,
                 "bytes": self.sample.bytes,
                 "of_bytes": self.sample.of_bytes,
+                "subset": self.sample.subset,
             },
         }
 
