@@ -19,8 +19,6 @@ import sys
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
-from ckpt_cli.core.schema import json_schema
-
 SCHEMA_BASE = "https://ckpt.invalid/schemas"
 
 ErrorCode = Literal[
@@ -88,6 +86,8 @@ def canonical_hash(schema: dict[str, Any]) -> str:
 
 
 def command_schema(command: str) -> dict[str, Any]:
+    from ckpt_cli.core.schema import json_schema
+
     document, version = _documents()[command], schema_version(command)
     schema = json_schema(
         document | ErrorDocumentJSON,
