@@ -243,6 +243,24 @@ MarkCommittedOpt = Annotated[
         "Refused (nothing written, exit 1) when the check finds errors.",
     ),
 ]
+MaxDurationOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-duration",
+        help="With --deep: read for at most this long (90s, 10m, 2h), counted from the start; "
+        "reports the coverage. Exit code on what was seen.",
+        metavar="DURATION",
+        show_default=False,
+    ),
+]
+RotateOpt = Annotated[
+    bool,
+    typer.Option(
+        "--rotate",
+        help="With --max-duration: continue where the last run stopped (state in each item's "
+        "_CKPT_VERIFY_STATE.json), so N runs cover every chunk.",
+    ),
+]
 JunitOpt = Annotated[
     str | None,
     typer.Option(

@@ -11,8 +11,6 @@ import pytest
 from tests.conftest import FIXTURES
 from tests.contract.conftest import World, one_json_document
 
-xfail = pytest.mark.xfail(strict=True, reason="issue 17: not built yet")
-
 PIN_FILE = "_CKPT_PINNED.json"
 STATE_FILE = "_CKPT_VERIFY_STATE.json"
 
@@ -140,7 +138,6 @@ def test_a_damaged_chunk_is_in_exactly_one_subset(world: World, cli, fixture_cop
     assert found.count(True) == 1, found
 
 
-@xfail
 def test_max_duration_reports_coverage(world: World, cli) -> None:  # type: ignore[no-untyped-def]
     r = cli("verify", world.good, "--deep", "--max-duration", "10m", "--json")
     assert r.code == 0, r.stderr
@@ -151,7 +148,6 @@ def test_max_duration_reports_coverage(world: World, cli) -> None:  # type: igno
     assert cov["budget_s"] == 600
 
 
-@xfail
 @pytest.mark.parametrize(
     ("args", "phrase"),
     [
@@ -167,7 +163,6 @@ def test_budget_flags_are_checked(world: World, cli, args: list[str], phrase: st
     assert phrase in r.stderr and "No such option" not in r.stderr, r.stderr
 
 
-@xfail
 def test_rotate_keeps_its_state_next_to_the_digests(world: World, cli) -> None:  # type: ignore[no-untyped-def]
     assert cli("verify", world.good, "--record").code == 0
     r = cli(

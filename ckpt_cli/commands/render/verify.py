@@ -78,6 +78,21 @@ def print_report(report: VerifyReport) -> None:
             f"  {len(report.unfinished)} unfinished save(s) skipped: "
             f"{', '.join(report.unfinished)} (not checkpoints until committed)"
         )
+    c = report.coverage
+    if c is not None and c.budget_s is not None:
+        share = 100 * c.bytes / max(1, c.of_bytes)
+        why = "budget reached" if c.stopped else "everything read"
+        line = (
+            f"  coverage: {share:.0f}% of {human_bytes(c.of_bytes)} ({c.leaves} of {c.of_leaves} "
+            f"leaves whole) in {c.elapsed_s:.1f} s of {c.budget_s:g} s: {why}"
+        )
+        if report.rotation is not None:
+            r = report.rotation
+            state = "cycle complete" if r.cycle_complete else "--rotate continues next run"
+            line += f"; rotation {100 * r.covered_bytes / max(1, r.of_bytes):.0f}%: {state}"
+        elif c.stopped:
+            line += "; without --rotate every run reads the same first part"
+        console.print(line)
     if report.sample is not None:
         s = report.sample
         console.print(

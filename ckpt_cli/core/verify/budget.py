@@ -24,12 +24,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ckpt_cli._version import __version__
+from ckpt_cli.core.format.digests import STATE_FILE
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import CkptError, UsageError
 
 Clock = Callable[[], float]
+__all__ = ["STATE_FILE", "Deadline", "RotationState", "read_state", "write_state"]
 
-STATE_FILE = "_CKPT_VERIFY_STATE.json"
 STATE_FORMAT = "ckpt-verify-state"
 STATE_VERSION = 1
 

@@ -51,20 +51,47 @@ def deep_item(
     want_digests: bool,
     budget: int = SCAN_BLOCK_BYTES,
     on_bytes: Callable[[int], None] | None = None,
+    stop: Callable[[int], bool] | None = None,
+    start: tuple[int, int] | None = None,
 ) -> DataResult:
-    """Decode every chunk of every readable array; digests and file checksums when wanted."""
+    """Decode every chunk of every readable array; digests and file checksums when wanted.
+
+    Budgeted (``verify --max-duration``): ``stop(bytes_in_flight)`` ends the reads early, and
+    ``start`` = (leaf index in name order, block index) resumes a rotation there;
+    ``resume_at`` in the result says where the next run goes on (None: the item's end was
+    reached). A leaf's digest is checked only when this run read it whole; recorded files are
+    checksummed one by one while the budget lasts.
+    """
     progress = _Bytes(on_bytes)
     files = _data_files(facts) if want_digests else []
     result = DataResult([], {}, {})
+    names = sorted(facts.arrays)
+    first_leaf, first_block = start or (0, 0)
     with ThreadPoolExecutor(_FILE_WORKERS) as pool:
-        sums = [(rel, pool.submit(_checksum, facts, rel, progress)) for rel in files]
+        sums = (
+            [] if stop else [(rel, pool.submit(_checksum, facts, rel, progress)) for rel in files]
+        )
         tasks = [
-            ScanTask(name, info, label, digest=want_digests)
-            for name, (info, label) in sorted(facts.arrays.items())
+            ScanTask(
+                name,
+                facts.arrays[name][0],
+                facts.arrays[name][1],
+                digest=want_digests,
+                start=first_block if i == first_leaf else 0,
+            )
+            for i, name in enumerate(names)
+            if i >= first_leaf
         ]
         if facts.store is not None:
-            for scan in scan_leaves(facts.store, tasks, budget, progress):
+            for scan in scan_leaves(facts.store, tasks, budget, progress, stop):
                 _take_scan(facts, result, scan, facts.arrays[scan.name][0])
+                if scan.complete and scan.error is None:
+                    result.leaves_complete += 1
+                    result.chunks_decoded += facts.arrays[scan.name][0].num_chunks
+                elif not scan.complete and scan.next_block is not None:
+                    result.resume_at = (names.index(scan.name), scan.next_block)
+        if stop is not None:
+            sums = [(rel, _done(_checksum(facts, rel, progress))) for rel in files if not stop(0)]
         _take_sums(facts, result, sums)
     for name, value in facts.strings.items():
         from ckpt_cli.core.format.digests import string_digest
