@@ -8,7 +8,7 @@ DEMO := demo_runs/exp7
 S3PORT := 9055
 S3CKPT := AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(CKPT) --s3-endpoint http://127.0.0.1:$(S3PORT)
 
-.PHONY: demo test lint types pytest fixtures bench clean
+.PHONY: demo test lint types pytest fixtures bench clean schemas
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -106,6 +106,11 @@ types: $(STAMP)
 
 pytest: $(STAMP)
 	$(VENV)/bin/pytest -n 2 -q
+
+# The published JSON Schemas of every command's --json (docs/schemas/), generated from the
+# result types; refuses a changed schema under a schema_version already published.
+schemas: $(STAMP)
+	$(PY) -m ckpt_cli.commands._schemas docs/schemas
 
 fixtures: $(STAMP)
 	$(PY) fixtures/make_fixtures.py

@@ -17,46 +17,17 @@ import hashlib
 import json
 import sys
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Any
 
 SCHEMA_BASE = "https://ckpt.invalid/schemas"
-
-ErrorCode = Literal[
-    "usage",
-    "not-found",
-    "not-a-checkpoint",
-    "invalid-metadata",
-    "unsupported",
-    "storage-error",
-    "unreachable",
-    "refused",
-    "locked",
-    "error",
-    "internal",
-    "interrupted",
-]
-
-
-class ErrorJSON(TypedDict):
-    """What went wrong: a stable code, the one-line message, the next thing to try."""
-
-    code: ErrorCode
-    message: str
-    hint: str | None
-
-
-class ErrorDocumentJSON(TypedDict):
-    """A command that failed before it had a result (exit 2, 3, 70, 130 or 143)."""
-
-    schema_version: int
-    ok: Literal[False]
-    error: ErrorJSON
 
 
 def _documents() -> dict[str, Any]:
     """command -> the TypedDict of its document. Imported here, not at module level, so that
     ``ckpt --help`` never loads the result types."""
-    return {}
+    from ckpt_cli.core.schema.documents import DOCUMENTS
+
+    return dict(DOCUMENTS)
 
 
 #: Every command that prints a --json document (the app test checks the list).
@@ -87,6 +58,7 @@ def canonical_hash(schema: dict[str, Any]) -> str:
 
 def command_schema(command: str) -> dict[str, Any]:
     from ckpt_cli.core.schema import json_schema
+    from ckpt_cli.core.schema.documents import ErrorDocumentJSON
 
     document, version = _documents()[command], schema_version(command)
     schema = json_schema(

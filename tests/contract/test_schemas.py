@@ -28,8 +28,6 @@ from tests.contract.test_json_errors import CASES, app_commands
 SCHEMAS = REPO / "docs" / "schemas"
 VERSIONS = SCHEMAS / "versions.json"
 
-CONTRACT = pytest.mark.xfail(strict=True, reason="issue 17: published schemas not built yet")
-
 
 def published(command: str) -> dict[str, Any]:
     path = SCHEMAS / f"{command}.schema.json"
@@ -51,7 +49,6 @@ def validator(command: str):  # type: ignore[no-untyped-def]
     return Draft202012Validator(schema)
 
 
-@CONTRACT
 def test_every_command_publishes_a_valid_schema() -> None:
     commands = app_commands()
     for command in sorted(commands):
@@ -60,7 +57,6 @@ def test_every_command_publishes_a_valid_schema() -> None:
     assert extra == commands, "a published schema for a command the app does not have"
 
 
-@CONTRACT
 def test_published_schemas_are_the_generated_ones() -> None:
     """The files in docs/ are generated from the result types (``make schemas``)."""
     from ckpt_cli.commands._schemas import command_schemas
@@ -73,7 +69,6 @@ def test_published_schemas_are_the_generated_ones() -> None:
         )
 
 
-@CONTRACT
 def test_schema_changes_bump_the_version() -> None:
     """Each (command, schema_version) has one schema forever: its hash is in versions.json."""
     from ckpt_cli.commands._schemas import command_schemas, schema_version
@@ -93,7 +88,6 @@ def test_schema_changes_bump_the_version() -> None:
         )
 
 
-@CONTRACT
 def test_every_object_is_closed() -> None:
     """Every object lists its properties (``additionalProperties`` false or a schema): a key
     the types do not declare fails validation instead of slipping through."""
@@ -173,7 +167,6 @@ def _check(command: str, doc: Any, errors: list[str]) -> None:
     errors.extend(f"{command}: {'/'.join(map(str, e.absolute_path))}: {e.message}" for e in found)
 
 
-@CONTRACT
 def test_real_outputs_validate(world: World, cli) -> None:  # type: ignore[no-untyped-def]
     for command in app_commands():
         validator(command)  # every schema exists before anything runs
@@ -189,7 +182,6 @@ def test_real_outputs_validate(world: World, cli) -> None:  # type: ignore[no-un
     assert not errors, "\n".join(errors)
 
 
-@CONTRACT
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_error_outputs_validate(case, world: World, cli) -> None:  # type: ignore[no-untyped-def]
     from tests.contract.test_json_errors import _maybe_lock
@@ -202,7 +194,6 @@ def test_error_outputs_validate(case, world: World, cli) -> None:  # type: ignor
     assert not errors, "\n".join(errors)
 
 
-@CONTRACT
 def test_schemas_reject_damaged_documents(world: World, cli) -> None:  # type: ignore[no-untyped-def]
     """A schema that accepts anything proves nothing: drop a required key, add an unknown one,
     change a type; each must fail validation."""
