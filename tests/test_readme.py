@@ -20,7 +20,9 @@ def test_every_problem_code_is_documented_with_its_severity() -> None:
 
 def test_every_command_has_a_readme_section() -> None:
     names = [c.name for c in app.registered_commands]
-    assert names == ["ls", "inspect", "verify", "diff", "prune", "reshard", "migrate"]
+    assert names == [
+        "ls", "inspect", "verify", "diff", "prune", "reshard", "migrate", "pin", "unpin"
+    ]  # fmt: skip
     for name in names:
         assert re.search(rf"^## `ckpt {name}\b", README, re.M), f"no README section for {name}"
 
