@@ -8,7 +8,7 @@ DEMO := demo_runs/exp7
 S3PORT := 9055
 S3CKPT := AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(CKPT) --s3-endpoint http://127.0.0.1:$(S3PORT)
 
-.PHONY: demo test lint types pytest fixtures bench clean schemas
+.PHONY: demo test check lint types pytest docs docs-check docs-reference fixtures bench clean schemas
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -105,17 +105,35 @@ demo: $(STAMP)
 	AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(CKPT) --s3-endpoint http://127.0.0.1:9 ls s3://demo/exp7 || true
 	$(PY) examples/local_s3.py stop demo_runs/s3.pid
 
-test: lint types pytest
+test: lint types docs-check pytest
+
+# The fast loop while developing (under two minutes): lint, format, types, the strict docs build, the non-slow tests.
+check: lint types docs-check
+	$(VENV)/bin/pytest -n 2 -q -m "not slow"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check ckpt_cli tests bench examples fixtures/make_fixtures.py fixtures/make_damaged.py
-	$(VENV)/bin/ruff format --check ckpt_cli tests
+	$(VENV)/bin/ruff check ckpt_cli tests bench examples fixtures/make_fixtures.py fixtures/make_damaged.py docs/gen_reference.py
+	$(VENV)/bin/ruff format --check ckpt_cli tests docs/gen_reference.py
 
 types: $(STAMP)
 	$(VENV)/bin/mypy
 
 pytest: $(STAMP)
 	$(VENV)/bin/pytest -n 2 -q
+
+# The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/; `docs-check`, part of
+# `make test`, builds it strictly into a temporary directory (a broken link or anchor fails) and
+# checks that docs/reference/ matches the app; `docs-reference` rewrites docs/reference/.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
+	@echo "built site/: open site/index.html"
+
+docs-check: $(STAMP)
+	$(PY) docs/gen_reference.py --check
+	@tmp=$$(mktemp -d); if $(VENV)/bin/mkdocs build --strict --site-dir $$tmp/site > $$tmp/log 2>&1; then rm -rf $$tmp; echo 'mkdocs build --strict: ok'; else grep -v '^INFO' $$tmp/log; rm -rf $$tmp; exit 1; fi
+
+docs-reference: $(STAMP)
+	$(PY) docs/gen_reference.py
 
 # The published JSON Schemas of every command's --json (docs/schemas/), generated from the
 # result types; refuses a changed schema under a schema_version already published.
@@ -134,4 +152,4 @@ bench: $(STAMP)
 	$(PY) bench/bench_remote.py
 
 clean:
-	rm -rf $(VENV) demo_runs bench/out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) demo_runs bench/out site .pytest_cache .mypy_cache .ruff_cache

@@ -123,7 +123,7 @@ def main() -> None:
         with (
             LocalCluster(
                 n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                dashboard_address=None, worker_dashboard_address=None,
+                dashboard_address="127.0.0.1:0", worker_dashboard_address=None,
             ) as cluster,
             DaskExecutor(cluster.scheduler_address) as ex,
         ):  # fmt: skip

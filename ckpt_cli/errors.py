@@ -18,7 +18,6 @@ EXIT_USAGE = 2  # bad command line
 EXIT_FAILURE = 3  # expected failure: not a checkpoint, unreadable, refused
 EXIT_INTERRUPTED = 130
 EXIT_BUG = 70  # anything unexpected: a bug in ckpt
-EXIT_TERMINATED = 143  # SIGTERM
 
 #: Codes of failures that are not CkptErrors.
 CODE_INTERNAL = "internal"

@@ -1,12 +1,13 @@
 """Plan a migration: apply a spec's rules, in order, to the leaves of a source item.
 
-The plan is the list of destination leaves, each with the expression that computes its values
-(``migrate_ops``), the source leaves it reads and the operations applied, plus the source leaves
-that were dropped and the rules that matched nothing. Nothing is read or written here: every
-impossible request (a collision, an impossible reshape, a float cast to int without rounding)
+``plan_migration`` returns a frozen ``MigrationPlan`` (``to_json`` is what ``--dry-run --json``
+prints; ``execute.execute`` writes it): the destination leaves, each with the expression that
+computes its values (``ops``), the source leaves it reads and the operations applied, plus the
+source leaves that were dropped and the rules that matched nothing. Only metadata is read here,
+nothing is written: every impossible request (a collision, an impossible reshape, a float cast to int without rounding)
 is a ``RefusedError`` naming the rule, the field and the leaf, before anything is written.
 
-Optimizer state follows parameters (``migrate_tree``): a rule that changes a parameter changes
+Optimizer state follows parameters (``tree``): a rule that changes a parameter changes
 the optimizer leaves that mirror it the same way unless the rule says ``follow_optimizer: false``.
 """
 

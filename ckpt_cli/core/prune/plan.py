@@ -4,7 +4,7 @@ The plan is pure (``plan_prune``): it removes only entries it recognises, namely
 the policy does not keep, unfinished saves (with ``--clean-tmp``, once idle for the minimum age)
 and trash left by an interrupted prune; never the root, ``metadata/``, unknown entries or a
 symlink (a symlinked step is kept and reported; its target is never reached). Deletion itself is
-in ``deletion.py``.
+in ``execute.py``.
 """
 
 from __future__ import annotations
@@ -305,7 +305,7 @@ def scan_root(root: Location, detected: Detected | None = None) -> RootScan:
 
 
 def is_tombstoned(loc: Location) -> bool:
-    """Whether prune began to delete this step on an object store (see ``deletion``)."""
+    """Whether prune began to delete this step on an object store (see ``execute``)."""
     return loc.requires_commit_marker and loc.child(TOMBSTONE).is_file()
 
 

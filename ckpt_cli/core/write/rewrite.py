@@ -165,7 +165,7 @@ def write_step(
     """Write ``leaves`` as step ``step`` (default: the source's number) of the root ``dst``;
     ``leaf_digests`` (values known unchanged, e.g. by reshard) are recorded for the new item
     with freshly computed file checksums, so verify keeps checking them. With ``executor`` the
-    arrays are written in units by its workers (``core/scale.py``); metadata, digests and the
+    arrays are written in units by its workers (``distributed.py``); metadata, digests and the
     commit stay here, after every unit succeeded. ``check_destination`` False: the caller
     already ran ``prepare_destination``."""
     if check_destination:

@@ -27,7 +27,7 @@ Region = tuple[slice, ...]
 
 class SourcePlan(Protocol):
     """A picklable description of a leaf's values, rebuilt into a ``BlockSource`` by a worker of
-    a scaled-out run (``core/scale.py``): data only (the source item's URL, leaf names, the
+    a scaled-out run (``distributed.py``): data only (the source item's URL, leaf names, the
     operation), never an open handle."""
 
     @property

@@ -42,6 +42,7 @@ def _record(path: Path, budget: int | None = None) -> dict[str, str]:
 def test_digest_is_sha256_of_the_c_order_values(fixture_copy) -> None:  # type: ignore[no-untyped-def]
     root = fixture_copy("multiprocess")
     digests = _record(root)
+    assert digests
     for name, digest in digests.items():
         spec = {
             "driver": "zarr",
