@@ -97,7 +97,7 @@ def test_every_command_that_prints_json_has_its_schema_documented() -> None:
     for name in with_json:
         section = re.search(rf"^## `ckpt {name}`\n(.*?)(?=^## |\Z)", page, re.M | re.S)
         assert section, f"docs/json.md has no section for ckpt {name}"
-        assert '"schema_version": 1' in section.group(1), name
+        assert re.search(r'"schema_version": \d', section.group(1)), name
 
 
 def test_the_design_page_names_every_package_and_module() -> None:

@@ -25,7 +25,7 @@ SCHEMA_BASE = "https://ckpt.invalid/schemas"
 def _documents() -> dict[str, Any]:
     """command -> the TypedDict of its document. Imported here, not at module level, so that
     ``ckpt --help`` never loads the result types."""
-    from ckpt_cli.core.schema.documents import DOCUMENTS
+    from ckpt_cli.core.schema.documents_write import DOCUMENTS
 
     return dict(DOCUMENTS)
 

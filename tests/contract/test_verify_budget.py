@@ -122,6 +122,7 @@ def test_rotations_read_every_block(big: Path, tmp_path: Path, monkeypatch: Any)
 def test_a_short_real_budget_stops_part_way(big: Path, cli) -> None:  # type: ignore[no-untyped-def]
     r = cli("verify", big, "--deep", "--max-duration", "1s", "--json")
     assert r.code == 0, r.stderr
-    cov = one_json_document(r.stdout)["checked"]["coverage"]
+    doc = one_json_document(r.stdout)
+    cov = doc["checked"]["coverage"]
     assert cov["stopped"] == "max-duration" and 0 < cov["bytes"] < cov["of_bytes"] == GIB
-    print(f"real clock: budget 1 s, elapsed {cov['elapsed_s']} s, {cov['bytes']} bytes")
+    print(f"real clock: budget 1 s, elapsed {doc['elapsed_s']} s, {cov['bytes']} bytes")

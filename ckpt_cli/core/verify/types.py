@@ -128,7 +128,6 @@ class Coverage:
             "complete": self.complete,
             "stopped": self.stopped,
             "budget_s": self.budget_s,
-            "elapsed_s": round(self.elapsed_s, 3),
         }
 
 
