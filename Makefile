@@ -8,7 +8,7 @@ DEMO := demo_runs/exp7
 S3PORT := 9055
 S3CKPT := AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(CKPT) --s3-endpoint http://127.0.0.1:$(S3PORT)
 
-.PHONY: demo test check lint types pytest docs docs-check docs-reference fixtures bench clean
+.PHONY: demo test check lint types pytest docs docs-check docs-reference fixtures bench clean schemas
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -90,6 +90,16 @@ demo: $(STAMP)
 	$(CKPT) prune $(DEMO) --keep-last 1 --keep-every 500 --yes
 	$(CKPT) ls $(DEMO)
 	$(PY) -c "import orbax.checkpoint as ocp; print('orbax sees steps', ocp.CheckpointManager('$(DEMO)').all_steps())"
+	@echo "== ckpt pin: prune keeps a pinned step whatever the rules, and says why; Orbax ignores the pin"
+	$(CKPT) pin $(DEMO) 500 --note "best eval so far"
+	$(CKPT) ls $(DEMO)
+	$(CKPT) prune $(DEMO) --keep-last 1 --dry-run
+	$(CKPT) unpin $(DEMO) 500
+	@echo "== a nightly budget: --max-duration with --rotate (state next to the digests), or the n-th of t subsets"
+	$(CKPT) verify $(DEMO) --latest --deep --max-duration 10s --rotate
+	$(CKPT) verify $(DEMO) --latest --sample 2/3
+	@echo "== --json on an error: one document on stdout, same exit code (3)"
+	$(CKPT) verify demo_runs/no-such-run --json || true
 	@echo "== object storage: an S3-compatible server on 127.0.0.1 (moto), bucket 'demo'"
 	$(PY) examples/local_s3.py stop demo_runs/s3.pid
 	$(PY) examples/local_s3.py start $(S3PORT) demo demo_runs/s3.pid
@@ -141,6 +151,11 @@ docs-check: $(STAMP)
 
 docs-reference: $(STAMP)
 	$(PY) docs/gen_reference.py
+
+# The published JSON Schemas of every command's --json (docs/schemas/), generated from the
+# result types; refuses a changed schema under a schema_version already published.
+schemas: $(STAMP)
+	$(PY) -m ckpt_cli.commands._schemas docs/schemas
 
 fixtures: $(STAMP)
 	$(PY) fixtures/make_fixtures.py

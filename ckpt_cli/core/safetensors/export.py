@@ -23,10 +23,10 @@ from ckpt_cli.core.migrate.spec import MigrationSpec
 from ckpt_cli.core.migrate.tree import Step
 from ckpt_cli.core.safetensors.dtypes import safetensors_dtype
 from ckpt_cli.core.safetensors.plan import FilesPlan, TensorSpec, plan_files
+from ckpt_cli.core.schema import document
 from ckpt_cli.core.storage import StorageOptions
 from ckpt_cli.errors import RefusedError
 
-SCHEMA_VERSION = 1
 FRAMEWORKS = ("pt", "np", "flax", "tf", "mlx")
 CAST_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
 #: transformers' default for ``save_pretrained(max_shard_size=...)``: 5 GB (decimal).
@@ -102,28 +102,29 @@ class ExportPlan:
         return self.files.total_size
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "source": {
-                "path": self.source,
-                "item": self.item,
-                "step": self.step,
-                "orbax_format": self.orbax_format,
-            },
-            "out": self.out,
-            "format": "safetensors",
-            "spec": self.spec,
-            "metadata": self.metadata,
-            "total_bytes": self.total_bytes,
-            "index": self.files.index_name,
-            "files": [
-                {"name": f.name, "bytes": f.size, "tensors": len(f.header.tensors)}
-                for f in self.files.files
-            ],
-            "tensors": [t.to_json() for t in self.tensors],
-            "skipped": [s.to_json() for s in self.skipped],
-            "unused_rules": list(self.unused_rules),
-        }
+        return document(
+            {
+                "source": {
+                    "path": self.source,
+                    "item": self.item,
+                    "step": self.step,
+                    "orbax_format": self.orbax_format,
+                },
+                "out": self.out,
+                "format": "safetensors",
+                "spec": self.spec,
+                "metadata": self.metadata,
+                "total_bytes": self.total_bytes,
+                "index": self.files.index_name,
+                "files": [
+                    {"name": f.name, "bytes": f.size, "tensors": len(f.header.tensors)}
+                    for f in self.files.files
+                ],
+                "tensors": [t.to_json() for t in self.tensors],
+                "skipped": [s.to_json() for s in self.skipped],
+                "unused_rules": list(self.unused_rules),
+            }
+        )
 
 
 def orbax_format(report: ItemReport) -> str:

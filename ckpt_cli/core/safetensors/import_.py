@@ -25,10 +25,10 @@ from ckpt_cli.core.migrate.tree import Step, Work, fill_key_types, key_types
 from ckpt_cli.core.reshard.rules import Rule
 from ckpt_cli.core.safetensors.dtypes import TO_NUMPY
 from ckpt_cli.core.safetensors.reader import SafetensorsReader, check_against_index, find_files
+from ckpt_cli.core.schema import document
 from ckpt_cli.core.write.types import WriteOptions
 from ckpt_cli.errors import RefusedError, UsageError
 
-SCHEMA_VERSION = 1
 SINGLE_DEVICE = ShardingInfo("SingleDeviceSharding", device_str="cpu:0")
 
 
@@ -116,24 +116,25 @@ class ImportPlan:
         return sum(leaf.nbytes for leaf in self.leaves)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "source": {
-                "path": self.source,
-                "files": list(self.files),
-                "index": self.index,
-                "metadata": self.source_metadata,
-            },
-            "output": {"root": self.dst, "step": self.step, "item": "default"},
-            "spec": self.spec.path if self.spec else None,
-            "mesh": dict(zip(self.mesh.axis_names, self.mesh.shape, strict=True))
-            if self.mesh
-            else None,
-            "total_bytes": self.total_bytes,
-            "leaves": [leaf.to_json() for leaf in self.leaves],
-            "dropped": list(self.dropped),
-            "unused_rules": list(self.unused_rules),
-        }
+        return document(
+            {
+                "source": {
+                    "path": self.source,
+                    "files": list(self.files),
+                    "index": self.index,
+                    "metadata": self.source_metadata,
+                },
+                "output": {"root": self.dst, "step": self.step, "item": "default"},
+                "spec": self.spec.path if self.spec else None,
+                "mesh": dict(zip(self.mesh.axis_names, self.mesh.shape, strict=True))
+                if self.mesh
+                else None,
+                "total_bytes": self.total_bytes,
+                "leaves": [leaf.to_json() for leaf in self.leaves],
+                "dropped": list(self.dropped),
+                "unused_rules": list(self.unused_rules),
+            }
+        )
 
 
 def source_work(src: str) -> tuple[Any, list[Work], dict[str, str]]:

@@ -25,7 +25,7 @@ from ckpt_cli.core.safetensors.header import (
     parse_header,
 )
 from ckpt_cli.core.safetensors.plan import INDEX_SUFFIX, ShardIndex, parse_index
-from ckpt_cli.errors import InvalidSafetensorsError, NotFoundError, StorageError
+from ckpt_cli.errors import InvalidSafetensorsError, NotFoundError, StorageError, UnsupportedError
 
 
 class ByteSource(Protocol):
@@ -203,6 +203,12 @@ class SourceFiles:
 
 def find_files(path: str) -> SourceFiles:
     """A ``.safetensors`` file, an index file, or a directory holding either."""
+    if "://" in path and not path.startswith("file://"):
+        raise UnsupportedError(
+            f"{path}: import reads local safetensors files only",
+            hint="copy the files to local disk first (e.g. `aws s3 cp --recursive`, `gcloud storage cp -r`)",
+        )
+    path = path.removeprefix("file://")
     if os.path.isfile(path):
         if path.endswith(INDEX_SUFFIX):
             return _from_index(path)
