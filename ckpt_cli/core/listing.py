@@ -23,6 +23,7 @@ from ckpt_cli.core.format.metadata import (
     read_step_metadata,
 )
 from ckpt_cli.core.format.names import COMMIT_MARKER, METRICS_ITEM, TOMBSTONE, parse_step_name
+from ckpt_cli.core.format.pins import Pin, read_pin
 from ckpt_cli.core.schema import document
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import CkptError, NotACheckpointError
@@ -42,6 +43,7 @@ class StepInfo:
     formats: dict[str, str]
     latest: bool = False
     problem: str | None = None
+    pinned: Pin | None = None  # ``ckpt pin``: prune always keeps the step
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -57,6 +59,7 @@ class StepInfo:
             "metrics": self.metrics,
             "formats": self.formats,
             "problem": self.problem,
+            "pinned": self.pinned.to_json() if self.pinned else None,
         }
 
 
@@ -154,6 +157,7 @@ def _step_info_from_listing(ref: StepRef) -> StepInfo:
         metrics=metrics,
         formats=formats,
         problem=problem,
+        pinned=read_pin(loc, ref.children),
     )
 
 
@@ -198,6 +202,7 @@ def step_info(ref: StepRef, from_listing: bool = False) -> StepInfo:
         metrics=metrics,
         formats=formats,
         problem=problem,
+        pinned=read_pin(loc, ref.children),
     )
 
 

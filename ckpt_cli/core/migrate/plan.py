@@ -25,7 +25,7 @@ from ckpt_cli.core.format.names import unsafe_as_path
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.sharding import ShardingInfo
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
-from ckpt_cli.core.migrate import ops, rules
+from ckpt_cli.core.migrate import ops, rules, stack
 from ckpt_cli.core.migrate.layout import Layout, layout_for
 from ckpt_cli.core.migrate.spec import MigrationSpec, Rule, load_spec
 from ckpt_cli.core.migrate.target import Difference, abstract_state, compare_target, import_function
@@ -258,7 +258,8 @@ def plan_migration(
         functions[rule.function] = import_function(rule.function, where)
     ref = resolve_item(_open(source, storage), step, item)
     report = inspect_item(ref)
-    leaves, dropped, unused, skipped = apply_spec(report, parsed, write.max_chunk_bytes)
+    skipped: list[Skip] = []
+    leaves, dropped, unused = apply_spec(report, parsed, write.max_chunk_bytes, skipped)
     plan = MigrationPlan(
         parsed,
         leaves,
@@ -275,7 +276,7 @@ def plan_migration(
         allow_mismatch=allow_mismatch,
         record_digests=record_digests,
         functions=functions,
-        skipped=skipped,
+        skipped=tuple(skipped),
     )
     if target is None:
         return plan
@@ -299,25 +300,36 @@ def _open(target: str | os.PathLike[str] | Location, storage: StorageOptions | N
 
 
 def apply_spec(
-    report: ItemReport, spec: MigrationSpec, max_chunk_bytes: int
-) -> tuple[tuple[DestLeaf, ...], tuple[str, ...], tuple[str, ...], tuple[Skip, ...]]:
+    report: ItemReport,
+    spec: MigrationSpec,
+    max_chunk_bytes: int,
+    skipped: list[Skip] | None = None,
+) -> tuple[tuple[DestLeaf, ...], tuple[str, ...], tuple[str, ...]]:
     """The spec's rules applied in order: (destination leaves, dropped source leaves, labels
-    of the rules that matched nothing, PRNG state left unchanged)."""
-    work = [Work.from_leaf(leaf) for leaf in report.leaves]
-    unused = []
-    skipped: list[Skip] = []
-    for rule in spec.rules:
-        work, matched = _apply(rule, work, skipped)
-        if not matched:
-            unused.append(rule.label)
-        rules.check_tree(rule, work)
+    of the rules that matched nothing); ``skipped`` collects the PRNG state rules left alone."""
+    work, unused = apply_rules([Work.from_leaf(leaf) for leaf in report.leaves], spec, skipped)
     default = _default_sharding(report.leaves)
     sources = {leaf.name: leaf for leaf in report.leaves}
     kinds = fill_key_types(work)
     leaves = tuple(_freeze(w, kinds, default, sources, max_chunk_bytes) for w in work)
     reached = {s for leaf in leaves for s in leaf.sources}
     dropped = tuple(leaf.name for leaf in report.leaves if leaf.name not in reached)
-    return leaves, dropped, tuple(unused), tuple(skipped)
+    return leaves, dropped, unused
+
+
+def apply_rules(
+    work: list[Work], spec: MigrationSpec, skipped: list[Skip] | None = None
+) -> tuple[list[Work], tuple[str, ...]]:
+    """The spec's rules applied in order to leaves being planned (from an Orbax item, or the
+    tensors of an import): the leaves, and the labels of the rules that matched nothing."""
+    unused = []
+    left: list[Skip] = [] if skipped is None else skipped
+    for rule in spec.rules:
+        work, matched = _apply(rule, work, left)
+        if not matched:
+            unused.append(rule.label)
+        rules.check_tree(rule, work)
+    return work, tuple(unused)
 
 
 def _apply(rule: Rule, work: list[Work], skipped: list[Skip]) -> tuple[list[Work], bool]:
@@ -325,6 +337,11 @@ def _apply(rule: Rule, work: list[Work], skipped: list[Skip]) -> tuple[list[Work
         return rules.add(rule, work), True
     if rule.op == "concat":
         return rules.concat(rule, work)
+    if rule.op == "stack":
+        return stack.stack(rule, work)
+    change, follow_change = rules.change, rules.follow_change
+    if rule.op == "unstack":
+        change, follow_change = stack.unstack, stack.follow_unstack
     arrays_only = rule.op not in ("rename", "drop", "keep_only")
     direct = [w for w in work if (w.expr is not None or not arrays_only) and rule.selects(w.name)]
     if rule.op in _VALUE_OPS and direct:
@@ -346,9 +363,9 @@ def _apply(rule: Rule, work: list[Work], skipped: list[Skip]) -> tuple[list[Work
     follow = followers(rule, direct, work) if rule.follow_optimizer else {}
     changes: dict[int, list[Work]] = {}
     for w in direct:
-        changes[id(w)] = rules.change(rule, w, None)
+        changes[id(w)] = change(rule, w, None)
         for f in follow.get(id(w), []):
-            changes[id(f)] = rules.follow_change(rule, w, f, changes[id(w)])
+            changes[id(f)] = follow_change(rule, w, f, changes[id(w)])
     out: list[Work] = []
     for w in work:
         out += changes.get(id(w), [w])

@@ -53,6 +53,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "transpose": ("match", "exclude", "axes", "follow_optimizer"),
     "split": ("match", "exclude", "into", "axis", "sizes", "follow_optimizer"),
     "concat": ("from", "to", "axis", "follow_optimizer"),
+    "stack": ("from", "to", "axis", "follow_optimizer"),
+    "unstack": ("match", "exclude", "to", "axis", "follow_optimizer"),
     "add": ("name", "shape", "dtype", "init", "value_type", "follow_optimizer"),
     "set": ("match", "exclude", "value", "follow_optimizer"),
     "python": ("match", "exclude", "function", "shape", "dtype", "follow_optimizer"),
@@ -67,6 +69,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "transpose": ("match", "axes"),
     "split": ("match", "into", "axis"),
     "concat": ("from", "to", "axis"),
+    "stack": ("from", "to"),
+    "unstack": ("match", "to"),
     "add": ("name", "shape"),
     "set": ("match", "value"),
     "python": ("match", "function"),
@@ -328,8 +332,13 @@ def _rule(index: int, item: Any, seed: int, where: str) -> Rule:
     )
     if f.has("exclude"):
         kw["exclude"] = f.regexes("exclude")
-    if op in ("rename", "concat"):
+    if op in ("rename", "concat", "stack"):
         kw["match"] = f.regexes("from", at_least=2 if op == "concat" else 1)
+        if op == "stack" and (len(kw["match"]) != 1 or "i" not in kw["match"][0].groupindex):
+            raise f.fail(
+                "from",
+                "stack takes one pattern with a group named i, e.g. (?P<i>\\d+), that numbers the leaves",
+            )
         if op == "concat" and len({p.groups for p in kw["match"]}) != 1:
             raise f.fail(
                 "from", "every pattern must have the same number of groups (they pair inputs)"
@@ -338,6 +347,17 @@ def _rule(index: int, item: Any, seed: int, where: str) -> Rule:
         kw["to"] = f.template("to", f.get("to"), first.groups, set(first.groupindex))
     elif op != "add":
         kw["match"] = f.regexes("match")
+    if op == "unstack":
+        pattern = kw["match"][0]
+        to = f.template("to", f.get("to"), pattern.groups, set(pattern.groupindex))
+        if "{i}" not in to:
+            raise f.fail(
+                "to",
+                f"needs {{i}} where the index goes, e.g. 'params.layers_{{i}}.\\1', got {to!r}",
+            )
+        kw["to"] = to
+    if op in ("stack", "unstack"):
+        kw["axis"] = f.integer("axis", f.get("axis")) if f.has("axis") else 0
     if op == "split":
         if len(kw["match"]) != 1:
             raise f.fail("match", "split takes one pattern (its groups name the outputs)")

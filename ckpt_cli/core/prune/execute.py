@@ -35,6 +35,7 @@ from ckpt_cli.core.format.names import (
     looks_like_item,
     parse_step_name,
 )
+from ckpt_cli.core.format.pins import PIN_FILE
 from ckpt_cli.core.progress import Progress, ProgressFn
 from ckpt_cli.core.prune.plan import (
     LOCK_NAME,
@@ -220,6 +221,8 @@ def _why_unsafe(
     resolved = loc.resolve()
     if resolved.parent != real_root:
         return "resolves outside the root"
+    if r.kind == "step" and loc.child(PIN_FILE).exists():
+        return "pinned since the plan (`ckpt pin`)"
     if r.kind == "tmp" and tmp_min_age is not None:
         age = datetime.now(timezone.utc) - modified_at(loc)
         if age < tmp_min_age:

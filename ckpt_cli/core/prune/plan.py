@@ -17,7 +17,14 @@ from typing import Any, Literal
 from ckpt_cli.core.format.layout import Detected, detect
 from ckpt_cli.core.format.names import TOMBSTONE, parse_step_name
 from ckpt_cli.core.listing import StepInfo, list_root
-from ckpt_cli.core.prune.policy import Policy, format_duration, keep_reasons, rough_duration
+from ckpt_cli.core.prune.policy import (
+    MetricRank,
+    Policy,
+    format_duration,
+    keep_reasons,
+    metric_ranks,
+    rough_duration,
+)
 from ckpt_cli.core.schema import document
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
@@ -62,6 +69,7 @@ class KeptStep:
     path: str
     reasons: tuple[str, ...]
     committed_at: datetime | None = None
+    metric: MetricRank | None = None  # with --keep-best: the value it was ranked by
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,6 +78,7 @@ class KeptStep:
             "path": self.path,
             "committed_at": _iso(self.committed_at),
             "reasons": [*self.reasons],
+            "metric": self.metric.to_json() if self.metric else None,
         }
 
 
@@ -83,11 +92,13 @@ class Removal:
     size_bytes: int
     step: int | None = None
     committed_at: datetime | None = None  # steps only
+    metric: MetricRank | None = None  # steps, with --keep-best: the value it was ranked by
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"step": self.step, "name": self.name, "path": self.path}
         if self.kind == "step":
             doc["committed_at"] = _iso(self.committed_at)
+            doc["metric"] = self.metric.to_json() if self.metric else None
         else:
             doc["kind"] = self.kind
         return {**doc, "size_bytes": self.size_bytes}
@@ -169,14 +180,22 @@ def plan_prune(
         reasons = {s.name: (NO_STEP_RULE,) for s in committed}
     else:
         reasons = keep_reasons(committed, policy, now)
+    ranks = metric_ranks(committed, policy)
     keep: list[KeptStep] = []
     delete: list[Removal] = []
     for s in committed:
-        why = reasons.get(s.name) or ((SYMLINK_KEPT,) if s.name in scan.symlinks else None)
+        why = reasons.get(s.name, ())
+        if s.pinned is not None:  # `ckpt pin`: kept whatever the rules say
+            why = (s.pinned.reason, *why)
+        if not why and s.name in scan.symlinks:
+            why = (SYMLINK_KEPT,)
+        rank = ranks.get(s.name)
         if why:
-            keep.append(KeptStep(s.step, s.name, s.path, why, s.committed_at))
+            keep.append(KeptStep(s.step, s.name, s.path, why, s.committed_at, rank))
         else:
-            delete.append(Removal("step", s.name, s.path, s.size_bytes, s.step, s.committed_at))
+            delete.append(
+                Removal("step", s.name, s.path, s.size_bytes, s.step, s.committed_at, rank)
+            )
     untouched = [
         Untouched(s.name, s.path, "uncommitted: a save may still be in progress")
         for s in scan.steps

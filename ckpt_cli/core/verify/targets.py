@@ -23,6 +23,7 @@ from ckpt_cli.core.format.names import (
     looks_like_item,
     parse_step_name,
 )
+from ckpt_cli.core.format.pins import PIN_FILE
 from ckpt_cli.core.format.resolve import find_step
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.core.verify.problems import Problem, problem
@@ -228,7 +229,8 @@ def _check_step(
     for e in entries:
         rel = _join(shown, e.name)
         if not e.is_dir:
-            if e.name not in (STEP_METADATA, COMMIT_MARKER, V1_MARKER):
+            # PIN_FILE: ckpt pin; V1_MARKER: the v1 API's own file
+            if e.name not in (STEP_METADATA, COMMIT_MARKER, PIN_FILE, V1_MARKER):
                 problems.append(
                     problem(
                         "unknown-file",

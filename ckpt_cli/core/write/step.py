@@ -30,14 +30,14 @@ class StepWriter:
         self._started = False
 
     def begin(self) -> None:
-        from ckpt_cli.errors import NotACheckpointError
+        from ckpt_cli.errors import RefusedError
 
         if self.in_place and self._left_by_ckpt():
             self.final.delete_tree(
                 first=(COMMIT_MARKER,)
             )  # an earlier ckpt write of ours that died: never committed
         if self.final.exists():
-            raise NotACheckpointError(
+            raise RefusedError(  # a refusal (exit 3), scripts see code "refused"
                 f"{self.final} already exists",
                 hint="choose another destination; ckpt never overwrites a step",
             )
