@@ -96,6 +96,23 @@ def compile_filter(pattern: str | None, option: str = "--filter") -> re.Pattern[
         raise UsageError(f"{option} {pattern!r} is not a valid pattern: {e}") from None
 
 
+def literal_name(pattern: str) -> str | None:
+    """The one leaf name a regular expression matches when it holds no operator (``.`` taken as
+    the dot of a dotted name, ``\\.`` too), else None: how a rule names a leaf exactly."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern) and not pattern[i + 1].isalnum():
+            out.append(pattern[i + 1])
+            i += 2
+            continue
+        if c in "*+?[](){}|^$\\":
+            return None
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def chunk_key(index: tuple[int, ...], zarr3: bool) -> str:
     """A chunk's key below its array: ``0.1`` (zarr2, ``.`` as Orbax writes), ``c/0/1`` (zarr3)."""
     if zarr3:

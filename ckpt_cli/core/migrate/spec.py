@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_cli.core.format.arrays import EXTRA_DTYPES
+from ckpt_cli.core.format.names import literal_name
 from ckpt_cli.core.migrate.initializers import FAN_KINDS, Initializer, parse_init
 from ckpt_cli.errors import NotFoundError, RefusedError
 
@@ -111,7 +112,7 @@ class Rule:
     def names_exactly(self, name: str) -> bool:
         """Whether a ``match`` pattern spells out ``name`` itself (dots escaped or not), not a
         family of leaves: what a rule must do to change PRNG key data."""
-        return any(_literal(p.pattern) == name for p in self.match)
+        return any(literal_name(p.pattern) == name for p in self.match)
 
     def selects(self, name: str) -> re.Match[str] | None:
         """The match of the first ``match`` pattern that takes the whole name, unless excluded."""
@@ -122,23 +123,6 @@ class Rule:
             if m:
                 return m
         return None
-
-
-def _literal(pattern: str) -> str | None:
-    """The one name a pattern matches when it holds no operator (``.`` taken as the dot of a
-    leaf name, ``\\.`` too), else None."""
-    out, i = [], 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\" and i + 1 < len(pattern) and not pattern[i + 1].isalnum():
-            out.append(pattern[i + 1])
-            i += 2
-            continue
-        if c in "*+?[](){}|^$\\":
-            return None
-        out.append(c)
-        i += 1
-    return "".join(out)
 
 
 @dataclass(frozen=True)
