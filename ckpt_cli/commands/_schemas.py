@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,16 @@ COMMANDS = ("ls", "inspect", "verify", "diff", "prune", "reshard", "migrate", "p
 def schema_version(command: str) -> int:
     """The version of ``command``'s document: its result type's ``SCHEMA_VERSION``."""
     from ckpt_cli.core.inspect import ItemReport
+    from ckpt_cli.core.migrate.plan import MigrationPlan
+    from ckpt_cli.core.reshard.plan import ReshardPlan
     from ckpt_cli.core.schema import SCHEMA_VERSION
 
-    return {"inspect": ItemReport.SCHEMA_VERSION}.get(command, SCHEMA_VERSION)
+    versions = {
+        "inspect": ItemReport.SCHEMA_VERSION,
+        "reshard": ReshardPlan.SCHEMA_VERSION,
+        "migrate": MigrationPlan.SCHEMA_VERSION,
+    }
+    return versions.get(command, SCHEMA_VERSION)
 
 
 def schema_version_of_argv(argv: list[str]) -> int:
@@ -70,7 +78,9 @@ def command_schema(command: str) -> dict[str, Any]:
             "error document. `ok` is true exactly when the exit code is 0."
         ),
     )
-    for name in (document.__name__, ErrorDocumentJSON.__name__):
+    # A command may print one of several documents (inspect: one item, or every item).
+    members = typing.get_args(document) or (document,)
+    for name in (*(m.__name__ for m in members), ErrorDocumentJSON.__name__):
         schema["$defs"][name]["properties"]["schema_version"] = {"const": version}
     return schema
 

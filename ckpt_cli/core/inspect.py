@@ -129,8 +129,10 @@ class SubtreeTotal:
 class ItemReport:
     """What ``inspect`` knows about one item."""
 
-    #: 2: JSON-item values are JSON values (they were JSON text in 1).
-    SCHEMA_VERSION: ClassVar[int] = 2
+    #: 2: JSON-item values are JSON values (they were JSON text in 1). 3: ``kind``; a typed
+    #: key's ``dtype``/``shape`` are the key's (``key<fry>``), ``key_data`` what is stored;
+    #: ``other_items``; a step of several items shows them all (``items``).
+    SCHEMA_VERSION: ClassVar[int] = 3
 
     ref: ItemRef
     storage: str  # ocdbt | ocdbt-unmerged | zarr | json

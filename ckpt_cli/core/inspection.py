@@ -61,7 +61,8 @@ class StepInspection:
                 "step": ref.step,
                 "item": None,
                 "items": [r.to_json() for r in self.items],
-            }
+            },
+            version=ItemReport.SCHEMA_VERSION,
         )
 
 

@@ -17,7 +17,7 @@ import math
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from ckpt_cli.core.format.arrays import dtype_itemsize
 from ckpt_cli.core.format.layout import ItemRef, detect
@@ -128,6 +128,8 @@ class MigrationPlan:
     skipped: tuple[Skip, ...] = ()
 
     kind = "migrate"
+    #: 2: ``skipped``, the PRNG state rules matched by pattern and left alone.
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     @property
     def total_bytes(self) -> int:
@@ -217,7 +219,8 @@ class MigrationPlan:
                     "function": self.target,
                     "differences": [d.to_json() for d in self.differences or ()],
                 },
-            }
+            },
+            version=self.SCHEMA_VERSION,
         )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from ckpt_cli.core.format.arrays import dtype_itemsize
 from ckpt_cli.core.format.layout import ItemRef
@@ -97,6 +97,8 @@ class ReshardPlan:
     operation: dict[str, Any]  # recorded in the new step's ckpt_history
 
     kind = "reshard"
+    #: 2: ``follows`` per leaf (optimizer moments that take their parameter's sharding).
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     @property
     def leaves(self) -> tuple[LeafPlan, ...]:
@@ -132,7 +134,8 @@ class ReshardPlan:
                 "total_bytes": self.total_bytes,
                 "unused_rules": list(self.layout.unused_rules),
                 "leaves": [p.to_json() for p in self.leaves],
-            }
+            },
+            version=self.SCHEMA_VERSION,
         )
 
 
