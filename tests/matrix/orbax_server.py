@@ -5,7 +5,7 @@
 Requests: ``{"op": "item", "path": P, "kind": "pytree" | "array" | "json"}`` restores one item
 without a target, as the matrix truth was made (``truth.json``); ``{"op": "steps", "path": R}``
 is ``CheckpointManager(R).all_steps()``. Each answer is one JSON line: ``{"ok": true, ...}``
-with the restored leaves described like ``fixtures/matrix/cases.py`` describes them (keypath,
+with the restored leaves described by ``fixtures/matrix/cases.py``'s own ``walk`` (keypath,
 kind, dtype, shape, sha256 of the C-order bytes, key data for typed keys), or ``{"ok": false,
 "error": FIRST_LINE}``. Importing JAX and Orbax once for a few hundred restores is what keeps
 the matrix tests fast; the process runs with 8 forced CPU devices, so sharded outputs restore
@@ -21,7 +21,6 @@ os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ["JAX_ENABLE_X64"] = "1"  # float64/int64 jax.Arrays restore as themselves
 
-import hashlib
 import json
 import logging
 import warnings
@@ -31,74 +30,12 @@ from typing import Any
 logging.disable(logging.WARNING)
 warnings.simplefilter("ignore")  # "Sharding info not provided": restoring without a target is meant
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
 import orbax.checkpoint as ocp  # noqa: E402
 
-
-def _typed_key(x: Any) -> bool:
-    try:
-        return bool(jax.numpy.issubdtype(x.dtype, jax.dtypes.prng_key))
-    except Exception:
-        return False
-
-
-def leaf_record(value: Any) -> dict[str, Any]:
-    if value is None:
-        return {"kind": "none"}
-    if isinstance(value, str):
-        return {"kind": "string", "value": value}
-    rec: dict[str, Any] = {}
-    if isinstance(value, (bool, int, float)) and not isinstance(value, np.generic):
-        rec["kind"] = "python_" + type(value).__name__
-    else:
-        rec["kind"] = "jax.Array" if isinstance(value, jax.Array) else type(value).__name__
-    if _typed_key(value):
-        rec["kind"] = "typed_key"
-        rec["key_impl"] = str(jax.random.key_impl(value))
-        rec["key_shape"] = list(value.shape)
-        value = jax.random.key_data(value)
-    a = np.array(np.asarray(value), order="C", copy=True)
-    rec["dtype"] = str(a.dtype)
-    rec["shape"] = list(a.shape)
-    rec["sha256"] = hashlib.sha256(a.tobytes()).hexdigest()
-    sharding = getattr(value, "sharding", None)
-    spec, mesh = getattr(sharding, "spec", None), getattr(sharding, "mesh", None)
-    if spec is not None and mesh is not None:
-        rec["sharding"] = {
-            "mesh": {str(k): int(v) for k, v in mesh.shape.items()},
-            "spec": [list(p) if isinstance(p, tuple) else p for p in spec],
-        }
-    return rec
-
-
-def walk(tree: Any, path: tuple[tuple[str, int], ...] = ()) -> list[dict[str, Any]]:
-    """Every leaf and every empty node of a restored tree, with its keypath."""
-    out: list[dict[str, Any]] = []
-    if isinstance(tree, dict) or (
-        hasattr(tree, "items") and hasattr(tree, "keys") and not hasattr(tree, "shape")
-    ):
-        items = list(tree.items())
-        if not items:
-            out.append({"keypath": [list(p) for p in path], "kind": "empty_dict"})
-        for k, v in items:
-            out.extend(walk(v, (*path, (str(k), 2))))
-        return out
-    if isinstance(tree, (list, tuple)) and not hasattr(tree, "_fields"):
-        if not tree:
-            kind = "empty_list" if isinstance(tree, list) else "empty_tuple"
-            out.append({"keypath": [list(p) for p in path], "kind": kind})
-        for i, v in enumerate(tree):
-            out.extend(walk(v, (*path, (str(i), 1))))
-        return out
-    if hasattr(tree, "_fields"):
-        for f in tree._fields:
-            out.extend(walk(getattr(tree, f), (*path, (f, 2))))
-        return out
-    rec = leaf_record(tree)
-    rec["keypath"] = [list(p) for p in path]
-    out.append(rec)
-    return out
+# The truth's own description of restored values (fixtures/matrix/cases.py, which runs on every
+# release): the same keypaths, kinds, dtypes, shapes and digests, compared one to one.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures" / "matrix"))
+from cases import walk  # noqa: E402
 
 
 def restore_item(path: Path, kind: str) -> dict[str, Any]:
