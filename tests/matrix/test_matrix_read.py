@@ -11,6 +11,7 @@ The library is called in-process; the CLI test covers the layer above it.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -169,11 +170,21 @@ def test_cli(f: Fixture, capsys: pytest.CaptureFixture[str]) -> None:
         assert [s["step"] for s in r.json()["steps"] if s["status"] == "committed"] == f.truth[
             "all_steps"
         ]
+        _schema("ls").validate(r.json())
     r = run_cli(["inspect", path, "--json"], capsys)
     assert (r.code, r.stderr) == (0, ""), r.stderr
     assert json.loads(r.stdout)["leaves"]
+    _schema("inspect").validate(r.json())  # the published contract holds on every release's output
     r = run_cli(["verify", path, "--deep", "--json"], capsys)
     assert (r.code, r.stderr) == (0, ""), r.stdout[-2000:]
     assert r.json()["problems"] == []
+    _schema("verify").validate(r.json())
     r = run_cli(["diff", path, path], capsys)
     assert r.code == 0, r.stdout + r.stderr
+
+
+@functools.cache
+def _schema(command: str) -> Any:
+    from tests.contract.test_schemas import validator
+
+    return validator(command)
