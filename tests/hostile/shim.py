@@ -13,9 +13,9 @@ Spec fields (all optional):
   ``os.rename`` / ``os.mkdir`` targets) whose base name is NAME or starts with ``NAME.`` or
   ``.NAME.``; NAME ``*`` counts every write. STOP pauses it until the test sends SIGCONT.
 - ``count_to`` FILE: at exit, write the number of writes that matched ``on_write`` to FILE.
-- ``vanish`` {"path": P, "to": Q}: the first time P is listed (``os.scandir``/``os.listdir``),
-  rename it to Q just before: an entry that disappears between a listing of its parent and
-  its own (a trainer renaming its save meanwhile).
+- ``vanish`` {"path": P, "to": Q, "when": W}: the first time W (default: P) is listed
+  (``os.scandir``/``os.listdir``), rename P to Q just before: an entry that disappears between
+  a listing of its parent and its own (a trainer renaming its save meanwhile), or appears.
 - ``watch`` DIR, ``watch_log`` FILE: append to FILE every path below DIR that this process
   lists, stats or opens from Python (``os.scandir``/``listdir``/``stat``/``lstat``, ``open``,
   ``os.open``): proof that a reader did, or did not, leave the checkpoint.
@@ -49,7 +49,8 @@ def main() -> None:
     if spec.get("watch"):
         _hook_watch(spec["watch"], spec["watch_log"])
     if spec.get("vanish"):
-        _hook_vanish(spec["vanish"]["path"], spec["vanish"]["to"])
+        v = spec["vanish"]
+        _hook_vanish(v["path"], v["to"], v.get("when", v["path"]))
     from ckpt_cli.app import main as ckpt_main
 
     sys.argv = ["ckpt", *args]
@@ -115,14 +116,14 @@ def _write_count(path: str, n: int) -> None:
         f.write(str(n))
 
 
-def _hook_vanish(path: str, to: str) -> None:
+def _hook_vanish(path: str, to: str, when: str) -> None:
     real_scandir, real_listdir = os.scandir, os.listdir
     done = [False]
 
     def before(p: Any) -> None:
         if done[0] or p is None or isinstance(p, int):
             return
-        if os.path.abspath(os.fsdecode(p)) == os.path.abspath(path):
+        if os.path.abspath(os.fsdecode(p)) == os.path.abspath(when):
             done[0] = True
             os.rename(path, to)
 
