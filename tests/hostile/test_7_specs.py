@@ -7,6 +7,7 @@ space limit and a timeout, so a failure today costs seconds, not the machine.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ def billion_laughs() -> str:
     """421 bytes: nine anchors of nine aliases each, 9**9 strings once expanded."""
     levels = "abcdefghi"
     lines = ["version: 1", "comment:", "  - &a [" + ",".join(['"lol"'] * 9) + "]"]
-    for prev, cur in zip(levels, levels[1:], strict=False):
+    for prev, cur in itertools.pairwise(levels):
         lines.append(f"  - &{cur} [" + ",".join([f"*{prev}"] * 9) + "]")
     return "\n".join([*lines, IDENTITY.rstrip()]) + "\n"
 
