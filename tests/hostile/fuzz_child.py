@@ -101,8 +101,14 @@ def strategies(small_ints: bool) -> Any:
         ),
         max_leaves=12,
     )
+    known = os.environ.get("CKPT_FUZZ_SKIP_KNOWN")  # exploring past the known failures
     absurd = st.sampled_from(
-        [a for a in ABSURD if not (small_ints and isinstance(a, Raw) and a.text[:1] in "9-1")]
+        [
+            a
+            for a in ABSURD
+            if not (small_ints and isinstance(a, Raw) and a.text[:1] in "9-1")
+            and not (known and isinstance(a, Raw) and (len(a.text) > 1000 or "e30" in a.text))
+        ]
     )
     return values | absurd
 

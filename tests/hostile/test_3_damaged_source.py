@@ -83,7 +83,7 @@ def test_writer_refuses_a_damaged_source(
     assert committed_steps(dst) == [] if dst.exists() else True
 
 
-@pytest.mark.parametrize("make", [p.values[0] for p in SOURCES])
+@pytest.mark.parametrize("make", [p.values[0] for p in SOURCES], ids=[p.id for p in SOURCES])
 def test_verify_fails_each_damaged_source(tmp_path: Path, make: Callable[[Path], Path]) -> None:
     """The precondition of the test above: every one of these sources fails ``ckpt verify``."""
     run = ckpt("verify", make(tmp_path))

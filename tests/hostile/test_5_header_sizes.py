@@ -121,7 +121,7 @@ def test_absurd_header_sizes_one_line_no_allocation(
     spec = tmp_path / "spec.yaml"
     spec.write_text("rules:\n  - {op: rename, from: 'step', to: 'step'}\n")
     args = [a.format(src=src, dst=tmp_path / "D", spec=spec) for a in COMMANDS[command]]
-    run = ckpt(*args, timeout=60)
+    run = ckpt(*args, timeout=30)
     assert run.code != -9, f"hung: {args}"
     assert INTERNAL_ERROR not in run.stderr, run.stderr
     if command.startswith("verify"):
