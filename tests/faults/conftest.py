@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.hostile.helpers import reap
 from tests.remote.conftest import s3, s3_prefix
 
 __all__ = ["s3", "s3_prefix"]
@@ -51,6 +52,13 @@ def results_dir(config: pytest.Config) -> Path:
     out = Path(config.rootpath) / ".pytest_cache" / "d" / RESULTS
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+@pytest.fixture(autouse=True)
+def _reap_processes() -> Any:
+    """No ckpt process started by a test outlives it, even a stopped one."""
+    yield
+    reap()
 
 
 @pytest.fixture

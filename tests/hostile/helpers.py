@@ -7,6 +7,7 @@ hold whatever the layout of ``ckpt_cli`` becomes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -26,6 +27,8 @@ SHIM = Path(__file__).with_name("shim.py")
 #: 1.5 GB), small enough that a runaway allocation fails fast instead of swapping the machine.
 MEM_LIMIT = 1536 << 20
 INTERNAL_ERROR = "internal error"
+#: Every process ``start`` made, so that a failing test leaves none behind (``reap``).
+STARTED: list[subprocess.Popen[str]] = []
 
 
 @dataclass
@@ -94,7 +97,7 @@ def start(
     spec = dict(spec or {})
     if mem_limit:
         spec.setdefault("mem_limit", mem_limit)
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         command(list(args), spec),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -103,6 +106,18 @@ def start(
         env=env(**(extra_env or {})),
         start_new_session=True,
     )
+    STARTED.append(proc)
+    return proc
+
+
+def reap() -> None:
+    """Kill what ``start`` made and is still running (stopped ones included)."""
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
 
 
 def state(pid: int) -> str:
