@@ -14,7 +14,6 @@ import pytest
 from tests.conftest import CliResult
 from tests.hostile.helpers import INTERNAL_ERROR, ckpt, copy_fixture, edit_json
 
-ITEM6 = pytest.mark.xfail(strict=True, reason="issue 14 item 6: absurd metadata crashes ckpt")
 DEEP = 5000
 
 
@@ -105,30 +104,8 @@ COMMANDS = {
 }
 
 
-def _today_ok(make: Callable[[Path], Path], command: str) -> bool:
-    """The cases that already hold (measured before the fix): ckpt does not read that file
-    for that command, or reads it safely."""
-    name = make.__name__
-    if name == "deep_sharding":
-        return command in ("ls", "ls-json", "prune")
-    if name == "deep_tree_custom_metadata":
-        return False
-    if name.startswith("commit_timestamp"):
-        return command in ("inspect", "inspect-json", "verify")
-    if name == "deep_step_custom_metadata":
-        return False
-    if name == "deep_root_metadata":
-        return command in ("inspect", "inspect-json")
-    return command in ("inspect", "inspect-json")  # metrics: not the `state` item
-
-
 CASES = [
-    pytest.param(
-        make,
-        command,
-        id=f"{command}-{make.__name__}",
-        marks=() if _today_ok(make, command) else ITEM6,
-    )
+    pytest.param(make, command, id=f"{command}-{make.__name__}")
     for make in SOURCES
     for command in COMMANDS
 ]
@@ -161,10 +138,9 @@ def _deep_keypath(tmp: Path, depth: int) -> tuple[Path, int]:
     return src, meta.stat().st_size
 
 
-@ITEM6
 def test_tree_view_of_a_deep_path_is_linear_in_the_tree(tmp_path: Path) -> None:
     """A 1,000-deep key path: the tree view prints O(size of the tree) characters (today each
-    level is indented one step further: 2 MB of output for 44 KB of metadata)."""
+    level was indented one step further: 2 MB of output for 44 KB of metadata)."""
     src, size = _deep_keypath(tmp_path, 1000)
     run = ckpt("inspect", src, timeout=120, mem_limit=None)
     assert run.code == 0, run.stderr
@@ -172,9 +148,8 @@ def test_tree_view_of_a_deep_path_is_linear_in_the_tree(tmp_path: Path) -> None:
     assert len(run.stdout) < 4 * size, len(run.stdout)
 
 
-@ITEM6
 def test_tree_view_of_a_5000_deep_path_finishes(tmp_path: Path) -> None:
-    """The issue's depth; a hang guard (no timing assertion): today it takes minutes."""
+    """The issue's depth; a hang guard (no timing assertion): it took minutes before."""
     src, size = _deep_keypath(tmp_path, DEEP)
     run = ckpt("inspect", src, timeout=30, mem_limit=None)
     assert run.code == 0, run.stderr[-300:]

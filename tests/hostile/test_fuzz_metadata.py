@@ -23,9 +23,6 @@ from tests.conftest import REPO
 from tests.hostile.helpers import env
 
 CHILD = Path(__file__).with_name("fuzz_child.py")
-ITEM6 = pytest.mark.xfail(strict=True, reason="issue 14 item 6: absurd metadata crashes ckpt")
-#: Targets whose parsers already hold today (measured before the fix).
-HOLDS_TODAY: frozenset[str] = frozenset()
 TARGETS = [
     "_METADATA",
     "_CHECKPOINT_METADATA",
@@ -42,12 +39,10 @@ def _long() -> bool:
     return os.environ.get("CKPT_FAULTS_LONG", "") not in ("", "0")
 
 
-@pytest.mark.parametrize(
-    "target", [pytest.param(t, marks=() if t in HOLDS_TODAY else ITEM6) for t in TARGETS]
-)
+@pytest.mark.parametrize("target", TARGETS)
 def test_fuzz_metadata_parser(request: pytest.FixtureRequest, target: str) -> None:
     long = _long() or bool(request.config.getoption("--long", default=False))
-    examples = 300 if long else 15
+    examples = 300 if long else 8
     seed = random.randrange(1, 1 << 30) if long else 0
     proc = subprocess.run(
         [sys.executable, str(CHILD), target, str(examples), str(seed), str(2 << 30)],

@@ -39,9 +39,18 @@ class StepMetadata:
 
     @property
     def committed_at(self) -> datetime | None:
-        if self.commit_timestamp_nsecs is None:
-            return None
-        return datetime.fromtimestamp(self.commit_timestamp_nsecs / 1e9, tz=timezone.utc)
+        return timestamp_or_none(self.commit_timestamp_nsecs)
+
+
+def timestamp_or_none(nsecs: int | None) -> datetime | None:
+    """A nanosecond timestamp as a datetime; None when absent or outside what a datetime holds
+    (valid JSON such as 1e30: callers then fall back to the directory's mtime)."""
+    if nsecs is None:
+        return None
+    try:
+        return datetime.fromtimestamp(nsecs / 1e9, tz=timezone.utc)
+    except (OverflowError, ValueError, OSError):
+        return None
 
 
 def read_step_metadata(step_loc: Location) -> StepMetadata:
