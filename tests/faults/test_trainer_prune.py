@@ -25,10 +25,6 @@ from tests.hostile.helpers import INTERNAL_ERROR, ckpt, committed_steps, env
 TRAINER = Path(__file__).with_name("trainer.py")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 14 item 8: a save renamed while prune lists it fails prune (about 1 run in 100)",
-)
 def test_prune_beside_an_async_trainer(
     request: pytest.FixtureRequest, record_faults: Any, tmp_path: Path
 ) -> None:

@@ -16,10 +16,6 @@ import pytest
 from tests.hostile.helpers import INTERNAL_ERROR, ckpt, committed_steps, orbax_steps
 from tests.prune_roots import SMALL_STEP, copy_steps
 
-ITEM8 = pytest.mark.xfail(
-    strict=True, reason="issue 14 item 8: an entry vanishing mid-listing fails prune"
-)
-
 
 def _root(tmp_path: Path) -> Path:
     root = copy_steps(tmp_path / "R", [1, 2, 3])
@@ -29,7 +25,6 @@ def _root(tmp_path: Path) -> Path:
     return root
 
 
-@ITEM8
 @pytest.mark.parametrize("extra", [[], ["--clean-tmp", "--tmp-min-age", "1h"]])
 def test_save_committed_while_prune_lists(tmp_path: Path, extra: list[str]) -> None:
     root = _root(tmp_path)
@@ -42,7 +37,6 @@ def test_save_committed_while_prune_lists(tmp_path: Path, extra: list[str]) -> N
     assert orbax_steps(root) == [2, 3, 4]
 
 
-@ITEM8
 def test_step_removed_by_the_trainer_while_prune_lists(tmp_path: Path) -> None:
     root = copy_steps(tmp_path / "R", [1, 2, 3, 4])
     spec = {"vanish": {"path": str(root / "1"), "to": str(tmp_path / "elsewhere")}}

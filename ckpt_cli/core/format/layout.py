@@ -89,7 +89,12 @@ def list_steps(root: Location, entries: list[Entry] | None = None) -> list[StepR
         if parsed is None:
             continue
         loc = root.child(entry.name)
-        children = loc.list()
+        try:
+            children = loc.list()
+        except NotFoundError:
+            # Gone since the root was listed (a trainer renamed its save, or its retention
+            # removed a step): expected beside a live trainer, not an error.
+            continue
         names = frozenset(c.name for c in children)
         if TOMBSTONE in names:
             continue  # a step prune has begun to delete (object stores): trash, not a step

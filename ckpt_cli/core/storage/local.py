@@ -105,6 +105,8 @@ class LocalLocation(Location):
     def mtime(self) -> float:
         try:
             return os.stat(self.path).st_mtime
+        except FileNotFoundError:
+            raise NotFoundError(f"{self.path} does not exist") from None
         except OSError as e:
             raise StorageError(f"cannot stat {self.path}: {e.strerror}") from None
 
@@ -115,6 +117,10 @@ class LocalLocation(Location):
             try:
                 with os.scandir(os.path.join(self.path, rel)) as it:
                     children = [_entry(d) for d in it]
+            except FileNotFoundError:
+                if not rel:
+                    raise NotFoundError(f"{self.path} does not exist") from None
+                continue  # a subdirectory removed while we walk: nothing below it to report
             except OSError as e:
                 raise StorageError(f"cannot list {os.path.join(self.path, rel)}: {e}") from None
             for entry in children:
