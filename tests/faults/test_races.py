@@ -58,7 +58,6 @@ def _judge_writers(ra: Run, rb: Run, dst: Path) -> str | None:
     return None
 
 
-@pytest.mark.xfail(strict=True, reason="issue 14 item 1: two writers commit a corrupt step")
 def test_two_writers_one_destination(
     request: pytest.FixtureRequest, record_faults: Any, tmp_path: Path, source: Path
 ) -> None:
@@ -93,7 +92,6 @@ def test_two_writers_one_destination(
     assert survived == n, failures
 
 
-@pytest.mark.xfail(strict=True, reason="issue 14 item 4: the recorder re-creates pruned steps")
 def test_recorder_racing_prune(
     request: pytest.FixtureRequest, record_faults: Any, tmp_path: Path
 ) -> None:

@@ -4,8 +4,8 @@ a leftover is removed only when its owner is provably gone. Locally and on a buc
 
 The interleaving is forced, not timed: the shim stops writer A (SIGSTOP) when it is about to
 write the item's ``_METADATA`` (its arrays are written), then writer B runs against the same
-destination. Today B deletes A's tmp step as a dead run's leftover and writes its own into the
-same directory; A, continued, commits B's arrays under A's metadata.
+destination. Before the fix B deleted A's tmp step as a dead run's leftover and wrote its own into
+the same directory; A, continued, committed B's arrays under A's metadata.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ def _interleave(cmd: str, src: Path, dst: Any, extra: list[str] | None = None) -
     return a, b
 
 
-@ITEM1
 def test_second_reshard_is_refused_and_the_first_commits_a_valid_step(tmp_path: Path) -> None:
     dst = tmp_path / "dst"
     a, b = _interleave("reshard", SRC, dst)
@@ -69,7 +68,6 @@ def test_second_reshard_is_refused_and_the_first_commits_a_valid_step(tmp_path: 
     assert sorted(p.name for p in dst.iterdir() if not p.name.startswith(".")) == ["500"]
 
 
-@ITEM1
 def test_second_migrate_is_refused(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text("rules:\n  - {op: rename, from: 'step', to: 'step'}\n")
@@ -98,7 +96,6 @@ def test_leftover_of_a_killed_writer_is_replaced(tmp_path: Path) -> None:
     assert [p.name for p in dst.iterdir() if "tmp" in p.name] == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 14 item 1: a tmp dir ckpt did not make is deleted")
 def test_an_unfinished_save_of_someone_else_is_not_deleted(tmp_path: Path) -> None:
     """A ``500.orbax-checkpoint-tmp`` in the destination that no ckpt writer owns (a trainer's
     save in progress, or one whose owner cannot be proven gone) is left alone."""
@@ -112,7 +109,6 @@ def test_an_unfinished_save_of_someone_else_is_not_deleted(tmp_path: Path) -> No
     assert INTERNAL_ERROR not in run.stderr
 
 
-@ITEM1
 def test_two_writers_on_a_bucket(s3: Any, s3_prefix: str) -> None:
     """On S3 the step is written in place: writer A is held at its ``_METADATA`` PUT by the test
     server; writer B must be refused (the bucket's lock object names A), not replace A's step."""

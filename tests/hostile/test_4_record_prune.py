@@ -23,9 +23,6 @@ from tests.hostile.helpers import (
 )
 from tests.prune_roots import copy_steps
 
-ITEM4 = pytest.mark.xfail(
-    strict=True, reason="issue 14 item 4: the recorder re-creates the steps prune deleted"
-)
 PAUSE_AT_RECORD = {"on_write": "_CKPT_DIGESTS.json", "nth": 1, "signal": "STOP"}
 #: Stopped at its N-th write of any kind, after the deep pass. Today each digest file costs three
 #: (the item directory made if missing, the temporary file, the rename): 1 stops it before the
@@ -48,7 +45,7 @@ def phantoms(root: Path) -> list[str]:
 @pytest.mark.parametrize(
     "nth",
     [
-        pytest.param(BEFORE_FIRST, id="before-first-record", marks=ITEM4),
+        pytest.param(BEFORE_FIRST, id="before-first-record"),
         pytest.param(AFTER_FIRST, id="after-first-record"),
     ],
 )
@@ -72,7 +69,6 @@ def test_recorder_paused_before_writing_then_prune(tmp_path: Path, nth: int) -> 
         assert listed == list(range(1, 9))
 
 
-@ITEM4
 def test_prune_refused_while_a_recorder_holds_the_root(tmp_path: Path) -> None:
     """The lock both ways: while the recorder works, a prune is refused at once with one line
     naming it (pid), and nothing is deleted."""
@@ -89,7 +85,7 @@ def test_prune_refused_while_a_recorder_holds_the_root(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "nth",
     [
-        pytest.param(BEFORE_FIRST, id="before-first-record", marks=ITEM4),
+        pytest.param(BEFORE_FIRST, id="before-first-record"),
         pytest.param(AFTER_FIRST, id="after-first-record"),
     ],
 )

@@ -18,6 +18,8 @@ COMMIT_MARKER = "commit_success.txt"
 TOMBSTONE = ".ckpt-deleting"
 #: Object stores: put into a step a ckpt writer writes in place; removed right before the marker.
 WRITING_MARKER = ".ckpt-writing"
+#: The root's lock shared by prune and ``verify --record``: one of them changes a root at a time.
+PRUNE_LOCK = ".ckpt-prune.lock"
 STEP_METADATA = "_CHECKPOINT_METADATA"
 TREE_METADATA = "_METADATA"
 ROOT_METADATA_DIR = "metadata"

@@ -16,9 +16,7 @@ refused, names the holder and says to delete the object once that prune is surel
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -48,6 +46,7 @@ from ckpt_cli.core.prune.plan import (
     require_root,
 )
 from ckpt_cli.core.storage import Entry, Location
+from ckpt_cli.core.storage.locks import holder_command, holder_of, take_lock
 from ckpt_cli.errors import (
     CkptError,
     LockedError,
@@ -237,12 +236,7 @@ def prune_lock(root: Location) -> Iterator[Detected]:
     """
     _refuse_plain_non_roots(root)  # never create the lock file inside a step or a stray directory
     lock_file = root.child(LOCK_NAME)
-    owner = {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-    lock = lock_file.try_lock(json.dumps(owner))
+    lock, _ = take_lock(lock_file, "prune")
     if lock is None:
         hint = "wait for it to finish and run this prune again"
         if root.requires_commit_marker:
@@ -250,7 +244,10 @@ def prune_lock(root: Location) -> Iterator[Detected]:
                 f"; a prune that was killed leaves the lock behind: once that one is surely "
                 f"gone, delete {lock_file} and run again"
             )
-        raise LockedError(f"another prune of {root} is running ({_holder(lock_file)})", hint=hint)
+        what = holder_command(lock_file, "prune")  # a prune, or `verify --record` writing digests
+        raise LockedError(
+            f"another {what} of {root} is running ({holder_of(lock_file)})", hint=hint
+        )
     with lock:
         yield require_root(root)
 
@@ -270,11 +267,3 @@ def _refuse_plain_non_roots(root: Location) -> None:
     )
     if not holds_steps or looks_like_item(names) or names & {STEP_METADATA, COMMIT_MARKER}:
         require_root(root)
-
-
-def _holder(lock_file: Location) -> str:
-    try:
-        owner = json.loads(lock_file.read_bytes(limit=4096))
-        return f"pid {owner['pid']} on {owner['host']}, since {owner['since']}"
-    except (CkptError, ValueError, KeyError, TypeError):
-        return "holder unknown"

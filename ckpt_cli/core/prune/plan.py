@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 from ckpt_cli.core.format.layout import Detected, detect
-from ckpt_cli.core.format.names import TOMBSTONE, parse_step_name
+from ckpt_cli.core.format.names import PRUNE_LOCK, TOMBSTONE, parse_step_name
 from ckpt_cli.core.listing import StepInfo, list_root
 from ckpt_cli.core.prune.policy import Policy, format_duration, keep_reasons, rough_duration
 from ckpt_cli.core.schema import document
@@ -23,7 +23,7 @@ from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
 
 TRASH_PREFIX = ".ckpt-trash-"
-LOCK_NAME = ".ckpt-prune.lock"
+LOCK_NAME = PRUNE_LOCK
 DEFAULT_TMP_MIN_AGE = timedelta(hours=1)
 SYMLINK_KEPT = "symlink, never deleted"
 NO_STEP_RULE = "no step rule"

@@ -156,8 +156,10 @@ class Location:
 
     # Writing (writers only ever write inside a tmp step directory they created).
 
-    def write_bytes(self, data: bytes) -> None:
-        """Write a whole file atomically: a temporary name in the same directory, then rename."""
+    def write_bytes(self, data: bytes, *, create_parents: bool = True) -> None:
+        """Write a whole file atomically: a temporary name in the same directory, then rename.
+        ``create_parents`` False: the directory must exist (``NotFoundError`` otherwise), for
+        writers that must never bring back a directory someone removed."""
         raise NotImplementedError
 
     def make_dirs(self) -> None:

@@ -136,8 +136,8 @@ def prepare_destination(dst: Location, src: ItemRef) -> None:
         return
     if not dst.is_dir():
         raise NotACheckpointError(f"the destination {dst} is a file")
-    if not dst.list():
-        return
+    if not [e for e in dst.list() if not e.name.startswith(".ckpt-")]:
+        return  # empty, or only ckpt's own hidden files (a lock left by a killed writer)
     kind = detect(dst).kind
     if kind != "root":
         raise NotACheckpointError(
@@ -173,7 +173,7 @@ def write_step(
     dst.make_dirs()
     if step is None:
         step = src.step if src.step is not None else 0
-    writer = StepWriter(dst, str(step))
+    writer = StepWriter(dst, str(step), str(operation.get("operation", "ckpt")))
     writer.begin()
     try:
         source_meta = read_step_metadata(src.step_location) if src.step_location else None
