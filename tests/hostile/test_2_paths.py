@@ -24,9 +24,6 @@ from tests.hostile.helpers import (
     snapshot,
 )
 
-ITEM2 = pytest.mark.xfail(
-    strict=True, reason="issue 14 item 2: item names from item_handlers are used as paths"
-)
 HANDLER = "orbax.checkpoint._src.handlers.json_checkpoint_handler.JsonCheckpointHandler"
 
 
@@ -55,7 +52,6 @@ HOSTILE_ITEMS = [
 ]
 
 
-@ITEM2
 @pytest.mark.parametrize("item_name", HOSTILE_ITEMS)
 @pytest.mark.parametrize("command", ["reshard", "migrate"])
 def test_hostile_item_name_is_refused_and_nothing_lands_outside(
@@ -81,7 +77,6 @@ def test_hostile_item_name_is_refused_and_nothing_lands_outside(
     assert not (dst / "4").exists()
 
 
-@ITEM2
 def test_reader_does_not_follow_an_item_name_out_of_the_checkpoint(tmp_path: Path) -> None:
     w, src, _ = _world(tmp_path, "../../../outside/exfil")
     log = tmp_path / "watch.log"

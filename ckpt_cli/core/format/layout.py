@@ -21,6 +21,7 @@ from ckpt_cli.core.format.names import (
     TREE_METADATA,
     WRITING_MARKER,
     StepName,
+    is_plain_name,
     looks_like_item,
     parse_step_name,
 )
@@ -181,7 +182,8 @@ def step_items(
     names = frozenset(e.name for e in children)
     if isinstance(handlers, str) or (handlers is None and looks_like_item(names)):
         return ["default"] if looks_like_item(names) else []
-    found = set(handlers or {})
+    # A name that is no plain directory entry ('..', '/abs', 'a/b') never becomes a path.
+    found = {n for n in handlers or {} if is_plain_name(n)}
     # An item dir still named `<item>.orbax-checkpoint-tmp` is a save that died mid-way.
     found.update(
         e.name

@@ -18,6 +18,7 @@ from ckpt_cli.core.format.names import (
     ROOT_METADATA_DIR,
     STEP_METADATA,
     TMP_MARKER,
+    is_plain_name,
     looks_like_item,
     parse_step_name,
 )
@@ -229,6 +230,17 @@ def _check_step(
                 )
             )
     for name in sorted(expected - names):
+        if not is_plain_name(name):
+            problems.append(
+                problem(
+                    "metadata-invalid",
+                    f"item name {name!r} in {STEP_METADATA} is not a plain directory name "
+                    "(damaged or hostile): ckpt never reads it as a path, Orbax would; "
+                    "restore the step from a copy",
+                    file=_join(shown, STEP_METADATA),
+                )
+            )
+            continue
         problems.append(
             problem(
                 "item-missing",

@@ -24,6 +24,7 @@ from ckpt_cli.core.format.digests import (
 )
 from ckpt_cli.core.format.layout import ItemRef, detect, step_items
 from ckpt_cli.core.format.metadata import read_step_metadata, read_tree_metadata
+from ckpt_cli.core.format.names import STEP_METADATA, check_plain_name
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.distributed import DEFAULT_UNIT_BYTES, ScaleStats, write_arrays_scaled
@@ -173,6 +174,10 @@ def write_step(
     dst.make_dirs()
     if step is None:
         step = src.step if src.step is not None else 0
+    if src.step_location is not None:
+        handlers = read_step_metadata(src.step_location).item_handlers
+        for name in handlers if isinstance(handlers, dict) else ():
+            check_plain_name(name, "item name", src.step_location.child(STEP_METADATA))
     writer = StepWriter(dst, str(step), str(operation.get("operation", "ckpt")))
     writer.begin()
     try:

@@ -11,6 +11,7 @@ from ckpt_cli.core.format.names import (
     STEP_METADATA,
     TMP_MARKER,
     WRITING_MARKER,
+    check_plain_name,
     parse_step_name,
 )
 from ckpt_cli.core.storage import Location
@@ -93,6 +94,7 @@ class StepWriter:
         )
 
     def item(self, name: str, handler: str = STANDARD_HANDLER) -> Location:
+        check_plain_name(name, "item name", self.tmp)  # every item dir lies inside the step
         self.handlers[name] = handler
         loc = self.tmp.child(name)
         loc.make_dirs()
