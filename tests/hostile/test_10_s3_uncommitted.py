@@ -13,15 +13,9 @@ import threading
 import time
 from typing import Any
 
-import pytest
-
 from tests.conftest import FIXTURES
 from tests.hostile.helpers import ckpt, finish, kill, start
 from tests.remote_servers import BUCKET, keys
-
-ITEM10 = pytest.mark.xfail(
-    strict=True, reason="issue 14 item 10: prune never removes a killed writer's partial step"
-)
 
 
 def _killed_partial_step(s3: Any, prefix: str) -> str:
@@ -51,7 +45,6 @@ def _killed_partial_step(s3: Any, prefix: str) -> str:
     return dst
 
 
-@ITEM10
 def test_clean_tmp_removes_a_killed_writers_partial_step(s3: Any, s3_prefix: str) -> None:
     dst = _killed_partial_step(s3, s3_prefix)
     # A committed step next to it, so the root is a root either way.

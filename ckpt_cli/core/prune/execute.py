@@ -41,6 +41,7 @@ from ckpt_cli.core.prune.plan import (
     PrunePlan,
     Removal,
     Untouched,
+    is_partial_write,
     is_tombstoned,
     modified_at,
     require_root,
@@ -205,7 +206,9 @@ def _why_unsafe(
     parsed = parse_step_name(r.name)
     recognised = {
         "step": parsed is not None and not parsed.tmp,
-        "tmp": parsed is not None and parsed.tmp and tmp_min_age is not None,
+        "tmp": parsed is not None
+        and (parsed.tmp or is_partial_write(loc))
+        and tmp_min_age is not None,
         "trash": r.name.startswith(TRASH_PREFIX) or is_tombstoned(loc),
     }[r.kind]
     if not recognised or "/" in r.name or r.name in (ROOT_METADATA_DIR, LOCK_NAME, ".", ".."):
