@@ -145,12 +145,16 @@ def _hook_watch(directory: str, log: str) -> None:
 
     busy = [False]
 
-    def note(p: Any) -> None:
+    def note(p: Any, follow: bool = True) -> None:
         if busy[0] or p is None or isinstance(p, int):
             return
         busy[0] = True  # realpath itself calls os.lstat
         try:
-            full = os.path.realpath(os.fsdecode(p))
+            raw = os.fsdecode(p)
+            if follow:
+                full = os.path.realpath(raw)
+            else:  # lstat looks at the link itself, not where it leads
+                full = os.path.join(os.path.realpath(os.path.dirname(raw)), os.path.basename(raw))
             if full == watched or full.startswith(watched + os.sep):
                 with real_log_open(log, "a") as f:
                     f.write(full + "\n")
@@ -159,9 +163,9 @@ def _hook_watch(directory: str, log: str) -> None:
         finally:
             busy[0] = False
 
-    def wrap(fn: Any) -> Any:
+    def wrap(fn: Any, follow: bool = True) -> Any:
         def inner(p: Any = ".", *a: Any, **k: Any) -> Any:
-            note(p)
+            note(p, follow and k.get("follow_symlinks", True))
             return fn(p, *a, **k)
 
         return inner
@@ -169,7 +173,7 @@ def _hook_watch(directory: str, log: str) -> None:
     os.scandir = wrap(os.scandir)
     os.listdir = wrap(os.listdir)
     os.stat = wrap(os.stat)
-    os.lstat = wrap(os.lstat)
+    os.lstat = wrap(os.lstat, follow=False)
     os.open = wrap(os.open)
     builtins.open = wrap(builtins.open)
 

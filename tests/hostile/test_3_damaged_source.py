@@ -16,9 +16,6 @@ import pytest
 from tests.conftest import REPO
 from tests.hostile.helpers import ckpt, committed_steps, copy_fixture, edit_json
 
-ITEM3 = pytest.mark.xfail(
-    strict=True, reason="issue 14 item 3: writers copy a damaged source into a valid-looking step"
-)
 DAMAGED = REPO / "fixtures" / "damaged"
 
 
@@ -63,7 +60,6 @@ SOURCES = [
 ]
 
 
-@ITEM3
 @pytest.mark.parametrize(("make", "named"), SOURCES)
 @pytest.mark.parametrize("command", ["reshard", "migrate"])
 def test_writer_refuses_a_damaged_source(
@@ -90,7 +86,6 @@ def test_verify_fails_each_damaged_source(tmp_path: Path, make: Callable[[Path],
     assert run.code == 1, run.stdout
 
 
-@ITEM3
 def test_verify_fails_an_array_leaf_without_data(tmp_path: Path) -> None:
     """What the laundering wrote: a jax.Array leaf marked ``skip_deserialize`` with no array.
     Made from a real Orbax output by the same edit."""

@@ -190,7 +190,9 @@ def step_items(
         for e in children
         if e.is_dir and not e.name.startswith(".") and TMP_MARKER not in e.name
     )
-    return sorted(found)
+    # An item that is a symlink is never read through (verify reports it): it may lead anywhere.
+    linked = {e.name for e in children if e.is_symlink}
+    return sorted(found - linked)
 
 
 def item_location(step_loc: Location, item: str, items: list[str]) -> Location:

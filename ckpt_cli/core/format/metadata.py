@@ -93,7 +93,12 @@ def read_root_metadata(root: Location) -> dict[str, Any] | None:
 
 def read_metrics(step_loc: Location, step_meta: StepMetadata) -> dict[str, Any] | None:
     """Metrics saved with a step: the ``metrics`` item, else non-empty ``_CHECKPOINT_METADATA``."""
-    raw = step_loc.child("metrics", "metrics").read_json_if_exists()
+    metrics_dir = step_loc.child("metrics")
+    metrics_file = metrics_dir.child("metrics")
+    if metrics_dir.is_symlink() or metrics_file.is_symlink():
+        # Never read through a link: it may lead anywhere (verify reports it).
+        return step_meta.metrics or None
+    raw = metrics_file.read_json_if_exists()
     if isinstance(raw, dict):
         return raw
     return step_meta.metrics or None

@@ -53,6 +53,17 @@ def check_arrays(
                 f"or loses it; {_RESTORE}",
                 leaf=m.name,
             )
+        elif (
+            m.skip_deserialize
+            and m.value_type in ("jax.Array", "np.ndarray", "scalar")
+            and m.name not in headers
+        ):
+            facts.add(
+                "leaf-without-array",
+                f"array leaf {m.name} is marked skip_deserialize and has no data: Orbax cannot "
+                f"restore it; {_RESTORE}",
+                leaf=m.name,
+            )
         if m.value_type == "string" and m.name not in facts.strings:
             facts.add(
                 "string-missing",

@@ -216,7 +216,17 @@ def _check_step(
                     )
                 )
             continue
-        if TMP_MARKER in e.name:
+        if e.is_symlink:
+            problems.append(
+                problem(
+                    "symlink-outside",
+                    f"{rel} is a symlink: ckpt does not read an item through a link (it may "
+                    "lead out of the checkpoint), a writer refuses it; replace it by the "
+                    "directory",
+                    file=rel,
+                )
+            )
+        elif TMP_MARKER in e.name:
             problems.append(_tmp_problem(rel, rel))
         elif e.name in expected or _holds_an_item(step_loc.child(e.name)):
             targets.append(ItemTarget(step_loc.child(e.name), rel, step, e.name))

@@ -31,7 +31,7 @@ from ckpt_cli.core.write.distributed import DEFAULT_UNIT_BYTES, ScaleStats, writ
 from ckpt_cli.core.write.item import JSON_HANDLER, STANDARD_HANDLER, ItemWriter
 from ckpt_cli.core.write.step import StepWriter
 from ckpt_cli.core.write.types import LeafOut, WriteOptions
-from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
+from ckpt_cli.errors import CkptError, NotACheckpointError, RefusedError, UsageError
 
 
 @dataclass(frozen=True)
@@ -224,8 +224,23 @@ def _copy_other_items(
 ) -> None:
     assert src.step_location is not None
     children = src.step_location.list()
+    linked = [e.name for e in children if e.is_symlink]
+    if linked:
+        raise RefusedError(
+            f"the source step {src.step_location} has a symlink for item {linked[0]!r}: ckpt "
+            "never copies a link or what it points to, nothing written",
+            hint=f"run `ckpt verify {src.step_location}`; replace the link by the directory",
+        )
     for name in step_items(src.step_location, children, handlers):
         if name == src.name:
             continue
+        item = src.step_location.child(name)
+        inside = [rel for rel, entry in item.walk() if entry.is_symlink]
+        if inside:
+            raise RefusedError(
+                f"the source item {item} holds a symlink ({inside[0]}): ckpt never copies a "
+                "link or what it points to, nothing written",
+                hint=f"run `ckpt verify {src.step_location}`; replace the link by the file",
+            )
         handler = handlers.get(name, JSON_HANDLER) if isinstance(handlers, dict) else JSON_HANDLER
         src.step_location.child(name).copy_tree(writer.item(name, handler))
