@@ -154,11 +154,25 @@ class LocalExecutor(Executor):
                         f"{len(units) - len(results)} units unfinished, nothing written",
                         hint="lower --memory-limit or --workers",
                     ) from None
-            except BaseException:
+            except BaseException as e:
                 for fut in pending:
                     fut.cancel()
+                if isinstance(e, Exception):
+                    # Units still running would go on writing into the tmp step the caller is
+                    # about to delete (and leave it behind): let them finish first.
+                    wait(pending)
+                else:
+                    self._terminate()
                 raise
         return [results[i] for i in range(len(units))]
+
+    def _terminate(self) -> None:
+        # Interrupted: stop the workers now rather than wait for their units.
+        if self._pool is not None:
+            for proc in list(getattr(self._pool, "_processes", {}).values()):
+                proc.terminate()
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
     def close(self) -> None:
         if self._pool is not None:
