@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import subprocess
 from collections.abc import Callable
@@ -229,8 +230,9 @@ PIPED_TODAY = {
 )
 def test_piped_output_is_plain(name: str) -> None:
     case = CASES[name]
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     proc = subprocess.run(
-        [CKPT, *[str(a) for a in case.args]], capture_output=True, text=True, check=False
+        [CKPT, *[str(a) for a in case.args]], capture_output=True, text=True, check=False, env=env
     )
     assert proc.returncode in case.codes, proc.stderr
     lines = proc.stdout.splitlines()
