@@ -1,7 +1,8 @@
 """The ``ckpt`` Typer app: registers every command and is the one error boundary.
 
 Exit codes: 0 ok; 1 a check found problems; 2 usage error; 3 expected failure (not a checkpoint,
-unreadable, refused); 70 a bug in ckpt (rerun with CKPT_DEBUG=1); 130 interrupted.
+unreadable, refused); 70 a bug in ckpt (rerun with CKPT_DEBUG=1); 130 interrupted (Ctrl-C);
+143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ckpt_cli.commands import migrate as migrate_cmd
 from ckpt_cli.commands import prune as prune_cmd
 from ckpt_cli.commands import reshard as reshard_cmd
 from ckpt_cli.commands import verify as verify_cmd
-from ckpt_cli.errors import EXIT_BUG, EXIT_INTERRUPTED, CkptError, first_line
+from ckpt_cli.errors import EXIT_BUG, CkptError, Interrupted, first_line
 
 HELP = """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX.
 
@@ -77,17 +78,28 @@ app.command("reshard")(reshard_cmd.reshard)
 app.command("migrate")(migrate_cmd.migrate)
 
 
-class Interrupted(Exception):
-    """Raised from the SIGINT handler so that Click does not turn Ctrl-C into exit 1."""
+_stopping: list[int] = []
 
 
-def _on_sigint(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted()
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    """SIGINT/SIGTERM: stop the run through ``Interrupted`` (its cleanup runs on the way out);
+    a second signal during that cleanup stops the process at once."""
+    if _stopping:
+        sys.stderr.write(
+            "ckpt: interrupted again: stopped without cleaning up (a later run of the same "
+            "command removes the unfinished step it left)\n"
+        )
+        sys.stderr.flush()
+        os._exit(128 + signum)
+    _stopping.append(signum)
+    raise Interrupted(signum)
 
 
 def main() -> None:
     """Run the app; turn every error into one stderr line and a documented exit code."""
-    signal.signal(signal.SIGINT, _on_sigint)
+    _stopping.clear()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _on_signal)
     debug = bool(os.environ.get("CKPT_DEBUG"))
     try:
         app()
@@ -96,9 +108,9 @@ def main() -> None:
             raise
         sys.stderr.write(f"ckpt: error: {e}\n")
         sys.exit(e.exit_code)
-    except Interrupted:
+    except Interrupted as e:
         sys.stderr.write("ckpt: interrupted\n")
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(e.exit_code)
     except BrokenPipeError:
         # `ckpt ls | head`: the reader left; exit quietly as other Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

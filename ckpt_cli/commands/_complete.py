@@ -49,7 +49,7 @@ def complete_item(ctx: Any, incomplete: str) -> list[str]:
     if path is None:
         return []
     try:
-        from ckpt_cli.core.layout import detect, latest_committed, step_items
+        from ckpt_cli.core.format.layout import detect, latest_committed, step_items
         from ckpt_cli.core.storage import open_location
 
         location = open_location(path)

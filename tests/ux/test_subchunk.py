@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from ckpt_cli.core.arrays import ArrayInfo
-from ckpt_cli.core.subchunk import cache_bytes, is_large, stream_blocks
+from ckpt_cli.core.format.arrays import ArrayInfo
+from ckpt_cli.core.format.blocks import cache_bytes, is_large, stream_blocks
 
 
 @pytest.mark.parametrize(
