@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING
 import typer
 
 from ckpt_cli.commands import _options as o
-from ckpt_cli.commands._output import emit_json, progress_bar, warn
-from ckpt_cli.errors import RefusedError
+from ckpt_cli.commands._output import emit_json, note, progress_bar, warn
+from ckpt_cli.errors import CkptError, Interrupted, RefusedError
 
 if TYPE_CHECKING:
     from ckpt_cli.core.format.layout import Detected
     from ckpt_cli.core.prune.execute import PruneResult
+    from ckpt_cli.core.storage import Location
 
 
 def prune(
@@ -92,17 +93,39 @@ def prune(
         if not plan.is_noop and not yes:
             _confirm(planned, json_out)
         with progress_bar(not json_out) as on_progress:
-            outcome = (
-                PruneOutcome((), (), ())
-                if plan.is_noop
-                else execute_plan(plan, location, on_progress=on_progress)
-            )
+            try:
+                outcome = (
+                    PruneOutcome((), (), ())
+                    if plan.is_noop
+                    else execute_plan(plan, location, on_progress=on_progress)
+                )
+            except Interrupted:
+                _say_what_is_left(location)
+                raise
     result = PruneResult(plan, outcome)
     emit_json(result) if json_out else render.render_outcome(plan, outcome)
     for message in render.outcome_warnings(outcome):
         warn(message)
     if outcome.failure is not None:
         raise outcome.failure
+
+
+def _say_what_is_left(location: Location) -> None:
+    """After Ctrl-C/SIGTERM mid-deletion: name the steps left half deleted (hidden from Orbax
+    and `ckpt ls`, their files partly gone) and how to finish them."""
+    from ckpt_cli.core.prune.plan import scan_root
+
+    try:
+        location.refresh()
+        trash = scan_root(location).trash
+    except CkptError:
+        return
+    if trash:
+        names = ", ".join(t.name for t in trash)
+        note(
+            f"interrupted while deleting; left half deleted: {names} (hidden from Orbax and "
+            "ckpt ls); run the same ckpt prune again to remove them"
+        )
 
 
 def _interactive() -> bool:

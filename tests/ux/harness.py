@@ -28,6 +28,8 @@ STARTED_BYTES = 64 << 20
 #: A process still running this long after the signal has not stopped (a hang guard, not a
 #: speed check: the seconds are reported, bench/ and UX_FINDINGS.md hold the figures).
 STOP_GUARD_S = 60.0
+#: A run that has not begun its work after this long is reported as such (a loaded machine).
+START_GUARD_S = 240.0
 EXIT_FOR = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 #: The long writers of the tests on the big root (``{root}``, ``{dst}``, ``{spec}`` filled in).
@@ -124,7 +126,7 @@ def interrupt(
     survivors: list[str] = []
     try:
         while proc.poll() is None and not is_started(proc.pid):
-            if time.monotonic() - t0 > STOP_GUARD_S:
+            if time.monotonic() - t0 > START_GUARD_S:
                 raise AssertionError(f"ckpt {' '.join(args)} did not start working")
             time.sleep(0.01)
         seen = time.monotonic()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_cli.commands._layout import plural, table, wrap
+from ckpt_cli.commands.render.layout import plural, table, wrap
 
 
 def plain(text: str, style: str) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from ckpt_cli.commands._layout import Paint, wrap
+from ckpt_cli.commands.render.layout import Paint, wrap
 
 INDENT = "  "
 
