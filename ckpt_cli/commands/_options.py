@@ -273,6 +273,13 @@ CompareCastOpt = Annotated[
 AllOpt = Annotated[
     bool, typer.Option("--all", help="List equal leaves too, not only the differences.")
 ]
+StructureOpt = Annotated[
+    bool,
+    typer.Option(
+        "--structure",
+        help="Compare names, dtypes, shapes and shardings only: no array data is read.",
+    ),
+]
 
 # --- the writers (reshard, migrate) and scale-out -----------------------------------------------
 

@@ -24,8 +24,9 @@ class Document(Protocol):
 
 
 def stdout_console() -> Console:
-    # Piped output (logs, CI) is not cut to 80 columns: nobody reads it in a narrow window.
-    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+    # Piped output (logs, CI) is never wrapped nor padded: one line per line, as printed.
+    tty = sys.stdout.isatty()
+    return Console(highlight=False, soft_wrap=not tty, width=None if tty else 1 << 16)
 
 
 def stderr_console() -> Console:

@@ -40,14 +40,12 @@ from tests.ux.harness import (
 from tests.ux.terminal import Terminal
 
 SIGNALS = [signal.SIGINT, signal.SIGTERM]
-TODAY = "issue 12: today the interrupt is reported as damage, or the process dies silently"
 
 
 def _ids(sig: signal.Signals) -> str:
     return sig.name
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 @pytest.mark.parametrize("sig", SIGNALS, ids=_ids)
 @pytest.mark.parametrize(
     "args",
@@ -82,7 +80,6 @@ def assert_no_verdict(run: Interrupted) -> None:
         assert run.stdout == "", run.describe()
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 @pytest.mark.parametrize("sig", SIGNALS, ids=_ids)
 def test_verify_record_stops_without_recording(
     big_copy: Callable[[], Path], sig: signal.Signals
@@ -97,7 +94,6 @@ def test_verify_record_stops_without_recording(
     assert tree_state(root) == before, leftovers(root)
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 @pytest.mark.parametrize("sig", SIGNALS, ids=_ids)
 @pytest.mark.parametrize(
     "args",
@@ -125,7 +121,6 @@ def test_writer_stops_and_leaves_nothing(
     assert tree_state(big_root) == before
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 @pytest.mark.parametrize("sig", SIGNALS, ids=_ids)
 def test_reshard_on_dask_stops_its_tasks(
     big_root: Path, tmp_path: Path, sig: signal.Signals
@@ -201,7 +196,6 @@ def _objects(server: S3Server) -> dict[str, bytes]:
     }
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 @pytest.mark.parametrize("sig", SIGNALS, ids=_ids)
 def test_prune_in_a_bucket_stops_and_says_what_is_left(
     slow_bucket: tuple[S3Server, str], sig: signal.Signals
@@ -246,7 +240,7 @@ def test_prune_in_a_bucket_stops_and_says_what_is_left(
     "sig",
     [
         signal.SIGINT,
-        pytest.param(signal.SIGTERM, marks=pytest.mark.xfail(strict=True, reason=TODAY)),
+        signal.SIGTERM,
     ],
     ids=_ids,
 )

@@ -115,6 +115,27 @@ def _wrapped(
     return groups
 
 
+def _spilled(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Cell]],
+    paint: Paint,
+    right: frozenset[int],
+    width: int,
+) -> Groups | None:
+    """The leading columns that fit, aligned; the others below each row as ``header: value``
+    lines (the ones a narrow terminal has no room for: shown, never dropped)."""
+    for keep in range(len(headers) - 1, 1, -1):
+        if natural_width(headers[:keep], [r[:keep] for r in rows]) <= width:
+            break
+    else:
+        return None
+    head = _aligned(headers[:keep], [r[:keep] for r in rows], paint, right)
+    groups = [head[0]]
+    for row, line in zip(rows, head[1:], strict=True):
+        groups.append(line + _fields(headers[keep:], row[keep:], paint, width, "    "))
+    return groups
+
+
 def _fields(
     headers: Sequence[str], row: Sequence[Cell], paint: Paint, width: int, indent: str
 ) -> list[str]:
@@ -143,16 +164,19 @@ def table(
     """Aligned columns when they fit ``width`` (or when there is no width: a pipe).
 
     Otherwise, in this order: the free-text column ``wrap_column`` (the last one) is wrapped at
-    spaces when it keeps at least ``MIN_WRAP`` columns; else every row becomes a block: its
-    first cell (the key: a leaf name, a step) alone on a line, the other columns as an aligned
-    table indented below it (its last column wrapped when allowed), or as ``header: value``
-    lines when even that is too wide.
+    spaces when it keeps at least ``MIN_WRAP`` columns; else the leading columns that fit stay
+    in the row and the others follow it as ``header: value`` lines; else every row becomes a
+    block: its first cell (the key: a leaf name, a step) alone on a line, the other columns as
+    an aligned table indented below it, or as ``header: value`` lines.
     """
     groups: Groups | None
     if width is None or natural_width(headers, rows) <= width:
         groups = _aligned(headers, rows, paint, right)
     else:
         groups = _wrapped(headers, rows, paint, right, width, wrap_column)
+    if groups is None:
+        assert width is not None
+        groups = _spilled(headers, rows, paint, right, width)
     if groups is not None:
         return [line for group in groups for line in group]
     assert width is not None
