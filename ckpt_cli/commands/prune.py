@@ -45,8 +45,9 @@ def prune(
     removed only with --clean-tmp, and only once idle for --tmp-min-age; trash left by an
     interrupted prune is always removed. Steps are renamed to a hidden trash name first, then
     deleted. A symlinked step is never deleted. On a terminal prune asks before deleting; else it
-    needs --yes. Exit codes: 0 done (or nothing to do), 2 bad options, 3 refused (not confirmed,
-    another prune running) or a deletion failed.
+    needs --yes; answering no deletes nothing and exits 0. Exit codes: 0 done (or nothing to do,
+    or declined), 2 bad options, 3 refused (no terminal to ask on and no --yes, another prune
+    running) or a deletion failed, 130/143 interrupted.
     """
     from ckpt_cli.commands.render import prune as render
     from ckpt_cli.core.prune.execute import PruneOutcome, PruneResult, execute_plan, prune_lock
@@ -90,8 +91,9 @@ def prune(
     with prune_lock(location) as found:
         planned = make_plan(found)
         plan = planned.plan
-        if not plan.is_noop and not yes:
-            _confirm(planned, json_out)
+        if not plan.is_noop and not yes and not _confirm(planned, json_out):
+            sys.stdout.write("nothing deleted\n")
+            return
         with progress_bar(not json_out) as on_progress:
             try:
                 outcome = (
@@ -132,7 +134,9 @@ def _interactive() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-def _confirm(planned: PruneResult, json_out: bool) -> None:
+def _confirm(planned: PruneResult, json_out: bool) -> bool:
+    """Whether the person at the terminal said yes (no is not an error); without a terminal to
+    ask on (or with --json), a refusal naming --yes."""
     from ckpt_cli.commands.render import prune as render
 
     if json_out or not _interactive():
@@ -148,5 +152,4 @@ def _confirm(planned: PruneResult, json_out: bool) -> None:
         confirmed = typer.confirm(question, default=False, err=True)
     except typer.Abort:
         confirmed = False
-    if not confirmed:
-        raise RefusedError("not confirmed: nothing deleted")
+    return bool(confirmed)

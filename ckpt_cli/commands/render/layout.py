@@ -29,9 +29,9 @@ def wrap(text: str, width: int | None, *, first: str = "", indent: str = "") -> 
     """``text`` in lines of at most ``width`` columns, broken at spaces only: the first line
     starts with ``first``, the others with ``indent``; a word longer than a line stands alone
     on its line rather than being cut. ``width`` None: one line."""
+    if width is None or len(first) + len(text) <= width:
+        return [(first + text).rstrip()]
     words = text.split()
-    if width is None:
-        return [(first + " ".join(words)).rstrip()]
     lines: list[str] = []
     line = first
     bare = True  # nothing but the prefix on this line yet

@@ -9,7 +9,6 @@ cut); through a pipe they are one line per row, never padded.
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from collections.abc import Iterable, Sequence
@@ -24,12 +23,11 @@ __all__ = ["Paint", "emit", "painter", "say", "table_lines", "text_width", "tree
 
 
 def text_width() -> int | None:
-    """Columns the text must fit: the terminal's; through a pipe none (lines are not wrapped),
-    unless ``COLUMNS`` is set."""
+    """Columns the text must fit: the terminal's (``COLUMNS`` overrides its size, as for every
+    tool); through a pipe none: lines are never wrapped for a script or a log."""
     if sys.stdout.isatty():
         return max(20, shutil.get_terminal_size().columns)
-    columns = os.environ.get("COLUMNS", "")
-    return max(20, int(columns)) if columns.isdigit() else None
+    return None
 
 
 def painter(color: bool) -> Paint:

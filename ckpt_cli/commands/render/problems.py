@@ -5,22 +5,14 @@ inside its own width and cut words out of the messages at 80 columns."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
 
 from ckpt_cli.commands.render.layout import Paint, wrap
+from ckpt_cli.core.verify.problems import Problem
 
 INDENT = "  "
 
 
-class ProblemLike(Protocol):
-    severity: str
-    code: str
-    leaf: str | None
-    file: str | None
-    message: str
-
-
-def problem_lines(problems: Iterable[ProblemLike], paint: Paint, width: int | None) -> list[str]:
+def problem_lines(problems: Iterable[Problem], paint: Paint, width: int | None) -> list[str]:
     out: list[str] = []
     for p in problems:
         colour = "red" if p.severity == "error" else "yellow"
