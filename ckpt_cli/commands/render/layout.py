@@ -160,6 +160,7 @@ def table(
     width: int | None,
     right: frozenset[int] = frozenset(),
     wrap_column: int | None = None,
+    show_header: bool = True,
 ) -> list[str]:
     """Aligned columns when they fit ``width`` (or when there is no width: a pipe).
 
@@ -178,7 +179,7 @@ def table(
         assert width is not None
         groups = _spilled(headers, rows, paint, right, width)
     if groups is not None:
-        return [line for group in groups for line in group]
+        return [line for group in groups[0 if show_header else 1 :] for line in group]
     assert width is not None
     indent = "    "
     rest_headers, rest = headers[1:], [r[1:] for r in rows]
@@ -189,7 +190,7 @@ def table(
     elif rest_headers and wrap_column is not None:
         sub = _wrapped(rest_headers, rest, paint, shifted, width, wrap_column - 1, indent)
     out: list[str] = []
-    if sub is not None:
+    if sub is not None and show_header:
         out += [paint(headers[0], "bold"), *sub[0]]
     for i, row in enumerate(rows):
         out.append(paint(*row[0]).rstrip())

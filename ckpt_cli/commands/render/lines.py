@@ -83,6 +83,7 @@ def table_lines(
     *,
     wrap_last: bool = False,
     width: int | bool | None = True,
+    show_header: bool = True,
 ) -> list[str]:
     """Aligned columns; each cell is (text, style), widths taken from the plain text. They fit
     ``width`` (default: the terminal's, ``text_width()``): the last column wrapped at spaces when
@@ -96,6 +97,7 @@ def table_lines(
         width=columns,
         right=right,
         wrap_column=len(headers) - 1 if wrap_last else None,
+        show_header=show_header,
     )
 
 
