@@ -50,7 +50,13 @@ class Screen:
         return self.text.split("\n")
 
     def too_wide(self) -> list[str]:
-        return [line for line in self.lines if display_width(line) > self.columns]
+        """Lines wider than the window, except one unbreakable word (a path longer than the
+        terminal: cutting it is the worse choice)."""
+        return [
+            line
+            for line in self.lines
+            if display_width(line) > self.columns and len(line.split()) > 1
+        ]
 
 
 class Terminal:

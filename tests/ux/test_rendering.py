@@ -25,7 +25,6 @@ from tests.ux.terminal import run_on_terminal
 
 DAMAGED = REPO / "fixtures" / "damaged"
 SEED = FIXTURES / "seed_mlp"
-TODAY = "issue 12: cut mid-word, too wide or dropped at this width"
 
 
 @functools.cache
@@ -131,42 +130,13 @@ for _name in sorted(p.name for p in DAMAGED.iterdir() if not p.name.startswith((
         codes=(0, 1),
     )
 
-# What fails today (issue 12), found by running every case with --runxfail.
-FAILING_TODAY = {
-    "diff-80",
-    "inspect-flat-80",
-    "inspect-stats-80",
-    "ls-metrics-80",
-    "migrate-plan-80",
-    "reshard-plan-80",
-    "verify-damaged-metadata-json-80",
-    "verify-deleted-data-file-200",
-    "verify-deleted-data-file-80",
-    "verify-deleted-manifest-80",
-    "verify-empty-checkpoint-metadata-80",
-    "verify-flipped-byte-200",
-    "verify-flipped-byte-80",
-    "verify-leaf-removed-from-metadata-80",
-    "verify-stray-file-80",
-    "verify-symlink-outside-200",
-    "verify-symlink-outside-80",
-    "verify-truncated-data-file-200",
-    "verify-truncated-data-file-80",
-    "verify-zarray-dtype-changed-200",
-    "verify-zarray-dtype-changed-80",
-    "verify-zarray-shape-changed-200",
-    "verify-zarray-shape-changed-80",
-}
-
 
 def _params() -> list[Any]:
-    out = []
-    for name in CASES:
-        for columns in (80, 200):
-            key = f"{name}-{columns}"
-            marks = [pytest.mark.xfail(strict=True, reason=TODAY)] if key in FAILING_TODAY else []
-            out.append(pytest.param(name, columns, id=key, marks=marks))
-    return out
+    return [
+        pytest.param(name, columns, id=f"{name}-{columns}")
+        for name in CASES
+        for columns in (80, 200)
+    ]
 
 
 def _words(text: str) -> str:
@@ -192,42 +162,7 @@ def test_output_fits_the_terminal(name: str, columns: int) -> None:
     assert not cut, f"not whole: {cut}\n{screen.text}"
 
 
-PIPED_TODAY = {
-    "diff",
-    "inspect-flat",
-    "inspect-state",
-    "inspect-stats",
-    "inspect-tree",
-    "ls",
-    "ls-metrics",
-    "prune-plan",
-    "verify-damaged-metadata-json",
-    "verify-deleted-data-file",
-    "verify-deleted-manifest",
-    "verify-empty-checkpoint-metadata",
-    "verify-flipped-byte",
-    "verify-leaf-removed-from-metadata",
-    "verify-missing-chunk",
-    "verify-stray-file",
-    "verify-symlink-outside",
-    "verify-truncated-data-file",
-    "verify-zarray-dtype-changed",
-    "verify-zarray-shape-changed",
-}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            n,
-            marks=[pytest.mark.xfail(strict=True, reason="issue 12: trailing spaces")]
-            if n in PIPED_TODAY
-            else [],
-        )
-        for n in CASES
-    ],
-)
+@pytest.mark.parametrize("name", list(CASES))
 def test_piped_output_is_plain(name: str) -> None:
     case = CASES[name]
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}

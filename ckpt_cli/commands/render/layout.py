@@ -39,6 +39,8 @@ def wrap(text: str, width: int | None, *, first: str = "", indent: str = "") -> 
         if not bare and len(line) + 1 + len(word) > width:
             lines.append(line)
             line, bare = indent, True
+        if bare and line and len(line) + len(word) > width >= len(word):
+            line = ""  # a long path fits the line without its indent: never cut it
         line = line + word if bare else f"{line} {word}"
         bare = False
     lines.append(line)
