@@ -25,7 +25,7 @@ from ckpt_cli.commands._options import (
     storage_options,
 )
 from ckpt_cli.commands._output import emit_json, note, progress_bar, warn
-from ckpt_cli.errors import EXIT_PROBLEMS
+from ckpt_cli.errors import EXIT_PROBLEMS, UsageError
 
 
 def verify(
@@ -64,6 +64,10 @@ def verify(
     from ckpt_cli.core.verify.run import verify_path
     from ckpt_cli.core.verify.types import VerifyOptions
 
+    if latest and step is not None:
+        raise UsageError(
+            f"--latest and --step {step} both choose the step to check: give one of them"
+        )
     options = VerifyOptions(
         step=step,
         latest=latest,

@@ -96,7 +96,7 @@ def test_json_document_shape(cli) -> None:  # type: ignore[no-untyped-def]
     assert doc["schema_version"] == 1
     assert isinstance(doc["ok"], bool) and isinstance(doc["checked"], dict)
     for p in doc["problems"]:
-        assert set(p) == {"severity", "code", "leaf", "file", "message"}
+        assert set(p) == {"severity", "code", "leaf", "leaves", "file", "message"}
         assert p["severity"] in ("error", "warning")
     truncated = next(p for p in doc["problems"] if p["code"] == "data-file-truncated")
     assert truncated["file"].startswith("500/default/ocdbt.process_0/d/")

@@ -20,7 +20,6 @@ from tests.ux.harness import CKPT, tree_state
 from tests.ux.terminal import Terminal
 
 SEED = FIXTURES / "seed_mlp"
-TODAY = "issue 12"
 
 
 def ckpt(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -41,7 +40,6 @@ def one_step_root(tmp_path: Path) -> Path:
     return root
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 def test_counts_of_one_are_singular(one_step_root: Path) -> None:
     ls = ckpt("ls", one_step_root)
     assert ls.returncode == 0 and "1 step," in ls.stdout, ls.stdout
@@ -53,7 +51,6 @@ def test_counts_of_one_are_singular(one_step_root: Path) -> None:
     assert "1 step, 1 item," in verify.stdout and "(s)" not in verify.stdout, verify.stdout
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 def test_verify_refuses_latest_with_step() -> None:
     r = ckpt("verify", SEED, "--latest", "--step", "500")
     assert r.returncode == 2, r.stdout + r.stderr
@@ -61,7 +58,6 @@ def test_verify_refuses_latest_with_step() -> None:
     assert r.stdout == ""
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 def test_truncated_file_names_its_leaves_in_json() -> None:
     doc = json.loads(ckpt("verify", REPO / "fixtures/damaged/truncated-data-file", "--json").stdout)
     problems = [p for p in doc["problems"] if p["code"] == "data-file-truncated"]
@@ -73,7 +69,6 @@ def test_truncated_file_names_its_leaves_in_json() -> None:
         assert sorted(p["leaves"]) == sorted(named)
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 def test_declined_prune_deletes_nothing_and_is_not_an_error(
     fixture_copy: Callable[[str], Path],
 ) -> None:
@@ -100,7 +95,6 @@ def test_confirmed_prune_deletes(fixture_copy: Callable[[str], Path]) -> None:
     assert sorted(p.name for p in root.iterdir() if p.name.isdigit()) == ["500"]
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 def test_single_item_checkpoint_has_no_made_up_step() -> None:
     r = ckpt("ls", FIXTURES / "single_checkpointer")
     assert r.returncode == 0, r.stderr
@@ -109,7 +103,6 @@ def test_single_item_checkpoint_has_no_made_up_step() -> None:
     assert [s["step"] for s in doc["steps"]] == [None]
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 def test_filter_dot_star_keeps_every_leaf() -> None:
     every = json.loads(ckpt("inspect", SEED, "--json").stdout)["leaves"]
     matched = json.loads(ckpt("inspect", SEED, "--filter", ".*", "--json").stdout)["leaves"]
@@ -117,7 +110,6 @@ def test_filter_dot_star_keeps_every_leaf() -> None:
     assert [leaf["name"] for leaf in matched] == [leaf["name"] for leaf in every]
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 def test_deep_ok_without_digests_says_what_it_cannot_see(one_step_root: Path) -> None:
     r = ckpt("verify", one_step_root, "--deep")
     assert r.returncode == 0
@@ -148,7 +140,6 @@ def _table_times(text: str) -> dict[str, str]:
     }
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 def test_commit_times_in_a_bucket_agree_between_ls_and_prune(
     s3_root: tuple[S3Server, str],
 ) -> None:
@@ -167,7 +158,6 @@ def test_commit_times_in_a_bucket_agree_between_ls_and_prune(
     assert ls_text and ls_text == prune_text
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 def test_gs_errors_do_not_point_at_s3_options() -> None:
     server = GcsServer().start()
     try:

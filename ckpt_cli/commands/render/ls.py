@@ -23,7 +23,7 @@ def print_listing(listing: RootListing) -> None:
         metrics = ", ".join(f"{k}={_metric(v)}" for k, v in (s.metrics or {}).items())
         rows.append(
             [
-                ("-" if s.step is None else f"{s.step}{' *' if s.latest else ''}", ""),
+                (f"{s.step}{' *' if s.latest else ''}" if s.numbered else "-", ""),
                 (s.status, _STATUS[s.status]),
                 (when, ""),
                 (human_age(s.committed_at), ""),
@@ -39,11 +39,15 @@ def print_listing(listing: RootListing) -> None:
     emit([paint(listing.root, "bold")], color)
     emit(table_lines(headers, rows, paint, right=frozenset({0, 3, 4}), wrap_last=True), color)
     latest = listing.latest
+    if listing.steps and not listing.steps[0].numbered:
+        count = "1 checkpoint without a step number (saved by a Checkpointer, not a manager)"
+    else:
+        count = plural(len(listing.steps), "step")
     say(
-        f"{plural(len(listing.steps), 'step')}, {human_bytes(listing.total_bytes)}"
+        f"{count}, {human_bytes(listing.total_bytes)}"
         + (
             f"; latest committed: {latest.step} (*)"
-            if latest and latest.step is not None
+            if latest and latest.numbered
             else ("" if latest else "; no committed step")
         ),
         color,
