@@ -22,6 +22,7 @@ from ckpt_cli.commands import migrate as migrate_cmd
 from ckpt_cli.commands import prune as prune_cmd
 from ckpt_cli.commands import reshard as reshard_cmd
 from ckpt_cli.commands import verify as verify_cmd
+from ckpt_cli.commands._help import HelpCommand
 from ckpt_cli.errors import EXIT_BUG, CkptError, Interrupted, first_line
 
 HELP = """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX.
@@ -33,7 +34,12 @@ app = typer.Typer(
     name="ckpt",
     help=HELP,
     no_args_is_help=True,
-    add_completion=False,
+    # bash, zsh and fish: --install-completion / --show-completion; steps and items complete
+    # from the root on the line (commands/_complete.py).
+    add_completion=True,
+    # Markdown: `[null, model]` stays text (Rich markup took it for a style), paragraphs reflow,
+    # and the indented `$ ckpt ...` examples keep their lines.
+    rich_markup_mode="markdown",
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -69,13 +75,13 @@ def _root(
     ctx.obj = StorageOptions.from_environment(s3_endpoint=s3_endpoint)
 
 
-app.command("ls")(ls_cmd.ls)
-app.command("inspect")(inspect_cmd.inspect)
-app.command("verify")(verify_cmd.verify)
-app.command("diff")(diff_cmd.diff)
-app.command("prune")(prune_cmd.prune)
-app.command("reshard")(reshard_cmd.reshard)
-app.command("migrate")(migrate_cmd.migrate)
+app.command("ls", cls=HelpCommand)(ls_cmd.ls)
+app.command("inspect", cls=HelpCommand)(inspect_cmd.inspect)
+app.command("verify", cls=HelpCommand)(verify_cmd.verify)
+app.command("diff", cls=HelpCommand)(diff_cmd.diff)
+app.command("prune", cls=HelpCommand)(prune_cmd.prune)
+app.command("reshard", cls=HelpCommand)(reshard_cmd.reshard)
+app.command("migrate", cls=HelpCommand)(migrate_cmd.migrate)
 
 
 _stopping: list[int] = []

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import typer
+
 _PATH_PARAMS = ("path", "src", "root", "a")
 
 
@@ -20,6 +22,20 @@ def _root_on_line(ctx: Any) -> str | None:
         value = params.get(name)
         if isinstance(value, str) and value:
             return value.rpartition("@")[0] if "@" in value and name == "a" else value
+    # An option still waiting for its value (``--step <TAB>``) stops Click's parsing before the
+    # arguments are set: read the line the shell handed over instead.
+    import os
+    import shlex
+
+    line = os.environ.get("COMP_WORDS") or os.environ.get("_TYPER_COMPLETE_ARGS") or ""
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        words = line.split()
+    for word in words[2:]:
+        candidate = word.rpartition("@")[0] if "@" in word and not os.path.exists(word) else word
+        if not word.startswith("-") and ("://" in candidate or os.path.isdir(candidate)):
+            return candidate
     return None
 
 
@@ -31,7 +47,7 @@ def _committed_steps(path: str) -> list[int]:
     return [s.step for s in listing.steps if s.status == "committed"]
 
 
-def complete_step(ctx: Any, incomplete: str) -> list[str]:
+def complete_step(ctx: typer.Context, incomplete: str) -> list[str]:
     """Committed step numbers of the root given earlier on the line."""
     path = _root_on_line(ctx)
     if path is None:
@@ -43,7 +59,7 @@ def complete_step(ctx: Any, incomplete: str) -> list[str]:
     return [str(s) for s in steps if str(s).startswith(incomplete)]
 
 
-def complete_item(ctx: Any, incomplete: str) -> list[str]:
+def complete_item(ctx: typer.Context, incomplete: str) -> list[str]:
     """Item names of the step chosen so far (``--step``, else the latest committed)."""
     path = _root_on_line(ctx)
     if path is None:
@@ -66,7 +82,7 @@ def complete_item(ctx: Any, incomplete: str) -> list[str]:
     return [i for i in items if i.startswith(incomplete) and i != "metrics"]
 
 
-def complete_root_at_step(ctx: Any, incomplete: str) -> list[str]:
+def complete_root_at_step(ctx: typer.Context, incomplete: str) -> list[str]:
     """``ROOT@`` completes to ``ROOT@STEP`` for each committed step (diff's arguments)."""
     root, at, partial = incomplete.rpartition("@")
     if not at:

@@ -50,6 +50,12 @@ def diff(
     leaf size; --structure reads no array data. NaN equals NaN.
 
     Exit codes: 0 equal within tolerance · 1 different · 2 usage · 3 not a checkpoint.
+
+    Examples:
+
+        $ ckpt diff runs/exp7@900 runs/exp7@1000
+        $ ckpt diff runs/exp7 runs/exp7-4x2 --atol 1e-6
+        $ ckpt diff runs/a runs/b --structure
     """
     # The core is imported when the command runs, not when `ckpt` starts.
     from ckpt_cli.commands.render import diff as render

@@ -48,6 +48,11 @@ def prune(
     needs --yes; answering no deletes nothing and exits 0. Exit codes: 0 done (or nothing to do,
     or declined), 2 bad options, 3 refused (no terminal to ask on and no --yes, another prune
     running) or a deletion failed, 130/143 interrupted.
+
+    Examples:
+
+        $ ckpt prune runs/exp7 --keep-last 3 --keep-every 1000 --dry-run
+        $ ckpt prune runs/exp7 --keep-best 2 --metric loss --keep-last 1 --yes
     """
     from ckpt_cli.commands.render import prune as render
     from ckpt_cli.core.prune.execute import PruneOutcome, PruneResult, execute_plan, prune_lock

@@ -56,6 +56,12 @@ def verify(
 
     Exit codes: 0 no errors (warnings allowed unless --strict) · 1 problems found · 2 usage ·
     3 not a checkpoint or unreadable.
+
+    Examples:
+
+        $ ckpt verify runs/exp7 --deep --json
+        $ ckpt verify runs/exp7 --record
+        $ ckpt verify runs/exp7 --latest --sample 5% --junit verify.xml
     """
     # The core and rich.table are imported here, so that `ckpt --help` and `ls` do not pay.
     from ckpt_cli.commands.render import verify as render

@@ -10,7 +10,6 @@ import pytest
 from tests.ux.terminal import run_on_terminal
 
 COMMANDS = ["ls", "inspect", "verify", "diff", "prune", "reshard", "migrate"]
-TODAY = "issue 12: no examples, Typer's metavars, Rich markup eats [null, model]"
 
 
 def _help(*command: str, columns: int = 80) -> str:
@@ -21,7 +20,6 @@ def _help(*command: str, columns: int = 80) -> str:
     return "\n".join(line.strip().strip("│").strip() for line in screen.lines)
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 @pytest.mark.parametrize("command", COMMANDS)
 def test_help_shows_real_examples_that_render_whole(command: str) -> None:
     from ckpt_cli.app import app
@@ -39,15 +37,26 @@ def test_help_shows_real_examples_that_render_whole(command: str) -> None:
         assert example in lines, f"{example!r} not whole on one line of the help"
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
-@pytest.mark.parametrize("command", COMMANDS)
+CUT_BY_TYPER = pytest.mark.xfail(
+    strict=True,
+    reason="Typer's option table cuts long option names at 80 columns "
+    "(--keep-missing-metric/--drop-missing-metric, --allow-mismatch, --scheduler's default)",
+)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param(c, marks=[CUT_BY_TYPER] if c in ("prune", "reshard", "migrate") else [])
+        for c in COMMANDS
+    ],
+)
 def test_help_metavars_are_plain(command: str) -> None:
     text = _help(command)
     assert not re.search(r"<(bool|str|int|float|list\[str\]|int range)>|\{\w+\}", text), text
     assert "…" not in text  # nothing cut off
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 def test_rule_examples_survive_rich_markup() -> None:
     text = " ".join(_help("reshard").split())
     assert "'params.*kernel: [null, model]'" in text

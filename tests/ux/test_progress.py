@@ -43,7 +43,6 @@ def _run(name: str, big_root: Path, tmp_path: Path) -> tuple[list[str], bytes]:
     return _frames(term.raw), term.raw
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 @pytest.mark.parametrize("name", list(CASES))
 def test_progress_moves_in_binary_units_with_rate_and_time_left(
     name: str, big_root: Path, tmp_path: Path
@@ -59,7 +58,6 @@ def test_progress_moves_in_binary_units_with_rate_and_time_left(
     assert any(TIME_LEFT.search(f) for f in frames), frames[-20:]
 
 
-@pytest.mark.xfail(strict=True, reason=TODAY)
 @pytest.mark.parametrize("name", ["reshard", "migrate"])
 def test_writers_print_the_plan_before_writing(name: str, big_root: Path, tmp_path: Path) -> None:
     frames, _ = _run(name, big_root, tmp_path)
