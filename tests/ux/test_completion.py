@@ -18,7 +18,6 @@ SEED = FIXTURES / "seed_mlp"
 #: through the switch Typer's own tests use, so zsh and fish need not be installed.
 NAMED_SHELL = {"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
 COMPOSITE = FIXTURES / "composite_best"
-TODAY = "issue 12: ckpt has no shell completion"
 
 
 def _complete(shell: str, line: str) -> list[str]:

@@ -13,7 +13,11 @@ import pytest
 from tests.ux.harness import CAST_SPEC, CKPT, MIGRATE_BIG, RESHARD_BIG
 from tests.ux.terminal import _ANSI, Terminal
 
-TODAY = "issue 12: progress stays at 0 on a large chunk, then jumps; decimal MB; plan after"
+NOT_YET = pytest.mark.xfail(
+    strict=True,
+    reason="issue 12, not done: verify --deep and inspect --stats still read a large chunk as one "
+    "block (diff reads it in slabs); migrate's cast writes whole output chunks",
+)
 AMOUNT = re.compile(r"(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) (KiB|MiB|GiB)")
 RATE = re.compile(r"\d+(?:\.\d+)? (?:B|KiB|MiB|GiB)/s")
 TIME_LEFT = re.compile(r"\b\d+:\d\d:\d\d\b|\b\d+(?:\.\d+)?s left\b|\beta\b")
@@ -43,7 +47,13 @@ def _run(name: str, big_root: Path, tmp_path: Path) -> tuple[list[str], bytes]:
     return _frames(term.raw), term.raw
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=[NOT_YET] if n in ("verify-deep", "inspect-stats", "migrate") else [])
+        for n in CASES
+    ],
+)
 def test_progress_moves_in_binary_units_with_rate_and_time_left(
     name: str, big_root: Path, tmp_path: Path
 ) -> None:
