@@ -5,12 +5,25 @@ unreadable, refused); 70 a bug in ckpt (rerun with CKPT_DEBUG=1); 130 interrupte
 143 terminated (SIGTERM).
 """
 
+# ruff: noqa: E402 - the starting signal handler goes in before the slow imports
+
 from __future__ import annotations
 
 import os
 import signal
 import sys
 from types import FrameType
+
+
+def _exit_while_starting(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C/SIGTERM while ckpt is still importing: nothing to clean up yet, and no
+    traceback of the import that was cut short (``main`` installs the real handler)."""
+    sys.stderr.write("ckpt: interrupted\n")
+    os._exit(128 + signum)
+
+
+for _signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(_signum, _exit_while_starting)
 
 import typer
 
@@ -27,7 +40,7 @@ from ckpt_cli.errors import EXIT_BUG, CkptError, Interrupted, first_line
 
 HELP = """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX.
 
-Exit codes: 0 ok · 1 a check found problems · 2 usage error · 3 not a checkpoint, unreadable or refused · 70 internal error (rerun with CKPT_DEBUG=1) · 130 interrupted.
+Exit codes: 0 ok · 1 a check found problems · 2 usage error · 3 not a checkpoint, unreadable or refused · 70 internal error (rerun with CKPT_DEBUG=1) · 130 interrupted (Ctrl-C) · 143 terminated (SIGTERM).
 """
 
 app = typer.Typer(
