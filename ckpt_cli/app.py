@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from types import FrameType
 
 
@@ -29,16 +30,27 @@ import typer
 
 from ckpt_cli._version import __version__
 from ckpt_cli.commands import diff as diff_cmd
+from ckpt_cli.commands import export as export_cmd
+from ckpt_cli.commands import import_ as import_cmd
 from ckpt_cli.commands import inspect as inspect_cmd
 from ckpt_cli.commands import ls as ls_cmd
 from ckpt_cli.commands import migrate as migrate_cmd
+from ckpt_cli.commands import pin as pin_cmd
 from ckpt_cli.commands import prune as prune_cmd
 from ckpt_cli.commands import reshard as reshard_cmd
 from ckpt_cli.commands import verify as verify_cmd
 from ckpt_cli.commands._help import HelpCommand
-from ckpt_cli.errors import EXIT_BUG, CkptError, Interrupted, first_line
+from ckpt_cli.errors import (
+    CODE_INTERNAL,
+    CODE_INTERRUPTED,
+    CODE_USAGE,
+    EXIT_BUG,
+    CkptError,
+    Interrupted,
+    first_line,
+)
 
-HELP = """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX.
+HELP = """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints, and export them to safetensors (and import back); the read commands need no JAX.
 
 Exit codes: 0 ok · 1 a check found problems · 2 usage error · 3 not a checkpoint, unreadable or refused · 70 internal error (rerun with CKPT_DEBUG=1) · 130 interrupted (Ctrl-C) · 143 terminated (SIGTERM).
 """
@@ -80,7 +92,7 @@ def _root(
         show_default=False,
     ),
 ) -> None:
-    """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX."""
+    """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints, and export them to safetensors (and import back); the read commands need no JAX."""
     from ckpt_cli.core.storage.options import StorageOptions
 
     # Configuration as data: the commands hand these options to the core, which carries them
@@ -95,6 +107,10 @@ app.command("diff", cls=HelpCommand)(diff_cmd.diff)
 app.command("prune", cls=HelpCommand)(prune_cmd.prune)
 app.command("reshard", cls=HelpCommand)(reshard_cmd.reshard)
 app.command("migrate", cls=HelpCommand)(migrate_cmd.migrate)
+app.command("export", cls=HelpCommand)(export_cmd.export)
+app.command("import", cls=HelpCommand)(import_cmd.import_)
+app.command("pin", cls=HelpCommand)(pin_cmd.pin)
+app.command("unpin", cls=HelpCommand)(pin_cmd.unpin)
 
 
 _stopping: list[int] = []
@@ -114,32 +130,65 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     raise Interrupted(signum)
 
 
+def _json_mode(argv: list[str]) -> bool:
+    """``--json`` on the command line (before any ``--``): decided from the raw arguments,
+    because a usage error happens before any option is parsed."""
+    args = argv[: argv.index("--")] if "--" in argv else argv
+    return "--json" in args
+
+
+def _fail(
+    json_mode: bool, code: int, line: str, error: Mapping[str, object], result: object
+) -> None:
+    """One stderr line; with --json also the one error document on stdout; exit ``code``."""
+    sys.stderr.write(line + "\n")
+    if json_mode:
+        from ckpt_cli.commands._output import emit_error
+
+        emit_error(sys.argv[1:], error, result)
+    sys.exit(code)
+
+
 def main() -> None:
-    """Run the app; turn every error into one stderr line and a documented exit code."""
+    """Run the app; turn every error into one stderr line and a documented exit code (with
+    --json, also one JSON error document on stdout)."""
     _stopping.clear()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _on_signal)
     debug = bool(os.environ.get("CKPT_DEBUG"))
+    json_mode = _json_mode(sys.argv[1:])
     try:
+        if json_mode:
+            # Click's usage errors must reach this boundary as exceptions, not as a panel.
+            sys.exit(app(standalone_mode=False) or 0)
         app()
     except CkptError as e:
         if debug:
             raise
-        sys.stderr.write(f"ckpt: error: {e}\n")
-        sys.exit(e.exit_code)
+        _fail(json_mode, e.exit_code, f"ckpt: error: {e}", e.to_json(), e.result)
     except Interrupted as e:
-        sys.stderr.write("ckpt: interrupted\n")
-        sys.exit(e.exit_code)
+        # With --json too: the one document says only that the run was stopped (and by
+        # which signal), never a verdict on the work it did not finish.
+        error = {"code": CODE_INTERRUPTED, "message": f"interrupted by {e}", "hint": None}
+        _fail(json_mode, e.exit_code, "ckpt: interrupted", error, None)
     except BrokenPipeError:
         # `ckpt ls | head`: the reader left; exit quietly as other Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
+    except typer.TyperException as e:  # Click's usage errors, in JSON mode only
+        message = (e.format_message().strip().splitlines() or [type(e).__name__])[0]
+        error = {"code": CODE_USAGE, "message": message, "hint": "see `ckpt COMMAND --help`"}
+        _fail(json_mode, e.exit_code, f"ckpt: error: {message}", error, None)
     except Exception as e:
         if debug:
             raise
         first = first_line(e) if str(e) else ""
-        sys.stderr.write(
-            f"ckpt: internal error: {type(e).__name__}: {first} "
-            "(this is a bug in ckpt; rerun with CKPT_DEBUG=1 to see the traceback)\n"
+        hint = "this is a bug in ckpt; rerun with CKPT_DEBUG=1 to see the traceback"
+        error = {"code": CODE_INTERNAL, "message": f"{type(e).__name__}: {first}", "hint": hint}
+        _fail(
+            json_mode,
+            EXIT_BUG,
+            f"ckpt: internal error: {type(e).__name__}: {first} ({hint})",
+            error,
+            None,
         )
-        sys.exit(EXIT_BUG)

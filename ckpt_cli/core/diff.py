@@ -125,7 +125,8 @@ class DiffReport:
                 "structure_only": self.structure_only,
                 "summary": {s: self.count(s) for s in STATUSES},
                 "leaves": [d.to_json() for d in self.leaves],
-            }
+            },
+            ok=self.equal,
         )
 
 

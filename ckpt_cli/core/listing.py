@@ -23,9 +23,10 @@ from ckpt_cli.core.format.metadata import (
     read_step_metadata,
 )
 from ckpt_cli.core.format.names import COMMIT_MARKER, METRICS_ITEM, TOMBSTONE, parse_step_name
+from ckpt_cli.core.format.pins import Pin, read_pin
 from ckpt_cli.core.schema import document
 from ckpt_cli.core.storage import Location
-from ckpt_cli.errors import CkptError, NotACheckpointError
+from ckpt_cli.errors import CkptError, NotACheckpointError, NotFoundError
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class StepInfo:
     problem: str | None = None
     #: False for a checkpoint saved without a CheckpointManager: no step number (JSON null).
     numbered: bool = True
+    pinned: Pin | None = None  # ``ckpt pin``: prune always keeps the step
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,6 +61,7 @@ class StepInfo:
             "metrics": self.metrics,
             "formats": self.formats,
             "problem": self.problem,
+            "pinned": self.pinned.to_json() if self.pinned else None,
         }
 
 
@@ -158,6 +161,7 @@ def _step_info_from_listing(ref: StepRef) -> StepInfo:
         metrics=metrics,
         formats=formats,
         problem=problem,
+        pinned=read_pin(loc, ref.children),
     )
 
 
@@ -202,6 +206,7 @@ def step_info(ref: StepRef, from_listing: bool = False) -> StepInfo:
         metrics=metrics,
         formats=formats,
         problem=problem,
+        pinned=read_pin(loc, ref.children),
     )
 
 
@@ -252,6 +257,7 @@ def list_root(
         and e.name != "metadata"
         and not e.name.startswith(".")
         and not (location.requires_commit_marker and location.child(e.name, TOMBSTONE).is_file())
+        and (location.requires_commit_marker or location.child(e.name).exists())  # not vanished
     )
     # Serial on local disks: the per-step work is cheap system calls, and threads only fight
     # over the GIL (measured 3x slower with 8 workers on 2 cores, bench/). On object stores each
@@ -260,9 +266,12 @@ def list_root(
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(min(location.parallel_reads, len(refs))) as pool:
-            infos = list(pool.map(lambda r: step_info(r, from_listing), refs))
+            found_infos = list(pool.map(lambda r: _info_if_present(r, from_listing), refs))
     else:
-        infos = [step_info(r, from_listing) for r in refs]
+        found_infos = [_info_if_present(r, from_listing) for r in refs]
+    infos = [i for i in found_infos if i is not None]
+    present = {i.name for i in infos}
+    refs = [r for r in refs if r.name in present]
     latest = latest_committed(refs)
     if latest is not None:
         infos = [_mark_latest(i) if i.name == latest.name else i for i in infos]
@@ -273,6 +282,17 @@ def list_root(
         # it has no step number, and none is made up.
         infos = [replace(i, numbered=False) for i in infos]
     return RootListing(str(root if kind == "root" else location), tuple(infos), root_meta, ignored)
+
+
+def _info_if_present(ref: StepRef, from_listing: bool) -> StepInfo | None:
+    """``step_info``, or None when the step vanished since the root was listed (a trainer's
+    rename or retention): expected beside a live trainer, not an error."""
+    try:
+        return step_info(ref, from_listing)
+    except NotFoundError:
+        if ref.location.exists():
+            raise
+        return None
 
 
 def _mark_latest(info: StepInfo) -> StepInfo:

@@ -24,7 +24,7 @@ def print_listing(listing: RootListing) -> None:
         rows.append(
             [
                 (f"{s.step}{' *' if s.latest else ''}" if s.numbered else "-", ""),
-                (s.status, _STATUS[s.status]),
+                (s.status + (", pinned" if s.pinned else ""), _STATUS[s.status]),
                 (when, ""),
                 (human_age(s.committed_at), ""),
                 (human_bytes(s.size_bytes), ""),
@@ -52,6 +52,10 @@ def print_listing(listing: RootListing) -> None:
         ),
         color,
     )
+    for s in listing.steps:
+        if s.pinned is not None:
+            note = f": {s.pinned.note}" if s.pinned.note else ""
+            say(f"pinned {s.step}{note} (prune keeps it; `ckpt unpin` releases it)", color)
     if listing.root_metadata and listing.root_metadata.get("custom_metadata"):
         say(f"root metadata: {json.dumps(listing.root_metadata['custom_metadata'])}", color)
 

@@ -10,6 +10,7 @@ from ckpt_cli.commands.render.lines import emit, painter, say, table_lines, use_
 from ckpt_cli.commands.render.units import human_bytes
 from ckpt_cli.core.prune.execute import PruneOutcome
 from ckpt_cli.core.prune.plan import SYMLINK_KEPT, PrunePlan
+from ckpt_cli.core.prune.policy import MetricRank
 
 _CLEAN_WHY = {"tmp": "unfinished save", "trash": "trash of an interrupted prune"}
 
@@ -18,20 +19,32 @@ def _when(t: datetime | None) -> str:
     return t.astimezone().strftime("%Y-%m-%d %H:%M") if t else ""
 
 
+def _rank(m: MetricRank | None) -> str:
+    if m is None or m.value is None:
+        return "-"
+    return f"{m.value:.4g} #{m.rank}"
+
+
 def render_plan(plan: PrunePlan, *, dry_run: bool) -> None:
     color = use_color()
     paint = painter(color)
     emit([paint(plan.root, "bold") + ("  (dry run)" if dry_run else "")], color)
+    metric = plan.policy.metric if plan.policy.keep_best else None
     rows: list[tuple[int, str, list[tuple[str, str]]]] = []
     for k in plan.keep:
-        row = [(k.name, ""), ("keep", "green"), (_when(k.committed_at), ""), ("", "")]
-        rows.append((k.step, k.name, [*row, (", ".join(k.reasons), "")]))
+        cells = [(k.name, ""), ("keep", "green"), (_when(k.committed_at), ""), ("", "")]
+        # The values --keep-best ranked by, so a person sees why a step goes.
+        cells += [(_rank(k.metric), "")] if metric else []
+        rows.append((k.step, k.name, [*cells, (", ".join(k.reasons), "")]))
     for r in plan.delete:
-        row = [(r.name, ""), ("delete", "red"), (_when(r.committed_at), "")]
-        rows.append((r.step or 0, r.name, [*row, (human_bytes(r.size_bytes), ""), ("", "")]))
+        cells = [(r.name, ""), ("delete", "red"), (_when(r.committed_at), "")]
+        cells += [(human_bytes(r.size_bytes), "")]
+        cells += [(_rank(r.metric), "")] if metric else []
+        rows.append((r.step or 0, r.name, [*cells, ("", "")]))
     ordered = [row for _, _, row in sorted(rows, key=lambda x: (x[0], x[1]))]
-    headers = ["step", "action", "committed", "size", "why"]
-    emit(table_lines(headers, ordered, paint, right=frozenset({0, 3}), wrap_last=True), color)
+    headers = ["step", "action", "committed", "size", *([metric] if metric else []), "why"]
+    right = frozenset({0, 3, 4}) if metric else frozenset({0, 3})
+    emit(table_lines(headers, ordered, paint, right=right, wrap_last=True), color)
     if plan.clean or plan.untouched:
         others = [
             [
