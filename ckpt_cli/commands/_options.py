@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
+from ckpt_cli.commands._complete import complete_item, complete_root_at_step, complete_step
 from ckpt_cli.errors import OptionValueError, UsageError
 
 if TYPE_CHECKING:
@@ -152,6 +153,8 @@ StepOpt = Annotated[
         "-s",
         help="Step to read from a root (default: latest committed).",
         show_default=False,
+        metavar="N",
+        autocompletion=complete_step,
     ),
 ]
 ItemOpt = Annotated[
@@ -161,15 +164,21 @@ ItemOpt = Annotated[
         "-i",
         help="Item to read (default: the step's one state item).",
         show_default=False,
+        metavar="NAME",
+        autocompletion=complete_item,
     ),
 ]
 ItemAOpt = Annotated[
     str | None,
-    typer.Option("--item-a", help="Item of A (also A@STEP:ITEM).", show_default=False),
+    typer.Option(
+        "--item-a", help="Item of A (also A@STEP:ITEM).", show_default=False, metavar="NAME"
+    ),
 ]
 ItemBOpt = Annotated[
     str | None,
-    typer.Option("--item-b", help="Item of B (also B@STEP:ITEM).", show_default=False),
+    typer.Option(
+        "--item-b", help="Item of B (also B@STEP:ITEM).", show_default=False, metavar="NAME"
+    ),
 ]
 FilterOpt = Annotated[
     str | None,
@@ -205,7 +214,14 @@ LayoutOpt = Annotated[
 
 VerifyStepOpt = Annotated[
     int | None,
-    typer.Option("--step", "-s", help="Check only this step of a root.", show_default=False),
+    typer.Option(
+        "--step",
+        "-s",
+        help="Check only this step of a root.",
+        show_default=False,
+        metavar="N",
+        autocompletion=complete_step,
+    ),
 ]
 LatestOpt = Annotated[
     bool, typer.Option("--latest", help="Check only the latest committed step of a root.")
@@ -285,7 +301,10 @@ JunitOpt = Annotated[
 
 SideArg = Annotated[
     str,
-    typer.Argument(help="Root, step or item; ROOT@STEP picks a step, ROOT@STEP:ITEM an item."),
+    typer.Argument(
+        help="Root, step or item; ROOT@STEP picks a step, ROOT@STEP:ITEM an item.",
+        autocompletion=complete_root_at_step,
+    ),
 ]
 BothStepsOpt = Annotated[
     int | None,
@@ -310,6 +329,13 @@ CompareCastOpt = Annotated[
 ]
 AllOpt = Annotated[
     bool, typer.Option("--all", help="List equal leaves too, not only the differences.")
+]
+StructureOpt = Annotated[
+    bool,
+    typer.Option(
+        "--structure",
+        help="Compare names, dtypes, shapes and shardings only: no array data is read.",
+    ),
 ]
 
 # --- the writers (reshard, migrate) and scale-out -----------------------------------------------

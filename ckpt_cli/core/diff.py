@@ -8,6 +8,13 @@ float64 (exact for every dtype up to 32 bits; int64 beyond 2**53 rounds), comple
 complex128 (both parts count; the distance is ``|a - b|``). Blocks follow A's
 chunking (merged with B's when the common multiple is small), reads of A and B in flight
 together.
+
+Memory is bounded by ``memory_limit`` whatever the leaf size: blocks get a 64th of it (at most
+16 MiB; the comparison's float64 temporaries are a few times a block), and a chunk larger than
+a block is read in slabs through a chunk cache that holds it (``format.blocks.stream_blocks``):
+decoded once per side, compared slab by slab, so progress moves from the first slab. A single
+chunk larger than the limit is the format's floor: it is decoded whole, and the leaf says so.
+``structure_only`` compares names, kinds, dtypes, shapes and shardings and reads no array data.
 """
 
 from __future__ import annotations
@@ -20,7 +27,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context
-from ckpt_cli.core.format.blocks import block_shape, iter_blocks
+from ckpt_cli.core.format.blocks import (
+    block_shape,
+    cache_bytes,
+    decoded_chunk_bytes,
+    is_large,
+    iter_blocks,
+    stream_blocks,
+)
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.scan import IN_FLIGHT, OPEN_CACHE_BYTES, read_block
@@ -28,9 +42,11 @@ from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.schema import document
 from ckpt_cli.core.storage import StorageOptions, open_location
+from ckpt_cli.core.units import human_bytes
 from ckpt_cli.errors import UsageError, first_line
 
 DIFF_BLOCK_BYTES = 16 << 20
+MEMORY_LIMIT = 1 << 30
 
 Status = str
 STATUSES: tuple[Status, ...] = (
@@ -41,6 +57,7 @@ STATUSES: tuple[Status, ...] = (
     "dtype_changed",
     "shape_changed",
     "kind_changed",
+    "sharding_changed",
     "error",
 )
 
@@ -88,6 +105,7 @@ class DiffReport:
     rtol: float
     compare_cast: bool
     leaves: tuple[LeafDiff, ...]
+    structure_only: bool = False
 
     @property
     def equal(self) -> bool:
@@ -105,6 +123,7 @@ class DiffReport:
                 "equal": self.equal,
                 "tolerance": {"atol": self.atol, "rtol": self.rtol},
                 "compare_cast": self.compare_cast,
+                "structure_only": self.structure_only,
                 "summary": {s: self.count(s) for s in STATUSES},
                 "leaves": [d.to_json() for d in self.leaves],
             },
@@ -132,6 +151,8 @@ def diff_paths(
     storage: StorageOptions | None = None,
     item_a: str | None = None,
     item_b: str | None = None,
+    memory_limit: int = MEMORY_LIMIT,
+    structure_only: bool = False,
 ) -> DiffReport:
     """``ckpt diff A B``: resolve both sides (``step`` for both roots unless ``step_a`` or
     ``step_b``; ``item`` for both unless ``item_a`` or ``item_b``), then compare them."""
@@ -142,7 +163,17 @@ def diff_paths(
     ref_b = resolve_side(
         b, step_b if step_b is not None else step, item_b or item, "--step-b", storage
     )
-    return diff_items(ref_a, ref_b, atol, rtol, compare_cast, name_filter, on_progress)
+    return diff_items(
+        ref_a,
+        ref_b,
+        atol,
+        rtol,
+        compare_cast,
+        name_filter,
+        on_progress,
+        memory_limit=memory_limit,
+        structure_only=structure_only,
+    )
 
 
 def _check_tolerance(atol: float, rtol: float) -> None:
@@ -179,14 +210,26 @@ def diff_items(
     compare_cast: bool = False,
     name_filter: str | None = None,
     on_progress: ProgressFn | None = None,
+    *,
+    memory_limit: int = MEMORY_LIMIT,
+    structure_only: bool = False,
 ) -> DiffReport:
-    """Compare ``a`` with ``b`` leaf by leaf (progress as ``data`` bytes of the arrays in both)."""
+    """Compare ``a`` with ``b`` leaf by leaf (progress as ``data`` bytes of the arrays in both),
+    holding about ``memory_limit`` bytes at most; ``structure_only``: no array data read."""
     _check_tolerance(atol, rtol)
     ra, rb = inspect_item(a, name_filter), inspect_item(b, name_filter)
     la = {leaf.name: leaf for leaf in ra.leaves}
     lb = {leaf.name: leaf for leaf in rb.leaves}
-    sa, sb = _store(ra), _store(rb)
-    total = sum(leaf.size_bytes for n, leaf in la.items() if leaf.is_array and n in lb)
+    common = [(la[n], lb[n]) for n in sorted(la.keys() & lb.keys())]
+    budget = max(1 << 20, min(DIFF_BLOCK_BYTES, memory_limit // 64))
+    if structure_only:
+        sa = sb = None
+    else:
+        # Each side's chunk cache holds its largest chunk that does not fit a block (twice:
+        # the next one's reads start while the last slabs of one are compared).
+        sa = _store(ra, cache_bytes((x.array for x, _ in common if x.array), budget))
+        sb = _store(rb, cache_bytes((y.array for _, y in common if y.array), budget))
+    total = 0 if structure_only else sum(x.size_bytes for x, y in common if x.is_array)
     on_bytes = ByteProgress(on_progress, "data", total)
 
     out = []
@@ -204,16 +247,47 @@ def diff_items(
                 )
             )
             continue
-        out.append(_diff_leaf(x, y, sa, sb, atol, rtol, compare_cast, on_bytes))
-    return DiffReport(a, b, atol, rtol, compare_cast, tuple(out))
+        if structure_only:
+            out.append(_diff_structure(x, y))
+            continue
+        out.append(_diff_leaf(x, y, sa, sb, atol, rtol, compare_cast, on_bytes, budget))
+        if x.array is not None and 2 * decoded_chunk_bytes(x.array) > memory_limit // 2:
+            note = (
+                f"a chunk is {human_bytes(decoded_chunk_bytes(x.array))} decoded, held whole "
+                "on each side: the format's floor, above what --memory-limit leaves for it"
+            )
+            d = out[-1]
+            out[-1] = replace(d, message=f"{d.message}; {note}" if d.message else note)
+    return DiffReport(a, b, atol, rtol, compare_cast, tuple(out), structure_only)
 
 
-def _store(report: ItemReport) -> ItemStore | None:
+def _store(report: ItemReport, cache: int = 0) -> ItemStore | None:
     if report.storage == "json":
         return None
     # One context for every leaf: its cache keeps the OCDBT manifest and tree nodes, which a
-    # context per open would read again for each of thousands of small leaves.
-    return ItemStore(report.ref.location, report.zarr_format == 3, cached_context(OPEN_CACHE_BYTES))
+    # context per open would read again for each of thousands of small leaves; and it holds a
+    # chunk larger than a block while that chunk is read in slabs.
+    context = cached_context(max(cache, OPEN_CACHE_BYTES))
+    return ItemStore(report.ref.location, report.zarr_format == 3, context)
+
+
+def _diff_structure(x: Leaf, y: Leaf) -> LeafDiff:
+    """What the metadata alone says: kind, dtype, shape and sharding (no array data read)."""
+    if x.problem or y.problem:
+        return _result(x, y, "error", message=x.problem or y.problem)
+    if x.is_array != y.is_array or (x.value_type != y.value_type and not x.is_array):
+        return _result(x, y, "kind_changed", message=f"{x.value_type} vs {y.value_type}")
+    if x.shape != y.shape:
+        return _result(x, y, "shape_changed")
+    if x.dtype != y.dtype:
+        return _result(x, y, "dtype_changed")
+    sx = x.sharding.short() if x.sharding else None
+    sy = y.sharding.short() if y.sharding else None
+    if sx != sy:
+        return _result(x, y, "sharding_changed", message=f"{sx or 'none'} vs {sy or 'none'}")
+    if not x.is_array and x.value != y.value:
+        return _result(x, y, "different")
+    return _result(x, y, "equal", elements=x.elements)
 
 
 def _result(x: Leaf, y: Leaf, status: Status, **extra: Any) -> LeafDiff:
@@ -229,6 +303,7 @@ def _diff_leaf(
     rtol: float,
     compare_cast: bool,
     on_bytes: Callable[[int], None],
+    budget: int = DIFF_BLOCK_BYTES,
 ) -> LeafDiff:
     if x.problem or y.problem:
         return _result(x, y, "error", message=x.problem or y.problem)
@@ -248,7 +323,7 @@ def _diff_leaf(
         )
     acc = _Compare(atol, rtol, exact_ints=x.dtype == y.dtype)
     try:
-        _stream(sa, sb, x, y, acc, on_bytes)
+        _stream(sa, sb, x, y, acc, on_bytes, budget)
     except Exception as e:
         message = first_line(e)
         return _result(x, y, "error", message=message)
@@ -266,25 +341,35 @@ def _diff_leaf(
     )
 
 
-def _common_block(a: ArrayInfo, b: ArrayInfo) -> tuple[int, ...]:
-    """Blocks aligned to both chunkings when their common multiple stays small, else to A's."""
+def _blocks(a: ArrayInfo, b: ArrayInfo, budget: int) -> Any:
+    """Blocks of at most ``budget`` bytes: slabs of A's chunks when one exceeds the budget,
+    else whole chunks aligned to both chunkings when their common multiple stays small, else
+    to A's."""
+    if is_large(a, budget):
+        return stream_blocks(a, budget)
     lcm = tuple(
         min(s, math.lcm(ca or 1, cb or 1))
         for s, ca, cb in zip(a.shape, a.chunk_shape, b.chunk_shape, strict=True)
     )
-    if math.prod(lcm) * max(a.itemsize, b.itemsize) <= 4 * DIFF_BLOCK_BYTES:
-        return block_shape(replace(a, chunk_shape=lcm), DIFF_BLOCK_BYTES)
-    return block_shape(a, DIFF_BLOCK_BYTES)
+    if math.prod(lcm) * max(a.itemsize, b.itemsize) <= 4 * budget:
+        return iter_blocks(a, block_shape(replace(a, chunk_shape=lcm), budget))
+    return iter_blocks(a, block_shape(a, budget))
 
 
 def _stream(
-    sa: ItemStore, sb: ItemStore, x: Leaf, y: Leaf, acc: _Compare, on_bytes: Callable[[int], None]
+    sa: ItemStore,
+    sb: ItemStore,
+    x: Leaf,
+    y: Leaf,
+    acc: _Compare,
+    on_bytes: Callable[[int], None],
+    budget: int,
 ) -> None:
     assert x.array is not None and y.array is not None
     ra = sa.reader(x.name, x.array, x.database)
     rb = sb.reader(y.name, y.array, y.database)
     pending: deque[tuple[Any, Any, int]] = deque()
-    for sl in iter_blocks(x.array, _common_block(x.array, y.array)):
+    for sl in _blocks(x.array, y.array, budget):
         nbytes = math.prod(s.stop - s.start for s in sl) * x.array.itemsize
         pending.append((read_block(ra, sl), read_block(rb, sl), nbytes))
         if len(pending) >= IN_FLIGHT // 2:
@@ -310,6 +395,12 @@ class _Compare:
         import numpy as np
 
         a, b = np.asarray(a), np.asarray(b)
+        if a.dtype == b.dtype and a.dtype.itemsize in (1, 2, 4, 8) and a.shape == b.shape:
+            # Equal bits are equal values (the same NaN too): most blocks of most diffs are
+            # unchanged, and one integer comparison costs far less than the float64 pass.
+            bits = f"u{a.dtype.itemsize}"
+            if np.array_equal(a.view(bits), b.view(bits)):
+                return
         exact = self.exact_ints and a.dtype.kind in "iub" and not (self.atol or self.rtol)
         if exact:
             # Integers compare in their own dtype: float64 would round int64 beyond 2**53.

@@ -41,6 +41,7 @@ class Case:
     args: Callable[[World], list[str]]
     phrase: str  # on stderr, without --json
     lock: bool = False  # hold the prune lock of World.good meanwhile
+    write_lock: bool = False  # hold the write lock of World.tmp / "claimed" meanwhile
 
     @property
     def id(self) -> str:
@@ -78,6 +79,7 @@ BAD_JSON = "not valid JSON"
 REFUSED_CONN = "connection refused"
 EXISTS = "already exists"
 LOCKED = "another prune of"
+WRITER_LOCKED = "another ckpt writer is writing into"
 
 CASES: list[Case] = [
     # ls
@@ -305,6 +307,22 @@ CASES: list[Case] = [
         lambda w: ["import", _one_tensor_file(w), str(w.taken), "--step", "500"],
         EXISTS,
     ),
+    Case(
+        "reshard",
+        "locked",
+        "writer",
+        lambda w: ["reshard", str(w.good), str(w.tmp / "claimed"), "--mesh", "data=1"],
+        WRITER_LOCKED,
+        write_lock=True,
+    ),
+    Case(
+        "import",
+        "locked",
+        "writer",
+        lambda w: ["import", _one_tensor_file(w), str(w.tmp / "claimed")],
+        WRITER_LOCKED,
+        write_lock=True,
+    ),
     # migrate
     Case(
         "migrate",
@@ -363,6 +381,14 @@ CASES: list[Case] = [
         lambda w: ["migrate", str(w.good), str(w.taken), "--spec", str(w.spec)],
         EXISTS,
     ),
+    Case(
+        "migrate",
+        "locked",
+        "writer",
+        lambda w: ["migrate", str(w.good), str(w.tmp / "claimed"), "--spec", str(w.spec)],
+        WRITER_LOCKED,
+        write_lock=True,
+    ),
     # pin
     Case("pin", "not-found", "path", lambda w: ["pin", str(w.missing), "500"], NOT_FOUND),
     Case("pin", "not-found", "step", lambda w: ["pin", str(w.good), "7"], "not found"),
@@ -411,13 +437,12 @@ NOT_APPLICABLE: dict[str, dict[str, str]] = {
         "locked": "takes no lock",
     },
     "prune": {},
-    "reshard": {"locked": "writes a new step under a tmp name: takes no root lock"},
-    "migrate": {"locked": "writes a new step under a tmp name: takes no root lock"},
+    "reshard": {},
+    "migrate": {},
     "export": {"locked": "writes a new directory under a tmp name: takes no root lock"},
     "import": {
         "not-a-checkpoint": "reads safetensors files, not a checkpoint (invalid-metadata instead)",
         "unreachable": "reads local safetensors files only (an s3:// or gs:// source is unsupported)",
-        "locked": "writes a new step under a tmp name: takes no root lock",
     },
     "pin": {"invalid-metadata": "reads no metadata: a pin names a step directory"},
     "unpin": {
@@ -433,11 +458,23 @@ def _params() -> list[object]:
 
 @contextlib.contextmanager
 def _maybe_lock(case: Case, world: World) -> Iterator[None]:
+    from ckpt_cli.core.storage import LocalLocation
+
+    if case.write_lock:
+        from ckpt_cli.core.write.claim import claim_root
+
+        claimed = world.tmp / "claimed"
+        claimed.mkdir(exist_ok=True)
+        claim = claim_root(LocalLocation(str(claimed)), "reshard")
+        try:
+            yield
+        finally:
+            claim.release()
+        return
     if not case.lock:
         yield
         return
     from ckpt_cli.core.prune.execute import prune_lock
-    from ckpt_cli.core.storage import LocalLocation
 
     with prune_lock(LocalLocation(str(world.good))):
         yield

@@ -149,7 +149,9 @@ def write_digests(item: Location, record: DigestRecord) -> Location:
         record.tool,
         record.created_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
-    loc.write_bytes((json.dumps(stamped.to_json(), indent=1) + "\n").encode())
+    # Never create the item directory: a step deleted meanwhile (prune, an operator) must not
+    # come back holding only this file.
+    loc.write_bytes((json.dumps(stamped.to_json(), indent=1) + "\n").encode(), create_parents=False)
     return loc
 
 

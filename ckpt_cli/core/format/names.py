@@ -18,6 +18,33 @@ COMMIT_MARKER = "commit_success.txt"
 TOMBSTONE = ".ckpt-deleting"
 #: Object stores: put into a step a ckpt writer writes in place; removed right before the marker.
 WRITING_MARKER = ".ckpt-writing"
+
+
+def is_plain_name(name: str) -> bool:
+    """Whether a name read from a checkpoint (an item of ``item_handlers``...) can be one
+    directory entry: never empty, ``.``, ``..``, absolute or holding a separator."""
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and not any(c in name for c in "/\\\x00")
+    )
+
+
+def check_plain_name(name: str, what: str, where: object) -> str:
+    """``name`` itself, or one ``InvalidMetadataError`` saying it is not a plain name."""
+    if not is_plain_name(name):
+        from ckpt_cli.errors import InvalidMetadataError
+
+        raise InvalidMetadataError(
+            f"{what} {name!r} in {where} is not a plain directory name: ckpt never uses it "
+            "as a path",
+            hint="the checkpoint is damaged or hostile; run `ckpt verify` on it",
+        )
+    return name
+
+
+#: The root's lock shared by prune and ``verify --record``: one of them changes a root at a time.
+PRUNE_LOCK = ".ckpt-prune.lock"
 STEP_METADATA = "_CHECKPOINT_METADATA"
 #: The empty file the v1 API (``orbax.checkpoint.experimental.v1``) writes into a checkpoint.
 V1_MARKER = "orbax.checkpoint"
@@ -76,7 +103,8 @@ def compile_filter(pattern: str | None, option: str = "--filter") -> re.Pattern[
     ``*``, ``?`` or ``[`` and no regex-only syntax (``( ) | ^ $ + \\ {``), else a regex.
 
     Globs match the whole dotted name and ``*`` crosses dots (``params.*kernel``); regexes are
-    searched anywhere in the name unless anchored.
+    searched anywhere in the name unless anchored. A pattern starting with ``.`` is a regex
+    (``.*``: every leaf): no leaf name starts with a dot, so as a glob it could match nothing.
     """
     if pattern is None:
         return None
@@ -84,7 +112,11 @@ def compile_filter(pattern: str | None, option: str = "--filter") -> re.Pattern[
 
     if pattern.startswith("re:"):
         source = pattern[3:]
-    elif re.search(r"[*?\[]", pattern) and not re.search(r"[()|^$+\\{]", pattern):
+    elif (
+        re.search(r"[*?\[]", pattern)
+        and not re.search(r"[()|^$+\\{]", pattern)
+        and not pattern.startswith(".")
+    ):
         return re.compile(fnmatch.translate(pattern))
     else:
         source = pattern

@@ -24,7 +24,8 @@ from typing import Any
 from ckpt_cli.core.format.arrays import EXTRA_DTYPES
 from ckpt_cli.core.format.names import literal_name
 from ckpt_cli.core.migrate.initializers import FAN_KINDS, Initializer, parse_init
-from ckpt_cli.errors import NotFoundError, RefusedError
+from ckpt_cli.core.textfiles import load_yaml, read_limited
+from ckpt_cli.errors import RefusedError
 
 DTYPES = (
     "bool",
@@ -140,14 +141,7 @@ class MigrationSpec:
 
 def load_spec(path: str) -> MigrationSpec:
     """Read, parse and validate a spec file."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise NotFoundError(f"spec {path} does not exist") from None
-    except OSError as e:
-        raise RefusedError(f"spec {path} cannot be read: {e.strerror}") from None
-    return parse_spec(raw, path)
+    return parse_spec(read_limited(path, "spec"), path)
 
 
 def parse_spec(raw: bytes, path: str) -> MigrationSpec:
@@ -159,9 +153,9 @@ def parse_spec(raw: bytes, path: str) -> MigrationSpec:
 
             doc: Any = tomllib.loads(text)
         else:
-            import yaml
-
-            doc = yaml.safe_load(text)
+            doc = load_yaml(text, where)
+    except RefusedError:
+        raise
     except Exception as e:  # yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError
         first = " ".join(str(e).split())[:200]
         raise RefusedError(f"{where} is not valid {_syntax(path)}: {first}") from None

@@ -16,9 +16,7 @@ refused, names the holder and says to delete the object once that prune is surel
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,11 +42,13 @@ from ckpt_cli.core.prune.plan import (
     PrunePlan,
     Removal,
     Untouched,
+    is_partial_write,
     is_tombstoned,
     modified_at,
     require_root,
 )
 from ckpt_cli.core.storage import Entry, Location
+from ckpt_cli.core.storage.locks import holder_command, holder_of, take_lock
 from ckpt_cli.errors import (
     CkptError,
     LockedError,
@@ -207,7 +207,9 @@ def _why_unsafe(
     parsed = parse_step_name(r.name)
     recognised = {
         "step": parsed is not None and not parsed.tmp,
-        "tmp": parsed is not None and parsed.tmp and tmp_min_age is not None,
+        "tmp": parsed is not None
+        and (parsed.tmp or is_partial_write(loc))
+        and tmp_min_age is not None,
         "trash": r.name.startswith(TRASH_PREFIX) or is_tombstoned(loc),
     }[r.kind]
     if not recognised or "/" in r.name or r.name in (ROOT_METADATA_DIR, LOCK_NAME, ".", ".."):
@@ -240,12 +242,7 @@ def prune_lock(root: Location) -> Iterator[Detected]:
     """
     _refuse_plain_non_roots(root)  # never create the lock file inside a step or a stray directory
     lock_file = root.child(LOCK_NAME)
-    owner = {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-    lock = lock_file.try_lock(json.dumps(owner))
+    lock, _ = take_lock(lock_file, "prune")
     if lock is None:
         hint = "wait for it to finish and run this prune again"
         if root.requires_commit_marker:
@@ -253,7 +250,10 @@ def prune_lock(root: Location) -> Iterator[Detected]:
                 f"; a prune that was killed leaves the lock behind: once that one is surely "
                 f"gone, delete {lock_file} and run again"
             )
-        raise LockedError(f"another prune of {root} is running ({_holder(lock_file)})", hint=hint)
+        what = holder_command(lock_file, "prune")  # a prune, or `verify --record` writing digests
+        raise LockedError(
+            f"another {what} of {root} is running ({holder_of(lock_file)})", hint=hint
+        )
     with lock:
         yield require_root(root)
 
@@ -273,11 +273,3 @@ def _refuse_plain_non_roots(root: Location) -> None:
     )
     if not holds_steps or looks_like_item(names) or names & {STEP_METADATA, COMMIT_MARKER}:
         require_root(root)
-
-
-def _holder(lock_file: Location) -> str:
-    try:
-        owner = json.loads(lock_file.read_bytes(limit=4096))
-        return f"pid {owner['pid']} on {owner['host']}, since {owner['since']}"
-    except (CkptError, ValueError, KeyError, TypeError):
-        return "holder unknown"

@@ -15,7 +15,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 from ckpt_cli.core.format.layout import Detected, detect
-from ckpt_cli.core.format.names import TOMBSTONE, parse_step_name
+from ckpt_cli.core.format.names import (
+    COMMIT_MARKER,
+    PRUNE_LOCK,
+    TOMBSTONE,
+    WRITING_MARKER,
+    parse_step_name,
+)
 from ckpt_cli.core.listing import StepInfo, list_root
 from ckpt_cli.core.prune.policy import (
     MetricRank,
@@ -30,7 +36,7 @@ from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
 
 TRASH_PREFIX = ".ckpt-trash-"
-LOCK_NAME = ".ckpt-prune.lock"
+LOCK_NAME = PRUNE_LOCK
 DEFAULT_TMP_MIN_AGE = timedelta(hours=1)
 SYMLINK_KEPT = "symlink, never deleted"
 NO_STEP_RULE = "no step rule"
@@ -280,7 +286,7 @@ def scan_root(root: Location, detected: Detected | None = None) -> RootScan:
     entries = found.entries
     listing = list_root(root, detected=found)
     symlinks = frozenset(e.name for e in entries if e.is_symlink)
-    steps = tuple(s for s in listing.steps if s.status != "incomplete")
+    steps = tuple(s for s in listing.steps if s.status != "incomplete" and not _partial(root, s))
     tmp = tuple(
         Leftover(
             s.name,
@@ -291,7 +297,7 @@ def scan_root(root: Location, detected: Detected | None = None) -> RootScan:
             s.name in symlinks,
         )
         for s in listing.steps
-        if s.status == "incomplete"
+        if s.status == "incomplete" or _partial(root, s)
     )
     # Prune only ever makes trash directories: a file of that name is not ours, leave it unseen.
     trash = [_trash(root, e) for e in entries if e.name.startswith(TRASH_PREFIX) and e.is_dir]
@@ -302,6 +308,22 @@ def scan_root(root: Location, detected: Detected | None = None) -> RootScan:
             if e.is_dir and parse_step_name(e.name) and is_tombstoned(root.child(e.name))
         ]
     return RootScan(str(root), steps, tmp, tuple(trash), symlinks, listing.ignored)
+
+
+def _partial(root: Location, s: StepInfo) -> bool:
+    """On object stores: a step a ckpt writer was writing in place and never committed (it
+    carries ``.ckpt-writing``, no ``commit_success.txt``): an unfinished save, cleaned by
+    ``--clean-tmp`` under the same age rule as local tmp dirs. A step without markers that ckpt
+    did not write (a copy made without them, Orbax #394) is not one."""
+    return is_partial_write(root.child(s.name)) if s.status == "uncommitted" else False
+
+
+def is_partial_write(loc: Location) -> bool:
+    return (
+        loc.requires_commit_marker
+        and loc.child(WRITING_MARKER).is_file()
+        and not loc.child(COMMIT_MARKER).is_file()
+    )
 
 
 def is_tombstoned(loc: Location) -> bool:

@@ -42,20 +42,16 @@ def execute(plan: ImportPlan, on_progress: ProgressFn | None = None) -> ImportRe
     import contextlib
     import time
 
-    from ckpt_cli.core.format.layout import detect
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.write.item import ItemWriter
+    from ckpt_cli.core.write.rewrite import check_destination_root
     from ckpt_cli.core.write.step import StepWriter
     from ckpt_cli.core.write.types import ArrayOut, LeafOut
-    from ckpt_cli.errors import CkptError, NotACheckpointError
+    from ckpt_cli.errors import CkptError
 
     t0 = time.perf_counter()
     root = open_location(plan.dst)
-    if root.exists() and root.list() and detect(root).kind != "root":
-        raise NotACheckpointError(
-            f"the destination {root} exists and is not a checkpoint root",
-            hint="give a new directory or an existing CheckpointManager root",
-        )
+    check_destination_root(root)
     ctx = ImportContext()
     comp = compression
     outs = [

@@ -71,21 +71,23 @@ class ObjectStore:
         """One line for a failed request: what failed and where, without a traceback."""
         return describe_error(e, self.endpoint)
 
+    #: What to check when a request fails: this store's own settings (a class attribute).
+    hint = "check the URL and the credentials"
+
     def error(self, what: str, e: BaseException) -> StorageError:
         """``what`` failed because of ``e``: an ``UnreachableError`` when the endpoint is gone."""
         if isinstance(e, StorageError):
-            return type(e)(f"{what}: {e.message}", hint=e.hint or HINT)
+            return type(e)(f"{what}: {e.message}", hint=e.hint or self.hint)
         if isinstance(e, CkptError):
             return StorageError(f"{what}: {e.message}", hint=e.hint)
         cause = self.describe(e)
         cls = UnreachableError if cause.startswith(_UNREACHABLE) else StorageError
-        return cls(f"{what}: {cause}", hint=HINT)
+        return cls(f"{what}: {cause}", hint=self.hint)
 
     def identity(self) -> tuple[str, str, str]:
         return (self.scheme, self.bucket, self.endpoint)
 
 
-HINT = "check the URL, the endpoint (--s3-endpoint, CKPT_S3_ENDPOINT) and the credentials"
 _UNREACHABLE = ("connection refused at", "no answer from")
 
 
@@ -119,6 +121,7 @@ def describe_error(e: BaseException, endpoint: str) -> str:
 
 class S3Store(ObjectStore):
     scheme = "s3"
+    hint = "check the URL, the endpoint (--s3-endpoint, CKPT_S3_ENDPOINT) and the credentials"
 
     def __init__(self, bucket: str, options: StorageOptions) -> None:
         super().__init__(bucket, options)
@@ -202,6 +205,10 @@ class S3Store(ObjectStore):
 
 class GcsStore(ObjectStore):
     scheme = "gs"
+    hint = (
+        "check the URL and the credentials (gcloud auth application-default login, "
+        "GOOGLE_APPLICATION_CREDENTIALS; STORAGE_EMULATOR_HOST for an emulator)"
+    )
 
     def __init__(self, bucket: str, options: StorageOptions) -> None:
         super().__init__(bucket, options)

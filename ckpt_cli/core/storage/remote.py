@@ -247,7 +247,7 @@ class RemoteLocation(Location):
         for start in range(0, total, block_size):
             yield self._read(slice(start, min(total, start + block_size)))
 
-    def write_bytes(self, data: bytes) -> None:
+    def write_bytes(self, data: bytes, *, create_parents: bool = True) -> None:
         """A plain put: an object appears whole or not at all, no temporary name needed."""
         import time
 

@@ -11,12 +11,15 @@ all (or cannot be listed) raises, which the CLI turns into exit code 3.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 
 from ckpt_cli.core.executor import Executor, ExecutorSpec, open_executor
 from ckpt_cli.core.format.digests import DigestRecord, write_digests
-from ckpt_cli.core.format.names import COMMIT_MARKER
+from ckpt_cli.core.format.layout import detect
+from ckpt_cli.core.format.names import COMMIT_MARKER, PRUNE_LOCK
 from ckpt_cli.core.progress import ByteProgress, Progress, ProgressFn
 from ckpt_cli.core.storage import Location
+from ckpt_cli.core.storage.locks import holder_command, holder_of, take_lock
 from ckpt_cli.core.verify.deep import deep_item, item_bytes, sample_items
 from ckpt_cli.core.verify.distributed import DEFAULT_SCAN_UNIT_BYTES, deep_item_scaled
 from ckpt_cli.core.verify.problems import escalate
@@ -33,7 +36,7 @@ from ckpt_cli.core.verify.types import (
     VerifyOptions,
     VerifyReport,
 )
-from ckpt_cli.errors import UsageError
+from ckpt_cli.errors import CkptError, LockedError, NotFoundError, UsageError
 
 
 def verify_path(
@@ -61,6 +64,53 @@ def verify_path(
     if options.sample is not None and options.deep:
         raise UsageError("choose --deep (every chunk) or --sample (some chunks), not both")
     _check_budget(options, executor)
+    with _record_lock(location, options.record):
+        return _verify(location, options, on_progress, executor, unit_bytes, started)
+
+
+@contextlib.contextmanager
+def _record_lock(location: Location, record: bool) -> Iterator[None]:
+    """``--record`` writes into the steps of a root: it holds the root's prune lock meanwhile,
+    so a prune is refused (naming it) instead of deleting a step the recorder then re-creates;
+    a running prune makes the recorder wait for nothing: it is refused the same way."""
+    if not record:
+        yield
+        return
+    root = _root_of(location)
+    if root is None:
+        yield
+        return
+    lock, _ = take_lock(root.child(PRUNE_LOCK), "verify --record")
+    if lock is None:
+        lock_file = root.child(PRUNE_LOCK)
+        what = holder_command(lock_file, "prune")
+        raise LockedError(
+            f"{what} of {root} is running ({holder_of(lock_file)}): not recording now",
+            hint="run `ckpt verify --record` again when it is done",
+        )
+    with lock:
+        yield
+
+
+def _root_of(location: Location) -> Location | None:
+    """The CheckpointManager root a path is, or whose step it is (None: a lone step/item)."""
+    for candidate in (location, location.parent):
+        try:
+            if detect(candidate).kind == "root":
+                return candidate
+        except CkptError:
+            return None
+    return None
+
+
+def _verify(
+    location: Location,
+    options: VerifyOptions,
+    on_progress: ProgressFn | None,
+    executor: Executor | None,
+    unit_bytes: int,
+    started: float,
+) -> VerifyReport:
     found = find_targets(location, options)
     kind, targets, problems = found.kind, found.items, found.problems
 
@@ -105,9 +155,12 @@ def verify_path(
                 digests = "not-recorded"
             else:
                 assert f.inventory is not None
-                write_digests(f.inventory.base, DigestRecord(r.digests, r.files))
-                recorded.append(t.shown_as)
-                digests = "recorded"
+                try:
+                    write_digests(f.inventory.base, DigestRecord(r.digests, r.files))
+                    recorded.append(t.shown_as)
+                    digests = "recorded"
+                except NotFoundError:
+                    digests = "not-recorded"  # the item was removed meanwhile: nothing to record
         checks.append(
             ItemCheck(
                 path=t.shown_as,

@@ -20,6 +20,7 @@ from ckpt_cli.core.format.names import (
     TMP_MARKER,
     TREE_METADATA,
     V1_MARKER,
+    is_plain_name,
     looks_like_item,
     parse_step_name,
 )
@@ -240,7 +241,17 @@ def _check_step(
                     )
                 )
             continue
-        if TMP_MARKER in e.name:
+        if e.is_symlink:
+            problems.append(
+                problem(
+                    "symlink-outside",
+                    f"{rel} is a symlink: ckpt does not read an item through a link (it may "
+                    "lead out of the checkpoint), a writer refuses it; replace it by the "
+                    "directory",
+                    file=rel,
+                )
+            )
+        elif TMP_MARKER in e.name:
             problems.append(_tmp_problem(rel, rel))
         elif e.name in expected or _holds_an_item(step_loc.child(e.name)):
             targets.append(ItemTarget(step_loc.child(e.name), rel, step, e.name))
@@ -254,6 +265,17 @@ def _check_step(
                 )
             )
     for name in sorted(expected - names):
+        if not is_plain_name(name):
+            problems.append(
+                problem(
+                    "metadata-invalid",
+                    f"item name {name!r} in {STEP_METADATA} is not a plain directory name "
+                    "(damaged or hostile): ckpt never reads it as a path, Orbax would; "
+                    "restore the step from a copy",
+                    file=_join(shown, STEP_METADATA),
+                )
+            )
+            continue
         problems.append(
             problem(
                 "item-missing",
