@@ -37,12 +37,16 @@ COMMANDS = ("ls", "inspect", "verify", "diff", "prune", "reshard", "migrate", "p
 
 def schema_version(command: str) -> int:
     """The version of ``command``'s document: its result type's ``SCHEMA_VERSION``."""
+    from ckpt_cli.core.diff import DiffReport
     from ckpt_cli.core.inspect import ItemReport
     from ckpt_cli.core.migrate.plan import MigrationPlan
     from ckpt_cli.core.reshard.plan import ReshardPlan
     from ckpt_cli.core.schema import SCHEMA_VERSION
+    from ckpt_cli.core.verify.types import VerifyReport
 
     versions = {
+        "diff": DiffReport.SCHEMA_VERSION,
+        "verify": VerifyReport.SCHEMA_VERSION,
         "inspect": ItemReport.SCHEMA_VERSION,
         "reshard": ReshardPlan.SCHEMA_VERSION,
         "migrate": MigrationPlan.SCHEMA_VERSION,

@@ -24,7 +24,7 @@ import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context
 from ckpt_cli.core.format.blocks import (
@@ -106,6 +106,7 @@ class DiffReport:
     compare_cast: bool
     leaves: tuple[LeafDiff, ...]
     structure_only: bool = False
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: structure_only (--structure)
 
     @property
     def equal(self) -> bool:
@@ -128,6 +129,7 @@ class DiffReport:
                 "leaves": [d.to_json() for d in self.leaves],
             },
             ok=self.equal,
+            version=self.SCHEMA_VERSION,
         )
 
 

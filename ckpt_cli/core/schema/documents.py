@@ -256,6 +256,8 @@ class ProblemJSON(TypedDict):
     severity: Literal["error", "warning"]
     code: str
     leaf: str | None
+    #: Every leaf the problem hurts (a data file holds chunks of many); ``leaf`` is the first.
+    leaves: list[str]
     file: str | None
     message: str
 
@@ -324,6 +326,8 @@ class DiffJSON(TypedDict):
     equal: bool
     tolerance: ToleranceJSON
     compare_cast: bool
+    #: ``--structure``: names, kinds, dtypes, shapes, shardings compared; no array data read.
+    structure_only: bool
     summary: dict[str, int]
     leaves: list[LeafDiffJSON]
 
