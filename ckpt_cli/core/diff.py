@@ -4,7 +4,8 @@ Leaves only in A, only in B, dtype or shape changed, and for arrays present in b
 shape: equal, or how far apart (max absolute and relative difference, elements outside
 ``|a - b| <= atol + rtol * |b|``, numpy's ``allclose`` rule). NaN equals NaN at the same place.
 A dtype change counts as different unless ``compare_cast``: then both sides are compared as
-float64 (exact for every dtype up to 32 bits; int64 beyond 2**53 rounds). Blocks follow A's
+float64 (exact for every dtype up to 32 bits; int64 beyond 2**53 rounds), complex ones as
+complex128 (both parts count; the distance is ``|a - b|``). Blocks follow A's
 chunking (merged with B's when the common multiple is small), reads of A and B in flight
 together.
 
@@ -23,7 +24,7 @@ import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context
 from ckpt_cli.core.format.blocks import (
@@ -36,7 +37,7 @@ from ckpt_cli.core.format.blocks import (
 )
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.resolve import resolve_item
-from ckpt_cli.core.format.scan import IN_FLIGHT, read_block
+from ckpt_cli.core.format.scan import IN_FLIGHT, OPEN_CACHE_BYTES, read_block
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.schema import document
@@ -105,6 +106,7 @@ class DiffReport:
     compare_cast: bool
     leaves: tuple[LeafDiff, ...]
     structure_only: bool = False
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: structure_only (--structure)
 
     @property
     def equal(self) -> bool:
@@ -127,6 +129,7 @@ class DiffReport:
                 "leaves": [d.to_json() for d in self.leaves],
             },
             ok=self.equal,
+            version=self.SCHEMA_VERSION,
         )
 
 
@@ -148,14 +151,20 @@ def diff_paths(
     name_filter: str | None = None,
     on_progress: ProgressFn | None = None,
     storage: StorageOptions | None = None,
+    item_a: str | None = None,
+    item_b: str | None = None,
     memory_limit: int = MEMORY_LIMIT,
     structure_only: bool = False,
 ) -> DiffReport:
     """``ckpt diff A B``: resolve both sides (``step`` for both roots unless ``step_a`` or
-    ``step_b``), then compare them."""
+    ``step_b``; ``item`` for both unless ``item_a`` or ``item_b``), then compare them."""
     _check_tolerance(atol, rtol)
-    ref_a = resolve_side(a, step_a if step_a is not None else step, item, "--step-a", storage)
-    ref_b = resolve_side(b, step_b if step_b is not None else step, item, "--step-b", storage)
+    ref_a = resolve_side(
+        a, step_a if step_a is not None else step, item_a or item, "--step-a", storage
+    )
+    ref_b = resolve_side(
+        b, step_b if step_b is not None else step, item_b or item, "--step-b", storage
+    )
     return diff_items(
         ref_a,
         ref_b,
@@ -181,13 +190,17 @@ def resolve_side(
     flag: str = "--step",
     storage: StorageOptions | None = None,
 ) -> ItemRef:
-    """One side of a diff: a root, step or item path, where ``ROOT@STEP`` picks a step (unless
-    a file or directory of that very name exists)."""
+    """One side of a diff: a root, step or item path, where ``ROOT@STEP`` picks a step and
+    ``ROOT@STEP:ITEM`` an item of it (unless a file or directory of that very name exists)."""
     path, at, tail = target.rpartition("@")
-    if at and tail.isdigit() and not os.path.exists(target):
-        if step is not None:
-            raise UsageError(f"{target} names a step; do not also pass {flag} or --step")
-        return resolve_item(open_location(path, storage), int(tail), item)
+    if at and not os.path.exists(target):
+        number, colon, name = tail.partition(":")
+        if number.isdigit() and (not colon or name):
+            if step is not None:
+                raise UsageError(f"{target} names a step; do not also pass {flag} or --step")
+            if colon and item is not None and item != name:
+                raise UsageError(f"{target} names the item {name!r}; --item says {item!r}")
+            return resolve_item(open_location(path, storage), int(number), name or item)
     return resolve_item(open_location(target, storage), step, item)
 
 
@@ -253,7 +266,10 @@ def diff_items(
 def _store(report: ItemReport, cache: int = 0) -> ItemStore | None:
     if report.storage == "json":
         return None
-    context = cached_context(cache) if cache else None
+    # One context for every leaf: its cache keeps the OCDBT manifest and tree nodes, which a
+    # context per open would read again for each of thousands of small leaves; and it holds a
+    # chunk larger than a block while that chunk is read in slabs.
+    context = cached_context(max(cache, OPEN_CACHE_BYTES))
     return ItemStore(report.ref.location, report.zarr_format == 3, context)
 
 
@@ -393,8 +409,14 @@ class _Compare:
             neq = a != b
             self.mismatched += int(np.count_nonzero(neq))
             a, b = a[neq], b[neq]
-        af, bf = a.astype(np.float64), b.astype(np.float64)
-        same = (af == bf) | (np.isnan(af) & np.isnan(bf))
+        if a.dtype.kind == "c" or b.dtype.kind == "c":
+            # Complex values differ in their imaginary parts too: compared as complex128, the
+            # distance is |a - b|; NaN equals NaN part by part.
+            af, bf = a.astype(np.complex128), b.astype(np.complex128)
+            same = _same(af.real, bf.real) & _same(af.imag, bf.imag)
+        else:
+            af, bf = a.astype(np.float64), b.astype(np.float64)
+            same = _same(af, bf)
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             diff = np.where(same, 0.0, np.abs(af - bf))
             if not exact:
@@ -407,3 +429,9 @@ class _Compare:
             rel = ~bad & (bf != 0)
             if rel.any():
                 self.max_rel = max(self.max_rel, float((diff[rel] / np.abs(bf[rel])).max()))
+
+
+def _same(a: Any, b: Any) -> Any:
+    import numpy as np
+
+    return (a == b) | (np.isnan(a) & np.isnan(b))
