@@ -9,6 +9,7 @@ no float8), and every damaged header that it refuses is refused here with one er
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from pathlib import Path
@@ -493,3 +494,36 @@ def test_read_box_reads_any_box_as_numpy_slices_it(tmp_path: Path) -> None:
                 assert got.tobytes() == np.ascontiguousarray(want).tobytes(), (name, region)
         with pytest.raises(ValueError, match="outside"):
             r.read_box("v", (slice(3, 12),))
+
+
+@pytest.mark.parametrize(
+    ("shape", "itemsize", "want"),
+    [
+        ((4096, 4096), 4, (1024, 4096)),  # row slabs: one contiguous run of the tensor each
+        ((4096, 4096), 2, (2048, 4096)),
+        ((8, 4096, 4096), 4, (1, 1024, 4096)),  # a row over the limit: cut along the next axis
+        ((12, 3), 4, (12, 3)),  # small: whole
+        ((1 << 24,), 4, (1 << 22,)),
+        ((0, 5), 4, (0, 5)),
+        ((), 4, ()),
+    ],
+)
+def test_import_chunks_are_row_slabs_that_tile_the_shard(
+    shape: tuple[int, ...], itemsize: int, want: tuple[int, ...]
+) -> None:
+    from ckpt_cli.core.safetensors.import_ import row_chunk
+
+    got = row_chunk(shape, itemsize, 16 << 20)
+    assert got == want
+    assert all(c == 0 or s % c == 0 for s, c in zip(shape, got, strict=True))
+
+
+def test_import_chunks_fall_back_when_only_thin_slabs_divide() -> None:
+    from ckpt_cli.core.format.sharding import split_chunk
+    from ckpt_cli.core.safetensors.import_ import row_chunk
+
+    # 4099 rows is prime: a divisor slab is one row. Of 16 KiB, split_chunk does no better, so
+    # the slab stays; of 32 KiB, split_chunk's (4099, 512) of 8 MiB is taken instead.
+    assert row_chunk((4099, 4096), 4, 16 << 20) == (1, 4096)
+    assert row_chunk((4099, 8192), 4, 16 << 20) == split_chunk((4099, 8192), 4, 16 << 20)
+    assert math.prod(row_chunk((4099, 8192), 4, 16 << 20)) == 4099 * 512
