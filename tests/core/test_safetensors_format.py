@@ -518,12 +518,14 @@ def test_import_chunks_are_row_slabs_that_tile_the_shard(
     assert all(c == 0 or s % c == 0 for s, c in zip(shape, got, strict=True))
 
 
-def test_import_chunks_fall_back_when_only_thin_slabs_divide() -> None:
+@pytest.mark.parametrize("shape", [(4099, 4096), (2, 4099, 8192), (4099, 2, 8192), (4099, 4099)])
+def test_import_chunks_never_much_smaller_than_split_chunk(shape: tuple[int, ...]) -> None:
     from ckpt_cli.core.format.sharding import split_chunk
     from ckpt_cli.core.safetensors.import_ import row_chunk
 
-    # 4099 rows is prime: a divisor slab is one row. Of 16 KiB, split_chunk does no better, so
-    # the slab stays; of 32 KiB, split_chunk's (4099, 512) of 8 MiB is taken instead.
-    assert row_chunk((4099, 4096), 4, 16 << 20) == (1, 4096)
-    assert row_chunk((4099, 8192), 4, 16 << 20) == split_chunk((4099, 8192), 4, 16 << 20)
-    assert math.prod(row_chunk((4099, 8192), 4, 16 << 20)) == 4099 * 512
+    # 4099 rows is prime: only a one-row slab divides the shard; split_chunk's chunks are taken
+    # instead whenever they are more than four times bigger.
+    got, other = row_chunk(shape, 4, 16 << 20), split_chunk(shape, 4, 16 << 20)
+    assert all(s % c == 0 for s, c in zip(shape, got, strict=True))
+    assert math.prod(got) * 4 >= math.prod(other)
+    assert math.prod(got) * 4 <= 16 << 20
