@@ -80,6 +80,7 @@ def execute(plan: ImportPlan, on_progress: ProgressFn | None = None) -> ImportRe
             # default limit of 256 MiB keeps peak RSS under 300 MB.
             memory_limit=memory_limit * 3 // 4,
             context=_write_context(),
+            fresh_sources=True,  # each block is read into a new array (SafetensorsReader)
         )
         item.write_arrays(outs, on_bytes)
         sync_tree(dest)
