@@ -61,7 +61,7 @@ def execute(plan: ExportPlan, on_progress: ProgressFn | None = None) -> ExportRe
     import shutil
     import time
 
-    from ckpt_cli.core.format.arrays import ItemStore, cached_context
+    from ckpt_cli.core.format.arrays import ItemStore
     from ckpt_cli.core.safetensors.sink import SafetensorsSink
     from ckpt_cli.errors import StorageError
 
@@ -87,7 +87,7 @@ def execute(plan: ExportPlan, on_progress: ProgressFn | None = None) -> ExportRe
         store = ItemStore(
             report.ref.location,
             report.zarr_format == 3,
-            cached_context(0 if aligned else memory_limit // 8),
+            _context(0 if aligned else memory_limit // 8),
         )
         ctx = ops.EvalContext(store, {})
         stream = _Stream(ctx, memory_limit, on_bytes)
@@ -110,6 +110,21 @@ def execute(plan: ExportPlan, on_progress: ProgressFn | None = None) -> ExportRe
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return ExportResult(plan, time.perf_counter() - t0, stream.done)
+
+
+def _context(cache_bytes: int) -> Any:
+    """TensorStore's context for the source: a chunk cache of ``cache_bytes``, and four
+    decoding threads (TensorStore's default is one per core) so the blocks in flight decode
+    together; memory is set by the blocks in flight, not by the threads."""
+    import tensorstore as ts
+
+    return ts.Context(
+        {
+            "cache_pool": {"total_bytes_limit": max(0, cache_bytes)},
+            "data_copy_concurrency": {"limit": 4},
+            "file_io_concurrency": {"limit": 8},
+        }
+    )
 
 
 def _budget(memory_limit: int) -> int:
