@@ -15,15 +15,27 @@ REPO = Path(__file__).resolve().parent.parent
 
 def run(script: str, *args: str) -> tuple[float, int]:
     """Run ``python -c script args``; it prints ``RESULT <seconds> <peak RSS bytes>``."""
+    seconds, rss, _ = run_usage(script, *args)
+    return seconds, rss
+
+
+def run_usage(script: str, *args: str) -> tuple[float, int, float]:
+    """As ``run``, plus the child's CPU time (user + system seconds, from ``wait4``): on a
+    shared machine, load stretches wall time far more than CPU time."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-c", script, *args], env=env, capture_output=True, text=True
-    )
-    if proc.returncode:
-        raise SystemExit(f"benchmark step failed:\n{proc.stderr[-3000:]}")
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT"))
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script, *args], env=env, stdout=out, stderr=err
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    if os.waitstatus_to_exitcode(status):
+        raise SystemExit(f"benchmark step failed:\n{stderr[-3000:]}")
+    line = next(x for x in stdout.splitlines() if x.startswith("RESULT"))
     _, seconds, rss = line.split()
-    return float(seconds), int(rss)
+    return float(seconds), int(rss), usage.ru_utime + usage.ru_stime
 
 
 @dataclass

@@ -9,7 +9,8 @@ of ``--gib`` GiB of parameters: pairs of leaves ``params.layer_NN.kernel`` float
 and ``params.layer_NN.kernel_bf16`` bfloat16[4096, 4096], saved from 8 (forced CPU) devices with
 rows sharded, so a chunk is one device's shard (8 MiB) and a bigger model has more leaves. Each
 contender runs in a fresh subprocess whose wall time and peak RSS (``ru_maxrss``) are measured,
-in the same run:
+in the same run, with its CPU time (user + system, which the load of a shared machine stretches
+far less than wall time):
 
 export
     ``ckpt export SRC DST`` (default ``--memory-limit 256MiB``, and ``1GiB``) against
@@ -36,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from _harness import REPO, run  # bench/ is on sys.path when a script runs
+from _harness import REPO, run, run_usage  # bench/ is on sys.path when a script runs
 
 ROWS, COLS = 4096, 4096  # every leaf pair: float32 64 MiB + bfloat16 32 MiB
 PAIR_BYTES = ROWS * COLS * 6
@@ -201,7 +202,7 @@ def main() -> None:
         exports["ckpt export 1GiB"] = (CKPT, ["export", str(src)], ["--memory-limit", "1GiB"])
     else:
         print("ckpt export does not exist yet: only the reference route runs")
-    results: dict[str, tuple[float, int]] = {}
+    results: dict[str, tuple[float, int, float]] = {}
     outputs: dict[str, Path] = {}
 
     def race(prefix: str, contenders: dict[str, Contender]) -> None:
@@ -209,7 +210,7 @@ def main() -> None:
             dst = work / (prefix + name.replace(" ", "_").replace("+", "_"))
             shutil.rmtree(dst, ignore_errors=True)
             print(f"running {name} ...", flush=True)
-            results[name] = run(script, *head, str(dst), *tail)
+            results[name] = run_usage(script, *head, str(dst), *tail)
             outputs[name] = dst
 
     race("export_", exports)
@@ -237,16 +238,19 @@ def main() -> None:
         )
         print("both imports restore the same values")
     print(f"\nload: {Path('/proc/loadavg').read_text().split()[:3]} (1, 5, 15 min)")
-    print(f"{'contender':<26}{'wall s':>9}{'peak RSS':>12}{'GiB/s':>8}")
-    for name, (secs, rss) in results.items():
+    print(f"{'contender':<26}{'wall s':>9}{'CPU s':>8}{'peak RSS':>12}{'GiB/s':>8}")
+    for name, (secs, rss, cpu) in results.items():
         rate = tensor_bytes / 2**30 / secs
-        print(f"{name:<26}{secs:>9.2f}{rss / 2**20:>9.0f} MiB{rate:>8.2f}")
+        print(f"{name:<26}{secs:>9.2f}{cpu:>8.2f}{rss / 2**20:>9.0f} MiB{rate:>8.2f}")
     out = {
         "tensor_bytes": tensor_bytes,
         "source_bytes_on_disk": size,
         "leaves": pairs * 2,
         "loadavg": Path("/proc/loadavg").read_text().split()[:3],
-        "results": {k: {"seconds": v[0], "peak_rss_bytes": v[1]} for k, v in results.items()},
+        "results": {
+            k: {"seconds": v[0], "cpu_seconds": v[2], "peak_rss_bytes": v[1]}
+            for k, v in results.items()
+        },
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     (REPO / "bench" / "out").mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ no float8), and every damaged header that it refuses is refused here with one er
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from pathlib import Path
@@ -493,3 +494,38 @@ def test_read_box_reads_any_box_as_numpy_slices_it(tmp_path: Path) -> None:
                 assert got.tobytes() == np.ascontiguousarray(want).tobytes(), (name, region)
         with pytest.raises(ValueError, match="outside"):
             r.read_box("v", (slice(3, 12),))
+
+
+@pytest.mark.parametrize(
+    ("shape", "itemsize", "want"),
+    [
+        ((4096, 4096), 4, (1024, 4096)),  # row slabs: one contiguous run of the tensor each
+        ((4096, 4096), 2, (2048, 4096)),
+        ((8, 4096, 4096), 4, (1, 1024, 4096)),  # a row over the limit: cut along the next axis
+        ((12, 3), 4, (12, 3)),  # small: whole
+        ((1 << 24,), 4, (1 << 22,)),
+        ((0, 5), 4, (0, 5)),
+        ((), 4, ()),
+    ],
+)
+def test_import_chunks_are_row_slabs_that_tile_the_shard(
+    shape: tuple[int, ...], itemsize: int, want: tuple[int, ...]
+) -> None:
+    from ckpt_cli.core.safetensors.import_ import row_chunk
+
+    got = row_chunk(shape, itemsize, 16 << 20)
+    assert got == want
+    assert all(c == 0 or s % c == 0 for s, c in zip(shape, got, strict=True))
+
+
+@pytest.mark.parametrize("shape", [(4099, 4096), (2, 4099, 8192), (4099, 2, 8192), (4099, 4099)])
+def test_import_chunks_never_much_smaller_than_split_chunk(shape: tuple[int, ...]) -> None:
+    from ckpt_cli.core.format.sharding import split_chunk
+    from ckpt_cli.core.safetensors.import_ import row_chunk
+
+    # 4099 rows is prime: only a one-row slab divides the shard; split_chunk's chunks are taken
+    # instead whenever they are more than four times bigger.
+    got, other = row_chunk(shape, 4, 16 << 20), split_chunk(shape, 4, 16 << 20)
+    assert all(s % c == 0 for s, c in zip(shape, got, strict=True))
+    assert math.prod(got) * 4 >= math.prod(other)
+    assert math.prod(got) * 4 <= 16 << 20

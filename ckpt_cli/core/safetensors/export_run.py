@@ -61,7 +61,7 @@ def execute(plan: ExportPlan, on_progress: ProgressFn | None = None) -> ExportRe
     import shutil
     import time
 
-    from ckpt_cli.core.format.arrays import ItemStore, cached_context
+    from ckpt_cli.core.format.arrays import ItemStore
     from ckpt_cli.core.safetensors.sink import SafetensorsSink
     from ckpt_cli.errors import StorageError
 
@@ -79,8 +79,15 @@ def execute(plan: ExportPlan, on_progress: ProgressFn | None = None) -> ExportRe
     except OSError as e:
         raise StorageError(f"cannot create {tmp}: {e.strerror or e}") from None
     try:
+        # Blocks of plain copies are whole source chunks (``contiguous_blocks`` aligns them):
+        # each chunk is decoded once, so a chunk cache would only hold memory. Transposes and
+        # slices read chunks that several blocks share: those get an eighth of the limit.
+        budget = _budget(memory_limit)
+        aligned = all(_aligned(t, budget) for t in plan.tensors)
         store = ItemStore(
-            report.ref.location, report.zarr_format == 3, cached_context(memory_limit // 8)
+            report.ref.location,
+            report.zarr_format == 3,
+            _context(0 if aligned else memory_limit // 8),
         )
         ctx = ops.EvalContext(store, {})
         stream = _Stream(ctx, memory_limit, on_bytes)
@@ -103,6 +110,44 @@ def execute(plan: ExportPlan, on_progress: ProgressFn | None = None) -> ExportRe
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return ExportResult(plan, time.perf_counter() - t0, stream.done)
+
+
+def _context(cache_bytes: int) -> Any:
+    """TensorStore's context for the source: a chunk cache of ``cache_bytes``, and four
+    decoding threads (TensorStore's default is one per core) so the blocks in flight decode
+    together; memory is set by the blocks in flight, not by the threads."""
+    import tensorstore as ts
+
+    return ts.Context(
+        {
+            "cache_pool": {"total_bytes_limit": max(0, cache_bytes)},
+            "data_copy_concurrency": {"limit": 4},
+            "file_io_concurrency": {"limit": 8},
+        }
+    )
+
+
+def _budget(memory_limit: int) -> int:
+    """Bytes of one block. Small blocks are enough for a file: a positioned write of 8 MiB runs
+    at disk speed."""
+    from ckpt_cli.core.write.pipeline import block_budget
+
+    return min(block_budget(memory_limit), 8 << 20)
+
+
+def _aligned(t: ExportTensor, budget: int) -> bool:
+    """Whether every block of ``t`` is made of whole chunks of one source leaf (each decoded
+    once), as ``contiguous_blocks`` cuts it."""
+    from ckpt_cli.core.format.arrays import dtype_itemsize
+
+    expr = t.expr
+    while isinstance(expr, ops.Cast):
+        expr = expr.inner
+    if not isinstance(expr, ops.Source) or not t.shape:
+        return isinstance(expr, ops.Source)
+    row = math.prod(t.shape[1:]) * dtype_itemsize(t.dtype)
+    rows = budget // max(1, row)
+    return row <= budget and (rows >= t.shape[0] or rows >= expr.info.chunk_shape[0])
 
 
 class _Opener:
@@ -156,13 +201,12 @@ class _Stream:
     def __init__(self, ctx: ops.EvalContext, memory_limit: int, on_bytes: Any) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
-        from ckpt_cli.core.write.pipeline import block_budget
-
         self.ctx = ctx
-        # Small blocks are enough for a file: a positioned write of 8 MiB runs at disk speed.
-        self.budget = min(block_budget(memory_limit), 8 << 20)
+        self.budget = _budget(memory_limit)
         self.limit = max(2 * self.budget, memory_limit // 4)
-        self.depth = 4
+        # Blocks in flight are bounded by bytes (``limit``), not by count: 8 blocks of 8 MiB
+        # under the default limit keep TensorStore's decoding threads and the writer busy.
+        self.depth = max(4, self.limit // self.budget)
         self.on_bytes = on_bytes
         self.reads: deque[tuple[ExportTensor, tuple[int, ...], Any, int]] = deque()
         self.writes: deque[tuple[Any, int]] = deque()

@@ -293,7 +293,7 @@ def _layout(
                 hint="change the partition spec its --rules pattern gives it",
             )
         sharding = mesh.sharding(partition)
-    chunk = split_chunk(shard, itemsize, max_chunk_bytes)
+    chunk = row_chunk(shard, itemsize, max_chunk_bytes)
     return ImportLeaf(
         w.name,
         w.keypath,
@@ -307,6 +307,38 @@ def _layout(
         shard,
         rule,
     )
+
+
+def row_chunk(shard: tuple[int, ...], itemsize: int, max_bytes: int) -> tuple[int, ...]:
+    """Chunks under ``max_bytes`` that tile the shard exactly and are, where they can be, slabs
+    of whole rows (a divisor of the first axes, every later axis whole): a chunk of a
+    single-device leaf is then one contiguous run of its safetensors tensor, read with one
+    positioned read. When only a far smaller slab divides the shard (a prime number of rows),
+    ``split_chunk``'s chunks are used instead."""
+    chunk = list(shard)
+    for k in range(len(chunk)):
+        if math.prod(chunk[k:]) * itemsize <= max_bytes:
+            break
+        rest = math.prod(chunk[k + 1 :]) * itemsize
+        if rest <= max_bytes:
+            chunk[k] = _largest_divisor(chunk[k], max(1, max_bytes // max(1, rest)))
+            break
+        chunk[k] = 1
+    other = split_chunk(shard, itemsize, max_bytes)
+    if math.prod(chunk) * 4 < math.prod(other):
+        return other
+    return tuple(chunk)
+
+
+def _largest_divisor(n: int, most: int) -> int:
+    """The largest divisor of ``n`` that is at most ``most``."""
+    best = 1
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            for x in (d, n // d):
+                if best < x <= most:
+                    best = x
+    return best
 
 
 def check_target(plan: ImportPlan, target: str) -> None:

@@ -97,7 +97,13 @@ class Pipeline:
         values = np.asarray(values)
         if values.dtype.name != arr.dtype.name:
             values = values.astype(arr.dtype.numpy_dtype)
-        self.writes.append((arr[region].write(values).commit, leaf, nbytes))
+        # A source that hands over fresh arrays (never modified afterwards) lets TensorStore
+        # encode from them instead of copying each block first.
+        if getattr(self.writer, "fresh_sources", False):
+            write = arr[region].write(values, can_reference_source_data_indefinitely=True)
+        else:
+            write = arr[region].write(values)
+        self.writes.append((write.commit, leaf, nbytes))
 
     def _finish_write(self) -> None:
         fut, leaf, nbytes = self.writes.popleft()
