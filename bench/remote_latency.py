@@ -1,6 +1,7 @@
 """Every command behind a set latency: ``bench_remote.py --latency 25ms [--bandwidth 32MiB/s]``.
 
-moto's S3 server runs in a process of its own (``moto_server``, a free port of 127.0.0.1), and
+moto's S3 server runs in a process of its own (``tests/moto_server.py``: moto with ranged GETs
+that cost the range, on a free port of 127.0.0.1), and
 ``tests/latency_proxy.py`` runs in this process in front of it: every request waits ``--latency``
 before it reaches moto, and bodies are held to ``--bandwidth`` per client process (None: no
 cap). ckpt runs in a fresh subprocess per command (import time counts), pointed at the proxy.
@@ -57,36 +58,34 @@ def load() -> str:
 
 
 class Moto:
-    """moto_server in its own process (its Python work must not share our GIL)."""
+    """moto's S3 server in its own process (its Python work must not share our GIL)."""
 
     def __init__(self) -> None:
         self.port = free_port()
-        exe = Path(sys.executable).with_name("moto_server")
         self.log = open(OUT / "moto_server.log", "w")  # noqa: SIM115
-        # moto keeps an object above MOTO_S3_DEFAULT_KEY_BUFFER_SIZE (5 MiB) in a temporary
-        # file and reads all of it for every ranged GET: TensorStore reads chunks as ranges of
-        # OCDBT data files of up to 44 MiB here, so each would cost a file read. In memory, a
-        # ranged GET still copies the whole object, but no longer touches the disk.
-        env = {**os.environ, "MOTO_S3_DEFAULT_KEY_BUFFER_SIZE": str(4 << 30)}
+        # tests/moto_server.py: moto with ranged GETs that read only their range (moto itself
+        # reads the whole object for each: a 512 KiB chunk of a 44 MiB OCDBT data file would
+        # cost it 44 MiB), objects kept in memory.
         self.proc = subprocess.Popen(
-            [str(exe), "-H", "127.0.0.1", "-p", str(self.port)],
+            [sys.executable, "-m", "tests.moto_server", "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=self.log,
             stderr=self.log,
             start_new_session=True,
-            env=env,
+            cwd=REPO,
         )
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.client = _client(self.endpoint)
         self.buckets: set[str] = set()
-        for _ in range(200):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
             try:
                 self.client.list_buckets()
                 return
             except Exception:
                 if self.proc.poll() is not None:
                     raise SystemExit("moto_server exited; see bench/out/moto_server.log") from None
-                time.sleep(0.05)
-        raise SystemExit("moto_server did not answer within 10 s")
+                time.sleep(0.1)
+        raise SystemExit("moto_server did not answer within 60 s")
 
     def create_bucket(self, name: str) -> None:
         if name not in self.buckets:
