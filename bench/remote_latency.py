@@ -267,6 +267,7 @@ def main(opts: argparse.Namespace) -> None:
         commands: list[tuple[str, str, list[str]]] = [
             ("ls", f"ls ({opts.steps} steps)", ["ls", "s3://root/r", "--json"]),
             ("inspect", f"inspect ({opts.leaves} leaves)", ["inspect", "s3://item/a", "--json"]),
+            ("verify", f"verify ({opts.steps} steps)", ["verify", "s3://root/r", "--json"]),
             ("verify", f"verify ({opts.leaves} leaves)", ["verify", "s3://item/a", "--json"]),
             ("verify", f"verify ({mib})", ["verify", "s3://data/a", "--json"]),
             ("deep", f"verify --deep ({mib})", ["verify", "s3://data/a", "--deep", "--json"]),
