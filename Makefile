@@ -8,7 +8,7 @@ DEMO := demo_runs/exp7
 S3PORT := 9055
 S3CKPT := AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(CKPT) --s3-endpoint http://127.0.0.1:$(S3PORT)
 
-.PHONY: demo test lint types pytest fixtures bench clean
+.PHONY: demo test check lint types pytest fixtures bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -96,6 +96,10 @@ demo: $(STAMP)
 	$(PY) examples/local_s3.py stop demo_runs/s3.pid
 
 test: lint types pytest
+
+# The fast loop while developing (under two minutes): lint, format, types, the non-slow tests.
+check: lint types
+	$(VENV)/bin/pytest -n 2 -q -m "not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check ckpt_cli tests bench examples fixtures/make_fixtures.py fixtures/make_damaged.py

@@ -108,9 +108,9 @@ done(t0)
 
 SAME = """
 import sys
-from ckpt_cli.core.arrays import ItemStore
+from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.inspect import inspect_item
-from ckpt_cli.core.resolve import resolve_item
+from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.storage import open_location
 def leaf(root, name):
     report = inspect_item(resolve_item(open_location(root)))

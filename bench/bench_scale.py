@@ -33,23 +33,26 @@ from bench_reshard import BUILD, LEAVES
 
 
 def _leaves(src: Path) -> tuple[Any, Any]:
-    from ckpt_cli.core import reshard as core
+    from ckpt_cli.core.format.resolve import resolve_item
+    from ckpt_cli.core.format.sharding import MeshSpec
     from ckpt_cli.core.inspect import inspect_item
-    from ckpt_cli.core.resolve import resolve_item
+    from ckpt_cli.core.reshard.execute import reshard_leaves
+    from ckpt_cli.core.reshard.plan import plan_from_rules
+    from ckpt_cli.core.reshard.rules import parse_rules
     from ckpt_cli.core.storage import LocalLocation
-    from ckpt_cli.core.writer import Compression
+    from ckpt_cli.core.write.types import Compression
 
     ref = resolve_item(LocalLocation(str(src)))
     report = inspect_item(ref)
-    mesh = core.MeshSpec.parse("data=2,model=4")
-    rules = core.parse_rules({".*": ["data", "model"]}, mesh, "bench")
-    plan = core.plan_from_rules(report, mesh, rules, 64 << 20)
-    return ref, core.reshard_leaves(report, plan, False, Compression("zstd"), 1 << 30)
+    mesh = MeshSpec.parse("data=2,model=4")
+    rules = parse_rules({".*": ["data", "model"]}, mesh, "bench")
+    plan = plan_from_rules(report, mesh, rules, 64 << 20)
+    return ref, reshard_leaves(report, plan, False, Compression("zstd"), 1 << 30)
 
 
 def reshard(src: Path, dst: Path, executor: Any, unit_bytes: int) -> tuple[float, Any]:
-    from ckpt_cli.core.rewrite import write_step
     from ckpt_cli.core.storage import LocalLocation
+    from ckpt_cli.core.write.rewrite import write_step
 
     shutil.rmtree(dst, ignore_errors=True)
     ref, leaves = _leaves(src)
@@ -64,7 +67,8 @@ def reshard(src: Path, dst: Path, executor: Any, unit_bytes: int) -> tuple[float
 
 def verify(src: Path, executor: Any, unit_bytes: int) -> float:
     from ckpt_cli.core.storage import LocalLocation
-    from ckpt_cli.core.verify import VerifyOptions, verify_path
+    from ckpt_cli.core.verify.run import verify_path
+    from ckpt_cli.core.verify.types import VerifyOptions
 
     t0 = time.perf_counter()
     report = verify_path(
@@ -119,7 +123,7 @@ def main() -> None:
         with (
             LocalCluster(
                 n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                dashboard_address=None, worker_dashboard_address=None,
+                dashboard_address="127.0.0.1:0", worker_dashboard_address=None,
             ) as cluster,
             DaskExecutor(cluster.scheduler_address) as ex,
         ):  # fmt: skip

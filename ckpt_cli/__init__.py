@@ -1,3 +1,229 @@
-"""ckpt: list, inspect, verify, prune, migrate and reshard Orbax checkpoints."""
+"""ckpt: list, inspect, verify, prune, migrate and reshard Orbax checkpoints, without JAX.
 
-__version__ = "0.1.0"
+The Python API (everything in ``__all__``)::
+
+    import ckpt_cli
+    ck = ckpt_cli.open("runs/exp7")          # root, step or item; local, file://, s3://, gs://
+    ck.steps()                                # [StepInfo(step=600, status="committed", ...)]
+    item = ck.item(step=600)                  # default: latest committed step, its only item
+    item.leaves                               # [Leaf(name, dtype, shape, sharding, ...)]
+    item.read("params.Dense_0.kernel")        # a numpy array (ml_dtypes for bfloat16)
+    item.read("params.Dense_0.kernel", index=np.s_[0:16, :])  # only that region is read
+    item.read_tree()                          # nested dicts of numpy arrays (small checkpoints)
+    ckpt_cli.verify("runs/exp7", deep=True)   # VerifyReport, as `ckpt verify --json`
+
+Writers plan first and write on ``execute``; a plan is frozen, its ``to_json()`` is what
+``--dry-run --json`` prints, and ``refusal`` says why it would not be written::
+
+    plan = ckpt_cli.plan_reshard("runs/exp7", "runs/exp7-4x2", mesh="data=4,model=2",
+                                 rules={"params.*kernel": [None, "model"]})
+    result = ckpt_cli.execute(plan)           # WriteResult; also plan_migration, plan_prune
+
+Importing ``ckpt_cli`` is cheap: names resolve on first use, and nothing here imports JAX.
+Errors are ``ckpt_cli.CkptError`` subclasses with a one-line message and a ``hint``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ckpt_cli._version import __version__
+from ckpt_cli.errors import CkptError
+
+if TYPE_CHECKING:
+    from ckpt_cli.core.checkpoint import Checkpoint, Item
+    from ckpt_cli.core.executor import ExecutorSpec
+    from ckpt_cli.core.inspect import Leaf
+    from ckpt_cli.core.listing import StepInfo
+    from ckpt_cli.core.migrate.plan import MigrationPlan, plan_migration
+    from ckpt_cli.core.progress import Progress, ProgressFn
+    from ckpt_cli.core.prune.execute import PruneResult
+    from ckpt_cli.core.prune.plan import PrunePlan
+    from ckpt_cli.core.prune.policy import Policy
+    from ckpt_cli.core.reshard.plan import ReshardPlan, plan_reshard
+    from ckpt_cli.core.storage import StorageOptions
+    from ckpt_cli.core.verify.types import SampleSpec, VerifyReport
+    from ckpt_cli.core.write.rewrite import WriteResult
+    from ckpt_cli.core.write.types import Compression, WriteOptions
+
+__all__ = [
+    "Checkpoint",
+    "CkptError",
+    "Compression",
+    "ExecutorSpec",
+    "Item",
+    "Leaf",
+    "MigrationPlan",
+    "Policy",
+    "Progress",
+    "ProgressFn",
+    "PrunePlan",
+    "PruneResult",
+    "ReshardPlan",
+    "SampleSpec",
+    "StepInfo",
+    "StorageOptions",
+    "VerifyReport",
+    "WriteOptions",
+    "WriteResult",
+    "__version__",
+    "execute",
+    "open",
+    "plan_migration",
+    "plan_prune",
+    "plan_reshard",
+    "verify",
+]
+
+#: Public names defined in the core, imported on first use (``import ckpt_cli`` stays cheap).
+_LAZY = {
+    "Checkpoint": "ckpt_cli.core.checkpoint",
+    "Item": "ckpt_cli.core.checkpoint",
+    "ExecutorSpec": "ckpt_cli.core.executor",
+    "Leaf": "ckpt_cli.core.inspect",
+    "StepInfo": "ckpt_cli.core.listing",
+    "MigrationPlan": "ckpt_cli.core.migrate.plan",
+    "plan_migration": "ckpt_cli.core.migrate.plan",
+    "Progress": "ckpt_cli.core.progress",
+    "ProgressFn": "ckpt_cli.core.progress",
+    "PruneResult": "ckpt_cli.core.prune.execute",
+    "PrunePlan": "ckpt_cli.core.prune.plan",
+    "Policy": "ckpt_cli.core.prune.policy",
+    "ReshardPlan": "ckpt_cli.core.reshard.plan",
+    "plan_reshard": "ckpt_cli.core.reshard.plan",
+    "StorageOptions": "ckpt_cli.core.storage",
+    "SampleSpec": "ckpt_cli.core.verify.types",
+    "VerifyReport": "ckpt_cli.core.verify.types",
+    "WriteResult": "ckpt_cli.core.write.rewrite",
+    "Compression": "ckpt_cli.core.write.types",
+    "WriteOptions": "ckpt_cli.core.write.types",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ckpt_cli' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+def open(path: str | os.PathLike[str], *, storage: StorageOptions | None = None) -> Checkpoint:
+    """Open a checkpoint: a CheckpointManager root, a step or an item directory, given as a
+    local path or a ``file://``, ``s3://`` or ``gs://`` URL. ``storage`` says how to reach
+    object stores (default: this process's environment, ``StorageOptions.from_environment``).
+
+    Raises ``NotFoundError`` for a missing path, ``NotACheckpointError`` for one that holds no
+    checkpoint. Example: ``ckpt_cli.open("s3://bucket/runs/exp7").item().leaves``.
+    """
+    from ckpt_cli.core.checkpoint import Checkpoint
+    from ckpt_cli.core.storage import open_location
+
+    return Checkpoint(open_location(os.fspath(path), storage))
+
+
+def verify(
+    path: str | os.PathLike[str],
+    *,
+    deep: bool = False,
+    record: bool = False,
+    sample: SampleSpec | None = None,
+    seed: int | None = None,
+    step: int | None = None,
+    latest: bool = False,
+    strict: bool = False,
+    fail_on_nonfinite: bool = False,
+    mark_committed: bool = False,
+    executor: ExecutorSpec | None = None,
+    on_progress: ProgressFn | None = None,
+    storage: StorageOptions | None = None,
+) -> VerifyReport:
+    """Check a root (all committed steps, or ``step``/``latest``), a step or an item, exactly as
+    ``ckpt verify`` does, and return its report (``report.ok``, ``report.problems``,
+    ``report.to_json()`` = ``ckpt verify --json``). Damage is reported, never raised.
+
+    ``deep`` decodes every chunk; ``record`` stores digests after a clean deep pass;
+    ``sample=SampleSpec(percent=5)`` (or ``bytes=...``) checks a random subset, ``seed`` fixes
+    it; ``executor=ExecutorSpec("local", workers=4)`` runs the deep pass on worker processes.
+    Example: ``assert ckpt_cli.verify("runs/exp7", deep=True).ok``.
+    """
+    from ckpt_cli.core.storage import open_location
+    from ckpt_cli.core.verify.run import verify_path
+    from ckpt_cli.core.verify.types import VerifyOptions
+
+    options = VerifyOptions(
+        step=step,
+        latest=latest,
+        deep=deep,
+        record=record,
+        sample=sample,
+        seed=seed,
+        strict=strict,
+        fail_on_nonfinite=fail_on_nonfinite,
+        mark_committed=mark_committed,
+    )
+    return verify_path(open_location(os.fspath(path), storage), options, on_progress, executor)
+
+
+def plan_prune(
+    root: str | os.PathLike[str],
+    policy: Policy | None = None,
+    *,
+    clean_tmp: bool = False,
+    tmp_min_age: timedelta = timedelta(hours=1),
+    now: datetime | None = None,
+    storage: StorageOptions | None = None,
+    **rules: Any,
+) -> PrunePlan:
+    """Plan a prune of the CheckpointManager ``root``: what ``policy`` keeps (with reasons) and
+    what goes. Rules may be given as a ``Policy`` or as its fields: ``keep_last=2``,
+    ``keep_every=1000``, ``keep_within=timedelta(days=7)``, ``keep_best=3, metric="loss"``...
+    Nothing is deleted until ``execute(plan)``, which takes the root's lock and checks every
+    entry again. Example: ``ckpt_cli.plan_prune("runs/exp7", keep_last=2).to_json()``.
+    """
+    from ckpt_cli.core.prune.plan import plan_prune_root
+    from ckpt_cli.core.prune.policy import Policy
+    from ckpt_cli.core.storage import open_location
+    from ckpt_cli.errors import UsageError
+
+    if policy is not None and rules:
+        raise UsageError("give a Policy or its rules as keywords, not both")
+    policy = policy if policy is not None else Policy(**rules)
+    location = open_location(os.fspath(root), storage)
+    return plan_prune_root(location, policy, clean_tmp=clean_tmp, tmp_min_age=tmp_min_age, now=now)
+
+
+def execute(
+    plan: ReshardPlan | MigrationPlan | PrunePlan, *, on_progress: ProgressFn | None = None
+) -> WriteResult | PruneResult:
+    """Carry out a plan of ``plan_reshard``, ``plan_migration`` or ``plan_prune``.
+
+    A refused plan (``plan.refusal``) raises that ``RefusedError`` and writes nothing. Writers
+    stream the new step under the plan's memory limit into a tmp name and commit it last; a prune
+    hides each entry, then deletes it. ``on_progress`` receives ``Progress`` events.
+    Example: ``ckpt_cli.execute(ckpt_cli.plan_prune("runs/exp7", keep_last=2))``.
+    """
+    from ckpt_cli.core.migrate.plan import MigrationPlan
+    from ckpt_cli.core.prune.plan import PrunePlan
+    from ckpt_cli.core.reshard.plan import ReshardPlan
+
+    if isinstance(plan, ReshardPlan):
+        from ckpt_cli.core.reshard.execute import execute as run_reshard
+
+        return run_reshard(plan, on_progress)
+    if isinstance(plan, MigrationPlan):
+        from ckpt_cli.core.migrate.execute import execute as run_migration
+
+        return run_migration(plan, on_progress)
+    if isinstance(plan, PrunePlan):
+        from ckpt_cli.core.prune.execute import execute as run_prune
+
+        return run_prune(plan, on_progress)
+    raise TypeError(f"not a plan ckpt executes: {type(plan).__name__}")

@@ -13,7 +13,7 @@ from types import FrameType
 
 import typer
 
-from ckpt_cli import __version__
+from ckpt_cli._version import __version__
 from ckpt_cli.commands import diff as diff_cmd
 from ckpt_cli.commands import inspect as inspect_cmd
 from ckpt_cli.commands import ls as ls_cmd
@@ -46,6 +46,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
     ),
@@ -60,9 +61,11 @@ def _root(
     ),
 ) -> None:
     """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX."""
-    from ckpt_cli.core.objstore import set_s3_endpoint
+    from ckpt_cli.core.storage.options import StorageOptions
 
-    set_s3_endpoint(s3_endpoint)
+    # Configuration as data: the commands hand these options to the core, which carries them
+    # to every location it opens and every worker it starts.
+    ctx.obj = StorageOptions.from_environment(s3_endpoint=s3_endpoint)
 
 
 app.command("ls")(ls_cmd.ls)

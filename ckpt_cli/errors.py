@@ -36,6 +36,14 @@ class UsageError(CkptError, ValueError):
     exit_code = EXIT_USAGE
 
 
+class OptionValueError(CkptError):
+    """An option value its parser rejects (a size that is no size), raised while the command
+    line is parsed. Deliberately not a ``ValueError``: Click's type conversion would turn that
+    into a usage message of its own, and ckpt reports every error at its one boundary."""
+
+    exit_code = EXIT_USAGE
+
+
 class NotFoundError(CkptError, FileNotFoundError):
     """A path, step or item that does not exist."""
 

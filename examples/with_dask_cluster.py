@@ -22,7 +22,7 @@ def main() -> int:
         processes=True,
         host="127.0.0.1",
         scheduler_port=0,
-        dashboard_address=None,
+        dashboard_address="127.0.0.1:0",  # the scheduler serves HTTP anyway: on a free port
     ) as cluster:
         env = {**os.environ, "DASK_SCHEDULER_ADDRESS": cluster.scheduler_address}
         print(f"dask cluster at {cluster.scheduler_address} (2 worker processes)", flush=True)

@@ -73,7 +73,8 @@ def fixture_copy(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 @contextlib.contextmanager
 def local_cluster() -> Iterator[Any]:
-    """A 2-worker Dask cluster on 127.0.0.1 (processes, one thread each, no dashboard). Start it
+    """A 2-worker Dask cluster on 127.0.0.1 (processes, one thread each, HTTP on a free port, never
+    the default 8787 another test's cluster may hold under `-n 2`). Start it
     after the environment the workers need is set: they inherit it."""
     from distributed import LocalCluster
 
@@ -82,7 +83,7 @@ def local_cluster() -> Iterator[Any]:
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
-        dashboard_address=None,
+        dashboard_address="127.0.0.1:0",  # the scheduler serves HTTP anyway: on a free port
         worker_dashboard_address=None,
     ) as cluster:
         yield cluster

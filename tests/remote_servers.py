@@ -16,7 +16,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +28,21 @@ CREDENTIALS = {
 }
 
 
-def free_port() -> int:
+@contextlib.contextmanager
+def dead_endpoint() -> Iterator[str]:
+    """``http://127.0.0.1:PORT`` where nothing answers: a port held bound but not listening
+    (connections are refused), so no other process can take it while a test uses it."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
 class S3Server:
-    """moto's S3 on 127.0.0.1, with request counts and a hard stop."""
+    """moto's S3 on 127.0.0.1, with request counts and a hard stop. The first start binds port 0
+    (the system picks a free one); a restart takes the same port again."""
 
-    def __init__(self, port: int | None = None) -> None:
-        self.port = port or free_port()
+    def __init__(self, port: int = 0) -> None:
+        self.port = port
         self.counts: collections.Counter[str] = collections.Counter()
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -88,6 +92,7 @@ class S3Server:
         # the CLI output the tests read.
         logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
         self._server = Server("127.0.0.1", self.port, app, handler=MotoRequestHandler)
+        self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
         return self
@@ -157,15 +162,18 @@ class GcsServer:
 
         _add_generation_header()
 
-        self.port = free_port()
-        self._server = create_server("127.0.0.1", self.port, in_memory=True, default_bucket=BUCKET)
+        self.port = 0
+        self._server = create_server("127.0.0.1", 0, in_memory=True, default_bucket=BUCKET)
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> GcsServer:
+        """Bind port 0 and read back the port the system gave (the emulator keeps its HTTP
+        server on its API thread: no public accessor)."""
         self._server.start()
+        self.port = int(self._server._api._httpd.server_address[1])
         return self
 
     def stop(self) -> None:

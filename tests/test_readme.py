@@ -5,13 +5,14 @@ from __future__ import annotations
 import re
 
 from ckpt_cli.app import app
-from ckpt_cli.core.problems import CODES
+from ckpt_cli.core.verify.problems import CODES
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()
 
 
 def test_every_problem_code_is_documented_with_its_severity() -> None:
+    assert CODES
     for code, (severity, _) in CODES.items():
         rows = [line for line in README.splitlines() if re.search(rf"`{re.escape(code)}`", line)]
         assert rows, f"problem code {code} is not in the README"

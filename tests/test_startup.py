@@ -58,3 +58,15 @@ def test_local_ls_does_not_import_bucket_clients() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_help_imports_no_core_module() -> None:
+    """Commands import the core when they run: ``--help`` loads none of it (11 modules before
+    the re-layout)."""
+    code = (
+        "import sys; sys.argv=['ckpt','--help']\nfrom ckpt_cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('ckpt_cli.core')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

@@ -2,47 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
-
 import typer
 
-from ckpt_cli.commands._common import (
+from ckpt_cli.commands._options import (
     FilterOpt,
+    FlatOpt,
     ItemOpt,
     JsonOpt,
+    LayoutOpt,
     PathArg,
+    StatsOpt,
     StepOpt,
-    emit_json,
-    warn,
+    storage_options,
 )
-from ckpt_cli.core.inspect import inspect_item
-from ckpt_cli.core.resolve import resolve_item
-from ckpt_cli.core.storage import open_location
-from ckpt_cli.errors import NotFoundError
+from ckpt_cli.commands._output import emit_json, progress_bar, warn
 
 
 def inspect(
+    ctx: typer.Context,
     path: PathArg,
     step: StepOpt = None,
     item: ItemOpt = None,
-    flat: Annotated[
-        bool, typer.Option("--flat", help="One line per leaf instead of a tree.")
-    ] = False,
+    flat: FlatOpt = False,
     filter_: FilterOpt = None,
-    stats: Annotated[
-        bool,
-        typer.Option(
-            "--stats",
-            help="Add min, max, mean, std, NaN and Inf counts per leaf (reads the data, "
-            "chunk by chunk).",
-        ),
-    ] = False,
-    layout: Annotated[
-        str | None,
-        typer.Option(
-            "--layout", help="Draw which device holds which block of this leaf.", show_default=False
-        ),
-    ] = None,
+    stats: StatsOpt = False,
+    layout: LayoutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Show the tree of one item: dtype, shape, bytes, chunking and sharding of every leaf.
@@ -52,34 +36,25 @@ def inspect(
     --stats is given. No JAX.
     """
     # Rendering pulls in rich.tree/table: imported here so `ls` and `--help` do not pay for it.
-    from ckpt_cli.commands import _render_inspect as render
+    from ckpt_cli.commands.render import inspect as render
+    from ckpt_cli.core.inspect import inspect_path
+    from ckpt_cli.core.storage import open_location
 
-    ref = resolve_item(open_location(path), step, item)
-    report = inspect_item(ref, filter_)
-    if filter_ is not None and not report.leaves:
-        raise NotFoundError(
-            f"no leaf of {ref.location} matches {filter_!r}",
-            hint="run `ckpt inspect --flat` to see the leaf names",
+    location = open_location(path, storage_options(ctx))
+    # A bar only for stats worth waiting for.
+    with progress_bar(not json_out, min_bytes=64 << 20) as on_progress:
+        result = inspect_path(
+            location,
+            step,
+            item,
+            name_filter=filter_,
+            stats=stats,
+            layout=layout,
+            on_progress=on_progress,
         )
-    leaf_stats: dict[str, Any] = {}
-    if stats:
-        leaf_stats = render.compute_stats(report, show_progress=not json_out)
-    shard_layout = None
-    if layout is not None:
-        shard_layout = render.layout_of(report, layout)
     if json_out:
-        doc: dict[str, Any] = render.report_json(report)
-        if stats:
-            for leaf_doc in doc["leaves"]:
-                s = leaf_stats.get(leaf_doc["name"])
-                leaf_doc["stats"] = s.to_json() if s else None
-        if shard_layout is not None:
-            doc["layout"] = render.layout_json(layout or "", shard_layout)
-        emit_json(doc)
+        emit_json(result)
     else:
-        if shard_layout is not None:
-            render.print_layout(layout or "", shard_layout, report)
-        else:
-            render.print_report(report, flat=flat, stats=leaf_stats if stats else None)
-    for leaf in report.problems:
-        warn(f"{leaf.name}: {leaf.problem} (run `ckpt verify` on this checkpoint)")
+        render.print_result(result, flat)
+    for message in render.warnings(result):
+        warn(message)

@@ -2,113 +2,27 @@
 
 from __future__ import annotations
 
-import json
+import typer
 
-from rich.table import Table
-
-from ckpt_cli.commands._common import (
-    JsonOpt,
-    PathArg,
-    emit_json,
-    human_age,
-    human_bytes,
-    stdout_console,
-    warn,
-)
-from ckpt_cli.core.listing import StepInfo, list_root
-from ckpt_cli.core.storage import open_location
+from ckpt_cli.commands._options import JsonOpt, PathArg, storage_options
+from ckpt_cli.commands._output import emit_json, warn
 
 
-def ls(path: PathArg, json_out: JsonOpt = False) -> None:
+def ls(ctx: typer.Context, path: PathArg, json_out: JsonOpt = False) -> None:
     """List the steps of a checkpoint root: status, commit time, size, items, metrics, format.
 
     Status is `committed`, `incomplete` (an unfinished save: a *.orbax-checkpoint-tmp dir) or
     `uncommitted` (object storage without commit_success.txt). The latest committed step is
     marked. Reads only metadata: no JAX, no array data.
     """
-    listing = list_root(open_location(path), from_listing=True)
+    from ckpt_cli.commands.render import ls as render
+    from ckpt_cli.core.listing import list_root
+    from ckpt_cli.core.storage import open_location
+
+    listing = list_root(open_location(path, storage_options(ctx)), from_listing=True)
     if json_out:
-        emit_json(
-            {
-                "root": listing.root,
-                "root_metadata": listing.root_metadata,
-                "latest_step": listing.latest.step if listing.latest else None,
-                "total_bytes": listing.total_bytes,
-                "steps": [s.to_json() for s in listing.steps],
-                "ignored": list(listing.ignored),
-            }
-        )
+        emit_json(listing)
     else:
-        table = Table(title=listing.root, title_justify="left", box=None, pad_edge=False)
-        for col, justify in (
-            ("step", "right"),
-            ("status", "left"),
-            ("committed", "left"),
-            ("age", "right"),
-            ("size", "right"),
-            ("items", "left"),
-            ("metrics", "left"),
-            ("format", "left"),
-        ):
-            table.add_column(col, justify=justify, no_wrap=col != "metrics")  # type: ignore[arg-type]
-        for s in listing.steps:
-            status = {
-                "committed": "[green]committed[/]",
-                "incomplete": "[yellow]incomplete[/]",
-                "uncommitted": "[red]uncommitted[/]",
-            }[s.status]
-            when = s.committed_at.astimezone().strftime("%Y-%m-%d %H:%M")
-            if s.time_source == "mtime":
-                when += " (mtime)"
-            metrics = ", ".join(f"{k}={_metric(v)}" for k, v in (s.metrics or {}).items())
-            formats = sorted(set(s.formats.values()))
-            table.add_row(
-                f"{s.step}{' *' if s.latest else ''}",
-                status,
-                when,
-                human_age(s.committed_at),
-                human_bytes(s.size_bytes),
-                ",".join(s.items),
-                metrics,
-                ",".join(formats),
-            )
-        console = stdout_console()
-        console.print(table)
-        latest = listing.latest
-        console.print(
-            f"{len(listing.steps)} steps, {human_bytes(listing.total_bytes)}"
-            + (f"; latest committed: {latest.step} (*)" if latest else "; no committed step")
-        )
-        if listing.root_metadata and listing.root_metadata.get("custom_metadata"):
-            console.print(f"root metadata: {json.dumps(listing.root_metadata['custom_metadata'])}")
-    for s in listing.steps:
-        if s.problem:
-            warn(f"step {s.step}: {s.problem}")
-    if listing.ignored:
-        warn(f"not steps, ignored: {', '.join(listing.ignored)}")
-    for s in listing.steps:
-        if s.status == "uncommitted":
-            warn(_uncommitted_hint(s, listing.root))
-
-
-def _uncommitted_hint(s: StepInfo, root: str) -> str:
-    """An object-store step without commit_success.txt: a save in progress or interrupted, or a
-    complete step copied without its marker (Orbax issue #394): say how to tell and fix."""
-    target = f"{root} --step {s.step}" if s.path != root else s.path
-    why = (
-        "its _CHECKPOINT_METADATA records a commit, so it may be a complete step copied "
-        "without its marker (Orbax issue #394)"
-        if s.time_source == "commit_metadata"
-        else "a save in progress or interrupted, or a copy without its marker (Orbax issue #394)"
-    )
-    return (
-        f"step {s.step} has no commit_success.txt: Orbax and ckpt do not treat it as a "
-        f"checkpoint; {why}; if no save is writing it, check it and mark it with "
-        f"`ckpt verify {target} --mark-committed`"
-    )
-
-
-def _metric(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+        render.print_listing(listing)
+    for message in render.warnings(listing):
+        warn(message)

@@ -12,17 +12,22 @@ together.
 from __future__ import annotations
 
 import math
+import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ckpt_cli.core.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.blocks import block_shape, iter_blocks
+from ckpt_cli.core.format.layout import ItemRef
+from ckpt_cli.core.format.resolve import resolve_item
+from ckpt_cli.core.format.scan import IN_FLIGHT, read_block
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
-from ckpt_cli.core.layout import ItemRef
-from ckpt_cli.core.scan import IN_FLIGHT, read_block
-from ckpt_cli.core.stats import block_shape, iter_blocks
-from ckpt_cli.errors import first_line
+from ckpt_cli.core.progress import ByteProgress, ProgressFn
+from ckpt_cli.core.schema import document
+from ckpt_cli.core.storage import StorageOptions, open_location
+from ckpt_cli.errors import UsageError, first_line
 
 DIFF_BLOCK_BYTES = 16 << 20
 
@@ -90,6 +95,69 @@ class DiffReport:
     def count(self, status: Status) -> int:
         return sum(1 for d in self.leaves if d.status == status)
 
+    def to_json(self) -> dict[str, Any]:
+        """The document ``ckpt diff --json`` prints."""
+        return document(
+            {
+                "a": _side(self.a),
+                "b": _side(self.b),
+                "equal": self.equal,
+                "tolerance": {"atol": self.atol, "rtol": self.rtol},
+                "compare_cast": self.compare_cast,
+                "summary": {s: self.count(s) for s in STATUSES},
+                "leaves": [d.to_json() for d in self.leaves],
+            }
+        )
+
+
+def _side(ref: ItemRef) -> dict[str, Any]:
+    return {"path": str(ref.location), "step": ref.step, "item": ref.name}
+
+
+def diff_paths(
+    a: str,
+    b: str,
+    *,
+    step: int | None = None,
+    step_a: int | None = None,
+    step_b: int | None = None,
+    item: str | None = None,
+    atol: float = 0.0,
+    rtol: float = 0.0,
+    compare_cast: bool = False,
+    name_filter: str | None = None,
+    on_progress: ProgressFn | None = None,
+    storage: StorageOptions | None = None,
+) -> DiffReport:
+    """``ckpt diff A B``: resolve both sides (``step`` for both roots unless ``step_a`` or
+    ``step_b``), then compare them."""
+    _check_tolerance(atol, rtol)
+    ref_a = resolve_side(a, step_a if step_a is not None else step, item, "--step-a", storage)
+    ref_b = resolve_side(b, step_b if step_b is not None else step, item, "--step-b", storage)
+    return diff_items(ref_a, ref_b, atol, rtol, compare_cast, name_filter, on_progress)
+
+
+def _check_tolerance(atol: float, rtol: float) -> None:
+    if atol < 0 or rtol < 0:
+        raise UsageError("--atol and --rtol must not be negative")
+
+
+def resolve_side(
+    target: str,
+    step: int | None = None,
+    item: str | None = None,
+    flag: str = "--step",
+    storage: StorageOptions | None = None,
+) -> ItemRef:
+    """One side of a diff: a root, step or item path, where ``ROOT@STEP`` picks a step (unless
+    a file or directory of that very name exists)."""
+    path, at, tail = target.rpartition("@")
+    if at and tail.isdigit() and not os.path.exists(target):
+        if step is not None:
+            raise UsageError(f"{target} names a step; do not also pass {flag} or --step")
+        return resolve_item(open_location(path, storage), int(tail), item)
+    return resolve_item(open_location(target, storage), step, item)
+
 
 def diff_items(
     a: ItemRef,
@@ -98,19 +166,16 @@ def diff_items(
     rtol: float = 0.0,
     compare_cast: bool = False,
     name_filter: str | None = None,
-    on_progress: Callable[[str, int, int], None] | None = None,
+    on_progress: ProgressFn | None = None,
 ) -> DiffReport:
+    """Compare ``a`` with ``b`` leaf by leaf (progress as ``data`` bytes of the arrays in both)."""
+    _check_tolerance(atol, rtol)
     ra, rb = inspect_item(a, name_filter), inspect_item(b, name_filter)
     la = {leaf.name: leaf for leaf in ra.leaves}
     lb = {leaf.name: leaf for leaf in rb.leaves}
     sa, sb = _store(ra), _store(rb)
     total = sum(leaf.size_bytes for n, leaf in la.items() if leaf.is_array and n in lb)
-    done = [0]
-
-    def on_bytes(n: int) -> None:
-        done[0] += n
-        if on_progress:
-            on_progress("data", done[0], total)
+    on_bytes = ByteProgress(on_progress, "data", total)
 
     out = []
     for name in sorted(la.keys() | lb.keys()):

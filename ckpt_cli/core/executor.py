@@ -45,6 +45,14 @@ class ExecutorSpec:
     workers: int = 1
     scheduler: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.kind not in EXECUTORS:
+            raise UsageError(f"--executor {self.kind!r}: use local or dask")
+        if self.scheduler and self.kind != "dask":
+            raise UsageError("--scheduler applies to --executor dask")
+        if self.workers < 1:
+            raise UsageError(f"--workers {self.workers}: give at least 1")
+
     @property
     def scaled(self) -> bool:
         """Whether the run is split into units (otherwise: the single-process writer)."""
@@ -228,12 +236,7 @@ class DaskExecutor(Executor):
 
 
 def open_executor(spec: ExecutorSpec) -> Executor:
-    if spec.kind not in EXECUTORS:
-        raise UsageError(f"--executor {spec.kind!r}: use local or dask")
-    if spec.workers < 1:
-        raise UsageError(f"--workers {spec.workers}: give at least 1")
+    """The executor ``spec`` asks for, started (a pool, or a connection to the scheduler)."""
     if spec.kind == "dask":
         return DaskExecutor(spec.scheduler)
-    if spec.scheduler:
-        raise UsageError("--scheduler applies to --executor dask")
     return InlineExecutor() if spec.workers == 1 else LocalExecutor(spec.workers)

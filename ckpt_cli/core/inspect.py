@@ -14,21 +14,26 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_cli.core.arrays import ArrayInfo, ItemStore
-from ckpt_cli.core.layout import ItemRef
-from ckpt_cli.core.metadata import (
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.layout import ItemRef
+from ckpt_cli.core.format.metadata import (
     KEY_TYPE_SEQUENCE,
     ArrayMetadata,
     LeafMeta,
-    ShardingInfo,
     read_array_metadatas,
-    read_shardings,
     read_step_metadata,
     read_strings,
     read_tree_metadata,
 )
+from ckpt_cli.core.format.names import compile_filter
+from ckpt_cli.core.format.resolve import resolve_item
+from ckpt_cli.core.format.sharding import ShardingInfo, ShardLayout, read_shardings, shard_layout
+from ckpt_cli.core.progress import ProgressFn
+from ckpt_cli.core.schema import document
 from ckpt_cli.core.state import StatePart, analyse_state, classify_leaf
-from ckpt_cli.errors import NotACheckpointError
+from ckpt_cli.core.stats import LeafStats, leaves_stats
+from ckpt_cli.core.storage import Location
+from ckpt_cli.errors import NotACheckpointError, NotFoundError, UsageError
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,14 @@ class SubtreeTotal:
     elements: int
     size_bytes: int
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "leaves": self.leaves,
+            "parameters": self.elements,
+            "size_bytes": self.size_bytes,
+        }
+
 
 @dataclass(frozen=True)
 class ItemReport:
@@ -115,34 +128,95 @@ class ItemReport:
     def problems(self) -> list[Leaf]:
         return [leaf for leaf in self.leaves if leaf.problem]
 
+    def to_json(self) -> dict[str, Any]:
+        ref = self.ref
+        return document(
+            {
+                "path": str(ref.location),
+                "root": str(ref.root) if ref.root else None,
+                "step": ref.step,
+                "item": ref.name,
+                "storage": self.storage,
+                "zarr_format": self.zarr_format,
+                "totals": {
+                    "leaves": len(self.leaves),
+                    "arrays": sum(1 for leaf in self.leaves if leaf.is_array),
+                    "parameters": self.total_elements,
+                    "size_bytes": self.total_bytes,
+                    "subtrees": [t.to_json() for t in self.subtrees],
+                },
+                "training_state": {
+                    "complete": bool(self.state) and all(p.present for p in self.state),
+                    "parts": [p.to_json() for p in self.state],
+                },
+                "custom_metadata": self.custom_metadata,
+                "step_custom_metadata": self.step_custom_metadata,
+                "leaves": [leaf.to_json() for leaf in self.leaves],
+            }
+        )
+
+
+@dataclass(frozen=True)
+class InspectResult:
+    """What ``ckpt inspect`` shows: the item, with per-leaf statistics (``--stats``) and the
+    block layout of one leaf (``--layout``) when asked."""
+
+    report: ItemReport
+    stats: dict[str, LeafStats] | None = None
+    layout: ShardLayout | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc = self.report.to_json()
+        if self.stats is not None:
+            for leaf_doc in doc["leaves"]:
+                s = self.stats.get(leaf_doc["name"])
+                leaf_doc["stats"] = s.to_json() if s else None
+        if self.layout is not None:
+            doc["layout"] = self.layout.to_json()
+        return doc
+
+
+def inspect_path(
+    location: Location,
+    step: int | None = None,
+    item: str | None = None,
+    *,
+    name_filter: str | None = None,
+    stats: bool = False,
+    layout: str | None = None,
+    on_progress: ProgressFn | None = None,
+) -> InspectResult:
+    """Resolve ``location`` to one item and inspect it: ``stats`` reads every array (progress
+    as ``stats`` bytes), ``layout`` names the leaf whose device blocks to lay out."""
+    ref = resolve_item(location, step, item)
+    report = inspect_item(ref, name_filter)
+    if name_filter is not None and not report.leaves:
+        raise NotFoundError(
+            f"no leaf of {ref.location} matches {name_filter!r}",
+            hint="run `ckpt inspect --flat` to see the leaf names",
+        )
+    values = None
+    if stats:
+        arrays = [(lf.name, lf.array, lf.database) for lf in report.leaves if lf.array is not None]
+        store = ItemStore(ref.location, report.zarr_format == 3)
+        values = leaves_stats(store, arrays, on_progress)
+    return InspectResult(report, values, _layout_of(report, layout) if layout else None)
+
+
+def _layout_of(report: ItemReport, name: str) -> ShardLayout:
+    leaf = next((lf for lf in report.leaves if lf.name == name), None)
+    if leaf is None:
+        raise NotFoundError(
+            f"--layout: no leaf named {name!r} in {report.ref.location}",
+            hint="run `ckpt inspect --flat` to see the leaf names",
+        )
+    if leaf.shape is None:
+        raise UsageError(f"--layout: {name!r} is a {leaf.value_type}, not an array")
+    return shard_layout(leaf.shape, leaf.sharding, name)
+
 
 def _matches(name: str, pattern: re.Pattern[str] | None) -> bool:
     return pattern is None or bool(pattern.search(name))
-
-
-def compile_filter(pattern: str | None, option: str = "--filter") -> re.Pattern[str] | None:
-    """A leaf-name pattern: ``re:REGEX`` is a regular expression; otherwise a glob when it holds
-    ``*``, ``?`` or ``[`` and no regex-only syntax (``( ) | ^ $ + \\ {``), else a regex.
-
-    Globs match the whole dotted name and ``*`` crosses dots (``params.*kernel``); regexes are
-    searched anywhere in the name unless anchored.
-    """
-    if pattern is None:
-        return None
-    import fnmatch
-
-    if pattern.startswith("re:"):
-        source = pattern[3:]
-    elif re.search(r"[*?\[]", pattern) and not re.search(r"[()|^$+\\{]", pattern):
-        return re.compile(fnmatch.translate(pattern))
-    else:
-        source = pattern
-    try:
-        return re.compile(source)
-    except re.error as e:
-        from ckpt_cli.errors import UsageError
-
-        raise UsageError(f"{option} {pattern!r} is not a valid pattern: {e}") from None
 
 
 def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:

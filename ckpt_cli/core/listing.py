@@ -6,25 +6,24 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from ckpt_cli.core.layout import (
-    COMMIT_MARKER,
-    METRICS_ITEM,
-    TOMBSTONE,
+from ckpt_cli.core.format.layout import (
+    Detected,
     StepRef,
     detect,
     item_location,
     latest_committed,
-    parse_step_name,
     step_items,
     step_status,
 )
-from ckpt_cli.core.metadata import (
+from ckpt_cli.core.format.metadata import (
     StepMetadata,
     peek_storage_flags,
     read_metrics,
     read_root_metadata,
     read_step_metadata,
 )
+from ckpt_cli.core.format.names import COMMIT_MARKER, METRICS_ITEM, TOMBSTONE, parse_step_name
+from ckpt_cli.core.schema import document
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import CkptError, NotACheckpointError
 
@@ -75,6 +74,19 @@ class RootListing:
     @property
     def total_bytes(self) -> int:
         return sum(s.size_bytes for s in self.steps)
+
+    def to_json(self) -> dict[str, Any]:
+        """The document ``ckpt ls --json`` prints."""
+        return document(
+            {
+                "root": self.root,
+                "root_metadata": self.root_metadata,
+                "latest_step": self.latest.step if self.latest else None,
+                "total_bytes": self.total_bytes,
+                "steps": [s.to_json() for s in self.steps],
+                "ignored": list(self.ignored),
+            }
+        )
 
 
 def _format_of(item: Location) -> str | None:
@@ -181,9 +193,15 @@ def step_info(ref: StepRef, from_listing: bool = False) -> StepInfo:
     )
 
 
-def list_root(location: Location, *, from_listing: bool = False) -> RootListing:
-    """List a CheckpointManager root; a step directory lists as a root of one step."""
-    found = detect(location)
+def list_root(
+    location: Location, *, from_listing: bool = False, detected: Detected | None = None
+) -> RootListing:
+    """List a CheckpointManager root; a step directory lists as a root of one step.
+
+    ``detected``: what ``detect(location)`` already found (a caller that detected the root
+    need not list it again).
+    """
+    found = detected if detected is not None else detect(location)
     kind, entries = found.kind, found.entries
     if kind == "item":
         raise NotACheckpointError(

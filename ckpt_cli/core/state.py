@@ -85,6 +85,15 @@ class StatePart:
     def description(self) -> str:
         return DESCRIPTIONS[self.part]
 
+    def to_json(self) -> dict[str, object]:
+        return {
+            "part": self.part,
+            "present": self.present,
+            "subtrees": list(self.subtrees),
+            "leaves": len(self.leaves),
+            "note": self.note,
+        }
+
 
 def _is_int_scalar(leaf: LeafLike) -> bool:
     return leaf.shape == () and leaf.dtype is not None and "int" in leaf.dtype

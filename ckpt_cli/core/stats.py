@@ -1,4 +1,5 @@
-"""Per-leaf value statistics computed block by block, with memory bounded by the block budget.
+"""Per-leaf value statistics (``inspect --stats``) computed block by block, with memory bounded
+by the block budget.
 
 Blocks are whole chunks (or runs of whole chunks along the last dimensions), so every stored chunk
 is decoded once. Means and variances are merged with Chan's parallel formula in float64, which
@@ -7,17 +8,17 @@ stays accurate over billions of elements where a running sum of squares would no
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.blocks import DEFAULT_BLOCK_BYTES, block_shape, iter_blocks
+from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.errors import StorageError
 
-DEFAULT_BLOCK_BYTES = 32 << 20
 IN_FLIGHT = 4
 
 
@@ -41,26 +42,6 @@ class LeafStats:
             "inf": self.inf,
             "finite": self.count,
         }
-
-
-def block_shape(info: ArrayInfo, budget: int = DEFAULT_BLOCK_BYTES) -> tuple[int, ...]:
-    """Chunk-aligned block: whole chunks merged along the last dims while under ``budget``."""
-    shape = list(info.chunk_shape) or []
-    for d in range(len(shape) - 1, -1, -1):
-        other = math.prod(shape[:d] + shape[d + 1 :]) * info.itemsize
-        fit = max(shape[d], (budget // max(1, other)) // shape[d] * shape[d])
-        shape[d] = min(info.shape[d], fit)
-        if shape[d] < info.shape[d]:
-            break
-    return tuple(shape)
-
-
-def iter_blocks(info: ArrayInfo, block: tuple[int, ...]) -> Iterator[tuple[slice, ...]]:
-    ranges = [range(0, s, b) if s else range(0) for s, b in zip(info.shape, block, strict=True)]
-    for starts in itertools.product(*ranges):
-        yield tuple(
-            slice(st, min(st + b, s)) for st, b, s in zip(starts, block, info.shape, strict=True)
-        )
 
 
 class _Acc:
@@ -144,3 +125,17 @@ def leaf_stats(
     while pending:
         drain_one()
     return acc.result()
+
+
+def leaves_stats(
+    store: ItemStore,
+    arrays: Sequence[tuple[str, ArrayInfo, str]],
+    on_progress: ProgressFn | None = None,
+) -> dict[str, LeafStats]:
+    """Statistics of every (name, array, database) of an item, in order; progress as ``stats``
+    bytes of all of them."""
+    bytes_done = ByteProgress(on_progress, "stats", sum(info.nbytes for _, info, _ in arrays))
+    return {
+        name: leaf_stats(store, name, info, database, on_bytes=bytes_done)
+        for name, info, database in arrays
+    }

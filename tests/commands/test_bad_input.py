@@ -136,7 +136,7 @@ def test_layout_of_unknown_leaf(cli) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_unexpected_errors_are_one_line_bugs(cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    import ckpt_cli.commands.ls as ls_mod
+    import ckpt_cli.core.listing as ls_mod
 
     def boom(*a: object, **k: object) -> None:
         raise RuntimeError("kaput")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_cli.core.deletion import prune_lock
-from ckpt_cli.core.prune import LOCK_NAME, SYMLINK_KEPT, TRASH_PREFIX
+from ckpt_cli.core.prune.execute import prune_lock
+from ckpt_cli.core.prune.plan import LOCK_NAME, SYMLINK_KEPT, TRASH_PREFIX
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.errors import StorageError
 from tests.conftest import FIXTURES, REPO

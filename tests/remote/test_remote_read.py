@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import FIXTURES
 from tests.remote.conftest import S3
-from tests.remote_servers import BUCKET, free_port, keys
+from tests.remote_servers import BUCKET, dead_endpoint, keys
 
 READ_FIXTURES = [
     "seed_mlp",
@@ -78,6 +78,7 @@ def test_ls_inspect_verify_equal_local(cli: Any, s3: S3, name: str) -> None:
         local, remote = both(cli, s3, name, *args)
         if args == ("ls",):
             local, remote = listing_view(local), listing_view(remote)
+            assert any(s["status"] == "committed" for s in both(cli, s3, name, "ls")[1]["steps"])
             assert all(
                 s["time_source"] == "commit_marker"
                 for s in both(cli, s3, name, "ls")[1]["steps"]
@@ -136,6 +137,7 @@ def test_copied_without_markers_is_uncommitted_and_can_be_marked(
     assert marked.json()["marked_committed"] == [f"{url}/400"]
     assert f"{s3_prefix}/400/commit_success.txt" in keys(s3.client, f"{s3_prefix}/400/")
     after = cli("ls", url, "--json").json()
+    assert after["steps"]
     assert all(s["status"] == "committed" for s in after["steps"])
 
 
@@ -163,8 +165,8 @@ def test_mark_committed_needs_one_step(cli: Any, s3: S3) -> None:
 
 
 def test_dead_endpoint_fails_with_one_line(cli: Any, s3: S3) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
-    result = cli("--s3-endpoint", dead, "ls", f"s3://{BUCKET}/fx/seed_mlp")
+    with dead_endpoint() as dead:
+        result = cli("--s3-endpoint", dead, "ls", f"s3://{BUCKET}/fx/seed_mlp")
     assert result.code == 3
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, lines

@@ -84,6 +84,7 @@ def test_inspect_matches_orbax_metadata(cli, tmp_path: Path, handler_kw: dict[st
     ours = {leaf["name"]: leaf for leaf in r.json()["leaves"]}
     theirs = _orbax_leaves(root, **handler_kw)
     assert set(ours) == set(theirs)
+    assert theirs
     for name, meta in theirs.items():
         leaf = ours[name]
         assert leaf["shape"] == list(meta.shape), name
@@ -117,6 +118,7 @@ def test_stats_match_restored_values(cli, tmp_path: Path) -> None:  # type: igno
     doc = cli("inspect", root, "--json", "--stats").json()
     stats = {leaf["name"]: leaf["stats"] for leaf in doc["leaves"]}
     flat, _ = jax.tree_util.tree_flatten_with_path(restored)
+    assert flat
     for path, value in flat:
         name = ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
         ref = np.asarray(value).astype(np.float64)

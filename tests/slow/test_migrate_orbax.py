@@ -126,6 +126,7 @@ def expected(tree: dict[str, Any]) -> dict[str, np.ndarray]:
 def check(restored: dict[str, Any], tree: dict[str, Any]) -> None:
     assert set(restored["params"]) == {"proj"}
     want = expected(tree)
+    assert want
     for name, values in want.items():
         got = np.asarray(restored["params"]["proj"][name])
         assert got.dtype == values.dtype, name

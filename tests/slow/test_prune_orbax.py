@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ckpt_cli.core.prune import TRASH_PREFIX
+from ckpt_cli.core.prune.plan import TRASH_PREFIX
 from tests.commands.test_prune import KILLER, run_script
 from tests.prune_roots import copy_steps, entries
 

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.inspect import inspect_item
-from ckpt_cli.core.resolve import resolve_item
 from ckpt_cli.core.storage import LocalLocation
 from tests.conftest import FIXTURES, REPO
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 def read_values(path: Path, step: int | None = None, item: str | None = None) -> dict[str, Any]:
     """Every leaf's values through ckpt's own reader (works on layouts Orbax cannot read)."""
     report = inspect_item(resolve_item(LocalLocation(str(path)), step, item))
-    from ckpt_cli.core.arrays import ItemStore
+    from ckpt_cli.core.format.arrays import ItemStore
 
     store = ItemStore(report.ref.location, report.zarr_format == 3)
     out: dict[str, Any] = {}
@@ -39,6 +39,7 @@ def read_values(path: Path, step: int | None = None, item: str | None = None) ->
 
 def assert_same_values(a: dict[str, Any], b: dict[str, Any]) -> None:
     assert a.keys() == b.keys()
+    assert a
     for name in a:
         if isinstance(a[name], np.ndarray):
             assert a[name].dtype == b[name].dtype, name
@@ -247,6 +248,7 @@ def test_like_copies_another_layout(cli, tmp_path: Path) -> None:  # type: ignor
     assert [h["operation"] for h in history] == ["reshard"] and history[0]["like"] == str(first)
     a = {x["name"]: x for x in cli("inspect", first, "--json").json()["leaves"]}
     b = {x["name"]: x for x in cli("inspect", second, "--json").json()["leaves"]}
+    assert a
     for name in a:
         assert (a[name]["chunk_shape"], a[name]["sharding"]) == (
             b[name]["chunk_shape"],
@@ -315,24 +317,28 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
 
 
-def test_peak_memory_stays_within_the_limit(tmp_path: Path) -> None:
-    """A 256 MiB checkpoint resharded under --memory-limit 32MiB: peak RSS grows by far less."""
-    save = f"""
-import os
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
-import numpy as np, orbax.checkpoint as ocp
-rs = np.random.RandomState(0)
-tree = {{f"w{{i}}": rs.standard_normal((4096, 4096)).astype(np.float32) for i in range(4)}}
-mgr = ocp.CheckpointManager({str(tmp_path / "src")!r})
-mgr.save(1, args=ocp.args.StandardSave(tree))
-mgr.wait_until_finished()
-"""
+def test_peak_memory_does_not_grow_with_the_checkpoint(cli: Any, tmp_path: Path) -> None:
+    """The same reshard of a 32 MiB and of a 64 MiB checkpoint (one and two leaves of 32 MiB,
+    added by ``migrate`` to a real Orbax step) under --memory-limit 16MiB: the peak RSS differs
+    by far less than the 32 MiB that were added (measured: within 3 MiB): holding the checkpoint, or
+    every leaf written, would not pass. The figures for big checkpoints, against Orbax, are in
+    bench/bench_reshard.py."""
+    for name, leaves in (("small", 1), ("big", 2)):
+        spec = tmp_path / f"{name}.yaml"
+        added = "".join(
+            f"  - {{op: add, name: w{i}, shape: [4096, 2048], dtype: float32, init: normal}}\n"
+            for i in range(leaves)
+        )
+        spec.write_text("rules:\n  - {op: keep_only, match: scalar}\n" + added)
+        made = cli("migrate", FIXTURES / "sharded_4x2", tmp_path / name, "--spec", spec)
+        assert made.code == 0, made.stderr
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    subprocess.run([sys.executable, "-c", save], check=True, env=env, capture_output=True)
 
-    def peak(*args: str) -> int:
+    def peak(name: str) -> int:
+        args = ["reshard", str(tmp_path / name), str(tmp_path / f"{name}-out"), "--mesh", "data=4"]
+        args += ["--rule", "w*=[data]", "--memory-limit", "16MiB", "--max-chunk-bytes", "4MiB"]
         proc = subprocess.run(
-            [sys.executable, "-c", MEMORY_PROBE, *args],
+            [sys.executable, "-c", MEMORY_PROBE, *args, "--json"],
             check=True,
             env=env,
             capture_output=True,
@@ -340,26 +346,12 @@ mgr.wait_until_finished()
         )
         return int(proc.stdout.strip().splitlines()[-1])
 
-    baseline = peak("inspect", str(tmp_path / "src"), "--stats", "--json")
-    resharded = peak(
-        "reshard",
-        str(tmp_path / "src"),
-        str(tmp_path / "dst"),
-        "--mesh",
-        "data=4",
-        "--rule",
-        "w.*=[data]",
-        "--memory-limit",
-        "32MiB",
-        "--max-chunk-bytes",
-        "8MiB",
-        "--json",
+    small, big = peak("small"), peak("big")
+    assert big - small < 16 * 2**20, (
+        f"peak RSS {small / 2**20:.0f} MiB for 32 MiB, {big / 2**20:.0f} MiB for 64 MiB"
     )
-    growth = resharded - baseline
-    assert growth < 96 * 2**20, (
-        f"peak grew by {growth / 2**20:.0f} MiB over inspect's {baseline / 2**20:.0f} MiB"
-    )
-    assert_same_values(read_values(tmp_path / "src"), read_values(tmp_path / "dst"))
+    written = cli("verify", tmp_path / "big-out", "--json")  # values: the other reshard tests
+    assert written.code == 0 and written.json()["checked"]["arrays"] == 3, written.stdout
 
 
 def test_diff_says_identical_and_digests_carry_over(cli, fixture_copy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ckpt_cli.core.arrays import ItemStore
-from ckpt_cli.core.writer import BlockSource
+from ckpt_cli.core.format.arrays import ItemStore
+from ckpt_cli.core.write.types import BlockSource
 from tests.conftest import local_cluster
 from tests.slow.test_reshard import assert_same_values, read_values
 
@@ -178,18 +178,21 @@ def test_executor_usage_errors(
 
 
 def _reshard_parts(src: Path, memory_limit: int = 64 << 20) -> tuple[Any, list[Any]]:
-    from ckpt_cli.core import reshard as core
+    from ckpt_cli.core.format.resolve import resolve_item
+    from ckpt_cli.core.format.sharding import MeshSpec
     from ckpt_cli.core.inspect import inspect_item
-    from ckpt_cli.core.resolve import resolve_item
+    from ckpt_cli.core.reshard.execute import reshard_leaves
+    from ckpt_cli.core.reshard.plan import plan_from_rules
+    from ckpt_cli.core.reshard.rules import parse_rules
     from ckpt_cli.core.storage import LocalLocation
-    from ckpt_cli.core.writer import Compression
+    from ckpt_cli.core.write.types import Compression
 
     ref = resolve_item(LocalLocation(str(src)))
     report = inspect_item(ref)
-    mesh = core.MeshSpec.parse("data=4,model=2")
-    rules = core.parse_rules({"params.*": ["data"]}, mesh, "test")
-    plan = core.plan_from_rules(report, mesh, rules, 1 << 20)
-    return ref, core.reshard_leaves(report, plan, False, Compression("zstd"), memory_limit)
+    mesh = MeshSpec.parse("data=4,model=2")
+    rules = parse_rules({"params.*": ["data"]}, mesh, "test")
+    plan = plan_from_rules(report, mesh, rules, 1 << 20)
+    return ref, reshard_leaves(report, plan, False, Compression("zstd"), memory_limit)
 
 
 @dataclass(frozen=True)
@@ -228,8 +231,8 @@ def test_killed_worker_is_retried_with_identical_output(
     cli: Any, src: Path, tmp_path: Path
 ) -> None:
     from ckpt_cli.core.executor import DaskExecutor
-    from ckpt_cli.core.rewrite import write_step
     from ckpt_cli.core.storage import LocalLocation
+    from ckpt_cli.core.write.rewrite import write_step
 
     single = tmp_path / "single"
     assert cli("reshard", src, single, "--mesh", "data=4,model=2", "--rule", RULES).code == 0
@@ -263,8 +266,8 @@ def test_killed_worker_is_retried_with_identical_output(
 
 def test_failed_unit_leaves_no_step(src: Path, tmp_path: Path) -> None:
     from ckpt_cli.core.executor import LocalExecutor
-    from ckpt_cli.core.rewrite import write_step
     from ckpt_cli.core.storage import LocalLocation
+    from ckpt_cli.core.write.rewrite import write_step
     from ckpt_cli.errors import StorageError
 
     ref, leaves = _reshard_parts(src)
@@ -285,9 +288,9 @@ def test_failed_unit_leaves_no_step(src: Path, tmp_path: Path) -> None:
 def test_a_unit_rewritten_gives_the_same_bytes(src: Path, tmp_path: Path) -> None:
     import tensorstore as ts
 
-    from ckpt_cli.core.scale import _create_arrays, plan_write_units, run_write_unit
     from ckpt_cli.core.storage import LocalLocation
-    from ckpt_cli.core.writer import OCDBT_CONFIG, ItemWriter
+    from ckpt_cli.core.write.distributed import _create_arrays, plan_write_units, run_write_unit
+    from ckpt_cli.core.write.item import OCDBT_CONFIG, ItemWriter
 
     _, leaves = _reshard_parts(src)
     dest = LocalLocation(str(tmp_path / "item"))

@@ -1,0 +1,225 @@
+"""Text of ``ckpt inspect``: the tree or a table of leaves, totals, the training-state summary,
+stats, and the device grid of one leaf."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from ckpt_cli.commands._output import stdout_console
+from ckpt_cli.commands.render.lines import Paint, emit, painter, table_lines, tree_lines, use_color
+from ckpt_cli.commands.render.units import human_bytes, human_count, shape_str
+from ckpt_cli.core.format.sharding import ShardLayout
+from ckpt_cli.core.inspect import InspectResult, ItemReport, Leaf
+from ckpt_cli.core.stats import LeafStats
+
+
+def print_result(result: InspectResult, flat: bool) -> None:
+    if result.layout is not None:
+        print_layout(result.layout, result.report)
+    else:
+        print_report(result.report, flat=flat, stats=result.stats)
+
+
+def warnings(result: InspectResult) -> list[str]:
+    return [
+        f"{leaf.name}: {leaf.problem} (run `ckpt verify` on this checkpoint)"
+        for leaf in result.report.problems
+    ]
+
+
+def _leaf_facts(leaf: Leaf, paint: Paint) -> str:
+    if leaf.value_type == "string":
+        return paint("string", "magenta") + " " + paint(repr(leaf.value), "")
+    if leaf.value_type == "json":
+        return paint("json", "magenta") + " " + paint(leaf.value or "", "")
+    if not leaf.is_array:
+        if leaf.problem is not None:
+            return paint(leaf.problem, "red")
+        return paint(f"{leaf.value_type} (empty)", "dim")
+    parts = [paint(f"{leaf.dtype}{shape_str(leaf.shape)}", "cyan"), human_bytes(leaf.size_bytes)]
+    if leaf.chunk_shape is not None and leaf.chunk_shape != leaf.shape:
+        parts.append(f"chunk {shape_str(leaf.chunk_shape)}")
+    if leaf.sharding is not None and leaf.sharding.mesh_shape is not None:
+        parts.append(paint(leaf.sharding.short(), "blue"))
+    if leaf.random_key_impl:
+        parts.append(paint(f"key<{leaf.random_key_impl}>", ""))
+    return "  ".join(parts)
+
+
+def _stats_str(s: LeafStats | None, paint: Paint) -> str:
+    if s is None:
+        return ""
+    if s.count == 0:
+        return paint(f"no finite values (nan={s.nan}, inf={s.inf})", "red")
+    out = f"min={s.min:.4g} max={s.max:.4g} mean={s.mean:.4g} std={s.std:.4g}"
+    if s.nan or s.inf:
+        out += " " + paint(f"nan={s.nan} inf={s.inf}", "red")
+    return out
+
+
+def _title(report: ItemReport) -> str:
+    ref = report.ref
+    where = f"step {ref.step} of {ref.root}" if ref.root else str(ref.location)
+    fmt = report.storage + (f", zarr{report.zarr_format}" if report.zarr_format else "")
+    return f"[bold]item {ref.name!r}[/] — {where}  ({fmt})"
+
+
+def print_report(report: ItemReport, flat: bool, stats: dict[str, LeafStats] | None) -> None:
+    console = stdout_console()
+    console.print(_title(report))
+    meshes = sorted({m for lf in report.leaves if lf.sharding and (m := lf.sharding.mesh_str())})
+    if meshes:
+        console.print("mesh: " + "; ".join(meshes))
+    color = use_color()
+    paint = painter(color)
+    if flat:
+        headers = ["leaf", "type", "dtype", "shape", "elements", "bytes", "chunk", "sharding"]
+        if stats is not None:
+            headers.append("stats")
+        with_values = any(leaf.value is not None for leaf in report.leaves)
+        if with_values:
+            headers.append("value")
+        rows = []
+        for leaf in report.leaves:
+            row = [
+                (leaf.name, ""),
+                (leaf.value_type, "dim"),
+                (leaf.dtype or "", "cyan"),
+                (shape_str(leaf.shape), "cyan"),
+                (str(leaf.elements) if leaf.is_array else "", ""),
+                (human_bytes(leaf.size_bytes), ""),
+                (shape_str(leaf.chunk_shape), ""),
+                (leaf.sharding.short() if leaf.sharding else "", "blue"),
+            ]
+            if stats is not None:
+                row.append((_stats_str(stats.get(leaf.name), painter(False)), ""))
+            if with_values:
+                row.append((leaf.value if leaf.value is not None else "", "magenta"))
+            rows.append(row)
+        emit(table_lines(headers, rows, paint, right=frozenset({4, 5})), color)
+    else:
+        entries = []
+        for leaf in report.leaves:
+            label = _leaf_facts(leaf, paint)
+            if stats is not None and leaf.name in stats:
+                label += "  " + _stats_str(stats[leaf.name], paint)
+            entries.append((leaf.keypath or (leaf.name,), label))
+        emit(tree_lines(report.ref.name, entries, paint), color)
+    _print_totals(report)
+    if report.state:
+        _print_state(report)
+    history = (report.step_custom_metadata or {}).get("ckpt_history")
+    if isinstance(history, list) and history:
+        ops = ", ".join(str(h.get("operation", "?")) for h in history if isinstance(h, dict))
+        console.print(f"written by ckpt: {ops} (see step_custom_metadata.ckpt_history in --json)")
+
+
+def _print_totals(report: ItemReport) -> None:
+    console = stdout_console()
+    table = Table(title="totals", title_justify="left", box=None, pad_edge=False)
+    table.add_column("subtree")
+    table.add_column("leaves", justify="right")
+    table.add_column("parameters", justify="right")
+    table.add_column("bytes", justify="right")
+    for t in report.subtrees:
+        table.add_row(t.name, str(t.leaves), human_count(t.elements), human_bytes(t.size_bytes))
+    table.add_row(
+        "[bold]all[/]",
+        str(len(report.leaves)),
+        human_count(report.total_elements),
+        human_bytes(report.total_bytes),
+    )
+    console.print(table)
+
+
+def _print_state(report: ItemReport) -> None:
+    console = stdout_console()
+    complete = all(p.present for p in report.state)
+    console.print(
+        "[bold]training state[/]: "
+        + ("[green]complete[/]" if complete else "[yellow]incomplete[/]")
+    )
+    table = Table(box=None, show_header=False, pad_edge=False)
+    for _ in range(4):
+        table.add_column()
+    for p in report.state:
+        subtrees = ", ".join(p.subtrees[:3]) + (" ..." if len(p.subtrees) > 3 else "")
+        table.add_row(
+            "  [green]✓[/]" if p.present else "  [red]✗[/]",
+            p.description,
+            subtrees,
+            f"[dim]{p.note}[/]",
+        )
+    console.print(table)
+
+
+def print_layout(layout: ShardLayout, report: ItemReport) -> None:
+    name = layout.leaf
+    console = stdout_console()
+    leaf = next(lf for lf in report.leaves if lf.name == name)
+    console.print(
+        f"[bold]layout of {name}[/] {leaf.dtype}{shape_str(layout.shape)}: {layout.description}"
+    )
+    console.print(
+        f"  {' x '.join(map(str, layout.grid)) or '1'} blocks of {shape_str(layout.block_shape)}, "
+        f"each on {layout.replicas} device(s)"
+    )
+    if leaf.chunk_shape is not None and layout.block_shape:
+        per_block = 1
+        for b, c in zip(layout.block_shape, leaf.chunk_shape, strict=True):
+            per_block *= -(-b // c) if c else 1
+        console.print(
+            f"  stored chunk {shape_str(leaf.chunk_shape)}: "
+            + (
+                "one chunk per block"
+                if per_block == 1 and leaf.chunk_shape == layout.block_shape
+                else f"{per_block} chunk(s) per block"
+            )
+        )
+    split = [d for d, g in enumerate(layout.grid) if g > 1]
+    rank = len(layout.shape)
+    if len(split) <= 2 and rank >= 1:
+        # Rows follow the first split dimension, columns the second; a lone split of the last
+        # dimension of a matrix reads as columns, as the matrix itself would.
+        if len(split) == 2:
+            rows_dim, cols_dim = split
+        elif split and split[0] == rank - 1 and rank >= 2:
+            rows_dim, cols_dim = rank - 2, split[0]
+        else:
+            rows_dim, cols_dim = (split[0] if split else 0), None
+        n_rows = layout.grid[rows_dim]
+        n_cols = layout.grid[cols_dim] if cols_dim is not None else 1
+        grid = Table(show_lines=True)
+        grid.add_column(
+            f"dim {rows_dim} \\ dim {cols_dim}" if cols_dim is not None else f"dim {rows_dim}"
+        )
+        cells: dict[tuple[int, int], str] = {}
+        for blk in layout.blocks:
+            r = blk.index[rows_dim]
+            c = blk.index[cols_dim] if cols_dim is not None else 0
+            cells[(r, c)] = "dev " + ",".join(map(str, blk.devices))
+        for c in range(n_cols):
+            grid.add_column(
+                "" if cols_dim is None else "{}:{}".format(*_bounds(layout, cols_dim, c))
+            )
+        for r in range(n_rows):
+            lo, hi = _bounds(layout, rows_dim, r)
+            grid.add_row(f"{lo}:{hi}", *(cells.get((r, c), "") for c in range(n_cols)))
+        console.print(grid)
+    else:
+        table = Table(box=None)
+        table.add_column("block")
+        table.add_column("slice")
+        table.add_column("devices")
+        for blk in layout.blocks:
+            table.add_row(
+                str(list(blk.index)),
+                ", ".join(f"{lo}:{hi}" for lo, hi in blk.bounds),
+                ",".join(map(str, blk.devices)),
+            )
+        console.print(table)
+
+
+def _bounds(layout: ShardLayout, dim: int, i: int) -> tuple[int, int]:
+    size = layout.block_shape[dim]
+    return i * size, min((i + 1) * size, layout.shape[dim])

@@ -1,0 +1,39 @@
+"""Text of ``ckpt reshard``: the plan per leaf (old and new chunks, partition spec, bytes)."""
+
+from __future__ import annotations
+
+from ckpt_cli.commands._output import stdout_console
+from ckpt_cli.commands.render.lines import emit, painter, table_lines, use_color
+from ckpt_cli.commands.render.units import human_bytes, shape_str
+from ckpt_cli.core.reshard.plan import ReshardPlan
+
+
+def print_plan(plan: ReshardPlan) -> None:
+    color = use_color()
+    paint = painter(color)
+    with_problems = bool(plan.layout.problems)
+    rows = []
+    for p in plan.leaves:
+        if not p.leaf.is_array:
+            continue
+        row = [
+            (p.leaf.name, ""),
+            (f"{p.leaf.dtype}{shape_str(p.leaf.shape)}", "cyan"),
+            (shape_str(p.leaf.chunk_shape), ""),
+            (shape_str(p.chunk_shape), "green"),
+            (p.sharding.short() if p.sharding else "host value", "blue"),
+            (human_bytes(p.leaf.size_bytes), ""),
+        ]
+        if with_problems:
+            row.append((p.problem or "", "red"))
+        rows.append(row)
+    headers = ["leaf", "array", "old chunk", "new chunk", "spec", "bytes"]
+    emit(
+        table_lines(headers + ["problem"] * with_problems, rows, paint, right=frozenset({5})), color
+    )
+    mesh = plan.layout.mesh
+    if mesh:
+        axes = ",".join(f"{n}={s}" for n, s in zip(mesh.axis_names, mesh.shape, strict=True))
+        stdout_console().print(
+            f"target mesh {axes} ({mesh.size} devices); {human_bytes(plan.total_bytes)} to write"
+        )

@@ -1,0 +1,146 @@
+"""Rendering for ``verify``: a summary and a problem table, and the JUnit XML report for CI."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from rich.table import Table
+
+from ckpt_cli.commands._output import stdout_console
+from ckpt_cli.commands.render.units import human_bytes
+from ckpt_cli.core.verify.problems import Problem
+from ckpt_cli.core.verify.types import ItemCheck, VerifyReport
+from ckpt_cli.errors import StorageError
+
+_DIGESTS = {
+    "absent": "no digests recorded",
+    "sizes-checked": "recorded digests: sizes checked (values need --deep)",
+    "checked": "values checked against recorded digests",
+    "sampled": "recorded digests: sampled files checked",
+    "recorded": "digests recorded",
+    "not-recorded": "digests NOT recorded (errors)",
+}
+
+
+def summary_line(report: VerifyReport) -> str:
+    c = report.checked_json()
+    parts = [f"{c['items']} item(s)", f"{c['arrays']} arrays", f"{c['chunks']} chunks"]
+    if c["steps"]:
+        parts.insert(0, f"{len(c['steps'])} step(s)")
+    if report.level != "structure":
+        parts.append(f"{c['chunks_decoded']} chunks decoded ({human_bytes(c['bytes_decoded'])})")
+    return f"{report.kind} {report.path}: {', '.join(parts)}; level {report.level}"
+
+
+def print_report(report: VerifyReport) -> None:
+    console = stdout_console()
+    console.print(summary_line(report))
+    for item in report.items:
+        errors = sum(1 for p in item.problems if p.severity == "error")
+        found = f"; {errors} error(s)" if errors else ""
+        console.print(f"  {item.path}: {_DIGESTS.get(item.digests, item.digests)}{found}")
+    if report.unfinished:
+        console.print(
+            f"  {len(report.unfinished)} unfinished save(s) skipped: "
+            f"{', '.join(report.unfinished)} (not checkpoints until committed)"
+        )
+    if report.sample is not None:
+        s = report.sample
+        console.print(
+            f"  sample: {s.chunks} of {s.of_chunks} chunks, {human_bytes(s.bytes)} of "
+            f"{human_bytes(s.of_bytes)}, seed {s.seed} (pass --seed {s.seed} to repeat it)"
+        )
+    if report.problems:
+        table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+        table.add_column("severity")
+        table.add_column("code", no_wrap=True)
+        table.add_column("leaf / file", overflow="fold", max_width=60)
+        table.add_column("message", overflow="fold", min_width=40)
+        for p in report.problems:
+            colour = "red" if p.severity == "error" else "yellow"
+            where = "\n".join(x for x in (p.leaf, p.file) if x)
+            table.add_row(f"[{colour}]{p.severity}[/]", p.code, where, p.message)
+        console.print(table)
+    if report.ok and not report.warnings:
+        console.print("[green]OK[/]: no problems found")
+    else:
+        verdict = "[green]OK[/]" if report.ok else "[red]FAILED[/]"
+        console.print(f"{verdict}: {report.errors} error(s), {report.warnings} warning(s)")
+
+
+def messages(report: VerifyReport, json_out: bool, mark_committed: bool) -> list[tuple[str, str]]:
+    """What verify says on stderr, in order, as (``warning`` or ``note``, text)."""
+    out = [
+        ("warning", f"digests of {item.path} were not recorded: fix its errors first")
+        for item in report.items
+        if item.digests == "not-recorded"
+    ]
+    if report.recorded and not json_out:
+        out.append(
+            (
+                "note",
+                f"recorded digests in {len(report.recorded)} item(s); later `ckpt verify` "
+                "runs check them (file sizes always, values with --deep)",
+            )
+        )
+    out += [("note", f"marked {m} committed (commit_success.txt)") for m in report.marked_committed]
+    if mark_committed and not report.marked_committed:
+        out.append(("warning", "not marked committed: the check found errors; nothing was written"))
+    return out
+
+
+def write_junit(report: VerifyReport, path: str) -> None:
+    """One testsuite per item, one testcase per leaf plus one for the item's files and layout;
+    errors are failures, warnings go to system-out. Root- and step-level problems form their
+    own suite."""
+    suites = ET.Element("testsuites", name="ckpt verify")
+    item_problems = {id(p) for i in report.items for p in i.problems}
+    top = [p for p in report.problems if id(p) not in item_problems]
+    _suite(suites, "checkpoint", {"layout": top})
+    for item in report.items:
+        cases: dict[str, list[Problem]] = {"structure": []}
+        cases.update({leaf: [] for leaf in item.leaves})
+        for p in item.problems:
+            cases.setdefault(p.leaf or "structure", []).append(p)
+        _suite(suites, item.path, cases, item)
+    suites.set("tests", str(sum(int(s.get("tests", "0")) for s in suites)))
+    suites.set("failures", str(sum(int(s.get("failures", "0")) for s in suites)))
+    suites.set("time", f"{report.elapsed_s:.3f}")
+    tree = ET.ElementTree(suites)
+    ET.indent(tree)
+    try:
+        with Path(path).open("wb") as f:
+            tree.write(f, encoding="utf-8", xml_declaration=True)
+    except OSError as e:
+        raise StorageError(f"cannot write the JUnit report {path}: {e.strerror}") from None
+
+
+def _suite(
+    parent: ET.Element,
+    name: str,
+    cases: dict[str, list[Problem]],
+    item: ItemCheck | None = None,
+) -> None:
+    suite = ET.SubElement(parent, "testsuite", name=name)
+    failures = 0
+    for case, problems in cases.items():
+        tc = ET.SubElement(suite, "testcase", classname=f"ckpt.verify.{name}", name=case)
+        errors = [p for p in problems if p.severity == "error"]
+        if errors:
+            failures += 1
+            fail = ET.SubElement(
+                tc, "failure", message=errors[0].message, type=",".join(p.code for p in errors)
+            )
+            fail.text = "\n".join(f"[{p.code}] {p.file or ''} {p.message}" for p in errors)
+        warnings = [p for p in problems if p.severity == "warning"]
+        if warnings:
+            out = ET.SubElement(tc, "system-out")
+            out.text = "\n".join(f"warning [{p.code}] {p.file or ''} {p.message}" for p in warnings)
+    suite.set("tests", str(len(cases)))
+    suite.set("failures", str(failures))
+    suite.set("errors", "0")
+    if item is not None:
+        props = ET.Element("properties")  # the JUnit schema wants it before the testcases
+        ET.SubElement(props, "property", name="digests", value=item.digests)
+        suite.insert(0, props)

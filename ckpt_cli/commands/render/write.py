@@ -1,0 +1,28 @@
+"""Text of a written step (reshard, migrate): the plan, then what was written and how fast."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ckpt_cli.commands._output import stdout_console
+from ckpt_cli.commands.render.units import human_bytes
+from ckpt_cli.core.write.rewrite import WriteResult
+
+
+def print_result(result: WriteResult, print_plan: Callable[[], None]) -> None:
+    print_plan()
+    out = result.output
+    console = stdout_console()
+    console.print(
+        f"wrote step {out.step} to {out.path}: "
+        f"{human_bytes(out.bytes_written)} in {result.seconds:.1f} s "
+        f"({human_bytes(int(result.rate))}/s)"
+    )
+    if out.scale is not None:
+        s = out.scale
+        console.print(
+            f"{s.units} units on {s.workers} {s.executor} workers "
+            f"({s.databases} worker databases merged in {s.merge_seconds:.2f} s)"
+        )
+    if result.digests is not None:
+        console.print(f"digests: {result.digests}")

@@ -1,0 +1,210 @@
+"""Recorded digests: what ``verify --record`` stores in an item and later checks against.
+
+Orbax stores no checksum over array data (FORMAT.md), so ckpt records its own, in
+``<item>/_CKPT_DIGESTS.json``, written atomically (temporary name, then rename).
+
+Leaf digest: SHA-256 over the leaf's values in C order, little-endian, nothing else (dtype and
+shape are recorded and compared beside it). Why this scheme:
+
+* It depends on the values only: not on chunking, compression, zarr version or OCDBT, so it
+  survives ``reshard`` and ``migrate``. Anyone can reproduce it from a restored array on a
+  little-endian host: ``hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest()``.
+* It streams: the array is read in C-order blocks (``c_order_block``) that span whole trailing
+  dimensions, so consecutive blocks are consecutive byte ranges of the C-order stream and feed
+  one running hash; memory stays at a block. A per-slab Merkle tree would allow hashing slabs
+  out of order, but every slab still has to be assembled in C order first, so it saves
+  nothing here and makes the digest harder to reproduce by hand.
+* The cost: a compressed chunk decodes whole, so a block that cuts through chunks decodes them
+  again for every block. Blocks therefore take whole chunk-rows along their split dimension
+  (all chunks of the same rows, however the trailing dims are chunked, as ``P(None, 'model')``
+  does) whenever one chunk-row fits in ``CHUNK_ROW_CAP`` (128 MiB), even past the block budget;
+  only beyond that is a chunk decoded once per block that touches it.
+* SHA-256 runs at about twice BLAKE2b's speed on CPUs with SHA extensions (measured here:
+  1.6 vs 0.8 GB/s), and the leaf stream is hashed once.
+
+File checksums: CRC-32 (``zlib.crc32``, about 4 GB/s) and size of every file in the item except
+the digest file itself. They tie the record to these exact bytes: a size check is free (structure
+level), a checksum pass reads each file once (``--deep``), and ``--sample`` checks the files that
+hold the sampled chunks. Writers that rewrite data (``reshard``, ``migrate``) keep ``leaves``
+and recompute ``files``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import zlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from ckpt_cli._version import __version__
+from ckpt_cli.core.format.arrays import ArrayInfo
+from ckpt_cli.core.format.names import COMMIT_MARKER
+from ckpt_cli.core.storage import Location
+from ckpt_cli.errors import InvalidMetadataError
+
+DIGEST_FILE = "_CKPT_DIGESTS.json"
+FORMAT_NAME = "ckpt-digests"
+FORMAT_VERSION = 1
+LEAF_ALGORITHM = "sha256 of values, C order, little-endian"
+FILE_ALGORITHM = "crc32 (zlib) of file bytes"
+_READ_PIECE = 8 << 20
+CHUNK_ROW_CAP = 128 << 20
+
+
+@dataclass(frozen=True)
+class LeafDigest:
+    dtype: str  # numpy-style name; "string" for string leaves
+    shape: tuple[int, ...]
+    digest: str  # hex
+
+
+@dataclass(frozen=True)
+class FileSum:
+    size: int
+    crc32: str  # 8 hex digits
+
+
+@dataclass(frozen=True)
+class DigestRecord:
+    leaves: dict[str, LeafDigest]
+    files: dict[str, FileSum]  # item-relative path -> size and checksum
+    tool: str = f"ckpt {__version__}"
+    created_at: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "tool": self.tool,
+            "created_at": self.created_at,
+            "leaf_algorithm": LEAF_ALGORITHM,
+            "file_algorithm": FILE_ALGORITHM,
+            "leaves": {
+                name: {"dtype": d.dtype, "shape": list(d.shape), "sha256": d.digest}
+                for name, d in sorted(self.leaves.items())
+            },
+            "files": {
+                path: {"size": f.size, "crc32": f.crc32} for path, f in sorted(self.files.items())
+            },
+        }
+
+
+def recorded_file(rel: str) -> bool:
+    """Whether an item file belongs in the record's file checksums.
+
+    Not the digest file itself (nor a temporary copy of it), and not ``commit_success.txt``:
+    that is commit state, checked by the structure level, and a copy of a step may rightly lack
+    it (Orbax issue #394) until ``verify --mark-committed`` writes it again.
+    """
+    name = rel.rsplit("/", 1)[-1]
+    return not (
+        rel == COMMIT_MARKER
+        or name == DIGEST_FILE
+        or name.lstrip(".").startswith(DIGEST_FILE + ".tmp-")
+    )
+
+
+def read_digests(item: Location) -> DigestRecord | None:
+    """The item's digest record; None when it has none. Damage raises InvalidMetadataError."""
+    loc = item.child(DIGEST_FILE)
+    raw = loc.read_json_if_exists()
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
+        raise InvalidMetadataError(f"{loc} is not a ckpt digest file")
+    if raw.get("version") != FORMAT_VERSION:
+        raise InvalidMetadataError(
+            f"{loc} has digest format version {raw.get('version')!r}; this ckpt reads "
+            f"version {FORMAT_VERSION}",
+            hint="upgrade ckpt",
+        )
+    try:
+        leaves = {
+            str(name): LeafDigest(
+                str(d["dtype"]), tuple(int(x) for x in d["shape"]), str(d["sha256"])
+            )
+            for name, d in raw["leaves"].items()
+        }
+        files = {
+            str(path): FileSum(int(f["size"]), str(f["crc32"])) for path, f in raw["files"].items()
+        }
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise InvalidMetadataError(
+            f"{loc} lacks the leaves/files layout of a digest file"
+        ) from None
+    return DigestRecord(leaves, files, str(raw.get("tool", "")), str(raw.get("created_at", "")))
+
+
+def write_digests(item: Location, record: DigestRecord) -> Location:
+    loc = item.child(DIGEST_FILE)
+    stamped = DigestRecord(
+        record.leaves,
+        record.files,
+        record.tool,
+        record.created_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    loc.write_bytes((json.dumps(stamped.to_json(), indent=1) + "\n").encode())
+    return loc
+
+
+def file_checksum(loc: Location) -> FileSum:
+    """Size and CRC-32 of one file, streamed."""
+    crc, size = 0, 0
+    for piece in loc.iter_bytes(_READ_PIECE):
+        crc = zlib.crc32(piece, crc)
+        size += len(piece)
+    return FileSum(size, f"{crc:08x}")
+
+
+def string_digest(value: str) -> LeafDigest:
+    return LeafDigest("string", (), hashlib.sha256(value.encode()).hexdigest())
+
+
+class ValueHasher:
+    """SHA-256 over a leaf's C-order little-endian bytes, fed C-order blocks in order."""
+
+    def __init__(self) -> None:
+        self._h = hashlib.sha256()
+
+    def update(self, block: Any) -> None:
+        import numpy as np
+
+        x = np.ascontiguousarray(block)
+        big = x.dtype.byteorder == ">" or (x.dtype.byteorder == "=" and sys.byteorder == "big")
+        if big and x.dtype.itemsize > 1:
+            x = x.byteswap()
+        self._h.update(x.reshape(-1).view(np.uint8).data)
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+def c_order_block(info: ArrayInfo, budget: int, row_cap: int = CHUNK_ROW_CAP) -> tuple[int, ...]:
+    """A block whose consecutive positions are consecutive ranges of the C-order stream.
+
+    Dims before the split dim ``k`` are 1, dim ``k`` takes ``r`` indices, later dims are whole.
+    ``k`` is the first dim whose trailing sub-array fits ``budget``; ``r`` is whole chunks along
+    ``k`` (at least one chunk-row when that fits ``row_cap``), so chunks are decoded once.
+    """
+    shape, chunk = info.shape, info.chunk_shape
+    if not shape:
+        return ()
+    item = info.itemsize
+    k = len(shape) - 1
+    for d in range(len(shape)):
+        if math.prod(shape[d + 1 :]) * item <= budget:
+            k = d
+            break
+    inner = math.prod(shape[k + 1 :]) * item
+    r = max(1, budget // max(1, inner))
+    c = max(1, chunk[k])
+    if r >= c:
+        r = r // c * c
+    elif c * inner <= row_cap:
+        r = c
+    r = max(1, min(r, shape[k]))
+    return (1,) * k + (r,) + tuple(shape[k + 1 :])

@@ -1,0 +1,214 @@
+"""Layout discovery: what a path is (root, step, item), which steps a root holds, and their state.
+
+Locally the final rename is the commit, so a step without ``commit_success.txt`` (written only
+since 0.12.3) is still complete; object stores have no rename and need the marker. Names and
+markers are in ``names.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ckpt_cli.core.format.names import (
+    COMMIT_MARKER,
+    LEGACY_MSGPACK_RE,
+    METRICS_ITEM,
+    ROOT_METADATA_DIR,
+    STEP_METADATA,
+    TMP_MARKER,
+    TOMBSTONE,
+    TREE_METADATA,
+    WRITING_MARKER,
+    StepName,
+    looks_like_item,
+    parse_step_name,
+)
+from ckpt_cli.core.storage import Entry, Location
+from ckpt_cli.errors import NotACheckpointError, NotFoundError, UsageError
+
+Kind = Literal["root", "step", "item", "legacy"]
+Status = Literal["committed", "uncommitted", "incomplete"]
+
+
+@dataclass(frozen=True)
+class StepRef:
+    """A step directory of a root, with its commit state read from its listing."""
+
+    step: int
+    name: str
+    location: Location
+    status: Status
+    prefix: str | None
+    children: tuple[Entry, ...]
+
+    @property
+    def committed(self) -> bool:
+        return self.status == "committed"
+
+    @property
+    def child_names(self) -> frozenset[str]:
+        return frozenset(e.name for e in self.children)
+
+
+@dataclass(frozen=True)
+class ItemRef:
+    """One item of a step (``default``, ``state``, ``params``...), ready to be read."""
+
+    location: Location
+    name: str
+    step: int | None
+    step_location: Location | None
+    root: Location | None
+
+
+def _looks_like_step(names: frozenset[str], children: list[Entry]) -> bool:
+    if STEP_METADATA in names or COMMIT_MARKER in names or WRITING_MARKER in names:
+        return True
+    if looks_like_item(names):
+        return True
+    # A step written before _CHECKPOINT_METADATA existed: recognise it by its items.
+    return any(e.is_dir and e.name == METRICS_ITEM for e in children)
+
+
+def step_status(location: Location, name: StepName, names: frozenset[str]) -> Status:
+    if name.tmp:
+        return "incomplete"
+    if location.requires_commit_marker and COMMIT_MARKER not in names:
+        return "uncommitted"
+    return "committed"
+
+
+def list_steps(root: Location, entries: list[Entry] | None = None) -> list[StepRef]:
+    """Every step and unfinished save directly under ``root``, sorted by step then name."""
+    steps: list[StepRef] = []
+    for entry in entries if entries is not None else root.list():
+        if not entry.is_dir or entry.name.startswith("."):
+            continue
+        parsed = parse_step_name(entry.name)
+        if parsed is None:
+            continue
+        loc = root.child(entry.name)
+        children = loc.list()
+        names = frozenset(c.name for c in children)
+        if TOMBSTONE in names:
+            continue  # a step prune has begun to delete (object stores): trash, not a step
+        # A tmp dir may be empty (the save died at once); a finished name must hold a step.
+        if not parsed.tmp and not _looks_like_step(names, children):
+            continue
+        status = step_status(loc, parsed, names)
+        steps.append(StepRef(parsed.step, entry.name, loc, status, parsed.prefix, tuple(children)))
+    steps.sort(key=lambda s: (s.step, s.status != "committed", s.name))
+    return steps
+
+
+def latest_committed(steps: list[StepRef]) -> StepRef | None:
+    committed = [s for s in steps if s.committed]
+    return committed[-1] if committed else None
+
+
+@dataclass(frozen=True)
+class Detected:
+    """What a path is, with the listings already made to find out (so nobody lists twice)."""
+
+    kind: Kind
+    entries: list[Entry]
+    steps: list[StepRef] | None = None  # for roots
+
+
+def detect(location: Location) -> Detected:
+    """Classify a path; raises a one-line error saying what it holds when it is no checkpoint."""
+    if not location.exists():
+        raise NotFoundError(f"{location} does not exist", hint="check the path")
+    if not location.is_dir():
+        if LEGACY_MSGPACK_RE.match(location.name):
+            return Detected("legacy", [])
+        raise NotACheckpointError(
+            f"{location} is a file, not a checkpoint directory",
+            hint="point ckpt at a CheckpointManager root, a step or an item directory",
+        )
+    entries = location.list()
+    names = frozenset(e.name for e in entries)
+    if looks_like_item(names):
+        # A single-item Checkpointer writes _CHECKPOINT_METADATA into the item itself.
+        return Detected("step" if STEP_METADATA in names else "item", entries)
+    if STEP_METADATA in names or COMMIT_MARKER in names:
+        return Detected("step", entries)
+    subdirs = [e.name for e in entries if e.is_dir and not e.name.startswith(".")]
+    step_dirs = [n for n in subdirs if parse_step_name(n) is not None]
+    # A step from before _CHECKPOINT_METADATA: no marker file, but item directories inside.
+    if any(
+        looks_like_item(frozenset(c.name for c in location.child(n).list()))
+        for n in subdirs
+        if n not in step_dirs
+    ):
+        return Detected("step", entries)
+    steps = list_steps(location, entries) if step_dirs else []
+    if ROOT_METADATA_DIR in names or steps:
+        return Detected("root", entries, steps)
+    if any(not e.is_dir and LEGACY_MSGPACK_RE.match(e.name) for e in entries):
+        return Detected("legacy", entries)
+    raise NotACheckpointError(_describe_non_checkpoint(location, entries))
+
+
+def _describe_non_checkpoint(location: Location, entries: list[Entry]) -> str:
+    if not entries:
+        return f"{location} is an empty directory, not a checkpoint"
+    dirs = [e.name + "/" for e in entries if e.is_dir]
+    files = [e.name for e in entries if not e.is_dir]
+    parts = []
+    for label, group in (("directories", dirs), ("files", files)):
+        if group:
+            shown = ", ".join(group[:4]) + (", ..." if len(group) > 4 else "")
+            parts.append(f"{len(group)} {label} ({shown})")
+    return (
+        f"{location} is not an Orbax checkpoint: it holds {' and '.join(parts)}; expected step "
+        f"directories such as 100/, or an item with {TREE_METADATA}"
+    )
+
+
+def step_items(
+    step_loc: Location,
+    children: list[Entry] | tuple[Entry, ...],
+    handlers: dict[str, str] | str | None,
+) -> list[str]:
+    """Item names of a step: the handler map's keys plus item-like subdirectories, sorted."""
+    names = frozenset(e.name for e in children)
+    if isinstance(handlers, str) or (handlers is None and looks_like_item(names)):
+        return ["default"] if looks_like_item(names) else []
+    found = set(handlers or {})
+    # An item dir still named `<item>.orbax-checkpoint-tmp` is a save that died mid-way.
+    found.update(
+        e.name
+        for e in children
+        if e.is_dir and not e.name.startswith(".") and TMP_MARKER not in e.name
+    )
+    return sorted(found)
+
+
+def item_location(step_loc: Location, item: str, items: list[str]) -> Location:
+    """Where an item lives: its subdirectory, or the step itself for single-item Checkpointers."""
+    if item == "default" and "default" in items:
+        sub = step_loc.child("default")
+        return sub if sub.is_dir() else step_loc
+    return step_loc.child(item)
+
+
+def choose_item(items: list[str], requested: str | None, where: Location) -> str:
+    """Pick the item to read: the requested one, else the only non-metrics one."""
+    if requested is not None:
+        if requested not in items:
+            raise NotFoundError(
+                f"item {requested!r} not found in {where}",
+                hint=f"items: {', '.join(items) or 'none'}",
+            )
+        return requested
+    candidates = [i for i in items if i != METRICS_ITEM] or items
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise NotACheckpointError(f"{where} holds no items")
+    raise UsageError(
+        f"{where} holds several items ({', '.join(candidates)})",
+        hint="choose one with --item NAME",
+    )

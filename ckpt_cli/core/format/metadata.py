@@ -1,0 +1,244 @@
+"""Parsers for the JSON metadata Orbax writes: step, root, metrics, tree, array metadata.
+
+Each parser validates what it relies on and turns damage into ``InvalidMetadataError`` naming the
+file; none touches array data. Formats are as written by orbax-checkpoint 0.12 (see FORMAT.md);
+``_sharding`` is in ``sharding.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from ckpt_cli.core.format.names import (
+    ROOT_METADATA,
+    ROOT_METADATA_DIR,
+    STEP_METADATA,
+    TREE_METADATA,
+)
+from ckpt_cli.core.storage import Location
+from ckpt_cli.errors import InvalidMetadataError
+
+KEY_TYPE_SEQUENCE = 1
+KEY_TYPE_DICT = 2
+EMPTY_MARKERS = frozenset({"None", "Dict", "List", "Tuple", "NamedTuple"})
+
+
+@dataclass(frozen=True)
+class StepMetadata:
+    """``_CHECKPOINT_METADATA`` of a step (all fields optional: older Orbax wrote none)."""
+
+    item_handlers: dict[str, str] | str | None = None
+    metrics: dict[str, Any] | None = None
+    init_timestamp_nsecs: int | None = None
+    commit_timestamp_nsecs: int | None = None
+    custom_metadata: dict[str, Any] | None = None
+    present: bool = False
+
+    @property
+    def committed_at(self) -> datetime | None:
+        if self.commit_timestamp_nsecs is None:
+            return None
+        return datetime.fromtimestamp(self.commit_timestamp_nsecs / 1e9, tz=timezone.utc)
+
+
+def read_step_metadata(step_loc: Location) -> StepMetadata:
+    raw = step_loc.child(STEP_METADATA).read_json_if_exists()
+    if raw is None:
+        return StepMetadata()
+    where = step_loc.child(STEP_METADATA)
+    if not isinstance(raw, dict):
+        raise InvalidMetadataError(f"{where} does not hold a JSON object")
+    handlers = raw.get("item_handlers")
+    if handlers is not None and not isinstance(handlers, (str, dict)):
+        raise InvalidMetadataError(f"{where}: item_handlers is neither a string nor an object")
+    return StepMetadata(
+        item_handlers=handlers,
+        metrics=raw.get("metrics") if isinstance(raw.get("metrics"), dict) else None,
+        init_timestamp_nsecs=_opt_int(raw.get("init_timestamp_nsecs")),
+        commit_timestamp_nsecs=_opt_int(raw.get("commit_timestamp_nsecs")),
+        custom_metadata=raw.get("custom_metadata")
+        if isinstance(raw.get("custom_metadata"), dict)
+        else None,
+        present=True,
+    )
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def read_root_metadata(root: Location) -> dict[str, Any] | None:
+    """``metadata/_ROOT_METADATA``: the manager's custom metadata, or None when absent."""
+    raw = root.child(ROOT_METADATA_DIR, ROOT_METADATA).read_json_if_exists()
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise InvalidMetadataError(
+            f"{root.child(ROOT_METADATA_DIR, ROOT_METADATA)} is not a JSON object"
+        )
+    return raw
+
+
+def read_metrics(step_loc: Location, step_meta: StepMetadata) -> dict[str, Any] | None:
+    """Metrics saved with a step: the ``metrics`` item, else non-empty ``_CHECKPOINT_METADATA``."""
+    raw = step_loc.child("metrics", "metrics").read_json_if_exists()
+    if isinstance(raw, dict):
+        return raw
+    return step_meta.metrics or None
+
+
+@dataclass(frozen=True)
+class LeafMeta:
+    """One leaf of ``_METADATA``: where it sits in the tree and what kind of value it is."""
+
+    keypath: tuple[str, ...]
+    key_types: tuple[int, ...]
+    value_type: str
+    skip_deserialize: bool
+    write_shape: tuple[int, ...] | None
+
+    @property
+    def name(self) -> str:
+        """The storage ("param") name: keypath joined with dots, as Orbax names arrays."""
+        return ".".join(self.keypath)
+
+    @property
+    def is_empty_marker(self) -> bool:
+        return self.value_type in EMPTY_MARKERS
+
+    @property
+    def has_array(self) -> bool:
+        return not self.skip_deserialize and self.value_type not in ("string", *EMPTY_MARKERS)
+
+
+@dataclass(frozen=True)
+class TreeMetadata:
+    """``_METADATA`` of an item."""
+
+    leaves: tuple[LeafMeta, ...]
+    use_ocdbt: bool
+    use_zarr3: bool
+    custom_metadata: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_tree_metadata(raw: Any, where: Location) -> TreeMetadata:
+    if not isinstance(raw, dict) or not isinstance(raw.get("tree_metadata"), dict):
+        raise InvalidMetadataError(f"{where} has no 'tree_metadata' object")
+    leaves = []
+    for outer_key, entry in raw["tree_metadata"].items():
+        try:
+            keys = entry["key_metadata"]
+            value = entry["value_metadata"]
+            keypath = tuple(str(k["key"]) for k in keys)
+            key_types = tuple(int(k.get("key_type", KEY_TYPE_DICT)) for k in keys)
+            value_type = str(value["value_type"])
+            write_shape = value.get("write_shape")
+            shape = None if write_shape is None else tuple(int(d) for d in write_shape)
+            leaves.append(
+                LeafMeta(
+                    keypath,
+                    key_types,
+                    value_type,
+                    bool(value.get("skip_deserialize", False)),
+                    shape,
+                )
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise InvalidMetadataError(
+                f"{where}: entry {outer_key} lacks key_metadata/value_metadata",
+                hint="the checkpoint is damaged; run `ckpt verify` on it",
+            ) from None
+    return TreeMetadata(
+        leaves=tuple(leaves),
+        use_ocdbt=bool(raw.get("use_ocdbt", False)),
+        use_zarr3=bool(raw.get("use_zarr3", False)),
+        custom_metadata=raw.get("custom_metadata"),
+        extra={k: v for k, v in raw.items() if k not in {"tree_metadata", "custom_metadata"}},
+    )
+
+
+def read_tree_metadata(item: Location) -> TreeMetadata | None:
+    loc = item.child(TREE_METADATA)
+    raw = loc.read_json_if_exists()
+    return None if raw is None else parse_tree_metadata(raw, loc)
+
+
+_ZARR3_FLAG = re.compile(rb'"use_zarr3"\s*:\s*(true|false)')
+_OCDBT_FLAG = re.compile(rb'"use_ocdbt"\s*:\s*(true|false)')
+
+
+def peek_storage_flags(item: Location) -> tuple[bool, bool] | None:
+    """(use_ocdbt, use_zarr3) of an item without parsing a possibly huge ``_METADATA``.
+
+    Orbax writes both flags after the tree, so the file's tail holds them; ``ls`` over a
+    thousand steps of ten thousand leaves each must not parse every tree.
+    """
+    loc = item.child(TREE_METADATA)
+    if not loc.is_file():
+        return None
+    tail = loc.read_tail(4096)
+    ocdbt, zarr3 = _OCDBT_FLAG.search(tail), _ZARR3_FLAG.search(tail)
+    if ocdbt and zarr3:
+        return ocdbt.group(1) == b"true", zarr3.group(1) == b"true"
+    tree = read_tree_metadata(item)
+    return None if tree is None else (tree.use_ocdbt, tree.use_zarr3)
+
+
+@dataclass(frozen=True)
+class ArrayMetadata:
+    """One entry of ``array_metadatas/process_N``."""
+
+    param_name: str
+    write_shape: tuple[int, ...] | None
+    chunk_shape: tuple[int, ...] | None
+    ext_metadata: dict[str, Any] | None
+    process: int
+
+
+def read_array_metadatas(item: Location) -> dict[str, ArrayMetadata]:
+    """All ``array_metadatas/process_*`` files merged by param name (process 0 wins ties)."""
+    folder = item.child("array_metadatas")
+    if not folder.is_dir():
+        return {}
+    out: dict[str, ArrayMetadata] = {}
+    files = [e.name for e in folder.list() if e.name.startswith("process_")]
+    for fname in sorted(
+        files,
+        key=lambda n: int(n.split("_")[-1]) if n.split("_")[-1].isdigit() else 0,
+        reverse=True,
+    ):
+        loc = folder.child(fname)
+        raw = loc.read_json()
+        try:
+            proc = int(fname.split("_")[-1])
+            for entry in raw["array_metadatas"]:
+                meta = entry["array_metadata"]
+                name = str(meta["param_name"])
+                ws, cs = meta.get("write_shape"), meta.get("chunk_shape")
+                out[name] = ArrayMetadata(
+                    name,
+                    None if ws is None else tuple(int(d) for d in ws),
+                    None if cs is None else tuple(int(d) for d in cs),
+                    meta.get("ext_metadata")
+                    if isinstance(meta.get("ext_metadata"), dict)
+                    else None,
+                    proc,
+                )
+        except (KeyError, TypeError, ValueError):
+            raise InvalidMetadataError(f"{loc} does not have the array_metadatas layout") from None
+    return out
+
+
+def read_strings(item: Location) -> dict[str, str]:
+    """``_strings.json``: string leaves by param name."""
+    loc = item.child("_strings.json")
+    raw = loc.read_json_if_exists()
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise InvalidMetadataError(f"{loc} is not a JSON object")
+    return {str(k): str(v) for k, v in raw.items()}

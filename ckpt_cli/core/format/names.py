@@ -1,0 +1,135 @@
+"""The names Orbax (and ckpt) give things on disk: marker files, step directories, chunk keys,
+and the patterns users write to pick leaves by name.
+
+Orbax names a step ``N``, ``000N`` (``step_format_fixed_length``) or ``PREFIX_N``; an unfinished
+save lives in ``<name>.orbax-checkpoint-tmp`` (>= 0.11.20), ``...-tmp-<counter>`` or, oldest,
+``...-tmp-<timestamp>``. A leaf's storage name is its keypath joined with dots.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+
+TMP_MARKER = ".orbax-checkpoint-tmp"
+COMMIT_MARKER = "commit_success.txt"
+#: Object stores: put into a step before prune removes its marker; the step is trash from then on.
+TOMBSTONE = ".ckpt-deleting"
+#: Object stores: put into a step a ckpt writer writes in place; removed right before the marker.
+WRITING_MARKER = ".ckpt-writing"
+STEP_METADATA = "_CHECKPOINT_METADATA"
+TREE_METADATA = "_METADATA"
+ROOT_METADATA_DIR = "metadata"
+ROOT_METADATA = "_ROOT_METADATA"
+METRICS_ITEM = "metrics"
+MANIFEST = "manifest.ocdbt"
+LEGACY_MSGPACK_RE = re.compile(r"^checkpoint(_\d+)?$")
+#: Files Orbax writes directly inside a PyTree item directory.
+ITEM_MARKERS = frozenset({TREE_METADATA, MANIFEST, "_sharding", "_strings.json"})
+#: The one file of a JsonSave item (``metadata``) or of the ``metrics`` item.
+JSON_ITEM_FILES = frozenset({"metadata", "metrics"})
+
+_PLAIN_STEP_RE = re.compile(r"^(\d+)$")
+_PREFIXED_STEP_RE = re.compile(r"^(.+)_(\d+)$")
+# Same shape as Orbax's TMP_DIR_STEP_PATTERN, anchored on the marker, any era's suffix after it.
+_TMP_STEP_RE = re.compile(r"^(?:(.*?)_)?(\d+)\.orbax-checkpoint-tmp(?:-(\d+))?$")
+
+
+@dataclass(frozen=True)
+class StepName:
+    """A directory name parsed as a step (or an unfinished save of one)."""
+
+    step: int
+    prefix: str | None
+    tmp: bool
+    tmp_suffix: str | None = None  # the counter/timestamp of the older tmp naming eras
+
+
+def parse_step_name(name: str) -> StepName | None:
+    """Parse a step directory name in any Orbax naming scheme; None when it is not one."""
+    if TMP_MARKER in name:
+        m = _TMP_STEP_RE.match(name)
+        if not m:
+            return None
+        return StepName(int(m.group(2)), m.group(1), True, m.group(3))
+    if m := _PLAIN_STEP_RE.match(name):
+        return StepName(int(m.group(1)), None, False)
+    if m := _PREFIXED_STEP_RE.match(name):
+        return StepName(int(m.group(2)), m.group(1), False)
+    return None
+
+
+def looks_like_item(names: Collection[str], *, json_items: bool = False) -> bool:
+    """Whether a directory holding ``names`` is an Orbax item: a PyTree item's files or
+    per-process databases, or (``json_items``) the file of a JsonSave or metrics item."""
+    markers = ITEM_MARKERS | JSON_ITEM_FILES if json_items else ITEM_MARKERS
+    return any(n in markers or n.startswith("ocdbt.process_") for n in names)
+
+
+def compile_filter(pattern: str | None, option: str = "--filter") -> re.Pattern[str] | None:
+    """A leaf-name pattern: ``re:REGEX`` is a regular expression; otherwise a glob when it holds
+    ``*``, ``?`` or ``[`` and no regex-only syntax (``( ) | ^ $ + \\ {``), else a regex.
+
+    Globs match the whole dotted name and ``*`` crosses dots (``params.*kernel``); regexes are
+    searched anywhere in the name unless anchored.
+    """
+    if pattern is None:
+        return None
+    import fnmatch
+
+    if pattern.startswith("re:"):
+        source = pattern[3:]
+    elif re.search(r"[*?\[]", pattern) and not re.search(r"[()|^$+\\{]", pattern):
+        return re.compile(fnmatch.translate(pattern))
+    else:
+        source = pattern
+    try:
+        return re.compile(source)
+    except re.error as e:
+        from ckpt_cli.errors import UsageError
+
+        raise UsageError(f"{option} {pattern!r} is not a valid pattern: {e}") from None
+
+
+def chunk_key(index: tuple[int, ...], zarr3: bool) -> str:
+    """A chunk's key below its array: ``0.1`` (zarr2, ``.`` as Orbax writes), ``c/0/1`` (zarr3)."""
+    if zarr3:
+        return "c" + "".join(f"/{i}" for i in index)
+    return ".".join(str(i) for i in index) if index else "0"
+
+
+def chunk_index_from_key(key: bytes, zarr3: bool) -> tuple[int, ...]:
+    """``0.1`` (zarr2, ``.`` separator as Orbax writes) or ``c/0/1`` (zarr3) to (0, 1)."""
+    text = key.decode()
+    if zarr3:
+        text = text[1:].lstrip("/") if text.startswith("c") else text
+        return tuple(int(p) for p in text.split("/") if p != "")
+    return tuple(int(p) for p in text.split("."))
+
+
+def split_key(key: bytes, zarr3: bool) -> tuple[str, str]:
+    """(array name, part after it) of a database key such as ``params.w/0.1`` or ``x/c/0/1``."""
+    text = key.decode(errors="replace")
+    if zarr3:
+        for sep in ("/c/",):
+            if sep in text:
+                name, rest = text.rsplit(sep, 1)
+                return name, "c/" + rest
+        if text.endswith("/c"):
+            return text[:-2], "c"
+    name, _, rest = text.rpartition("/")
+    return name, rest
+
+
+def parse_chunk_part(part: str, zarr3: bool, rank: int) -> tuple[int, ...] | None:
+    """A chunk key's part after the array name as an index; None when it is not one."""
+    if rank == 0:
+        return () if part == ("c" if zarr3 else "0") else None
+    if zarr3 and not part.startswith("c/"):
+        return None
+    try:
+        index = chunk_index_from_key(part.encode(), zarr3)
+    except ValueError:
+        return None
+    return index if len(index) == rank and all(i >= 0 for i in index) else None

@@ -1,0 +1,80 @@
+"""Resolve a user's path (+ ``--step``/``--item``) to exactly one item, or say why it cannot."""
+
+from __future__ import annotations
+
+from ckpt_cli.core.format.layout import (
+    ItemRef,
+    StepRef,
+    choose_item,
+    detect,
+    item_location,
+    latest_committed,
+    step_items,
+)
+from ckpt_cli.core.format.metadata import read_step_metadata
+from ckpt_cli.core.format.names import parse_step_name
+from ckpt_cli.core.storage import Location
+from ckpt_cli.errors import NotACheckpointError, NotFoundError, UnsupportedError, UsageError
+
+
+def find_step(root: Location, steps: list[StepRef], step: int | None) -> StepRef:
+    """The requested step of a root, or its latest committed one."""
+    if step is None:
+        latest = latest_committed(steps)
+        if latest is None:
+            unfinished = sum(1 for s in steps if not s.committed)
+            raise NotACheckpointError(
+                f"{root} has no committed step"
+                + (f" ({unfinished} unfinished or uncommitted)" if unfinished else ""),
+                hint="run `ckpt ls` on it to see what is there",
+            )
+        return latest
+    matches = [s for s in steps if s.step == step]
+    committed = [s for s in matches if s.committed]
+    if committed:
+        return committed[0]
+    if matches:
+        raise NotACheckpointError(
+            f"step {step} of {root} is {matches[0].status} ({matches[0].name})",
+            hint=f"pass the directory {matches[0].location} itself to look inside anyway",
+        )
+    have = ", ".join(str(s.step) for s in steps if s.committed) or "none"
+    raise NotFoundError(f"step {step} not found in {root}", hint=f"committed steps: {have}")
+
+
+def resolve_item(location: Location, step: int | None = None, item: str | None = None) -> ItemRef:
+    """Resolve a root, step or item directory to one item."""
+    found = detect(location)
+    kind, entries = found.kind, found.entries
+    if kind == "legacy":
+        raise UnsupportedError(
+            f"{location} is a legacy Flax msgpack checkpoint, not an Orbax one",
+            hint="restore it with flax.serialization.msgpack_restore and re-save it with Orbax",
+        )
+    root: Location | None = None
+    if kind == "item":
+        if step is not None:
+            raise UsageError(f"--step does not apply to the item directory {location}")
+        parsed = parse_step_name(location.parent.name)
+        if item is not None and item != location.name:
+            raise UsageError(f"{location} is the item {location.name!r}, not {item!r}")
+        return ItemRef(
+            location, location.name, parsed.step if parsed else None, location.parent, None
+        )
+    if kind == "root":
+        root = location
+        step_ref = find_step(root, found.steps or [], step)
+        step_loc, children = step_ref.location, list(step_ref.children)
+        step_num: int | None = step_ref.step
+    else:
+        parsed = parse_step_name(location.name)
+        step_num = parsed.step if parsed else None
+        if step is not None and step != step_num:
+            raise UsageError(f"{location} is a step directory; --step {step} does not apply to it")
+        step_loc, children = location, entries
+    meta = read_step_metadata(step_loc)
+    items = step_items(step_loc, children, meta.item_handlers)
+    if not items:
+        raise NotACheckpointError(f"{step_loc} holds no items")
+    name = choose_item(items, item, step_loc)
+    return ItemRef(item_location(step_loc, name, items), name, step_num, step_loc, root)

@@ -1,0 +1,143 @@
+"""Write a migration plan: every destination leaf computed region by region from the source
+item by its expression (a worker of a scaled-out run rebuilds it from ``ComputeLeaf``), then
+the new step's digests recorded when asked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ckpt_cli.core.format.arrays import ItemStore, cached_context
+from ckpt_cli.core.format.digests import read_digests
+from ckpt_cli.core.inspect import ItemReport
+from ckpt_cli.core.migrate import ops
+from ckpt_cli.core.migrate.plan import MigrationPlan
+from ckpt_cli.core.migrate.target import import_function
+from ckpt_cli.core.progress import ProgressFn
+from ckpt_cli.core.storage import Location, open_location
+from ckpt_cli.core.write.rewrite import WriteResult, prepare_destination, run_write
+from ckpt_cli.core.write.types import ArrayOut, BlockSource, Compression, LeafOut
+from ckpt_cli.errors import CkptError
+
+
+def execute(plan: MigrationPlan, on_progress: ProgressFn | None = None) -> WriteResult:
+    """Write the planned step (refused plans raise their ``RefusedError``), then record its
+    digests when the plan asks (or, by default, when the source has a record). Progress as
+    ``migrate`` bytes."""
+    if plan.refusal is not None:
+        raise plan.refusal
+    prepare_destination(plan.destination, plan.source)
+    write = plan.write
+    leaves = migrate_leaves(
+        plan.report, plan, plan.zarr3, write.compression, write.memory_limit, plan.functions
+    )
+    record = plan.record_digests
+    if record is None:
+        record = has_digests(plan.source.location)
+    out, seconds = run_write(
+        plan.source,
+        plan.destination,
+        leaves,
+        write,
+        zarr3=plan.zarr3,
+        label="migrate",
+        operation=plan.operation,
+        on_progress=on_progress,
+        step=plan.step_out,
+    )
+    digests = None
+    if record:
+        recorded = record_step_digests(open_location(out.path, plan.destination.options))
+        digests = "recorded" if recorded else "not recorded (run `ckpt verify` on the step)"
+    return WriteResult(plan, out, seconds, digests)
+
+
+@dataclass(frozen=True)
+class ComputeLeaf:
+    """A worker's recipe for a migrated leaf: the expression (frozen dataclasses over source leaf
+    names) and the ``module:function`` names its python rules call, imported on the worker."""
+
+    source: str
+    source_zarr3: bool
+    expr: ops.Node
+    functions: tuple[str, ...]
+
+    @property
+    def splittable(self) -> bool:
+        return self.expr.streams
+
+    def build(self, store: ItemStore) -> BlockSource:
+        functions = {f: import_function(f, "migrate function") for f in self.functions}
+        return _source(self.expr, ops.EvalContext(store, functions))
+
+
+def migrate_leaves(
+    report: ItemReport,
+    plan: MigrationPlan,
+    zarr3: bool,
+    compression: Compression,
+    memory_limit: int,
+    functions: dict[str, Callable[..., Any]] | None = None,
+) -> list[LeafOut]:
+    """The output leaves of a plan, each array computing its regions from the source item."""
+    # Source chunks that straddle output blocks are decoded once, then served from the cache.
+    cache = cached_context(memory_limit // 8)
+    store = ItemStore(report.ref.location, report.zarr_format == 3, cache)
+    ctx = ops.EvalContext(store, functions or {})
+    out = []
+    for leaf in plan.leaves:
+        array = source = recipe = None
+        layout = leaf.layout
+        if leaf.expr is not None and layout is not None:
+            array = ArrayOut(
+                leaf.expr.dtype, leaf.expr.shape, layout.chunk_shape, zarr3, compression
+            )
+            source = _source(leaf.expr, ctx)
+            used = tuple(sorted(n.function for n in leaf.expr.walk() if isinstance(n, ops.Python)))
+            recipe = ComputeLeaf(str(report.ref.location), report.zarr_format == 3, leaf.expr, used)
+        out.append(
+            LeafOut(
+                keypath=leaf.keypath,
+                key_types=leaf.key_types,
+                value_type=leaf.value_type,
+                array=array,
+                source=source,
+                sharding=layout.sharding if layout is not None else None,
+                write_shape=layout.write_shape if layout is not None else None,
+                ext_metadata={"random_key_impl": leaf.random_key_impl}
+                if leaf.random_key_impl
+                else None,
+                string_value=leaf.string_value,
+                source_chunks=ops.source_chunks(leaf.expr) if leaf.expr is not None else None,
+                plan=recipe,
+            )
+        )
+    return out
+
+
+def _source(expr: ops.Node, ctx: ops.EvalContext) -> Callable[[ops.Region], Any]:
+    whole = frozenset(id(n) for n in expr.walk() if n.whole)
+
+    def read(region: ops.Region) -> Any:
+        ctx.begin(whole)
+        return expr.fetch(region, ctx)
+
+    return read
+
+
+def record_step_digests(step: Location) -> tuple[str, ...]:
+    """Read the written step back once and record its digests (``ckpt verify --record``): the
+    items recorded, none when verification found an error."""
+    from ckpt_cli.core.verify.run import verify_path
+    from ckpt_cli.core.verify.types import VerifyOptions
+
+    report = verify_path(step, VerifyOptions(record=True))
+    return report.recorded
+
+
+def has_digests(item: Location) -> bool:
+    try:
+        return read_digests(item) is not None
+    except CkptError:  # a damaged record is verify's business; migrate does not carry it
+        return False

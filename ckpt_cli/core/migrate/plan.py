@@ -1,0 +1,341 @@
+"""Plan a migration: apply a spec's rules, in order, to the leaves of a source item.
+
+``plan_migration`` returns a frozen ``MigrationPlan`` (``to_json`` is what ``--dry-run --json``
+prints; ``execute.execute`` writes it): the destination leaves, each with the expression that
+computes its values (``ops``), the source leaves it reads and the operations applied, plus the
+source leaves that were dropped and the rules that matched nothing. Only metadata is read here,
+nothing is written: every impossible request (a collision, an impossible reshape, a float cast to int without rounding)
+is a ``RefusedError`` naming the rule, the field and the leaf, before anything is written.
+
+Optimizer state follows parameters (``tree``): a rule that changes a parameter changes
+the optimizer leaves that mirror it the same way unless the rule says ``follow_optimizer: false``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ckpt_cli.core.format.arrays import dtype_itemsize
+from ckpt_cli.core.format.layout import ItemRef, detect
+from ckpt_cli.core.format.resolve import resolve_item
+from ckpt_cli.core.format.sharding import ShardingInfo
+from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
+from ckpt_cli.core.migrate import ops, rules
+from ckpt_cli.core.migrate.layout import Layout, layout_for
+from ckpt_cli.core.migrate.spec import MigrationSpec, Rule, load_spec
+from ckpt_cli.core.migrate.target import Difference, abstract_state, compare_target, import_function
+from ckpt_cli.core.migrate.tree import Step, Work, fill_key_types, followers, key_types
+from ckpt_cli.core.schema import document
+from ckpt_cli.core.storage import Location, StorageOptions, open_location
+from ckpt_cli.core.write.memory import bound_allocator
+from ckpt_cli.core.write.types import WriteOptions
+from ckpt_cli.errors import RefusedError, UsageError
+
+
+@dataclass(frozen=True)
+class DestLeaf:
+    name: str
+    keypath: tuple[str, ...]
+    key_types: tuple[int, ...]
+    value_type: str
+    expr: ops.Node | None
+    sources: tuple[str, ...]
+    steps: tuple[Step, ...]
+    layout: Layout | None
+    string_value: str | None = None
+    random_key_impl: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.steps)
+
+    def to_json(self) -> dict[str, Any]:
+        expr, layout = self.expr, self.layout
+        sharding = layout.sharding if layout is not None else None
+        return {
+            "name": self.name,
+            "value_type": self.value_type,
+            "dtype": expr.dtype if expr is not None else None,
+            "shape": list(expr.shape) if expr is not None else None,
+            "sources": list(self.sources),
+            "changed": self.changed,
+            "operations": [s.to_json() for s in self.steps],
+            "streams": expr.streams if expr is not None else True,
+            "chunk_shape": list(layout.chunk_shape) if layout is not None else None,
+            "sharding": sharding.to_json() if sharding is not None else None,
+            "size_bytes": self.size_bytes,
+            "note": layout.note if layout is not None else None,
+        }
+
+    @property
+    def size_bytes(self) -> int:
+        if self.expr is None:
+            return 0
+        return math.prod(self.expr.shape) * dtype_itemsize(self.expr.dtype)
+
+
+@dataclass(frozen=True)
+class MigrationPlan:
+    """A migration to carry out (``execute``): the spec applied to the source item, the
+    destination leaves, and where and how the new step is written. Nothing is written yet."""
+
+    spec: MigrationSpec
+    leaves: tuple[DestLeaf, ...]
+    dropped: tuple[str, ...]
+    unused_rules: tuple[str, ...]
+    source: ItemRef
+    report: ItemReport
+    destination: Location
+    step_out: int | None  # None: the source's step number
+    write: WriteOptions
+    zarr3: bool  # the output zarr version (``write.zarr3``, else the source's)
+    target: str | None = None  # --target MODULE:FUNCTION
+    differences: tuple[Difference, ...] | None = None  # from the target; None without one
+    allow_unused: bool = False
+    allow_mismatch: bool = False
+    #: Record the new step's digests (None: when the source has a record).
+    record_digests: bool | None = None
+    #: The functions of ``op: python`` rules, imported (only with allow_python).
+    functions: dict[str, Callable[..., Any]] = field(default_factory=dict, compare=False)
+
+    kind = "migrate"
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(leaf.size_bytes for leaf in self.leaves)
+
+    @property
+    def changed(self) -> list[DestLeaf]:
+        return [leaf for leaf in self.leaves if leaf.changed]
+
+    @property
+    def untouched(self) -> list[DestLeaf]:
+        return [leaf for leaf in self.leaves if not leaf.changed]
+
+    def abstract(self) -> dict[str, tuple[tuple[int, ...] | None, str]]:
+        """The destination leaves as --target sees them: name -> (shape, dtype)."""
+        out: dict[str, tuple[tuple[int, ...] | None, str]] = {}
+        for leaf in self.leaves:
+            if leaf.expr is not None:
+                out[leaf.name] = (leaf.expr.shape, leaf.expr.dtype)
+            elif leaf.value_type == "string":
+                out[leaf.name] = (None, "string")
+        return out
+
+    @property
+    def refusal(self) -> RefusedError | None:
+        """Why this plan must not be written (unused rules, a mismatched target), or None."""
+        if self.unused_rules and not self.allow_unused:
+            return RefusedError(
+                f"{', '.join(self.unused_rules)} matched no leaf; nothing written",
+                hint="--dry-run lists the leaves; --allow-unused goes on without them",
+            )
+        diffs = self.differences
+        if diffs and not self.allow_mismatch:
+            return RefusedError(
+                f"the result differs from --target {self.target} in {len(diffs)} leaves, "
+                f"nothing written; {diffs[0].text()}",
+                hint="--dry-run lists every difference; --allow-mismatch writes anyway",
+            )
+        return None
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What goes on although it was allowed: rules that matched nothing, target mismatches."""
+        return tuple(f"{label} matched no leaf" for label in self.unused_rules) + tuple(
+            f"differs from --target: {d.text()}" for d in self.differences or ()
+        )
+
+    @property
+    def operation(self) -> dict[str, Any]:
+        """What the new step records in its ckpt_history."""
+        return {
+            "operation": "migrate",
+            "spec_file": self.spec.path,
+            "spec_sha256": self.spec.sha256,
+            "spec": self.spec.document,
+            "target": self.target,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan per destination leaf, as ``ckpt migrate --dry-run --json`` prints it."""
+        ref = self.source
+        return document(
+            {
+                "spec": {
+                    "path": self.spec.path,
+                    "sha256": self.spec.sha256,
+                    "rules": len(self.spec.rules),
+                },
+                "source": {"path": str(ref.location), "step": ref.step, "item": ref.name},
+                "total_bytes": self.total_bytes,
+                "leaves": [leaf.to_json() for leaf in self.leaves],
+                "dropped": list(self.dropped),
+                "unused_rules": list(self.unused_rules),
+                "target": None
+                if self.target is None
+                else {
+                    "function": self.target,
+                    "differences": [d.to_json() for d in self.differences or ()],
+                },
+            }
+        )
+
+
+def plan_migration(
+    source: str | os.PathLike[str] | Location,
+    destination: str | os.PathLike[str] | Location,
+    spec: str | MigrationSpec,
+    *,
+    target: str | None = None,
+    allow_python: bool = False,
+    allow_unused: bool = False,
+    allow_mismatch: bool = False,
+    step: int | None = None,
+    item: str | None = None,
+    step_out: int | None = None,
+    write: WriteOptions | None = None,
+    record_digests: bool | None = None,
+    storage: StorageOptions | None = None,
+) -> MigrationPlan:
+    """Plan applying ``spec`` (a YAML/TOML file, or a parsed spec) to ``source`` (a root, step or
+    item), written into the root ``destination`` (``ROOT/N`` inside an existing root names the
+    step). ``op: python`` rules run only with ``allow_python``; with ``target`` the result is
+    compared to that function's abstract state (imports jax). Reads metadata only."""
+    write = write or WriteOptions()
+    bound_allocator()
+    dest, out_step = resolve_destination(_open(destination, storage), step_out)
+    parsed = spec if isinstance(spec, MigrationSpec) else load_spec(spec)
+    functions = {}
+    for rule in parsed.python_rules:
+        if not allow_python:
+            raise RefusedError(
+                f"spec {parsed.path}: {rule.label} runs {rule.function}: custom Python runs only "
+                "with --allow-python; nothing written",
+                hint="read the function, then rerun with --allow-python",
+            )
+        assert rule.function is not None
+        where = f"spec {parsed.path}: {rule.label}"
+        functions[rule.function] = import_function(rule.function, where)
+    ref = resolve_item(_open(source, storage), step, item)
+    report = inspect_item(ref)
+    leaves, dropped, unused = apply_spec(report, parsed, write.max_chunk_bytes)
+    plan = MigrationPlan(
+        parsed,
+        leaves,
+        dropped,
+        unused,
+        source=ref,
+        report=report,
+        destination=dest,
+        step_out=out_step,
+        write=write,
+        zarr3=report.zarr_format == 3 if write.zarr3 is None else write.zarr3,
+        target=target,
+        allow_unused=allow_unused,
+        allow_mismatch=allow_mismatch,
+        record_digests=record_digests,
+        functions=functions,
+    )
+    if target is None:
+        return plan
+    return replace(plan, differences=compare_target(plan.abstract(), abstract_state(target)))
+
+
+def resolve_destination(location: Location, step_out: int | None) -> tuple[Location, int | None]:
+    """DST is a root; ``ROOT/N`` inside an existing CheckpointManager root names the step."""
+    parent = location.parent
+    if not location.name.isdigit() or not parent.is_dir() or detect(parent).kind != "root":
+        return location, step_out
+    if step_out is not None and step_out != int(location.name):
+        raise UsageError(
+            f"{location} names step {int(location.name)}; --step-out {step_out} contradicts it"
+        )
+    return parent, int(location.name)
+
+
+def _open(target: str | os.PathLike[str] | Location, storage: StorageOptions | None) -> Location:
+    return target if isinstance(target, Location) else open_location(target, storage)
+
+
+def apply_spec(
+    report: ItemReport, spec: MigrationSpec, max_chunk_bytes: int
+) -> tuple[tuple[DestLeaf, ...], tuple[str, ...], tuple[str, ...]]:
+    """The spec's rules applied in order: (destination leaves, dropped source leaves, labels
+    of the rules that matched nothing)."""
+    work = [Work.from_leaf(leaf) for leaf in report.leaves]
+    unused = []
+    for rule in spec.rules:
+        work, matched = _apply(rule, work)
+        if not matched:
+            unused.append(rule.label)
+        rules.check_tree(rule, work)
+    default = _default_sharding(report.leaves)
+    sources = {leaf.name: leaf for leaf in report.leaves}
+    kinds = fill_key_types(work)
+    leaves = tuple(_freeze(w, kinds, default, sources, max_chunk_bytes) for w in work)
+    reached = {s for leaf in leaves for s in leaf.sources}
+    dropped = tuple(leaf.name for leaf in report.leaves if leaf.name not in reached)
+    return leaves, dropped, tuple(unused)
+
+
+def _apply(rule: Rule, work: list[Work]) -> tuple[list[Work], bool]:
+    if rule.op == "add":
+        return rules.add(rule, work), True
+    if rule.op == "concat":
+        return rules.concat(rule, work)
+    arrays_only = rule.op not in ("rename", "drop", "keep_only")
+    direct = [w for w in work if (w.expr is not None or not arrays_only) and rule.selects(w.name)]
+    if rule.op == "keep_only":
+        keep = {id(w) for w in direct}
+        return [w for w in work if id(w) in keep], bool(direct)
+    follow = followers(rule, direct, work) if rule.follow_optimizer else {}
+    changes: dict[int, list[Work]] = {}
+    for w in direct:
+        changes[id(w)] = rules.change(rule, w, None)
+        for f in follow.get(id(w), []):
+            changes[id(f)] = rules.follow_change(rule, w, f, changes[id(w)])
+    out: list[Work] = []
+    for w in work:
+        out += changes.get(id(w), [w])
+    rules.check_unique(rule, out)
+    return out, bool(direct)
+
+
+def _default_sharding(leaves: Iterable[Leaf]) -> ShardingInfo | None:
+    """The sharding an added jax.Array records: replicated on the mesh the others use."""
+    from dataclasses import replace
+
+    for leaf in leaves:
+        if leaf.value_type == "jax.Array" and leaf.sharding is not None:
+            s = leaf.sharding
+            return replace(s, partition_spec=()) if s.mesh_shape is not None else s
+    return None
+
+
+def _freeze(
+    w: Work,
+    kinds: dict[tuple[str, ...], int],
+    default: ShardingInfo | None,
+    sources: dict[str, Leaf],
+    max_chunk_bytes: int,
+) -> DestLeaf:
+    layout = None
+    if w.expr is not None:
+        layout = layout_for(w.expr, w.value_type, w.leaf, default, sources, max_chunk_bytes)
+    return DestLeaf(
+        name=w.name,
+        keypath=w.keypath,
+        key_types=key_types(w, kinds),
+        value_type=w.value_type,
+        expr=w.expr,
+        sources=w.sources,
+        steps=tuple(w.steps),
+        layout=layout,
+        string_value=w.leaf.value if w.leaf is not None and w.value_type == "string" else None,
+        random_key_impl=w.leaf.random_key_impl if w.leaf is not None else None,
+    )

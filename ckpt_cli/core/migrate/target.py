@@ -1,0 +1,130 @@
+"""Check a migration plan against the abstract state of the new model, and import user code.
+
+``--target MODULE:FUNCTION`` names a function (no arguments) returning the new model's state as a
+pytree of arrays or ``jax.ShapeDtypeStruct`` (``jax.eval_shape`` of its init, for example). Its
+leaves are named the way Orbax names them (dict keys, attribute names, sequence indices joined
+with ``.``) and compared with the plan's destination leaves: names, shapes, dtypes. This is the
+one place jax is imported, and only when a target is given.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ckpt_cli.errors import RefusedError, UsageError
+
+Abstract = dict[str, tuple[tuple[int, ...] | None, str]]
+
+
+@dataclass(frozen=True)
+class Difference:
+    name: str
+    kind: str  # missing (the target has it, the plan not) | extra | shape | dtype
+    expected: str | None
+    planned: str | None
+
+    def text(self) -> str:
+        if self.kind == "missing":
+            return f"{self.name}: missing (the target expects {self.expected})"
+        if self.kind == "extra":
+            return f"{self.name}: not in the target ({self.planned})"
+        return f"{self.name}: {self.kind} {self.planned}, the target expects {self.expected}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "expected": self.expected,
+            "planned": self.planned,
+        }
+
+
+def import_function(ref: str, what: str) -> Callable[..., Any]:
+    """``pkg.module:function``, imported with the current directory on ``sys.path``."""
+    module, _, name = ref.partition(":")
+    if not module or not name:
+        raise UsageError(f"{what} {ref!r}: expected MODULE:FUNCTION, e.g. mymodel:abstract_state")
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:
+        raise RefusedError(f"{what} {ref}: cannot import {module}: {_first(e)}") from None
+    fn = getattr(mod, name, None)
+    if not callable(fn):
+        raise RefusedError(f"{what} {ref}: {module} has no function {name!r}")
+    return fn  # type: ignore[no-any-return]
+
+
+def abstract_state(ref: str) -> Abstract:
+    """Call the target function and name its leaves as Orbax does: name -> (shape, dtype)."""
+    fn = import_function(ref, "--target")
+    try:
+        tree = fn()
+    except Exception as e:
+        raise RefusedError(f"--target {ref} failed: {_first(e)}") from None
+    return flatten_abstract(tree)
+
+
+def flatten_abstract(tree: Any) -> Abstract:
+    import jax
+    import numpy as np
+
+    out: Abstract = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        name = ".".join(_key(k) for k in path)
+        if isinstance(leaf, str):
+            out[name] = (None, "string")
+            continue
+        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+            if jax.numpy.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                # Orbax stores a typed key as its raw data (uint32) plus the impl name.
+                leaf = jax.eval_shape(jax.random.key_data, leaf)
+            out[name] = (tuple(int(d) for d in leaf.shape), str(np.dtype(leaf.dtype).name))
+        else:
+            value = np.asarray(leaf)
+            out[name] = (tuple(value.shape), str(value.dtype.name))
+    return out
+
+
+def _key(k: Any) -> str:
+    for attr in ("key", "name", "idx"):  # DictKey / FlattenedIndexKey, GetAttrKey, SequenceKey
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def compare_target(planned: Abstract, expected: Abstract) -> tuple[Difference, ...]:
+    """Differences between a plan's destination leaves and the target's (name -> shape, dtype)."""
+    diffs = []
+    for name, (shape, dtype) in expected.items():
+        have = planned.get(name)
+        if have is None:
+            diffs.append(Difference(name, "missing", _text(shape, dtype), None))
+        elif have[0] != shape:
+            diffs.append(Difference(name, "shape", _dims(shape), _dims(have[0])))
+        elif have[1] != dtype:
+            diffs.append(Difference(name, "dtype", dtype, have[1]))
+    for name, (shape, dtype) in planned.items():
+        if name not in expected:
+            diffs.append(Difference(name, "extra", None, _text(shape, dtype)))
+    return tuple(diffs)
+
+
+def _dims(shape: tuple[int, ...] | None) -> str:
+    return "" if shape is None else "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _text(shape: tuple[int, ...] | None, dtype: str) -> str:
+    return f"{dtype}{_dims(shape)}"
+
+
+def _first(e: Exception) -> str:
+    text = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__

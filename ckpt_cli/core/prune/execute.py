@@ -1,0 +1,280 @@
+"""Deleting what a prune plan removes, safely; and the lock that keeps prunes of a root apart.
+
+``execute_plan`` re-lists the root, re-checks every planned entry (still there, a real directory
+resolving inside the root, a tmp dir still idle, a name prune recognises), hides each, then
+removes it. Locally hiding is a rename to a hidden trash name inside the root: atomic, Orbax and
+``ckpt ls`` stop seeing the step at once, and a crash leaves every kept step intact plus at most
+some ``.ckpt-trash-*`` directories that the next prune removes. Object stores have no rename: a
+step gets a ``.ckpt-deleting`` tombstone, then loses ``commit_success.txt`` (so it no longer
+looks valid), then its objects; a step with a tombstone is trash that the next prune removes.
+
+The lock: an ``flock`` locally; on object stores a lock object put only if absent (conditional
+put), deleted on release. A prune that is killed leaves that object behind: the next prune is
+refused, names the holder and says to delete the object once that prune is surely gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from ckpt_cli.core.format.layout import Detected
+from ckpt_cli.core.format.names import (
+    COMMIT_MARKER,
+    ROOT_METADATA_DIR,
+    STEP_METADATA,
+    TMP_MARKER,
+    TOMBSTONE,
+    looks_like_item,
+    parse_step_name,
+)
+from ckpt_cli.core.progress import Progress, ProgressFn
+from ckpt_cli.core.prune.plan import (
+    LOCK_NAME,
+    SYMLINK_KEPT,
+    TRASH_PREFIX,
+    PrunePlan,
+    Removal,
+    Untouched,
+    is_tombstoned,
+    modified_at,
+    require_root,
+)
+from ckpt_cli.core.storage import Entry, Location
+from ckpt_cli.errors import (
+    CkptError,
+    LockedError,
+    NotFoundError,
+    StorageError,
+    UnreachableError,
+    UsageError,
+)
+
+
+@dataclass(frozen=True)
+class PruneOutcome:
+    deleted: tuple[Removal, ...]
+    skipped: tuple[Untouched, ...]  # planned, but found changed at deletion time
+    failed: tuple[Untouched, ...]  # the storage refused; a trash dir may remain
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(r.size_bytes for r in self.deleted)
+
+    @property
+    def failure(self) -> StorageError | None:
+        """The error a prune with failed deletions ends in (kept steps are intact), or None."""
+        if not self.failed:
+            return None
+        return StorageError(
+            f"{len(self.failed)} deletions failed; every kept step is intact",
+            hint="fix the cause and run the prune again: it removes the leftover trash",
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "deleted": [r.name for r in self.deleted],
+            "skipped": [u.to_json() for u in self.skipped],
+            "failed": [u.to_json() for u in self.failed],
+            "freed_bytes": self.freed_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """A prune as ``ckpt prune --json`` prints it: the plan, and its outcome unless a dry run
+    (or a refusal) stopped before deleting."""
+
+    plan: PrunePlan
+    outcome: PruneOutcome | None
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.plan.to_json(),
+            "dry_run": self.dry_run,
+            "outcome": self.outcome.to_json() if self.outcome else None,
+        }
+
+
+def execute(plan: PrunePlan, on_progress: ProgressFn | None = None) -> PruneResult:
+    """Carry out a plan of ``plan_prune_root`` under the root's lock (``execute_plan``); the
+    entries are checked again, so a plan made a while ago deletes only what is still as seen."""
+    root = plan.location
+    if root is None:
+        raise UsageError("this prune plan was not made from a root (use plan_prune_root)")
+    with prune_lock(root):
+        if plan.is_noop:
+            return PruneResult(plan, PruneOutcome((), (), ()))
+        return PruneResult(plan, execute_plan(plan, root, on_progress=on_progress))
+
+
+def execute_plan(
+    plan: PrunePlan,
+    root: Location,
+    *,
+    on_progress: ProgressFn | None = None,
+) -> PruneOutcome:
+    """Delete what ``plan`` removes: re-check, rename each to trash, then remove the trash.
+
+    Progress: ``hide`` then ``delete`` events, one per entry, naming it."""
+    root.refresh()
+    fresh = {e.name: e for e in root.list()}
+    real_root = root.resolve()
+    order = sorted(plan.clean, key=lambda r: r.kind != "trash") + list(plan.delete)
+    skipped: list[Untouched] = []
+    failed: list[Untouched] = []
+    hidden: list[tuple[Removal, Location]] = []
+    for r in order:
+        loc = root.child(r.name)
+        why = _why_unsafe(r, fresh.get(r.name), loc, real_root, plan.tmp_min_age)
+        if why:
+            skipped.append(Untouched(r.name, r.path, why))
+            continue
+        if r.kind != "trash":
+            try:
+                loc = _hide(loc, _trash_name(r.name))
+            except NotFoundError:
+                skipped.append(Untouched(r.name, r.path, "gone before deletion"))
+                continue
+            except UnreachableError:
+                raise  # the store is gone: stop here, the next prune finishes what was hidden
+            except CkptError as e:
+                failed.append(Untouched(r.name, r.path, e.message))
+                continue
+        hidden.append((r, loc))
+        if on_progress:
+            on_progress(Progress("hide", r.name, len(hidden), len(order)))
+    deleted: list[Removal] = []
+    for i, (r, loc) in enumerate(hidden, 1):
+        try:
+            _remove(loc)
+            deleted.append(r)
+        except UnreachableError:
+            raise
+        except CkptError as e:
+            failed.append(Untouched(r.name, str(loc), f"{e.message} (the next prune retries)"))
+        if on_progress:
+            on_progress(Progress("delete", r.name, i, len(hidden)))
+    return PruneOutcome(tuple(deleted), tuple(skipped), tuple(failed))
+
+
+def _hide(loc: Location, trash_name: str) -> Location:
+    """Make a step stop looking valid before its files go; returns where it now is.
+
+    Locally a rename to the trash name, atomic. Object stores have no rename: a tombstone first
+    (the next prune finishes an interrupted delete), then the commit marker goes."""
+    if not loc.requires_commit_marker:
+        return loc.rename(trash_name)
+    loc.child(TOMBSTONE).write_bytes(json.dumps({"trash": trash_name}).encode())
+    marker = loc.child(COMMIT_MARKER)
+    if marker.is_file():
+        marker.delete_file()
+    return loc
+
+
+def _remove(loc: Location) -> None:
+    """Delete a hidden step. On object stores the commit marker goes first and the tombstone
+    last, so that a delete cut short never looks like a valid step and stays trash."""
+    if loc.requires_commit_marker:
+        loc.delete_tree(first=(COMMIT_MARKER,), last=(TOMBSTONE,))
+    else:
+        loc.delete_tree()
+
+
+def _trash_name(name: str) -> str:
+    # Without Orbax's tmp marker: Orbax counts any name containing it as its own unfinished save
+    # (and a trainer with cleanup_tmp_directories would race us deleting it).
+    return f"{TRASH_PREFIX}{name.replace(TMP_MARKER, '.tmp')}-{secrets.token_hex(4)}"
+
+
+def _why_unsafe(
+    r: Removal,
+    entry: Entry | None,
+    loc: Location,
+    real_root: Location,
+    tmp_min_age: timedelta | None,
+) -> str | None:
+    """Why this entry must not be deleted now, or None when it is still what the plan saw."""
+    parsed = parse_step_name(r.name)
+    recognised = {
+        "step": parsed is not None and not parsed.tmp,
+        "tmp": parsed is not None and parsed.tmp and tmp_min_age is not None,
+        "trash": r.name.startswith(TRASH_PREFIX) or is_tombstoned(loc),
+    }[r.kind]
+    if not recognised or "/" in r.name or r.name in (ROOT_METADATA_DIR, LOCK_NAME, ".", ".."):
+        return "not a step or tmp directory of this root"
+    if entry is None:
+        return "gone before deletion"
+    if entry.is_symlink:
+        return SYMLINK_KEPT
+    if not entry.is_dir:
+        return "no longer a directory"
+    resolved = loc.resolve()
+    if resolved.parent != real_root:
+        return "resolves outside the root"
+    if r.kind == "tmp" and tmp_min_age is not None:
+        age = datetime.now(timezone.utc) - modified_at(loc)
+        if age < tmp_min_age:
+            return "modified since the plan: a save may be in progress"
+    return None
+
+
+@contextmanager
+def prune_lock(root: Location) -> Iterator[Detected]:
+    """Hold the root's prune lock (``.ckpt-prune.lock``); raise ``LockedError`` when taken.
+    Yields the root's detection, made under the lock: the one a prune plans from.
+
+    The lock is an ``flock`` on that file, dropped by the OS when its holder exits or is killed:
+    there is no stale lock to clear by hand. The file records pid, host and start time.
+    """
+    _refuse_plain_non_roots(root)  # never create the lock file inside a step or a stray directory
+    lock_file = root.child(LOCK_NAME)
+    owner = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    lock = lock_file.try_lock(json.dumps(owner))
+    if lock is None:
+        hint = "wait for it to finish and run this prune again"
+        if root.requires_commit_marker:
+            hint += (
+                f"; a prune that was killed leaves the lock behind: once that one is surely "
+                f"gone, delete {lock_file} and run again"
+            )
+        raise LockedError(f"another prune of {root} is running ({_holder(lock_file)})", hint=hint)
+    with lock:
+        yield require_root(root)
+
+
+def _refuse_plain_non_roots(root: Location) -> None:
+    """One listing before the lock: a path that is plainly no root (a step, an item, nothing
+    that holds steps) gets the full detection and its error. A root detected under the lock
+    is then the only detection; the rare old step without metadata whose items are named like
+    steps is refused there, and the lock file it briefly held goes with the lock."""
+    try:
+        entries = root.list()
+    except CkptError:
+        entries = None
+    names = {e.name for e in entries or ()}
+    holds_steps = any(
+        e.is_dir and (e.name == ROOT_METADATA_DIR or parse_step_name(e.name)) for e in entries or ()
+    )
+    if not holds_steps or looks_like_item(names) or names & {STEP_METADATA, COMMIT_MARKER}:
+        require_root(root)
+
+
+def _holder(lock_file: Location) -> str:
+    try:
+        owner = json.loads(lock_file.read_bytes(limit=4096))
+        return f"pid {owner['pid']} on {owner['host']}, since {owner['since']}"
+    except (CkptError, ValueError, KeyError, TypeError):
+        return "holder unknown"

@@ -1,0 +1,308 @@
+"""``prune``: scan a root and plan what a retention policy keeps and removes (no deletion here).
+
+The plan is pure (``plan_prune``): it removes only entries it recognises, namely committed steps
+the policy does not keep, unfinished saves (with ``--clean-tmp``, once idle for the minimum age)
+and trash left by an interrupted prune; never the root, ``metadata/``, unknown entries or a
+symlink (a symlinked step is kept and reported; its target is never reached). Deletion itself is
+in ``execute.py``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+from ckpt_cli.core.format.layout import Detected, detect
+from ckpt_cli.core.format.names import TOMBSTONE, parse_step_name
+from ckpt_cli.core.listing import StepInfo, list_root
+from ckpt_cli.core.prune.policy import Policy, format_duration, keep_reasons, rough_duration
+from ckpt_cli.core.schema import document
+from ckpt_cli.core.storage import Entry, Location
+from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
+
+TRASH_PREFIX = ".ckpt-trash-"
+LOCK_NAME = ".ckpt-prune.lock"
+DEFAULT_TMP_MIN_AGE = timedelta(hours=1)
+SYMLINK_KEPT = "symlink, never deleted"
+NO_STEP_RULE = "no step rule"
+
+Kind = Literal["step", "tmp", "trash"]
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """An unfinished save or a trash directory, with the newest mtime found inside it."""
+
+    name: str
+    path: str
+    step: int | None
+    size_bytes: int
+    modified_at: datetime
+    symlink: bool = False
+
+
+@dataclass(frozen=True)
+class RootScan:
+    """What a root holds, as ``plan_prune`` needs it."""
+
+    root: str
+    steps: tuple[StepInfo, ...]  # committed and uncommitted steps
+    tmp: tuple[Leftover, ...] = ()  # unfinished saves (*.orbax-checkpoint-tmp*)
+    trash: tuple[Leftover, ...] = ()  # left by an interrupted prune
+    symlinks: frozenset[str] = frozenset()  # entry names that are symlinks
+    unknown: tuple[str, ...] = ()  # directories that are neither steps nor tmp dirs
+
+
+@dataclass(frozen=True)
+class KeptStep:
+    step: int
+    name: str
+    path: str
+    reasons: tuple[str, ...]
+    committed_at: datetime | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "name": self.name,
+            "path": self.path,
+            "committed_at": _iso(self.committed_at),
+            "reasons": [*self.reasons],
+        }
+
+
+@dataclass(frozen=True)
+class Removal:
+    """One directory the plan removes: a step, an unfinished save or leftover trash."""
+
+    kind: Kind
+    name: str
+    path: str
+    size_bytes: int
+    step: int | None = None
+    committed_at: datetime | None = None  # steps only
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"step": self.step, "name": self.name, "path": self.path}
+        if self.kind == "step":
+            doc["committed_at"] = _iso(self.committed_at)
+        else:
+            doc["kind"] = self.kind
+        return {**doc, "size_bytes": self.size_bytes}
+
+
+def _iso(t: datetime | None) -> str | None:
+    return t.isoformat() if t else None
+
+
+@dataclass(frozen=True)
+class Untouched:
+    """Something prune saw and leaves alone, and why."""
+
+    name: str
+    path: str
+    why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "path": self.path, "why": self.why}
+
+
+@dataclass(frozen=True)
+class PrunePlan:
+    root: str
+    policy: Policy
+    keep: tuple[KeptStep, ...]
+    delete: tuple[Removal, ...]  # steps only
+    clean: tuple[Removal, ...]  # unfinished saves and trash
+    untouched: tuple[Untouched, ...]
+    tmp_min_age: timedelta | None  # None: unfinished saves are not cleaned
+    #: The root itself, when the plan was made from it (``plan_prune_root``): where to execute.
+    location: Location | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(r.size_bytes for r in (*self.delete, *self.clean))
+
+    @property
+    def is_noop(self) -> bool:
+        return not self.delete and not self.clean
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as ``ckpt prune --dry-run --json`` prints it."""
+        return document(
+            {
+                "root": self.root,
+                "policy": {
+                    **self.policy.to_json(),
+                    "clean_tmp": self.tmp_min_age is not None,
+                    "tmp_min_age": format_duration(self.tmp_min_age) if self.tmp_min_age else None,
+                },
+                "keep": [k.to_json() for k in self.keep],
+                "delete": [r.to_json() for r in self.delete],
+                "clean": [r.to_json() for r in self.clean],
+                "untouched": [u.to_json() for u in self.untouched],
+                "freed_bytes": self.freed_bytes,
+            }
+        )
+
+
+def plan_prune(
+    scan: RootScan,
+    policy: Policy,
+    now: datetime,
+    *,
+    clean_tmp: bool = False,
+    tmp_min_age: timedelta = DEFAULT_TMP_MIN_AGE,
+) -> PrunePlan:
+    """Decide, without touching storage, what a prune of ``scan`` keeps and removes."""
+    if policy.is_empty and not clean_tmp:
+        raise UsageError(
+            "no retention rule given: refusing to guess what to delete",
+            hint="add --keep-last N, --keep-every N, --keep-within 7d, --keep-daily N, "
+            "--keep-best N --metric NAME ...; see `ckpt prune --help`",
+        )
+    committed = [s for s in scan.steps if s.status == "committed"]
+    reasons: dict[str, tuple[str, ...]]
+    if policy.is_empty:
+        reasons = {s.name: (NO_STEP_RULE,) for s in committed}
+    else:
+        reasons = keep_reasons(committed, policy, now)
+    keep: list[KeptStep] = []
+    delete: list[Removal] = []
+    for s in committed:
+        why = reasons.get(s.name) or ((SYMLINK_KEPT,) if s.name in scan.symlinks else None)
+        if why:
+            keep.append(KeptStep(s.step, s.name, s.path, why, s.committed_at))
+        else:
+            delete.append(Removal("step", s.name, s.path, s.size_bytes, s.step, s.committed_at))
+    untouched = [
+        Untouched(s.name, s.path, "uncommitted: a save may still be in progress")
+        for s in scan.steps
+        if s.status != "committed"
+    ]
+    clean: list[Removal] = []
+    for t in scan.trash:
+        if t.symlink:
+            untouched.append(Untouched(t.name, t.path, SYMLINK_KEPT))
+        else:
+            clean.append(Removal("trash", t.name, t.path, t.size_bytes, t.step))
+    for t in scan.tmp:
+        age = now - t.modified_at
+        if not clean_tmp:
+            untouched.append(Untouched(t.name, t.path, "unfinished save (--clean-tmp removes it)"))
+        elif t.symlink:
+            untouched.append(Untouched(t.name, t.path, SYMLINK_KEPT))
+        elif age < tmp_min_age:
+            untouched.append(
+                Untouched(
+                    t.name,
+                    t.path,
+                    f"unfinished save modified {rough_duration(age)} ago, "
+                    f"younger than --tmp-min-age {format_duration(tmp_min_age)}",
+                )
+            )
+        else:
+            clean.append(Removal("tmp", t.name, t.path, t.size_bytes, t.step))
+    untouched += [
+        Untouched(n, posixpath.join(scan.root, n), "not a step directory") for n in scan.unknown
+    ]
+    return PrunePlan(
+        root=scan.root,
+        policy=policy,
+        keep=tuple(keep),
+        delete=tuple(delete),
+        clean=tuple(clean),
+        untouched=tuple(untouched),
+        tmp_min_age=tmp_min_age if clean_tmp else None,
+    )
+
+
+def plan_prune_root(
+    root: Location,
+    policy: Policy,
+    *,
+    clean_tmp: bool = False,
+    tmp_min_age: timedelta = DEFAULT_TMP_MIN_AGE,
+    now: datetime | None = None,
+    detected: Detected | None = None,
+) -> PrunePlan:
+    """Scan ``root`` and plan what ``policy`` keeps and removes there (now, unless ``now``)."""
+    scan = scan_root(root, detected)
+    plan = plan_prune(
+        scan,
+        policy,
+        now or datetime.now(timezone.utc),
+        clean_tmp=clean_tmp,
+        tmp_min_age=tmp_min_age,
+    )
+    return replace(plan, location=root)
+
+
+def require_root(root: Location) -> Detected:
+    """What ``root`` holds; raises unless it is a CheckpointManager root (not a step)."""
+    found = detect(root)
+    if found.kind != "root":
+        raise NotACheckpointError(
+            f"{root} is a {found.kind} directory, not a root of steps",
+            hint="prune takes a CheckpointManager root: the directory that holds the steps",
+        )
+    return found
+
+
+def scan_root(root: Location, detected: Detected | None = None) -> RootScan:
+    """Read what ``plan_prune`` needs from a CheckpointManager root (metadata and sizes only).
+
+    ``detected``: the root's detection, when the caller made it (``prune_lock``): a prune
+    detects its root once.
+    """
+    found = detected if detected is not None else require_root(root)
+    entries = found.entries
+    listing = list_root(root, detected=found)
+    symlinks = frozenset(e.name for e in entries if e.is_symlink)
+    steps = tuple(s for s in listing.steps if s.status != "incomplete")
+    tmp = tuple(
+        Leftover(
+            s.name,
+            s.path,
+            s.step,
+            s.size_bytes,
+            modified_at(root.child(s.name)),
+            s.name in symlinks,
+        )
+        for s in listing.steps
+        if s.status == "incomplete"
+    )
+    # Prune only ever makes trash directories: a file of that name is not ours, leave it unseen.
+    trash = [_trash(root, e) for e in entries if e.name.startswith(TRASH_PREFIX) and e.is_dir]
+    if root.requires_commit_marker:  # object stores: a step that got a tombstone is trash
+        trash += [
+            _trash(root, e)
+            for e in entries
+            if e.is_dir and parse_step_name(e.name) and is_tombstoned(root.child(e.name))
+        ]
+    return RootScan(str(root), steps, tmp, tuple(trash), symlinks, listing.ignored)
+
+
+def is_tombstoned(loc: Location) -> bool:
+    """Whether prune began to delete this step on an object store (see ``execute``)."""
+    return loc.requires_commit_marker and loc.child(TOMBSTONE).is_file()
+
+
+def _trash(root: Location, entry: Entry) -> Leftover:
+    loc = root.child(entry.name)
+    size = 0 if entry.is_symlink else loc.du()
+    return Leftover(entry.name, str(loc), None, size, modified_at(loc), entry.is_symlink)
+
+
+def modified_at(loc: Location) -> datetime:
+    """The newest mtime of a directory and every file below it; a save writing deep inside a tmp
+    dir does not touch the tmp dir's own mtime. Unreadable counts as modified now (kept)."""
+    try:
+        newest = loc.mtime()
+        if not loc.is_symlink():
+            newest = max([newest, *(e.mtime for _, e in loc.walk())])
+    except CkptError:
+        return datetime.now(timezone.utc)
+    return datetime.fromtimestamp(newest, tz=timezone.utc)

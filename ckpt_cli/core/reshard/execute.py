@@ -1,0 +1,103 @@
+"""Write a reshard plan: every array leaf read region by region from the source item, straight
+into the new chunking (a worker of a scaled-out run rebuilds the reader from ``ReadLeaf``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context
+from ckpt_cli.core.format.digests import read_digests
+from ckpt_cli.core.inspect import ItemReport
+from ckpt_cli.core.progress import ProgressFn
+from ckpt_cli.core.reshard.plan import ReshardLayout, ReshardPlan
+from ckpt_cli.core.write.rewrite import WriteResult, prepare_destination, run_write
+from ckpt_cli.core.write.types import ArrayOut, BlockSource, Compression, LeafOut
+
+
+@dataclass(frozen=True)
+class ReadLeaf:
+    """A worker's recipe for a resharded leaf: read the same region of the stored source leaf."""
+
+    source: str
+    source_zarr3: bool
+    name: str
+    info: ArrayInfo
+    database: str
+    splittable: bool = True
+
+    def build(self, store: ItemStore) -> BlockSource:
+        return store.reader(self.name, self.info, self.database).read
+
+
+def execute(plan: ReshardPlan, on_progress: ProgressFn | None = None) -> WriteResult:
+    """Write the planned step (refused plans raise their ``RefusedError``). Values do not
+    change, so the source's recorded digests carry over to the new item. Progress as
+    ``reshard`` bytes."""
+    if plan.refusal is not None:
+        raise plan.refusal
+    prepare_destination(plan.destination, plan.source)
+    leaves = reshard_leaves(
+        plan.report, plan.layout, plan.zarr3, plan.write.compression, plan.write.memory_limit
+    )
+    record = read_digests(plan.source.location)
+    names = {x.name for x in leaves}
+    carried = {k: v for k, v in record.leaves.items() if k in names} if record else None
+    out, seconds = run_write(
+        plan.source,
+        plan.destination,
+        leaves,
+        plan.write,
+        zarr3=plan.zarr3,
+        label="reshard",
+        operation=plan.operation,
+        on_progress=on_progress,
+        leaf_digests=carried,
+    )
+    return WriteResult(plan, out, seconds)
+
+
+def reshard_leaves(
+    report: ItemReport,
+    plan: ReshardLayout,
+    zarr3: bool,
+    compression: Compression,
+    memory_limit: int,
+) -> list[LeafOut]:
+    """The output leaves of a plan, each array reading its values from the source item."""
+    # Source chunks that straddle output blocks are decoded once, then served from the cache.
+    store = ItemStore(
+        report.ref.location, report.zarr_format == 3, cached_context(memory_limit // 8)
+    )
+    out = []
+    for p in plan.leaves:
+        leaf = p.leaf
+        array = source = source_chunks = recipe = None
+        if leaf.array is not None and leaf.dtype is not None and leaf.shape is not None:
+            array = ArrayOut(leaf.dtype, leaf.shape, p.chunk_shape, zarr3, compression)
+            source = store.reader(leaf.name, leaf.array, leaf.database).read
+            source_chunks = leaf.array.chunk_shape
+            recipe = ReadLeaf(
+                str(report.ref.location),
+                report.zarr_format == 3,
+                leaf.name,
+                leaf.array,
+                leaf.database,
+            )
+        out.append(
+            LeafOut(
+                keypath=leaf.keypath,
+                key_types=leaf.key_types,
+                value_type=leaf.value_type,
+                array=array,
+                source=source,
+                sharding=p.sharding,
+                write_shape=p.write_shape if array is not None else None,
+                ext_metadata={"random_key_impl": leaf.random_key_impl}
+                if leaf.random_key_impl
+                else None,
+                string_value=leaf.value if leaf.value_type == "string" else None,
+                source_chunks=source_chunks,
+                plan=recipe,
+            )
+        )
+    return out

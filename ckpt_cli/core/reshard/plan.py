@@ -1,0 +1,268 @@
+"""Plan and run a reshard: rewrite an item so each device of a new mesh reads exactly its shard.
+
+``plan_reshard`` returns a frozen ``ReshardPlan`` (``to_json`` is what ``--dry-run --json``
+prints); ``execute`` writes it.
+
+The plan gives every array leaf a target partition spec (from rules, or copied from another
+checkpoint), a chunk shape equal to the per-device shard (split further under
+``max_chunk_bytes``) and the ``NamedSharding`` to record. Nothing is written until the whole plan
+is valid: a mesh axis that does not divide a dimension is reported first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ckpt_cli.core.format.arrays import dtype_itemsize
+from ckpt_cli.core.format.layout import ItemRef
+from ckpt_cli.core.format.resolve import resolve_item
+from ckpt_cli.core.format.sharding import MeshSpec, ShardingInfo, Spec, shard_shape, split_chunk
+from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
+from ckpt_cli.core.reshard.rules import Rule, inline_rule, load_rules, parse_rules
+from ckpt_cli.core.schema import document
+from ckpt_cli.core.storage import Location, StorageOptions, open_location
+from ckpt_cli.core.write.memory import bound_allocator
+from ckpt_cli.core.write.types import WriteOptions
+from ckpt_cli.errors import RefusedError, UsageError
+
+
+@dataclass(frozen=True)
+class LeafPlan:
+    leaf: Leaf
+    spec: Spec | None  # None: not a jax.Array (no sharding recorded)
+    sharding: ShardingInfo | None
+    chunk_shape: tuple[int, ...]
+    write_shape: tuple[int, ...]
+    rule: str | None
+    problem: str | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.leaf.size_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        leaf = self.leaf
+        return {
+            "name": leaf.name,
+            "dtype": leaf.dtype,
+            "shape": None if leaf.shape is None else list(leaf.shape),
+            "old_chunk_shape": None if leaf.chunk_shape is None else list(leaf.chunk_shape),
+            "new_chunk_shape": list(self.chunk_shape) if leaf.is_array else None,
+            "partition_spec": None
+            if self.spec is None
+            else [list(x) if isinstance(x, tuple) else x for x in self.spec],
+            "rule": self.rule,
+            "size_bytes": leaf.size_bytes,
+            "problem": self.problem,
+        }
+
+
+@dataclass(frozen=True)
+class ReshardLayout:
+    """The target layout of every leaf, and the rules that matched none."""
+
+    leaves: tuple[LeafPlan, ...]
+    unused_rules: tuple[str, ...]
+    mesh: MeshSpec | None
+
+    @property
+    def problems(self) -> list[LeafPlan]:
+        return [p for p in self.leaves if p.problem]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(p.nbytes for p in self.leaves if p.leaf.is_array)
+
+
+@dataclass(frozen=True)
+class ReshardPlan:
+    """A reshard to carry out (``execute``): the source item, its target layout, where the new
+    step goes and how it is written. Nothing has been written when a plan exists."""
+
+    source: ItemRef
+    report: ItemReport
+    layout: ReshardLayout
+    destination: Location
+    write: WriteOptions
+    zarr3: bool  # the output zarr version (``write.zarr3``, else the source's)
+    operation: dict[str, Any]  # recorded in the new step's ckpt_history
+
+    kind = "reshard"
+
+    @property
+    def leaves(self) -> tuple[LeafPlan, ...]:
+        return self.layout.leaves
+
+    @property
+    def total_bytes(self) -> int:
+        return self.layout.total_bytes
+
+    @property
+    def refusal(self) -> RefusedError | None:
+        """Why this plan cannot be written (leaves the target layout does not fit), or None."""
+        problems = self.layout.problems
+        if not problems:
+            return None
+        first = problems[0]
+        return RefusedError(
+            f"{len(problems)} leaves cannot take the target layout, nothing written; "
+            f"{first.leaf.name}: {first.problem}",
+            hint="change their rule or the mesh; --dry-run lists every leaf",
+        )
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return tuple(f"rule {pattern!r} matched no leaf" for pattern in self.layout.unused_rules)
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan per leaf, as ``ckpt reshard --dry-run --json`` prints it."""
+        mesh = self.layout.mesh
+        return document(
+            {
+                "mesh": dict(zip(mesh.axis_names, mesh.shape, strict=True)) if mesh else None,
+                "total_bytes": self.total_bytes,
+                "unused_rules": list(self.layout.unused_rules),
+                "leaves": [p.to_json() for p in self.leaves],
+            }
+        )
+
+
+def plan_reshard(
+    source: str | os.PathLike[str] | Location,
+    destination: str | os.PathLike[str] | Location,
+    *,
+    mesh: str | MeshSpec | None = None,
+    rules_file: str | None = None,
+    rules: Sequence[str] | Mapping[str, Any] = (),
+    like: str | os.PathLike[str] | Location | None = None,
+    step: int | None = None,
+    item: str | None = None,
+    write: WriteOptions | None = None,
+    storage: StorageOptions | None = None,
+) -> ReshardPlan:
+    """Plan rewriting ``source`` (a root, step or item) into the root ``destination`` for a new
+    mesh: partition specs from ``rules_file`` (YAML/JSON mapping of leaf patterns to specs) then
+    ``rules`` (``"PATTERN=SPEC"`` strings or a mapping), first match wins and unmatched leaves
+    are replicated; or the layout of the checkpoint ``like``. Reads metadata only."""
+    if like is not None and (mesh or rules_file or rules):
+        raise UsageError(
+            "--like copies another checkpoint's layout; do not combine it with --mesh/--rules/--rule"
+        )
+    if like is None and mesh is None:
+        raise UsageError(
+            "say where to reshard to: --mesh NAME=SIZE,... (with --rules/--rule) or --like OTHER"
+        )
+    write = write or WriteOptions()
+    bound_allocator()
+    ref = resolve_item(_open(source, storage), step, item)
+    report = inspect_item(ref)
+    if like is not None:
+        other = inspect_item(resolve_item(_open(like, storage)))
+        layout = plan_like(report, other, write.max_chunk_bytes)
+    else:
+        assert mesh is not None
+        target = mesh if isinstance(mesh, MeshSpec) else MeshSpec.parse(mesh)
+        rule_list = parse_rules(load_rules(rules_file), target, rules_file) if rules_file else []
+        if isinstance(rules, Mapping):
+            rule_list += parse_rules(dict(rules), target, "rules")
+        else:
+            for text in rules:
+                rule_list += parse_rules(inline_rule(text), target, f"--rule {text!r}")
+        layout = plan_from_rules(report, target, rule_list, write.max_chunk_bytes)
+    mesh_text = (
+        ",".join(f"{n}={k}" for n, k in zip(mesh.axis_names, mesh.shape, strict=True))
+        if isinstance(mesh, MeshSpec)
+        else mesh
+    )
+    return ReshardPlan(
+        source=ref,
+        report=report,
+        layout=layout,
+        destination=_open(destination, storage),
+        write=write,
+        zarr3=report.zarr_format == 3 if write.zarr3 is None else write.zarr3,
+        operation={
+            "operation": "reshard",
+            "mesh": mesh_text,
+            "like": _text(like),
+            "rules": rules_file,
+        },
+    )
+
+
+def _open(target: str | os.PathLike[str] | Location, storage: StorageOptions | None) -> Location:
+    return target if isinstance(target, Location) else open_location(target, storage)
+
+
+def _text(target: str | os.PathLike[str] | Location | None) -> str | None:
+    return None if target is None else str(target)
+
+
+def plan_from_rules(
+    report: ItemReport, mesh: MeshSpec, rules: list[Rule], max_chunk_bytes: int
+) -> ReshardLayout:
+    used: set[str] = set()
+    plans = []
+    for leaf in report.leaves:
+        if not leaf.is_array or leaf.shape is None:
+            plans.append(LeafPlan(leaf, None, None, (), (), None))
+            continue
+        rule = next((r for r in rules if r.regex.match(leaf.name)), None)
+        spec: Spec = rule.spec if rule else ()
+        if rule:
+            used.add(rule.pattern)
+        plans.append(_plan_leaf(leaf, spec, mesh, rule.pattern if rule else None, max_chunk_bytes))
+    unused = tuple(r.pattern for r in rules if r.pattern not in used)
+    return ReshardLayout(tuple(plans), unused, mesh)
+
+
+def _plan_leaf(
+    leaf: Leaf, spec: Spec, mesh: MeshSpec, rule: str | None, max_chunk_bytes: int
+) -> LeafPlan:
+    assert leaf.shape is not None and leaf.dtype is not None
+    jax_array = leaf.value_type == "jax.Array"
+    if not jax_array:
+        # np.ndarray and scalars restore to host memory: no sharding, one chunk up to the limit.
+        chunk = split_chunk(leaf.shape, dtype_itemsize(leaf.dtype), max_chunk_bytes)
+        return LeafPlan(leaf, None, None, chunk, leaf.shape, rule)
+    shard, problem = shard_shape(leaf.shape, spec, mesh)
+    chunk = split_chunk(shard, dtype_itemsize(leaf.dtype), max_chunk_bytes)
+    return LeafPlan(leaf, spec, mesh.sharding(spec), chunk, shard, rule, problem)
+
+
+def plan_like(report: ItemReport, other: ItemReport, max_chunk_bytes: int) -> ReshardLayout:
+    """Copy the chunking and sharding of ``other``'s leaves of the same name and shape."""
+    theirs = {leaf.name: leaf for leaf in other.leaves}
+    plans = []
+    mesh: MeshSpec | None = None
+    for leaf in report.leaves:
+        if not leaf.is_array or leaf.shape is None:
+            plans.append(LeafPlan(leaf, None, None, (), (), None))
+            continue
+        ref = theirs.get(leaf.name)
+        if ref is None or ref.shape != leaf.shape or ref.chunk_shape is None:
+            why = (
+                "not in the --like checkpoint"
+                if ref is None
+                else f"has shape {list(ref.shape or ())} there"
+            )
+            plans.append(LeafPlan(leaf, None, None, leaf.chunk_shape or (), leaf.shape, None, why))
+            continue
+        s = ref.sharding
+        if s is not None and s.mesh_shape is not None and s.axis_names is not None:
+            mesh = mesh or MeshSpec(s.axis_names, s.mesh_shape)
+        chunk = split_chunk(ref.chunk_shape, dtype_itemsize(leaf.dtype or "uint8"), max_chunk_bytes)
+        plans.append(
+            LeafPlan(
+                leaf,
+                s.partition_spec if s else None,
+                s,
+                chunk,
+                ref.write_shape or ref.chunk_shape,
+                "--like",
+            )
+        )
+    return ReshardLayout(tuple(plans), (), mesh)

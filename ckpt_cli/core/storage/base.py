@@ -1,0 +1,201 @@
+"""``Location``: the one interface every listing, stat, read and write of checkpoint files uses.
+
+Local paths are ``LocalLocation`` (``local.py``), object stores (``s3://``, ``gs://``)
+``RemoteLocation`` (``remote.py``). TensorStore reaches the same places through
+``kvstore_spec()``, so array and OCDBT access follow a location wherever it lives. What differs
+between the kinds is a property of the location, not an ``if`` in each caller:
+``requires_commit_marker`` (no rename: a writer writes in place and puts a commit marker last),
+``refresh`` (drop cached listings), ``parallel_reads``. The storage layer knows nothing of the
+Orbax format: file names with a meaning (commit markers, tombstones) are the callers' business.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from ckpt_cli.core.storage.options import StorageOptions
+from ckpt_cli.errors import InvalidMetadataError, NotFoundError, first_line
+
+# A metadata file bigger than this is damage, not metadata: refuse before allocating for it.
+MAX_METADATA_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One child of a directory, as one listing call sees it."""
+
+    name: str
+    is_dir: bool
+    size: int
+    mtime: float
+    is_symlink: bool = False
+
+
+class Location:
+    """A file or directory in some store, addressed by path; cheap to create, lazy to touch."""
+
+    #: Whether a finished step must carry ``commit_success.txt`` (object stores have no rename).
+    #: Writers then write a step in place and put the marker last.
+    requires_commit_marker = False
+    #: How many independent small reads are worth running at once (1: serial is fastest).
+    parallel_reads = 1
+
+    @property
+    def options(self) -> StorageOptions:
+        """The storage options this location was opened with (units of work carry them)."""
+        raise NotImplementedError
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def parent(self) -> Location:
+        raise NotImplementedError
+
+    def child(self, *parts: str) -> Location:
+        raise NotImplementedError
+
+    def exists(self) -> bool:
+        raise NotImplementedError
+
+    def is_dir(self) -> bool:
+        raise NotImplementedError
+
+    def is_file(self) -> bool:
+        raise NotImplementedError
+
+    def list(self) -> list[Entry]:
+        """The immediate children, sorted by name."""
+        raise NotImplementedError
+
+    def read_bytes(self, limit: int = MAX_METADATA_BYTES) -> bytes:
+        raise NotImplementedError
+
+    def read_tail(self, size: int) -> bytes:
+        """The last ``size`` bytes of this file (all of it when shorter)."""
+        raise NotImplementedError
+
+    def mtime(self) -> float:
+        raise NotImplementedError
+
+    def walk(self) -> Iterator[tuple[str, Entry]]:
+        """Every file below this directory as (relative path, entry), symlinks not followed."""
+        raise NotImplementedError
+
+    def is_symlink(self) -> bool:
+        raise NotImplementedError
+
+    def resolve(self) -> Location:
+        """This location with every symlink on its path resolved."""
+        raise NotImplementedError
+
+    # Writes, used only by commands that change a root (prune) or write a new step.
+
+    def rename(self, new_name: str) -> Location:
+        """Rename this entry inside its parent directory, atomically; returns the new location."""
+        raise NotImplementedError
+
+    def delete_tree(self, *, first: Collection[str] = (), last: Collection[str] = ()) -> None:
+        """Remove this directory and everything below it; refuses a symlink (never follows one).
+
+        Where the store deletes entry by entry (object stores), files with a basename in
+        ``first`` go before the others and those in ``last`` after them, so that a delete cut
+        short leaves what the caller wants seen (no commit marker, a tombstone).
+        """
+        raise NotImplementedError
+
+    def delete_file(self) -> None:
+        """Remove this one file."""
+        raise NotImplementedError
+
+    def refresh(self) -> None:
+        """Forget cached listings (after writes made by TensorStore, before a re-check)."""
+
+    def try_lock(self, owner: str) -> Lock | None:
+        """Take an exclusive lock on this file (created if absent) and write ``owner`` into it.
+
+        None when another process holds it.
+        """
+        raise NotImplementedError
+
+    def kvstore_spec(self) -> dict[str, Any]:
+        """A TensorStore kvstore spec for this directory (always ending in ``/``)."""
+        raise NotImplementedError
+
+    # Writing (writers only ever write inside a tmp step directory they created).
+
+    def write_bytes(self, data: bytes) -> None:
+        """Write a whole file atomically: a temporary name in the same directory, then rename."""
+        raise NotImplementedError
+
+    def make_dirs(self) -> None:
+        raise NotImplementedError
+
+    def copy_tree(self, target: Location) -> None:
+        """Copy every file below this directory into ``target`` (created), file by file."""
+        for rel, _ in self.walk():
+            parts = rel.split("/")
+            target.child(*parts).write_bytes(self.child(*parts).read_bytes())
+
+    def size(self) -> int:
+        """Bytes of this file, symlinks followed."""
+        raise NotImplementedError
+
+    def iter_bytes(self, block_size: int = 4 << 20) -> Iterator[bytes]:
+        """This file's content in pieces of at most ``block_size`` bytes (streamed, not loaded)."""
+        raise NotImplementedError
+
+    def is_within(self, other: Location) -> bool:
+        """Whether this location is ``other`` or lies below it (paths compared as given)."""
+        raise NotImplementedError
+
+    def describe_error(self, e: BaseException) -> str:
+        """One line for a TensorStore error met here (object stores: endpoint and cause)."""
+        return first_line(e)
+
+    def __str__(self) -> str:
+        raise NotImplementedError
+
+    # Shared helpers built on the primitives above.
+
+    def read_json(self) -> Any:
+        """Parse this file as JSON; damage becomes one ``InvalidMetadataError`` naming the file."""
+        raw = self.read_bytes()
+        try:
+            return json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            what = "empty" if not raw.strip() else f"not valid JSON ({first_line(e)})"
+            raise InvalidMetadataError(
+                f"{self} is {what}",
+                hint="the checkpoint is damaged; run `ckpt verify` on it",
+            ) from None
+
+    def read_json_if_exists(self) -> Any | None:
+        if not self.is_file():
+            return None
+        return self.read_json()
+
+    def du(self) -> int:
+        """Bytes used by all files below this directory (symlinks counted as links)."""
+        return sum(entry.size for _, entry in self.walk())
+
+
+class Lock:
+    """A held lock; ``release`` (or leaving the ``with`` block) gives it up."""
+
+    def release(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Lock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class NotACheckpointDirError(NotFoundError):
+    """A file where a directory was expected."""

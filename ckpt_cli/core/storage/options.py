@@ -1,0 +1,84 @@
+"""``StorageOptions``: where the object stores are and how ckpt talks to them, as data.
+
+One frozen, picklable object: the endpoints (``--s3-endpoint``), where credentials come from,
+the region, and the request limits (retries, listing attempts and timeout). Every ``Location``
+opened from it keeps it, and every unit of scaled-out work carries it to its worker process or
+Dask worker, so workers reach the same endpoint as the process that planned the work, whatever
+their environment says. Credentials themselves never travel: ``s3_credentials`` only names
+where each process finds them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+#: ``auto``: the environment's keys when AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are set in
+#: the process that opens the store, else the standard chain (profiles, instance metadata);
+#: ``environment`` or ``default`` force one of the two; ``anonymous`` signs nothing.
+S3Credentials = Literal["auto", "environment", "default", "anonymous"]
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """How to reach ``s3://`` and ``gs://`` locations (local paths need none of it)."""
+
+    s3_endpoint: str | None = None  # None: AWS itself
+    s3_region: str | None = None  # None: us-east-1, not written into specs for AWS
+    s3_credentials: S3Credentials = "auto"
+    gcs_endpoint: str | None = None  # None: storage.googleapis.com
+    #: The GCS endpoint is an emulator (STORAGE_EMULATOR_HOST): it takes any bearer token.
+    gcs_emulator: bool = False
+    #: TensorStore's retries of a failed request (both drivers): bounded, so a dead endpoint
+    #: fails in seconds (0.25 s doubling to 2 s by default).
+    request_retries: int = 4
+    retry_initial_delay_s: float = 0.25
+    retry_max_delay_s: float = 2.0
+    #: Attempts and per-request timeout of a listing request (botocore, GCS JSON API).
+    list_attempts: int = 4
+    list_timeout_s: float = 20.0
+
+    @classmethod
+    def from_environment(
+        cls, *, s3_endpoint: str | None = None, environ: Mapping[str, str] | None = None
+    ) -> StorageOptions:
+        """The options of this process: ``s3_endpoint`` (``--s3-endpoint``) else
+        ``CKPT_S3_ENDPOINT``, ``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``; the region from
+        ``AWS_REGION`` or ``AWS_DEFAULT_REGION``; the GCS endpoint from
+        ``TENSORSTORE_GCS_HTTP_URL`` (TensorStore's own), else ``STORAGE_EMULATOR_HOST``."""
+        env = os.environ if environ is None else environ
+        endpoint = next(
+            (
+                v
+                for v in (
+                    s3_endpoint,
+                    env.get("CKPT_S3_ENDPOINT"),
+                    env.get("AWS_ENDPOINT_URL_S3"),
+                    env.get("AWS_ENDPOINT_URL"),
+                )
+                if v
+            ),
+            None,
+        )
+        gcs = env.get("TENSORSTORE_GCS_HTTP_URL")
+        emulator = False
+        if not gcs and env.get("STORAGE_EMULATOR_HOST"):
+            gcs = env["STORAGE_EMULATOR_HOST"]
+            gcs = gcs if "://" in gcs else "http://" + gcs
+            emulator = True
+        return cls(
+            s3_endpoint=endpoint.rstrip("/") if endpoint else None,
+            s3_region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+            gcs_endpoint=gcs.rstrip("/") if gcs else None,
+            gcs_emulator=emulator,
+        )
+
+    def retries(self) -> dict[str, Any]:
+        """TensorStore's ``*_request_retries`` spec for both drivers."""
+        return {
+            "max_retries": self.request_retries,
+            "initial_delay": f"{self.retry_initial_delay_s:g}s",
+            "max_delay": f"{self.retry_max_delay_s:g}s",
+        }

@@ -1,0 +1,368 @@
+"""``RemoteLocation``: a path in a bucket, served from one prefix listing.
+
+Object stores have no directories, only keys: a "directory" is a key prefix. The first question
+about a location (``exists``, ``list``, ``walk``...) lists its whole prefix once, recursively,
+1,000 keys a request with sizes and times (see ``objstore``), and every later question about
+anything below it is answered from that listing: ``ls`` of a root of 1,000 steps costs a few
+listing requests, not one per step or per file. Locations derived from one another (``child``,
+``parent``) share the listing. The price: asking about one step of a root first lists the whole
+root; point the command at the step's URL to list only the step.
+
+Reads, writes and deletes go through TensorStore (``kvstore_spec``). The listing is kept in step
+with the writes and deletes made through this class; ``refresh()`` drops it after writes made by
+TensorStore directly (arrays) and before a re-check that must see the store as it is now.
+
+Object stores have no rename (``requires_commit_marker``): writers write a step in place and put
+a commit marker last; ``delete_tree`` deletes object by object, in the order its caller asks.
+"""
+
+from __future__ import annotations
+
+import bisect
+import builtins
+import contextlib
+import threading
+from collections.abc import Collection, Iterator
+from typing import Any
+
+from ckpt_cli.core.storage.base import (
+    MAX_METADATA_BYTES,
+    Entry,
+    Location,
+    Lock,
+    NotACheckpointDirError,
+)
+from ckpt_cli.core.storage.objstore import ObjectStore, open_store
+from ckpt_cli.core.storage.options import StorageOptions
+from ckpt_cli.errors import CkptError, InvalidMetadataError, NotFoundError, StorageError
+
+DELETE_BATCH = 64
+
+
+class _Listing:
+    """The keys (sizes, times) of the prefixes listed so far, shared by related locations."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+        self.keys: list[str] = []
+        self.info: dict[str, tuple[int, float]] = {}
+        self.listed: list[str] = []  # string prefixes listed completely
+        self.lock = threading.RLock()
+        self._kv: Any = None
+
+    def kv(self) -> Any:
+        import tensorstore as ts
+
+        with self.lock:
+            if self._kv is None:
+                self._kv = ts.KvStore.open(self.store.kvstore_spec("")).result()
+            return self._kv
+
+    def covered(self, prefix: str) -> bool:
+        return any(prefix.startswith(p) for p in self.listed)
+
+    def ensure(self, prefix: str) -> None:
+        with self.lock:
+            if self.covered(prefix):
+                return
+            try:
+                found = list(self.store.list_objects(prefix))
+            except Exception as e:
+                raise self.store.error(f"cannot list {self.store.url(prefix)}", e) from None
+            self.listed = [p for p in self.listed if not p.startswith(prefix)] + [prefix]
+            for obj in found:
+                self.info[obj.key] = (obj.size, obj.mtime)
+            self.keys = sorted(self.info)
+
+    def below(self, prefix: str) -> list[str]:
+        """Listed keys that start with ``prefix`` (which must be covered)."""
+        lo = bisect.bisect_left(self.keys, prefix)
+        hi = bisect.bisect_left(self.keys, prefix + "\U0010ffff")
+        return self.keys[lo:hi]
+
+    def added(self, key: str, size: int, mtime: float) -> None:
+        with self.lock:
+            if key not in self.info:
+                bisect.insort(self.keys, key)
+            self.info[key] = (size, mtime)
+
+    def removed(self, key: str) -> None:
+        with self.lock:
+            if self.info.pop(key, None) is not None:
+                del self.keys[bisect.bisect_left(self.keys, key)]
+
+    def clear(self) -> None:
+        with self.lock:
+            self.keys, self.info, self.listed = [], {}, []
+
+
+class RemoteLocation(Location):
+    """``s3://bucket/key`` or ``gs://bucket/key``; ``key`` has no leading or trailing slash."""
+
+    requires_commit_marker = True
+    parallel_reads = 32  # TensorStore's default S3/GCS request concurrency
+
+    def __init__(self, listing: _Listing, key: str) -> None:
+        self._listing = listing
+        self.key = key.strip("/")
+
+    @property
+    def store(self) -> ObjectStore:
+        return self._listing.store
+
+    @property
+    def options(self) -> StorageOptions:
+        return self.store.options
+
+    @property
+    def _dir(self) -> str:
+        return self.key + "/" if self.key else ""
+
+    @property
+    def name(self) -> str:
+        return self.key.rsplit("/", 1)[-1] if self.key else self.store.bucket
+
+    @property
+    def parent(self) -> RemoteLocation:
+        return RemoteLocation(self._listing, self.key.rsplit("/", 1)[0] if "/" in self.key else "")
+
+    def child(self, *parts: str) -> RemoteLocation:
+        rel = "/".join(p.strip("/") for p in parts if p.strip("/"))
+        return RemoteLocation(self._listing, f"{self._dir}{rel}")
+
+    # Questions answered from the listing.
+
+    def _children(self) -> dict[str, list[str]]:
+        self._listing.ensure(self._dir)
+        groups: dict[str, list[str]] = {}
+        for k in self._listing.below(self._dir):
+            groups.setdefault(k[len(self._dir) :].split("/", 1)[0], []).append(k)
+        groups.pop("", None)  # a "directory marker" object named like the prefix itself
+        return groups
+
+    def is_dir(self) -> bool:
+        if not self.key:
+            return True
+        self._listing.ensure(self._dir)
+        return bool(self._listing.below(self._dir))
+
+    def is_file(self) -> bool:
+        if not self.key:
+            return False
+        if not self._listing.covered(self.key):
+            with self._listing.lock:
+                if not self._listing.covered(self.key):
+                    try:
+                        first = next(iter(self.store.list_objects(self.key, limit=1)), None)
+                    except Exception as e:
+                        raise self.store.error(f"cannot list {self}", e) from None
+                    if first is not None and first.key == self.key:
+                        self._listing.added(first.key, first.size, first.mtime)
+                    return first is not None and first.key == self.key
+        return self.key in self._listing.info
+
+    def exists(self) -> bool:
+        return self.is_dir() or self.is_file()
+
+    def is_symlink(self) -> bool:
+        return False
+
+    def list(self) -> list[Entry]:
+        groups = self._children()
+        if not groups:
+            if self.is_file():
+                raise NotACheckpointDirError(f"{self} is a file, not a directory")
+            raise NotFoundError(f"{self} does not exist")
+        out = []
+        info = self._listing.info
+        for name, keys in sorted(groups.items()):
+            whole = f"{self._dir}{name}"
+            if keys == [whole]:
+                size, mtime = info[whole]
+                out.append(Entry(name, False, size, mtime))
+            else:
+                out.append(Entry(name, True, 0, max(info[k][1] for k in keys)))
+        return out
+
+    def walk(self) -> Iterator[tuple[str, Entry]]:
+        self._listing.ensure(self._dir)
+        for k in self._listing.below(self._dir):
+            if k.endswith("/"):
+                continue
+            size, mtime = self._listing.info[k]
+            rel = k[len(self._dir) :]
+            yield rel, Entry(rel.rsplit("/", 1)[-1], False, size, mtime)
+
+    def mtime(self) -> float:
+        if self.is_file():
+            return self._listing.info[self.key][1]
+        keys = self._listing.below(self._dir) if self.is_dir() else []
+        if not keys:
+            raise NotFoundError(f"{self} does not exist")
+        return max(self._listing.info[k][1] for k in keys)
+
+    def size(self) -> int:
+        if not self.is_file():
+            raise NotFoundError(f"{self} does not exist")
+        return self._listing.info[self.key][0]
+
+    def resolve(self) -> RemoteLocation:
+        return self
+
+    def is_within(self, other: Location) -> bool:
+        if not isinstance(other, RemoteLocation) or other.store is not self.store:
+            return False
+        return not other.key or self.key == other.key or self.key.startswith(other._dir)
+
+    # Reads and writes through TensorStore.
+
+    def _read(self, byte_range: slice | None = None) -> bytes:
+        try:
+            result = self._listing.kv().read(self.key, byte_range=byte_range).result()
+        except Exception as e:
+            raise self.store.error(f"cannot read {self}", e) from None
+        if result.state != "value":
+            if self.is_dir():
+                raise InvalidMetadataError(f"{self} is a directory, expected a file")
+            raise NotFoundError(f"{self} does not exist")
+        return bytes(result.value)
+
+    def read_bytes(self, limit: int = MAX_METADATA_BYTES) -> bytes:
+        if self.key in self._listing.info and self._listing.info[self.key][0] > limit:
+            raise InvalidMetadataError(f"{self} is larger than {limit} bytes")
+        data = self._read()
+        if len(data) > limit:
+            raise InvalidMetadataError(f"{self} is larger than {limit} bytes")
+        return data
+
+    def read_tail(self, size: int) -> bytes:
+        # A suffix range longer than the object fails (OUT_OF_RANGE): start from its known size.
+        total = self.size() if self.is_file() else None
+        if total is None or total <= size:
+            return self._read()
+        return self._read(slice(total - size, total))
+
+    def iter_bytes(self, block_size: int = 4 << 20) -> Iterator[bytes]:
+        total = self.size()
+        for start in range(0, total, block_size):
+            yield self._read(slice(start, min(total, start + block_size)))
+
+    def write_bytes(self, data: bytes) -> None:
+        """A plain put: an object appears whole or not at all, no temporary name needed."""
+        import time
+
+        try:
+            self._listing.kv().write(self.key, data).result()
+        except Exception as e:
+            raise self.store.error(f"cannot write {self}", e) from None
+        self._listing.added(self.key, len(data), time.time())
+
+    def make_dirs(self) -> None:
+        """Nothing to do: directories are implicit in object stores."""
+
+    def delete_tree(self, *, first: Collection[str] = (), last: Collection[str] = ()) -> None:
+        """Delete every object below: those named in ``first`` (anywhere below), then the rest,
+        then those named in ``last`` directly inside this directory."""
+        self.refresh()
+        keys = self._children_keys()
+        if not keys:
+            raise NotFoundError(f"{self} does not exist")
+        early = [k for k in keys if k.rsplit("/", 1)[-1] in first]
+        late = [k for k in keys if k[len(self._dir) :] in last and k not in early]
+        ordered = set(early) | set(late)
+        self._delete(early)
+        self._delete([k for k in keys if k not in ordered])
+        self._delete(late)
+
+    def delete_file(self) -> None:
+        if not self.is_file():
+            raise NotFoundError(f"{self} does not exist")
+        self._delete([self.key])
+
+    def _children_keys(self) -> builtins.list[str]:
+        self._listing.ensure(self._dir)
+        return self._listing.below(self._dir) if self.key else []
+
+    def _delete(self, keys: builtins.list[str]) -> None:
+        kv = self._listing.kv()
+        for i in range(0, len(keys), DELETE_BATCH):
+            batch = keys[i : i + DELETE_BATCH]
+            futures = [(k, kv.write(k, None)) for k in batch]
+            failed: tuple[str, Exception] | None = None
+            for k, fut in futures:
+                try:
+                    fut.result()
+                    self._listing.removed(k)
+                except Exception as e:
+                    failed = failed or (k, e)
+            if failed:
+                raise self.store.error(f"cannot delete {self.store.url(failed[0])}", failed[1])
+
+    def rename(self, new_name: str) -> Location:
+        raise StorageError(f"cannot rename {self}: object stores have no rename")
+
+    def try_lock(self, owner: str) -> Lock | None:
+        """A lock object put only if absent (a conditional put: S3 If-None-Match, GCS
+        ifGenerationMatch=0). Released by deleting it; a holder that is killed leaves it behind,
+        and the next caller is refused until someone deletes it (see the message)."""
+        kv = self._listing.kv()
+        try:
+            current = kv.read(self.key).result()
+            if current.state == "value":
+                return None
+            stamp = kv.write(self.key, owner.encode(), if_equal=current.stamp.generation).result()
+        except Exception as e:
+            raise self.store.error(f"cannot take the lock {self}", e) from None
+        if not stamp.generation:
+            return None  # someone else put it between our read and our write
+        return _ObjectLock(self, stamp.generation)
+
+    def refresh(self) -> None:
+        self._listing.clear()
+
+    def describe_error(self, e: BaseException) -> str:
+        return self.store.describe(e)
+
+    def kvstore_spec(self) -> dict[str, Any]:
+        return self.store.kvstore_spec(self._dir)
+
+    def __str__(self) -> str:
+        return self.store.url(self.key)
+
+    def __repr__(self) -> str:
+        return f"RemoteLocation({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, RemoteLocation)
+            and other.store.identity() == self.store.identity()
+            and other.key == self.key
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.store.identity(), self.key))
+
+
+class _ObjectLock(Lock):
+    def __init__(self, location: RemoteLocation, generation: bytes) -> None:
+        self.location = location
+        self.generation: bytes | None = generation
+
+    def release(self) -> None:
+        if self.generation is None:
+            return
+        loc, self.generation = self.location, None
+        # On failure the lock stays; the next prune names it and says how to remove it.
+        with contextlib.suppress(CkptError):
+            loc._delete([loc.key])
+
+
+def open_remote(url: str, options: StorageOptions | None = None) -> RemoteLocation:
+    """``s3://bucket/path`` or ``gs://bucket/path`` as a location with a fresh listing."""
+    scheme, rest = url.split("://", 1)
+    bucket, _, key = rest.partition("/")
+    if not bucket:
+        from ckpt_cli.errors import UsageError
+
+        raise UsageError(f"{url} names no bucket: use {scheme}://BUCKET/PATH")
+    return RemoteLocation(_Listing(open_store(scheme, bucket, options)), key)

@@ -1,0 +1,13 @@
+"""Amounts as people read them, for messages (the renderers use the same spelling)."""
+
+from __future__ import annotations
+
+
+def human_bytes(n: int) -> str:
+    """``1536`` -> ``1.5 KiB``: binary units, one decimal; plain bytes below 1 KiB."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"

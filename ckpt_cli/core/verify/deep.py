@@ -1,0 +1,222 @@
+"""The data levels of ``verify``: ``--deep`` (every chunk), ``--sample`` (a random subset of
+chunks) and the digests they check or record.
+
+Decoding runs through ``scan.scan_leaves`` (TensorStore futures, bounded in flight). The file
+checksum pass reads raw files on a small thread pool at the same time: ``zlib.crc32`` and file
+reads release the GIL, so the two overlap instead of adding up.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import secrets
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from ckpt_cli.core.format.arrays import ArrayInfo
+from ckpt_cli.core.format.digests import (
+    DIGEST_FILE,
+    FileSum,
+    LeafDigest,
+    file_checksum,
+    recorded_file,
+)
+from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES, LeafScan, ScanTask, scan_leaves
+from ckpt_cli.core.verify.types import DataResult, ItemFacts, NonFinite, SampleInfo, SampleSpec
+from ckpt_cli.errors import CkptError
+
+_FILE_WORKERS = 2
+_RESTORE = "restore this step from a copy"
+
+
+class _Bytes:
+    """A thread-safe byte counter in front of the caller's progress callback."""
+
+    def __init__(self, on_bytes: Callable[[int], None] | None) -> None:
+        self.on_bytes = on_bytes
+        self.lock = threading.Lock()
+
+    def __call__(self, n: int) -> None:
+        if self.on_bytes is not None:
+            with self.lock:
+                self.on_bytes(n)
+
+
+def deep_item(
+    facts: ItemFacts,
+    want_digests: bool,
+    budget: int = SCAN_BLOCK_BYTES,
+    on_bytes: Callable[[int], None] | None = None,
+) -> DataResult:
+    """Decode every chunk of every readable array; digests and file checksums when wanted."""
+    progress = _Bytes(on_bytes)
+    files = _data_files(facts) if want_digests else []
+    result = DataResult([], {}, {})
+    with ThreadPoolExecutor(_FILE_WORKERS) as pool:
+        sums = [(rel, pool.submit(_checksum, facts, rel, progress)) for rel in files]
+        tasks = [
+            ScanTask(name, info, label, digest=want_digests)
+            for name, (info, label) in sorted(facts.arrays.items())
+        ]
+        if facts.store is not None:
+            for scan in scan_leaves(facts.store, tasks, budget, progress):
+                _take_scan(facts, result, scan, facts.arrays[scan.name][0])
+        _take_sums(facts, result, sums)
+    for name, value in facts.strings.items():
+        from ckpt_cli.core.format.digests import string_digest
+
+        result.digests[name] = string_digest(value)
+    return result
+
+
+def _checksum(facts: ItemFacts, rel: str, progress: _Bytes) -> FileSum | str:
+    assert facts.inventory is not None
+    try:
+        got = file_checksum(facts.inventory.base.child(*rel.split("/")))
+    except CkptError as e:
+        return e.message
+    progress(got.size)
+    return got
+
+
+def _data_files(facts: ItemFacts) -> list[str]:
+    assert facts.inventory is not None
+    return sorted(
+        rel
+        for rel, size in facts.inventory.sizes.items()
+        if size is not None and recorded_file(rel)
+    )
+
+
+def _take_scan(facts: ItemFacts, result: DataResult, scan: LeafScan, info: ArrayInfo) -> None:
+    result.bytes_decoded += scan.bytes
+    if scan.error is not None:
+        facts.add(
+            "decode-error",
+            f"{scan.name}: a chunk cannot be read or decoded ({scan.error}); {_RESTORE}",
+            leaf=scan.name,
+        )
+        return
+    if scan.nan or scan.inf:
+        result.nonfinite.append(NonFinite(scan.name, scan.nan, scan.inf))
+        facts.add(
+            "nonfinite",
+            f"{scan.name} holds {scan.nan} NaN and {scan.inf} Inf of {info.size} values: the "
+            "run had diverged when this step was saved; resume from an earlier step",
+            leaf=scan.name,
+        )
+    if scan.digest is None:
+        return
+    result.digests[scan.name] = LeafDigest(info.dtype, info.shape, scan.digest)
+    rec = facts.record.leaves.get(scan.name) if facts.record else None
+    same_layout = rec is not None and (rec.dtype, rec.shape) == (info.dtype, info.shape)
+    if rec is not None and same_layout and rec.digest != scan.digest:
+        facts.add(
+            "digest-mismatch",
+            f"{scan.name}: the values differ from the digest recorded in {DIGEST_FILE} "
+            "although every chunk decodes: silent corruption (Orbax would restore these "
+            f"wrong values); {_RESTORE}",
+            leaf=scan.name,
+        )
+
+
+def _take_sums(
+    facts: ItemFacts, result: DataResult, sums: list[tuple[str, Future[FileSum | str]]]
+) -> None:
+    recorded = facts.record.files if facts.record else {}
+    for rel, fut in sums:
+        got = fut.result()
+        if isinstance(got, str):
+            facts.add("unreadable", f"{got}; check permissions and the file system", file=rel)
+            continue
+        result.files[rel] = got
+        rec = recorded.get(rel)
+        if rec is not None and rec.size == got.size and rec.crc32 != got.crc32:
+            facts.add(
+                "datafile-checksum-mismatch",
+                f"{rel}: its bytes changed since digests were recorded (CRC-32 {got.crc32}, "
+                f"recorded {rec.crc32}); {_RESTORE}",
+                file=rel,
+            )
+
+
+def sample_items(
+    items: list[ItemFacts],
+    spec: SampleSpec,
+    seed: int | None,
+    budget: int = SCAN_BLOCK_BYTES,
+    on_bytes: Callable[[int], None] | None = None,
+) -> tuple[list[DataResult], SampleInfo]:
+    """Decode a random subset of all chunks of all items; check the files that hold them."""
+    seed = secrets.randbits(32) if seed is None else seed
+    leaves = [
+        (i, name, info) for i, f in enumerate(items) for name, (info, _) in sorted(f.arrays.items())
+    ]
+    counts = [info.num_chunks for _, _, info in leaves]
+    total_chunks, total_bytes = sum(counts), sum(info.nbytes for _, _, info in leaves)
+    fraction = (
+        (spec.percent or 0) / 100
+        if spec.percent is not None
+        else min(1.0, (spec.bytes or 0) / max(1, total_bytes))
+    )
+    k = min(total_chunks, math.ceil(total_chunks * fraction)) if total_chunks else 0
+    picks = sorted(random.Random(seed).sample(range(total_chunks), k))
+    chosen: dict[int, list[tuple[int, ...]]] = {}
+    start, p = 0, 0
+    for li, count in enumerate(counts):
+        while p < len(picks) and picks[p] < start + count:
+            chosen.setdefault(li, []).append(_unravel(picks[p] - start, leaves[li][2].chunk_grid))
+            p += 1
+        start += count
+    progress = _Bytes(on_bytes)
+    results = [DataResult([], {}, {}) for _ in items]
+    sampled_bytes = 0
+    for i, facts in enumerate(items):
+        tasks: list[ScanTask] = []
+        files: set[str] = set()
+        for li, idxs in sorted(chosen.items()):
+            item_index, name, info = leaves[li]
+            if item_index != i:
+                continue
+            blocks = tuple(_chunk_block(info, idx) for idx in idxs)
+            tasks.append(ScanTask(name, info, facts.arrays[name][1], blocks=blocks))
+            results[i].chunks_decoded += len(idxs)
+            files.update(f for idx in idxs if (f := facts.chunk_file(name, idx)) is not None)
+        if facts.store is not None and tasks:
+            for scan in scan_leaves(facts.store, tasks, budget, progress):
+                _take_scan(facts, results[i], scan, facts.arrays[scan.name][0])
+        sampled_bytes += results[i].bytes_decoded
+        if facts.record is not None and files:
+            sums = [(rel, _done(_checksum(facts, rel, _Bytes(None)))) for rel in sorted(files)]
+            _take_sums(facts, results[i], sums)
+    return results, SampleInfo(seed, k, total_chunks, sampled_bytes, total_bytes)
+
+
+def _done(value: FileSum | str) -> Future[FileSum | str]:
+    fut: Future[FileSum | str] = Future()
+    fut.set_result(value)
+    return fut
+
+
+def _unravel(linear: int, grid: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    for g in reversed(grid):
+        linear, r = divmod(linear, g)
+        out.append(r)
+    return tuple(reversed(out))
+
+
+def _chunk_block(info: ArrayInfo, index: tuple[int, ...]) -> tuple[slice, ...]:
+    return tuple(
+        slice(i * c, min((i + 1) * c, s))
+        for i, c, s in zip(index, info.chunk_shape, info.shape, strict=True)
+    )
+
+
+def item_bytes(facts: ItemFacts, want_digests: bool) -> int:
+    """Bytes an item's deep pass reports to progress: arrays, plus files when checksummed."""
+    arrays = sum(info.nbytes for info, _ in facts.arrays.values())
+    files = facts.inventory.total_bytes if (want_digests and facts.inventory) else 0
+    return arrays + files

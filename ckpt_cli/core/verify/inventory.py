@@ -1,0 +1,77 @@
+"""Every file of a directory, sizes with symlinks followed, and links that lead outside.
+
+``verify`` compares what is on disk with what the metadata and the OCDBT trees reference; this
+module takes the inventory once per item (one ``walk``) and answers size questions from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ckpt_cli.core.storage import Location
+from ckpt_cli.core.verify.problems import Problem, problem
+from ckpt_cli.errors import CkptError
+
+
+@dataclass
+class Inventory:
+    """Files below a directory: item-relative path -> size (None: a dangling link)."""
+
+    base: Location
+    sizes: dict[str, int | None] = field(default_factory=dict)
+    links: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    def size(self, rel: str) -> int | None:
+        return self.sizes.get(rel)
+
+    def exists(self, rel: str) -> bool:
+        return rel in self.sizes and self.sizes[rel] is not None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s or 0 for s in self.sizes.values())
+
+
+def take_inventory(base: Location, boundary: Location, shown_as: str) -> Inventory:
+    """List every file below ``base``; symlinks resolving outside ``boundary`` are problems.
+
+    ``shown_as`` prefixes paths in problems (the base relative to the checked path).
+    """
+    inv = Inventory(base)
+    try:
+        entries = list(base.walk())
+    except CkptError as e:
+        inv.problems.append(
+            problem(
+                "unreadable", f"{e.message}: check permissions and the file system", file=shown_as
+            )
+        )
+        return inv
+    fence = boundary.resolve()
+    for rel, entry in entries:
+        if not entry.is_symlink:
+            inv.sizes[rel] = entry.size
+            continue
+        inv.links.append(rel)
+        loc = base.child(rel)
+        target = loc.resolve()
+        if not target.is_within(fence):
+            inv.problems.append(
+                problem(
+                    "symlink-outside",
+                    f"{_join(shown_as, rel)} is a symlink to {target}, outside the checkpoint: "
+                    "copies and uploads of this checkpoint will miss or duplicate it; replace "
+                    "the link with the file",
+                    file=_join(shown_as, rel),
+                )
+            )
+        try:
+            inv.sizes[rel] = None if entry.is_dir else loc.size()
+        except CkptError:
+            inv.sizes[rel] = None  # dangling: reported as missing where it is needed
+    return inv
+
+
+def _join(prefix: str, rel: str) -> str:
+    return rel if prefix in ("", ".") else f"{prefix}/{rel}"

@@ -1,0 +1,222 @@
+"""Structure checks of one item, verify's default level: metadata, arrays, chunks, OCDBT, files.
+
+Reads metadata files, zarr headers and OCDBT tree nodes, never chunk data. The result also
+carries what the deeper levels need: the readable arrays, where each chunk's bytes live and the
+recorded digests.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from ckpt_cli.core.format.arrays import ItemStore
+from ckpt_cli.core.format.digests import DIGEST_FILE, DigestRecord, read_digests
+from ckpt_cli.core.format.metadata import (
+    TreeMetadata,
+    parse_tree_metadata,
+    read_array_metadatas,
+    read_strings,
+)
+from ckpt_cli.core.format.names import (
+    COMMIT_MARKER,
+    MANIFEST,
+    STEP_METADATA,
+    TREE_METADATA,
+    split_key,
+)
+from ckpt_cli.core.format.sharding import read_shardings
+from ckpt_cli.core.storage import Location
+from ckpt_cli.core.verify import checks
+from ckpt_cli.core.verify.inventory import take_inventory
+from ckpt_cli.core.verify.ocdbt import OcdbtScan, check_ref_bounds, scan_database
+from ckpt_cli.core.verify.problems import Problem
+from ckpt_cli.core.verify.types import ItemFacts
+from ckpt_cli.errors import CkptError, InvalidMetadataError
+
+_PROCESS_FILE = re.compile(r"^process_\d+$")
+_JSON_ITEM_FILES = ("metadata", "metrics")
+
+
+def check_item(
+    item: Location, shown_as: str, boundary: Location, item_is_step: bool = False
+) -> ItemFacts:
+    """Every structure check of one item; never raises for damage, only records problems."""
+    facts = ItemFacts(shown_as)
+    inv = take_inventory(item, boundary, shown_as)
+    facts.inventory = inv
+    facts.problems.extend(inv.problems)
+    facts.record = _read_record(item, facts)
+    known = {COMMIT_MARKER, DIGEST_FILE} | ({STEP_METADATA} if item_is_step else set())
+    if TREE_METADATA in inv.sizes:
+        _check_pytree(item, facts, known)
+    elif json_file := next((f for f in _JSON_ITEM_FILES if f in inv.sizes), None):
+        facts.kind = "json"
+        _parse_json(item, json_file, facts)
+        _flag_unknown(facts, known | {json_file}, lambda rel: False)
+    else:
+        facts.add(
+            "metadata-missing",
+            f"{shown_as} has no {TREE_METADATA} (nor a JSON item file): Orbax cannot restore "
+            "it; restore the file from a copy of this step",
+            file=TREE_METADATA,
+        )
+    if facts.record is not None:
+        checks.check_record_files(facts)
+    facts.problems = _dedupe(facts.problems)
+    return facts
+
+
+def _read_record(item: Location, facts: ItemFacts) -> DigestRecord | None:
+    assert facts.inventory is not None
+    if DIGEST_FILE not in facts.inventory.sizes or _parse_json(item, DIGEST_FILE, facts) is None:
+        return None
+    try:
+        return read_digests(item)
+    except InvalidMetadataError as e:
+        facts.add(
+            "digest-file-invalid",
+            f"{e.message}: delete it and record again with `ckpt verify --record`",
+            file=DIGEST_FILE,
+        )
+        return None
+
+
+def _parse_json(item: Location, rel: str, facts: ItemFacts) -> Any | None:
+    try:
+        return item.child(*rel.split("/")).read_json()
+    except CkptError as e:
+        code = "json-invalid" if isinstance(e, InvalidMetadataError) else "unreadable"
+        facts.add(code, f"{e.message}: restore it from a copy of this step", file=rel)
+        return None
+
+
+def _parsed(facts: ItemFacts, rel: str, parse: Callable[[], Any], default: Any) -> Any:
+    try:
+        return parse()
+    except CkptError as e:
+        facts.add("metadata-invalid", f"{e.message}: restore it from a copy of this step", file=rel)
+        return default
+
+
+def _check_pytree(item: Location, facts: ItemFacts, known: set[str]) -> None:
+    inv = facts.inventory
+    assert inv is not None
+    raw = _parse_json(item, TREE_METADATA, facts)
+    tree: TreeMetadata | None = None
+    if raw is not None:
+        tree = _parsed(
+            facts, TREE_METADATA, lambda: parse_tree_metadata(raw, item.child(TREE_METADATA)), None
+        )
+    meta_ok = all(
+        _parse_json(item, rel, facts) is not None
+        for rel in sorted(inv.sizes)
+        if rel in ("_sharding", "_strings.json") or _is_process_file(rel)
+    )
+    if tree is None:
+        return  # without the tree nothing else can be matched; the file problem says it all
+    facts.zarr3 = tree.use_zarr3
+    facts.leaves = [m.name for m in tree.leaves]
+    shardings = _parsed(facts, "_sharding", lambda: read_shardings(item), {}) if meta_ok else {}
+    array_metas = (
+        _parsed(facts, "array_metadatas", lambda: read_array_metadatas(item), {}) if meta_ok else {}
+    )
+    if any(m.value_type == "string" for m in tree.leaves) and "_strings.json" in inv.sizes:
+        facts.strings = _parsed(facts, "_strings.json", lambda: read_strings(item), {})
+    facts.store = store = ItemStore(item, tree.use_zarr3)
+    scans: list[OcdbtScan] = []
+    complete, broken = True, set[str]()
+    referenced: set[str] = set()
+    if store.layout == "zarr":
+        if tree.use_ocdbt:
+            facts.add(
+                "manifest-missing",
+                f"{TREE_METADATA} says use_ocdbt but the item holds no OCDBT database: the "
+                "arrays are gone; restore this step from a copy",
+                file=MANIFEST,
+            )
+            complete = False
+        facts.keys = {rel.encode(): None for rel in inv.sizes if "/" in rel}
+    else:
+        if MANIFEST in inv.sizes or any(rel.startswith("d/") for rel in inv.sizes):
+            scans.append(scan_database(item, "", inv.size))
+        scans.extend(scan_database(item, db, inv.size) for db in store.process_dbs)
+        for scan in scans:
+            facts.problems.extend(_shown(facts, p) for p in scan.problems)
+            referenced.update(r.file for r, _ in scan.refs)
+        bounds, broken = check_ref_bounds(scans, inv.size, lambda k: split_key(k, facts.zarr3)[0])
+        facts.problems.extend(_shown(facts, p) for p in bounds)
+        key_scans = [s for s in scans if s.db == ""] if MANIFEST in inv.sizes else scans
+        for scan in reversed(key_scans):
+            facts.keys.update(scan.keys)
+        complete = all(s.complete for s in key_scans) and bool(key_scans)
+    if complete:
+        checks.check_arrays(facts, tree, shardings, array_metas, broken)
+    known_dirs = {db for db in store.process_dbs}
+    _flag_unknown(
+        facts,
+        known | {TREE_METADATA, "_sharding", "_strings.json", MANIFEST},
+        lambda rel: (
+            _is_process_file(rel)
+            or (store.layout == "zarr" and rel.split("/")[0] in facts.arrays_seen)
+            or _ocdbt_file(rel, known_dirs, referenced, facts, complete and bool(scans))
+        ),
+    )
+
+
+def _shown(facts: ItemFacts, p: Problem) -> Problem:
+    if p.file is None or facts.shown_as in ("", "."):
+        return p
+    return Problem(p.severity, p.code, p.message, p.leaf, f"{facts.shown_as}/{p.file}")
+
+
+def _is_process_file(rel: str) -> bool:
+    parts = rel.split("/")
+    return len(parts) == 2 and parts[0] == "array_metadatas" and bool(_PROCESS_FILE.match(parts[1]))
+
+
+def _ocdbt_file(
+    rel: str, dbs: set[str], referenced: set[str], facts: ItemFacts, trust_refs: bool
+) -> bool:
+    """Whether ``rel`` is a file of an OCDBT database; unreferenced data files are flagged."""
+    parts = rel.split("/")
+    in_db = (len(parts) == 2 and parts[0] == "d") or (
+        len(parts) >= 2
+        and parts[0] in dbs
+        and (parts[1:] == [MANIFEST] or (len(parts) == 3 and parts[1] == "d"))
+    )
+    if not in_db:
+        return False
+    if parts[-1] != MANIFEST and trust_refs and rel not in referenced:
+        facts.add(
+            "unreferenced-file",
+            f"OCDBT data file {rel} is referenced by no version of its database: it is dead "
+            "weight (a left-over of an interrupted write?); it can be deleted",
+            file=rel,
+        )
+    return True
+
+
+def _flag_unknown(facts: ItemFacts, known: set[str], also_known: Callable[[str], bool]) -> None:
+    assert facts.inventory is not None
+    for rel in sorted(facts.inventory.sizes):
+        if rel in known or rel.startswith(DIGEST_FILE + ".tmp-") or also_known(rel):
+            continue
+        facts.add(
+            "unknown-file",
+            f"{rel} is not a file Orbax writes into an item: Orbax ignores it; remove it, or "
+            "keep it knowing that restores do not see it",
+            file=rel,
+        )
+
+
+def _dedupe(problems: list[Problem]) -> list[Problem]:
+    seen: set[tuple[str, str | None, str | None]] = set()
+    out = []
+    for p in problems:
+        key = (p.code, p.leaf, p.file)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out

@@ -1,0 +1,253 @@
+"""What one ``verify`` run checks: the items of a root's selected steps, of a step or an item,
+and the problems found on the way there (unknown files, unfinished saves, missing items).
+
+Item detection is the format's (``names.looks_like_item``), JsonSave and metrics items
+included: a step subdirectory that holds none of an item's files is reported, not checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ckpt_cli.core.format.layout import StepRef, detect, list_steps
+from ckpt_cli.core.format.metadata import read_step_metadata
+from ckpt_cli.core.format.names import (
+    COMMIT_MARKER,
+    JSON_ITEM_FILES,
+    ROOT_METADATA,
+    ROOT_METADATA_DIR,
+    STEP_METADATA,
+    TMP_MARKER,
+    looks_like_item,
+    parse_step_name,
+)
+from ckpt_cli.core.format.resolve import find_step
+from ckpt_cli.core.storage import Entry, Location
+from ckpt_cli.core.verify.problems import Problem, problem
+from ckpt_cli.core.verify.types import VerifyOptions
+from ckpt_cli.errors import CkptError, InvalidMetadataError, UnsupportedError, UsageError
+
+
+@dataclass(frozen=True)
+class ItemTarget:
+    """One item to check, and how the report names it (relative to the checked path)."""
+
+    location: Location
+    shown_as: str
+    step: int | None
+    name: str
+    is_step: bool = False
+
+
+@dataclass
+class Targets:
+    """What a path holds to check, and what was found wrong on the way to its items."""
+
+    kind: str  # root | step | item
+    items: list[ItemTarget] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)
+    #: The steps ``--mark-committed`` marks once the check is clean.
+    step_locations: list[Location] = field(default_factory=list)
+
+
+def find_targets(location: Location, options: VerifyOptions) -> Targets:
+    """Classify ``location`` and list the items to check; refuses options that do not apply."""
+    found = detect(location)
+    kind, entries = found.kind, found.entries
+    names = {e.name for e in entries}
+    if kind == "step" and STEP_METADATA not in names and names & JSON_ITEM_FILES:
+        # A JsonSave or metrics item: its commit_success.txt makes it look like a step.
+        kind = "item"
+    if kind == "legacy":
+        raise UnsupportedError(
+            f"{location} is a legacy Flax msgpack checkpoint: it has no structure to verify",
+            hint="restore it with flax.serialization.msgpack_restore",
+        )
+    if kind != "root" and (options.step is not None or options.latest):
+        raise UsageError(f"--step and --latest apply to a root; {location} is a {kind}")
+    if options.mark_committed:
+        _check_markable(location, kind, options)
+    out = Targets(kind)
+    if kind == "root":
+        for ref in _select_steps(location, entries, options, out.problems, out.unfinished):
+            out.step_locations.append(ref.location)
+            out.steps.append(ref.step)
+            out.items.extend(
+                _check_step(ref.location, ref.name, ref.step, list(ref.children), out.problems)
+            )
+    elif kind == "step":
+        parsed = parse_step_name(location.name)
+        step = parsed.step if parsed else None
+        if parsed is not None and parsed.tmp:
+            out.problems.append(_tmp_problem(location.name, "."))
+        out.steps = [step] if step is not None else []
+        out.step_locations = [location]
+        out.items = _check_step(location, ".", step, entries, out.problems)
+    else:
+        parsed = parse_step_name(location.parent.name)
+        if TMP_MARKER in location.name:
+            out.problems.append(_tmp_problem(location.name, "."))
+        out.items = [ItemTarget(location, ".", parsed.step if parsed else None, location.name)]
+    return out
+
+
+def _tmp_problem(name: str, shown: str) -> Problem:
+    return problem(
+        "tmp-dir",
+        f"{name} is an unfinished save (its name carries {TMP_MARKER}): it is not a valid "
+        "checkpoint and Orbax deletes it on its next save; delete it, or run `ckpt ls` to "
+        "find the last committed step",
+        file=shown,
+    )
+
+
+def _select_steps(
+    root: Location,
+    entries: list[Entry],
+    options: VerifyOptions,
+    problems: list[Problem],
+    unfinished: list[str],
+) -> list[StepRef]:
+    steps = list_steps(root, entries)
+    unfinished.extend(s.name for s in steps if not s.committed)
+    step_names = {s.name for s in steps}
+    for e in entries:
+        if e.name == ROOT_METADATA_DIR and e.is_dir:
+            _check_json(
+                root.child(ROOT_METADATA_DIR, ROOT_METADATA),
+                f"{ROOT_METADATA_DIR}/{ROOT_METADATA}",
+                problems,
+                optional=True,
+            )
+        elif e.name not in step_names:
+            problems.append(
+                problem(
+                    "unknown-file",
+                    f"{e.name} in the root is neither a step nor Orbax metadata: Orbax ignores "
+                    "it; move it out of the checkpoint directory",
+                    file=e.name,
+                )
+            )
+    if options.step is not None and options.mark_committed:
+        found = [s for s in steps if s.step == options.step and s.status != "incomplete"]
+        if found:
+            unfinished[:] = [n for n in unfinished if n != found[0].name]
+            return found[:1]
+    if options.step is not None:
+        return [find_step(root, steps, options.step)]
+    if options.latest:
+        return [find_step(root, steps, None)]
+    committed = [s for s in steps if s.committed]
+    if not committed:
+        find_step(root, steps, None)  # raises: no committed step
+    return committed
+
+
+def _check_json(
+    loc: Location, shown: str, problems: list[Problem], optional: bool = False
+) -> object:
+    if optional and not loc.is_file():
+        return None
+    try:
+        return loc.read_json()
+    except CkptError as e:
+        code = "json-invalid" if isinstance(e, InvalidMetadataError) else "unreadable"
+        problems.append(
+            problem(code, f"{e.message}: restore it from a copy of this step", file=shown)
+        )
+        return None
+
+
+def _join(prefix: str, rel: str) -> str:
+    return rel if prefix in ("", ".") else f"{prefix}/{rel}"
+
+
+def _holds_an_item(loc: Location) -> bool:
+    try:
+        names = [e.name for e in loc.list()]
+    except CkptError:
+        return False
+    return looks_like_item(names, json_items=True)
+
+
+def _check_step(
+    step_loc: Location, shown: str, step: int | None, entries: list[Entry], problems: list[Problem]
+) -> list[ItemTarget]:
+    names = {e.name for e in entries}
+    meta_file = _join(shown, STEP_METADATA)
+    handlers: dict[str, str] | str | None = None
+    if STEP_METADATA not in names:
+        problems.append(
+            problem(
+                "step-metadata-missing",
+                f"{shown if shown != '.' else step_loc.name} has no {STEP_METADATA}: Orbax "
+                "writes it with every step since 0.5; if this step is that recent, its save "
+                "did not finish; run `ckpt inspect` on it and compare with the step before",
+                file=meta_file,
+            )
+        )
+    elif _check_json(step_loc.child(STEP_METADATA), meta_file, problems) is not None:
+        try:
+            handlers = read_step_metadata(step_loc).item_handlers
+        except InvalidMetadataError as err:
+            problems.append(
+                problem(
+                    "metadata-invalid", f"{err.message}: restore it from a copy", file=meta_file
+                )
+            )
+    if looks_like_item(names):
+        # A single-item Checkpointer writes the item straight into the step directory.
+        return [ItemTarget(step_loc, shown, step, "default", is_step=True)]
+    expected = set(handlers) if isinstance(handlers, dict) else set()
+    targets = []
+    for e in entries:
+        rel = _join(shown, e.name)
+        if not e.is_dir:
+            if e.name not in (STEP_METADATA, COMMIT_MARKER):
+                problems.append(
+                    problem(
+                        "unknown-file",
+                        f"{rel} is not a file Orbax writes into a step: Orbax ignores it; "
+                        "move it out of the checkpoint",
+                        file=rel,
+                    )
+                )
+            continue
+        if TMP_MARKER in e.name:
+            problems.append(_tmp_problem(rel, rel))
+        elif e.name in expected or _holds_an_item(step_loc.child(e.name)):
+            targets.append(ItemTarget(step_loc.child(e.name), rel, step, e.name))
+        else:
+            problems.append(
+                problem(
+                    "unknown-file",
+                    f"{rel}/ is neither an item of this step nor anything Orbax writes: Orbax "
+                    "ignores it; move it out of the checkpoint",
+                    file=rel,
+                )
+            )
+    for name in sorted(expected - names):
+        problems.append(
+            problem(
+                "item-missing",
+                f"item {name} is listed in {STEP_METADATA} but has no directory: restoring it "
+                "fails; restore the step from a copy",
+                file=_join(shown, name),
+            )
+        )
+    return targets
+
+
+def _check_markable(location: Location, kind: str, options: VerifyOptions) -> None:
+    if options.sample is not None:
+        raise UsageError("--mark-committed needs every chunk checked: drop --sample")
+    if (kind == "root" and options.step is None) or kind not in ("root", "step"):
+        raise UsageError(
+            "--mark-committed marks one step: give a root with --step N, or the step itself",
+            hint=f"{location} is a {kind}",
+        )
+    parsed = parse_step_name(location.name) if kind == "step" else None
+    if parsed is not None and parsed.tmp:
+        raise UsageError(f"{location} is an unfinished save: it cannot be marked committed")

@@ -1,0 +1,200 @@
+"""What ``verify`` works with and returns: its options, the working state of one item's check
+(handed from the structure level to the data levels), and the frozen results.
+
+A ``VerifyReport`` is what ``ckpt verify --json`` prints (``to_json``) and what
+``ckpt_cli.verify`` returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.digests import DigestRecord, FileSum, LeafDigest
+from ckpt_cli.core.format.names import chunk_key
+from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES
+from ckpt_cli.core.schema import document
+from ckpt_cli.core.verify.inventory import Inventory
+from ckpt_cli.core.verify.ocdbt import Ref
+from ckpt_cli.core.verify.problems import Problem, problem
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    percent: float | None = None
+    bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    step: int | None = None
+    latest: bool = False
+    deep: bool = False
+    record: bool = False
+    sample: SampleSpec | None = None
+    seed: int | None = None
+    strict: bool = False
+    fail_on_nonfinite: bool = False
+    budget: int = SCAN_BLOCK_BYTES
+    #: After a clean deep check of the one step, put its ``commit_success.txt`` (a step copied
+    #: to an object store without it, Orbax issue #394).
+    mark_committed: bool = False
+
+
+@dataclass
+class ItemFacts:
+    """Working state of one item's check, handed from the structure level to the deeper ones."""
+
+    shown_as: str
+    kind: str = "pytree"  # pytree | json
+    leaves: list[str] = field(default_factory=list)
+    arrays: dict[str, tuple[ArrayInfo, str]] = field(default_factory=dict)  # readable, no errors
+    strings: dict[str, str] = field(default_factory=dict)
+    store: ItemStore | None = None
+    zarr3: bool = False
+    keys: dict[bytes, Ref | None] = field(default_factory=dict)
+    arrays_seen: set[str] = field(default_factory=set)  # arrays with a stored header
+    record: DigestRecord | None = None
+    inventory: Inventory | None = None
+    chunks: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    def add(
+        self, code: str, message: str, leaf: str | None = None, file: str | None = None
+    ) -> None:
+        shown = (
+            None
+            if file is None
+            else (file if self.shown_as in ("", ".") else f"{self.shown_as}/{file}")
+        )
+        self.problems.append(problem(code, message, leaf=leaf, file=shown))
+
+    def chunk_file(self, name: str, index: tuple[int, ...]) -> str | None:
+        """The item-relative file holding a chunk's bytes; None when inline in a tree node."""
+        key = f"{name}/{chunk_key(index, self.zarr3)}"
+        if self.store is not None and self.store.layout == "zarr":
+            return key
+        ref = self.keys.get(key.encode())
+        return ref.file if ref is not None else None
+
+
+@dataclass
+class DataResult:
+    """What the data level found in one item (its problems go straight into the facts)."""
+
+    nonfinite: list[NonFinite]
+    digests: dict[str, LeafDigest]
+    files: dict[str, FileSum]
+    bytes_decoded: int = 0
+    chunks_decoded: int = 0
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    leaf: str
+    nan: int
+    inf: int
+
+
+@dataclass(frozen=True)
+class ItemCheck:
+    """The result for one item: what was looked at and what was found."""
+
+    path: str  # relative to the checked path ("." when the item is the checked path)
+    step: int | None
+    name: str
+    kind: str  # pytree | json
+    leaves: tuple[str, ...]
+    arrays: int
+    chunks: int
+    files: int
+    digests: str  # absent | verified | recorded | structure-only | sampled
+    problems: tuple[Problem, ...]
+    nonfinite: tuple[NonFinite, ...] = ()
+    bytes_decoded: int = 0
+    chunks_decoded: int = 0
+
+
+@dataclass(frozen=True)
+class SampleInfo:
+    seed: int
+    chunks: int
+    of_chunks: int
+    bytes: int
+    of_bytes: int
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Everything one ``verify`` run found, ready to render as a table, JSON or JUnit."""
+
+    path: str
+    kind: str  # root | step | item
+    level: str  # structure | deep | sample
+    items: tuple[ItemCheck, ...]
+    problems: tuple[Problem, ...]  # all of them: root, step and item problems
+    steps: tuple[int, ...] = ()
+    unfinished: tuple[str, ...] = ()
+    sample: SampleInfo | None = None
+    recorded: tuple[str, ...] = ()
+    marked_committed: tuple[str, ...] = ()  # steps given commit_success.txt (--mark-committed)
+    elapsed_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> int:
+        return sum(1 for p in self.problems if p.severity == "error")
+
+    @property
+    def warnings(self) -> int:
+        return sum(1 for p in self.problems if p.severity == "warning")
+
+    @property
+    def ok(self) -> bool:
+        return self.errors == 0
+
+    def checked_json(self) -> dict[str, Any]:
+        return {
+            "level": self.level,
+            "steps": list(self.steps),
+            "items": len(self.items),
+            "leaves": sum(len(i.leaves) for i in self.items),
+            "arrays": sum(i.arrays for i in self.items),
+            "chunks": sum(i.chunks for i in self.items),
+            "files": sum(i.files for i in self.items),
+            "chunks_decoded": sum(i.chunks_decoded for i in self.items),
+            "bytes_decoded": sum(i.bytes_decoded for i in self.items),
+            "digests": {i.path: i.digests for i in self.items},
+            "unfinished_saves": list(self.unfinished),
+            "sample": None
+            if self.sample is None
+            else {
+                "seed": self.sample.seed,
+                "chunks": self.sample.chunks,
+                "of_chunks": self.sample.of_chunks,
+                "bytes": self.sample.bytes,
+                "of_bytes": self.sample.of_bytes,
+            },
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The document ``ckpt verify --json`` prints."""
+        return document(
+            {
+                "path": self.path,
+                "kind": self.kind,
+                "ok": self.ok,
+                "checked": self.checked_json(),
+                "summary": {"errors": self.errors, "warnings": self.warnings},
+                "nonfinite": [
+                    {"item": i.path, "leaf": n.leaf, "nan": n.nan, "inf": n.inf}
+                    for i in self.items
+                    for n in i.nonfinite
+                ],
+                "recorded": list(self.recorded),
+                "marked_committed": list(self.marked_committed),
+                "elapsed_s": round(self.elapsed_s, 3),
+                "problems": [p.to_json() for p in self.problems],
+            }
+        )

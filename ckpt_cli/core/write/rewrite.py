@@ -1,0 +1,226 @@
+"""Write a new step from a source step: one item rewritten leaf by leaf, the others copied.
+
+Shared by ``reshard`` and ``migrate``. The destination is a CheckpointManager root (created when
+missing); the step keeps its number and is written under a tmp name, renamed when complete and
+removed if anything fails, so a failed run never leaves a valid-looking step. The source is only
+read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ckpt_cli.core.executor import Executor, open_executor
+from ckpt_cli.core.format.digests import (
+    DigestRecord,
+    LeafDigest,
+    file_checksum,
+    recorded_file,
+    write_digests,
+)
+from ckpt_cli.core.format.layout import ItemRef, detect, step_items
+from ckpt_cli.core.format.metadata import read_step_metadata, read_tree_metadata
+from ckpt_cli.core.progress import ByteProgress, ProgressFn
+from ckpt_cli.core.storage import Location
+from ckpt_cli.core.write.distributed import DEFAULT_UNIT_BYTES, ScaleStats, write_arrays_scaled
+from ckpt_cli.core.write.item import JSON_HANDLER, STANDARD_HANDLER, ItemWriter
+from ckpt_cli.core.write.step import StepWriter
+from ckpt_cli.core.write.types import LeafOut, WriteOptions
+from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    path: str
+    step: int
+    item: str
+    bytes_written: int
+    scale: ScaleStats | None = None  # how a scaled-out run split the work
+
+
+class WritePlan(Protocol):
+    """A frozen plan of a writer (``ReshardPlan``, ``MigrationPlan``)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """A written step: the plan it carried out, where it went, how long it took; ``digests``
+    says whether the new step's digests were recorded (migrate), None when not asked."""
+
+    plan: WritePlan
+    output: StepOutput
+    seconds: float
+    digests: str | None = None
+
+    @property
+    def rate(self) -> float:
+        """Bytes written per second."""
+        return self.output.bytes_written / self.seconds if self.seconds > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan's document, with what was written added."""
+        out = self.output
+        doc = {
+            **self.plan.to_json(),
+            "output": out.path,
+            "step": out.step,
+            "item": out.item,
+            "bytes_written": out.bytes_written,
+            "seconds": round(self.seconds, 3),
+            "scale": out.scale.to_json() if out.scale else None,
+        }
+        if self.digests is not None:
+            doc["digests"] = self.digests
+        return doc
+
+
+def run_write(
+    src: ItemRef,
+    dst: Location,
+    leaves: Sequence[LeafOut],
+    options: WriteOptions,
+    *,
+    zarr3: bool,
+    label: str,
+    operation: dict[str, Any],
+    on_progress: ProgressFn | None = None,
+    leaf_digests: dict[str, LeafDigest] | None = None,
+    step: int | None = None,
+) -> tuple[StepOutput, float]:
+    """``write_step`` with ``options`` (``zarr3``: the output zarr version, resolved): the
+    executor opened when it scales out, progress as ``label`` bytes of the arrays. Returns the
+    output and the seconds it took."""
+    started = time.monotonic()
+    total = sum(leaf.array.nbytes for leaf in leaves if leaf.array is not None)
+    with contextlib.ExitStack() as stack:
+        executor = None
+        if options.executor.scaled:
+            executor = stack.enter_context(open_executor(options.executor))
+        out = write_step(
+            src,
+            dst,
+            leaves,
+            use_ocdbt=options.ocdbt,
+            use_zarr3=zarr3,
+            memory_limit=options.memory_limit,
+            operation=operation,
+            on_bytes=ByteProgress(on_progress, label, total),
+            leaf_digests=leaf_digests,
+            step=step,
+            executor=executor,
+            unit_bytes=options.unit_bytes,
+            check_destination=False,
+        )
+    return out, time.monotonic() - started
+
+
+def prepare_destination(dst: Location, src: ItemRef) -> None:
+    """Refuse a destination that is the source, lies inside it, or is something else."""
+    if src.root is not None and (
+        str(dst) == str(src.root) or str(dst).startswith(str(src.root) + "/")
+    ):
+        raise UsageError(
+            f"the destination {dst} lies inside the source root {src.root}",
+            hint="write to a new directory; ckpt never modifies its source",
+        )
+    if not dst.exists():
+        return
+    if not dst.is_dir():
+        raise NotACheckpointError(f"the destination {dst} is a file")
+    if not dst.list():
+        return
+    kind = detect(dst).kind
+    if kind != "root":
+        raise NotACheckpointError(
+            f"the destination {dst} exists and is not a checkpoint root",
+            hint="give a new directory or an existing CheckpointManager root",
+        )
+
+
+def write_step(
+    src: ItemRef,
+    dst: Location,
+    leaves: Sequence[LeafOut],
+    *,
+    use_ocdbt: bool,
+    use_zarr3: bool,
+    memory_limit: int,
+    operation: dict[str, Any],
+    on_bytes: Callable[[int], None] | None = None,
+    leaf_digests: dict[str, LeafDigest] | None = None,
+    step: int | None = None,
+    executor: Executor | None = None,
+    unit_bytes: int = DEFAULT_UNIT_BYTES,
+    check_destination: bool = True,
+) -> StepOutput:
+    """Write ``leaves`` as step ``step`` (default: the source's number) of the root ``dst``;
+    ``leaf_digests`` (values known unchanged, e.g. by reshard) are recorded for the new item
+    with freshly computed file checksums, so verify keeps checking them. With ``executor`` the
+    arrays are written in units by its workers (``distributed.py``); metadata, digests and the
+    commit stay here, after every unit succeeded. ``check_destination`` False: the caller
+    already ran ``prepare_destination``."""
+    if check_destination:
+        prepare_destination(dst, src)
+    dst.make_dirs()
+    if step is None:
+        step = src.step if src.step is not None else 0
+    writer = StepWriter(dst, str(step))
+    writer.begin()
+    try:
+        source_meta = read_step_metadata(src.step_location) if src.step_location else None
+        item_dir = writer.item(src.name, STANDARD_HANDLER)
+        tree = read_tree_metadata(src.location)
+        item = ItemWriter(
+            item_dir, use_ocdbt=use_ocdbt, use_zarr3=use_zarr3, memory_limit=memory_limit
+        )
+        stats = None
+        if executor is None:
+            item.write_arrays(leaves, on_bytes)
+        else:
+            stats = write_arrays_scaled(item, leaves, executor, unit_bytes, on_bytes)
+        item.write_metadata(leaves, tree.custom_metadata if tree else None)
+        if leaf_digests:
+            files = {
+                rel: file_checksum(item_dir.child(*rel.split("/")))
+                for rel, _ in item_dir.walk()
+                if recorded_file(rel)
+            }
+            write_digests(item_dir, DigestRecord(leaf_digests, files))
+        if src.step_location is not None and src.location != src.step_location:
+            _copy_other_items(src, writer, source_meta.item_handlers if source_meta else None)
+        custom = dict(source_meta.custom_metadata or {}) if source_meta else {}
+        history = (
+            list(custom.get("ckpt_history", []))
+            if isinstance(custom.get("ckpt_history"), list)
+            else []
+        )
+        custom["ckpt_history"] = [*history, {**operation, "source": str(src.location)}]
+        final = writer.commit(custom, source_meta.metrics if source_meta else None)
+    except BaseException:
+        # Interrupts included: a dead run must leave no tmp step that a retry trips over.
+        with contextlib.suppress(CkptError):
+            writer.abort()
+        raise
+    written = sum(leaf.array.nbytes for leaf in leaves if leaf.array is not None)
+    return StepOutput(str(final), step, src.name, written, stats)
+
+
+def _copy_other_items(
+    src: ItemRef, writer: StepWriter, handlers: dict[str, str] | str | None
+) -> None:
+    assert src.step_location is not None
+    children = src.step_location.list()
+    for name in step_items(src.step_location, children, handlers):
+        if name == src.name:
+            continue
+        handler = handlers.get(name, JSON_HANDLER) if isinstance(handlers, dict) else JSON_HANDLER
+        src.step_location.child(name).copy_tree(writer.item(name, handler))

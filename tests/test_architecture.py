@@ -1,0 +1,205 @@
+"""The tree is the architecture: imports point one way, no cycles, the core never imports the UI.
+
+storage <- format <- the read operations, verify, write <- prune, reshard, migrate <- commands,
+the public API <- the app. Every import of ``ckpt_cli/`` counts, function-level and
+``TYPE_CHECKING`` ones included (a lazy import is still a dependency).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "ckpt_cli"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Modules of ``ckpt_cli`` that ``name`` imports (``from pkg import mod`` names the module)."""
+    out: set[str] = set()
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                out.add(sub if sub in MODULES else target)
+    return {m for m in out if m.split(".")[0] == "ckpt_cli" and m != name}
+
+
+def _external(path: Path) -> set[str]:
+    tops: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            tops.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            tops.add(node.module.split(".")[0])
+    return tops
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+# Layers, lowest first: a module imports only its own layer or lower ones, and within a layer
+# only its own group (the read operations, verify and write do not lean on one another).
+READ_OPS = ("listing", "inspect", "state", "stats", "diff", "checkpoint")
+UTILITIES = ("progress", "schema", "units", "executor")
+
+
+def layer(name: str) -> tuple[int, str]:
+    parts = name.split(".")
+    if name in ("ckpt_cli.errors", "ckpt_cli._version"):
+        return 0, "shared"
+    if parts[:2] == ["ckpt_cli", "core"]:
+        sub = parts[2] if len(parts) > 2 else ""
+        if sub == "":
+            return 1, "core"
+        if sub == "storage" or sub in UTILITIES:
+            return 1, sub if sub == "storage" else "utilities"
+        if sub == "format":
+            return 2, "format"
+        if sub in READ_OPS:
+            return 3, "read"
+        if sub in ("verify", "write"):
+            return 3, sub
+        # safetensors: export/import, arriving from another branch (reads format, writes).
+        if sub in ("prune", "reshard", "migrate", "safetensors"):
+            return 4, sub
+        raise AssertionError(f"{name}: a core module outside the architecture's packages")
+    if parts[:2] == ["ckpt_cli", "commands"]:
+        return 5, "commands"
+    if name == "ckpt_cli":
+        return 5, "api"
+    if name in ("ckpt_cli.app", "ckpt_cli.__main__"):
+        return 6, "app"
+    raise AssertionError(f"{name}: a module the architecture does not place")
+
+
+def test_the_package_is_parsed() -> None:
+    assert len(MODULES) > 60
+    assert sum(len(deps) for deps in GRAPH.values()) > 200  # the edges were really found
+
+
+def test_no_import_cycles() -> None:
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in GRAPH[v]:
+            if w not in GRAPH:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in GRAPH:
+        if v not in index:
+            visit(v)
+    assert cycles == []
+
+
+def test_imports_point_one_way() -> None:
+    wrong = []
+    for name, deps in GRAPH.items():
+        here, group = layer(name)
+        for dep in deps:
+            there, other = layer(dep)
+            if there > here or (there == here and other != group and here in (3, 4)):
+                wrong.append(f"{name} -> {dep}")
+    assert wrong == []
+
+
+def test_the_layers_are_populated() -> None:
+    groups = {layer(name) for name in MODULES}
+    for expected in [(1, "storage"), (2, "format"), (3, "read"), (3, "verify"), (3, "write")]:
+        assert expected in groups
+    for expected in [(4, "prune"), (4, "reshard"), (4, "migrate"), (5, "commands")]:
+        assert expected in groups
+
+
+def test_the_core_never_imports_the_ui() -> None:
+    core = {n: p for n, p in MODULES.items() if n.startswith("ckpt_cli.core")}
+    assert len(core) > 40
+    offenders = {n: sorted(_external(p) & {"typer", "rich", "click"}) for n, p in core.items()}
+    assert {n: e for n, e in offenders.items() if e} == {}
+
+
+def test_commands_import_the_core_through_functions_only() -> None:
+    """``ckpt --help`` imports no core module: commands import it when they run."""
+    commands = [n for n in MODULES if n.startswith("ckpt_cli.commands.") and ".render" not in n]
+    assert len(commands) >= 7
+    for name, path in MODULES.items():
+        if not name.startswith("ckpt_cli.commands.") or ".render" in name:
+            continue
+        tree = ast.parse(path.read_text())
+        top = [
+            n
+            for n in tree.body
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("ckpt_cli.core")
+        ]
+        assert top == [], name
+
+
+@pytest.mark.parametrize(
+    "old",
+    [
+        "layout", "resolve", "metadata", "arrays", "scan", "digests", "shardgrid", "structure",
+        "checks", "inventory", "ocdbt", "deep", "problems", "scale_verify", "writer",
+        "pipeline", "steps", "rewrite", "scale", "memory", "retention", "deletion", "objstore",
+        "remote", "migrate_spec", "migrate_rules", "migrate_ops", "migrate_tree",
+        "migrate_layout", "migrate_target", "initializers",
+    ],
+)  # fmt: skip
+def test_the_old_flat_modules_are_gone(old: str) -> None:
+    assert importlib.util.find_spec(f"ckpt_cli.core.{old}") is None
+
+
+def test_core_modules_stay_small() -> None:
+    sizes = {
+        n: len(p.read_text().splitlines())
+        for n, p in MODULES.items()
+        if n.startswith("ckpt_cli.core")
+    }
+    assert sizes and max(sizes.values()) <= 420, sorted(sizes.items(), key=lambda x: -x[1])[:3]
