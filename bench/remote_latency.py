@@ -47,7 +47,8 @@ from bench_reshard import BUILD as BUILD_DATA  # noqa: E402
 from bench_reshard import LEAVES  # noqa: E402
 
 from tests.latency_proxy import LatencyProxy, Stats  # noqa: E402
-from tests.remote_servers import CREDENTIALS, free_port, local_files  # noqa: E402
+from tests.moto_server import spawn  # noqa: E402
+from tests.remote_servers import CREDENTIALS, local_files  # noqa: E402
 
 TIMEOUT_S = 300  # a command still running then is reported as timed out (exit -1)
 MIGRATE_SPEC = "rules:\n  - {op: cast, match: '.*', dtype: bfloat16}\n"
@@ -61,19 +62,11 @@ class Moto:
     """moto's S3 server in its own process (its Python work must not share our GIL)."""
 
     def __init__(self) -> None:
-        self.port = free_port()
         self.log = open(OUT / "moto_server.log", "w")  # noqa: SIM115
         # tests/moto_server.py: moto with ranged GETs that read only their range (moto itself
         # reads the whole object for each: a 512 KiB chunk of a 44 MiB OCDBT data file would
-        # cost it 44 MiB), objects kept in memory.
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.moto_server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=self.log,
-            stderr=self.log,
-            start_new_session=True,
-            cwd=REPO,
-        )
-        self.endpoint = f"http://127.0.0.1:{self.port}"
+        # cost it 44 MiB), objects kept in memory; it binds a free port and says which.
+        self.proc, self.endpoint = spawn(self.log)
         self.client = _client(self.endpoint)
         self.buckets: set[str] = set()
         deadline = time.monotonic() + 60

@@ -10,15 +10,20 @@ invalid ranges, conditional requests) goes through moto's own code unchanged, an
 memory. Used by ``bench/``; the tests' in-process server (``remote_servers.S3Server``) does not
 need it for its small objects.
 
-    python -m tests.moto_server -H 127.0.0.1 -p PORT
+    python -m tests.moto_server      # binds 127.0.0.1:0, prints "listening on http://..."
+
+``spawn()`` starts it in a process of its own and returns the process and its endpoint.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import subprocess
 import sys
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 _SIMPLE_RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 
@@ -93,9 +98,37 @@ def patch() -> None:
 def main() -> None:
     os.environ.setdefault("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", str(8 << 30))
     patch()
-    from moto.server import main as moto_main
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import ThreadedWSGIServer
 
-    moto_main(sys.argv[1:])
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    app = DomainDispatcherApplication(create_backend_app)
+    server = ThreadedWSGIServer("127.0.0.1", 0, app, handler=MotoRequestHandler)
+    print(f"listening on http://127.0.0.1:{server.server_address[1]}", flush=True)
+    server.serve_forever()
+
+
+def spawn(log: IO[str] | None = None) -> tuple[subprocess.Popen[str], str]:
+    """This server in a new process (its own session, so it can be stopped as a group):
+    (the process, its endpoint) once it listens."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.moto_server"],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE,
+        stderr=log if log is not None else subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("listening on "):
+        proc.kill()
+        raise RuntimeError(f"tests.moto_server did not start: {line!r}")
+    return proc, line.split()[-1]
 
 
 if __name__ == "__main__":

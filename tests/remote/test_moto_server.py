@@ -3,46 +3,28 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
-from tests.remote_servers import free_port
+from tests.moto_server import spawn
 
 
 @pytest.fixture(scope="module")
 def ranged_moto() -> Iterator[Any]:
     import botocore.session
 
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.moto_server", "-H", "127.0.0.1", "-p", str(port)],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc, endpoint = spawn()
     client = botocore.session.get_session().create_client(
         "s3",
-        endpoint_url=f"http://127.0.0.1:{port}",
+        endpoint_url=endpoint,
         region_name="us-east-1",
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                client.create_bucket(Bucket="ranged")
-                break
-            except Exception:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        client.create_bucket(Bucket="ranged")
         yield client
     finally:
         proc.terminate()
