@@ -100,7 +100,6 @@ class RemoteLocation(Location):
     """``s3://bucket/key`` or ``gs://bucket/key``; ``key`` has no leading or trailing slash."""
 
     requires_commit_marker = True
-    parallel_reads = 32  # TensorStore's default S3/GCS request concurrency
 
     def __init__(self, listing: _Listing, key: str) -> None:
         self._listing = listing
@@ -113,6 +112,10 @@ class RemoteLocation(Location):
     @property
     def options(self) -> StorageOptions:
         return self.store.options
+
+    @property
+    def parallel_reads(self) -> int:  # type: ignore[override]
+        return self.options.max_requests
 
     @property
     def _dir(self) -> str:
