@@ -213,6 +213,7 @@ def run_ckpt(
         code, out, err = -1, "", f"timed out after {TIMEOUT_S} s"
     wall = time.perf_counter() - started
     cpu = _children_cpu() - cpu
+    proxy.wait_idle()
     stats = proxy.stats()
     if code != 0:
         print(f"  ckpt {' '.join(args)}: exit {code}: {err.strip()[-500:]}", file=sys.stderr)

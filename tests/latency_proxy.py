@@ -235,6 +235,7 @@ class LatencyProxy:
         self._throttles: dict[Any, tuple[_Throttle, _Throttle]] = {}
         self._gate: asyncio.Event | None = None
         self._pids = _PidFinder()
+        self._conn_ids = 0  # never reset: throttles are keyed by it
         #: Called with each Request before it is forwarded, from the proxy's thread (tests).
         self.before_forward: Callable[[Request], None] | None = None
         self.reset()
@@ -308,15 +309,17 @@ class LatencyProxy:
     # Counts.
 
     def reset(self) -> None:
+        """Start counting afresh. Requests and connections still open stay counted as open
+        (their ends are still to come): the maxima start from them."""
         with self._lock:
             self._seq = 0
             self._by_method: collections.Counter[str] = collections.Counter()
             self._by_kind: collections.Counter[str] = collections.Counter()
-            self._in_flight = 0
-            self._max_in_flight = 0
+            self._in_flight = getattr(self, "_in_flight", 0)
+            self._max_in_flight = self._in_flight
             self._connections = 0
-            self._max_connections = 0
-            self._open_connections = len(getattr(self, "_writers", ()))
+            self._open_connections = getattr(self, "_open_connections", 0)
+            self._max_connections = self._open_connections
             self._bytes_in = 0
             self._bytes_out = 0
             self._log: list[Request] = []
@@ -363,6 +366,17 @@ class LatencyProxy:
             time.sleep(0.005)
         return False
 
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Wait until no request is in flight (a client can read the last byte of an answer
+        a moment before the proxy counts that request done); False after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._in_flight <= 0:
+                    return True
+            time.sleep(0.002)
+        return False
+
     def _require_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             raise RuntimeError("the proxy is not running")
@@ -390,9 +404,10 @@ class LatencyProxy:
         self._writers.add(writer)
         with self._lock:
             self._connections += 1
+            self._conn_ids += 1
             self._open_connections += 1
             self._max_connections = max(self._max_connections, self._open_connections)
-            conn_id = self._connections
+            conn_id = self._conn_ids
         pid: asyncio.Future[int | None] | None = None
         peer = writer.get_extra_info("peername")
         if self.track_pids:

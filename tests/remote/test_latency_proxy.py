@@ -58,6 +58,7 @@ def test_counts_by_kind(s3: S3, s3_prefix: str, s3_proxy: LatencyProxy) -> None:
         Bucket=BUCKET, Delete={"Objects": [{"Key": f"{s3_prefix}/k{i}"} for i in (0, 1)]}
     )
     c.delete_object(Bucket=BUCKET, Key=f"{s3_prefix}/k2")
+    assert s3_proxy.wait_idle()
     stats = s3_proxy.stats()
     assert stats.by_kind == {
         "DELETE": 1,
@@ -86,6 +87,7 @@ def test_delay_is_added_to_every_request(s3: S3, s3_prefix: str) -> None:
         for _ in range(4):
             c.get_object(Bucket=BUCKET, Key=f"{s3_prefix}/k")["Body"].read()
         serial = time.monotonic() - started
+        assert proxy.wait_idle()
         log = proxy.stats().log
     assert len(log) == 4
     assert all(r.ended - r.started >= 0.1 for r in log)
@@ -96,6 +98,7 @@ def test_requests_in_flight(s3: S3, s3_prefix: str, s3_proxy: LatencyProxy) -> N
     s3.client.put_object(Bucket=BUCKET, Key=f"{s3_prefix}/k", Body=b"v")
     c = _client(s3_proxy.endpoint, pool=16)
     c.get_object(Bucket=BUCKET, Key=f"{s3_prefix}/k")["Body"].read()
+    assert s3_proxy.wait_idle()
     assert s3_proxy.stats().max_in_flight == 1
     s3_proxy.reset()
     s3_proxy.hold()
@@ -108,6 +111,7 @@ def test_requests_in_flight(s3: S3, s3_prefix: str, s3_proxy: LatencyProxy) -> N
         assert s3_proxy.stats().in_flight == 8
         s3_proxy.release()
         assert [f.result() for f in futures] == [b"v"] * 8
+    assert s3_proxy.wait_idle()
     stats = s3_proxy.stats()
     assert stats.max_in_flight == 8
     assert stats.in_flight == 0
@@ -122,6 +126,7 @@ def test_bandwidth_cap_per_connection(s3: S3, s3_prefix: str) -> None:
         c = _client(proxy.endpoint)
         assert len(c.get_object(Bucket=BUCKET, Key=f"{s3_prefix}/big")["Body"].read()) == size
         c.put_object(Bucket=BUCKET, Key=f"{s3_prefix}/up", Body=b"u" * size)
+        assert proxy.wait_idle()
         get, put = proxy.stats().log
     assert get.bytes_out == size and put.bytes_in == size
     for r in (get, put):
@@ -148,6 +153,7 @@ def test_bandwidth_cap_is_shared_by_one_process(s3: S3, s3_prefix: str) -> None:
         both = time.monotonic() - started
         assert [len(b) for b in bodies] == [size, size]
         assert both >= 2 * size / cap * 0.95
+        assert proxy.wait_idle()
         log = proxy.stats().log
         assert len({r.connection for r in log}) == 2 and len({r.pid for r in log}) == 1
         # two client processes at once: each gets the whole cap
@@ -158,6 +164,7 @@ def test_bandwidth_cap_is_shared_by_one_process(s3: S3, s3_prefix: str) -> None:
         )
         procs = [subprocess.Popen([sys.executable, "-c", script, url]) for _ in range(2)]
         assert [p.wait(timeout=60) for p in procs] == [0, 0]
+        assert proxy.wait_idle()
         log = proxy.stats().log
     assert len(log) == 2 and all(r.status == 200 and r.bytes_out == size for r in log)
     assert {r.pid for r in log} == {p.pid for p in procs}
@@ -185,6 +192,7 @@ def test_tensorstore_reads_and_writes_through_it(s3: S3, s3_prefix: str) -> None
         for f in futures:
             f.result()
         assert kv.read("obj0").result().value == big
+        assert proxy.wait_idle()
         stats = proxy.stats()
     assert stats.by_kind["PUT"] == 20
     assert stats.by_kind["GET"] >= 1
@@ -210,6 +218,7 @@ def test_gcs_json_api_kinds(gcs: GcsServer) -> None:
         urllib.request.urlopen(
             urllib.request.Request(f"{base}/storage/v1/b/{BUCKET}/o/px%2Fa", method="DELETE")
         ).read()
+        assert proxy.wait_idle()
         stats = proxy.stats()
     assert [i["name"] for i in listed["items"]] == ["px/a"]
     assert media == b"hello" and meta["size"] == "5"
@@ -305,6 +314,7 @@ def test_bodies_stream_through(upstream: str) -> None:
         conn.request("PUT", "/up", body=b"z" * 100, headers={"Expect": "100-continue"})
         assert conn.getresponse().read() == b"100"
         conn.close()
+        assert proxy.wait_idle()
         stats = proxy.stats()
     assert stats.requests == 4 and stats.connections == 1
     assert stats.bytes_out == 2 * len(_Upstream.half) + 3 + 150000 + 5 + 3

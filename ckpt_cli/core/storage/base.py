@@ -12,12 +12,12 @@ Orbax format: file names with a meaning (commit markers, tombstones) are the cal
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.storage.options import StorageOptions
-from ckpt_cli.errors import InvalidMetadataError, NotFoundError, first_line
+from ckpt_cli.errors import CkptError, InvalidMetadataError, NotFoundError, first_line
 
 # A metadata file bigger than this is damage, not metadata: refuse before allocating for it.
 MAX_METADATA_BYTES = 1 << 30
@@ -111,6 +111,45 @@ class Location:
     def delete_file(self) -> None:
         """Remove this one file."""
         raise NotImplementedError
+
+    # Many at once: object stores overlap the requests (``--max-requests`` in flight, batched
+    # deletes); elsewhere these are plain loops. Every location passed lies in this one's store.
+
+    def prefetch(self, files: Sequence[Location], tail: int | None = None) -> None:
+        """Fetch these small files (their last ``tail`` bytes) together, so that the next
+        ``read_bytes`` (``read_tail(tail)``) of each costs no request. Files that do not exist
+        are skipped; a failed fetch is left to the later read to report."""
+
+    def write_many(self, files: Sequence[tuple[Location, bytes]]) -> None:
+        """``write_bytes`` of each, in no particular order; the first failure raises, after
+        every write has finished or failed."""
+        for loc, data in files:
+            loc.write_bytes(data)
+
+    def delete_files(self, files: Sequence[Location]) -> dict[str, str]:
+        """Delete these files; what failed, by path (a file already gone is deleted)."""
+        failed: dict[str, str] = {}
+        for loc in files:
+            try:
+                loc.delete_file()
+            except NotFoundError:
+                continue
+            except CkptError as e:
+                failed[str(loc)] = e.message
+        return failed
+
+    def delete_trees(
+        self, dirs: Sequence[Location], *, first: Collection[str] = (), last: Collection[str] = ()
+    ) -> dict[str, str]:
+        """``delete_tree`` of each directory (``first``/``last`` as there, across all of them:
+        every ``first`` file goes before any other); what failed, by path."""
+        failed: dict[str, str] = {}
+        for loc in dirs:
+            try:
+                loc.delete_tree(first=first, last=last)
+            except CkptError as e:
+                failed[str(loc)] = e.message
+        return failed
 
     def refresh(self) -> None:
         """Forget cached listings (after writes made by TensorStore, before a re-check)."""

@@ -18,11 +18,9 @@ a commit marker last; ``delete_tree`` deletes object by object, in the order its
 
 from __future__ import annotations
 
-import bisect
 import builtins
 import contextlib
-import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 from ckpt_cli.core.storage.base import (
@@ -32,68 +30,14 @@ from ckpt_cli.core.storage.base import (
     Lock,
     NotACheckpointDirError,
 )
+from ckpt_cli.core.storage.bulk import delete_all
 from ckpt_cli.core.storage.objstore import ObjectStore, open_store
 from ckpt_cli.core.storage.options import StorageOptions
+from ckpt_cli.core.storage.prefixes import Listing
 from ckpt_cli.errors import CkptError, InvalidMetadataError, NotFoundError, StorageError
 
-DELETE_BATCH = 64
-
-
-class _Listing:
-    """The keys (sizes, times) of the prefixes listed so far, shared by related locations."""
-
-    def __init__(self, store: ObjectStore) -> None:
-        self.store = store
-        self.keys: list[str] = []
-        self.info: dict[str, tuple[int, float]] = {}
-        self.listed: list[str] = []  # string prefixes listed completely
-        self.lock = threading.RLock()
-        self._kv: Any = None
-
-    def kv(self) -> Any:
-        import tensorstore as ts
-
-        with self.lock:
-            if self._kv is None:
-                self._kv = ts.KvStore.open(self.store.kvstore_spec("")).result()
-            return self._kv
-
-    def covered(self, prefix: str) -> bool:
-        return any(prefix.startswith(p) for p in self.listed)
-
-    def ensure(self, prefix: str) -> None:
-        with self.lock:
-            if self.covered(prefix):
-                return
-            try:
-                found = list(self.store.list_objects(prefix))
-            except Exception as e:
-                raise self.store.error(f"cannot list {self.store.url(prefix)}", e) from None
-            self.listed = [p for p in self.listed if not p.startswith(prefix)] + [prefix]
-            for obj in found:
-                self.info[obj.key] = (obj.size, obj.mtime)
-            self.keys = sorted(self.info)
-
-    def below(self, prefix: str) -> list[str]:
-        """Listed keys that start with ``prefix`` (which must be covered)."""
-        lo = bisect.bisect_left(self.keys, prefix)
-        hi = bisect.bisect_left(self.keys, prefix + "\U0010ffff")
-        return self.keys[lo:hi]
-
-    def added(self, key: str, size: int, mtime: float) -> None:
-        with self.lock:
-            if key not in self.info:
-                bisect.insort(self.keys, key)
-            self.info[key] = (size, mtime)
-
-    def removed(self, key: str) -> None:
-        with self.lock:
-            if self.info.pop(key, None) is not None:
-                del self.keys[bisect.bisect_left(self.keys, key)]
-
-    def clear(self) -> None:
-        with self.lock:
-            self.keys, self.info, self.listed = [], {}, []
+#: Larger files are not prefetched (they are data, read when and as needed).
+PREFETCH_MAX_BYTES = 64 << 20
 
 
 class RemoteLocation(Location):
@@ -101,7 +45,7 @@ class RemoteLocation(Location):
 
     requires_commit_marker = True
 
-    def __init__(self, listing: _Listing, key: str) -> None:
+    def __init__(self, listing: Listing, key: str) -> None:
         self._listing = listing
         self.key = key.strip("/")
 
@@ -233,7 +177,9 @@ class RemoteLocation(Location):
     def read_bytes(self, limit: int = MAX_METADATA_BYTES) -> bytes:
         if self.key in self._listing.info and self._listing.info[self.key][0] > limit:
             raise InvalidMetadataError(f"{self} is larger than {limit} bytes")
-        data = self._read()
+        data = self._listing.take(self.key, None)
+        if data is None:
+            data = self._read()
         if len(data) > limit:
             raise InvalidMetadataError(f"{self} is larger than {limit} bytes")
         return data
@@ -242,8 +188,8 @@ class RemoteLocation(Location):
         # A suffix range longer than the object fails (OUT_OF_RANGE): start from its known size.
         total = self.size() if self.is_file() else None
         if total is None or total <= size:
-            return self._read()
-        return self._read(slice(total - size, total))
+            return self._listing.take(self.key, None) or self._read()
+        return self._listing.take(self.key, size) or self._read(slice(total - size, total))
 
     def iter_bytes(self, block_size: int = 4 << 20) -> Iterator[bytes]:
         total = self.size()
@@ -287,19 +233,112 @@ class RemoteLocation(Location):
         return self._listing.below(self._dir) if self.key else []
 
     def _delete(self, keys: builtins.list[str]) -> None:
+        failed = delete_all(self.store, keys)
+        for k in keys:
+            if k not in failed:
+                self._listing.removed(k)
+        if failed:
+            key, why = next(iter(failed.items()))
+            raise StorageError(f"cannot delete {self.store.url(key)}: {why}")
+
+    # Many at once.
+
+    def prefetch(self, files: Sequence[Location], tail: int | None = None) -> None:
+        """One TensorStore read per listed file, all in flight together (TensorStore keeps
+        ``max_requests`` of them going); the contents wait in the listing's cache."""
+        info = self._listing.info
+        wanted = []
+        for f in files:
+            if isinstance(f, RemoteLocation) and f._listing is self._listing and f.key in info:
+                size = info[f.key][0]
+                if size <= PREFETCH_MAX_BYTES:
+                    whole = tail is None or size <= tail
+                    wanted.append((f.key, None if whole else tail, size))
+        if not wanted:
+            return
         kv = self._listing.kv()
-        for i in range(0, len(keys), DELETE_BATCH):
-            batch = keys[i : i + DELETE_BATCH]
-            futures = [(k, kv.write(k, None)) for k in batch]
-            failed: tuple[str, Exception] | None = None
-            for k, fut in futures:
-                try:
-                    fut.result()
+        futures = [
+            (k, t, kv.read(k, byte_range=None if t is None else slice(size - t, size)))
+            for k, t, size in wanted
+        ]
+        got = {}
+        for k, t, fut in futures:
+            try:
+                result = fut.result()
+            except Exception:
+                continue  # the read that needs it fails again, with its own message
+            if result.state == "value":
+                got[(k, t)] = bytes(result.value)
+        with self._listing.lock:
+            self._listing.cache.update(got)
+
+    def write_many(self, files: Sequence[tuple[Location, bytes]]) -> None:
+        import time
+
+        kv = self._listing.kv()
+        remote = [(f, d) for f, d in files if isinstance(f, RemoteLocation)]
+        if len(remote) != len(files):
+            raise StorageError(f"write_many on {self} got locations of another store")
+        futures = [(f, d, kv.write(f.key, d)) for f, d in remote]
+        failed: tuple[RemoteLocation, Exception] | None = None
+        for f, d, fut in futures:
+            try:
+                fut.result()
+                self._listing.added(f.key, len(d), time.time())
+            except Exception as e:
+                failed = failed or (f, e)
+        if failed:
+            raise self.store.error(f"cannot write {failed[0]}", failed[1])
+
+    def delete_files(self, files: Sequence[Location]) -> dict[str, str]:
+        keys = [f.key for f in files if isinstance(f, RemoteLocation)]
+        failed = delete_all(self.store, keys)
+        for k in keys:
+            if k not in failed:
+                self._listing.removed(k)
+        return {self.store.url(k): why for k, why in failed.items()}
+
+    def delete_trees(
+        self, dirs: Sequence[Location], *, first: Collection[str] = (), last: Collection[str] = ()
+    ) -> dict[str, str]:
+        """One fresh listing (the directories' common parent, in parallel ranges), then three
+        waves of batched deletes over all directories at once: the ``first`` files, the rest,
+        and the ``last`` files of each directory whose other objects are all gone."""
+        remote = [d for d in dirs if isinstance(d, RemoteLocation) and d.key]
+        if not remote:
+            return {}
+        self.refresh()
+        parents = {d.parent.key for d in remote}
+        if len(parents) == 1 and len(remote) > 1:
+            self._listing.ensure(remote[0].parent._dir)
+        keys = {d.key: d._children_keys() for d in remote}
+        failed: dict[str, str] = {str(d): f"{d} does not exist" for d in remote if not keys[d.key]}
+        early = {d: [k for k in ks if k.rsplit("/", 1)[-1] in first] for d, ks in keys.items()}
+        late = {
+            d: [k for k in ks if k[len(d) + 1 :] in last and k not in early[d]]
+            for d, ks in keys.items()
+        }
+        rest = {
+            d: [k for k in ks if k not in set(early[d]) | set(late[d])] for d, ks in keys.items()
+        }
+        for wave in (early, rest):
+            self._delete_wave(wave, failed)
+        self._delete_wave(
+            {d: ks for d, ks in late.items() if self.store.url(d) not in failed}, failed
+        )
+        return failed
+
+    def _delete_wave(self, wave: dict[str, builtins.list[str]], failed: dict[str, str]) -> None:
+        flat = [k for d, ks in wave.items() if self.store.url(d) not in failed for k in ks]
+        bad = delete_all(self.store, flat)
+        for d, ks in wave.items():
+            for k in ks:
+                if k in bad:
+                    failed.setdefault(
+                        self.store.url(d), f"cannot delete {self.store.url(k)}: {bad[k]}"
+                    )
+                else:
                     self._listing.removed(k)
-                except Exception as e:
-                    failed = failed or (k, e)
-            if failed:
-                raise self.store.error(f"cannot delete {self.store.url(failed[0])}", failed[1])
 
     def rename(self, new_name: str) -> Location:
         raise StorageError(f"cannot rename {self}: object stores have no rename")
@@ -368,4 +407,4 @@ def open_remote(url: str, options: StorageOptions | None = None) -> RemoteLocati
         from ckpt_cli.errors import UsageError
 
         raise UsageError(f"{url} names no bucket: use {scheme}://BUCKET/PATH")
-    return RemoteLocation(_Listing(open_store(scheme, bucket, options)), key)
+    return RemoteLocation(Listing(open_store(scheme, bucket, options)), key)
