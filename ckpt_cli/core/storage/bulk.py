@@ -23,6 +23,7 @@ from ckpt_cli.core.storage.objstore import ObjectInfo, ObjectStore
 from ckpt_cli.errors import UnreachableError
 
 T = TypeVar("T")
+PAGE = 1000  # keys of a full listing page (S3, GCS)
 
 
 def list_parallel(store: ObjectStore, prefix: str) -> list[ObjectInfo]:
@@ -42,10 +43,13 @@ def list_parallel(store: ObjectStore, prefix: str) -> list[ObjectInfo]:
     if len(pending) < 2:
         found.update((o.key, o) for o in _pages(store, prefix, first.token))
     else:
-        # Size each range's page from what the first page held per child: a range that asks
-        # for 1,000 keys but holds 100 makes the server list 900 keys of the next ranges.
+        # As many ranges as the keys left need pages (estimated from what the first page held
+        # per child), so the requests stay those of a plain listing, made at once; each asks
+        # for about what it holds (a range that asks for 1,000 keys but holds 100 makes the
+        # server list 900 keys of the next ranges).
         per_child = len(first.objects) / max(1, len(children) - len(pending))
-        ranges = _ranges(pending, store.options.max_requests)
+        pages = -(-int(per_child * len(pending)) // PAGE)
+        ranges = _ranges(pending, min(store.options.max_requests, max(2, pages)))
         lock = threading.Lock()
 
         def one(r: tuple[list[str], str | None]) -> None:
