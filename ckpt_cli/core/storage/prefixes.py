@@ -2,7 +2,7 @@
 
 A prefix is listed once, whole (``bulk.list_parallel``: in parallel key ranges when large), with
 sizes and times; questions about anything below it are answered from memory. Small files that a
-caller announced (``RemoteLocation.prefetch``) wait here until read once.
+caller announced (``RemoteLocation.prefetch``) wait here, until written or deleted.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from typing import Any
 
 from ckpt_cli.core.storage.bulk import list_parallel
 from ckpt_cli.core.storage.objstore import ObjectStore
+
+#: Bytes of prefetched small files one listing keeps at most.
+CACHE_BYTES = 256 << 20
 
 
 class Listing:
@@ -25,9 +28,11 @@ class Listing:
         self.listed: list[str] = []  # string prefixes listed completely
         self.lock = threading.RLock()
         self._kv: Any = None
-        #: Prefetched contents: (key, tail size or None for the whole object) -> bytes, each
-        #: served once (``take``) and dropped when the key is written or deleted.
+        #: Prefetched contents: (key, tail size or None for the whole object) -> bytes, kept
+        #: until the key is written or deleted (or the listing refreshed); the oldest go first
+        #: beyond ``CACHE_BYTES``.
         self.cache: dict[tuple[str, int | None], bytes] = {}
+        self.cached_bytes = 0
 
     def kv(self) -> Any:
         import tensorstore as ts
@@ -74,12 +79,24 @@ class Listing:
 
     def _forget(self, key: str) -> None:
         for entry in [e for e in self.cache if e[0] == key] if self.cache else ():
-            del self.cache[entry]
+            self.cached_bytes -= len(self.cache.pop(entry))
 
     def take(self, key: str, tail: int | None) -> bytes | None:
         with self.lock:
-            return self.cache.pop((key, tail), None) if self.cache else None
+            return self.cache.get((key, tail)) if self.cache else None
+
+    def keep(self, found: dict[tuple[str, int | None], bytes]) -> None:
+        with self.lock:
+            for entry, data in found.items():
+                if entry in self.cache:
+                    self.cached_bytes -= len(self.cache.pop(entry))
+                self.cache[entry] = data
+                self.cached_bytes += len(data)
+            while self.cached_bytes > CACHE_BYTES and self.cache:
+                oldest = next(iter(self.cache))
+                self.cached_bytes -= len(self.cache.pop(oldest))
 
     def clear(self) -> None:
         with self.lock:
             self.keys, self.info, self.listed, self.cache = [], {}, [], {}
+            self.cached_bytes = 0

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-from collections.abc import Collection, Iterator, Sequence
+from collections import deque
+from collections.abc import Collection, Iterator
 from typing import Any
 
 from ckpt_cli.core.storage.base import (
@@ -34,13 +35,14 @@ from ckpt_cli.core.storage.bulk import delete_all
 from ckpt_cli.core.storage.objstore import ObjectStore, open_store
 from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.core.storage.prefixes import Listing
+from ckpt_cli.core.storage.remote_bulk import RemoteBulk
 from ckpt_cli.errors import CkptError, InvalidMetadataError, NotFoundError, StorageError
 
-#: Larger files are not prefetched (they are data, read when and as needed).
-PREFETCH_MAX_BYTES = 64 << 20
+#: Ranged reads one ``iter_bytes`` keeps in flight.
+READ_AHEAD = 4
 
 
-class RemoteLocation(Location):
+class RemoteLocation(RemoteBulk, Location):
     """``s3://bucket/key`` or ``gs://bucket/key``; ``key`` has no leading or trailing slash."""
 
     requires_commit_marker = True
@@ -192,9 +194,23 @@ class RemoteLocation(Location):
         return self._listing.take(self.key, size) or self._read(slice(total - size, total))
 
     def iter_bytes(self, block_size: int = 4 << 20) -> Iterator[bytes]:
+        """Pieces in order, ``READ_AHEAD`` ranged reads in flight (memory: that many pieces)."""
         total = self.size()
-        for start in range(0, total, block_size):
-            yield self._read(slice(start, min(total, start + block_size)))
+        kv = self._listing.kv()
+        starts = iter(range(0, total, block_size))
+        pending: deque[Any] = deque()
+        while True:
+            while len(pending) < READ_AHEAD and (a := next(starts, None)) is not None:
+                pending.append(kv.read(self.key, byte_range=slice(a, min(total, a + block_size))))
+            if not pending:
+                return
+            try:
+                result = pending.popleft().result()
+            except Exception as e:
+                raise self.store.error(f"cannot read {self}", e) from None
+            if result.state != "value":
+                raise NotFoundError(f"{self} does not exist")
+            yield bytes(result.value)
 
     def write_bytes(self, data: bytes) -> None:
         """A plain put: an object appears whole or not at all, no temporary name needed."""
@@ -240,105 +256,6 @@ class RemoteLocation(Location):
         if failed:
             key, why = next(iter(failed.items()))
             raise StorageError(f"cannot delete {self.store.url(key)}: {why}")
-
-    # Many at once.
-
-    def prefetch(self, files: Sequence[Location], tail: int | None = None) -> None:
-        """One TensorStore read per listed file, all in flight together (TensorStore keeps
-        ``max_requests`` of them going); the contents wait in the listing's cache."""
-        info = self._listing.info
-        wanted = []
-        for f in files:
-            if isinstance(f, RemoteLocation) and f._listing is self._listing and f.key in info:
-                size = info[f.key][0]
-                if size <= PREFETCH_MAX_BYTES:
-                    whole = tail is None or size <= tail
-                    wanted.append((f.key, None if whole else tail, size))
-        if not wanted:
-            return
-        kv = self._listing.kv()
-        futures = [
-            (k, t, kv.read(k, byte_range=None if t is None else slice(size - t, size)))
-            for k, t, size in wanted
-        ]
-        got = {}
-        for k, t, fut in futures:
-            try:
-                result = fut.result()
-            except Exception:
-                continue  # the read that needs it fails again, with its own message
-            if result.state == "value":
-                got[(k, t)] = bytes(result.value)
-        with self._listing.lock:
-            self._listing.cache.update(got)
-
-    def write_many(self, files: Sequence[tuple[Location, bytes]]) -> None:
-        import time
-
-        kv = self._listing.kv()
-        remote = [(f, d) for f, d in files if isinstance(f, RemoteLocation)]
-        if len(remote) != len(files):
-            raise StorageError(f"write_many on {self} got locations of another store")
-        futures = [(f, d, kv.write(f.key, d)) for f, d in remote]
-        failed: tuple[RemoteLocation, Exception] | None = None
-        for f, d, fut in futures:
-            try:
-                fut.result()
-                self._listing.added(f.key, len(d), time.time())
-            except Exception as e:
-                failed = failed or (f, e)
-        if failed:
-            raise self.store.error(f"cannot write {failed[0]}", failed[1])
-
-    def delete_files(self, files: Sequence[Location]) -> dict[str, str]:
-        keys = [f.key for f in files if isinstance(f, RemoteLocation)]
-        failed = delete_all(self.store, keys)
-        for k in keys:
-            if k not in failed:
-                self._listing.removed(k)
-        return {self.store.url(k): why for k, why in failed.items()}
-
-    def delete_trees(
-        self, dirs: Sequence[Location], *, first: Collection[str] = (), last: Collection[str] = ()
-    ) -> dict[str, str]:
-        """One fresh listing (the directories' common parent, in parallel ranges), then three
-        waves of batched deletes over all directories at once: the ``first`` files, the rest,
-        and the ``last`` files of each directory whose other objects are all gone."""
-        remote = [d for d in dirs if isinstance(d, RemoteLocation) and d.key]
-        if not remote:
-            return {}
-        self.refresh()
-        parents = {d.parent.key for d in remote}
-        if len(parents) == 1 and len(remote) > 1:
-            self._listing.ensure(remote[0].parent._dir)
-        keys = {d.key: d._children_keys() for d in remote}
-        failed: dict[str, str] = {str(d): f"{d} does not exist" for d in remote if not keys[d.key]}
-        early = {d: [k for k in ks if k.rsplit("/", 1)[-1] in first] for d, ks in keys.items()}
-        late = {
-            d: [k for k in ks if k[len(d) + 1 :] in last and k not in early[d]]
-            for d, ks in keys.items()
-        }
-        rest = {
-            d: [k for k in ks if k not in set(early[d]) | set(late[d])] for d, ks in keys.items()
-        }
-        for wave in (early, rest):
-            self._delete_wave(wave, failed)
-        self._delete_wave(
-            {d: ks for d, ks in late.items() if self.store.url(d) not in failed}, failed
-        )
-        return failed
-
-    def _delete_wave(self, wave: dict[str, builtins.list[str]], failed: dict[str, str]) -> None:
-        flat = [k for d, ks in wave.items() if self.store.url(d) not in failed for k in ks]
-        bad = delete_all(self.store, flat)
-        for d, ks in wave.items():
-            for k in ks:
-                if k in bad:
-                    failed.setdefault(
-                        self.store.url(d), f"cannot delete {self.store.url(k)}: {bad[k]}"
-                    )
-                else:
-                    self._listing.removed(k)
 
     def rename(self, new_name: str) -> Location:
         raise StorageError(f"cannot rename {self}: object stores have no rename")
