@@ -22,14 +22,18 @@ from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
 from ckpt_cli.core.format.blocks import block_shape, iter_blocks
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.resolve import resolve_item
-from ckpt_cli.core.format.scan import IN_FLIGHT, read_block
+from ckpt_cli.core.format.scan import ScanTask, open_readers, read_block
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.schema import document
 from ckpt_cli.core.storage import StorageOptions, open_location
-from ckpt_cli.errors import UsageError, first_line
+from ckpt_cli.errors import CkptError, UsageError, first_line
 
 DIFF_BLOCK_BYTES = 16 << 20
+#: Block pairs and bytes of blocks read ahead of the comparison, across leaves: many small
+#: leaves keep as many requests in flight as one large one.
+DIFF_IN_FLIGHT = 16
+DIFF_IN_FLIGHT_BYTES = 64 << 20
 
 Status = str
 STATUSES: tuple[Status, ...] = (
@@ -177,7 +181,8 @@ def diff_items(
     total = sum(leaf.size_bytes for n, leaf in la.items() if leaf.is_array and n in lb)
     on_bytes = ByteProgress(on_progress, "data", total)
 
-    out = []
+    out: list[LeafDiff | None] = []
+    jobs: list[_Job] = []
     for name in sorted(la.keys() | lb.keys()):
         x, y = la.get(name), lb.get(name)
         if x is None or y is None:
@@ -192,8 +197,16 @@ def diff_items(
                 )
             )
             continue
-        out.append(_diff_leaf(x, y, sa, sb, atol, rtol, compare_cast, on_bytes))
-    return DiffReport(a, b, atol, rtol, compare_cast, tuple(out))
+        decided = _decided(x, y, compare_cast)
+        if decided is None:
+            jobs.append(_Job(len(out), x, y, _Compare(atol, rtol, exact_ints=x.dtype == y.dtype)))
+        out.append(decided)
+    if jobs:
+        assert sa is not None and sb is not None
+        _stream(sa, sb, jobs, on_bytes)
+    for job in jobs:
+        out[job.index] = _compared(job)
+    return DiffReport(a, b, atol, rtol, compare_cast, tuple(d for d in out if d is not None))
 
 
 def _store(report: ItemReport) -> ItemStore | None:
@@ -206,23 +219,14 @@ def _result(x: Leaf, y: Leaf, status: Status, **extra: Any) -> LeafDiff:
     return LeafDiff(x.name, status, x.dtype, y.dtype, x.shape, y.shape, **extra)
 
 
-def _diff_leaf(
-    x: Leaf,
-    y: Leaf,
-    sa: ItemStore | None,
-    sb: ItemStore | None,
-    atol: float,
-    rtol: float,
-    compare_cast: bool,
-    on_bytes: Callable[[int], None],
-) -> LeafDiff:
+def _decided(x: Leaf, y: Leaf, compare_cast: bool) -> LeafDiff | None:
+    """The result of a pair whose values need not be read; None when they must be compared."""
     if x.problem or y.problem:
         return _result(x, y, "error", message=x.problem or y.problem)
     if x.is_array != y.is_array or (not x.is_array and x.value_type != y.value_type):
         return _result(x, y, "kind_changed", message=f"{x.value_type} vs {y.value_type}")
     if not x.is_array:
         return _result(x, y, "equal" if x.value == y.value else "different")
-    assert x.array is not None and y.array is not None and sa is not None and sb is not None
     if x.shape != y.shape:
         return _result(x, y, "shape_changed")
     if x.dtype != y.dtype and not compare_cast:
@@ -232,12 +236,25 @@ def _diff_leaf(
             "dtype_changed",
             message="values not compared (pass --compare-cast to compare them as float64)",
         )
-    acc = _Compare(atol, rtol, exact_ints=x.dtype == y.dtype)
-    try:
-        _stream(sa, sb, x, y, acc, on_bytes)
-    except Exception as e:
-        message = first_line(e)
-        return _result(x, y, "error", message=message)
+    return None
+
+
+@dataclass
+class _Job:
+    """A pair of arrays whose values are compared: where its result goes, and how far it got."""
+
+    index: int
+    x: Leaf
+    y: Leaf
+    acc: _Compare
+    error: str | None = None
+
+
+def _compared(job: _Job) -> LeafDiff:
+    x, y, acc = job.x, job.y, job.acc
+    assert x.array is not None
+    if job.error is not None:
+        return _result(x, y, "error", message=job.error)
     status = "equal" if acc.mismatched == 0 else "different"
     note = f"compared as float64 ({x.dtype} vs {y.dtype})" if x.dtype != y.dtype else None
     return _result(
@@ -264,23 +281,45 @@ def _common_block(a: ArrayInfo, b: ArrayInfo) -> tuple[int, ...]:
 
 
 def _stream(
-    sa: ItemStore, sb: ItemStore, x: Leaf, y: Leaf, acc: _Compare, on_bytes: Callable[[int], None]
+    sa: ItemStore, sb: ItemStore, jobs: list[_Job], on_bytes: Callable[[int], None]
 ) -> None:
-    assert x.array is not None and y.array is not None
-    ra = sa.reader(x.name, x.array, x.database)
-    rb = sb.reader(y.name, y.array, y.database)
-    pending: deque[tuple[Any, Any, int]] = deque()
-    for sl in iter_blocks(x.array, _common_block(x.array, y.array)):
-        nbytes = math.prod(s.stop - s.start for s in sl) * x.array.itemsize
-        pending.append((read_block(ra, sl), read_block(rb, sl), nbytes))
-        if len(pending) >= IN_FLIGHT // 2:
-            fa, fb, n = pending.popleft()
-            acc.add(fa.result(), fb.result())
-            on_bytes(n)
-    while pending:
-        fa, fb, n = pending.popleft()
-        acc.add(fa.result(), fb.result())
+    """Every pair's blocks in one pipeline: leaves opened ahead on both sides (one TensorStore
+    context each, so an OCDBT tree is read once), block reads of many leaves in flight
+    (``DIFF_IN_FLIGHT`` pairs, ``DIFF_IN_FLIGHT_BYTES``), compared in order as they arrive."""
+    tasks_a = [ScanTask(j.x.name, j.x.array, j.x.database) for j in jobs if j.x.array]
+    tasks_b = [ScanTask(j.y.name, j.y.array, j.y.database) for j in jobs if j.y.array]
+    pending: deque[tuple[_Job, Any, Any, int]] = deque()
+    held = [0]
+
+    def consume() -> None:
+        job, fa, fb, n = pending.popleft()
+        held[0] -= n
+        if job.error is None:
+            try:
+                job.acc.add(fa.result(), fb.result())
+            except Exception as e:
+                job.error = first_line(e)
         on_bytes(n)
+
+    pairs = zip(open_readers(sa, tasks_a), open_readers(sb, tasks_b), strict=True)
+    for job, ((_, ra), (_, rb)) in zip(jobs, pairs, strict=True):
+        x, y = job.x.array, job.y.array
+        assert x is not None and y is not None
+        if isinstance(ra, CkptError) or isinstance(rb, CkptError):
+            job.error = (ra if isinstance(ra, CkptError) else rb).message  # type: ignore[union-attr]
+            continue
+        for sl in iter_blocks(x, _common_block(x, y)):
+            nbytes = math.prod(s.stop - s.start for s in sl) * x.itemsize
+            try:
+                pending.append((job, read_block(ra, sl), read_block(rb, sl), nbytes))
+            except Exception as e:
+                job.error = first_line(e)
+                break
+            held[0] += nbytes
+            while pending and (len(pending) >= DIFF_IN_FLIGHT or held[0] > DIFF_IN_FLIGHT_BYTES):
+                consume()
+    while pending:
+        consume()
 
 
 class _Compare:

@@ -150,7 +150,7 @@ def _blocks(task: ScanTask, reader: LeafReader, budget: int) -> Iterable[Block]:
     return iter_blocks(task.info, shape)
 
 
-def _open_readers(
+def open_readers(
     store: ItemStore, tasks: Iterable[ScanTask]
 ) -> Iterator[tuple[ScanTask, LeafReader | CkptError]]:
     """Readers in task order, opened ``OPEN_AHEAD`` leaves ahead in one shared context.
@@ -218,7 +218,7 @@ def scan_leaves(
             if done is not None:
                 yield done
 
-    for task, reader in _open_readers(store, tasks):
+    for task, reader in open_readers(store, tasks):
         acc = _Acc(task)
         if isinstance(reader, CkptError):
             acc.error = reader.message
