@@ -19,6 +19,8 @@ from typing import Any
 from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.errors import CkptError, InvalidMetadataError, NotFoundError, first_line
 
+#: Bytes of files ``copy_tree`` holds at once.
+COPY_WINDOW_BYTES = 64 << 20
 # A metadata file bigger than this is damage, not metadata: refuse before allocating for it.
 MAX_METADATA_BYTES = 1 << 30
 
@@ -175,10 +177,25 @@ class Location:
         raise NotImplementedError
 
     def copy_tree(self, target: Location) -> None:
-        """Copy every file below this directory into ``target`` (created), file by file."""
-        for rel, _ in self.walk():
-            parts = rel.split("/")
-            target.child(*parts).write_bytes(self.child(*parts).read_bytes())
+        """Copy every file below this directory into ``target`` (created): in windows of up to
+        ``COPY_WINDOW_BYTES``, each read together (``prefetch``) and written together
+        (``write_many``), which on object stores is a round of requests per window."""
+        window: list[tuple[list[str], int]] = []
+        held = 0
+        for rel, entry in [*self.walk(), ("", None)]:
+            if window and (entry is None or held + entry.size > COPY_WINDOW_BYTES):
+                srcs = [self.child(*parts) for parts, _ in window]
+                self.prefetch(srcs)
+                target.write_many(
+                    [
+                        (target.child(*parts), src.read_bytes())
+                        for (parts, _), src in zip(window, srcs, strict=True)
+                    ]
+                )
+                window, held = [], 0
+            if entry is not None:
+                window.append((rel.split("/"), entry.size))
+                held += entry.size
 
     def size(self) -> int:
         """Bytes of this file, symlinks followed."""
