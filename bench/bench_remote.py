@@ -105,7 +105,13 @@ def main() -> None:
     parser.add_argument("--prune-steps", type=int, default=500)
     parser.add_argument("--only", default=None, help="ls,inspect,verify,deep,sample,diff,...")
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--scale", action="store_true", help="1/2/4/8 workers and Dask")
+    parser.add_argument("--unit-bytes", default="4MiB", help="with --scale")
     opts = parser.parse_args()
+    if opts.scale:
+        opts.latency = 0.025 if opts.latency is None else opts.latency
+        remote_latency.scale_main(opts)
+        return
     if opts.latency is not None:
         opts.repeat = opts.repeat or 1
         remote_latency.main(opts)

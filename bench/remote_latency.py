@@ -393,3 +393,112 @@ def print_table(rows: list[dict[str, Any]], opts: argparse.Namespace, startup: f
             ", ".join(f"{k} {v}" for k, v in r["by_kind"].items()),
         )  # fmt: skip
         print("| " + " | ".join(cells) + " |")
+
+
+def scale_main(opts: argparse.Namespace) -> None:
+    """``--scale``: ``verify --deep`` and ``reshard`` of the bucket checkpoint on 1/2/4/8 local
+    workers and a 4-worker Dask cluster, each process behind its own bandwidth cap."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    data = build_data(OUT / "latency" / f"data_{opts.data_mib}mib", opts.data_mib)
+    moto = Moto()
+    proxy = LatencyProxy(
+        moto.endpoint, delay=opts.latency, bandwidth=opts.bandwidth, scope="process"
+    ).start()
+    rows: list[dict[str, Any]] = []
+    try:
+        upload(moto, data, "s3://data/a")
+        moto.create_bucket("out")
+        os.environ.update(CREDENTIALS)  # the Dask workers inherit them (never the endpoint)
+        env = {**os.environ, "CKPT_S3_ENDPOINT": proxy.endpoint, "PYTHONPATH": str(REPO)}
+        unit = ["--unit-bytes", opts.unit_bytes]
+        runs: list[tuple[str, list[str]]] = []
+        for n in (1, 2, 4, 8):
+            runs.append((f"local x{n}", ["--executor", "local", "--workers", str(n), *unit]))
+        runs.append(("dask x4", ["--executor", "dask", "--scheduler", "{scheduler}", *unit]))
+        reference: dict[str, Any] = {}
+        with _dask_cluster(4) as scheduler:
+            for what in ("verify --deep", "reshard"):
+                single_wall = None
+                for i, (label, extra) in enumerate([("single", []), *runs]):
+                    extra = [a.replace("{scheduler}", scheduler) for a in extra]
+                    if what == "reshard":
+                        argv = ["reshard", "s3://data/a", f"s3://out/scale-{i}", "--mesh",
+                                "data=2,model=4", "--rule", "*=[data, model]", *extra, "--json"]
+                    else:
+                        argv = ["verify", "s3://data/a", "--deep", *extra, "--json"]  # fmt: skip
+                    print(f"{what} {label} ... (load {load()})", file=sys.stderr, flush=True)
+                    wall, _, code, stats, out = run_ckpt(proxy, argv, env)
+                    same = _same_output(what, out, reference, f"s3://out/scale-{i}", env)
+                    single_wall = single_wall or wall
+                    rows.append({
+                        "command": f"{what} ({opts.data_mib} MiB)", "run": label,
+                        "wall_s": round(wall, 2), "speedup": round(single_wall / wall, 2),
+                        "exit_code": code, "requests": stats.requests,
+                        "max_in_flight": stats.max_in_flight,
+                        "client_processes": len({r.pid for r in stats.log if r.pid}),
+                        "bytes": stats.bytes_in + stats.bytes_out, "same_output": same,
+                        "load": load(),
+                    })  # fmt: skip
+                    print(f"  {wall:.2f} s, same output: {same}", file=sys.stderr)
+    finally:
+        proxy.stop()
+        moto.stop()
+    bw = f"{opts.bandwidth / 2**20:.0f} MiB/s" if opts.bandwidth else "no cap"
+    print(f"latency {opts.latency * 1000:.0f} ms, {bw} per process, load {load()}")
+    print("| command | run | wall s | speedup | processes | requests | max fl | MiB | same |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['command']} | {r['run']} | {r['wall_s']:.2f} | {r['speedup']:.2f}x "
+            f"| {r['client_processes']} | {r['requests']} | {r['max_in_flight']} "
+            f"| {r['bytes'] / 2**20:.0f} | {r['same_output']} |"
+        )
+    name = opts.output or OUT / "remote_scale.json"
+    Path(name).write_text(json.dumps({"latency_s": opts.latency, "bandwidth": opts.bandwidth,
+                                      "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                      "rows": rows}, indent=1))  # fmt: skip
+
+
+def _same_output(what: str, out: str, reference: dict[str, Any], dst: str, env: Any) -> bool:
+    """verify: the same report as the single process (times aside); reshard: the written
+    step holds the same values as the first one written (``ckpt diff``)."""
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        return False
+    if what == "verify --deep":
+        doc.pop("elapsed_s", None)
+        return bool(doc["ok"]) and reference.setdefault(what, doc) == doc
+    first = reference.setdefault(what, dst)
+    if first == dst:
+        return True
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckpt_cli", "diff", first, dst],
+        env=env,
+        capture_output=True,
+        timeout=TIMEOUT_S,
+    )
+    return proc.returncode == 0
+
+
+class _dask_cluster:
+    """A LocalCluster of ``n`` worker processes (one thread each) on 127.0.0.1."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __enter__(self) -> str:
+        from distributed import LocalCluster
+
+        self.cluster = LocalCluster(
+            n_workers=self.n,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+            worker_dashboard_address=None,
+        )
+        return str(self.cluster.scheduler_address)
+
+    def __exit__(self, *exc: object) -> None:
+        self.cluster.close()
