@@ -12,7 +12,7 @@ Orbax format: file names with a meaning (commit markers, tombstones) are the cal
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,6 +171,12 @@ class Location:
 
     def write_bytes(self, data: bytes) -> None:
         """Write a whole file atomically: a temporary name in the same directory, then rename."""
+        raise NotImplementedError
+
+    def write_stream(self, pieces: Iterable[bytes], size: int) -> None:
+        """Write a file of ``size`` bytes from ``pieces``, streamed (never held whole): it
+        appears whole or not at all (a temporary name renamed; a multipart or resumable upload
+        completed). Fewer or more bytes than ``size`` fail without leaving the file."""
         raise NotImplementedError
 
     def make_dirs(self) -> None:

@@ -24,7 +24,7 @@ of one item no longer share their OCDBT writer and every commit races the other'
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +95,12 @@ class ObjectStore:
             if token is None or limit is not None:
                 return
 
+    def upload(self, key: str, parts: Iterable[bytes], size: int) -> None:
+        """Put an object of ``size`` bytes from ``parts`` (each at least ``PART_BYTES`` but the
+        last), one part at a time: S3 multipart, a GCS resumable upload. The object appears
+        only when every part is in; a failure leaves nothing (the upload is aborted)."""
+        raise NotImplementedError
+
     def delete_keys(self, keys: Sequence[str]) -> dict[str, str]:
         """Delete up to ``delete_batch`` keys in one request; what failed, by key (a key that
         was already gone is deleted)."""
@@ -120,6 +126,10 @@ class ObjectStore:
     def identity(self) -> tuple[str, str, str]:
         return (self.scheme, self.bucket, self.endpoint)
 
+
+#: Objects larger than this are uploaded in parts of this size (S3 wants >= 5 MiB but the last;
+#: GCS multiples of 256 KiB): memory holds one part per file being written.
+PART_BYTES = 8 << 20
 
 HINT = "check the URL, the endpoint (--s3-endpoint, CKPT_S3_ENDPOINT) and the credentials"
 _UNREACHABLE = ("connection refused at", "no answer from")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 from collections import deque
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 from ckpt_cli.core.storage.base import (
@@ -32,7 +32,7 @@ from ckpt_cli.core.storage.base import (
     NotACheckpointDirError,
 )
 from ckpt_cli.core.storage.bulk import delete_all
-from ckpt_cli.core.storage.objstore import ObjectStore, open_store
+from ckpt_cli.core.storage.objstore import PART_BYTES, ObjectStore, open_store
 from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.core.storage.prefixes import Listing
 from ckpt_cli.core.storage.remote_bulk import RemoteBulk
@@ -222,6 +222,23 @@ class RemoteLocation(RemoteBulk, Location):
             raise self.store.error(f"cannot write {self}", e) from None
         self._listing.added(self.key, len(data), time.time())
 
+    def write_stream(self, pieces: Iterable[bytes], size: int) -> None:
+        """Up to ``PART_BYTES``: one put of the joined pieces; larger: the store's multipart
+        or resumable upload, a part at a time (memory: one part)."""
+        import time
+
+        if size <= PART_BYTES:
+            data = b"".join(pieces)
+            if len(data) != size:
+                raise StorageError(f"cannot write {self}: {len(data)} bytes, not {size}")
+            self.write_bytes(data)
+            return
+        try:
+            self.store.upload(self.key, _parts(pieces, PART_BYTES), size)
+        except Exception as e:
+            raise self.store.error(f"cannot write {self}", e) from None
+        self._listing.added(self.key, size, time.time())
+
     def make_dirs(self) -> None:
         """Nothing to do: directories are implicit in object stores."""
 
@@ -314,6 +331,18 @@ class _ObjectLock(Lock):
         # On failure the lock stays; the next prune names it and says how to remove it.
         with contextlib.suppress(CkptError):
             loc._delete([loc.key])
+
+
+def _parts(pieces: Iterable[bytes], size: int) -> Iterator[bytes]:
+    """``pieces`` regrouped into parts of exactly ``size`` bytes (the last one shorter)."""
+    buf = bytearray()
+    for piece in pieces:
+        buf += piece
+        while len(buf) >= size:
+            yield bytes(buf[:size])
+            del buf[:size]
+    if buf:
+        yield bytes(buf)
 
 
 def open_remote(url: str, options: StorageOptions | None = None) -> RemoteLocation:

@@ -7,13 +7,14 @@ to 1,000 keys a request. botocore follows the standard credential chain and the
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ckpt_cli.core.storage.objstore import ObjectInfo, ObjectStore, Page
 from ckpt_cli.core.storage.options import StorageOptions
-from ckpt_cli.errors import UnsupportedError
+from ckpt_cli.errors import StorageError, UnsupportedError
 
 
 class S3Store(ObjectStore):
@@ -114,6 +115,28 @@ class S3Store(ObjectStore):
             tuple(p["Prefix"] for p in page.get("CommonPrefixes", [])),
             page.get("NextContinuationToken") if page.get("IsTruncated") else None,
         )
+
+    def upload(self, key: str, parts: Iterable[bytes], size: int) -> None:
+        client = self._s3()
+        upload_id = client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
+        done: list[dict[str, Any]] = []
+        sent = 0
+        try:
+            for number, body in enumerate(parts, 1):
+                got = client.upload_part(
+                    Bucket=self.bucket, Key=key, PartNumber=number, UploadId=upload_id, Body=body
+                )
+                done.append({"ETag": got["ETag"], "PartNumber": number})
+                sent += len(body)
+            if sent != size:
+                raise StorageError(f"{sent} bytes to upload, not {size}")
+            client.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done}
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            raise
 
     def delete_keys(self, keys: Sequence[str]) -> dict[str, str]:
         with self._lock:
