@@ -8,7 +8,7 @@ DEMO := demo_runs/exp7
 S3PORT := 9055
 S3CKPT := AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(CKPT) --s3-endpoint http://127.0.0.1:$(S3PORT)
 
-.PHONY: demo test check lint types pytest fixtures bench clean
+.PHONY: demo test check lint types pytest docs docs-check docs-reference fixtures bench clean schemas
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,12 +67,39 @@ demo: $(STAMP)
 	$(CKPT) diff $(DEMO)@600 $(DEMO)-wide@600 --filter '^(params.Dense_1.bias|opt_state.0.count|rng|step)$$'
 	$(PY) examples/train_mlp.py --workdir $(DEMO)-wide --hidden 128 --steps 700
 	$(CKPT) ls $(DEMO)-wide
+	@echo "== ckpt export: step 600 to PyTorch nn.Linear names and layout (safetensors), streamed"
+	rm -rf $(DEMO)-pt $(DEMO)-back $(DEMO)-pt-bad.safetensors $(DEMO)-bad $(DEMO)-llama $(DEMO)-llama-hf $(DEMO)-llama-back
+	$(CKPT) export $(DEMO) $(DEMO)-pt --step 600 --spec examples/mlp_to_pytorch.yaml
+	@echo "== the safetensors library loads it"
+	$(PY) -c "import safetensors.numpy as s; t = s.load_file('$(DEMO)-pt/model.safetensors'); print({k: (str(v.dtype), v.shape) for k, v in sorted(t.items())})"
+	@echo "== ckpt import: back into an Orbax step 600; ckpt diff: the parameters are equal"
+	$(CKPT) import $(DEMO)-pt $(DEMO)-back --spec examples/pytorch_to_mlp.yaml --step 600
+	$(CKPT) diff $(DEMO)@600 $(DEMO)-back@600 --filter 'params.*'
+	@echo "== a scanned Llama-shaped Flax model to Hugging Face Llama names (sharded), and back"
+	$(PY) examples/llama_tree.py --workdir $(DEMO)-llama
+	$(CKPT) export $(DEMO)-llama $(DEMO)-llama-hf --spec examples/llama_to_hf.yaml --dtype bfloat16 --dry-run
+	$(CKPT) export $(DEMO)-llama $(DEMO)-llama-hf --spec examples/llama_to_hf.yaml --max-shard-size 40KB --json | $(PY) -c "import json, sys; d = json.load(sys.stdin); print(d['index'], [f['name'] for f in d['files']])"
+	$(CKPT) import $(DEMO)-llama-hf $(DEMO)-llama-back --spec examples/hf_to_llama.yaml --target examples.llama_tree:abstract_state
+	$(CKPT) diff $(DEMO)-llama $(DEMO)-llama-back
+	@echo "== a truncated safetensors file: one line, exit 3, nothing written"
+	$(PY) -c "b = open('$(DEMO)-pt/model.safetensors', 'rb').read(); open('$(DEMO)-pt-bad.safetensors', 'wb').write(b[:-5])"
+	$(CKPT) import $(DEMO)-pt-bad.safetensors $(DEMO)-bad || true
 	@echo "== ckpt prune --dry-run: the plan (keep with reasons, delete with sizes); nothing changes"
 	$(CKPT) prune $(DEMO) --keep-last 1 --keep-every 500 --dry-run
 	@echo "== ckpt prune --yes: delete what no rule keeps (step 400)"
 	$(CKPT) prune $(DEMO) --keep-last 1 --keep-every 500 --yes
 	$(CKPT) ls $(DEMO)
 	$(PY) -c "import orbax.checkpoint as ocp; print('orbax sees steps', ocp.CheckpointManager('$(DEMO)').all_steps())"
+	@echo "== ckpt pin: prune keeps a pinned step whatever the rules, and says why; Orbax ignores the pin"
+	$(CKPT) pin $(DEMO) 500 --note "best eval so far"
+	$(CKPT) ls $(DEMO)
+	$(CKPT) prune $(DEMO) --keep-last 1 --dry-run
+	$(CKPT) unpin $(DEMO) 500
+	@echo "== a nightly budget: --max-duration with --rotate (state next to the digests), or the n-th of t subsets"
+	$(CKPT) verify $(DEMO) --latest --deep --max-duration 10s --rotate
+	$(CKPT) verify $(DEMO) --latest --sample 2/3
+	@echo "== --json on an error: one document on stdout, same exit code (3)"
+	$(CKPT) verify demo_runs/no-such-run --json || true
 	@echo "== object storage: an S3-compatible server on 127.0.0.1 (moto), bucket 'demo'"
 	$(PY) examples/local_s3.py stop demo_runs/s3.pid
 	$(PY) examples/local_s3.py start $(S3PORT) demo demo_runs/s3.pid
@@ -95,21 +122,40 @@ demo: $(STAMP)
 	AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(CKPT) --s3-endpoint http://127.0.0.1:9 ls s3://demo/exp7 || true
 	$(PY) examples/local_s3.py stop demo_runs/s3.pid
 
-test: lint types pytest
+test: lint types docs-check pytest
 
-# The fast loop while developing (under two minutes): lint, format, types, the non-slow tests.
-check: lint types
+# The fast loop while developing (under two minutes): lint, format, types, the strict docs build, the non-slow tests.
+check: lint types docs-check
 	$(VENV)/bin/pytest -n 2 -q -m "not slow"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check ckpt_cli tests bench examples fixtures/make_fixtures.py fixtures/make_damaged.py
-	$(VENV)/bin/ruff format --check ckpt_cli tests
+	$(VENV)/bin/ruff check ckpt_cli tests bench examples fixtures/make_fixtures.py fixtures/make_damaged.py docs/gen_reference.py
+	$(VENV)/bin/ruff format --check ckpt_cli tests docs/gen_reference.py
 
 types: $(STAMP)
 	$(VENV)/bin/mypy
 
 pytest: $(STAMP)
 	$(VENV)/bin/pytest -n 2 -q
+
+# The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/; `docs-check`, part of
+# `make test`, builds it strictly into a temporary directory (a broken link or anchor fails) and
+# checks that docs/reference/ matches the app; `docs-reference` rewrites docs/reference/.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict
+	@echo "built site/: open site/index.html"
+
+docs-check: $(STAMP)
+	$(PY) docs/gen_reference.py --check
+	@tmp=$$(mktemp -d); if $(VENV)/bin/mkdocs build --strict --site-dir $$tmp/site > $$tmp/log 2>&1; then rm -rf $$tmp; echo 'mkdocs build --strict: ok'; else grep -v '^INFO' $$tmp/log; rm -rf $$tmp; exit 1; fi
+
+docs-reference: $(STAMP)
+	$(PY) docs/gen_reference.py
+
+# The published JSON Schemas of every command's --json (docs/schemas/), generated from the
+# result types; refuses a changed schema under a schema_version already published.
+schemas: $(STAMP)
+	$(PY) -m ckpt_cli.commands._schemas docs/schemas
 
 fixtures: $(STAMP)
 	$(PY) fixtures/make_fixtures.py
@@ -121,6 +167,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_migrate.py
 	$(PY) bench/bench_scale.py
 	$(PY) bench/bench_remote.py
+	$(PY) bench/bench_export.py
 
 clean:
-	rm -rf $(VENV) demo_runs bench/out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) demo_runs bench/out site .pytest_cache .mypy_cache .ruff_cache

@@ -19,6 +19,9 @@ Writers plan first and write on ``execute``; a plan is frozen, its ``to_json()``
                                  rules={"params.*kernel": [None, "model"]})
     result = ckpt_cli.execute(plan)           # WriteResult; also plan_migration, plan_prune
 
+    plan = ckpt_cli.export("runs/exp7", "runs/exp7-hf", spec="examples/mlp_to_pytorch.yaml")
+    ckpt_cli.execute(plan)                    # safetensors files; ckpt_cli.import_(...) back
+
 Importing ``ckpt_cli`` is cheap: names resolve on first use, and nothing here imports JAX.
 Errors are ``ckpt_cli.CkptError`` subclasses with a one-line message and a ``hint``.
 """
@@ -44,6 +47,10 @@ if TYPE_CHECKING:
     from ckpt_cli.core.prune.plan import PrunePlan
     from ckpt_cli.core.prune.policy import Policy
     from ckpt_cli.core.reshard.plan import ReshardPlan, plan_reshard
+    from ckpt_cli.core.safetensors.export import ExportPlan
+    from ckpt_cli.core.safetensors.export_run import ExportResult
+    from ckpt_cli.core.safetensors.import_ import ImportPlan
+    from ckpt_cli.core.safetensors.import_run import ImportResult
     from ckpt_cli.core.storage import StorageOptions
     from ckpt_cli.core.verify.types import SampleSpec, VerifyReport
     from ckpt_cli.core.write.rewrite import WriteResult
@@ -54,6 +61,10 @@ __all__ = [
     "CkptError",
     "Compression",
     "ExecutorSpec",
+    "ExportPlan",
+    "ExportResult",
+    "ImportPlan",
+    "ImportResult",
     "Item",
     "Leaf",
     "MigrationPlan",
@@ -71,6 +82,8 @@ __all__ = [
     "WriteResult",
     "__version__",
     "execute",
+    "export",
+    "import_",
     "open",
     "plan_migration",
     "plan_prune",
@@ -94,6 +107,10 @@ _LAZY = {
     "Policy": "ckpt_cli.core.prune.policy",
     "ReshardPlan": "ckpt_cli.core.reshard.plan",
     "plan_reshard": "ckpt_cli.core.reshard.plan",
+    "ExportPlan": "ckpt_cli.core.safetensors.export",
+    "ExportResult": "ckpt_cli.core.safetensors.export_run",
+    "ImportPlan": "ckpt_cli.core.safetensors.import_",
+    "ImportResult": "ckpt_cli.core.safetensors.import_run",
     "StorageOptions": "ckpt_cli.core.storage",
     "SampleSpec": "ckpt_cli.core.verify.types",
     "VerifyReport": "ckpt_cli.core.verify.types",
@@ -200,10 +217,41 @@ def plan_prune(
     return plan_prune_root(location, policy, clean_tmp=clean_tmp, tmp_min_age=tmp_min_age, now=now)
 
 
+def export(
+    source: str | os.PathLike[str], out: str | os.PathLike[str], **options: Any
+) -> ExportPlan:
+    """Plan exporting one item of ``source`` to safetensors files in the new directory ``out``,
+    as ``ckpt export`` does; ``execute(plan)`` writes them. Options: ``spec`` (a migrate spec
+    file), ``params_only``, ``dtype``, ``max_shard_size`` (bytes), ``framework``,
+    ``provenance``, ``allow_unused``, ``step``, ``item``, ``memory_limit``, ``storage``.
+    Example: ``ckpt_cli.execute(ckpt_cli.export("runs/exp7", "hf", params_only=True))``.
+    """
+    from ckpt_cli.core.safetensors.export import plan_export
+
+    return plan_export(source, out, **options)
+
+
+def import_(
+    source: str | os.PathLike[str], root: str | os.PathLike[str], **options: Any
+) -> ImportPlan:
+    """Plan importing safetensors (a file, an index, or a Hugging Face directory) as a new
+    step of the CheckpointManager ``root``, as ``ckpt import`` does; ``execute(plan)`` writes it.
+    Options: ``spec``, ``mesh`` (``"data=4,model=2"``), ``rules`` (a file or a mapping of leaf
+    patterns to partition specs), ``step``, ``target``, ``allow_unused``, ``write``
+    (``WriteOptions``). Example: ``ckpt_cli.execute(ckpt_cli.import_("hf", "runs/back"))``.
+    """
+    from ckpt_cli.core.safetensors.import_ import plan_import
+
+    return plan_import(source, root, **options)
+
+
 def execute(
-    plan: ReshardPlan | MigrationPlan | PrunePlan, *, on_progress: ProgressFn | None = None
-) -> WriteResult | PruneResult:
-    """Carry out a plan of ``plan_reshard``, ``plan_migration`` or ``plan_prune``.
+    plan: ReshardPlan | MigrationPlan | PrunePlan | ExportPlan | ImportPlan,
+    *,
+    on_progress: ProgressFn | None = None,
+) -> WriteResult | PruneResult | ExportResult | ImportResult:
+    """Carry out a plan of ``plan_reshard``, ``plan_migration``, ``plan_prune``, ``export`` or
+    ``import_``.
 
     A refused plan (``plan.refusal``) raises that ``RefusedError`` and writes nothing. Writers
     stream the new step under the plan's memory limit into a tmp name and commit it last; a prune
@@ -226,4 +274,15 @@ def execute(
         from ckpt_cli.core.prune.execute import execute as run_prune
 
         return run_prune(plan, on_progress)
+    from ckpt_cli.core.safetensors.export import ExportPlan
+    from ckpt_cli.core.safetensors.import_ import ImportPlan
+
+    if isinstance(plan, ExportPlan):
+        from ckpt_cli.core.safetensors.export_run import execute as run_export
+
+        return run_export(plan, on_progress)
+    if isinstance(plan, ImportPlan):
+        from ckpt_cli.core.safetensors.import_run import execute as run_import
+
+        return run_import(plan, on_progress)
     raise TypeError(f"not a plan ckpt executes: {type(plan).__name__}")

@@ -9,21 +9,33 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from types import FrameType
 
 import typer
 
 from ckpt_cli._version import __version__
 from ckpt_cli.commands import diff as diff_cmd
+from ckpt_cli.commands import export as export_cmd
+from ckpt_cli.commands import import_ as import_cmd
 from ckpt_cli.commands import inspect as inspect_cmd
 from ckpt_cli.commands import ls as ls_cmd
 from ckpt_cli.commands import migrate as migrate_cmd
+from ckpt_cli.commands import pin as pin_cmd
 from ckpt_cli.commands import prune as prune_cmd
 from ckpt_cli.commands import reshard as reshard_cmd
 from ckpt_cli.commands import verify as verify_cmd
-from ckpt_cli.errors import EXIT_BUG, EXIT_INTERRUPTED, CkptError, first_line
+from ckpt_cli.errors import (
+    CODE_INTERNAL,
+    CODE_INTERRUPTED,
+    CODE_USAGE,
+    EXIT_BUG,
+    EXIT_INTERRUPTED,
+    CkptError,
+    first_line,
+)
 
-HELP = """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX.
+HELP = """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints, and export them to safetensors (and import back); the read commands need no JAX.
 
 Exit codes: 0 ok · 1 a check found problems · 2 usage error · 3 not a checkpoint, unreadable or refused · 70 internal error (rerun with CKPT_DEBUG=1) · 130 interrupted.
 """
@@ -69,7 +81,7 @@ def _root(
         show_default=False,
     ),
 ) -> None:
-    """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints; the read commands need no JAX."""
+    """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints, and export them to safetensors (and import back); the read commands need no JAX."""
     from ckpt_cli.core.storage.options import StorageOptions, apply_request_limit
 
     # Configuration as data: the commands hand these options to the core, which carries them
@@ -85,6 +97,10 @@ app.command("diff")(diff_cmd.diff)
 app.command("prune")(prune_cmd.prune)
 app.command("reshard")(reshard_cmd.reshard)
 app.command("migrate")(migrate_cmd.migrate)
+app.command("export")(export_cmd.export)
+app.command("import")(import_cmd.import_)
+app.command("pin")(pin_cmd.pin)
+app.command("unpin")(pin_cmd.unpin)
 
 
 class Interrupted(Exception):
@@ -95,30 +111,61 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
     raise Interrupted()
 
 
+def _json_mode(argv: list[str]) -> bool:
+    """``--json`` on the command line (before any ``--``): decided from the raw arguments,
+    because a usage error happens before any option is parsed."""
+    args = argv[: argv.index("--")] if "--" in argv else argv
+    return "--json" in args
+
+
+def _fail(
+    json_mode: bool, code: int, line: str, error: Mapping[str, object], result: object
+) -> None:
+    """One stderr line; with --json also the one error document on stdout; exit ``code``."""
+    sys.stderr.write(line + "\n")
+    if json_mode:
+        from ckpt_cli.commands._output import emit_error
+
+        emit_error(sys.argv[1:], error, result)
+    sys.exit(code)
+
+
 def main() -> None:
-    """Run the app; turn every error into one stderr line and a documented exit code."""
+    """Run the app; turn every error into one stderr line and a documented exit code (with
+    --json, also one JSON error document on stdout)."""
     signal.signal(signal.SIGINT, _on_sigint)
     debug = bool(os.environ.get("CKPT_DEBUG"))
+    json_mode = _json_mode(sys.argv[1:])
     try:
+        if json_mode:
+            # Click's usage errors must reach this boundary as exceptions, not as a panel.
+            sys.exit(app(standalone_mode=False) or 0)
         app()
     except CkptError as e:
         if debug:
             raise
-        sys.stderr.write(f"ckpt: error: {e}\n")
-        sys.exit(e.exit_code)
+        _fail(json_mode, e.exit_code, f"ckpt: error: {e}", e.to_json(), e.result)
     except Interrupted:
-        sys.stderr.write("ckpt: interrupted\n")
-        sys.exit(EXIT_INTERRUPTED)
+        error = {"code": CODE_INTERRUPTED, "message": "interrupted", "hint": None}
+        _fail(json_mode, EXIT_INTERRUPTED, "ckpt: interrupted", error, None)
     except BrokenPipeError:
         # `ckpt ls | head`: the reader left; exit quietly as other Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
+    except typer.TyperException as e:  # Click's usage errors, in JSON mode only
+        message = (e.format_message().strip().splitlines() or [type(e).__name__])[0]
+        error = {"code": CODE_USAGE, "message": message, "hint": "see `ckpt COMMAND --help`"}
+        _fail(json_mode, e.exit_code, f"ckpt: error: {message}", error, None)
     except Exception as e:
         if debug:
             raise
         first = first_line(e) if str(e) else ""
-        sys.stderr.write(
-            f"ckpt: internal error: {type(e).__name__}: {first} "
-            "(this is a bug in ckpt; rerun with CKPT_DEBUG=1 to see the traceback)\n"
+        hint = "this is a bug in ckpt; rerun with CKPT_DEBUG=1 to see the traceback"
+        error = {"code": CODE_INTERNAL, "message": f"{type(e).__name__}: {first}", "hint": hint}
+        _fail(
+            json_mode,
+            EXIT_BUG,
+            f"ckpt: internal error: {type(e).__name__}: {first} ({hint})",
+            error,
+            None,
         )
-        sys.exit(EXIT_BUG)

@@ -2,9 +2,15 @@
 
 Every error formats its own one-line message and may carry a hint naming the next thing to try
 (pypa/build style). ``app.main`` is the only place that turns them into stderr lines and exit codes.
+Each class has a stable ``code``: with ``--json`` an error is the document
+``{"schema_version", "ok": false, "error": {"code", "message", "hint"}}`` (``to_json``), and
+scripts match on the code. A subclass's code wins over its base's (``locked`` is a refusal).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1  # a check found problems (verify, diff)
@@ -13,16 +19,38 @@ EXIT_FAILURE = 3  # expected failure: not a checkpoint, unreadable, refused
 EXIT_INTERRUPTED = 130
 EXIT_BUG = 70  # anything unexpected: a bug in ckpt
 
+#: Codes of failures that are not CkptErrors.
+CODE_INTERNAL = "internal"
+CODE_INTERRUPTED = "interrupted"
+CODE_USAGE = "usage"
+
+
+class ErrorJSON(TypedDict):
+    """What went wrong: a stable code, the one-line message, the next thing to try (or null)."""
+
+    code: str
+    message: str
+    hint: str | None
+
 
 class CkptError(Exception):
     """Base of every error ckpt reports to the user."""
 
     exit_code = EXIT_FAILURE
+    code = "error"
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, hint: str | None = None, result: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        #: The JSON document of what the command computed before it failed (a refused prune's
+        #: plan): with --json the error is reported inside that document.
+        self.result = result
+
+    def to_json(self) -> ErrorJSON:
+        return {"code": self.code, "message": self.message, "hint": self.hint}
 
     def __str__(self) -> str:
         if self.hint:
@@ -34,6 +62,7 @@ class UsageError(CkptError, ValueError):
     """The command line asks for something impossible (conflicting or malformed options)."""
 
     exit_code = EXIT_USAGE
+    code = CODE_USAGE
 
 
 class OptionValueError(CkptError):
@@ -42,42 +71,63 @@ class OptionValueError(CkptError):
     into a usage message of its own, and ckpt reports every error at its one boundary."""
 
     exit_code = EXIT_USAGE
+    code = CODE_USAGE
 
 
 class NotFoundError(CkptError, FileNotFoundError):
     """A path, step or item that does not exist."""
 
+    code = "not-found"
+
 
 class NotACheckpointError(CkptError, ValueError):
     """A path that exists but holds no Orbax checkpoint we recognise."""
+
+    code = "not-a-checkpoint"
 
 
 class InvalidMetadataError(CkptError, ValueError):
     """A metadata file that is damaged, truncated or describes something impossible."""
 
+    code = "invalid-metadata"
+
 
 class StorageError(CkptError, OSError):
     """The storage under a checkpoint failed to list or read."""
+
+    code = "storage-error"
 
 
 class UnreachableError(StorageError):
     """The store itself cannot be reached (connection refused, no answer): nothing more can be
     done there, so operations stop at once instead of failing entry by entry."""
 
+    code = "unreachable"
+
 
 class UnsupportedError(CkptError, NotImplementedError):
     """A layout or storage scheme this version does not handle."""
+
+    code = "unsupported"
 
 
 class RefusedError(CkptError):
     """A request ckpt will not carry out as asked: no confirmation, an unsafe change, or a plan
     that cannot work."""
 
+    code = "refused"
+
 
 class LockedError(RefusedError):
     """Another ckpt process holds the lock of the same root."""
+
+    code = "locked"
 
 
 def first_line(e: BaseException) -> str:
     """The first line of an exception's message (TensorStore's run to many), else its type."""
     return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+class InvalidSafetensorsError(InvalidMetadataError):
+    """A safetensors file or index that breaks the format: refused before anything is written."""

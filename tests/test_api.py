@@ -139,3 +139,24 @@ def test_plan_then_execute_each_writer(tmp_path: Path, fixture_copy: Any) -> Non
     result = ckpt_cli.execute(prune)
     assert sorted(p.name for p in root.iterdir()) == ["500"]
     assert result.to_json()["outcome"]["deleted"] == ["300", "400"]
+
+
+def test_export_and_import_are_plan_execute_pairs(tmp_path: Path) -> None:
+    plan = ckpt_cli.export(FIXTURES / "seed_mlp", tmp_path / "hf", params_only=True)
+    assert isinstance(plan, ckpt_cli.ExportPlan) and not (tmp_path / "hf").exists()
+    assert plan.to_json()["tensors"]
+    result = ckpt_cli.execute(plan)
+    assert isinstance(result, ckpt_cli.ExportResult)
+    assert (tmp_path / "hf" / "model.safetensors").is_file()
+    back = ckpt_cli.import_(tmp_path / "hf", tmp_path / "root", step=500)
+    assert isinstance(back, ckpt_cli.ImportPlan) and not (tmp_path / "root").exists()
+    done = ckpt_cli.execute(back)
+    assert isinstance(done, ckpt_cli.ImportResult)
+    item = ckpt_cli.open(tmp_path / "root").item(step=500)
+    original = ckpt_cli.open(FIXTURES / "seed_mlp").item(step=500)
+    names = sorted(leaf.name for leaf in item.leaves)
+    assert names and names == sorted(
+        x.name for x in original.leaves if x.name.startswith("params.")
+    )
+    for name in names:
+        assert item.read(name).tobytes() == original.read(name).tobytes()

@@ -44,9 +44,13 @@ def parse_size(text: str, option: str) -> int:
 
 def parse_sample(text: str) -> SampleSpec:
     """``5%`` (of the array bytes) or an amount of bytes, as any size: ``2G``, ``500MiB``."""
+    from ckpt_cli.core.verify.budget import parse_subset
     from ckpt_cli.core.verify.types import SampleSpec
 
     t = text.strip()
+    subset = parse_subset(t)  # n/t: the n-th of t disjoint subsets (restic's n/t)
+    if subset is not None:
+        return SampleSpec(subset=subset)
     try:
         if t.endswith("%"):
             pct = float(t[:-1])
@@ -59,8 +63,8 @@ def parse_sample(text: str) -> SampleSpec:
         return SampleSpec(bytes=amount)
     except ValueError:  # UsageError is one
         raise UsageError(
-            f"--sample {text!r} is neither a percentage nor an amount of bytes",
-            hint="for example --sample 5% or --sample 2GiB",
+            f"--sample {text!r} is neither a percentage, an amount of bytes nor N/T",
+            hint="for example --sample 5%, --sample 2GiB or --sample 2/7",
         ) from None
 
 
@@ -237,6 +241,24 @@ MarkCommittedOpt = Annotated[
         help="After a clean deep check of the one step (a root with --step N, or a step), "
         "put its commit_success.txt: for steps copied to a bucket without it (Orbax #394). "
         "Refused (nothing written, exit 1) when the check finds errors.",
+    ),
+]
+MaxDurationOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-duration",
+        help="With --deep: read for at most this long (90s, 10m, 2h), counted from the start; "
+        "reports the coverage. Exit code on what was seen.",
+        metavar="DURATION",
+        show_default=False,
+    ),
+]
+RotateOpt = Annotated[
+    bool,
+    typer.Option(
+        "--rotate",
+        help="With --max-duration: continue where the last run stopped (state in each item's "
+        "_CKPT_VERIFY_STATE.json), so N runs cover every chunk.",
     ),
 ]
 JunitOpt = Annotated[
@@ -482,7 +504,14 @@ MetricOpt = Annotated[
     str | None,
     typer.Option(help="Metric of metrics/metrics to rank by (--keep-best).", show_default=False),
 ]
-ModeOpt = Annotated[Mode, typer.Option(help="Best is the lowest (min) or highest (max).")]
+ModeOpt = Annotated[
+    Mode | None,
+    typer.Option(
+        help="With --keep-best, required: best is the lowest (min, a loss) or the highest (max, "
+        "an accuracy; Orbax's best_mode default).",
+        show_default=False,
+    ),
+]
 KeepMissingMetricOpt = Annotated[
     bool,
     typer.Option(
@@ -507,3 +536,28 @@ PruneDryRunOpt = Annotated[
     bool, typer.Option("--dry-run", "-n", help="Print the plan; change nothing.")
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking.")]
+
+# --- export / import -----------------------------------------------------------------------------
+
+#: Defaults of export/import: values stream from or into a file at disk speed, so more blocks in
+#: flight buy nothing (bench/bench_export.py: 256MiB and 16MiB chunks ran faster than 1GiB/64MiB).
+EXCHANGE_MEMORY_LIMIT = size_default("256MiB")
+IMPORT_CHUNK_BYTES = size_default("16MiB")
+#: transformers' default for save_pretrained(max_shard_size=...): 5 GB, decimal.
+MAX_SHARD_SIZE = size_default("5GB")
+MaxShardSizeOpt = Annotated[
+    int,
+    _size_option(
+        "--max-shard-size",
+        "Shard above this size (5GB = 5e9 bytes, as transformers; GiB units too).",
+    ),
+]
+OptionalSpecOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--spec",
+        help="A migrate spec (YAML or .toml): rules applied first (rename, transpose, "
+        "unstack, ...).",
+        show_default=False,
+    ),
+]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 class Document(Protocol):
-    def to_json(self) -> dict[str, Any]: ...
+    def to_json(self) -> Mapping[str, Any]: ...
 
 
 def stdout_console() -> Console:
@@ -113,3 +113,15 @@ def progress_bar(enabled: bool, min_bytes: int = 0) -> Iterator[ProgressFn | Non
             bar.update(tasks[key], description=label, completed=event.done, total=total)
 
         yield update
+
+
+def emit_error(argv: list[str], error: Mapping[str, Any], result: object = None) -> None:
+    """The one document of a failed ``--json`` run: what the command computed before it failed
+    (``CkptError.result``, a refused prune's plan) or nothing, with ``ok`` false and the error;
+    ``schema_version`` is the failed command's (``argv``'s first command name)."""
+    from ckpt_cli.commands._schemas import schema_version_of_argv
+
+    doc: dict[str, Any] = dict(result) if isinstance(result, Mapping) else {}
+    doc = {"schema_version": schema_version_of_argv(argv), **doc, "ok": False, "error": error}
+    indent = 2 if sys.stdout.isatty() else None
+    sys.stdout.write(json.dumps(doc, indent=indent, default=str) + "\n")

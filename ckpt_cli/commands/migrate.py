@@ -65,11 +65,15 @@ def migrate(
         record_digests=record_digests,
         storage=o.storage_options(ctx),
     )
-    if dry_run or plan.refusal is not None:
+    refusal = plan.refusal
+    if refusal is not None and json_out:
+        refusal.result = plan.to_json()  # the refused plan, in the one error document
+        raise refusal
+    if dry_run or refusal is not None:
         if dry_run:
             emit_json(plan) if json_out else render.print_plan(plan)
-        if plan.refusal is not None:
-            raise plan.refusal
+        if refusal is not None:
+            raise refusal
         return
     for message in plan.warnings:
         warn(message)

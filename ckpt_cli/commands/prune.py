@@ -29,7 +29,7 @@ def prune(
     keep_monthly: o.KeepMonthlyOpt = None,
     keep_best: o.KeepBestOpt = None,
     metric: o.MetricOpt = None,
-    mode: o.ModeOpt = o.Mode.min,
+    mode: o.ModeOpt = None,
     keep_missing_metric: o.KeepMissingMetricOpt = True,
     clean_tmp: o.CleanTmpOpt = False,
     tmp_min_age: o.TmpMinAgeOpt = "1h",
@@ -64,7 +64,7 @@ def prune(
         keep_monthly=keep_monthly or 0,
         keep_best=keep_best or 0,
         metric=metric,
-        mode=mode.value,
+        mode=mode.value if mode is not None else None,
         keep_missing_metric=keep_missing_metric,
     )
     min_age = parse_duration(tmp_min_age, option="--tmp-min-age")
@@ -98,11 +98,17 @@ def prune(
                 else execute_plan(plan, location, on_progress=on_progress)
             )
     result = PruneResult(plan, outcome)
-    emit_json(result) if json_out else render.render_outcome(plan, outcome)
+    failure = outcome.failure
+    if failure is not None and json_out:
+        failure.result = result.to_json()  # one document: the outcome so far, and the failure
+    elif json_out:
+        emit_json(result)
+    else:
+        render.render_outcome(plan, outcome)
     for message in render.outcome_warnings(outcome):
         warn(message)
-    if outcome.failure is not None:
-        raise outcome.failure
+    if failure is not None:
+        raise failure
 
 
 def _interactive() -> bool:
@@ -113,12 +119,11 @@ def _confirm(planned: PruneResult, json_out: bool) -> None:
     from ckpt_cli.commands.render import prune as render
 
     if json_out or not _interactive():
-        if json_out:
-            emit_json(planned)
         why = "--json never asks" if json_out else "there is no terminal to ask on"
         raise RefusedError(
             f"refusing to delete without confirmation: {why}",
             hint="rerun with --yes to delete, or --dry-run to only print the plan",
+            result=planned.to_json() if json_out else None,  # the plan, in the one document
         )
     try:
         question = render.confirm_question(planned.plan)

@@ -58,10 +58,13 @@ def reshard(
         write=write,
         storage=o.storage_options(ctx),
     )
-    if plan.refusal is not None:
-        if dry_run:
-            emit_json(plan) if json_out else render.print_plan(plan)
-        raise plan.refusal
+    refusal = plan.refusal
+    if refusal is not None:
+        if json_out:
+            refusal.result = plan.to_json()  # the refused plan, in the one error document
+        elif dry_run:
+            render.print_plan(plan)
+        raise refusal
     for message in plan.warnings:
         warn(message)
     if dry_run:

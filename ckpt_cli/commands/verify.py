@@ -13,8 +13,10 @@ from ckpt_cli.commands._options import (
     JunitOpt,
     LatestOpt,
     MarkCommittedOpt,
+    MaxDurationOpt,
     PathArg,
     RecordOpt,
+    RotateOpt,
     SampleOpt,
     SchedulerOpt,
     SeedOpt,
@@ -40,6 +42,8 @@ def verify(
     strict: StrictOpt = False,
     fail_on_nonfinite: FailOnNonfiniteOpt = False,
     mark_committed: MarkCommittedOpt = False,
+    max_duration: MaxDurationOpt = None,
+    rotate: RotateOpt = False,
     junit: JunitOpt = None,
     json_out: JsonOpt = False,
     executor: ExecutorOpt = "local",
@@ -52,7 +56,9 @@ def verify(
     Structure (default, no array data): JSON files, leaves against arrays, zarr headers against
     write shapes and sharding, every chunk key, OCDBT CRCs and reference bounds, unknown files,
     symlinks leaving the checkpoint, commit state. --deep also decodes every chunk; --record
-    stores digests so later runs catch silently changed bytes; --sample checks a random subset.
+    stores digests so later runs catch silently changed bytes; --sample checks a random subset
+    (5%, 2GiB) or the N-th of T disjoint ones (2/7). --max-duration 10m bounds a deep run and
+    reports its coverage; --rotate makes successive runs continue until every chunk was read.
 
     Exit codes: 0 no errors (warnings allowed unless --strict) · 1 problems found · 2 usage ·
     3 not a checkpoint or unreadable.
@@ -74,6 +80,8 @@ def verify(
         strict=strict,
         fail_on_nonfinite=fail_on_nonfinite,
         mark_committed=mark_committed,
+        max_duration=_seconds(max_duration),
+        rotate=rotate,
     )
     scale = ExecutorSpec(executor, workers, scheduler)
     location = open_location(path, storage_options(ctx))
@@ -89,3 +97,11 @@ def verify(
         (warn if kind == "warning" else note)(message)
     if not report.ok:
         raise typer.Exit(EXIT_PROBLEMS)
+
+
+def _seconds(text: str | None) -> float | None:
+    if text is None:
+        return None
+    from ckpt_cli.core.prune.policy import parse_duration
+
+    return parse_duration(text, option="--max-duration").total_seconds()

@@ -8,7 +8,6 @@ time when asked, without JAX and without the topology the checkpoint was saved o
 from __future__ import annotations
 
 import functools
-import json
 import math
 from typing import Any
 
@@ -20,6 +19,7 @@ from ckpt_cli.core.format.scan import read_block
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.listing import StepInfo, list_root
 from ckpt_cli.core.storage import Location
+from ckpt_cli.core.storage.base import loads_json
 from ckpt_cli.errors import NotFoundError, StorageError, UsageError, first_line
 
 #: What an empty container leaf reads as (Orbax stores no data for them).
@@ -93,7 +93,7 @@ class Item:
         if leaf.value_type == "string":
             return leaf.value
         if leaf.value_type == "json":
-            return json.loads(leaf.value or "null")
+            return loads_json(leaf.value or "null", f"leaf {name!r}")
         if leaf.array is None:
             if leaf.value_type in _EMPTY:
                 return _copy(_EMPTY[leaf.value_type])

@@ -110,7 +110,8 @@ class DiffReport:
                 "compare_cast": self.compare_cast,
                 "summary": {s: self.count(s) for s in STATUSES},
                 "leaves": [d.to_json() for d in self.leaves],
-            }
+            },
+            ok=self.equal,
         )
 
 

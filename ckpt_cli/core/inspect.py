@@ -12,7 +12,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
 from ckpt_cli.core.format.layout import ItemRef
@@ -82,7 +82,10 @@ class Leaf:
             "size_bytes": self.size_bytes,
             "sharding": None if self.sharding is None else self.sharding.to_json(),
             "state_part": self.part,
-            "value": self.value,
+            # JSON-item values as JSON values (schema 2), string leaves as strings.
+            "value": json.loads(self.value)
+            if self.value_type == "json" and self.value is not None
+            else self.value,
             "problem": self.problem,
         }
 
@@ -106,6 +109,9 @@ class SubtreeTotal:
 @dataclass(frozen=True)
 class ItemReport:
     """What ``inspect`` knows about one item."""
+
+    #: 2: JSON-item values are JSON values (they were JSON text in 1).
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     ref: ItemRef
     storage: str  # ocdbt | ocdbt-unmerged | zarr
@@ -152,7 +158,8 @@ class ItemReport:
                 "custom_metadata": self.custom_metadata,
                 "step_custom_metadata": self.step_custom_metadata,
                 "leaves": [leaf.to_json() for leaf in self.leaves],
-            }
+            },
+            version=self.SCHEMA_VERSION,
         )
 
 

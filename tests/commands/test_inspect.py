@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
@@ -18,7 +16,7 @@ def test_inspect_json_contract_seed(cli) -> None:  # type: ignore[no-untyped-def
     r = cli("inspect", FIXTURES / "seed_mlp", "--json")
     assert r.code == 0, r.stderr
     doc = r.json()
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2 and doc["ok"] is True  # 2: JSON-item values as values
     assert (doc["step"], doc["item"]) == (500, "default")
     assert doc["path"] == str(FIXTURES / "seed_mlp" / "500" / "default")
     leaves = leaves_by_name(doc)
@@ -129,8 +127,8 @@ def test_unmerged_reads_like_merged(cli) -> None:  # type: ignore[no-untyped-def
 def test_inspect_json_item(cli) -> None:  # type: ignore[no-untyped-def]
     doc = cli("inspect", FIXTURES / "composite_best", "--item", "extra", "--json").json()
     assert doc["storage"] == "json"
-    values = {leaf["name"]: json.loads(leaf["value"]) for leaf in doc["leaves"]}
-    assert values == {"epoch": 2, "note": "step 4", "lr": 0.001}
+    values = {leaf["name"]: leaf["value"] for leaf in doc["leaves"]}
+    assert values == {"epoch": 2, "note": "step 4", "lr": 0.001}  # JSON values, not JSON text
 
 
 def test_inspect_filter(cli) -> None:  # type: ignore[no-untyped-def]

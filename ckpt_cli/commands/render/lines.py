@@ -36,29 +36,50 @@ def emit(lines: Iterable[str], color: bool) -> None:
         sys.stdout.write(text + "\n")
 
 
+#: Levels drawn as a tree; below that, each leaf is one line holding the rest of its dotted path,
+#: so the output stays linear in the size of the tree whatever its depth.
+MAX_TREE_DEPTH = 32
+
+
+class _Node:
+    __slots__ = ("children", "label")
+
+    def __init__(self) -> None:
+        self.children: dict[str, _Node] = {}
+        self.label: str | None = None
+
+
 def tree_lines(root: str, leaves: Iterable[tuple[Sequence[str], str]], paint: Paint) -> list[str]:
     """Lines of a tree from (path, label) pairs given in tree order (siblings contiguous)."""
-    items = [(tuple(path), label) for path, label in leaves]
-    # A node is its branch's last child when no later entry shares its parent prefix.
-    seen_parent: dict[tuple[str, ...], tuple[str, ...]] = {}
-    for path, _ in items:
-        for depth in range(1, len(path) + 1):
-            seen_parent[path[: depth - 1]] = path[:depth]
-    last_child = set(seen_parent.values())
+    top = _Node()
+    for path, label in leaves:
+        node = top
+        for depth, key in enumerate(path):
+            if depth == MAX_TREE_DEPTH and len(path) > depth + 1:
+                key = ".".join(path[depth:])  # the rest of a very deep path, on one line
+                node = node.children.setdefault(key, _Node())
+                break
+            node = node.children.setdefault(key, _Node())
+        node.label = label
     out = [paint(root, "bold")]
-    opened: set[tuple[str, ...]] = set()
-    for path, label in items:
-        for depth in range(1, len(path) + 1):
-            node = path[:depth]
-            if node in opened and depth < len(path):
-                continue
-            prefix = "".join("    " if path[:d] in last_child else "│   " for d in range(1, depth))
-            branch = "└── " if node in last_child else "├── "
-            if depth < len(path):
-                opened.add(node)
-                out.append(prefix + branch + paint(node[-1], "bold"))
-            else:
-                out.append(prefix + branch + paint(node[-1], "") + "  " + label)
+    # Iterative, so a deep tree cannot exhaust the interpreter's stack.
+    stack: list[tuple[str, list[tuple[str, _Node]]]] = [("", list(top.children.items())[::-1])]
+    while stack:
+        prefix, pending = stack[-1]
+        if not pending:
+            stack.pop()
+            continue
+        name, node = pending.pop()
+        last = not pending
+        branch = "└── " if last else "├── "
+        if node.children:
+            out.append(prefix + branch + paint(name, "bold"))
+            if node.label is not None:
+                out[-1] += "  " + node.label
+            child_prefix = prefix + ("    " if last else "│   ")
+            stack.append((child_prefix, list(node.children.items())[::-1]))
+        else:
+            out.append(prefix + branch + paint(name, "") + "  " + (node.label or ""))
     return out
 
 

@@ -38,7 +38,7 @@ def print_listing(listing: RootListing) -> None:
         formats = sorted(set(s.formats.values()))
         table.add_row(
             f"{s.step}{' *' if s.latest else ''}",
-            _STATUS[s.status],
+            _STATUS[s.status] + (", [cyan]pinned[/]" if s.pinned else ""),
             when,
             human_age(s.committed_at),
             human_bytes(s.size_bytes),
@@ -53,6 +53,10 @@ def print_listing(listing: RootListing) -> None:
         f"{len(listing.steps)} steps, {human_bytes(listing.total_bytes)}"
         + (f"; latest committed: {latest.step} (*)" if latest else "; no committed step")
     )
+    for s in listing.steps:
+        if s.pinned is not None:
+            note = f": {s.pinned.note}" if s.pinned.note else ""
+            console.print(f"pinned {s.step}{note} (prune keeps it; `ckpt unpin` releases it)")
     if listing.root_metadata and listing.root_metadata.get("custom_metadata"):
         console.print(f"root metadata: {json.dumps(listing.root_metadata['custom_metadata'])}")
 

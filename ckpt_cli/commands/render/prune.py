@@ -11,12 +11,19 @@ from ckpt_cli.commands._output import stdout_console
 from ckpt_cli.commands.render.units import human_bytes
 from ckpt_cli.core.prune.execute import PruneOutcome
 from ckpt_cli.core.prune.plan import SYMLINK_KEPT, PrunePlan
+from ckpt_cli.core.prune.policy import MetricRank
 
 _CLEAN_WHY = {"tmp": "unfinished save", "trash": "trash of an interrupted prune"}
 
 
 def _when(t: datetime | None) -> str:
     return t.astimezone().strftime("%Y-%m-%d %H:%M") if t else ""
+
+
+def _rank(m: MetricRank | None) -> str:
+    if m is None or m.value is None:
+        return "-"
+    return f"{m.value:.4g} #{m.rank}"
 
 
 def render_plan(plan: PrunePlan, *, dry_run: bool) -> None:
@@ -26,14 +33,19 @@ def render_plan(plan: PrunePlan, *, dry_run: bool) -> None:
     table.add_column("action", no_wrap=True)
     table.add_column("committed", no_wrap=True)
     table.add_column("size", justify="right", no_wrap=True)
+    metric = plan.policy.metric if plan.policy.keep_best else None
+    if metric:  # the values --keep-best ranked by, so a person sees why a step goes
+        table.add_column(metric, justify="right", no_wrap=True)
     table.add_column("why")
-    rows: list[tuple[int, str, tuple[str, str, str, str, str]]] = []
+    rows: list[tuple[int, str, tuple[str, ...]]] = []
     for k in plan.keep:
-        row = (k.name, "[green]keep[/]", _when(k.committed_at), "", ", ".join(k.reasons))
-        rows.append((k.step, k.name, row))
+        cells = [k.name, "[green]keep[/]", _when(k.committed_at), ""]
+        cells += [_rank(k.metric)] if metric else []
+        rows.append((k.step, k.name, (*cells, ", ".join(k.reasons))))
     for r in plan.delete:
-        row = (r.name, "[red]delete[/]", _when(r.committed_at), human_bytes(r.size_bytes), "")
-        rows.append((r.step or 0, r.name, row))
+        cells = [r.name, "[red]delete[/]", _when(r.committed_at), human_bytes(r.size_bytes)]
+        cells += [_rank(r.metric)] if metric else []
+        rows.append((r.step or 0, r.name, (*cells, "")))
     for _, _, row in sorted(rows, key=lambda x: (x[0], x[1])):
         table.add_row(*row)
     console = stdout_console()

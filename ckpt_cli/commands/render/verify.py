@@ -33,23 +33,76 @@ def summary_line(report: VerifyReport) -> str:
     return f"{report.kind} {report.path}: {', '.join(parts)}; level {report.level}"
 
 
+def item_lines(report: VerifyReport) -> list[str]:
+    """The digest state of the items, grouped: a Composite run of 5 steps x 3 items gets one
+    line per step (or one line in all when every item has no record), not 15."""
+    items = list(report.items)
+    errors = {id(i): sum(1 for p in i.problems if p.severity == "error") for i in items}
+    if len(items) > 1 and all(i.digests == "absent" and not errors[id(i)] for i in items):
+        return [
+            f"no digests recorded in any of the {len(items)} items "
+            f"(`ckpt verify {report.path} --record` records them)"
+        ]
+    by_step: dict[int | None, list[ItemCheck]] = {}
+    for i in items:
+        by_step.setdefault(i.step, []).append(i)
+    lines = []
+    for step, group in by_step.items():
+        states = {i.digests for i in group}
+        if (
+            step is not None
+            and len(group) > 1
+            and len(states) == 1
+            and not any(errors[id(i)] for i in group)
+        ):
+            names = ", ".join(i.name for i in group)
+            lines.append(f"step {step}: {len(group)} items ({names}): {_digests(group[0])}")
+            continue
+        for i in group:
+            found = f"; {errors[id(i)]} error(s)" if errors[id(i)] else ""
+            lines.append(f"{i.path}: {_digests(i)}{found}")
+    return lines
+
+
+def _digests(item: ItemCheck) -> str:
+    return _DIGESTS.get(item.digests, item.digests)
+
+
 def print_report(report: VerifyReport) -> None:
     console = stdout_console()
     console.print(summary_line(report))
-    for item in report.items:
-        errors = sum(1 for p in item.problems if p.severity == "error")
-        found = f"; {errors} error(s)" if errors else ""
-        console.print(f"  {item.path}: {_DIGESTS.get(item.digests, item.digests)}{found}")
+    for line in item_lines(report):
+        console.print(f"  {line}")
     if report.unfinished:
         console.print(
             f"  {len(report.unfinished)} unfinished save(s) skipped: "
             f"{', '.join(report.unfinished)} (not checkpoints until committed)"
         )
+    c = report.coverage
+    if c is not None and c.budget_s is not None:
+        share = 100 * c.bytes / max(1, c.of_bytes)
+        why = "budget reached" if c.stopped else "everything read"
+        line = (
+            f"  coverage: {share:.0f}% of {human_bytes(c.of_bytes)} ({c.leaves} of {c.of_leaves} "
+            f"leaves whole) in {c.elapsed_s:.1f} s of {c.budget_s:g} s: {why}"
+        )
+        if report.rotation is not None:
+            r = report.rotation
+            state = "cycle complete" if r.cycle_complete else "--rotate continues next run"
+            line += f"; rotation {100 * r.covered_bytes / max(1, r.of_bytes):.0f}%: {state}"
+        elif c.stopped:
+            line += "; without --rotate every run reads the same first part"
+        console.print(line)
     if report.sample is not None:
         s = report.sample
         console.print(
             f"  sample: {s.chunks} of {s.of_chunks} chunks, {human_bytes(s.bytes)} of "
-            f"{human_bytes(s.of_bytes)}, seed {s.seed} (pass --seed {s.seed} to repeat it)"
+            f"{human_bytes(s.of_bytes)}, "
+            + (
+                f"subset {s.subset}"
+                if s.subset
+                else f"seed {s.seed} (pass --seed {s.seed} to repeat it)"
+            )
         )
     if report.problems:
         table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")

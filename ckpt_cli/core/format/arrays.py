@@ -9,13 +9,13 @@ which: it reads every leaf's ``.zarray``/``zarr.json`` with one concurrent batch
 from __future__ import annotations
 
 import functools
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.format.names import chunk_index_from_key
 from ckpt_cli.core.storage import Location
+from ckpt_cli.core.storage.base import loads_json
 from ckpt_cli.errors import InvalidMetadataError, StorageError
 
 # Element sizes of dtypes numpy does not know by name (ml_dtypes'); the rest come from numpy.
@@ -120,7 +120,7 @@ def parse_zarr_header(name: str, raw: bytes, where: str) -> ArrayInfo:
 # Trees repeat the same few headers (every layer's kernel alike): parse each distinct one once.
 @functools.lru_cache(maxsize=4096)
 def _parse_header(raw: bytes) -> ArrayInfo:
-    doc = json.loads(raw)
+    doc = loads_json(raw, "the zarr header")
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
     if doc.get("zarr_format") == 3:
@@ -337,7 +337,7 @@ class _UnmergedReader(LeafReader):
 
         self.info = info
         self.name = name
-        header = json.loads(store._raw_headers[name])
+        header = loads_json(store._raw_headers[name], f"the zarr header of {name}")
         zarr3 = store.use_zarr3
         self.owner: dict[tuple[int, ...], Any] = {}
         for db in store.process_dbs:

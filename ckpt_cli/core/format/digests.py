@@ -47,6 +47,8 @@ from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import InvalidMetadataError
 
 DIGEST_FILE = "_CKPT_DIGESTS.json"
+#: ``verify --rotate``'s state, next to the digests (``verify/budget.py``): never recorded.
+STATE_FILE = "_CKPT_VERIFY_STATE.json"
 FORMAT_NAME = "ckpt-digests"
 FORMAT_VERSION = 1
 LEAF_ALGORITHM = "sha256 of values, C order, little-endian"
@@ -103,8 +105,8 @@ def recorded_file(rel: str) -> bool:
     name = rel.rsplit("/", 1)[-1]
     return not (
         rel == COMMIT_MARKER
-        or name == DIGEST_FILE
-        or name.lstrip(".").startswith(DIGEST_FILE + ".tmp-")
+        or name in (DIGEST_FILE, STATE_FILE)
+        or name.lstrip(".").startswith((DIGEST_FILE + ".tmp-", STATE_FILE + ".tmp-"))
     )
 
 
@@ -147,7 +149,9 @@ def write_digests(item: Location, record: DigestRecord) -> Location:
         record.tool,
         record.created_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
-    loc.write_bytes((json.dumps(stamped.to_json(), indent=1) + "\n").encode())
+    # Never create the item directory: a step deleted meanwhile (prune, an operator) must not
+    # come back holding only this file.
+    loc.write_bytes((json.dumps(stamped.to_json(), indent=1) + "\n").encode(), create_parents=False)
     return loc
 
 

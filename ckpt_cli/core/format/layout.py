@@ -21,6 +21,7 @@ from ckpt_cli.core.format.names import (
     TREE_METADATA,
     WRITING_MARKER,
     StepName,
+    is_plain_name,
     looks_like_item,
     parse_step_name,
 )
@@ -89,7 +90,12 @@ def list_steps(root: Location, entries: list[Entry] | None = None) -> list[StepR
         if parsed is None:
             continue
         loc = root.child(entry.name)
-        children = loc.list()
+        try:
+            children = loc.list()
+        except NotFoundError:
+            # Gone since the root was listed (a trainer renamed its save, or its retention
+            # removed a step): expected beside a live trainer, not an error.
+            continue
         names = frozenset(c.name for c in children)
         if TOMBSTONE in names:
             continue  # a step prune has begun to delete (object stores): trash, not a step
@@ -176,14 +182,17 @@ def step_items(
     names = frozenset(e.name for e in children)
     if isinstance(handlers, str) or (handlers is None and looks_like_item(names)):
         return ["default"] if looks_like_item(names) else []
-    found = set(handlers or {})
+    # A name that is no plain directory entry ('..', '/abs', 'a/b') never becomes a path.
+    found = {n for n in handlers or {} if is_plain_name(n)}
     # An item dir still named `<item>.orbax-checkpoint-tmp` is a save that died mid-way.
     found.update(
         e.name
         for e in children
         if e.is_dir and not e.name.startswith(".") and TMP_MARKER not in e.name
     )
-    return sorted(found)
+    # An item that is a symlink is never read through (verify reports it): it may lead anywhere.
+    linked = {e.name for e in children if e.is_symlink}
+    return sorted(found - linked)
 
 
 def item_location(step_loc: Location, item: str, items: list[str]) -> Location:

@@ -41,9 +41,18 @@ class StepMetadata:
 
     @property
     def committed_at(self) -> datetime | None:
-        if self.commit_timestamp_nsecs is None:
-            return None
-        return datetime.fromtimestamp(self.commit_timestamp_nsecs / 1e9, tz=timezone.utc)
+        return timestamp_or_none(self.commit_timestamp_nsecs)
+
+
+def timestamp_or_none(nsecs: int | None) -> datetime | None:
+    """A nanosecond timestamp as a datetime; None when absent or outside what a datetime holds
+    (valid JSON such as 1e30: callers then fall back to the directory's mtime)."""
+    if nsecs is None:
+        return None
+    try:
+        return datetime.fromtimestamp(nsecs / 1e9, tz=timezone.utc)
+    except (OverflowError, ValueError, OSError):
+        return None
 
 
 def read_step_metadata(step_loc: Location) -> StepMetadata:
@@ -86,7 +95,12 @@ def read_root_metadata(root: Location) -> dict[str, Any] | None:
 
 def read_metrics(step_loc: Location, step_meta: StepMetadata) -> dict[str, Any] | None:
     """Metrics saved with a step: the ``metrics`` item, else non-empty ``_CHECKPOINT_METADATA``."""
-    raw = step_loc.child("metrics", "metrics").read_json_if_exists()
+    metrics_dir = step_loc.child("metrics")
+    metrics_file = metrics_dir.child("metrics")
+    if metrics_dir.is_symlink() or metrics_file.is_symlink():
+        # Never read through a link: it may lead anywhere (verify reports it).
+        return step_meta.metrics or None
+    raw = metrics_file.read_json_if_exists()
     if isinstance(raw, dict):
         return raw
     return step_meta.metrics or None

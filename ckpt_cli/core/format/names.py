@@ -18,6 +18,33 @@ COMMIT_MARKER = "commit_success.txt"
 TOMBSTONE = ".ckpt-deleting"
 #: Object stores: put into a step a ckpt writer writes in place; removed right before the marker.
 WRITING_MARKER = ".ckpt-writing"
+
+
+def is_plain_name(name: str) -> bool:
+    """Whether a name read from a checkpoint (an item of ``item_handlers``...) can be one
+    directory entry: never empty, ``.``, ``..``, absolute or holding a separator."""
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and not any(c in name for c in "/\\\x00")
+    )
+
+
+def check_plain_name(name: str, what: str, where: object) -> str:
+    """``name`` itself, or one ``InvalidMetadataError`` saying it is not a plain name."""
+    if not is_plain_name(name):
+        from ckpt_cli.errors import InvalidMetadataError
+
+        raise InvalidMetadataError(
+            f"{what} {name!r} in {where} is not a plain directory name: ckpt never uses it "
+            "as a path",
+            hint="the checkpoint is damaged or hostile; run `ckpt verify` on it",
+        )
+    return name
+
+
+#: The root's lock shared by prune and ``verify --record``: one of them changes a root at a time.
+PRUNE_LOCK = ".ckpt-prune.lock"
 STEP_METADATA = "_CHECKPOINT_METADATA"
 TREE_METADATA = "_METADATA"
 ROOT_METADATA_DIR = "metadata"

@@ -42,6 +42,10 @@ class ScanTask:
     database: str = ""
     digest: bool = False  # hash the values (needs the whole leaf, read in C order)
     blocks: tuple[Block, ...] | None = None
+    #: Read only blocks ``start`` <= i < ``stop`` of the leaf's block sequence (a budgeted run
+    #: resuming where the last one stopped); a digest needs the whole range.
+    start: int = 0
+    stop: int | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,9 @@ class LeafScan:
     error: str | None
     bytes: int
     blocks: int
+    #: Every block of the task's range was read (False: the budget stopped it at ``next_block``).
+    complete: bool = True
+    next_block: int | None = None
 
 
 class _Assembled:
@@ -111,6 +118,7 @@ class _Acc:
         self.error: str | None = None
         self.bytes = 0
         self.blocks = 0
+        self.next_block: int | None = None  # where a stopped leaf resumes
 
     def add(self, block: Any) -> None:
         import numpy as np
@@ -125,9 +133,18 @@ class _Acc:
             self.hasher.update(x)
 
     def result(self) -> LeafScan:
-        digest = self.hasher.hexdigest() if self.hasher and self.error is None else None
+        whole = self.next_block is None and self.task.start == 0 and self.task.stop is None
+        digest = self.hasher.hexdigest() if self.hasher and self.error is None and whole else None
         return LeafScan(
-            self.task.name, self.nan, self.inf, digest, self.error, self.bytes, self.blocks
+            self.task.name,
+            self.nan,
+            self.inf,
+            digest,
+            self.error,
+            self.bytes,
+            self.blocks,
+            self.next_block is None,
+            self.next_block,
         )
 
 
@@ -189,8 +206,14 @@ def scan_leaves(
     tasks: Iterable[ScanTask],
     budget: int = SCAN_BLOCK_BYTES,
     on_bytes: Callable[[int], None] | None = None,
+    stop: Callable[[int], bool] | None = None,
 ) -> Iterator[LeafScan]:
-    """Read the tasks' blocks with bounded concurrency; yield each leaf once it is done."""
+    """Read the tasks' blocks with bounded concurrency; yield each leaf once it is done.
+
+    ``stop(bytes_in_flight)`` is asked before every read (``verify --max-duration``): once it
+    says so, no read is submitted any more, the reads in flight finish, and the leaf it stopped
+    in is yielded incomplete (``next_block``); later tasks are not read at all.
+    """
     pending: deque[tuple[_Acc, Any, int]] = deque()  # future None marks a leaf's end
     in_flight = [0]
 
@@ -218,15 +241,23 @@ def scan_leaves(
             if done is not None:
                 yield done
 
+    stopped = False
     for task, reader in open_readers(store, tasks):
+        if stopped:
+            break
         acc = _Acc(task)
         if isinstance(reader, CkptError):
             acc.error = reader.message
             pending.append((acc, None, 0))
             yield from drain(IN_FLIGHT, IN_FLIGHT_BYTES)
             continue
-        for sl in _blocks(task, reader, budget):
-            if acc.error is not None:
+        for index, sl in enumerate(_blocks(task, reader, budget)):
+            if index < task.start:
+                continue
+            if (task.stop is not None and index >= task.stop) or acc.error is not None:
+                break
+            if stop is not None and stop(in_flight[0]):
+                acc.next_block, stopped = index, True
                 break
             nbytes = math.prod(s.stop - s.start for s in sl) * task.info.itemsize
             try:

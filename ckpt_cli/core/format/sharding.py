@@ -13,7 +13,6 @@ import base64
 import binascii
 import functools
 import itertools
-import json
 import math
 import re
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.storage import Location
+from ckpt_cli.core.storage.base import loads_json
 from ckpt_cli.errors import InvalidMetadataError, UsageError
 
 Spec = tuple[Any, ...]  # per dimension: None, an axis name, or a tuple of axis names
@@ -93,7 +93,7 @@ def _flatten_ids(mesh: Any) -> list[int]:
 # A tree has a handful of distinct shardings repeated over thousands of leaves.
 @functools.lru_cache(maxsize=4096)
 def decode_sharding_entry(text: str) -> ShardingInfo:
-    raw = json.loads(text)
+    raw = loads_json(text, "a _sharding entry")
     kind = str(raw.get("sharding_type", "unknown"))
     if kind == "NamedSharding":
         spec = tuple(tuple(p) if isinstance(p, list) else p for p in raw.get("partition_spec", []))
@@ -126,6 +126,7 @@ def read_shardings(item: Location) -> dict[str, ShardingInfo]:
             KeyError,
             TypeError,
             AttributeError,
+            RecursionError,
         ):
             raise InvalidMetadataError(f"{loc}: cannot decode the entry {key!r}") from None
     return out

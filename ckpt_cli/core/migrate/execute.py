@@ -16,6 +16,7 @@ from ckpt_cli.core.migrate.plan import MigrationPlan
 from ckpt_cli.core.migrate.target import import_function
 from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.storage import Location, open_location
+from ckpt_cli.core.verify.gate import require_sound_source
 from ckpt_cli.core.write.rewrite import WriteResult, prepare_destination, run_write
 from ckpt_cli.core.write.types import ArrayOut, BlockSource, Compression, LeafOut
 from ckpt_cli.errors import CkptError
@@ -27,6 +28,7 @@ def execute(plan: MigrationPlan, on_progress: ProgressFn | None = None) -> Write
     ``migrate`` bytes."""
     if plan.refusal is not None:
         raise plan.refusal
+    require_sound_source(plan.source)
     prepare_destination(plan.destination, plan.source)
     write = plan.write
     leaves = migrate_leaves(

@@ -24,7 +24,7 @@ from ckpt_cli.core.format.layout import ItemRef, detect
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.sharding import ShardingInfo
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
-from ckpt_cli.core.migrate import ops, rules
+from ckpt_cli.core.migrate import ops, rules, stack
 from ckpt_cli.core.migrate.layout import Layout, layout_for
 from ckpt_cli.core.migrate.spec import MigrationSpec, Rule, load_spec
 from ckpt_cli.core.migrate.target import Difference, abstract_state, compare_target, import_function
@@ -267,20 +267,26 @@ def apply_spec(
 ) -> tuple[tuple[DestLeaf, ...], tuple[str, ...], tuple[str, ...]]:
     """The spec's rules applied in order: (destination leaves, dropped source leaves, labels
     of the rules that matched nothing)."""
-    work = [Work.from_leaf(leaf) for leaf in report.leaves]
-    unused = []
-    for rule in spec.rules:
-        work, matched = _apply(rule, work)
-        if not matched:
-            unused.append(rule.label)
-        rules.check_tree(rule, work)
+    work, unused = apply_rules([Work.from_leaf(leaf) for leaf in report.leaves], spec)
     default = _default_sharding(report.leaves)
     sources = {leaf.name: leaf for leaf in report.leaves}
     kinds = fill_key_types(work)
     leaves = tuple(_freeze(w, kinds, default, sources, max_chunk_bytes) for w in work)
     reached = {s for leaf in leaves for s in leaf.sources}
     dropped = tuple(leaf.name for leaf in report.leaves if leaf.name not in reached)
-    return leaves, dropped, tuple(unused)
+    return leaves, dropped, unused
+
+
+def apply_rules(work: list[Work], spec: MigrationSpec) -> tuple[list[Work], tuple[str, ...]]:
+    """The spec's rules applied in order to leaves being planned (from an Orbax item, or the
+    tensors of an import): the leaves, and the labels of the rules that matched nothing."""
+    unused = []
+    for rule in spec.rules:
+        work, matched = _apply(rule, work)
+        if not matched:
+            unused.append(rule.label)
+        rules.check_tree(rule, work)
+    return work, tuple(unused)
 
 
 def _apply(rule: Rule, work: list[Work]) -> tuple[list[Work], bool]:
@@ -288,6 +294,11 @@ def _apply(rule: Rule, work: list[Work]) -> tuple[list[Work], bool]:
         return rules.add(rule, work), True
     if rule.op == "concat":
         return rules.concat(rule, work)
+    if rule.op == "stack":
+        return stack.stack(rule, work)
+    change, follow_change = rules.change, rules.follow_change
+    if rule.op == "unstack":
+        change, follow_change = stack.unstack, stack.follow_unstack
     arrays_only = rule.op not in ("rename", "drop", "keep_only")
     direct = [w for w in work if (w.expr is not None or not arrays_only) and rule.selects(w.name)]
     if rule.op == "keep_only":
@@ -296,9 +307,9 @@ def _apply(rule: Rule, work: list[Work]) -> tuple[list[Work], bool]:
     follow = followers(rule, direct, work) if rule.follow_optimizer else {}
     changes: dict[int, list[Work]] = {}
     for w in direct:
-        changes[id(w)] = rules.change(rule, w, None)
+        changes[id(w)] = change(rule, w, None)
         for f in follow.get(id(w), []):
-            changes[id(f)] = rules.follow_change(rule, w, f, changes[id(w)])
+            changes[id(f)] = follow_change(rule, w, f, changes[id(w)])
     out: list[Work] = []
     for w in work:
         out += changes.get(id(w), [w])

@@ -23,7 +23,8 @@ from typing import Any
 
 from ckpt_cli.core.format.arrays import EXTRA_DTYPES
 from ckpt_cli.core.migrate.initializers import FAN_KINDS, Initializer, parse_init
-from ckpt_cli.errors import NotFoundError, RefusedError
+from ckpt_cli.core.textfiles import load_yaml, read_limited
+from ckpt_cli.errors import RefusedError
 
 DTYPES = (
     "bool",
@@ -53,6 +54,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "transpose": ("match", "exclude", "axes", "follow_optimizer"),
     "split": ("match", "exclude", "into", "axis", "sizes", "follow_optimizer"),
     "concat": ("from", "to", "axis", "follow_optimizer"),
+    "stack": ("from", "to", "axis", "follow_optimizer"),
+    "unstack": ("match", "exclude", "to", "axis", "follow_optimizer"),
     "add": ("name", "shape", "dtype", "init", "value_type", "follow_optimizer"),
     "set": ("match", "exclude", "value", "follow_optimizer"),
     "python": ("match", "exclude", "function", "shape", "dtype", "follow_optimizer"),
@@ -67,6 +70,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "transpose": ("match", "axes"),
     "split": ("match", "into", "axis"),
     "concat": ("from", "to", "axis"),
+    "stack": ("from", "to"),
+    "unstack": ("match", "to"),
     "add": ("name", "shape"),
     "set": ("match", "value"),
     "python": ("match", "function"),
@@ -130,14 +135,7 @@ class MigrationSpec:
 
 def load_spec(path: str) -> MigrationSpec:
     """Read, parse and validate a spec file."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise NotFoundError(f"spec {path} does not exist") from None
-    except OSError as e:
-        raise RefusedError(f"spec {path} cannot be read: {e.strerror}") from None
-    return parse_spec(raw, path)
+    return parse_spec(read_limited(path, "spec"), path)
 
 
 def parse_spec(raw: bytes, path: str) -> MigrationSpec:
@@ -149,9 +147,9 @@ def parse_spec(raw: bytes, path: str) -> MigrationSpec:
 
             doc: Any = tomllib.loads(text)
         else:
-            import yaml
-
-            doc = yaml.safe_load(text)
+            doc = load_yaml(text, where)
+    except RefusedError:
+        raise
     except Exception as e:  # yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError
         first = " ".join(str(e).split())[:200]
         raise RefusedError(f"{where} is not valid {_syntax(path)}: {first}") from None
@@ -306,8 +304,13 @@ def _rule(index: int, item: Any, seed: int, where: str) -> Rule:
     )
     if f.has("exclude"):
         kw["exclude"] = f.regexes("exclude")
-    if op in ("rename", "concat"):
+    if op in ("rename", "concat", "stack"):
         kw["match"] = f.regexes("from", at_least=2 if op == "concat" else 1)
+        if op == "stack" and (len(kw["match"]) != 1 or "i" not in kw["match"][0].groupindex):
+            raise f.fail(
+                "from",
+                "stack takes one pattern with a group named i, e.g. (?P<i>\\d+), that numbers the leaves",
+            )
         if op == "concat" and len({p.groups for p in kw["match"]}) != 1:
             raise f.fail(
                 "from", "every pattern must have the same number of groups (they pair inputs)"
@@ -316,6 +319,17 @@ def _rule(index: int, item: Any, seed: int, where: str) -> Rule:
         kw["to"] = f.template("to", f.get("to"), first.groups, set(first.groupindex))
     elif op != "add":
         kw["match"] = f.regexes("match")
+    if op == "unstack":
+        pattern = kw["match"][0]
+        to = f.template("to", f.get("to"), pattern.groups, set(pattern.groupindex))
+        if "{i}" not in to:
+            raise f.fail(
+                "to",
+                f"needs {{i}} where the index goes, e.g. 'params.layers_{{i}}.\\1', got {to!r}",
+            )
+        kw["to"] = to
+    if op in ("stack", "unstack"):
+        kw["axis"] = f.integer("axis", f.get("axis")) if f.has("axis") else 0
     if op == "split":
         if len(kw["match"]) != 1:
             raise f.fail("match", "split takes one pattern (its groups name the outputs)")

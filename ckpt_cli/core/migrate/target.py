@@ -67,9 +67,20 @@ def abstract_state(ref: str) -> Abstract:
     fn = import_function(ref, "--target")
     try:
         tree = fn()
-    except Exception as e:
-        raise RefusedError(f"--target {ref} failed: {_first(e)}") from None
-    return flatten_abstract(tree)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # SystemExit too: `builtins:exit` must not end ckpt silently
+        raise RefusedError(
+            f"--target {ref} failed ({_first(e)}); it must return the abstract tree of the new "
+            "model"
+        ) from None
+    leaves = flatten_abstract(tree)
+    if not leaves or all(name == "" for name in leaves):
+        raise RefusedError(
+            f"--target {ref} returned {type(tree).__name__}, not an abstract tree of the new "
+            "model (a pytree of jax.ShapeDtypeStruct or arrays, e.g. jax.eval_shape of its init)"
+        )
+    return leaves
 
 
 def flatten_abstract(tree: Any) -> Abstract:
@@ -125,6 +136,6 @@ def _text(shape: tuple[int, ...] | None, dtype: str) -> str:
     return f"{dtype}{_dims(shape)}"
 
 
-def _first(e: Exception) -> str:
+def _first(e: BaseException) -> str:
     text = str(e).splitlines()[0] if str(e) else ""
     return f"{type(e).__name__}: {text}" if text else type(e).__name__

@@ -16,9 +16,7 @@ refused, names the holder and says to delete the object once that prune is surel
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +33,7 @@ from ckpt_cli.core.format.names import (
     looks_like_item,
     parse_step_name,
 )
+from ckpt_cli.core.format.pins import PIN_FILE
 from ckpt_cli.core.progress import Progress, ProgressFn
 from ckpt_cli.core.prune.plan import (
     LOCK_NAME,
@@ -43,11 +42,13 @@ from ckpt_cli.core.prune.plan import (
     PrunePlan,
     Removal,
     Untouched,
+    is_partial_write,
     is_tombstoned,
     modified_at,
     require_root,
 )
 from ckpt_cli.core.storage import Entry, Location
+from ckpt_cli.core.storage.locks import holder_command, holder_of, take_lock
 from ckpt_cli.errors import (
     CkptError,
     LockedError,
@@ -262,7 +263,9 @@ def _why_unsafe(
     parsed = parse_step_name(r.name)
     recognised = {
         "step": parsed is not None and not parsed.tmp,
-        "tmp": parsed is not None and parsed.tmp and tmp_min_age is not None,
+        "tmp": parsed is not None
+        and (parsed.tmp or is_partial_write(loc))
+        and tmp_min_age is not None,
         "trash": r.name.startswith(TRASH_PREFIX) or is_tombstoned(loc),
     }[r.kind]
     if not recognised or "/" in r.name or r.name in (ROOT_METADATA_DIR, LOCK_NAME, ".", ".."):
@@ -276,6 +279,8 @@ def _why_unsafe(
     resolved = loc.resolve()
     if resolved.parent != real_root:
         return "resolves outside the root"
+    if r.kind == "step" and loc.child(PIN_FILE).exists():
+        return "pinned since the plan (`ckpt pin`)"
     if r.kind == "tmp" and tmp_min_age is not None:
         age = datetime.now(timezone.utc) - modified_at(loc)
         if age < tmp_min_age:
@@ -293,12 +298,7 @@ def prune_lock(root: Location) -> Iterator[Detected]:
     """
     _refuse_plain_non_roots(root)  # never create the lock file inside a step or a stray directory
     lock_file = root.child(LOCK_NAME)
-    owner = {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "since": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-    lock = lock_file.try_lock(json.dumps(owner))
+    lock, _ = take_lock(lock_file, "prune")
     if lock is None:
         hint = "wait for it to finish and run this prune again"
         if root.requires_commit_marker:
@@ -306,7 +306,10 @@ def prune_lock(root: Location) -> Iterator[Detected]:
                 f"; a prune that was killed leaves the lock behind: once that one is surely "
                 f"gone, delete {lock_file} and run again"
             )
-        raise LockedError(f"another prune of {root} is running ({_holder(lock_file)})", hint=hint)
+        what = holder_command(lock_file, "prune")  # a prune, or `verify --record` writing digests
+        raise LockedError(
+            f"another {what} of {root} is running ({holder_of(lock_file)})", hint=hint
+        )
     with lock:
         yield require_root(root)
 
@@ -326,11 +329,3 @@ def _refuse_plain_non_roots(root: Location) -> None:
     )
     if not holds_steps or looks_like_item(names) or names & {STEP_METADATA, COMMIT_MARKER}:
         require_root(root)
-
-
-def _holder(lock_file: Location) -> str:
-    try:
-        owner = json.loads(lock_file.read_bytes(limit=4096))
-        return f"pid {owner['pid']} on {owner['host']}, since {owner['since']}"
-    except (CkptError, ValueError, KeyError, TypeError):
-        return "holder unknown"

@@ -15,15 +15,28 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 from ckpt_cli.core.format.layout import Detected, detect
-from ckpt_cli.core.format.names import TOMBSTONE, parse_step_name
+from ckpt_cli.core.format.names import (
+    COMMIT_MARKER,
+    PRUNE_LOCK,
+    TOMBSTONE,
+    WRITING_MARKER,
+    parse_step_name,
+)
 from ckpt_cli.core.listing import StepInfo, list_root
-from ckpt_cli.core.prune.policy import Policy, format_duration, keep_reasons, rough_duration
+from ckpt_cli.core.prune.policy import (
+    MetricRank,
+    Policy,
+    format_duration,
+    keep_reasons,
+    metric_ranks,
+    rough_duration,
+)
 from ckpt_cli.core.schema import document
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
 
 TRASH_PREFIX = ".ckpt-trash-"
-LOCK_NAME = ".ckpt-prune.lock"
+LOCK_NAME = PRUNE_LOCK
 DEFAULT_TMP_MIN_AGE = timedelta(hours=1)
 SYMLINK_KEPT = "symlink, never deleted"
 NO_STEP_RULE = "no step rule"
@@ -62,6 +75,7 @@ class KeptStep:
     path: str
     reasons: tuple[str, ...]
     committed_at: datetime | None = None
+    metric: MetricRank | None = None  # with --keep-best: the value it was ranked by
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -70,6 +84,7 @@ class KeptStep:
             "path": self.path,
             "committed_at": _iso(self.committed_at),
             "reasons": [*self.reasons],
+            "metric": self.metric.to_json() if self.metric else None,
         }
 
 
@@ -83,11 +98,13 @@ class Removal:
     size_bytes: int
     step: int | None = None
     committed_at: datetime | None = None  # steps only
+    metric: MetricRank | None = None  # steps, with --keep-best: the value it was ranked by
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"step": self.step, "name": self.name, "path": self.path}
         if self.kind == "step":
             doc["committed_at"] = _iso(self.committed_at)
+            doc["metric"] = self.metric.to_json() if self.metric else None
         else:
             doc["kind"] = self.kind
         return {**doc, "size_bytes": self.size_bytes}
@@ -169,14 +186,22 @@ def plan_prune(
         reasons = {s.name: (NO_STEP_RULE,) for s in committed}
     else:
         reasons = keep_reasons(committed, policy, now)
+    ranks = metric_ranks(committed, policy)
     keep: list[KeptStep] = []
     delete: list[Removal] = []
     for s in committed:
-        why = reasons.get(s.name) or ((SYMLINK_KEPT,) if s.name in scan.symlinks else None)
+        why = reasons.get(s.name, ())
+        if s.pinned is not None:  # `ckpt pin`: kept whatever the rules say
+            why = (s.pinned.reason, *why)
+        if not why and s.name in scan.symlinks:
+            why = (SYMLINK_KEPT,)
+        rank = ranks.get(s.name)
         if why:
-            keep.append(KeptStep(s.step, s.name, s.path, why, s.committed_at))
+            keep.append(KeptStep(s.step, s.name, s.path, why, s.committed_at, rank))
         else:
-            delete.append(Removal("step", s.name, s.path, s.size_bytes, s.step, s.committed_at))
+            delete.append(
+                Removal("step", s.name, s.path, s.size_bytes, s.step, s.committed_at, rank)
+            )
     untouched = [
         Untouched(s.name, s.path, "uncommitted: a save may still be in progress")
         for s in scan.steps
@@ -261,7 +286,7 @@ def scan_root(root: Location, detected: Detected | None = None) -> RootScan:
     entries = found.entries
     listing = list_root(root, detected=found)
     symlinks = frozenset(e.name for e in entries if e.is_symlink)
-    steps = tuple(s for s in listing.steps if s.status != "incomplete")
+    steps = tuple(s for s in listing.steps if s.status != "incomplete" and not _partial(root, s))
     tmp = tuple(
         Leftover(
             s.name,
@@ -272,7 +297,7 @@ def scan_root(root: Location, detected: Detected | None = None) -> RootScan:
             s.name in symlinks,
         )
         for s in listing.steps
-        if s.status == "incomplete"
+        if s.status == "incomplete" or _partial(root, s)
     )
     # Prune only ever makes trash directories: a file of that name is not ours, leave it unseen.
     trash = [_trash(root, e) for e in entries if e.name.startswith(TRASH_PREFIX) and e.is_dir]
@@ -283,6 +308,22 @@ def scan_root(root: Location, detected: Detected | None = None) -> RootScan:
             if e.is_dir and parse_step_name(e.name) and is_tombstoned(root.child(e.name))
         ]
     return RootScan(str(root), steps, tmp, tuple(trash), symlinks, listing.ignored)
+
+
+def _partial(root: Location, s: StepInfo) -> bool:
+    """On object stores: a step a ckpt writer was writing in place and never committed (it
+    carries ``.ckpt-writing``, no ``commit_success.txt``): an unfinished save, cleaned by
+    ``--clean-tmp`` under the same age rule as local tmp dirs. A step without markers that ckpt
+    did not write (a copy made without them, Orbax #394) is not one."""
+    return is_partial_write(root.child(s.name)) if s.status == "uncommitted" else False
+
+
+def is_partial_write(loc: Location) -> bool:
+    return (
+        loc.requires_commit_marker
+        and loc.child(WRITING_MARKER).is_file()
+        and not loc.child(COMMIT_MARKER).is_file()
+    )
 
 
 def is_tombstoned(loc: Location) -> bool:

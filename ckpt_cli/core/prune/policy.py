@@ -107,7 +107,9 @@ class Policy:
     keep_monthly: int = 0
     keep_best: int = 0
     metric: str | None = None
-    mode: Mode = "min"
+    # Required with keep_best: Orbax's best_mode defaults to "max", a loss wants "min"; either
+    # default would silently delete the best steps of half the users.
+    mode: Mode | None = None
     # Orbax's `keep_checkpoints_without_metrics` defaults to True; losing a step because a metric
     # was not logged is the surprising outcome, so keeping is the default here too.
     keep_missing_metric: bool = True
@@ -126,7 +128,13 @@ class Policy:
             )
         if self.metric and not self.keep_best:
             raise UsageError("--metric only applies to --keep-best", hint="add --keep-best N")
-        if self.mode not in ("min", "max"):
+        if self.keep_best and self.mode is None:
+            raise UsageError(
+                "--keep-best needs --mode: min (lower is better, a loss) or max (higher is "
+                "better, an accuracy; Orbax's best_mode default)",
+                hint="ckpt never guesses which steps are best: a wrong guess deletes them",
+            )
+        if self.mode is not None and self.mode not in ("min", "max"):
             raise UsageError(f"--mode must be min or max, not {self.mode!r}")
 
     @property
@@ -143,6 +151,18 @@ class Policy:
             "mode": self.mode if best else None,
             "keep_missing_metric": self.keep_missing_metric if best else None,
         }
+
+
+@dataclass(frozen=True)
+class MetricRank:
+    """A step's value of the ``--keep-best`` metric and its rank among the steps (1 = best)."""
+
+    name: str
+    value: float | None
+    rank: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "rank": self.rank}
 
 
 class Candidate(Protocol):
@@ -212,21 +232,37 @@ def keep_reasons(
     return {name: tuple(why) for name, why in reasons.items()}
 
 
+def metric_ranks(steps: Sequence[Candidate], policy: Policy) -> dict[str, MetricRank]:
+    """With ``keep_best``: every step's value of the metric and its rank (1 = best; None when
+    the value is missing or not a finite number), by directory name."""
+    if not (policy.keep_best and policy.metric):
+        return {}
+    metric = policy.metric
+    ranked: list[tuple[float, int, Candidate]] = []
+    out: dict[str, MetricRank] = {}
+    for s in steps:
+        value = metric_value(s.metrics, metric)
+        if value is None:
+            out[s.name] = MetricRank(metric, None, None)
+            continue
+        # Best first; on a tie the newer step wins, as Orbax's stable sort does.
+        ranked.append((value if policy.mode == "min" else -value, -s.step, s))
+    ranked.sort(key=lambda r: (r[0], r[1]))
+    for i, (_, _, s) in enumerate(ranked, start=1):
+        out[s.name] = MetricRank(metric, metric_value(s.metrics, metric), i)
+    return out
+
+
 def _keep_best(
     by_step: list[Candidate],
     policy: Policy,
     metric: str,
     keep: Callable[[Candidate, str], None],
 ) -> None:
-    ranked: list[tuple[float, int, Candidate]] = []
+    ranks = metric_ranks(by_step, policy)
     for s in by_step:
-        value = metric_value(s.metrics, metric)
-        if value is None:
-            if policy.keep_missing_metric:
-                keep(s, f"no {metric} metric")
-            continue
-        # Best first; on a tie the newer step wins, as Orbax's stable sort does.
-        ranked.append((value if policy.mode == "min" else -value, -s.step, s))
-    ranked.sort(key=lambda r: (r[0], r[1]))
-    for _, _, s in ranked[: policy.keep_best]:
-        keep(s, f"best {policy.keep_best} by {metric} ({policy.mode})")
+        rank = ranks[s.name]
+        if rank.rank is None and policy.keep_missing_metric:
+            keep(s, f"no {metric} metric")
+        elif rank.rank is not None and rank.rank <= policy.keep_best:
+            keep(s, f"best {policy.keep_best} by {metric} ({policy.mode})")

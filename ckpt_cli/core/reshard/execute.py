@@ -10,6 +10,7 @@ from ckpt_cli.core.format.digests import read_digests
 from ckpt_cli.core.inspect import ItemReport
 from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.reshard.plan import ReshardLayout, ReshardPlan
+from ckpt_cli.core.verify.gate import require_sound_source
 from ckpt_cli.core.write.rewrite import WriteResult, prepare_destination, run_write
 from ckpt_cli.core.write.types import ArrayOut, BlockSource, Compression, LeafOut
 
@@ -35,6 +36,7 @@ def execute(plan: ReshardPlan, on_progress: ProgressFn | None = None) -> WriteRe
     ``reshard`` bytes."""
     if plan.refusal is not None:
         raise plan.refusal
+    require_sound_source(plan.source)
     prepare_destination(plan.destination, plan.source)
     leaves = reshard_leaves(
         plan.report, plan.layout, plan.zarr3, plan.write.compression, plan.write.memory_limit

@@ -13,7 +13,8 @@ from typing import Any
 
 from ckpt_cli.core.format.names import compile_filter
 from ckpt_cli.core.format.sharding import MeshSpec, Spec
-from ckpt_cli.errors import InvalidMetadataError, UsageError
+from ckpt_cli.core.textfiles import load_yaml, read_limited
+from ckpt_cli.errors import InvalidMetadataError, NotFoundError, UsageError
 
 
 @dataclass(frozen=True)
@@ -75,11 +76,10 @@ def load_rules(path: str) -> Any:
     import yaml
 
     try:
-        with open(path, encoding="utf-8") as f:
-            return yaml.safe_load(f)
-    except FileNotFoundError:
+        return load_yaml(read_limited(path, "--rules").decode("utf-8"), f"--rules {path}")
+    except NotFoundError:
         raise InvalidMetadataError(f"--rules {path} does not exist") from None
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise InvalidMetadataError(
             f"--rules {path} is not valid YAML/JSON: {str(e).splitlines()[0]}"
         ) from None

@@ -23,6 +23,34 @@ from ckpt_cli.errors import CkptError, InvalidMetadataError, NotFoundError, firs
 COPY_WINDOW_BYTES = 64 << 20
 # A metadata file bigger than this is damage, not metadata: refuse before allocating for it.
 MAX_METADATA_BYTES = 1 << 30
+# Python refuses to turn more digits than this into an int (sys.get_int_max_str_digits).
+_INT_DIGITS = 4000
+
+
+def _parse_int(text: str) -> int | float:
+    # A number too long for an int is kept as the float it is closest to (inf beyond 1e308),
+    # shown as a value rather than refused: valid JSON, only absurd.
+    return int(text) if len(text) <= _INT_DIGITS else float(text)
+
+
+def loads_json(raw: bytes | str, where: object) -> Any:
+    """``json.loads`` that turns every way valid-looking bytes can fail into one
+    ``InvalidMetadataError`` naming ``where``: bad syntax or encoding, and valid JSON that
+    Python cannot hold (nesting deeper than the interpreter's recursion limit)."""
+    try:
+        return json.loads(raw, parse_int=_parse_int)
+    except (UnicodeDecodeError, ValueError) as e:  # JSONDecodeError is a ValueError
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        what = "empty" if not text.strip() else f"not valid JSON ({first_line(e)})"
+        raise InvalidMetadataError(
+            f"{where} is {what}", hint="the checkpoint is damaged; run `ckpt verify` on it"
+        ) from None
+    except RecursionError:
+        raise InvalidMetadataError(
+            f"{where} nests JSON deeper than ckpt reads (valid JSON, but no Orbax metadata "
+            "is shaped like this)",
+            hint="the checkpoint is damaged or hostile; run `ckpt verify` on it",
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -169,8 +197,10 @@ class Location:
 
     # Writing (writers only ever write inside a tmp step directory they created).
 
-    def write_bytes(self, data: bytes) -> None:
-        """Write a whole file atomically: a temporary name in the same directory, then rename."""
+    def write_bytes(self, data: bytes, *, create_parents: bool = True) -> None:
+        """Write a whole file atomically: a temporary name in the same directory, then rename.
+        ``create_parents`` False: the directory must exist (``NotFoundError`` otherwise), for
+        writers that must never bring back a directory someone removed."""
         raise NotImplementedError
 
     def write_stream(self, pieces: Iterable[bytes], size: int) -> None:
@@ -226,15 +256,7 @@ class Location:
 
     def read_json(self) -> Any:
         """Parse this file as JSON; damage becomes one ``InvalidMetadataError`` naming the file."""
-        raw = self.read_bytes()
-        try:
-            return json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            what = "empty" if not raw.strip() else f"not valid JSON ({first_line(e)})"
-            raise InvalidMetadataError(
-                f"{self} is {what}",
-                hint="the checkpoint is damaged; run `ckpt verify` on it",
-            ) from None
+        return loads_json(self.read_bytes(), self)
 
     def read_json_if_exists(self) -> Any | None:
         if not self.is_file():

@@ -105,6 +105,8 @@ class LocalLocation(Location):
     def mtime(self) -> float:
         try:
             return os.stat(self.path).st_mtime
+        except FileNotFoundError:
+            raise NotFoundError(f"{self.path} does not exist") from None
         except OSError as e:
             raise StorageError(f"cannot stat {self.path}: {e.strerror}") from None
 
@@ -115,6 +117,10 @@ class LocalLocation(Location):
             try:
                 with os.scandir(os.path.join(self.path, rel)) as it:
                     children = [_entry(d) for d in it]
+            except FileNotFoundError:
+                if not rel:
+                    raise NotFoundError(f"{self.path} does not exist") from None
+                continue  # a subdirectory removed while we walk: nothing below it to report
             except OSError as e:
                 raise StorageError(f"cannot list {os.path.join(self.path, rel)}: {e}") from None
             for entry in children:
@@ -223,16 +229,23 @@ class LocalLocation(Location):
         except OSError as e:
             raise StorageError(f"cannot read {self.path}: {e.strerror}") from None
 
-    def write_bytes(self, data: bytes) -> None:
+    def write_bytes(self, data: bytes, *, create_parents: bool = True) -> None:
         parent = os.path.dirname(self.path)
         tmp = os.path.join(parent, f".{os.path.basename(self.path)}.tmp-{os.getpid()}")
+        if not create_parents and not os.path.isdir(parent):
+            raise NotFoundError(f"{parent} does not exist")
         try:
-            os.makedirs(parent, exist_ok=True)
+            if create_parents:
+                os.makedirs(parent, exist_ok=True)
             with open(tmp, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise NotFoundError(f"{parent} does not exist") from None
         except OSError as e:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

@@ -212,7 +212,7 @@ class RemoteLocation(RemoteBulk, Location):
                 raise NotFoundError(f"{self} does not exist")
             yield bytes(result.value)
 
-    def write_bytes(self, data: bytes) -> None:
+    def write_bytes(self, data: bytes, *, create_parents: bool = True) -> None:
         """A plain put: an object appears whole or not at all, no temporary name needed."""
         import time
 

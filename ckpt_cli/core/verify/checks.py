@@ -11,7 +11,6 @@ a recorded digest file can tell that a header's dtype was changed.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 
 from ckpt_cli.core.format.arrays import ArrayInfo, parse_zarr_header
@@ -19,6 +18,7 @@ from ckpt_cli.core.format.digests import DIGEST_FILE, recorded_file, string_dige
 from ckpt_cli.core.format.metadata import ArrayMetadata, LeafMeta, TreeMetadata
 from ckpt_cli.core.format.names import parse_chunk_part, split_key
 from ckpt_cli.core.format.sharding import ShardingInfo
+from ckpt_cli.core.storage.base import loads_json
 from ckpt_cli.core.verify.types import ItemFacts
 from ckpt_cli.errors import CkptError, InvalidMetadataError, first_line
 
@@ -51,6 +51,17 @@ def check_arrays(
                 "leaf-without-array",
                 f"leaf {m.name} is in _METADATA but no array is stored for it: restoring fails "
                 f"or loses it; {_RESTORE}",
+                leaf=m.name,
+            )
+        elif (
+            m.skip_deserialize
+            and m.value_type in ("jax.Array", "np.ndarray", "scalar")
+            and m.name not in headers
+        ):
+            facts.add(
+                "leaf-without-array",
+                f"array leaf {m.name} is marked skip_deserialize and has no data: Orbax cannot "
+                f"restore it; {_RESTORE}",
                 leaf=m.name,
             )
         if m.value_type == "string" and m.name not in facts.strings:
@@ -88,7 +99,7 @@ def check_arrays(
     for name, (data, label) in sorted(raw.items()):
         file = f"{name}/{header}" if store.layout == "zarr" else None
         try:
-            json.loads(data)
+            loads_json(data, file or name)
             info = parse_zarr_header(name, data, str(store.item))
         except (ValueError, UnicodeDecodeError, InvalidMetadataError) as e:
             code = "zarr-header-invalid" if isinstance(e, InvalidMetadataError) else "json-invalid"

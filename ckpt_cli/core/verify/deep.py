@@ -8,6 +8,7 @@ reads release the GIL, so the two overlap instead of adding up.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import secrets
@@ -24,6 +25,7 @@ from ckpt_cli.core.format.digests import (
     recorded_file,
 )
 from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES, LeafScan, ScanTask, scan_leaves
+from ckpt_cli.core.verify.budget import chunk_key, subset_of
 from ckpt_cli.core.verify.types import DataResult, ItemFacts, NonFinite, SampleInfo, SampleSpec
 from ckpt_cli.errors import CkptError
 
@@ -50,20 +52,47 @@ def deep_item(
     want_digests: bool,
     budget: int = SCAN_BLOCK_BYTES,
     on_bytes: Callable[[int], None] | None = None,
+    stop: Callable[[int], bool] | None = None,
+    start: tuple[int, int] | None = None,
 ) -> DataResult:
-    """Decode every chunk of every readable array; digests and file checksums when wanted."""
+    """Decode every chunk of every readable array; digests and file checksums when wanted.
+
+    Budgeted (``verify --max-duration``): ``stop(bytes_in_flight)`` ends the reads early, and
+    ``start`` = (leaf index in name order, block index) resumes a rotation there;
+    ``resume_at`` in the result says where the next run goes on (None: the item's end was
+    reached). A leaf's digest is checked only when this run read it whole; recorded files are
+    checksummed one by one while the budget lasts.
+    """
     progress = _Bytes(on_bytes)
     files = _data_files(facts) if want_digests else []
     result = DataResult([], {}, {})
+    names = sorted(facts.arrays)
+    first_leaf, first_block = start or (0, 0)
     with ThreadPoolExecutor(_file_workers(facts)) as pool:
-        sums = [(rel, pool.submit(_checksum, facts, rel, progress)) for rel in files]
+        sums = (
+            [] if stop else [(rel, pool.submit(_checksum, facts, rel, progress)) for rel in files]
+        )
         tasks = [
-            ScanTask(name, info, label, digest=want_digests)
-            for name, (info, label) in sorted(facts.arrays.items())
+            ScanTask(
+                name,
+                facts.arrays[name][0],
+                facts.arrays[name][1],
+                digest=want_digests,
+                start=first_block if i == first_leaf else 0,
+            )
+            for i, name in enumerate(names)
+            if i >= first_leaf
         ]
         if facts.store is not None:
-            for scan in scan_leaves(facts.store, tasks, budget, progress):
+            for scan in scan_leaves(facts.store, tasks, budget, progress, stop):
                 _take_scan(facts, result, scan, facts.arrays[scan.name][0])
+                if scan.complete and scan.error is None:
+                    result.leaves_complete += 1
+                    result.chunks_decoded += facts.arrays[scan.name][0].num_chunks
+                elif not scan.complete and scan.next_block is not None:
+                    result.resume_at = (names.index(scan.name), scan.next_block)
+        if stop is not None:
+            sums = [(rel, _done(_checksum(facts, rel, progress))) for rel in files if not stop(0)]
         _take_sums(facts, result, sums)
     for name, value in facts.strings.items():
         from ckpt_cli.core.format.digests import string_digest
@@ -156,28 +185,42 @@ def sample_items(
     seed: int | None,
     budget: int = SCAN_BLOCK_BYTES,
     on_bytes: Callable[[int], None] | None = None,
+    names: list[str] | None = None,
 ) -> tuple[list[DataResult], SampleInfo]:
-    """Decode a random subset of all chunks of all items; check the files that hold them."""
-    seed = secrets.randbits(32) if seed is None else seed
+    """Decode a subset of all chunks of all items, random (a share, seeded) or the n-th of t
+    disjoint subsets (``spec.subset``; ``names``: the items' names, which with the leaf and the
+    chunk index decide a chunk's subset); check the files that hold them."""
     leaves = [
         (i, name, info) for i, f in enumerate(items) for name, (info, _) in sorted(f.arrays.items())
     ]
     counts = [info.num_chunks for _, _, info in leaves]
     total_chunks, total_bytes = sum(counts), sum(info.nbytes for _, _, info in leaves)
-    fraction = (
-        (spec.percent or 0) / 100
-        if spec.percent is not None
-        else min(1.0, (spec.bytes or 0) / max(1, total_bytes))
-    )
-    k = min(total_chunks, math.ceil(total_chunks * fraction)) if total_chunks else 0
-    picks = sorted(random.Random(seed).sample(range(total_chunks), k))
     chosen: dict[int, list[tuple[int, ...]]] = {}
-    start, p = 0, 0
-    for li, count in enumerate(counts):
-        while p < len(picks) and picks[p] < start + count:
-            chosen.setdefault(li, []).append(_unravel(picks[p] - start, leaves[li][2].chunk_grid))
-            p += 1
-        start += count
+    if spec.subset is not None:
+        n, t = spec.subset
+        for li, (i, name, info) in enumerate(leaves):
+            item_name = names[i] if names else ""
+            for index in itertools.product(*(range(g) for g in info.chunk_grid)):
+                if subset_of(chunk_key(item_name, name, index), t) == n:
+                    chosen.setdefault(li, []).append(index)
+        k = sum(len(v) for v in chosen.values())
+        seed = None
+    else:
+        seed = secrets.randbits(32) if seed is None else seed
+        fraction = (
+            (spec.percent or 0) / 100
+            if spec.percent is not None
+            else min(1.0, (spec.bytes or 0) / max(1, total_bytes))
+        )
+        k = min(total_chunks, math.ceil(total_chunks * fraction)) if total_chunks else 0
+        picks = sorted(random.Random(seed).sample(range(total_chunks), k))
+        start, p = 0, 0
+        for li, count in enumerate(counts):
+            while p < len(picks) and picks[p] < start + count:
+                grid = leaves[li][2].chunk_grid
+                chosen.setdefault(li, []).append(_unravel(picks[p] - start, grid))
+                p += 1
+            start += count
     progress = _Bytes(on_bytes)
     results = [DataResult([], {}, {}) for _ in items]
     sampled_bytes = 0
@@ -202,7 +245,8 @@ def sample_items(
                     (rel, pool.submit(_checksum, facts, rel, _Bytes(None))) for rel in sorted(files)
                 ]
                 _take_sums(facts, results[i], sums)
-    return results, SampleInfo(seed, k, total_chunks, sampled_bytes, total_bytes)
+    subset = f"{spec.subset[0]}/{spec.subset[1]}" if spec.subset else None
+    return results, SampleInfo(seed, k, total_chunks, sampled_bytes, total_bytes, subset)
 
 
 def _done(value: FileSum | str) -> Future[FileSum | str]:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 Severity = Literal["error", "warning"]
 
-#: code -> (default severity, one-line meaning). The README documents the same table.
+#: code -> (default severity, one-line meaning). docs/verify.md documents the same table.
 CODES: dict[str, tuple[Severity, str]] = {
     "json-invalid": ("error", "a JSON file is empty or does not parse"),
     "metadata-missing": ("error", "an item has no _METADATA (nor a JSON item file)"),

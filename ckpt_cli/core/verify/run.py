@@ -11,27 +11,32 @@ all (or cannot be listed) raises, which the CLI turns into exit code 3.
 from __future__ import annotations
 
 import contextlib
-import time
+from collections.abc import Iterator
 
 from ckpt_cli.core.executor import Executor, ExecutorSpec, open_executor
 from ckpt_cli.core.format.digests import DigestRecord, write_digests
-from ckpt_cli.core.format.names import COMMIT_MARKER
+from ckpt_cli.core.format.layout import detect
+from ckpt_cli.core.format.names import COMMIT_MARKER, PRUNE_LOCK
 from ckpt_cli.core.progress import ByteProgress, Progress, ProgressFn
 from ckpt_cli.core.storage import Location
+from ckpt_cli.core.storage.locks import holder_command, holder_of, take_lock
 from ckpt_cli.core.verify.deep import deep_item, item_bytes, sample_items
 from ckpt_cli.core.verify.distributed import DEFAULT_SCAN_UNIT_BYTES, deep_item_scaled
 from ckpt_cli.core.verify.problems import escalate
 from ckpt_cli.core.verify.structure import check_item, item_metadata_files
 from ckpt_cli.core.verify.targets import ItemTarget, find_targets
+from ckpt_cli.core.verify.timebox import budgeted_deep
 from ckpt_cli.core.verify.types import (
+    Coverage,
     DataResult,
     ItemCheck,
     ItemFacts,
+    Rotation,
     SampleInfo,
     VerifyOptions,
     VerifyReport,
 )
-from ckpt_cli.errors import UsageError
+from ckpt_cli.errors import CkptError, LockedError, NotFoundError, UsageError
 
 
 def verify_path(
@@ -53,11 +58,59 @@ def verify_path(
             if executor.scaled and (options.deep or options.record):
                 pool = stack.enter_context(open_executor(executor))
             return verify_path(location, options, on_progress, pool, unit_bytes)
-    started = time.monotonic()
+    started = options.clock()
     if options.record and options.sample is not None:
         raise UsageError("--record needs every chunk: it cannot be combined with --sample")
     if options.sample is not None and options.deep:
         raise UsageError("choose --deep (every chunk) or --sample (some chunks), not both")
+    _check_budget(options, executor)
+    with _record_lock(location, options.record):
+        return _verify(location, options, on_progress, executor, unit_bytes, started)
+
+
+@contextlib.contextmanager
+def _record_lock(location: Location, record: bool) -> Iterator[None]:
+    """``--record`` writes into the steps of a root: it holds the root's prune lock meanwhile,
+    so a prune is refused (naming it) instead of deleting a step the recorder then re-creates;
+    a running prune makes the recorder wait for nothing: it is refused the same way."""
+    if not record:
+        yield
+        return
+    root = _root_of(location)
+    if root is None:
+        yield
+        return
+    lock, _ = take_lock(root.child(PRUNE_LOCK), "verify --record")
+    if lock is None:
+        lock_file = root.child(PRUNE_LOCK)
+        what = holder_command(lock_file, "prune")
+        raise LockedError(
+            f"{what} of {root} is running ({holder_of(lock_file)}): not recording now",
+            hint="run `ckpt verify --record` again when it is done",
+        )
+    with lock:
+        yield
+
+
+def _root_of(location: Location) -> Location | None:
+    """The CheckpointManager root a path is, or whose step it is (None: a lone step/item)."""
+    for candidate in (location, location.parent):
+        try:
+            if detect(candidate).kind == "root":
+                return candidate
+        except CkptError:
+            return None
+    return None
+
+
+def _verify(
+    location: Location,
+    options: VerifyOptions,
+    on_progress: ProgressFn | None,
+    executor: Executor | None,
+    unit_bytes: int,
+    started: float,
+) -> VerifyReport:
     found = find_targets(location, options)
     kind, targets, problems = found.kind, found.items, found.problems
 
@@ -68,7 +121,24 @@ def verify_path(
         if options.sample is not None
         else ("deep" if options.deep or options.record or options.mark_committed else "structure")
     )
-    results, sample = _data_level(facts, options, level, on_progress, executor, unit_bytes)
+    names = [t.name for t in targets]
+    coverage: Coverage | None = None
+    rotation: Rotation | None = None
+    notes: list[str] = []
+    if options.max_duration is not None and level == "deep":
+        wants = [options.record or f.record is not None for f in facts]
+        total = sum(item_bytes(f, w) for f, w in zip(facts, wants, strict=True))
+        on_bytes = ByteProgress(on_progress, "data", total)
+        results, coverage, rotation, notes = budgeted_deep(
+            facts, options, on_bytes, started, options.clock
+        )
+        sample = None
+    else:
+        results, sample = _data_level(
+            facts, options, level, on_progress, executor, unit_bytes, names
+        )
+        if level != "structure":
+            coverage = _full_coverage(facts, results, sample, options.clock() - started)
     recorded: list[str] = []
     checks = []
     for t, f, r in zip(targets, facts, results, strict=True):
@@ -79,9 +149,12 @@ def verify_path(
                 digests = "not-recorded"
             else:
                 assert f.inventory is not None
-                write_digests(f.inventory.base, DigestRecord(r.digests, r.files))
-                recorded.append(t.shown_as)
-                digests = "recorded"
+                try:
+                    write_digests(f.inventory.base, DigestRecord(r.digests, r.files))
+                    recorded.append(t.shown_as)
+                    digests = "recorded"
+                except NotFoundError:
+                    digests = "not-recorded"  # the item was removed meanwhile: nothing to record
         checks.append(
             ItemCheck(
                 path=t.shown_as,
@@ -113,9 +186,12 @@ def verify_path(
         steps=tuple(found.steps),
         unfinished=tuple(found.unfinished),
         sample=sample,
+        coverage=coverage,
+        rotation=rotation,
         recorded=tuple(recorded),
         marked_committed=marked,
-        elapsed_s=time.monotonic() - started,
+        elapsed_s=options.clock() - started,
+        extra={"warnings": notes} if notes else {},
     )
 
 
@@ -152,6 +228,40 @@ def _check_items(
     return [out[i] for i in range(total)]
 
 
+def _check_budget(options: VerifyOptions, executor: object) -> None:
+    if options.rotate and options.max_duration is None:
+        raise UsageError("--rotate needs --max-duration: it continues a budgeted run")
+    if options.max_duration is None:
+        return
+    if options.max_duration <= 0:
+        raise UsageError("--max-duration must be longer than zero")
+    if options.record or options.mark_committed:
+        flag = "--record" if options.record else "--mark-committed"
+        raise UsageError(f"{flag} needs every chunk: it cannot be combined with --max-duration")
+    if not (options.deep or options.sample is not None):
+        raise UsageError(
+            "--max-duration budgets the data level: give --deep or --sample",
+            hint="for example ckpt verify ROOT --latest --deep --max-duration 10m --rotate",
+        )
+    if options.sample is not None:
+        raise UsageError("--max-duration applies to --deep; a --sample run is bounded already")
+    if executor is not None:
+        raise UsageError("--max-duration runs in this process: drop --executor/--workers")
+
+
+def _full_coverage(
+    facts: list[ItemFacts],
+    results: list[DataResult | None],
+    sample: SampleInfo | None,
+    elapsed: float,
+) -> Coverage:
+    sizes = sum(sum(info.nbytes for info, _ in f.arrays.values()) for f in facts)
+    done = sum(r.bytes_decoded for r in results if r)
+    whole = sum(len(f.arrays) for f in facts)
+    leaves = sum(r.leaves_complete for r in results if r) if sample is None else 0
+    return Coverage(done, sizes, leaves, whole, None, None, elapsed)
+
+
 def _data_level(
     facts: list[ItemFacts],
     options: VerifyOptions,
@@ -159,19 +269,21 @@ def _data_level(
     on_progress: ProgressFn | None,
     executor: Executor | None = None,
     unit_bytes: int = DEFAULT_SCAN_UNIT_BYTES,
+    names: list[str] | None = None,
 ) -> tuple[list[DataResult | None], SampleInfo | None]:
     if level == "structure":
         return [None] * len(facts), None
     if options.sample is not None:
         total = sum(sum(i.nbytes for i, _ in f.arrays.values()) for f in facts)
-        total = (
-            int(total * (options.sample.percent or 100) / 100)
-            if options.sample.percent
-            else min(total, options.sample.bytes or 0)
-        )
+        if options.sample.subset is not None:
+            total //= options.sample.subset[1]
+        elif options.sample.percent:
+            total = int(total * options.sample.percent / 100)
+        else:
+            total = min(total, options.sample.bytes or 0)
         on_bytes = ByteProgress(on_progress, "data", total)
         results, sample = sample_items(
-            facts, options.sample, options.seed, options.budget, on_bytes
+            facts, options.sample, options.seed, options.budget, on_bytes, names
         )
         return list(results), sample
     wants = [options.record or f.record is not None for f in facts]
@@ -184,7 +296,8 @@ def _data_level(
             r = deep_item(f, want, options.budget, on_bytes)
         else:
             r = deep_item_scaled(f, want, options.budget, executor, unit_bytes, on_bytes)
-        r.chunks_decoded = sum(info.num_chunks for info, _ in f.arrays.values())
+            r.chunks_decoded = sum(info.num_chunks for info, _ in f.arrays.values())
+            r.leaves_complete = len(f.arrays)
         out.append(r)
     return out, None
 

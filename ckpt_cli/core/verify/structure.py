@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ItemStore
-from ckpt_cli.core.format.digests import DIGEST_FILE, DigestRecord, read_digests
+from ckpt_cli.core.format.digests import DIGEST_FILE, STATE_FILE, DigestRecord, read_digests
 from ckpt_cli.core.format.metadata import (
     TreeMetadata,
     parse_tree_metadata,
@@ -58,7 +58,7 @@ def check_item(
     facts.inventory = inv
     facts.problems.extend(inv.problems)
     facts.record = _read_record(item, facts)
-    known = {COMMIT_MARKER, DIGEST_FILE} | ({STEP_METADATA} if item_is_step else set())
+    known = {COMMIT_MARKER, DIGEST_FILE, STATE_FILE} | ({STEP_METADATA} if item_is_step else set())
     if TREE_METADATA in inv.sizes:
         _check_pytree(item, facts, known)
     elif json_file := next((f for f in _JSON_ITEM_FILES if f in inv.sizes), None):
@@ -211,7 +211,11 @@ def _ocdbt_file(
 def _flag_unknown(facts: ItemFacts, known: set[str], also_known: Callable[[str], bool]) -> None:
     assert facts.inventory is not None
     for rel in sorted(facts.inventory.sizes):
-        if rel in known or rel.startswith(DIGEST_FILE + ".tmp-") or also_known(rel):
+        if (
+            rel in known
+            or rel.startswith((DIGEST_FILE + ".tmp-", STATE_FILE + ".tmp-"))
+            or also_known(rel)
+        ):
             continue
         facts.add(
             "unknown-file",

@@ -18,9 +18,11 @@ from ckpt_cli.core.format.names import (
     ROOT_METADATA_DIR,
     STEP_METADATA,
     TMP_MARKER,
+    is_plain_name,
     looks_like_item,
     parse_step_name,
 )
+from ckpt_cli.core.format.pins import PIN_FILE
 from ckpt_cli.core.format.resolve import find_step
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.core.verify.problems import Problem, problem
@@ -208,7 +210,7 @@ def _check_step(
     for e in entries:
         rel = _join(shown, e.name)
         if not e.is_dir:
-            if e.name not in (STEP_METADATA, COMMIT_MARKER):
+            if e.name not in (STEP_METADATA, COMMIT_MARKER, PIN_FILE):  # PIN_FILE: ckpt pin
                 problems.append(
                     problem(
                         "unknown-file",
@@ -218,7 +220,17 @@ def _check_step(
                     )
                 )
             continue
-        if TMP_MARKER in e.name:
+        if e.is_symlink:
+            problems.append(
+                problem(
+                    "symlink-outside",
+                    f"{rel} is a symlink: ckpt does not read an item through a link (it may "
+                    "lead out of the checkpoint), a writer refuses it; replace it by the "
+                    "directory",
+                    file=rel,
+                )
+            )
+        elif TMP_MARKER in e.name:
             problems.append(_tmp_problem(rel, rel))
         elif e.name in expected or _holds_an_item(step_loc.child(e.name)):
             targets.append(ItemTarget(step_loc.child(e.name), rel, step, e.name))
@@ -232,6 +244,17 @@ def _check_step(
                 )
             )
     for name in sorted(expected - names):
+        if not is_plain_name(name):
+            problems.append(
+                problem(
+                    "metadata-invalid",
+                    f"item name {name!r} in {STEP_METADATA} is not a plain directory name "
+                    "(damaged or hostile): ckpt never reads it as a path, Orbax would; "
+                    "restore the step from a copy",
+                    file=_join(shown, STEP_METADATA),
+                )
+            )
+            continue
         problems.append(
             problem(
                 "item-missing",

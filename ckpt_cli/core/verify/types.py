@@ -7,6 +7,8 @@ A ``VerifyReport`` is what ``ckpt verify --json`` prints (``to_json``) and what
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,7 @@ from ckpt_cli.core.verify.problems import Problem, problem
 class SampleSpec:
     percent: float | None = None
     bytes: int | None = None
+    subset: tuple[int, int] | None = None  # (n, t): the n-th of t disjoint subsets of chunks
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,12 @@ class VerifyOptions:
     #: After a clean deep check of the one step, put its ``commit_success.txt`` (a step copied
     #: to an object store without it, Orbax issue #394).
     mark_committed: bool = False
+    #: --max-duration (seconds): the data level stops reading once the budget is spent.
+    max_duration: float | None = None
+    #: --rotate: resume where the last budgeted run stopped (state next to the digests).
+    rotate: bool = False
+    #: The clock the budget is measured on (tests drive it by bytes decoded).
+    clock: Callable[[], float] = time.monotonic
 
 
 @dataclass
@@ -88,6 +97,58 @@ class DataResult:
     files: dict[str, FileSum]
     bytes_decoded: int = 0
     chunks_decoded: int = 0
+    #: A budgeted run (--max-duration): leaves read whole, and where the next run resumes
+    #: (leaf index in name order, block index); None when the item was read to its end.
+    leaves_complete: int = 0
+    resume_at: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How much of the data a deep or sample run read (``--max-duration`` may stop it early)."""
+
+    bytes: int
+    of_bytes: int
+    leaves: int
+    of_leaves: int
+    stopped: str | None  # "max-duration" when the budget ran out
+    budget_s: float | None
+    elapsed_s: float
+
+    @property
+    def complete(self) -> bool:
+        return self.stopped is None and self.bytes >= self.of_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bytes": self.bytes,
+            "of_bytes": self.of_bytes,
+            "leaves": self.leaves,
+            "of_leaves": self.of_leaves,
+            "complete": self.complete,
+            "stopped": self.stopped,
+            "budget_s": self.budget_s,
+        }
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """``--rotate``: where the cycles over the checked items stand after this run."""
+
+    state_files: tuple[str, ...]
+    covered_bytes: int  # in the items' current cycles, this run included
+    of_bytes: int
+    cycles_completed: int  # the fewest completed cycles of any item
+    cycle_complete: bool  # this run completed the cycle of every item it checked
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state_files": list(self.state_files),
+            "covered_bytes": self.covered_bytes,
+            "of_bytes": self.of_bytes,
+            "cycles_completed": self.cycles_completed,
+            "cycle_complete": self.cycle_complete,
+        }
 
 
 @dataclass(frozen=True)
@@ -118,11 +179,12 @@ class ItemCheck:
 
 @dataclass(frozen=True)
 class SampleInfo:
-    seed: int
+    seed: int | None  # None for an n/t subset, which is not random
     chunks: int
     of_chunks: int
     bytes: int
     of_bytes: int
+    subset: str | None = None  # "n/t"
 
 
 @dataclass(frozen=True)
@@ -137,6 +199,8 @@ class VerifyReport:
     steps: tuple[int, ...] = ()
     unfinished: tuple[str, ...] = ()
     sample: SampleInfo | None = None
+    coverage: Coverage | None = None
+    rotation: Rotation | None = None
     recorded: tuple[str, ...] = ()
     marked_committed: tuple[str, ...] = ()  # steps given commit_success.txt (--mark-committed)
     elapsed_s: float = 0.0
@@ -167,6 +231,8 @@ class VerifyReport:
             "bytes_decoded": sum(i.bytes_decoded for i in self.items),
             "digests": {i.path: i.digests for i in self.items},
             "unfinished_saves": list(self.unfinished),
+            "coverage": self.coverage.to_json() if self.coverage else None,
+            "rotation": self.rotation.to_json() if self.rotation else None,
             "sample": None
             if self.sample is None
             else {
@@ -175,6 +241,7 @@ class VerifyReport:
                 "of_chunks": self.sample.of_chunks,
                 "bytes": self.sample.bytes,
                 "of_bytes": self.sample.of_bytes,
+                "subset": self.sample.subset,
             },
         }
 

@@ -25,13 +25,14 @@ from ckpt_cli.core.format.digests import (
 )
 from ckpt_cli.core.format.layout import ItemRef, detect, step_items
 from ckpt_cli.core.format.metadata import read_step_metadata, read_tree_metadata
+from ckpt_cli.core.format.names import STEP_METADATA, check_plain_name
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.distributed import DEFAULT_UNIT_BYTES, ScaleStats, write_arrays_scaled
 from ckpt_cli.core.write.item import JSON_HANDLER, STANDARD_HANDLER, ItemWriter
 from ckpt_cli.core.write.step import StepWriter
 from ckpt_cli.core.write.types import LeafOut, WriteOptions
-from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
+from ckpt_cli.errors import CkptError, NotACheckpointError, RefusedError, UsageError
 
 
 @dataclass(frozen=True)
@@ -133,12 +134,17 @@ def prepare_destination(dst: Location, src: ItemRef) -> None:
             f"the destination {dst} lies inside the source root {src.root}",
             hint="write to a new directory; ckpt never modifies its source",
         )
+    check_destination_root(dst)
+
+
+def check_destination_root(dst: Location) -> None:
+    """Refuse a destination that exists and is neither empty nor a CheckpointManager root."""
     if not dst.exists():
         return
     if not dst.is_dir():
         raise NotACheckpointError(f"the destination {dst} is a file")
-    if not dst.list():
-        return
+    if not [e for e in dst.list() if not e.name.startswith(".ckpt-")]:
+        return  # empty, or only ckpt's own hidden files (a lock left by a killed writer)
     kind = detect(dst).kind
     if kind != "root":
         raise NotACheckpointError(
@@ -174,7 +180,11 @@ def write_step(
     dst.make_dirs()
     if step is None:
         step = src.step if src.step is not None else 0
-    writer = StepWriter(dst, str(step))
+    if src.step_location is not None:
+        handlers = read_step_metadata(src.step_location).item_handlers
+        for name in handlers if isinstance(handlers, dict) else ():
+            check_plain_name(name, "item name", src.step_location.child(STEP_METADATA))
+    writer = StepWriter(dst, str(step), str(operation.get("operation", "ckpt")))
     writer.begin()
     try:
         source_meta = read_step_metadata(src.step_location) if src.step_location else None
@@ -231,8 +241,23 @@ def _copy_other_items(
 ) -> None:
     assert src.step_location is not None
     children = src.step_location.list()
+    linked = [e.name for e in children if e.is_symlink]
+    if linked:
+        raise RefusedError(
+            f"the source step {src.step_location} has a symlink for item {linked[0]!r}: ckpt "
+            "never copies a link or what it points to, nothing written",
+            hint=f"run `ckpt verify {src.step_location}`; replace the link by the directory",
+        )
     for name in step_items(src.step_location, children, handlers):
         if name == src.name:
             continue
+        item = src.step_location.child(name)
+        inside = [rel for rel, entry in item.walk() if entry.is_symlink]
+        if inside:
+            raise RefusedError(
+                f"the source item {item} holds a symlink ({inside[0]}): ckpt never copies a "
+                "link or what it points to, nothing written",
+                hint=f"run `ckpt verify {src.step_location}`; replace the link by the file",
+            )
         handler = handlers.get(name, JSON_HANDLER) if isinstance(handlers, dict) else JSON_HANDLER
         src.step_location.child(name).copy_tree(writer.item(name, handler))

@@ -6,8 +6,16 @@ import json
 import time
 from typing import Any
 
-from ckpt_cli.core.format.names import COMMIT_MARKER, STEP_METADATA, TMP_MARKER, WRITING_MARKER
+from ckpt_cli.core.format.names import (
+    COMMIT_MARKER,
+    STEP_METADATA,
+    TMP_MARKER,
+    WRITING_MARKER,
+    check_plain_name,
+    parse_step_name,
+)
 from ckpt_cli.core.storage import Location
+from ckpt_cli.core.write.claim import OWNER_FILE, WriteClaim, claim_root, read_owner
 from ckpt_cli.core.write.item import STANDARD_HANDLER
 
 
@@ -20,33 +28,65 @@ class StepWriter:
     on GCS; until the marker lands the step is ``uncommitted``.
     """
 
-    def __init__(self, root: Location, step_name: str) -> None:
+    def __init__(self, root: Location, step_name: str, command: str = "ckpt") -> None:
         self.root = root
+        self.step_name = step_name
+        self.command = command
         self.final = root.child(step_name)
         self.in_place = root.requires_commit_marker
-        self.tmp = self.final if self.in_place else root.child(step_name + TMP_MARKER)
+        # A name of its own (the older Orbax eras' `-<digits>` suffix, which Orbax and ckpt
+        # read as an unfinished save): never the directory of another writer or of a trainer.
+        self.tmp = (
+            self.final
+            if self.in_place
+            else root.child(f"{step_name}{TMP_MARKER}-{time.time_ns() // 1000}")
+        )
         self.init_ns = time.time_ns()
         self.handlers: dict[str, str] = {}
         self._started = False
+        self._claim: WriteClaim | None = None
 
     def begin(self) -> None:
-        from ckpt_cli.errors import NotACheckpointError
+        """Claim the root (a second writer is refused here), clear this step's leftovers whose
+        owner is provably gone, and create the tmp step holding our owner record."""
+        self._claim = claim_root(self.root, self.command)
+        try:
+            self._begin()
+        except BaseException:
+            self._release()
+            raise
 
+    def _begin(self) -> None:
+        from ckpt_cli.errors import RefusedError
+
+        assert self._claim is not None
+        owner = self._claim.owner.to_text().encode()
         if self.in_place and self._left_by_ckpt():
-            self.final.delete_tree(
-                first=(COMMIT_MARKER,)
-            )  # an earlier ckpt write of ours that died: never committed
+            # An earlier ckpt write that died (we hold the root: no ckpt writer is alive).
+            self.final.delete_tree(first=(COMMIT_MARKER,))
         if self.final.exists():
-            raise NotACheckpointError(
+            raise RefusedError(  # a refusal (exit 3), scripts see code "refused"
                 f"{self.final} already exists",
                 hint="choose another destination; ckpt never overwrites a step",
             )
-        if not self.in_place and self.tmp.exists():
-            self.tmp.delete_tree()  # an earlier ckpt run of ours that died: never a valid step
+        if not self.in_place:
+            self._remove_dead_leftovers()
         self.tmp.make_dirs()
         self._started = True
-        if self.in_place:
-            self.tmp.child(WRITING_MARKER).write_bytes(b"ckpt is writing this step")
+        self.tmp.child(WRITING_MARKER if self.in_place else OWNER_FILE).write_bytes(owner)
+
+    def _remove_dead_leftovers(self) -> None:
+        """Tmp dirs of this step that a ckpt writer made (they hold its owner record): under
+        the root's lock their writer cannot be alive. Anything else (a trainer's save) stays."""
+        for entry in self.root.list():
+            parsed = parse_step_name(entry.name)
+            if entry.is_symlink or not entry.is_dir or parsed is None or not parsed.tmp:
+                continue
+            if entry.name.split(TMP_MARKER, 1)[0] != self.step_name:
+                continue
+            leftover = self.root.child(entry.name)
+            if read_owner(leftover.child(OWNER_FILE)) is not None:
+                leftover.delete_tree()
 
     def _left_by_ckpt(self) -> bool:
         return self.final.child(WRITING_MARKER).is_file() and not (
@@ -54,6 +94,7 @@ class StepWriter:
         )
 
     def item(self, name: str, handler: str = STANDARD_HANDLER) -> Location:
+        check_plain_name(name, "item name", self.tmp)  # every item dir lies inside the step
         self.handlers[name] = handler
         loc = self.tmp.child(name)
         loc.make_dirs()
@@ -74,15 +115,25 @@ class StepWriter:
                 }
             ).encode()
         )
-        if self.in_place:
-            self.tmp.child(WRITING_MARKER).delete_file()
-        self.tmp.child(COMMIT_MARKER).write_bytes(
-            f"Checkpoint commit was successful to {self.final}".encode()
-        )
-        if not self.in_place:
-            self.tmp.rename(self.final.name)
+        try:
+            self.tmp.child(WRITING_MARKER if self.in_place else OWNER_FILE).delete_file()
+            self.tmp.child(COMMIT_MARKER).write_bytes(
+                f"Checkpoint commit was successful to {self.final}".encode()
+            )
+            if not self.in_place:
+                self.tmp.rename(self.final.name)
+        finally:
+            self._release()
         return self.final
 
     def abort(self) -> None:
-        if self._started and self.tmp.exists():
-            self.tmp.delete_tree(first=(COMMIT_MARKER,))
+        try:
+            if self._started and self.tmp.exists():
+                self.tmp.delete_tree(first=(COMMIT_MARKER,))
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._claim is not None:
+            claim, self._claim = self._claim, None
+            claim.release()

@@ -68,12 +68,14 @@ def test_plan_keep_delete_and_freed_bytes() -> None:
         "path": "/r/5",
         "committed_at": "2024-03-15T11:00:00+00:00",
         "reasons": ["latest", "last 2"],
+        "metric": None,  # the --keep-best value: no such rule here
     }
     assert doc["delete"][0] == {
         "step": 1,
         "name": "1",
         "path": "/r/1",
         "committed_at": "2024-03-15T07:00:00+00:00",
+        "metric": None,
         "size_bytes": 1,
     }
     assert doc["freed_bytes"] == 6 and doc["policy"]["keep_last"] == 2

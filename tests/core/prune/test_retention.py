@@ -165,7 +165,7 @@ def with_loss(values: list[Any]) -> list[S]:
 
 def test_keep_best_min_and_max() -> None:
     steps = with_loss([0.9, 0.3, 0.5, 0.1, 0.7, 0.8])
-    reasons = keep_reasons(steps, Policy(keep_best=2, metric="loss"), NOW)
+    reasons = keep_reasons(steps, Policy(keep_best=2, metric="loss", mode="min"), NOW)
     assert set(reasons) == {"20", "40", "60"}
     assert reasons["40"] == ("best 2 by loss (min)",)
     assert reasons["60"] == ("latest",)
@@ -174,16 +174,16 @@ def test_keep_best_min_and_max() -> None:
 
 def test_keep_best_tie_prefers_the_newer_step() -> None:
     steps = with_loss([0.2, 0.5, 0.2, 0.9])
-    assert kept(steps, Policy(keep_best=1, metric="loss")) == {30, 40}
+    assert kept(steps, Policy(keep_best=1, metric="loss", mode="min")) == {30, 40}
 
 
 def test_keep_best_missing_metric_kept_by_default_and_droppable() -> None:
     steps = with_loss([0.4, None, 0.1, float("nan"), "n/a", True, 0.3, 0.6])
-    reasons = keep_reasons(steps, Policy(keep_best=1, metric="loss"), NOW)
+    reasons = keep_reasons(steps, Policy(keep_best=1, metric="loss", mode="min"), NOW)
     # None, NaN, text and bool are all "missing"; kept with the reason saying so.
     assert set(reasons) == {"20", "30", "40", "50", "60", "80"}
     assert reasons["20"] == ("no loss metric",)
-    dropped = Policy(keep_best=1, metric="loss", keep_missing_metric=False)
+    dropped = Policy(keep_best=1, metric="loss", mode="min", keep_missing_metric=False)
     assert kept(steps, dropped) == {30, 80}
 
 
@@ -196,7 +196,7 @@ def test_keep_best_other_metric_name_is_missing() -> None:
 def test_latest_always_kept_even_when_worst() -> None:
     steps = with_loss([0.1, 0.2, 0.9])
     reasons = keep_reasons(
-        steps, Policy(keep_best=1, metric="loss", keep_missing_metric=False), NOW
+        steps, Policy(keep_best=1, metric="loss", mode="min", keep_missing_metric=False), NOW
     )
     assert reasons == {"10": ("best 1 by loss (min)",), "30": ("latest",)}
 

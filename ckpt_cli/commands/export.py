@@ -1,0 +1,111 @@
+"""``ckpt export``: one item of an Orbax checkpoint into safetensors files, streamed."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ckpt_cli.commands import _options as o
+from ckpt_cli.commands._output import emit_json, progress_bar, warn
+from ckpt_cli.errors import UsageError
+
+
+def export(
+    ctx: typer.Context,
+    src: Annotated[
+        str,
+        typer.Argument(
+            help="Source: a root, step or item directory (local, s3:// or gs://).",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[
+        str, typer.Argument(help="Output directory (new or empty).", show_default=False)
+    ],
+    format_: Annotated[
+        str, typer.Option("--format", help="Output format (safetensors is the one there is).")
+    ] = "safetensors",
+    spec: o.OptionalSpecOpt = None,
+    params_only: Annotated[
+        bool,
+        typer.Option(
+            "--params-only",
+            help="Only the model parameters (the leaves `inspect` names so): no optimizer "
+            "state, step or RNG.",
+        ),
+    ] = False,
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--dtype",
+            help="Cast floating leaves: bfloat16, float16, float32, float64, float8_e4m3fn, "
+            "float8_e5m2.",
+            show_default=False,
+        ),
+    ] = None,
+    max_shard_size: o.MaxShardSizeOpt = o.MAX_SHARD_SIZE,
+    framework: Annotated[
+        str,
+        typer.Option("--framework", help="`format` in __metadata__: pt, np, flax, tf or mlx."),
+    ] = "pt",
+    provenance: Annotated[
+        bool,
+        typer.Option(
+            "--provenance/--no-provenance",
+            help="Record the source (path, item, step, Orbax format, spec hash) in __metadata__.",
+        ),
+    ] = True,
+    allow_unused: o.AllowUnusedOpt = False,
+    step: o.StepOpt = None,
+    item: o.ItemOpt = None,
+    memory_limit: o.MemoryLimitOpt = o.EXCHANGE_MEMORY_LIMIT,
+    dry_run: o.PlanOnlyOpt = False,
+    json_out: o.JsonOpt = False,
+) -> None:
+    """Export one item to safetensors: what Hugging Face and PyTorch load.
+
+    One model.safetensors, or shards model-00001-of-0000N.safetensors and
+    model.safetensors.index.json above --max-shard-size. Tensor names are the leaf names
+    `inspect` shows, or those a --spec gives (one spec turns Flax names and [in, out] kernels
+    into nn.Linear names and [out, in] weights). Values are bit-identical to an Orbax restore.
+    Streams block by block under --memory-limit into a temporary directory renamed when every
+    file is complete. Leaves safetensors cannot hold (strings, typed PRNG keys, int4) are
+    refused before anything is written. No JAX.
+    """
+    from ckpt_cli.commands.render import exchange as render
+    from ckpt_cli.core.safetensors.export import plan_export
+    from ckpt_cli.core.safetensors.export_run import check_output, execute
+    from ckpt_cli.core.write.memory import bound_allocator
+
+    if format_ != "safetensors":
+        raise UsageError(f"--format {format_!r}: the format ckpt exports is safetensors")
+    bound_allocator()
+    plan = plan_export(
+        src,
+        out,
+        spec=spec,
+        params_only=params_only,
+        dtype=dtype,
+        max_shard_size=max_shard_size,
+        framework=framework,
+        provenance=provenance,
+        allow_unused=allow_unused,
+        step=step,
+        item=item,
+        memory_limit=memory_limit,
+        storage=o.storage_options(ctx),
+    )
+    if dry_run:
+        emit_json(plan) if json_out else render.print_export_plan(plan)
+        return
+    for label in plan.unused_rules:
+        warn(f"{label} matched no leaf")
+    check_output(plan.out)
+    with progress_bar(not json_out) as on_progress:
+        result = execute(plan, on_progress)
+    if json_out:
+        emit_json(result)
+    else:
+        render.print_export_plan(plan)
+        render.print_written(plan.out, result.bytes_written, result.seconds)

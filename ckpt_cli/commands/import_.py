@@ -1,0 +1,85 @@
+"""``ckpt import``: safetensors files (a file, or a Hugging Face directory) into an Orbax step."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ckpt_cli.commands import _options as o
+from ckpt_cli.commands._output import emit_json, progress_bar, warn
+
+
+def import_(
+    src: Annotated[
+        str,
+        typer.Argument(
+            help="A .safetensors file, an *.safetensors.index.json, or a directory holding either.",
+            show_default=False,
+        ),
+    ],
+    dst: Annotated[
+        str,
+        typer.Argument(
+            help="Destination CheckpointManager root (created if missing).", show_default=False
+        ),
+    ],
+    spec: o.OptionalSpecOpt = None,
+    mesh: o.MeshOpt = None,
+    rules: o.RulesOpt = None,
+    step: Annotated[int, typer.Option("--step", "-s", help="Step number to write.", min=0)] = 0,
+    target: o.TargetOpt = None,
+    allow_unused: o.AllowUnusedOpt = False,
+    max_chunk_bytes: o.MaxChunkBytesOpt = o.IMPORT_CHUNK_BYTES,
+    memory_limit: o.MemoryLimitOpt = o.EXCHANGE_MEMORY_LIMIT,
+    zarr3: Annotated[bool, typer.Option("--zarr3/--zarr2", help="Output zarr version.")] = False,
+    compression: o.CompressionOpt = "zstd",
+    ocdbt: o.OcdbtOpt = True,
+    dry_run: o.PlanOnlyOpt = False,
+    json_out: o.JsonOpt = False,
+) -> None:
+    """Import safetensors into a new Orbax step that Orbax restores.
+
+    Tensor names become tree paths (model.layers.0.weight -> model/layers/0/weight), or the
+    names a --spec gives; --mesh/--rules lay every array out for a device mesh as reshard does.
+    Every header is checked first: a damaged or hand-edited file is refused with nothing
+    written. Streams under --memory-limit; the step is written under a tmp name and renamed when
+    complete. No JAX (except --target).
+    """
+    from ckpt_cli.commands.render import exchange as render
+    from ckpt_cli.core.safetensors.import_ import plan_import
+    from ckpt_cli.core.safetensors.import_run import execute
+    from ckpt_cli.core.write.memory import bound_allocator
+    from ckpt_cli.core.write.types import Compression, WriteOptions
+
+    write = WriteOptions(
+        max_chunk_bytes=max_chunk_bytes,
+        memory_limit=memory_limit,
+        zarr3=zarr3,
+        compression=Compression.parse(compression),
+        ocdbt=ocdbt,
+    )
+    bound_allocator()
+    plan = plan_import(
+        src,
+        dst,
+        spec=spec,
+        mesh=mesh,
+        rules=rules,
+        step=step,
+        target=target,
+        allow_unused=allow_unused,
+        write=write,
+    )
+    if dry_run:
+        emit_json(plan) if json_out else render.print_import_plan(plan)
+        return
+    for label in plan.unused_rules:
+        warn(f"{label} matched no tensor")
+    with progress_bar(not json_out) as on_progress:
+        result = execute(plan, on_progress)
+    if json_out:
+        emit_json(result)
+    else:
+        render.print_import_plan(plan)
+        render.print_written(result.path, result.bytes_written, result.seconds)

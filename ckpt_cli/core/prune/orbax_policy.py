@@ -1,0 +1,44 @@
+"""``PinnedSteps``: make a training job's own ``CheckpointManager`` keep the steps pinned with
+``ckpt pin``.
+
+Orbax deletes old steps itself (``max_to_keep``, ``best_fn``...), and it knows nothing of ckpt's
+pin files. Its preservation policies are a protocol (``should_preserve(checkpoints, *,
+context)``), so a policy that looks at the pins at each decision is enough::
+
+    import orbax.checkpoint as ocp
+    from orbax.checkpoint import checkpoint_managers as cm
+    from ckpt_cli.core.prune.orbax_policy import PinnedSteps
+
+    options = ocp.CheckpointManagerOptions(
+        preservation_policy=cm.AnyPreservationPolicy([cm.LatestN(3), PinnedSteps(workdir)])
+    )
+
+Nothing here imports Orbax: the protocol is duck-typed, so this module costs nothing to import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ckpt_cli.core.format.layout import list_steps
+from ckpt_cli.core.format.pins import has_pin_file
+from ckpt_cli.core.storage import open_location
+
+
+class PinnedSteps:
+    """Preserve every step of ``directory`` that carries a ckpt pin (read afresh each time)."""
+
+    def __init__(self, directory: Any) -> None:
+        self.directory = str(directory)
+
+    def pinned(self) -> set[int]:
+        root = open_location(self.directory)
+        root.refresh()  # a pin written since the last decision must be seen
+        if not root.exists():
+            return set()
+        return {s.step for s in list_steps(root, root.list()) if has_pin_file(s.children)}
+
+    def should_preserve(self, checkpoints: Sequence[Any], *, context: Any = None) -> list[bool]:
+        pinned = self.pinned()
+        return [int(c.step) in pinned for c in checkpoints]

@@ -1,0 +1,38 @@
+"""The safetensors format (Hugging Face, PyTorch): header model, strict parser, shard planner,
+streaming writer and reader. Pure Python over numpy and ml_dtypes: no JAX, no Typer, no Rich.
+
+Modules: ``dtypes`` (the dtype table), ``header`` (encode and parse a header), ``blocks`` (the
+contiguous pieces tensors stream in), ``plan`` (tensors -> shard files, the HF index),
+``writer`` (one file, block by block, renamed when complete), ``reader`` (blocks by positioned
+reads; a Hugging Face directory through its index).
+"""
+
+from __future__ import annotations
+
+from ckpt_cli.core.safetensors.header import Header, TensorEntry, encode_header, parse_header
+from ckpt_cli.core.safetensors.plan import (
+    FilesPlan,
+    ShardFile,
+    ShardIndex,
+    TensorSpec,
+    parse_index,
+    plan_files,
+)
+from ckpt_cli.core.safetensors.reader import SafetensorsReader, find_files
+from ckpt_cli.core.safetensors.writer import SafetensorsWriter
+
+__all__ = [
+    "FilesPlan",
+    "Header",
+    "SafetensorsReader",
+    "SafetensorsWriter",
+    "ShardFile",
+    "ShardIndex",
+    "TensorEntry",
+    "TensorSpec",
+    "encode_header",
+    "find_files",
+    "parse_header",
+    "parse_index",
+    "plan_files",
+]

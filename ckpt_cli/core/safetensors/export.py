@@ -1,0 +1,302 @@
+"""Plan and run ``ckpt export``: one Orbax item into safetensors files Hugging Face loads.
+
+``plan_export`` decides everything before a byte is written: which leaves go (``params_only``
+keeps the leaves ``inspect`` calls parameters), their names and shapes (a migrate spec, applied
+by migrate's own rule engine), their dtype (``dtype`` casts floating leaves), the files and
+every offset in them. A leaf safetensors cannot hold (strings, typed PRNG keys, int4, complex)
+is refused there, with a hint. ``export_run.execute`` streams the plan into the files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckpt_cli.core.format.layout import ItemRef
+from ckpt_cli.core.inspect import ItemReport
+from ckpt_cli.core.migrate import ops
+from ckpt_cli.core.migrate.plan import DestLeaf, apply_spec
+from ckpt_cli.core.migrate.spec import MigrationSpec
+from ckpt_cli.core.migrate.tree import Step
+from ckpt_cli.core.safetensors.dtypes import safetensors_dtype
+from ckpt_cli.core.safetensors.plan import FilesPlan, TensorSpec, plan_files
+from ckpt_cli.core.schema import document
+from ckpt_cli.core.storage import StorageOptions
+from ckpt_cli.errors import RefusedError
+
+FRAMEWORKS = ("pt", "np", "flax", "tf", "mlx")
+CAST_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
+#: transformers' default for ``save_pretrained(max_shard_size=...)``: 5 GB (decimal).
+DEFAULT_MAX_SHARD = 5 * 10**9
+
+
+@dataclass(frozen=True)
+class ExportTensor:
+    """One tensor of the output: its name, dtype and shape, and how its values are computed."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    expr: ops.Node
+    sources: tuple[str, ...]
+    steps: tuple[Step, ...]
+    file: str
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.expr_itemsize
+
+    @property
+    def expr_itemsize(self) -> int:
+        from ckpt_cli.core.format.arrays import dtype_itemsize
+
+        return dtype_itemsize(self.dtype)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "bytes": self.nbytes,
+            "file": self.file,
+            "from": list(self.sources),
+            "operations": [s.to_json() for s in self.steps],
+        }
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A source leaf that is not exported, and why."""
+
+    name: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    source: str
+    item: str
+    step: int | None
+    orbax_format: str
+    out: str
+    files: FilesPlan
+    tensors: tuple[ExportTensor, ...]
+    skipped: tuple[Skipped, ...]
+    metadata: dict[str, str]
+    spec: str | None
+    unused_rules: tuple[str, ...]
+    memory_limit: int = 256 << 20
+    #: The source item as inspected (its arrays are opened when the plan is executed).
+    report: ItemReport | None = field(default=None, compare=False, repr=False)
+
+    kind = "export"
+
+    @property
+    def total_bytes(self) -> int:
+        return self.files.total_size
+
+    def to_json(self) -> dict[str, Any]:
+        return document(
+            {
+                "source": {
+                    "path": self.source,
+                    "item": self.item,
+                    "step": self.step,
+                    "orbax_format": self.orbax_format,
+                },
+                "out": self.out,
+                "format": "safetensors",
+                "spec": self.spec,
+                "metadata": self.metadata,
+                "total_bytes": self.total_bytes,
+                "index": self.files.index_name,
+                "files": [
+                    {"name": f.name, "bytes": f.size, "tensors": len(f.header.tensors)}
+                    for f in self.files.files
+                ],
+                "tensors": [t.to_json() for t in self.tensors],
+                "skipped": [s.to_json() for s in self.skipped],
+                "unused_rules": list(self.unused_rules),
+            }
+        )
+
+
+def orbax_format(report: ItemReport) -> str:
+    return f"{report.storage} zarr{report.zarr_format}"
+
+
+def plan_export(
+    source: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    spec: str | MigrationSpec | None = None,
+    params_only: bool = False,
+    dtype: str | None = None,
+    max_shard_size: int | None = DEFAULT_MAX_SHARD,
+    framework: str = "pt",
+    provenance: bool = True,
+    allow_unused: bool = False,
+    step: int | None = None,
+    item: str | None = None,
+    memory_limit: int = 256 << 20,
+    storage: StorageOptions | None = None,
+) -> ExportPlan:
+    """Plan exporting one item of ``source`` (a root, step or item; local or a bucket) to the
+    new local directory ``out``: ``spec`` (a file or a parsed migrate spec) maps names and
+    shapes first, ``params_only`` keeps the parameters, ``dtype`` casts floating leaves. Reads
+    metadata only; ``execute`` writes."""
+    from ckpt_cli.core.format.resolve import resolve_item
+    from ckpt_cli.core.inspect import inspect_item
+    from ckpt_cli.core.migrate.spec import load_spec
+    from ckpt_cli.core.storage import open_location
+
+    ref = resolve_item(open_location(os.fspath(source), storage), step, item)
+    report = inspect_item(ref)
+    parsed = load_spec(spec) if isinstance(spec, str) else spec
+    plan = plan_export_item(
+        ref,
+        report,
+        os.fspath(out),
+        spec=parsed,
+        params_only=params_only,
+        dtype=dtype,
+        max_shard_size=max_shard_size,
+        framework=framework,
+        provenance=provenance,
+        allow_unused=allow_unused,
+    )
+    return dataclasses.replace(plan, memory_limit=memory_limit, report=report)
+
+
+def plan_export_item(
+    ref: ItemRef,
+    report: ItemReport,
+    out: str,
+    *,
+    spec: MigrationSpec | None = None,
+    params_only: bool = False,
+    dtype: str | None = None,
+    max_shard_size: int | None = DEFAULT_MAX_SHARD,
+    framework: str = "pt",
+    provenance: bool = True,
+    allow_unused: bool = False,
+) -> ExportPlan:
+    """Everything an export writes, decided and checked; nothing is read or written."""
+    if framework not in FRAMEWORKS:
+        raise RefusedError(f"unknown framework {framework!r} (use one of {', '.join(FRAMEWORKS)})")
+    if dtype is not None and dtype not in CAST_DTYPES:
+        raise RefusedError(
+            f"--dtype {dtype}: exports cast floating leaves to one of {', '.join(CAST_DTYPES)}"
+        )
+    skipped: list[Skipped] = []
+    leaves = list(report.leaves)
+    if params_only:
+        kept = [leaf for leaf in leaves if leaf.part == "params"]
+        if not kept:
+            raise RefusedError(
+                f"{ref.location} has no leaf `inspect` calls a model parameter; nothing to export",
+                hint="run `ckpt inspect` to see the tree, and export without --params-only or with a spec",
+            )
+        skipped += [
+            Skipped(x.name, f"--params-only ({x.part or 'not a parameter'})")
+            for x in leaves
+            if x.part != "params"
+        ]
+        report = dataclasses.replace(report, leaves=tuple(kept))
+    rules = spec or MigrationSpec(path="", sha256="", rules=())
+    dest_leaves, dropped, unused = apply_spec(report, rules, max_chunk_bytes=1 << 62)
+    if unused and not allow_unused:
+        raise RefusedError(
+            f"{', '.join(unused)} matched no leaf; nothing written",
+            hint="--dry-run lists the tensors; --allow-unused goes on without them",
+        )
+    skipped += [Skipped(name, "dropped by the spec") for name in dropped]
+    exported: list[DestLeaf] = []
+    for leaf in dest_leaves:
+        if leaf.expr is None:
+            if leaf.value_type == "string":
+                raise _refuse(leaf.name, "is a string: safetensors holds arrays only")
+            skipped.append(Skipped(leaf.name, f"no array data ({leaf.value_type})"))
+            continue
+        if leaf.random_key_impl:
+            raise _refuse(
+                leaf.name,
+                f"is a typed PRNG key ({leaf.random_key_impl}): safetensors has no key dtype",
+            )
+        exported.append(leaf)
+    exprs = {leaf.name: _cast(leaf, dtype) for leaf in exported}
+    specs = [TensorSpec(name, e.dtype, e.shape) for name, e in exprs.items()]
+    for s in specs:
+        safetensors_dtype(s.dtype, f"leaf {s.name!r}")
+    source = str(ref.root or ref.step_location or ref.location)
+    metadata = {"format": framework}
+    if provenance:
+        metadata.update(
+            {
+                "ckpt.source": source,
+                "ckpt.item": ref.name,
+                "ckpt.orbax_format": orbax_format(report),
+            }
+        )
+        if ref.step is not None:
+            metadata["ckpt.step"] = str(ref.step)
+        if spec is not None:
+            metadata["ckpt.spec_sha256"] = spec.sha256
+    files = plan_files(specs, max_shard_size=max_shard_size, metadata=metadata)
+    where = files.weight_map
+    tensors = tuple(
+        ExportTensor(
+            leaf.name,
+            exprs[leaf.name].dtype,
+            exprs[leaf.name].shape,
+            exprs[leaf.name],
+            leaf.sources,
+            leaf.steps + _cast_step(leaf, exprs[leaf.name]),
+            where[leaf.name],
+        )
+        for leaf in exported
+    )
+    return ExportPlan(
+        source=source,
+        item=ref.name,
+        step=ref.step,
+        orbax_format=orbax_format(report),
+        out=os.path.abspath(out) if "://" not in out else out,
+        files=files,
+        tensors=tensors,
+        skipped=tuple(skipped),
+        metadata=metadata,
+        spec=spec.path if spec is not None else None,
+        unused_rules=unused,
+        report=report,
+    )
+
+
+def _refuse(name: str, why: str) -> RefusedError:
+    return RefusedError(
+        f"leaf {name!r} {why}; nothing written",
+        hint="drop it with a spec rule `op: drop`, or export the parameters only with --params-only",
+    )
+
+
+def _cast(leaf: DestLeaf, dtype: str | None) -> ops.Node:
+    expr = leaf.expr
+    assert expr is not None
+    if dtype is None or not ops.is_float(expr.dtype) or expr.dtype == dtype:
+        return expr
+    return ops.Cast(
+        shape=expr.shape, dtype=dtype, inner=expr, rounding=None, label="--dtype", leaf=leaf.name
+    )
+
+
+def _cast_step(leaf: DestLeaf, expr: ops.Node) -> tuple[Step, ...]:
+    assert leaf.expr is not None
+    if expr is leaf.expr:
+        return ()
+    return (Step(0, "cast", f"{leaf.expr.dtype} -> {expr.dtype} (--dtype)"),)

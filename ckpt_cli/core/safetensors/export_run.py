@@ -1,0 +1,225 @@
+"""Run an export plan: blocks of each tensor are computed from the source through TensorStore,
+a few in flight under the memory limit while one thread writes finished ones at their offsets,
+into the files of a temporary directory renamed to the output when every file is complete.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from ckpt_cli.core.migrate import ops
+from ckpt_cli.core.progress import ByteProgress, ProgressFn
+from ckpt_cli.core.safetensors.export import ExportPlan, ExportTensor
+from ckpt_cli.errors import RefusedError
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    plan: ExportPlan
+    seconds: float
+    bytes_written: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.plan.to_json(),
+            "written": {
+                "path": self.plan.out,
+                "files": [f.name for f in self.plan.files.files]
+                + ([self.plan.files.index_name] if self.plan.files.index_name else []),
+                "bytes": self.bytes_written,
+                "seconds": round(self.seconds, 3),
+            },
+        }
+
+
+def check_output(out: str) -> None:
+    """The output must be a new (or empty) local directory: an export never mixes with files
+    already there."""
+    if "://" in out:
+        from ckpt_cli.errors import UnsupportedError
+
+        raise UnsupportedError(
+            f"export writes to a local directory, not {out}",
+            hint="export locally, then copy the directory to the bucket",
+        )
+    if os.path.lexists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise RefusedError(
+            f"{out} already exists and is not an empty directory; nothing written",
+            hint="choose a new output directory, or remove that one first",
+        )
+
+
+def execute(plan: ExportPlan, on_progress: ProgressFn | None = None) -> ExportResult:
+    """Write the plan's files into a temporary directory, then rename it to ``plan.out``.
+    Progress as ``export`` bytes."""
+    import contextlib
+    import secrets
+    import shutil
+    import time
+
+    from ckpt_cli.core.format.arrays import ItemStore, cached_context
+    from ckpt_cli.core.safetensors.sink import SafetensorsSink
+    from ckpt_cli.errors import StorageError
+
+    report = plan.report
+    assert report is not None, "an ExportPlan from plan_export"
+    memory_limit = plan.memory_limit
+    on_bytes = ByteProgress(on_progress, "export", plan.total_bytes)
+    check_output(plan.out)
+    t0 = time.perf_counter()
+    parent = os.path.dirname(plan.out) or "."
+    tmp = os.path.join(parent, f".{os.path.basename(plan.out)}.ckpt-tmp-{secrets.token_hex(4)}")
+    try:
+        os.makedirs(parent, exist_ok=True)
+        os.mkdir(tmp)
+    except OSError as e:
+        raise StorageError(f"cannot create {tmp}: {e.strerror or e}") from None
+    try:
+        store = ItemStore(
+            report.ref.location, report.zarr_format == 3, cached_context(memory_limit // 8)
+        )
+        ctx = ops.EvalContext(store, {})
+        stream = _Stream(ctx, memory_limit, on_bytes)
+        with SafetensorsSink(tmp, plan.files) as sink, contextlib.closing(stream):
+            # The writer thread stops (closing) before the sink closes its files (abort).
+            by_name = {t.name: t for t in plan.tensors}
+            order = [by_name[e.name] for f in plan.files.files for e in f.header.tensors]
+            opener = _Opener(store, ctx, order)
+            for f in plan.files.files:
+                for entry in f.header.tensors:
+                    opener.ready(by_name[entry.name])
+                    stream.tensor(by_name[entry.name], sink)
+                stream.drain(sink)
+                sink.finish_file(f.name)
+            sink.commit()
+        if os.path.isdir(plan.out):
+            os.rmdir(plan.out)  # empty (checked): replaced by the complete directory
+        os.rename(tmp, plan.out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ExportResult(plan, time.perf_counter() - t0, stream.done)
+
+
+class _Opener:
+    """Opens the source arrays a few tensors ahead: each open is a round trip of its own (the
+    zarr header through OCDBT), so the next ones are in flight while a tensor streams."""
+
+    AHEAD = 32
+
+    def __init__(self, store: Any, ctx: ops.EvalContext, order: list[ExportTensor]) -> None:
+        self.store = store
+        self.ctx = ctx
+        self.sources = [[n for n in t.expr.walk() if isinstance(n, ops.Source)] for t in order]
+        self.index = {id(t): i for i, t in enumerate(order)}
+        self.pending: dict[str, Any] = {}
+        # The unmerged layout reads each process database on its own: ItemStore opens those.
+        self.enabled = not (store.layout == "ocdbt-unmerged" and len(store.process_dbs) > 1)
+
+    def ready(self, t: ExportTensor) -> None:
+        if not self.enabled:
+            return
+        import tensorstore as ts
+
+        from ckpt_cli.core.format.arrays import LeafReader
+        from ckpt_cli.errors import StorageError
+
+        i = self.index[id(t)]
+        for sources in self.sources[i : i + self.AHEAD]:
+            for n in sources:
+                if n.name not in self.pending and n.name not in self.ctx.readers:
+                    spec = self.store.array_spec(n.name, n.database)
+                    self.pending[n.name] = ts.open(
+                        spec, open=True, read=True, context=self.store.context
+                    )
+        for n in self.sources[i]:
+            if n.name in self.ctx.readers:
+                continue
+            try:
+                array = self.pending.pop(n.name).result()
+            except Exception as e:
+                raise StorageError(
+                    f"cannot open leaf {n.name!r} of {self.store.item}: {self.store.item.describe_error(e)}",
+                    hint="run `ckpt verify` on it",
+                ) from None
+            self.ctx.readers[n.name] = LeafReader(array, n.info)
+
+
+class _Stream:
+    """Blocks of the tensors in file order: reads a few blocks ahead (TensorStore decodes on its
+    own threads) while one thread writes finished blocks, all under the memory limit."""
+
+    def __init__(self, ctx: ops.EvalContext, memory_limit: int, on_bytes: Any) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from ckpt_cli.core.write.pipeline import block_budget
+
+        self.ctx = ctx
+        # Small blocks are enough for a file: a positioned write of 8 MiB runs at disk speed.
+        self.budget = min(block_budget(memory_limit), 8 << 20)
+        self.limit = max(2 * self.budget, memory_limit // 4)
+        self.depth = 4
+        self.on_bytes = on_bytes
+        self.reads: deque[tuple[ExportTensor, tuple[int, ...], Any, int]] = deque()
+        self.writes: deque[tuple[Any, int]] = deque()
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-export-write")
+        self.held = 0
+        self.done = 0
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def tensor(self, t: ExportTensor, sink: Any) -> None:
+        from ckpt_cli.core.format.arrays import dtype_itemsize
+        from ckpt_cli.core.safetensors.blocks import contiguous_blocks
+
+        whole = frozenset(id(n) for n in t.expr.walk() if n.whole)
+        itemsize = dtype_itemsize(t.dtype)
+        chunks = ops.source_chunks(t.expr)
+        for start, shape in contiguous_blocks(t.shape, itemsize, self.budget, chunks):
+            self.ctx.begin(whole)
+            region = tuple(slice(s, s + n) for s, n in zip(start, shape, strict=True))
+            nbytes = math.prod(shape) * itemsize
+            self.reads.append((t, start, t.expr.fetch(region, self.ctx), nbytes))
+            self.held += nbytes
+            while self.reads and (len(self.reads) > self.depth or self.held > self.limit):
+                self._start_write(sink)
+            while self.writes and (len(self.writes) > self.depth or self.held > self.limit):
+                self._finish_write()
+
+    def drain(self, sink: Any) -> None:
+        while self.reads:
+            self._start_write(sink)
+        while self.writes:
+            self._finish_write()
+
+    def _start_write(self, sink: Any) -> None:
+        import numpy as np
+
+        from ckpt_cli.core.safetensors.dtypes import numpy_dtype
+        from ckpt_cli.errors import CkptError, StorageError, first_line
+
+        t, start, fut, nbytes = self.reads.popleft()
+        try:
+            values = ops.resolve(fut)
+        except CkptError:
+            raise
+        except Exception as e:
+            raise StorageError(f"cannot read the source of {t.name!r}: {first_line(e)}") from None
+        want = numpy_dtype(t.dtype)
+        if values.dtype != want:
+            values = values.astype(want)
+        block = np.asarray(values, order="C")
+        self.writes.append((self.pool.submit(sink.write, t.name, start, block), nbytes))
+
+    def _finish_write(self) -> None:
+        fut, nbytes = self.writes.popleft()
+        fut.result()
+        self.held -= nbytes
+        self.done += nbytes
+        if self.on_bytes is not None:
+            self.on_bytes(nbytes)

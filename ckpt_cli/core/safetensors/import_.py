@@ -1,0 +1,326 @@
+"""Plan and run ``ckpt import``: safetensors files into a new Orbax step that Orbax restores.
+
+``plan_import`` reads only headers: every file is validated (a damaged one is refused before
+anything is written), tensor names become tree paths (``model.layers.0.weight`` ->
+``model/layers/0/weight``), a migrate spec maps names and shapes with migrate's rule engine,
+and ``--mesh``/``--rules`` give each array the partition spec, chunking and recorded sharding
+``reshard`` would. ``execute`` streams: the step writer asks for chunk-aligned regions, each read
+from its file with one positioned read per contiguous run, under the memory limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ckpt_cli.core.format.arrays import dtype_itemsize
+from ckpt_cli.core.format.sharding import MeshSpec, ShardingInfo, shard_shape, split_chunk
+from ckpt_cli.core.migrate import ops
+from ckpt_cli.core.migrate.spec import MigrationSpec
+from ckpt_cli.core.migrate.tree import Step, Work, fill_key_types, key_types
+from ckpt_cli.core.reshard.rules import Rule
+from ckpt_cli.core.safetensors.dtypes import TO_NUMPY
+from ckpt_cli.core.safetensors.reader import SafetensorsReader, check_against_index, find_files
+from ckpt_cli.core.schema import document
+from ckpt_cli.core.write.types import WriteOptions
+from ckpt_cli.errors import RefusedError, UsageError
+
+SINGLE_DEVICE = ShardingInfo("SingleDeviceSharding", device_str="cpu:0")
+
+
+@dataclass(frozen=True, eq=False)
+class TensorSource(ops.Node):
+    """A tensor of a safetensors file: any region is read with positioned reads."""
+
+    path: str
+    tensor: str
+
+    def fetch(self, region: ops.Region, ctx: ops.EvalContext) -> Any:
+        assert isinstance(ctx, ImportContext)
+        return ctx.file(self.path).read_box(self.tensor, region)
+
+
+class ImportContext(ops.EvalContext):
+    """The open files of an import (one descriptor each) for the expressions that read them."""
+
+    def __init__(self) -> None:
+        super().__init__(store=None, functions={})  # type: ignore[arg-type]
+        self.files: dict[str, SafetensorsReader] = {}
+
+    def file(self, path: str) -> SafetensorsReader:
+        if path not in self.files:
+            self.files[path] = SafetensorsReader.open(path)
+        return self.files[path]
+
+    def close(self) -> None:
+        for r in self.files.values():
+            r.close()
+        self.files.clear()
+
+
+@dataclass(frozen=True)
+class ImportLeaf:
+    name: str
+    keypath: tuple[str, ...]
+    key_types: tuple[int, ...]
+    expr: ops.Node
+    sources: tuple[str, ...]
+    steps: tuple[Step, ...]
+    partition: tuple[Any, ...] | None
+    sharding: ShardingInfo
+    chunk_shape: tuple[int, ...]
+    write_shape: tuple[int, ...]
+    rule: str | None
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.expr.shape) * dtype_itemsize(self.expr.dtype)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "dtype": self.expr.dtype,
+            "shape": list(self.expr.shape),
+            "bytes": self.nbytes,
+            "from": list(self.sources),
+            "operations": [s.to_json() for s in self.steps],
+            "chunk_shape": list(self.chunk_shape),
+            "sharding": self.sharding.to_json(),
+            "mesh_rule": self.rule,
+        }
+
+
+@dataclass(frozen=True)
+class ImportPlan:
+    source: str
+    files: tuple[str, ...]
+    index: str | None
+    source_metadata: dict[str, str]
+    dst: str
+    step: int
+    leaves: tuple[ImportLeaf, ...]
+    dropped: tuple[str, ...]
+    spec: MigrationSpec | None
+    unused_rules: tuple[str, ...]
+    mesh: MeshSpec | None
+    write: WriteOptions = field(default_factory=lambda: WriteOptions(16 << 20, 256 << 20))
+
+    kind = "import"
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(leaf.nbytes for leaf in self.leaves)
+
+    def to_json(self) -> dict[str, Any]:
+        return document(
+            {
+                "source": {
+                    "path": self.source,
+                    "files": list(self.files),
+                    "index": self.index,
+                    "metadata": self.source_metadata,
+                },
+                "output": {"root": self.dst, "step": self.step, "item": "default"},
+                "spec": self.spec.path if self.spec else None,
+                "mesh": dict(zip(self.mesh.axis_names, self.mesh.shape, strict=True))
+                if self.mesh
+                else None,
+                "total_bytes": self.total_bytes,
+                "leaves": [leaf.to_json() for leaf in self.leaves],
+                "dropped": list(self.dropped),
+                "unused_rules": list(self.unused_rules),
+            }
+        )
+
+
+def source_work(src: str) -> tuple[Any, list[Work], dict[str, str]]:
+    """The validated files of ``src`` and one leaf per tensor (``None`` expression for dtypes
+    ckpt does not convert: a spec may still drop them)."""
+    files = find_files(src)
+    headers = {}
+    metadata: dict[str, str] = {}
+    for name in files.files:
+        with SafetensorsReader.open(os.path.join(files.directory, name)) as r:
+            headers[name] = r.header
+            metadata = dict(metadata or r.header.metadata or {})
+    where = check_against_index(files, headers)
+    work = []
+    for tensor in sorted(where):
+        entry = headers[where[tensor]].entry(tensor)
+        keypath = tuple(tensor.split("."))
+        if any(not part for part in keypath):
+            raise RefusedError(
+                f"tensor {tensor!r} has an empty name part: it cannot be a tree path",
+                hint="rename it with a spec rule (`op: rename`)",
+            )
+        dtype = TO_NUMPY.get(entry.dtype)
+        path = os.path.join(files.directory, where[tensor])
+        expr = (
+            TensorSource(shape=entry.shape, dtype=dtype, path=path, tensor=tensor)
+            if dtype
+            else None
+        )
+        value_type = "jax.Array" if dtype else f"safetensors {entry.dtype}"
+        work.append(
+            Work(keypath, (None,) * len(keypath), value_type, expr, (tensor,), None, tensor)
+        )
+    return files, work, metadata
+
+
+def plan_import(
+    src: str | os.PathLike[str],
+    dst: str | os.PathLike[str],
+    *,
+    spec: str | MigrationSpec | None = None,
+    mesh: str | MeshSpec | None = None,
+    rules: str | Mapping[str, Any] | Sequence[Rule] | None = None,
+    step: int = 0,
+    target: str | None = None,
+    allow_unused: bool = False,
+    write: WriteOptions | None = None,
+) -> ImportPlan:
+    """Plan importing ``src`` (a .safetensors file, an index, or a directory holding either)
+    as step ``step`` of the root ``dst``. ``spec`` (a file or a parsed migrate spec) maps the
+    tensors first; ``mesh`` (``data=4,model=2``) with ``rules`` (a YAML/JSON file or a mapping
+    of leaf patterns to partition specs) lays them out as ``reshard`` does; ``target``
+    (MODULE:FUNCTION, imports jax) checks the result. Reads the headers only."""
+    from ckpt_cli.core.migrate.spec import load_spec
+    from ckpt_cli.core.reshard.rules import load_rules, parse_rules
+
+    write = write or WriteOptions(16 << 20, 256 << 20)
+    parsed = load_spec(spec) if isinstance(spec, str) else spec
+    target_mesh = MeshSpec.parse(mesh) if isinstance(mesh, str) else mesh
+    rule_list: Sequence[Rule] = ()
+    if rules is not None and not (isinstance(rules, Sequence) and not isinstance(rules, str)):
+        if target_mesh is None:
+            raise UsageError("--rules needs --mesh: the mesh its partition specs name")
+        doc = load_rules(rules) if isinstance(rules, str) else rules
+        rule_list = parse_rules(doc, target_mesh, rules if isinstance(rules, str) else "rules")
+    elif rules is not None:
+        rule_list = rules
+    plan = _plan(
+        os.fspath(src), os.fspath(dst), parsed, target_mesh, rule_list, step,
+        write.max_chunk_bytes, allow_unused,
+    )  # fmt: skip
+    plan = dataclasses.replace(plan, write=write)
+    if target:
+        check_target(plan, target)
+    return plan
+
+
+def _plan(
+    src: str,
+    dst: str,
+    spec: MigrationSpec | None,
+    mesh: MeshSpec | None,
+    rules: Sequence[Rule],
+    step: int,
+    max_chunk_bytes: int,
+    allow_unused: bool,
+) -> ImportPlan:
+    files, work, metadata = source_work(src)
+    names = [w.name for w in work]
+    unused: tuple[str, ...] = ()
+    if spec is not None:
+        from ckpt_cli.core.migrate.plan import apply_rules
+
+        work, unused = apply_rules(work, spec)
+        if unused and not allow_unused:
+            raise RefusedError(
+                f"{', '.join(unused)} matched no tensor; nothing written",
+                hint="--dry-run lists the leaves; --allow-unused goes on without them",
+            )
+    kinds = fill_key_types(work)
+    used_rules: set[str] = set()
+    leaves = []
+    for w in work:
+        if w.expr is None:
+            raise RefusedError(
+                f"tensor {w.origin!r} is {w.value_type.split()[-1]}: ckpt does not convert this safetensors dtype; nothing written",
+                hint="drop it with a spec rule (`op: drop`)",
+            )
+        leaves.append(_layout(w, key_types(w, kinds), mesh, rules, max_chunk_bytes, used_rules))
+    reached = {s for leaf in leaves for s in leaf.sources}
+    unused_partition = [r.pattern for r in rules if r.pattern not in used_rules]
+    if unused_partition and not allow_unused:
+        raise RefusedError(
+            f"--rules pattern {unused_partition[0]!r} matches no leaf; nothing written",
+            hint="--dry-run lists the leaves; --allow-unused goes on without it",
+        )
+    return ImportPlan(
+        source=src,
+        files=files.files,
+        index=None if files.index is None else src,
+        source_metadata=metadata,
+        dst=dst,
+        step=step,
+        leaves=tuple(leaves),
+        dropped=tuple(n for n in names if n not in reached),
+        spec=spec,
+        unused_rules=unused,
+        mesh=mesh,
+    )
+
+
+def _layout(
+    w: Work,
+    types: tuple[int, ...],
+    mesh: MeshSpec | None,
+    rules: Sequence[Rule],
+    max_chunk_bytes: int,
+    used: set[str],
+) -> ImportLeaf:
+    assert w.expr is not None
+    shape, itemsize = w.expr.shape, dtype_itemsize(w.expr.dtype)
+    partition: tuple[Any, ...] | None = None
+    rule = None
+    sharding = SINGLE_DEVICE
+    shard = shape
+    if mesh is not None:
+        match = next((r for r in rules if r.regex.match(w.name)), None)
+        partition = match.spec if match else ()
+        rule = match.pattern if match else None
+        if match:
+            used.add(match.pattern)
+        shard, problem = shard_shape(shape, partition, mesh)
+        if problem:
+            raise RefusedError(
+                f"leaf {w.name!r} {list(shape)} cannot be laid out on the mesh: {problem}; nothing written",
+                hint="change the partition spec its --rules pattern gives it",
+            )
+        sharding = mesh.sharding(partition)
+    chunk = split_chunk(shard, itemsize, max_chunk_bytes)
+    return ImportLeaf(
+        w.name,
+        w.keypath,
+        types,
+        w.expr,
+        w.sources,
+        w.steps,
+        partition,
+        sharding,
+        chunk,
+        shard,
+        rule,
+    )
+
+
+def check_target(plan: ImportPlan, target: str) -> None:
+    """Refuse a plan whose leaves differ from the abstract state ``target`` returns (names,
+    shapes, dtypes), as ``migrate --target`` does."""
+    from ckpt_cli.core.migrate.target import abstract_state, compare_target
+
+    planned: dict[str, tuple[tuple[int, ...] | None, str]] = {
+        leaf.name: (leaf.expr.shape, leaf.expr.dtype) for leaf in plan.leaves
+    }
+    diffs = compare_target(planned, abstract_state(target))
+    if diffs:
+        raise RefusedError(
+            f"the result differs from --target {target} in {len(diffs)} leaves, nothing written; "
+            f"{diffs[0].text()}",
+            hint="--dry-run lists the leaves the import would write",
+        )

@@ -1,0 +1,103 @@
+"""Run an import plan: the step writer asks for chunk-aligned regions of each leaf, read from
+the safetensors files by positioned reads, under the plan's memory limit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ckpt_cli.core.migrate import ops
+from ckpt_cli.core.progress import ProgressFn
+from ckpt_cli.core.safetensors.import_ import ImportContext, ImportPlan
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    plan: ImportPlan
+    path: str
+    bytes_written: int
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.plan.to_json(),
+            "written": {
+                "path": self.path,
+                "bytes": self.bytes_written,
+                "seconds": round(self.seconds, 3),
+            },
+        }
+
+
+def execute(plan: ImportPlan, on_progress: ProgressFn | None = None) -> ImportResult:
+    """Write the plan as step ``plan.step`` of the root ``plan.dst`` (tmp name, then renamed;
+    in place with the commit marker last on object stores). Progress as ``import`` bytes."""
+    from ckpt_cli.core.progress import ByteProgress
+
+    memory_limit = plan.write.memory_limit
+    zarr3 = bool(plan.write.zarr3)
+    compression = plan.write.compression
+    use_ocdbt = plan.write.ocdbt
+    on_bytes = ByteProgress(on_progress, "import", plan.total_bytes)
+    import contextlib
+    import time
+
+    from ckpt_cli.core.storage import open_location
+    from ckpt_cli.core.write.item import ItemWriter
+    from ckpt_cli.core.write.rewrite import check_destination_root
+    from ckpt_cli.core.write.step import StepWriter
+    from ckpt_cli.core.write.types import ArrayOut, LeafOut
+    from ckpt_cli.errors import CkptError
+
+    t0 = time.perf_counter()
+    root = open_location(plan.dst)
+    check_destination_root(root)
+    ctx = ImportContext()
+    comp = compression
+    outs = [
+        LeafOut(
+            keypath=leaf.keypath,
+            key_types=leaf.key_types,
+            value_type="jax.Array",
+            array=ArrayOut(leaf.expr.dtype, leaf.expr.shape, leaf.chunk_shape, zarr3, comp),
+            source=_reader(leaf.expr, ctx),
+            sharding=leaf.sharding,
+            write_shape=leaf.write_shape,
+        )
+        for leaf in plan.leaves
+    ]
+    root.make_dirs()
+    writer = StepWriter(root, str(plan.step))
+    writer.begin()
+    try:
+        item = ItemWriter(
+            writer.item("default"), use_ocdbt=use_ocdbt, use_zarr3=zarr3, memory_limit=memory_limit
+        )
+        item.write_arrays(outs, on_bytes)
+        item.write_metadata(outs)
+        history = {
+            "operation": "import",
+            "source": plan.source,
+            "files": list(plan.files),
+            "safetensors_metadata": plan.source_metadata,
+            "spec_file": plan.spec.path if plan.spec else None,
+            "spec_sha256": plan.spec.sha256 if plan.spec else None,
+        }
+        final = writer.commit({"ckpt_history": [history]})
+    except BaseException:
+        with contextlib.suppress(CkptError):
+            writer.abort()
+        raise
+    finally:
+        ctx.close()
+    return ImportResult(plan, str(final), plan.total_bytes, time.perf_counter() - t0)
+
+
+def _reader(expr: ops.Node, ctx: ImportContext) -> Any:
+    whole = frozenset(id(n) for n in expr.walk() if n.whole)
+
+    def read(region: ops.Region) -> Any:
+        ctx.begin(whole)
+        return expr.fetch(region, ctx)
+
+    return read

@@ -1,0 +1,268 @@
+"""The document types of the commands that write (``reshard``, ``migrate``, ``export``, ``import``,
+``pin``/``unpin``; ``documents.py`` has the others and the shared ones), and ``DOCUMENTS``: command -> type."""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+from typing_extensions import NotRequired
+
+from ckpt_cli.core.schema.documents import (
+    DiffJSON,
+    InspectJSON,
+    LsJSON,
+    PruneJSON,
+    Shape,
+    ShardingJSON,
+    SideJSON,
+    Spec,
+    VerifyJSON,
+)
+
+# --- reshard, migrate ---
+
+
+class ScaleJSON(TypedDict):
+    executor: str
+    workers: int
+    units: int
+    databases: int
+    worker_seconds: float
+    merge_seconds: float
+
+
+class ReshardLeafJSON(TypedDict):
+    name: str
+    dtype: str | None
+    shape: Shape | None
+    old_chunk_shape: Shape | None
+    new_chunk_shape: Shape | None
+    partition_spec: Spec | None
+    rule: str | None
+    size_bytes: int
+    problem: str | None
+
+
+class ReshardJSON(TypedDict):
+    """``ckpt reshard --json``: the plan per leaf, and what was written (not with --dry-run)."""
+
+    schema_version: int
+    ok: bool
+    mesh: dict[str, int] | None
+    total_bytes: int
+    unused_rules: list[str]
+    leaves: list[ReshardLeafJSON]
+    output: NotRequired[str]
+    step: NotRequired[int]
+    item: NotRequired[str]
+    bytes_written: NotRequired[int]
+    seconds: NotRequired[float]
+    scale: NotRequired[ScaleJSON | None]
+    digests: NotRequired[str]
+
+
+class SpecJSON(TypedDict):
+    path: str
+    sha256: str
+    rules: int
+
+
+class OperationJSON(TypedDict):
+    rule: int
+    op: str
+    detail: str
+    follows: str | None
+
+
+class MigrateLeafJSON(TypedDict):
+    name: str
+    value_type: str
+    dtype: str | None
+    shape: Shape | None
+    sources: list[str]
+    changed: bool
+    operations: list[OperationJSON]
+    streams: bool
+    chunk_shape: Shape | None
+    sharding: ShardingJSON | None
+    size_bytes: int
+    note: str | None
+
+
+class DifferenceJSON(TypedDict):
+    name: str
+    kind: str
+    expected: str | None
+    planned: str | None
+
+
+class TargetJSON(TypedDict):
+    function: str
+    differences: list[DifferenceJSON]
+
+
+class MigrateJSON(TypedDict):
+    """``ckpt migrate --json``: the plan per destination leaf, and what was written."""
+
+    schema_version: int
+    ok: bool
+    spec: SpecJSON
+    source: SideJSON
+    total_bytes: int
+    leaves: list[MigrateLeafJSON]
+    dropped: list[str]
+    unused_rules: list[str]
+    target: TargetJSON | None
+    output: NotRequired[str]
+    step: NotRequired[int]
+    item: NotRequired[str]
+    bytes_written: NotRequired[int]
+    seconds: NotRequired[float]
+    scale: NotRequired[ScaleJSON | None]
+    digests: NotRequired[str]
+
+
+# --- pin, unpin ---
+
+
+class PinResultJSON(TypedDict):
+    """``ckpt pin --json`` / ``ckpt unpin --json``: what changed."""
+
+    schema_version: int
+    ok: bool
+    root: str
+    step: int
+    path: str
+    pinned: bool
+    changed: bool
+    note: str | None
+    pinned_at: str | None
+
+
+# --- export, import (safetensors) ---
+
+
+class ExportSourceJSON(TypedDict):
+    path: str
+    item: str
+    step: int | None
+    orbax_format: str
+
+
+class ExportFileJSON(TypedDict):
+    name: str
+    bytes: int
+    tensors: int
+
+
+# "from" is a keyword: the functional form.
+ExportTensorJSON = TypedDict(
+    "ExportTensorJSON",
+    {
+        "name": str,
+        "dtype": str,
+        "shape": Shape,
+        "bytes": int,
+        "file": str,
+        "from": list[str],
+        "operations": list[OperationJSON],
+    },
+)
+
+
+class SkippedJSON(TypedDict):
+    name: str
+    reason: str
+
+
+class ExportWrittenJSON(TypedDict):
+    path: str
+    files: list[str]
+    bytes: int
+    seconds: float
+
+
+class ExportJSON(TypedDict):
+    """``ckpt export --json``: the tensors and files planned, and what was written."""
+
+    schema_version: int
+    ok: bool
+    source: ExportSourceJSON
+    out: str
+    format: Literal["safetensors"]
+    spec: str | None
+    metadata: dict[str, str]
+    total_bytes: int
+    index: str | None
+    files: list[ExportFileJSON]
+    tensors: list[ExportTensorJSON]
+    skipped: list[SkippedJSON]
+    unused_rules: list[str]
+    written: NotRequired[ExportWrittenJSON]
+
+
+class ImportSourceJSON(TypedDict):
+    path: str
+    files: list[str]
+    index: str | None
+    metadata: dict[str, str]
+
+
+class ImportOutputJSON(TypedDict):
+    root: str
+    step: int
+    item: str
+
+
+ImportLeafJSON = TypedDict(
+    "ImportLeafJSON",
+    {
+        "name": str,
+        "dtype": str,
+        "shape": Shape,
+        "bytes": int,
+        "from": list[str],
+        "operations": list[OperationJSON],
+        "chunk_shape": Shape,
+        "sharding": ShardingJSON,
+        "mesh_rule": str | None,
+    },
+)
+
+
+class ImportWrittenJSON(TypedDict):
+    path: str
+    bytes: int
+    seconds: float
+
+
+class ImportJSON(TypedDict):
+    """``ckpt import --json``: the leaves planned from the safetensors files, and what was
+    written."""
+
+    schema_version: int
+    ok: bool
+    source: ImportSourceJSON
+    output: ImportOutputJSON
+    spec: str | None
+    mesh: dict[str, int] | None
+    total_bytes: int
+    leaves: list[ImportLeafJSON]
+    dropped: list[str]
+    unused_rules: list[str]
+    written: NotRequired[ImportWrittenJSON]
+
+
+DOCUMENTS: dict[str, object] = {
+    "ls": LsJSON,
+    "inspect": InspectJSON,
+    "verify": VerifyJSON,
+    "diff": DiffJSON,
+    "prune": PruneJSON,
+    "reshard": ReshardJSON,
+    "migrate": MigrateJSON,
+    "export": ExportJSON,
+    "import": ImportJSON,
+    "pin": PinResultJSON,
+    "unpin": PinResultJSON,
+}
