@@ -24,6 +24,8 @@ demo: $(STAMP)
 	$(PY) examples/train_mlp.py --workdir $(DEMO) --steps 600
 	@echo "== ckpt ls"
 	$(CKPT) ls $(DEMO)
+	@echo "== ckpt ls in a 60-column terminal: columns that do not fit go below each step, none dropped"
+	script -qec "stty cols 60 rows 40; $(CKPT) ls $(DEMO)" /dev/null
 	@echo "== ckpt inspect (latest step)"
 	$(CKPT) inspect $(DEMO)
 	@echo "== ckpt inspect --step 500 --filter 'params.*' --stats --flat"
@@ -40,6 +42,11 @@ demo: $(STAMP)
 	$(CKPT) verify $(DEMO) --latest --sample 25% --seed 1 --json | $(PY) -m json.tool | head -n 30
 	@echo "== ckpt diff: what changed between two steps (exit 1: they differ)"
 	$(CKPT) diff $(DEMO)@500 $(DEMO)@600 --filter 'params.*' || true
+	@echo "== Ctrl-C in the middle of verify --deep (a 256 MiB leaf): exit 130, no verdict on unread data"
+	test -d demo_runs/big || $(PY) tests/ux/make_big.py demo_runs/big 256
+	timeout --preserve-status -s INT 3 $(CKPT) verify demo_runs/big --deep; echo "exit $$?"
+	@echo "== the same with SIGTERM, as timeout and schedulers stop jobs: exit 143"
+	timeout --preserve-status 3 $(CKPT) verify demo_runs/big --deep; echo "exit $$?"
 	@echo "== a byte flipped in a data file: only the recorded digests see it"
 	$(CKPT) verify fixtures/damaged/flipped-byte || true
 	$(CKPT) verify fixtures/damaged/flipped-byte --deep || true

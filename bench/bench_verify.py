@@ -41,10 +41,11 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from _harness import Run  # bench/ is on sys.path when a script runs
+from _harness import run_rss as _run_rss
 
 REPO = Path(__file__).resolve().parent.parent
 WORKDIR = REPO / "bench" / "out" / "verify512"
@@ -96,28 +97,8 @@ print(f"RESTORE {t2 - t1:.4f} {n}")
 """
 
 
-@dataclass
-class Run:
-    wall_s: float
-    rss_mib: float
-    out: str
-
-
 def run_rss(cmd: list[str], ok: tuple[int, ...] = (0,)) -> Run:
-    """Run a command in a fresh process; wall time and that process's own peak RSS (``wait4``
-    reaps the child itself, so the figure is not the max over all children so far)."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=ENV, close_fds=True
-    )
-    assert proc.stdout is not None
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    wall = time.perf_counter() - start
-    if proc.returncode not in ok:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode})")
-    return Run(wall, usage.ru_maxrss / 1024, out.decode())
+    return _run_rss(cmd, ok, ENV)
 
 
 def median(cmd: list[str], repeat: int) -> tuple[Run, list[Run]]:

@@ -1,8 +1,11 @@
 """The ``ckpt`` Typer app: registers every command and is the one error boundary.
 
 Exit codes: 0 ok; 1 a check found problems; 2 usage error; 3 expected failure (not a checkpoint,
-unreadable, refused); 70 a bug in ckpt (rerun with CKPT_DEBUG=1); 130 interrupted.
+unreadable, refused); 70 a bug in ckpt (rerun with CKPT_DEBUG=1); 130 interrupted (Ctrl-C);
+143 terminated (SIGTERM).
 """
+
+# ruff: noqa: E402 - the starting signal handler goes in before the slow imports
 
 from __future__ import annotations
 
@@ -11,6 +14,17 @@ import signal
 import sys
 from collections.abc import Mapping
 from types import FrameType
+
+
+def _exit_while_starting(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C/SIGTERM while ckpt is still importing: nothing to clean up yet, and no
+    traceback of the import that was cut short (``main`` installs the real handler)."""
+    sys.stderr.write("ckpt: interrupted\n")
+    os._exit(128 + signum)
+
+
+for _signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(_signum, _exit_while_starting)
 
 import typer
 
@@ -25,26 +39,32 @@ from ckpt_cli.commands import pin as pin_cmd
 from ckpt_cli.commands import prune as prune_cmd
 from ckpt_cli.commands import reshard as reshard_cmd
 from ckpt_cli.commands import verify as verify_cmd
+from ckpt_cli.commands._help import HelpCommand
 from ckpt_cli.errors import (
     CODE_INTERNAL,
     CODE_INTERRUPTED,
     CODE_USAGE,
     EXIT_BUG,
-    EXIT_INTERRUPTED,
     CkptError,
+    Interrupted,
     first_line,
 )
 
 HELP = """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints, and export them to safetensors (and import back); the read commands need no JAX.
 
-Exit codes: 0 ok · 1 a check found problems · 2 usage error · 3 not a checkpoint, unreadable or refused · 70 internal error (rerun with CKPT_DEBUG=1) · 130 interrupted.
+Exit codes: 0 ok · 1 a check found problems · 2 usage error · 3 not a checkpoint, unreadable or refused · 70 internal error (rerun with CKPT_DEBUG=1) · 130 interrupted (Ctrl-C) · 143 terminated (SIGTERM).
 """
 
 app = typer.Typer(
     name="ckpt",
     help=HELP,
     no_args_is_help=True,
-    add_completion=False,
+    # bash, zsh and fish: --install-completion / --show-completion; steps and items complete
+    # from the root on the line (commands/_complete.py).
+    add_completion=True,
+    # Markdown: `[null, model]` stays text (Rich markup took it for a style), paragraphs reflow,
+    # and the indented `$ ckpt ...` examples keep their lines.
+    rich_markup_mode="markdown",
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -90,25 +110,34 @@ def _root(
     apply_request_limit(ctx.obj)  # before anything imports TensorStore
 
 
-app.command("ls")(ls_cmd.ls)
-app.command("inspect")(inspect_cmd.inspect)
-app.command("verify")(verify_cmd.verify)
-app.command("diff")(diff_cmd.diff)
-app.command("prune")(prune_cmd.prune)
-app.command("reshard")(reshard_cmd.reshard)
-app.command("migrate")(migrate_cmd.migrate)
-app.command("export")(export_cmd.export)
-app.command("import")(import_cmd.import_)
-app.command("pin")(pin_cmd.pin)
-app.command("unpin")(pin_cmd.unpin)
+app.command("ls", cls=HelpCommand)(ls_cmd.ls)
+app.command("inspect", cls=HelpCommand)(inspect_cmd.inspect)
+app.command("verify", cls=HelpCommand)(verify_cmd.verify)
+app.command("diff", cls=HelpCommand)(diff_cmd.diff)
+app.command("prune", cls=HelpCommand)(prune_cmd.prune)
+app.command("reshard", cls=HelpCommand)(reshard_cmd.reshard)
+app.command("migrate", cls=HelpCommand)(migrate_cmd.migrate)
+app.command("export", cls=HelpCommand)(export_cmd.export)
+app.command("import", cls=HelpCommand)(import_cmd.import_)
+app.command("pin", cls=HelpCommand)(pin_cmd.pin)
+app.command("unpin", cls=HelpCommand)(pin_cmd.unpin)
 
 
-class Interrupted(Exception):
-    """Raised from the SIGINT handler so that Click does not turn Ctrl-C into exit 1."""
+_stopping: list[int] = []
 
 
-def _on_sigint(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted()
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    """SIGINT/SIGTERM: stop the run through ``Interrupted`` (its cleanup runs on the way out);
+    a second signal during that cleanup stops the process at once."""
+    if _stopping:
+        sys.stderr.write(
+            "ckpt: interrupted again: stopped without cleaning up (a later run of the same "
+            "command removes the unfinished step it left)\n"
+        )
+        sys.stderr.flush()
+        os._exit(128 + signum)
+    _stopping.append(signum)
+    raise Interrupted(signum)
 
 
 def _json_mode(argv: list[str]) -> bool:
@@ -133,7 +162,9 @@ def _fail(
 def main() -> None:
     """Run the app; turn every error into one stderr line and a documented exit code (with
     --json, also one JSON error document on stdout)."""
-    signal.signal(signal.SIGINT, _on_sigint)
+    _stopping.clear()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _on_signal)
     debug = bool(os.environ.get("CKPT_DEBUG"))
     json_mode = _json_mode(sys.argv[1:])
     try:
@@ -145,9 +176,11 @@ def main() -> None:
         if debug:
             raise
         _fail(json_mode, e.exit_code, f"ckpt: error: {e}", e.to_json(), e.result)
-    except Interrupted:
-        error = {"code": CODE_INTERRUPTED, "message": "interrupted", "hint": None}
-        _fail(json_mode, EXIT_INTERRUPTED, "ckpt: interrupted", error, None)
+    except Interrupted as e:
+        # With --json too: the one document says only that the run was stopped (and by
+        # which signal), never a verdict on the work it did not finish.
+        error = {"code": CODE_INTERRUPTED, "message": f"interrupted by {e}", "hint": None}
+        _fail(json_mode, e.exit_code, "ckpt: interrupted", error, None)
     except BrokenPipeError:
         # `ckpt ls | head`: the reader left; exit quietly as other Unix tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -16,7 +16,7 @@ EXIT_OK = 0
 EXIT_PROBLEMS = 1  # a check found problems (verify, diff)
 EXIT_USAGE = 2  # bad command line
 EXIT_FAILURE = 3  # expected failure: not a checkpoint, unreadable, refused
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C); SIGTERM exits 143: 128 + the signal, as shells do
 EXIT_BUG = 70  # anything unexpected: a bug in ckpt
 
 #: Codes of failures that are not CkptErrors.
@@ -131,3 +131,23 @@ def first_line(e: BaseException) -> str:
 
 class InvalidSafetensorsError(InvalidMetadataError):
     """A safetensors file or index that breaks the format: refused before anything is written."""
+
+
+class Interrupted(BaseException):
+    """The run was stopped by SIGINT (Ctrl-C) or SIGTERM (``kill``, ``timeout``, a scheduler).
+
+    Raised by ``app.main``'s signal handler in the main thread, wherever it is (inside a
+    TensorStore ``Future.result()`` too: TensorStore runs Python's signal handlers while it
+    waits). A ``BaseException``, so the ``except Exception`` blocks that turn a failed read into
+    a finding about the data let it through, while ``finally`` blocks clean up on its way.
+    """
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
+from ckpt_cli.commands._complete import complete_item, complete_root_at_step, complete_step
 from ckpt_cli.errors import OptionValueError, UsageError
 
 if TYPE_CHECKING:
@@ -152,11 +153,20 @@ StepOpt = Annotated[
         "-s",
         help="Step to read from a root (default: latest committed).",
         show_default=False,
+        metavar="N",
+        autocompletion=complete_step,
     ),
 ]
 ItemOpt = Annotated[
     str | None,
-    typer.Option("--item", "-i", help="Item to read (default: the only one).", show_default=False),
+    typer.Option(
+        "--item",
+        "-i",
+        help="Item to read (default: the only one).",
+        show_default=False,
+        metavar="NAME",
+        autocompletion=complete_item,
+    ),
 ]
 FilterOpt = Annotated[
     str | None,
@@ -192,7 +202,14 @@ LayoutOpt = Annotated[
 
 VerifyStepOpt = Annotated[
     int | None,
-    typer.Option("--step", "-s", help="Check only this step of a root.", show_default=False),
+    typer.Option(
+        "--step",
+        "-s",
+        help="Check only this step of a root.",
+        show_default=False,
+        metavar="N",
+        autocompletion=complete_step,
+    ),
 ]
 LatestOpt = Annotated[
     bool, typer.Option("--latest", help="Check only the latest committed step of a root.")
@@ -270,7 +287,12 @@ JunitOpt = Annotated[
 
 # --- diff ----------------------------------------------------------------------------------------
 
-SideArg = Annotated[str, typer.Argument(help="Root, step or item; ROOT@STEP picks a step.")]
+SideArg = Annotated[
+    str,
+    typer.Argument(
+        help="Root, step or item; ROOT@STEP picks a step.", autocompletion=complete_root_at_step
+    ),
+]
 BothStepsOpt = Annotated[
     int | None,
     typer.Option("--step", "-s", help="Step to take from both roots.", show_default=False),
@@ -294,6 +316,13 @@ CompareCastOpt = Annotated[
 ]
 AllOpt = Annotated[
     bool, typer.Option("--all", help="List equal leaves too, not only the differences.")
+]
+StructureOpt = Annotated[
+    bool,
+    typer.Option(
+        "--structure",
+        help="Compare names, dtypes, shapes and shardings only: no array data is read.",
+    ),
 ]
 
 # --- the writers (reshard, migrate) and scale-out -----------------------------------------------

@@ -24,8 +24,9 @@ class Document(Protocol):
 
 
 def stdout_console() -> Console:
-    # Piped output (logs, CI) is not cut to 80 columns: nobody reads it in a narrow window.
-    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+    # Piped output (logs, CI) is never wrapped nor padded: one line per line, as printed.
+    tty = sys.stdout.isatty()
+    return Console(highlight=False, soft_wrap=not tty, width=None if tty else 1 << 16)
 
 
 def stderr_console() -> Console:
@@ -79,21 +80,34 @@ def progress_bar(enabled: bool, min_bytes: int = 0) -> Iterator[ProgressFn | Non
     from rich.progress import Progress as Bars
     from rich.text import Text
 
+    from ckpt_cli.core.units import human_bytes
+
     class Amount(ProgressColumn):
-        """Bytes as bytes (``12.0/64.0 MB``), anything else as a percentage."""
+        """Bytes in the units the text uses (``12.0/64.0 MiB``, never decimal MB), anything else
+        as a percentage."""
 
         def __init__(self) -> None:
             super().__init__()
-            self.bytes, self.other = DownloadColumn(), TaskProgressColumn()
+            self.bytes, self.other = DownloadColumn(binary_units=True), TaskProgressColumn()
 
         def render(self, task: Any) -> Text:
             column = self.bytes if task.fields.get("unit") == "bytes" else self.other
             return column.render(task)
 
+    class Rate(ProgressColumn):
+        """Bytes per second (``41.3 MiB/s``), binary units as above."""
+
+        def render(self, task: Any) -> Text:
+            speed = task.finished_speed or task.speed
+            if task.fields.get("unit") != "bytes":
+                return Text("")
+            return Text("?" if speed is None else f"{human_bytes(int(speed))}/s")
+
     with Bars(
         TextColumn("{task.description}"),
         BarColumn(),
         Amount(),
+        Rate(),
         TimeRemainingColumn(),
         console=stderr_console(),
         transient=True,

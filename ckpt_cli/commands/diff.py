@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from ckpt_cli.commands._options import (
+    MEMORY_LIMIT,
     AllOpt,
     AtolOpt,
     BothStepsOpt,
@@ -12,10 +13,12 @@ from ckpt_cli.commands._options import (
     FilterOpt,
     ItemOpt,
     JsonOpt,
+    MemoryLimitOpt,
     RtolOpt,
     SideArg,
     StepAOpt,
     StepBOpt,
+    StructureOpt,
     storage_options,
 )
 from ckpt_cli.commands._output import emit_json, progress_bar
@@ -35,15 +38,24 @@ def diff(
     compare_cast: CompareCastOpt = False,
     filter_: FilterOpt = None,
     show_all: AllOpt = False,
+    structure: StructureOpt = False,
+    memory_limit: MemoryLimitOpt = MEMORY_LIMIT,
     json_out: JsonOpt = False,
 ) -> None:
     """Compare two checkpoints (any layouts, steps or items) leaf by leaf.
 
     Reports leaves only in A or only in B, changed dtype or shape, and for the others whether
     the values are equal within --atol/--rtol, with the max absolute and relative difference.
-    Reads both sides chunk by chunk; memory does not grow with the checkpoint. NaN equals NaN.
+    Reads both sides block by block (a large chunk in slabs) under --memory-limit, whatever the
+    leaf size; --structure reads no array data. NaN equals NaN.
 
     Exit codes: 0 equal within tolerance · 1 different · 2 usage · 3 not a checkpoint.
+
+    Examples:
+
+        $ ckpt diff runs/exp7@900 runs/exp7@1000
+        $ ckpt diff runs/exp7 runs/exp7-4x2 --atol 1e-6
+        $ ckpt diff runs/a runs/b --structure
     """
     # The core is imported when the command runs, not when `ckpt` starts.
     from ckpt_cli.commands.render import diff as render
@@ -63,6 +75,8 @@ def diff(
             name_filter=filter_,
             on_progress=on_progress,
             storage=storage_options(ctx),
+            memory_limit=memory_limit,
+            structure_only=structure,
         )
     if json_out:
         emit_json(report)

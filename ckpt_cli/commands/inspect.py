@@ -34,6 +34,12 @@ def inspect(
     Says which subtrees hold the four parts of a training state (parameters, optimizer state,
     step, RNG state) and what resuming loses when one is missing. Reads only metadata unless
     --stats is given. No JAX.
+
+    Examples:
+
+        $ ckpt inspect runs/exp7 --step 1000
+        $ ckpt inspect runs/exp7 --flat --filter 'params.*kernel' --stats
+        $ ckpt inspect runs/exp7 --layout params.Dense_0.kernel
     """
     # Rendering pulls in rich.tree/table: imported here so `ls` and `--help` do not pay for it.
     from ckpt_cli.commands.render import inspect as render

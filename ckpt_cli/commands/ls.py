@@ -14,6 +14,11 @@ def ls(ctx: typer.Context, path: PathArg, json_out: JsonOpt = False) -> None:
     Status is `committed`, `incomplete` (an unfinished save: a *.orbax-checkpoint-tmp dir) or
     `uncommitted` (object storage without commit_success.txt). The latest committed step is
     marked. Reads only metadata: no JAX, no array data.
+
+    Examples:
+
+        $ ckpt ls runs/exp7
+        $ ckpt ls s3://bucket/runs/exp7 --json
     """
     from ckpt_cli.commands.render import ls as render
     from ckpt_cli.core.listing import list_root

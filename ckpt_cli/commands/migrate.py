@@ -40,6 +40,11 @@ def migrate(
     written (collisions, rules that match nothing, --target). The new step streams chunk by chunk
     under --memory-limit (reshape and python hold one leaf); the source is never modified; the step
     is written under a tmp name and renamed when complete, recording the spec it applied.
+
+    Examples:
+
+        $ ckpt migrate runs/exp7 runs/exp7-wide --spec widen.yaml --dry-run
+        $ ckpt migrate runs/exp7 runs/bf16 --spec cast.yaml --target model:abstract
     """
     from ckpt_cli.commands.render import migrate as render
     from ckpt_cli.commands.render import write as written
@@ -77,9 +82,11 @@ def migrate(
         return
     for message in plan.warnings:
         warn(message)
+    if not json_out:
+        render.print_plan(plan)  # before the first byte is written: what will happen
     with progress_bar(not json_out) as on_progress:
         result = execute(plan, on_progress=on_progress)
     if json_out:
         emit_json(result)
     else:
-        written.print_result(result, lambda: render.print_plan(plan))
+        written.print_result(result)

@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING
 import typer
 
 from ckpt_cli.commands import _options as o
-from ckpt_cli.commands._output import emit_json, progress_bar, warn
-from ckpt_cli.errors import RefusedError
+from ckpt_cli.commands._output import emit_json, note, progress_bar, warn
+from ckpt_cli.errors import CkptError, Interrupted, RefusedError
 
 if TYPE_CHECKING:
     from ckpt_cli.core.format.layout import Detected
     from ckpt_cli.core.prune.execute import PruneResult
+    from ckpt_cli.core.storage import Location
 
 
 def prune(
@@ -44,8 +45,14 @@ def prune(
     removed only with --clean-tmp, and only once idle for --tmp-min-age; trash left by an
     interrupted prune is always removed. Steps are renamed to a hidden trash name first, then
     deleted. A symlinked step is never deleted. On a terminal prune asks before deleting; else it
-    needs --yes. Exit codes: 0 done (or nothing to do), 2 bad options, 3 refused (not confirmed,
-    another prune running) or a deletion failed.
+    needs --yes; answering no deletes nothing and exits 0. Exit codes: 0 done (or nothing to do,
+    or declined), 2 bad options, 3 refused (no terminal to ask on and no --yes, another prune
+    running) or a deletion failed, 130/143 interrupted.
+
+    Examples:
+
+        $ ckpt prune runs/exp7 --keep-last 3 --keep-every 1000 --dry-run
+        $ ckpt prune runs/exp7 --keep-best 2 --metric loss --keep-last 1 --yes
     """
     from ckpt_cli.commands.render import prune as render
     from ckpt_cli.core.prune.execute import PruneOutcome, PruneResult, execute_plan, prune_lock
@@ -89,14 +96,19 @@ def prune(
     with prune_lock(location) as found:
         planned = make_plan(found)
         plan = planned.plan
-        if not plan.is_noop and not yes:
-            _confirm(planned, json_out)
+        if not plan.is_noop and not yes and not _confirm(planned, json_out):
+            sys.stdout.write("nothing deleted\n")
+            return
         with progress_bar(not json_out) as on_progress:
-            outcome = (
-                PruneOutcome((), (), ())
-                if plan.is_noop
-                else execute_plan(plan, location, on_progress=on_progress)
-            )
+            try:
+                outcome = (
+                    PruneOutcome((), (), ())
+                    if plan.is_noop
+                    else execute_plan(plan, location, on_progress=on_progress)
+                )
+            except Interrupted:
+                _say_what_is_left(location)
+                raise
     result = PruneResult(plan, outcome)
     failure = outcome.failure
     if failure is not None and json_out:
@@ -111,11 +123,31 @@ def prune(
         raise failure
 
 
+def _say_what_is_left(location: Location) -> None:
+    """After Ctrl-C/SIGTERM mid-deletion: name the steps left half deleted (hidden from Orbax
+    and `ckpt ls`, their files partly gone) and how to finish them."""
+    from ckpt_cli.core.prune.plan import scan_root
+
+    try:
+        location.refresh()
+        trash = scan_root(location).trash
+    except CkptError:
+        return
+    if trash:
+        names = ", ".join(t.name for t in trash)
+        note(
+            f"interrupted while deleting; left half deleted: {names} (hidden from Orbax and "
+            "ckpt ls); run the same ckpt prune again to remove them"
+        )
+
+
 def _interactive() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-def _confirm(planned: PruneResult, json_out: bool) -> None:
+def _confirm(planned: PruneResult, json_out: bool) -> bool:
+    """Whether the person at the terminal said yes (no is not an error); without a terminal to
+    ask on (or with --json), a refusal naming --yes."""
     from ckpt_cli.commands.render import prune as render
 
     if json_out or not _interactive():
@@ -130,5 +162,4 @@ def _confirm(planned: PruneResult, json_out: bool) -> None:
         confirmed = typer.confirm(question, default=False, err=True)
     except typer.Abort:
         confirmed = False
-    if not confirmed:
-        raise RefusedError("not confirmed: nothing deleted")
+    return bool(confirmed)

@@ -36,6 +36,12 @@ def reshard(
     under --max-chunk-bytes), `_sharding` = the target NamedSharding (device ids 0..n-1 in mesh
     order). Streams chunk by chunk under --memory-limit; the source is never modified; the step is
     written under a tmp name and renamed when complete.
+
+    Examples:
+
+        $ ckpt reshard runs/exp7 runs/exp7-4x2 --mesh data=4,model=2 --rules r.yaml
+        $ ckpt reshard runs/exp7 out --mesh data=8 --rule 'params.*=[data, null]'
+        $ ckpt reshard runs/exp7 out --like runs/other --dry-run
     """
     from ckpt_cli.commands.render import reshard as render
     from ckpt_cli.commands.render import write as written
@@ -70,9 +76,11 @@ def reshard(
     if dry_run:
         emit_json(plan) if json_out else render.print_plan(plan)
         return
+    if not json_out:
+        render.print_plan(plan)  # before the first byte is written: what will happen
     with progress_bar(not json_out) as on_progress:
         result = execute(plan, on_progress=on_progress)
     if json_out:
         emit_json(result)
     else:
-        written.print_result(result, lambda: render.print_plan(plan))
+        written.print_result(result)

@@ -27,7 +27,7 @@ from ckpt_cli.commands._options import (
     storage_options,
 )
 from ckpt_cli.commands._output import emit_json, note, progress_bar, warn
-from ckpt_cli.errors import EXIT_PROBLEMS
+from ckpt_cli.errors import EXIT_PROBLEMS, UsageError
 
 
 def verify(
@@ -62,6 +62,12 @@ def verify(
 
     Exit codes: 0 no errors (warnings allowed unless --strict) · 1 problems found · 2 usage ·
     3 not a checkpoint or unreadable.
+
+    Examples:
+
+        $ ckpt verify runs/exp7 --deep --json
+        $ ckpt verify runs/exp7 --record
+        $ ckpt verify runs/exp7 --latest --sample 5% --junit verify.xml
     """
     # The core and rich.table are imported here, so that `ckpt --help` and `ls` do not pay.
     from ckpt_cli.commands.render import verify as render
@@ -70,6 +76,10 @@ def verify(
     from ckpt_cli.core.verify.run import verify_path
     from ckpt_cli.core.verify.types import VerifyOptions
 
+    if latest and step is not None:
+        raise UsageError(
+            f"--latest and --step {step} both choose the step to check: give one of them"
+        )
     options = VerifyOptions(
         step=step,
         latest=latest,

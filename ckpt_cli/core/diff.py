@@ -7,6 +7,13 @@ A dtype change counts as different unless ``compare_cast``: then both sides are 
 float64 (exact for every dtype up to 32 bits; int64 beyond 2**53 rounds). Blocks follow A's
 chunking (merged with B's when the common multiple is small), reads of A and B in flight
 together.
+
+Memory is bounded by ``memory_limit`` whatever the leaf size: blocks get a 64th of it (at most
+16 MiB; the comparison's float64 temporaries are a few times a block), and a chunk larger than
+a block is read in slabs through a chunk cache that holds it (``format.blocks.stream_blocks``):
+decoded once per side, compared slab by slab, so progress moves from the first slab. A single
+chunk larger than the limit is the format's floor: it is decoded whole, and the leaf says so.
+``structure_only`` compares names, kinds, dtypes, shapes and shardings and reads no array data.
 """
 
 from __future__ import annotations
@@ -18,8 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
-from ckpt_cli.core.format.blocks import block_shape, iter_blocks
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context
+from ckpt_cli.core.format.blocks import (
+    block_shape,
+    cache_bytes,
+    decoded_chunk_bytes,
+    is_large,
+    iter_blocks,
+    stream_blocks,
+)
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.scan import ScanTask, open_readers, read_block
@@ -27,11 +41,14 @@ from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.schema import document
 from ckpt_cli.core.storage import StorageOptions, open_location
+from ckpt_cli.core.units import human_bytes
 from ckpt_cli.errors import CkptError, UsageError, first_line
 
 DIFF_BLOCK_BYTES = 16 << 20
-#: Block pairs and bytes of blocks read ahead of the comparison, across leaves: many small
-#: leaves keep as many requests in flight as one large one.
+MEMORY_LIMIT = 1 << 30
+#: Block pairs and bytes of blocks (per side, at most a 16th of the memory limit) read ahead of
+#: the comparison, across leaves: many small leaves keep as many requests in flight as one
+#: large one.
 DIFF_IN_FLIGHT = 16
 DIFF_IN_FLIGHT_BYTES = 64 << 20
 
@@ -44,6 +61,7 @@ STATUSES: tuple[Status, ...] = (
     "dtype_changed",
     "shape_changed",
     "kind_changed",
+    "sharding_changed",
     "error",
 )
 
@@ -91,6 +109,7 @@ class DiffReport:
     rtol: float
     compare_cast: bool
     leaves: tuple[LeafDiff, ...]
+    structure_only: bool = False
 
     @property
     def equal(self) -> bool:
@@ -108,6 +127,7 @@ class DiffReport:
                 "equal": self.equal,
                 "tolerance": {"atol": self.atol, "rtol": self.rtol},
                 "compare_cast": self.compare_cast,
+                "structure_only": self.structure_only,
                 "summary": {s: self.count(s) for s in STATUSES},
                 "leaves": [d.to_json() for d in self.leaves],
             },
@@ -133,13 +153,25 @@ def diff_paths(
     name_filter: str | None = None,
     on_progress: ProgressFn | None = None,
     storage: StorageOptions | None = None,
+    memory_limit: int = MEMORY_LIMIT,
+    structure_only: bool = False,
 ) -> DiffReport:
     """``ckpt diff A B``: resolve both sides (``step`` for both roots unless ``step_a`` or
     ``step_b``), then compare them."""
     _check_tolerance(atol, rtol)
     ref_a = resolve_side(a, step_a if step_a is not None else step, item, "--step-a", storage)
     ref_b = resolve_side(b, step_b if step_b is not None else step, item, "--step-b", storage)
-    return diff_items(ref_a, ref_b, atol, rtol, compare_cast, name_filter, on_progress)
+    return diff_items(
+        ref_a,
+        ref_b,
+        atol,
+        rtol,
+        compare_cast,
+        name_filter,
+        on_progress,
+        memory_limit=memory_limit,
+        structure_only=structure_only,
+    )
 
 
 def _check_tolerance(atol: float, rtol: float) -> None:
@@ -172,14 +204,27 @@ def diff_items(
     compare_cast: bool = False,
     name_filter: str | None = None,
     on_progress: ProgressFn | None = None,
+    *,
+    memory_limit: int = MEMORY_LIMIT,
+    structure_only: bool = False,
 ) -> DiffReport:
-    """Compare ``a`` with ``b`` leaf by leaf (progress as ``data`` bytes of the arrays in both)."""
+    """Compare ``a`` with ``b`` leaf by leaf (progress as ``data`` bytes of the arrays in both),
+    holding about ``memory_limit`` bytes at most; ``structure_only``: no array data read."""
     _check_tolerance(atol, rtol)
     ra, rb = inspect_item(a, name_filter), inspect_item(b, name_filter)
     la = {leaf.name: leaf for leaf in ra.leaves}
     lb = {leaf.name: leaf for leaf in rb.leaves}
-    sa, sb = _store(ra), _store(rb)
-    total = sum(leaf.size_bytes for n, leaf in la.items() if leaf.is_array and n in lb)
+    common = [(la[n], lb[n]) for n in sorted(la.keys() & lb.keys())]
+    budget = max(1 << 20, min(DIFF_BLOCK_BYTES, memory_limit // 64))
+    # Each side's chunk cache holds its largest chunk that does not fit a block (twice: the
+    # next one's reads start while the last slabs of one are compared).
+    cache_a = cache_bytes((x.array for x, _ in common if x.array), budget)
+    cache_b = cache_bytes((y.array for _, y in common if y.array), budget)
+    if structure_only:
+        sa = sb = None
+    else:
+        sa, sb = _store(ra, cache_a), _store(rb, cache_b)
+    total = 0 if structure_only else sum(x.size_bytes for x, y in common if x.is_array)
     on_bytes = ByteProgress(on_progress, "data", total)
 
     out: list[LeafDiff | None] = []
@@ -198,22 +243,66 @@ def diff_items(
                 )
             )
             continue
+        if structure_only:
+            out.append(_diff_structure(x, y))
+            continue
         decided = _decided(x, y, compare_cast)
         if decided is None:
             jobs.append(_Job(len(out), x, y, _Compare(atol, rtol, exact_ints=x.dtype == y.dtype)))
         out.append(decided)
     if jobs:
         assert sa is not None and sb is not None
-        _stream(sa, sb, jobs, on_bytes)
+        held = max(budget, min(DIFF_IN_FLIGHT_BYTES, memory_limit // 16))
+        _stream(sa, sb, jobs, on_bytes, budget, held, (cache_a, cache_b))
     for job in jobs:
         out[job.index] = _compared(job)
-    return DiffReport(a, b, atol, rtol, compare_cast, tuple(d for d in out if d is not None))
+    leaves = []
+    for d in out:
+        assert d is not None
+        x = la.get(d.name)
+        note = None
+        if not structure_only and d.name in lb and x is not None and x.array is not None:
+            note = _floor_note(x.array, memory_limit)
+        if note:
+            d = replace(d, message=f"{d.message}; {note}" if d.message else note)
+        leaves.append(d)
+    return DiffReport(a, b, atol, rtol, compare_cast, tuple(leaves), structure_only)
 
 
-def _store(report: ItemReport) -> ItemStore | None:
+def _floor_note(info: ArrayInfo, memory_limit: int) -> str | None:
+    """Said of a leaf whose single chunk, decoded on both sides, exceeds what the limit leaves."""
+    if 2 * decoded_chunk_bytes(info) <= memory_limit // 2:
+        return None
+    return (
+        f"a chunk is {human_bytes(decoded_chunk_bytes(info))} decoded, held whole "
+        "on each side: the format's floor, above what --memory-limit leaves for it"
+    )
+
+
+def _store(report: ItemReport, cache: int = 0) -> ItemStore | None:
     if report.storage == "json":
         return None
-    return ItemStore(report.ref.location, report.zarr_format == 3)
+    context = cached_context(cache) if cache else None
+    return ItemStore(report.ref.location, report.zarr_format == 3, context)
+
+
+def _diff_structure(x: Leaf, y: Leaf) -> LeafDiff:
+    """What the metadata alone says: kind, dtype, shape and sharding (no array data read)."""
+    if x.problem or y.problem:
+        return _result(x, y, "error", message=x.problem or y.problem)
+    if x.is_array != y.is_array or (x.value_type != y.value_type and not x.is_array):
+        return _result(x, y, "kind_changed", message=f"{x.value_type} vs {y.value_type}")
+    if x.shape != y.shape:
+        return _result(x, y, "shape_changed")
+    if x.dtype != y.dtype:
+        return _result(x, y, "dtype_changed")
+    sx = x.sharding.short() if x.sharding else None
+    sy = y.sharding.short() if y.sharding else None
+    if sx != sy:
+        return _result(x, y, "sharding_changed", message=f"{sx or 'none'} vs {sy or 'none'}")
+    if not x.is_array and x.value != y.value:
+        return _result(x, y, "different")
+    return _result(x, y, "equal", elements=x.elements)
 
 
 def _result(x: Leaf, y: Leaf, status: Status, **extra: Any) -> LeafDiff:
@@ -270,23 +359,34 @@ def _compared(job: _Job) -> LeafDiff:
     )
 
 
-def _common_block(a: ArrayInfo, b: ArrayInfo) -> tuple[int, ...]:
-    """Blocks aligned to both chunkings when their common multiple stays small, else to A's."""
+def _blocks(a: ArrayInfo, b: ArrayInfo, budget: int) -> Any:
+    """Blocks of at most ``budget`` bytes: slabs of A's chunks when one exceeds the budget,
+    else whole chunks aligned to both chunkings when their common multiple stays small, else
+    to A's."""
+    if is_large(a, budget):
+        return stream_blocks(a, budget)
     lcm = tuple(
         min(s, math.lcm(ca or 1, cb or 1))
         for s, ca, cb in zip(a.shape, a.chunk_shape, b.chunk_shape, strict=True)
     )
-    if math.prod(lcm) * max(a.itemsize, b.itemsize) <= 4 * DIFF_BLOCK_BYTES:
-        return block_shape(replace(a, chunk_shape=lcm), DIFF_BLOCK_BYTES)
-    return block_shape(a, DIFF_BLOCK_BYTES)
+    if math.prod(lcm) * max(a.itemsize, b.itemsize) <= 4 * budget:
+        return iter_blocks(a, block_shape(replace(a, chunk_shape=lcm), budget))
+    return iter_blocks(a, block_shape(a, budget))
 
 
 def _stream(
-    sa: ItemStore, sb: ItemStore, jobs: list[_Job], on_bytes: Callable[[int], None]
+    sa: ItemStore,
+    sb: ItemStore,
+    jobs: list[_Job],
+    on_bytes: Callable[[int], None],
+    budget: int = DIFF_BLOCK_BYTES,
+    held_bytes: int = DIFF_IN_FLIGHT_BYTES,
+    caches: tuple[int, int] = (0, 0),
 ) -> None:
     """Every pair's blocks in one pipeline: leaves opened ahead on both sides (one TensorStore
-    context each, so an OCDBT tree is read once), block reads of many leaves in flight
-    (``DIFF_IN_FLIGHT`` pairs, ``DIFF_IN_FLIGHT_BYTES``), compared in order as they arrive."""
+    context each, so an OCDBT tree is read once; its chunk cache holds the large chunks read in
+    slabs), block reads of many leaves in flight (``DIFF_IN_FLIGHT`` pairs, ``held_bytes`` a
+    side), compared in order as they arrive."""
     tasks_a = [ScanTask(j.x.name, j.x.array, j.x.database) for j in jobs if j.x.array]
     tasks_b = [ScanTask(j.y.name, j.y.array, j.y.database) for j in jobs if j.y.array]
     pending: deque[tuple[_Job, Any, Any, int]] = deque()
@@ -302,14 +402,16 @@ def _stream(
                 job.error = first_line(e)
         on_bytes(n)
 
-    pairs = zip(open_readers(sa, tasks_a), open_readers(sb, tasks_b), strict=True)
+    pairs = zip(
+        open_readers(sa, tasks_a, caches[0]), open_readers(sb, tasks_b, caches[1]), strict=True
+    )
     for job, ((_, ra), (_, rb)) in zip(jobs, pairs, strict=True):
         x, y = job.x.array, job.y.array
         assert x is not None and y is not None
         if isinstance(ra, CkptError) or isinstance(rb, CkptError):
             job.error = (ra if isinstance(ra, CkptError) else rb).message  # type: ignore[union-attr]
             continue
-        for sl in iter_blocks(x, _common_block(x, y)):
+        for sl in _blocks(x, y, budget):
             nbytes = math.prod(s.stop - s.start for s in sl) * x.itemsize
             try:
                 pending.append((job, read_block(ra, sl), read_block(rb, sl), nbytes))
@@ -317,7 +419,7 @@ def _stream(
                 job.error = first_line(e)
                 break
             held[0] += nbytes
-            while pending and (len(pending) >= DIFF_IN_FLIGHT or held[0] > DIFF_IN_FLIGHT_BYTES):
+            while pending and (len(pending) >= DIFF_IN_FLIGHT or held[0] > held_bytes):
                 consume()
     while pending:
         consume()
@@ -336,6 +438,12 @@ class _Compare:
         import numpy as np
 
         a, b = np.asarray(a), np.asarray(b)
+        if a.dtype == b.dtype and a.dtype.itemsize in (1, 2, 4, 8) and a.shape == b.shape:
+            # Equal bits are equal values (the same NaN too): most blocks of most diffs are
+            # unchanged, and one integer comparison costs far less than the float64 pass.
+            bits = f"u{a.dtype.itemsize}"
+            if np.array_equal(a.view(bits), b.view(bits)):
+                return
         exact = self.exact_ints and a.dtype.kind in "iub" and not (self.atol or self.rtol)
         if exact:
             # Integers compare in their own dtype: float64 would round int64 beyond 2**53.

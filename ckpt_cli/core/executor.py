@@ -116,7 +116,30 @@ class LocalExecutor(Executor):
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        return ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        return ProcessPoolExecutor(
+            self.workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_ignore_ctrl_c,
+        )
+
+    def _stop_workers(self) -> None:
+        """Kill the worker processes now (units are idempotent and the caller discards their
+        output): a unit still running would write into a step after it was removed."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        stop = getattr(pool, "terminate_workers", None)  # Python 3.14
+        if stop is not None:
+            stop()
+        else:
+            processes = list(getattr(pool, "_processes", {}).values())
+            for p in processes:
+                p.terminate()
+            for p in processes:
+                p.join(10)
+        # Not cancel_futures: the pool's manager thread fails their futures as it sees the
+        # workers gone, and a future cancelled first makes it raise in that thread (3.11).
+        pool.shutdown(wait=True)
 
     def map(
         self,
@@ -155,8 +178,8 @@ class LocalExecutor(Executor):
                         hint="lower --memory-limit or --workers",
                     ) from None
             except BaseException:
-                for fut in pending:
-                    fut.cancel()
+                # Interrupted (Ctrl-C, SIGTERM) or a unit failed: the run ends here.
+                self._stop_workers()
                 raise
         return [results[i] for i in range(len(units))]
 
@@ -227,12 +250,42 @@ class DaskExecutor(Executor):
                 results[index[fut.key]] = value
                 if on_done is not None:
                     on_done(value)
-        finally:
+        except BaseException:
+            # Interrupted or failed: cancel what has not run, and wait for the units already
+            # running to end (Dask cannot stop a running task), so that none writes into a step
+            # the caller is about to remove.
             self.client.cancel([f for f in futures if not f.done()])
+            self._wait_stopped({f.key for f in futures})
+            raise
         return [results[i] for i in range(len(units))]
+
+    def _wait_stopped(self, keys: set[Any], timeout_s: float = 60) -> None:
+        import time
+
+        def running(dask_worker: Any, keys: set[Any] = keys) -> int:
+            state = dask_worker.state
+            busy = {ts.key for ts in (*state.executing, *state.long_running)}
+            return len(busy & keys)
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if not sum(self.client.run(running).values()):
+                    return
+            except Exception:  # the cluster went away: nothing of ours runs there any more
+                return
+            time.sleep(0.1)
 
     def close(self) -> None:
         self.client.close()
+
+
+def _ignore_ctrl_c() -> None:
+    """Worker processes ignore SIGINT: Ctrl-C reaches the whole process group, and the driver,
+    which stops them, decides how the run ends (no traceback from each worker)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def open_executor(spec: ExecutorSpec) -> Executor:

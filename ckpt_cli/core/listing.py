@@ -51,11 +51,13 @@ class StepInfo:
     formats: dict[str, str]
     latest: bool = False
     problem: str | None = None
+    #: False for a checkpoint saved without a CheckpointManager: no step number (JSON null).
+    numbered: bool = True
     pinned: Pin | None = None  # ``ckpt pin``: prune always keeps the step
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "step": self.step,
+            "step": self.step if self.numbered else None,
             "name": self.name,
             "path": self.path,
             "status": self.status,
@@ -92,7 +94,7 @@ class RootListing:
             {
                 "root": self.root,
                 "root_metadata": self.root_metadata,
-                "latest_step": self.latest.step if self.latest else None,
+                "latest_step": self.latest.step if self.latest and self.latest.numbered else None,
                 "total_bytes": self.total_bytes,
                 "steps": [s.to_json() for s in self.steps],
                 "ignored": list(self.ignored),
@@ -123,12 +125,14 @@ def _format_from_listing(item: Location) -> str | None:
 
 
 def _step_info_from_listing(ref: StepRef) -> StepInfo:
-    """A committed step on an object store, from the prefix listing plus its metrics.
+    """A committed step on an object store, from the prefix listing plus its metadata.
 
     Reading three small objects per step made ``ls`` of 1,000 steps take 12 s against a local
-    S3 server (bench/bench_remote.py); the listing already holds what they would tell: the commit
-    time is the marker's own time (Orbax writes ``commit_success.txt`` last), the items are the
-    step's subdirectories. Only ``metrics/metrics`` is read, when it exists.
+    S3 server (bench/bench_remote.py); the listing already holds the items (the step's
+    subdirectories) and the storage formats. ``_CHECKPOINT_METADATA`` is read for the commit
+    time, the one Orbax records and prune keeps by (the marker object's own time is when it was
+    uploaded, which for a copied bucket is not when the step was saved), and for the metrics;
+    ``metrics/metrics`` only when the metadata has none.
     """
     loc = ref.location
     marker = next(e for e in ref.children if e.name == COMMIT_MARKER)
@@ -136,22 +140,30 @@ def _step_info_from_listing(ref: StepRef) -> StepInfo:
     formats: dict[str, str] = {}
     metrics = None
     problem = None
+    meta = None
+    try:
+        meta = read_step_metadata(loc)
+    except CkptError as e:
+        problem = e.message
+    committed_at, source = datetime.fromtimestamp(marker.mtime, tz=timezone.utc), "commit_marker"
+    if meta is not None and meta.committed_at is not None:
+        committed_at, source = meta.committed_at, "commit_metadata"
     try:
         for name in items:
             if name != METRICS_ITEM and (
                 fmt := _format_from_listing(item_location(loc, name, items))
             ):
                 formats[name] = fmt
-        metrics = read_metrics(loc, StepMetadata())
+        metrics = read_metrics(loc, meta or StepMetadata())
     except CkptError as e:
-        problem = e.message
+        problem = problem or e.message
     return StepInfo(
         step=ref.step,
         name=ref.name,
         path=str(loc),
         status=ref.status,
-        committed_at=datetime.fromtimestamp(marker.mtime, tz=timezone.utc),
-        time_source="commit_marker",
+        committed_at=committed_at,
+        time_source=source,
         size_bytes=loc.du(),
         items=tuple(i for i in items if i != METRICS_ITEM),
         metrics=metrics,
@@ -268,20 +280,28 @@ def list_root(
     latest = latest_committed(refs)
     if latest is not None:
         infos = [_mark_latest(i) if i.name == latest.name else i for i in infos]
+    if kind == "step" and parse_step_name(location.name) is None:
+        from dataclasses import replace
+
+        # A single checkpoint saved without a CheckpointManager (a Checkpointer's directory):
+        # it has no step number, and none is made up.
+        infos = [replace(i, numbered=False) for i in infos]
     return RootListing(str(root if kind == "root" else location), tuple(infos), root_meta, ignored)
 
 
 def _prefetch(root: Location, refs: list[StepRef], from_listing: bool) -> None:
-    """The files ``step_info`` reads, for every step at once: metrics, and unless the listing
-    answers for the step, ``_CHECKPOINT_METADATA`` and the tail of each item's ``_METADATA``."""
+    """The files ``step_info`` reads, for every step at once: metrics, the pin, the step's
+    ``_CHECKPOINT_METADATA``, and unless the listing answers for the step, the tail of each
+    item's ``_METADATA``."""
     whole: list[Location] = []
     tails: list[Location] = []
     for ref in refs:
         loc = ref.location
+        # _CHECKPOINT_METADATA always: a committed step's commit time is the one it records.
         whole += [loc.child(METRICS_ITEM, METRICS_ITEM), loc.child(PIN_FILE)]
+        whole.append(loc.child(STEP_METADATA))
         if from_listing and ref.status == "committed":
             continue
-        whole.append(loc.child(STEP_METADATA))
         tails.append(loc.child(TREE_METADATA))  # a single-item Checkpointer's step
         tails += [loc.child(e.name, TREE_METADATA) for e in ref.children if e.is_dir]
     root.prefetch(whole)

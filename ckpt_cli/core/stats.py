@@ -14,8 +14,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
-from ckpt_cli.core.format.blocks import DEFAULT_BLOCK_BYTES, block_shape, iter_blocks
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context
+from ckpt_cli.core.format.blocks import (
+    DEFAULT_BLOCK_BYTES,
+    cache_bytes,
+    iter_blocks,
+    stream_blocks,
+)
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.errors import StorageError
 
@@ -103,7 +108,13 @@ def leaf_stats(
     reader = store.reader(name, info, database)
     acc = _Acc()
     pending: deque[tuple[Any, int]] = deque()
-    block = block_shape(info, budget) if reader.multi_chunk_blocks else info.chunk_shape
+    # Whole chunks merged under the budget, or a larger chunk in slabs (decoded once through
+    # the store's chunk cache, see ``leaves_stats``).
+    blocks = (
+        stream_blocks(info, budget)
+        if reader.multi_chunk_blocks
+        else iter_blocks(info, info.chunk_shape)
+    )
 
     def drain_one() -> None:
         fut, nbytes = pending.popleft()
@@ -117,7 +128,7 @@ def leaf_stats(
         if on_bytes:
             on_bytes(nbytes)
 
-    for sl in iter_blocks(info, block):
+    for sl in blocks:
         nbytes = math.prod(s.stop - s.start for s in sl) * info.itemsize
         pending.append((reader.read(sl), nbytes))
         if len(pending) >= IN_FLIGHT:
@@ -135,6 +146,9 @@ def leaves_stats(
     """Statistics of every (name, array, database) of an item, in order; progress as ``stats``
     bytes of all of them."""
     bytes_done = ByteProgress(on_progress, "stats", sum(info.nbytes for _, info, _ in arrays))
+    cache = cache_bytes((info for _, info, _ in arrays), DEFAULT_BLOCK_BYTES)
+    if cache:  # a chunk larger than a block: a cache that holds it, so it is decoded once
+        store = ItemStore(store.item, store.use_zarr3, cached_context(cache))
     return {
         name: leaf_stats(store, name, info, database, on_bytes=bytes_done)
         for name, info, database in arrays

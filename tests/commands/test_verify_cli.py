@@ -96,7 +96,7 @@ def test_json_document_shape(cli) -> None:  # type: ignore[no-untyped-def]
     assert doc["schema_version"] == 1
     assert isinstance(doc["ok"], bool) and isinstance(doc["checked"], dict)
     for p in doc["problems"]:
-        assert set(p) == {"severity", "code", "leaf", "file", "message"}
+        assert set(p) == {"severity", "code", "leaf", "leaves", "file", "message"}
         assert p["severity"] in ("error", "warning")
     truncated = next(p for p in doc["problems"] if p["code"] == "data-file-truncated")
     assert truncated["file"].startswith("500/default/ocdbt.process_0/d/")
@@ -109,7 +109,7 @@ def test_human_output_has_summary_and_table(cli) -> None:  # type: ignore[no-unt
     assert "data-file-missing" in r.stdout
     assert "FAILED" in r.stdout
     ok = cli("verify", FIXTURES / "seed_mlp")
-    assert ok.code == 0 and "OK" in ok.stdout and "3 step(s)" in ok.stdout
+    assert ok.code == 0 and "OK" in ok.stdout and "3 steps, 3 items" in ok.stdout
 
 
 def test_junit_report(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -100,7 +100,17 @@ COMMANDS = {
     "inspect": ["inspect", "{src}", "--item", "state"],
     "inspect-json": ["inspect", "{src}", "--item", "state", "--json"],
     "verify": ["verify", "{src}"],
-    "prune": ["prune", "{src}", "--keep-best", "1", "--metric", "loss", "--dry-run"],
+    "prune": [
+        "prune",
+        "{src}",
+        "--keep-best",
+        "1",
+        "--metric",
+        "loss",
+        "--mode",
+        "min",
+        "--dry-run",
+    ],
 }
 
 

@@ -3,9 +3,8 @@ and the verdict."""
 
 from __future__ import annotations
 
-from rich.table import Table
-
-from ckpt_cli.commands._output import stdout_console
+from ckpt_cli.commands.render.layout import plural
+from ckpt_cli.commands.render.lines import emit, painter, say, table_lines, use_color
 from ckpt_cli.commands.render.units import shape_str
 from ckpt_cli.core.diff import STATUSES, DiffReport, LeafDiff
 
@@ -16,7 +15,7 @@ def _fmt(x: float | None) -> str:
     return "" if x is None else f"{x:.3g}"
 
 
-def _row(d: LeafDiff) -> list[str]:
+def _row(d: LeafDiff) -> list[tuple[str, str]]:
     dtype = d.dtype_a or d.dtype_b or ""
     if d.dtype_a and d.dtype_b and d.dtype_a != d.dtype_b:
         dtype = f"{d.dtype_a} → {d.dtype_b}"
@@ -26,35 +25,39 @@ def _row(d: LeafDiff) -> list[str]:
     colour = "green" if d.equal else "red"
     mismatched = f"{d.mismatched}/{d.elements}" if d.elements else ""
     return [
-        d.name,
-        f"[{colour}]{d.status}[/]",
-        dtype,
-        shape,
-        _fmt(d.max_abs) if d.elements else "",
-        _fmt(d.max_rel) if d.elements else "",
-        mismatched,
-        d.message or "",
+        (d.name, ""),
+        (d.status, colour),
+        (dtype, ""),
+        (shape, ""),
+        (_fmt(d.max_abs) if d.elements else "", ""),
+        (_fmt(d.max_rel) if d.elements else "", ""),
+        (mismatched, ""),
+        (d.message or "", ""),
     ]
 
 
+HEADERS = ["leaf", "status", "dtype", "shape", "max abs", "max rel", "mismatched", "note"]
+
+
 def print_report(report: DiffReport, show_all: bool) -> None:
-    console = stdout_console()
+    color = use_color()
+    paint = painter(color)
     for label, ref in (("A", report.a), ("B", report.b)):
         step = f" step {ref.step}" if ref.step is not None else ""
-        console.print(f"{label}: {ref.location}{step} (item {ref.name})")
+        say(f"{label}: {ref.location}{step} (item {ref.name})", color)
     shown = [d for d in report.leaves if show_all or not d.equal]
     if shown:
-        table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-        for col in ("leaf", "status", "dtype", "shape", "max abs", "max rel", "mismatched", "note"):
-            table.add_column(col, overflow="fold")
-        for d in shown:
-            table.add_row(*_row(d))
-        console.print(table)
+        emit(table_lines(HEADERS, [_row(d) for d in shown], paint, wrap_last=True), color)
     counts = ", ".join(
         f"{report.count(s)} {_LABEL.get(s, s.replace('_', ' '))}"
         for s in STATUSES
         if report.count(s)
     )
-    tol = f"atol={report.atol:g}, rtol={report.rtol:g}"
-    verdict = "[green]EQUAL[/]" if report.equal else "[red]DIFFERENT[/]"
-    console.print(f"{verdict} ({tol}): {len(report.leaves)} leaves: {counts or 'none'}")
+    tol = (
+        "structure only: no values read"
+        if report.structure_only
+        else (f"atol={report.atol:g}, rtol={report.rtol:g}")
+    )
+    verdict = paint("EQUAL", "green") if report.equal else paint("DIFFERENT", "red")
+    rest = f" ({tol}): {plural(len(report.leaves), 'leaf', 'leaves')}: {counts or 'none'}"
+    emit([verdict + paint(rest, "")], color)

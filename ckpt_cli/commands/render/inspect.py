@@ -6,7 +6,15 @@ from __future__ import annotations
 from rich.table import Table
 
 from ckpt_cli.commands._output import stdout_console
-from ckpt_cli.commands.render.lines import Paint, emit, painter, table_lines, tree_lines, use_color
+from ckpt_cli.commands.render.lines import (
+    Paint,
+    emit,
+    painter,
+    say,
+    table_lines,
+    tree_lines,
+    use_color,
+)
 from ckpt_cli.commands.render.units import human_bytes, human_count, shape_str
 from ckpt_cli.core.format.sharding import ShardLayout
 from ckpt_cli.core.inspect import InspectResult, ItemReport, Leaf
@@ -68,10 +76,10 @@ def print_report(report: ItemReport, flat: bool, stats: dict[str, LeafStats] | N
     console = stdout_console()
     console.print(_title(report))
     meshes = sorted({m for lf in report.leaves if lf.sharding and (m := lf.sharding.mesh_str())})
-    if meshes:
-        console.print("mesh: " + "; ".join(meshes))
     color = use_color()
     paint = painter(color)
+    if meshes:
+        say("mesh: " + "; ".join(meshes), color)
     if flat:
         headers = ["leaf", "type", "dtype", "shape", "elements", "bytes", "chunk", "sharding"]
         if stats is not None:
@@ -96,7 +104,8 @@ def print_report(report: ItemReport, flat: bool, stats: dict[str, LeafStats] | N
             if with_values:
                 row.append((leaf.value if leaf.value is not None else "", "magenta"))
             rows.append(row)
-        emit(table_lines(headers, rows, paint, right=frozenset({4, 5})), color)
+        wrap_last = stats is not None or with_values  # free text: stats, values
+        emit(table_lines(headers, rows, paint, right=frozenset({4, 5}), wrap_last=wrap_last), color)
     else:
         entries = []
         for leaf in report.leaves:
@@ -105,52 +114,49 @@ def print_report(report: ItemReport, flat: bool, stats: dict[str, LeafStats] | N
                 label += "  " + _stats_str(stats[leaf.name], paint)
             entries.append((leaf.keypath or (leaf.name,), label))
         emit(tree_lines(report.ref.name, entries, paint), color)
-    _print_totals(report)
+    _print_totals(report, paint, color)
     if report.state:
-        _print_state(report)
+        _print_state(report, paint, color)
     history = (report.step_custom_metadata or {}).get("ckpt_history")
     if isinstance(history, list) and history:
         ops = ", ".join(str(h.get("operation", "?")) for h in history if isinstance(h, dict))
-        console.print(f"written by ckpt: {ops} (see step_custom_metadata.ckpt_history in --json)")
+        say(f"written by ckpt: {ops} (see step_custom_metadata.ckpt_history in --json)", color)
 
 
-def _print_totals(report: ItemReport) -> None:
-    console = stdout_console()
-    table = Table(title="totals", title_justify="left", box=None, pad_edge=False)
-    table.add_column("subtree")
-    table.add_column("leaves", justify="right")
-    table.add_column("parameters", justify="right")
-    table.add_column("bytes", justify="right")
-    for t in report.subtrees:
-        table.add_row(t.name, str(t.leaves), human_count(t.elements), human_bytes(t.size_bytes))
-    table.add_row(
-        "[bold]all[/]",
-        str(len(report.leaves)),
-        human_count(report.total_elements),
-        human_bytes(report.total_bytes),
+def _print_totals(report: ItemReport, paint: Paint, color: bool) -> None:
+    rows = [
+        [
+            (t.name, ""),
+            (str(t.leaves), ""),
+            (human_count(t.elements), ""),
+            (human_bytes(t.size_bytes), ""),
+        ]
+        for t in report.subtrees
+    ]
+    rows.append(
+        [
+            ("all", "bold"),
+            (str(len(report.leaves)), ""),
+            (human_count(report.total_elements), ""),
+            (human_bytes(report.total_bytes), ""),
+        ]
     )
-    console.print(table)
+    headers = ["subtree", "leaves", "parameters", "bytes"]
+    emit([paint("totals", "bold")], color)
+    emit(table_lines(headers, rows, paint, right=frozenset({1, 2, 3})), color)
 
 
-def _print_state(report: ItemReport) -> None:
-    console = stdout_console()
+def _print_state(report: ItemReport, paint: Paint, color: bool) -> None:
     complete = all(p.present for p in report.state)
-    console.print(
-        "[bold]training state[/]: "
-        + ("[green]complete[/]" if complete else "[yellow]incomplete[/]")
-    )
-    table = Table(box=None, show_header=False, pad_edge=False)
-    for _ in range(4):
-        table.add_column()
+    verdict = paint("complete", "green") if complete else paint("incomplete", "yellow")
+    emit([paint("training state", "bold") + ": " + verdict], color)
+    rows = []
     for p in report.state:
         subtrees = ", ".join(p.subtrees[:3]) + (" ..." if len(p.subtrees) > 3 else "")
-        table.add_row(
-            "  [green]✓[/]" if p.present else "  [red]✗[/]",
-            p.description,
-            subtrees,
-            f"[dim]{p.note}[/]",
-        )
-    console.print(table)
+        mark = ("  ✓", "green") if p.present else ("  ✗", "red")
+        rows.append([mark, (p.description, ""), (subtrees, ""), (p.note, "dim")])
+    headers = ["", "part", "subtrees", "note"]
+    emit(table_lines(headers, rows, paint, wrap_last=True, show_header=False), color)
 
 
 def print_layout(layout: ShardLayout, report: ItemReport) -> None:

@@ -2,19 +2,32 @@
 
 Rich's Tree and Table measure every cell and take seconds on 10,000 rows; these helpers build
 plain lines with box-drawing prefixes and fixed columns, coloured through Rich markup only when
-stdout is a terminal (one ``print`` of the whole text), written raw otherwise.
+stdout is a terminal (one ``print`` of the whole text), written raw otherwise. Tables fit the
+terminal's width (``render/layout.py``: wrapped at spaces, else one block per row, never a word
+cut); through a pipe they are one line per row, never padded.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from rich.markup import escape
 
 from ckpt_cli.commands._output import stdout_console
+from ckpt_cli.commands.render import layout
+from ckpt_cli.commands.render.layout import Paint
 
-Paint = Callable[[str, str], str]
+__all__ = ["Paint", "emit", "painter", "say", "table_lines", "text_width", "tree_lines"]
+
+
+def text_width() -> int | None:
+    """Columns the text must fit: the terminal's (``COLUMNS`` overrides its size, as for every
+    tool); through a pipe none: lines are never wrapped for a script or a log."""
+    if sys.stdout.isatty():
+        return max(20, shutil.get_terminal_size().columns)
+    return None
 
 
 def painter(color: bool) -> Paint:
@@ -88,18 +101,29 @@ def table_lines(
     rows: Sequence[Sequence[tuple[str, str]]],
     paint: Paint,
     right: frozenset[int] = frozenset(),
+    *,
+    wrap_last: bool = False,
+    width: int | bool | None = True,
+    show_header: bool = True,
 ) -> list[str]:
-    """Aligned columns; each cell is (text, style), widths taken from the plain text."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, (text, _) in enumerate(row):
-            widths[i] = max(widths[i], len(text))
+    """Aligned columns; each cell is (text, style), widths taken from the plain text. They fit
+    ``width`` (default: the terminal's, ``text_width()``): the last column wrapped at spaces when
+    ``wrap_last`` (free text: notes, reasons, operations), else one block per row."""
+    columns = text_width() if width is True else (None if width is False else width)
+    assert not isinstance(columns, bool)
+    return layout.table(
+        headers,
+        rows,
+        paint,
+        width=columns,
+        right=right,
+        wrap_column=len(headers) - 1 if wrap_last else None,
+        show_header=show_header,
+    )
 
-    def fmt(cells: Sequence[tuple[str, str]]) -> str:
-        parts = []
-        for i, (text, style) in enumerate(cells):
-            pad = " " * (widths[i] - len(text))
-            parts.append(pad + paint(text, style) if i in right else paint(text, style) + pad)
-        return "  ".join(parts).rstrip()
 
-    return [fmt([(h, "bold") for h in headers]), *(fmt(r) for r in rows)]
+def say(text: str, color: bool, style: str = "", indent: str = "") -> None:
+    """One message, wrapped at spaces to the terminal (one line through a pipe)."""
+    paint = painter(color)
+    lines = layout.wrap(text, text_width(), first=indent, indent=indent + "  ")
+    emit([paint(line, style) for line in lines], color)

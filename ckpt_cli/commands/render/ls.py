@@ -4,61 +4,60 @@ from __future__ import annotations
 
 import json
 
-from rich.table import Table
-
-from ckpt_cli.commands._output import stdout_console
+from ckpt_cli.commands.render.layout import plural
+from ckpt_cli.commands.render.lines import emit, painter, say, table_lines, use_color
 from ckpt_cli.commands.render.units import human_age, human_bytes
 from ckpt_cli.core.listing import RootListing, StepInfo
 
-_STATUS = {
-    "committed": "[green]committed[/]",
-    "incomplete": "[yellow]incomplete[/]",
-    "uncommitted": "[red]uncommitted[/]",
-}
+_STATUS = {"committed": "green", "incomplete": "yellow", "uncommitted": "red"}
 
 
 def print_listing(listing: RootListing) -> None:
-    table = Table(title=listing.root, title_justify="left", box=None, pad_edge=False)
-    for col, justify in (
-        ("step", "right"),
-        ("status", "left"),
-        ("committed", "left"),
-        ("age", "right"),
-        ("size", "right"),
-        ("items", "left"),
-        ("metrics", "left"),
-        ("format", "left"),
-    ):
-        table.add_column(col, justify=justify, no_wrap=col != "metrics")  # type: ignore[arg-type]
+    color = use_color()
+    paint = painter(color)
+    rows = []
     for s in listing.steps:
         when = s.committed_at.astimezone().strftime("%Y-%m-%d %H:%M")
         if s.time_source == "mtime":
             when += " (mtime)"
         metrics = ", ".join(f"{k}={_metric(v)}" for k, v in (s.metrics or {}).items())
-        formats = sorted(set(s.formats.values()))
-        table.add_row(
-            f"{s.step}{' *' if s.latest else ''}",
-            _STATUS[s.status] + (", [cyan]pinned[/]" if s.pinned else ""),
-            when,
-            human_age(s.committed_at),
-            human_bytes(s.size_bytes),
-            ",".join(s.items),
-            metrics,
-            ",".join(formats),
+        rows.append(
+            [
+                (f"{s.step}{' *' if s.latest else ''}" if s.numbered else "-", ""),
+                (s.status + (", pinned" if s.pinned else ""), _STATUS[s.status]),
+                (when, ""),
+                (human_age(s.committed_at), ""),
+                (human_bytes(s.size_bytes), ""),
+                (",".join(s.items), ""),
+                (",".join(sorted(set(s.formats.values()))), ""),
+                (metrics, ""),
+            ]
         )
-    console = stdout_console()
-    console.print(table)
+    # Metrics last: the column that grows, wrapped at spaces (or each step a block) when the
+    # terminal is narrow, never dropped.
+    headers = ["step", "status", "committed", "age", "size", "items", "format", "metrics"]
+    emit([paint(listing.root, "bold")], color)
+    emit(table_lines(headers, rows, paint, right=frozenset({0, 3, 4}), wrap_last=True), color)
     latest = listing.latest
-    console.print(
-        f"{len(listing.steps)} steps, {human_bytes(listing.total_bytes)}"
-        + (f"; latest committed: {latest.step} (*)" if latest else "; no committed step")
+    if listing.steps and not listing.steps[0].numbered:
+        count = "1 checkpoint without a step number (saved by a Checkpointer, not a manager)"
+    else:
+        count = plural(len(listing.steps), "step")
+    say(
+        f"{count}, {human_bytes(listing.total_bytes)}"
+        + (
+            f"; latest committed: {latest.step} (*)"
+            if latest and latest.numbered
+            else ("" if latest else "; no committed step")
+        ),
+        color,
     )
     for s in listing.steps:
         if s.pinned is not None:
             note = f": {s.pinned.note}" if s.pinned.note else ""
-            console.print(f"pinned {s.step}{note} (prune keeps it; `ckpt unpin` releases it)")
+            say(f"pinned {s.step}{note} (prune keeps it; `ckpt unpin` releases it)", color)
     if listing.root_metadata and listing.root_metadata.get("custom_metadata"):
-        console.print(f"root metadata: {json.dumps(listing.root_metadata['custom_metadata'])}")
+        say(f"root metadata: {json.dumps(listing.root_metadata['custom_metadata'])}", color)
 
 
 def warnings(listing: RootListing) -> list[str]:

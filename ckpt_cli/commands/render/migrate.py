@@ -3,8 +3,8 @@ the result compares with ``--target``."""
 
 from __future__ import annotations
 
-from ckpt_cli.commands._output import stdout_console
-from ckpt_cli.commands.render.lines import emit, painter, table_lines, use_color
+from ckpt_cli.commands.render.layout import plural
+from ckpt_cli.commands.render.lines import emit, painter, say, table_lines, use_color
 from ckpt_cli.commands.render.units import human_bytes, shape_str
 from ckpt_cli.core.migrate.plan import MigrationPlan
 
@@ -31,21 +31,23 @@ def print_plan(plan: MigrationPlan) -> None:
                 (ops, "green" if leaf.changed else "dim"),
             ]
         )
-    emit(table_lines(["leaf", "array", "from", "operations"], rows, paint), color)
-    out = stdout_console()
+    headers = ["leaf", "array", "from", "operations"]
+    emit(table_lines(headers, rows, paint, wrap_last=True), color)
     changed = len(plan.changed)
-    out.print(
-        f"{len(plan.leaves)} leaves: {changed} changed, {len(plan.leaves) - changed} unchanged; "
-        f"{len(plan.dropped)} dropped; {human_bytes(plan.total_bytes)} to write"
+    say(
+        f"{plural(len(plan.leaves), 'leaf', 'leaves')}: {changed} changed, "
+        f"{len(plan.leaves) - changed} unchanged; {len(plan.dropped)} dropped; "
+        f"{human_bytes(plan.total_bytes)} to write",
+        color,
     )
     if plan.dropped:
-        out.print("dropped: " + ", ".join(plan.dropped))
+        say("dropped: " + ", ".join(plan.dropped), color)
     for label in plan.unused_rules:
-        out.print(f"unused: {label} matched no leaf")
+        say(f"unused: {label} matched no leaf", color)
     if target is not None:
         if not diffs:
-            out.print(f"matches --target {target}: every name, shape and dtype")
+            say(f"matches --target {target}: every name, shape and dtype", color)
         else:
-            out.print(f"differs from --target {target} in {len(diffs)} leaves:")
+            say(f"differs from --target {target} in {plural(len(diffs), 'leaf', 'leaves')}:", color)
             for d in diffs:
-                out.print(f"  {d.text()}")
+                say(d.text(), color, indent="  ")

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from rich.table import Table
-
-from ckpt_cli.commands._output import stdout_console
+from ckpt_cli.commands.render.layout import plural
+from ckpt_cli.commands.render.lines import emit, painter, say, table_lines, use_color
 from ckpt_cli.commands.render.units import human_bytes
 from ckpt_cli.core.prune.execute import PruneOutcome
 from ckpt_cli.core.prune.plan import SYMLINK_KEPT, PrunePlan
@@ -27,62 +26,56 @@ def _rank(m: MetricRank | None) -> str:
 
 
 def render_plan(plan: PrunePlan, *, dry_run: bool) -> None:
-    title = plan.root + ("  (dry run)" if dry_run else "")
-    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
-    table.add_column("step", justify="right", no_wrap=True)
-    table.add_column("action", no_wrap=True)
-    table.add_column("committed", no_wrap=True)
-    table.add_column("size", justify="right", no_wrap=True)
+    color = use_color()
+    paint = painter(color)
+    emit([paint(plan.root, "bold") + ("  (dry run)" if dry_run else "")], color)
     metric = plan.policy.metric if plan.policy.keep_best else None
-    if metric:  # the values --keep-best ranked by, so a person sees why a step goes
-        table.add_column(metric, justify="right", no_wrap=True)
-    table.add_column("why")
-    rows: list[tuple[int, str, tuple[str, ...]]] = []
+    rows: list[tuple[int, str, list[tuple[str, str]]]] = []
     for k in plan.keep:
-        cells = [k.name, "[green]keep[/]", _when(k.committed_at), ""]
-        cells += [_rank(k.metric)] if metric else []
-        rows.append((k.step, k.name, (*cells, ", ".join(k.reasons))))
+        cells = [(k.name, ""), ("keep", "green"), (_when(k.committed_at), ""), ("", "")]
+        # The values --keep-best ranked by, so a person sees why a step goes.
+        cells += [(_rank(k.metric), "")] if metric else []
+        rows.append((k.step, k.name, [*cells, (", ".join(k.reasons), "")]))
     for r in plan.delete:
-        cells = [r.name, "[red]delete[/]", _when(r.committed_at), human_bytes(r.size_bytes)]
-        cells += [_rank(r.metric)] if metric else []
-        rows.append((r.step or 0, r.name, (*cells, "")))
-    for _, _, row in sorted(rows, key=lambda x: (x[0], x[1])):
-        table.add_row(*row)
-    console = stdout_console()
-    console.print(table)
+        cells = [(r.name, ""), ("delete", "red"), (_when(r.committed_at), "")]
+        cells += [(human_bytes(r.size_bytes), "")]
+        cells += [(_rank(r.metric), "")] if metric else []
+        rows.append((r.step or 0, r.name, [*cells, ("", "")]))
+    ordered = [row for _, _, row in sorted(rows, key=lambda x: (x[0], x[1]))]
+    headers = ["step", "action", "committed", "size", *([metric] if metric else []), "why"]
+    right = frozenset({0, 3, 4}) if metric else frozenset({0, 3})
+    emit(table_lines(headers, ordered, paint, right=right, wrap_last=True), color)
     if plan.clean or plan.untouched:
-        others = Table(box=None, pad_edge=False)
-        for col in ("other directory", "action", "size", "why"):
-            others.add_column(
-                col, justify="right" if col == "size" else "left", no_wrap=col != "why"
-            )
-        for r in plan.clean:
-            others.add_row(r.name, "[red]remove[/]", human_bytes(r.size_bytes), _CLEAN_WHY[r.kind])
-        for u in plan.untouched:
-            others.add_row(u.name, "[dim]leave[/]", "", u.why)
-        console.print(others)
+        others = [
+            [
+                (r.name, ""),
+                ("remove", "red"),
+                (human_bytes(r.size_bytes), ""),
+                (_CLEAN_WHY[r.kind], ""),
+            ]
+            for r in plan.clean
+        ]
+        others += [[(u.name, ""), ("leave", "dim"), ("", ""), (u.why, "")] for u in plan.untouched]
+        headers = ["other directory", "action", "size", "why"]
+        emit(table_lines(headers, others, paint, right=frozenset({2}), wrap_last=True), color)
     would = "would free" if dry_run else "frees"
-    parts = [f"keep {_n(len(plan.keep), 'step')}", f"delete {_n(len(plan.delete), 'step')}"]
+    parts = [f"keep {plural(len(plan.keep), 'step')}", f"delete {plural(len(plan.delete), 'step')}"]
     if plan.clean:
         parts.append(
-            f"remove {_n(len(plan.clean), 'tmp/trash directory', 'tmp/trash directories')}"
+            f"remove {plural(len(plan.clean), 'tmp/trash directory', 'tmp/trash directories')}"
         )
-    console.print("; ".join(parts) + f": {would} {human_bytes(plan.freed_bytes)}")
-
-
-def _n(count: int, one: str, many: str | None = None) -> str:
-    return f"{count} {one if count == 1 else many or one + 's'}"
+    say("; ".join(parts) + f": {would} {human_bytes(plan.freed_bytes)}", color)
 
 
 def render_outcome(plan: PrunePlan, outcome: PruneOutcome) -> None:
     steps = sum(1 for r in outcome.deleted if r.kind == "step")
     others = len(outcome.deleted) - steps
-    line = f"deleted {_n(steps, 'step')}"
+    line = f"deleted {plural(steps, 'step')}"
     if others:
-        line += f" and {_n(others, 'tmp/trash directory', 'tmp/trash directories')}"
+        line += f" and {plural(others, 'tmp/trash directory', 'tmp/trash directories')}"
     if plan.is_noop:
         line = "nothing to delete"
-    stdout_console().print(f"{line}; freed {human_bytes(outcome.freed_bytes)}")
+    say(f"{line}; freed {human_bytes(outcome.freed_bytes)}", use_color())
 
 
 def plan_warnings(plan: PrunePlan) -> list[str]:
@@ -104,4 +97,7 @@ def outcome_warnings(outcome: PruneOutcome) -> list[str]:
 
 
 def confirm_question(plan: PrunePlan) -> str:
-    return f"Delete {len(plan.delete)} steps and {len(plan.clean)} other directories?"
+    what = plural(len(plan.delete), "step")
+    if plan.clean:
+        what += f" and {plural(len(plan.clean), 'other directory', 'other directories')}"
+    return f"Delete {what}?"

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ckpt_cli.commands._output import stdout_console
-from ckpt_cli.commands.render.lines import emit, painter, table_lines, use_color
+from ckpt_cli.commands.render.lines import emit, painter, say, table_lines, use_color
 from ckpt_cli.commands.render.units import human_bytes, shape_str
 from ckpt_cli.core.reshard.plan import ReshardPlan
 
@@ -28,12 +27,12 @@ def print_plan(plan: ReshardPlan) -> None:
             row.append((p.problem or "", "red"))
         rows.append(row)
     headers = ["leaf", "array", "old chunk", "new chunk", "spec", "bytes"]
-    emit(
-        table_lines(headers + ["problem"] * with_problems, rows, paint, right=frozenset({5})), color
-    )
+    headers += ["problem"] * with_problems
+    emit(table_lines(headers, rows, paint, right=frozenset({5}), wrap_last=with_problems), color)
     mesh = plan.layout.mesh
     if mesh:
         axes = ",".join(f"{n}={s}" for n, s in zip(mesh.axis_names, mesh.shape, strict=True))
-        stdout_console().print(
-            f"target mesh {axes} ({mesh.size} devices); {human_bytes(plan.total_bytes)} to write"
+        say(
+            f"target mesh {axes} ({mesh.size} devices); {human_bytes(plan.total_bytes)} to write",
+            color,
         )

@@ -1,16 +1,14 @@
-"""Text of a written step (reshard, migrate): the plan, then what was written and how fast."""
+"""Text of a written step (reshard, migrate): what was written and how fast (the plan is
+printed before the writing starts)."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from ckpt_cli.commands._output import stdout_console
 from ckpt_cli.commands.render.units import human_bytes
 from ckpt_cli.core.write.rewrite import WriteResult
 
 
-def print_result(result: WriteResult, print_plan: Callable[[], None]) -> None:
-    print_plan()
+def print_result(result: WriteResult) -> None:
     out = result.output
     console = stdout_console()
     console.print(

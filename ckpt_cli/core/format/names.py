@@ -99,7 +99,8 @@ def compile_filter(pattern: str | None, option: str = "--filter") -> re.Pattern[
     ``*``, ``?`` or ``[`` and no regex-only syntax (``( ) | ^ $ + \\ {``), else a regex.
 
     Globs match the whole dotted name and ``*`` crosses dots (``params.*kernel``); regexes are
-    searched anywhere in the name unless anchored.
+    searched anywhere in the name unless anchored. A pattern starting with ``.`` is a regex
+    (``.*``: every leaf): no leaf name starts with a dot, so as a glob it could match nothing.
     """
     if pattern is None:
         return None
@@ -107,7 +108,11 @@ def compile_filter(pattern: str | None, option: str = "--filter") -> re.Pattern[
 
     if pattern.startswith("re:"):
         source = pattern[3:]
-    elif re.search(r"[*?\[]", pattern) and not re.search(r"[()|^$+\\{]", pattern):
+    elif (
+        re.search(r"[*?\[]", pattern)
+        and not re.search(r"[()|^$+\\{]", pattern)
+        and not pattern.startswith(".")
+    ):
         return re.compile(fnmatch.translate(pattern))
     else:
         source = pattern

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader
-from ckpt_cli.core.format.blocks import block_shape, iter_blocks
+from ckpt_cli.core.format.blocks import cache_bytes, iter_blocks, stream_blocks
 from ckpt_cli.core.format.digests import ValueHasher, c_order_block
 from ckpt_cli.errors import CkptError, StorageError, first_line
 
@@ -163,12 +163,15 @@ def _blocks(task: ScanTask, reader: LeafReader, budget: int) -> Iterable[Block]:
         return task.blocks
     if task.digest:
         return iter_blocks(task.info, c_order_block(task.info, budget))
-    shape = block_shape(task.info, budget) if reader.multi_chunk_blocks else task.info.chunk_shape
-    return iter_blocks(task.info, shape)
+    if reader.multi_chunk_blocks:
+        # Whole chunks merged under the budget, or a chunk larger than it in slabs (decoded
+        # once, served from the readers' chunk cache): progress moves slab by slab.
+        return stream_blocks(task.info, budget)
+    return iter_blocks(task.info, task.info.chunk_shape)
 
 
 def open_readers(
-    store: ItemStore, tasks: Iterable[ScanTask]
+    store: ItemStore, tasks: Iterable[ScanTask], cache: int = 0
 ) -> Iterator[tuple[ScanTask, LeafReader | CkptError]]:
     """Readers in task order, opened ``OPEN_AHEAD`` leaves ahead in one shared context.
 
@@ -185,7 +188,8 @@ def open_readers(
         return
     import tensorstore as ts
 
-    context = ts.Context({"cache_pool": {"total_bytes_limit": OPEN_CACHE_BYTES}})
+    limit = max(OPEN_CACHE_BYTES, cache)
+    context = ts.Context({"cache_pool": {"total_bytes_limit": limit}})
     ahead: deque[tuple[ScanTask, Any]] = deque()
     queue = iter(tasks)
     while True:
@@ -241,8 +245,10 @@ def scan_leaves(
             if done is not None:
                 yield done
 
+    tasks = list(tasks)
+    cache = cache_bytes((t.info for t in tasks if t.blocks is None), budget)
     stopped = False
-    for task, reader in open_readers(store, tasks):
+    for task, reader in open_readers(store, tasks, cache):
         if stopped:
             break
         acc = _Acc(task)

@@ -28,6 +28,10 @@ from ckpt_cli.errors import StorageError, UnreachableError, UnsupportedError
 
 class GcsStore(ObjectStore):
     scheme = "gs"
+    hint = (
+        "check the URL and the credentials (gcloud auth application-default login, "
+        "GOOGLE_APPLICATION_CREDENTIALS; STORAGE_EMULATOR_HOST for an emulator)"
+    )
     delete_batch = 100
 
     def __init__(self, bucket: str, options: StorageOptions) -> None:

@@ -113,15 +113,18 @@ class ObjectStore:
         """One line for a failed request: what failed and where, without a traceback."""
         return describe_error(e, self.endpoint)
 
+    #: What to check when a request fails: this store's own settings (a class attribute).
+    hint = "check the URL and the credentials"
+
     def error(self, what: str, e: BaseException) -> StorageError:
         """``what`` failed because of ``e``: an ``UnreachableError`` when the endpoint is gone."""
         if isinstance(e, StorageError):
-            return type(e)(f"{what}: {e.message}", hint=e.hint or HINT)
+            return type(e)(f"{what}: {e.message}", hint=e.hint or self.hint)
         if isinstance(e, CkptError):
             return StorageError(f"{what}: {e.message}", hint=e.hint)
         cause = self.describe(e)
         cls = UnreachableError if cause.startswith(_UNREACHABLE) else StorageError
-        return cls(f"{what}: {cause}", hint=HINT)
+        return cls(f"{what}: {cause}", hint=self.hint)
 
     def identity(self) -> tuple[str, str, str]:
         return (self.scheme, self.bucket, self.endpoint)
@@ -131,7 +134,6 @@ class ObjectStore:
 #: GCS multiples of 256 KiB): memory holds one part per file being written.
 PART_BYTES = 8 << 20
 
-HINT = "check the URL, the endpoint (--s3-endpoint, CKPT_S3_ENDPOINT) and the credentials"
 _UNREACHABLE = ("connection refused at", "no answer from")
 
 

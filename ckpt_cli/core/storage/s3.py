@@ -19,6 +19,7 @@ from ckpt_cli.errors import StorageError, UnsupportedError
 
 class S3Store(ObjectStore):
     scheme = "s3"
+    hint = "check the URL, the endpoint (--s3-endpoint, CKPT_S3_ENDPOINT) and the credentials"
     delete_batch = 1000
 
     def __init__(self, bucket: str, options: StorageOptions) -> None:

@@ -266,6 +266,7 @@ def check_ref_bounds(
                     f"OCDBT data file {file} is referenced but does not exist{holds}: "
                     "restore it (or the whole step) from a copy",
                     file=file,
+                    leaves=tuple(affected),
                 )
             )
         elif size < end:
@@ -275,6 +276,7 @@ def check_ref_bounds(
                     f"OCDBT data file {file} is {size} bytes but references need {end}{holds}: "
                     "the file was cut short; restore it (or the whole step) from a copy",
                     file=file,
+                    leaves=tuple(affected),
                 )
             )
     return out, broken

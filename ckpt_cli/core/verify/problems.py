@@ -57,22 +57,33 @@ class Problem:
     message: str
     leaf: str | None = None
     file: str | None = None
+    #: Every leaf it hurts when there are several (a data file holds chunks of many); ``leaf``
+    #: is then the first of them.
+    leaves: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "severity": self.severity,
             "code": self.code,
             "leaf": self.leaf,
+            "leaves": list(self.leaves) if self.leaves else ([self.leaf] if self.leaf else []),
             "file": self.file,
             "message": self.message,
         }
 
 
 def problem(
-    code: str, message: str, *, leaf: str | None = None, file: str | None = None
+    code: str,
+    message: str,
+    *,
+    leaf: str | None = None,
+    file: str | None = None,
+    leaves: tuple[str, ...] = (),
 ) -> Problem:
-    """A problem with its code's default severity."""
-    return Problem(CODES[code][0], code, message, leaf, file)
+    """A problem with its code's default severity (``leaf``: the first of ``leaves``)."""
+    return Problem(
+        CODES[code][0], code, message, leaf or (leaves[0] if leaves else None), file, leaves
+    )
 
 
 def escalate(p: Problem, strict: bool, fail_on_nonfinite: bool) -> Problem:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ItemStore
@@ -178,7 +179,7 @@ def _check_pytree(item: Location, facts: ItemFacts, known: set[str]) -> None:
 def _shown(facts: ItemFacts, p: Problem) -> Problem:
     if p.file is None or facts.shown_as in ("", "."):
         return p
-    return Problem(p.severity, p.code, p.message, p.leaf, f"{facts.shown_as}/{p.file}")
+    return replace(p, file=f"{facts.shown_as}/{p.file}")
 
 
 def _is_process_file(rel: str) -> bool:

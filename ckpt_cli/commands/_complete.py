@@ -1,0 +1,94 @@
+"""Shell completion of the values only a checkpoint knows: step numbers and item names.
+
+Typer's completion (``ckpt --install-completion`` / ``--show-completion`` for bash, zsh and fish)
+calls these with the command line parsed so far: once a root is on the line (the command's
+PATH, SRC or ROOT argument, or ROOT@ in diff), ``--step`` completes its committed steps and
+``--item`` the items of the chosen step. They list directories only (no array data, no JAX), and
+stay silent on any error: a completion never prints a traceback into the shell.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+_PATH_PARAMS = ("path", "src", "root", "a")
+
+
+def _root_on_line(ctx: Any) -> str | None:
+    params = getattr(ctx, "params", None) or {}
+    for name in _PATH_PARAMS:
+        value = params.get(name)
+        if isinstance(value, str) and value:
+            return value.rpartition("@")[0] if "@" in value and name == "a" else value
+    # An option still waiting for its value (``--step <TAB>``) stops Click's parsing before the
+    # arguments are set: read the line the shell handed over instead.
+    import os
+    import shlex
+
+    line = os.environ.get("COMP_WORDS") or os.environ.get("_TYPER_COMPLETE_ARGS") or ""
+    try:
+        words = shlex.split(line)
+    except ValueError:
+        words = line.split()
+    for word in words[2:]:
+        candidate = word.rpartition("@")[0] if "@" in word and not os.path.exists(word) else word
+        if not word.startswith("-") and ("://" in candidate or os.path.isdir(candidate)):
+            return candidate
+    return None
+
+
+def _committed_steps(path: str) -> list[int]:
+    from ckpt_cli.core.listing import list_root
+    from ckpt_cli.core.storage import open_location
+
+    listing = list_root(open_location(path), from_listing=True)
+    return [s.step for s in listing.steps if s.status == "committed"]
+
+
+def complete_step(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Committed step numbers of the root given earlier on the line."""
+    path = _root_on_line(ctx)
+    if path is None:
+        return []
+    try:
+        steps = _committed_steps(path)
+    except Exception:  # not a root (yet), unreachable: offer nothing
+        return []
+    return [str(s) for s in steps if str(s).startswith(incomplete)]
+
+
+def complete_item(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Item names of the step chosen so far (``--step``, else the latest committed)."""
+    path = _root_on_line(ctx)
+    if path is None:
+        return []
+    try:
+        from ckpt_cli.core.format.layout import detect, latest_committed, step_items
+        from ckpt_cli.core.storage import open_location
+
+        location = open_location(path)
+        found = detect(location)
+        steps = found.steps or []
+        step = (getattr(ctx, "params", None) or {}).get("step")
+        ref = next((s for s in steps if s.step == step and s.committed), None)
+        ref = ref or latest_committed(steps)
+        if ref is None:
+            return []
+        items = step_items(ref.location, ref.children, None)
+    except Exception:
+        return []
+    return [i for i in items if i.startswith(incomplete) and i != "metrics"]
+
+
+def complete_root_at_step(ctx: typer.Context, incomplete: str) -> list[str]:
+    """``ROOT@`` completes to ``ROOT@STEP`` for each committed step (diff's arguments)."""
+    root, at, partial = incomplete.rpartition("@")
+    if not at:
+        return []
+    try:
+        steps = _committed_steps(root)
+    except Exception:
+        return []
+    return [f"{root}@{s}" for s in steps if str(s).startswith(partial)]

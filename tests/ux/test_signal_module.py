@@ -1,0 +1,56 @@
+"""The signal handler of ``app.main``, in a process of its own: what the boundary relies on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+PROBE = r"""
+import os, signal, sys, time
+from ckpt_cli.app import _on_signal
+from ckpt_cli.errors import Interrupted
+for s in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(s, _on_signal)
+caught = []
+try:
+    try:
+        os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+        time.sleep(5)
+    except Exception as e:  # what the core's read loops catch: must not see it
+        caught.append(repr(e))
+except Interrupted as e:
+    print("INTERRUPTED", e.exit_code, caught)
+"""
+
+
+@pytest.mark.parametrize(("sig", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_signal_raises_interrupted_past_except_exception(sig: str, code: int) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, sig], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.split() == ["INTERRUPTED", str(code), "[]"]
+
+
+SECOND = r"""
+import os, signal, time
+from ckpt_cli.app import _on_signal
+from ckpt_cli.errors import Interrupted
+for s in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(s, _on_signal)
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+except Interrupted:
+    os.kill(os.getpid(), signal.SIGTERM)  # a second signal during the cleanup
+    time.sleep(5)
+print("not reached")
+"""
+
+
+def test_second_signal_stops_at_once() -> None:
+    proc = subprocess.run([sys.executable, "-c", SECOND], capture_output=True, text=True)
+    assert proc.returncode == 143
+    assert proc.stdout == ""
+    assert "interrupted again" in proc.stderr
