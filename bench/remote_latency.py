@@ -10,9 +10,10 @@ once, the mean in flight (sum of request durations / wall time), the wall time, 
 of the ckpt process and of moto_server during the run (on a shared 2-core machine a busy moto, not
 the latency, can be what a run waits for), the same read command on local disk, and the floors:
 
-``lat/32``
-    requests x latency / 32: the time the requests need if all of them are kept 32 in flight
-    (TensorStore's default concurrency); a command far above it waits on requests one by one.
+``lat/64``
+    requests x latency / 64: the time the requests need if all of them are kept 64 in flight
+    (``--max-requests``' default, ``DEFAULT_MAX_REQUESTS``); a command far above it waits on
+    requests one by one (or on moto's CPU: ``moto cpu``).
 ``bytes/bw``
     body bytes (both directions) / the cap: the time the data needs at the cap.
 
@@ -46,6 +47,7 @@ from _harness import run as run_script  # noqa: E402
 from bench_reshard import BUILD as BUILD_DATA  # noqa: E402
 from bench_reshard import LEAVES  # noqa: E402
 
+from ckpt_cli.core.storage.options import DEFAULT_MAX_REQUESTS  # noqa: E402
 from tests.latency_proxy import LatencyProxy, Stats  # noqa: E402
 from tests.moto_server import spawn  # noqa: E402
 from tests.remote_servers import CREDENTIALS, local_files  # noqa: E402
@@ -180,7 +182,8 @@ class Row:
             "connections": st.connections,
             "client_processes": len({r.pid for r in st.log if r.pid is not None}),
             "bytes": nbytes,
-            "floor_latency_32_s": round(st.requests * self.latency / 32, 2),
+            "floor_latency_s": round(st.requests * self.latency / DEFAULT_MAX_REQUESTS, 2),
+            "concurrency": DEFAULT_MAX_REQUESTS,
             "floor_serial_s": round(st.requests * self.latency, 1),
             "floor_bandwidth_s": round(nbytes / self.bandwidth, 2) if self.bandwidth else None,
         }
@@ -373,7 +376,7 @@ def print_table(rows: list[dict[str, Any]], opts: argparse.Namespace, startup: f
         f"load {load()}"
     )
     cols = ("command", "wall s", "ckpt cpu", "moto cpu", "local s", "requests", "max fl",
-            "mean fl", "lat/32 s", "MiB", "bytes/bw s", "by kind")  # fmt: skip
+            "mean fl", "lat/64 s", "MiB", "bytes/bw s", "by kind")  # fmt: skip
     print("| " + " | ".join(cols) + " |")
     print("|" + "|".join("---" for _ in cols) + "|")
     for r in rows:
@@ -389,7 +392,7 @@ def print_table(rows: list[dict[str, Any]], opts: argparse.Namespace, startup: f
         cells = (
             label, wall, f"{r['cpu_s']:.2f}", f"{r['server_cpu_s']:.2f}", str(r.get("local_s", "")),
             str(r["requests"]), str(r["max_in_flight"]), str(r["mean_in_flight"]),
-            f"{r['floor_latency_32_s']:.2f}", f"{r['bytes'] / 2**20:.1f}", bwf,
+            f"{r['floor_latency_s']:.2f}", f"{r['bytes'] / 2**20:.1f}", bwf,
             ", ".join(f"{k} {v}" for k, v in r["by_kind"].items()),
         )  # fmt: skip
         print("| " + " | ".join(cells) + " |")
