@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ckpt_cli.core.compare import Compare
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context
 from ckpt_cli.core.format.blocks import (
     block_shape,
@@ -46,9 +47,8 @@ from ckpt_cli.errors import CkptError, UsageError, first_line
 
 DIFF_BLOCK_BYTES = 16 << 20
 MEMORY_LIMIT = 1 << 30
-#: Block pairs and bytes of blocks (per side, at most a 16th of the memory limit) read ahead of
-#: the comparison, across leaves: many small leaves keep as many requests in flight as one
-#: large one.
+#: Block pairs and bytes a side (at most a 16th of the memory limit) read ahead, across leaves:
+#: many small leaves keep as many requests in flight as one large one.
 DIFF_IN_FLIGHT = 16
 DIFF_IN_FLIGHT_BYTES = 64 << 20
 
@@ -248,7 +248,7 @@ def diff_items(
             continue
         decided = _decided(x, y, compare_cast)
         if decided is None:
-            jobs.append(_Job(len(out), x, y, _Compare(atol, rtol, exact_ints=x.dtype == y.dtype)))
+            jobs.append(_Job(len(out), x, y, Compare(atol, rtol, exact_ints=x.dtype == y.dtype)))
         out.append(decided)
     if jobs:
         assert sa is not None and sb is not None
@@ -256,27 +256,20 @@ def diff_items(
         _stream(sa, sb, jobs, on_bytes, budget, held, (cache_a, cache_b))
     for job in jobs:
         out[job.index] = _compared(job)
-    leaves = []
-    for d in out:
-        assert d is not None
-        x = la.get(d.name)
-        note = None
-        if not structure_only and d.name in lb and x is not None and x.array is not None:
-            note = _floor_note(x.array, memory_limit)
-        if note:
-            d = replace(d, message=f"{d.message}; {note}" if d.message else note)
-        leaves.append(d)
+    both = {} if structure_only else {x.name: x for x, _ in common}
+    leaves = [_floor_note(d, both.get(d.name), memory_limit) for d in out if d is not None]
     return DiffReport(a, b, atol, rtol, compare_cast, tuple(leaves), structure_only)
 
 
-def _floor_note(info: ArrayInfo, memory_limit: int) -> str | None:
-    """Said of a leaf whose single chunk, decoded on both sides, exceeds what the limit leaves."""
-    if 2 * decoded_chunk_bytes(info) <= memory_limit // 2:
-        return None
-    return (
-        f"a chunk is {human_bytes(decoded_chunk_bytes(info))} decoded, held whole "
+def _floor_note(d: LeafDiff, x: Leaf | None, memory_limit: int) -> LeafDiff:
+    """``d``, saying so when one chunk of the leaf, decoded on both sides, exceeds the limit."""
+    if x is None or x.array is None or 2 * decoded_chunk_bytes(x.array) <= memory_limit // 2:
+        return d
+    note = (
+        f"a chunk is {human_bytes(decoded_chunk_bytes(x.array))} decoded, held whole "
         "on each side: the format's floor, above what --memory-limit leaves for it"
     )
+    return replace(d, message=f"{d.message}; {note}" if d.message else note)
 
 
 def _store(report: ItemReport, cache: int = 0) -> ItemStore | None:
@@ -336,7 +329,7 @@ class _Job:
     index: int
     x: Leaf
     y: Leaf
-    acc: _Compare
+    acc: Compare
     error: str | None = None
 
 
@@ -423,44 +416,3 @@ def _stream(
                 consume()
     while pending:
         consume()
-
-
-class _Compare:
-    def __init__(self, atol: float, rtol: float, exact_ints: bool) -> None:
-        self.atol = atol
-        self.rtol = rtol
-        self.exact_ints = exact_ints
-        self.mismatched = 0
-        self.max_abs = 0.0
-        self.max_rel = 0.0
-
-    def add(self, a: Any, b: Any) -> None:
-        import numpy as np
-
-        a, b = np.asarray(a), np.asarray(b)
-        if a.dtype == b.dtype and a.dtype.itemsize in (1, 2, 4, 8) and a.shape == b.shape:
-            # Equal bits are equal values (the same NaN too): most blocks of most diffs are
-            # unchanged, and one integer comparison costs far less than the float64 pass.
-            bits = f"u{a.dtype.itemsize}"
-            if np.array_equal(a.view(bits), b.view(bits)):
-                return
-        exact = self.exact_ints and a.dtype.kind in "iub" and not (self.atol or self.rtol)
-        if exact:
-            # Integers compare in their own dtype: float64 would round int64 beyond 2**53.
-            neq = a != b
-            self.mismatched += int(np.count_nonzero(neq))
-            a, b = a[neq], b[neq]
-        af, bf = a.astype(np.float64), b.astype(np.float64)
-        same = (af == bf) | (np.isnan(af) & np.isnan(bf))
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            diff = np.where(same, 0.0, np.abs(af - bf))
-            if not exact:
-                ok = same | (diff <= self.atol + self.rtol * np.abs(bf))
-                self.mismatched += int(np.count_nonzero(~ok))
-            if not diff.size:
-                return
-            bad = ~np.isfinite(diff)  # NaN against a number, Inf against a finite value
-            self.max_abs = max(self.max_abs, math.inf if bad.any() else float(diff.max()))
-            rel = ~bad & (bf != 0)
-            if rel.any():
-                self.max_rel = max(self.max_rel, float((diff[rel] / np.abs(bf[rel])).max()))

@@ -82,7 +82,7 @@ def test_listing_in_ranges_lists_every_key_once(
     """The parallel listing finds what a plain listing finds (verify reads every step)."""
     from ckpt_cli.core.storage import StorageOptions
     from ckpt_cli.core.storage.bulk import list_parallel
-    from ckpt_cli.core.storage.objstore import open_store
+    from ckpt_cli.core.storage.stores import open_store
 
     store = open_store("s3", BUCKET, StorageOptions(s3_endpoint=proxy.endpoint, max_requests=8))
     got = [o.key for o in list_parallel(store, "latency/root200/")]
@@ -143,7 +143,7 @@ def test_gcs_prune_uses_the_batch_endpoint(cli: Any, gcs: GcsServer) -> None:
     assert result.code == 0, result.stderr
     assert result.json()["outcome"]["deleted"] == ["300", "400"]
     assert stats.by_kind.get("BATCH", 0) >= 2 and stats.by_kind.get("DELETE", 0) == 0
-    from ckpt_cli.core.storage.objstore import open_store
+    from ckpt_cli.core.storage.stores import open_store
 
     left = [o.key for o in open_store("gs", BUCKET).list_objects("latency/gcs-prune/")]
     assert left and all(k.split("/")[2] in ("500", "metadata") for k in left), left

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_cli.core.storage.options import StorageOptions, apply_request_limit
+from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.errors import CkptError, StorageError, UnreachableError
 
 
@@ -163,26 +163,3 @@ def describe_error(e: BaseException, endpoint: str) -> str:
     if type(e).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
         return "no credentials found: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile"
     return first[:300]
-
-
-_STORES: dict[tuple[str, str, StorageOptions], ObjectStore] = {}
-_STORES_LOCK = threading.Lock()
-
-
-def open_store(scheme: str, bucket: str, options: StorageOptions | None = None) -> ObjectStore:
-    """The store of a bucket (one per scheme, bucket and options in this process); options
-    default to this process's environment."""
-    options = options if options is not None else StorageOptions.from_environment()
-    apply_request_limit(options)  # a worker process: before its first TensorStore open
-    key = (scheme, bucket, options)
-    with _STORES_LOCK:
-        if key not in _STORES:
-            if scheme == "s3":
-                from ckpt_cli.core.storage.s3 import S3Store
-
-                _STORES[key] = S3Store(bucket, options)
-            else:
-                from ckpt_cli.core.storage.gcs import GcsStore
-
-                _STORES[key] = GcsStore(bucket, options)
-        return _STORES[key]

@@ -32,10 +32,11 @@ from ckpt_cli.core.storage.base import (
     NotACheckpointDirError,
 )
 from ckpt_cli.core.storage.bulk import delete_all
-from ckpt_cli.core.storage.objstore import PART_BYTES, ObjectStore, open_store
+from ckpt_cli.core.storage.objstore import PART_BYTES, ObjectStore
 from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.core.storage.prefixes import Listing
 from ckpt_cli.core.storage.remote_bulk import RemoteBulk
+from ckpt_cli.core.storage.stores import open_store
 from ckpt_cli.errors import CkptError, InvalidMetadataError, NotFoundError, StorageError
 
 #: Ranged reads one ``iter_bytes`` keeps in flight.
