@@ -8,7 +8,7 @@ DEMO := demo_runs/exp7
 S3PORT := 9055
 S3CKPT := AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(CKPT) --s3-endpoint http://127.0.0.1:$(S3PORT)
 
-.PHONY: demo test check lint types pytest docs docs-check docs-reference fixtures bench clean schemas
+.PHONY: demo test check lint types pytest docs docs-check docs-reference fixtures fixtures-matrix bench clean schemas
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ demo: $(STAMP)
 	$(CKPT) inspect $(DEMO) --json | $(PY) -m json.tool | head -n 30
 	@echo "== a sharded checkpoint: which device holds which block"
 	$(CKPT) inspect fixtures/ckpts/sharded_4x2 --layout params.w
+	@echo "== checkpoints of other Orbax releases: a root of 0.4.3 (steps without step metadata), a Composite save of 0.12.8 (state + JSON + ArraySave)"
+	$(CKPT) ls fixtures/matrix/0.4.3/linen_trainstate/ckpt
+	$(CKPT) inspect fixtures/matrix/0.12.8/composite/ckpt --flat
+	$(CKPT) diff fixtures/matrix/0.4.3/composite/ckpt@1:arr fixtures/matrix/0.12.8/composite/ckpt@1:arr
 	@echo "== ckpt verify --record: a deep pass, then digests stored in every item"
 	$(CKPT) verify $(DEMO) --record
 	@echo "== ckpt verify --deep: every chunk decoded and checked against the recorded digests"
@@ -166,6 +170,11 @@ schemas: $(STAMP)
 
 fixtures: $(STAMP)
 	$(PY) fixtures/make_fixtures.py
+
+# The fixture matrix: one venv per Orbax release (/work/venvs, outside the repo), run by hand.
+# make fixtures-matrix [RELEASE=0.4.3] [CASE=dtypes]
+fixtures-matrix:
+	python3.11 fixtures/matrix/make_matrix.py $(if $(RELEASE),--release $(RELEASE)) $(if $(CASE),--case $(CASE))
 
 bench: $(STAMP)
 	$(PY) bench/bench_ls_inspect.py

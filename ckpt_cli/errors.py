@@ -65,6 +65,15 @@ class UsageError(CkptError, ValueError):
     code = CODE_USAGE
 
 
+class SeveralItemsError(UsageError):
+    """A step holds several items and none is the obvious one to read; ``items`` names them
+    (``inspect`` then shows them all)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, items: tuple[str, ...] = ()):
+        super().__init__(message, hint=hint)
+        self.items = items
+
+
 class OptionValueError(CkptError):
     """An option value its parser rejects (a size that is no size), raised while the command
     line is parsed. Deliberately not a ``ValueError``: Click's type conversion would turn that

@@ -162,10 +162,22 @@ ItemOpt = Annotated[
     typer.Option(
         "--item",
         "-i",
-        help="Item to read (default: the only one).",
+        help="Item to read (default: the step's one state item).",
         show_default=False,
         metavar="NAME",
         autocompletion=complete_item,
+    ),
+]
+ItemAOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--item-a", help="Item of A (also A@STEP:ITEM).", show_default=False, metavar="NAME"
+    ),
+]
+ItemBOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--item-b", help="Item of B (also B@STEP:ITEM).", show_default=False, metavar="NAME"
     ),
 ]
 FilterOpt = Annotated[
@@ -290,7 +302,8 @@ JunitOpt = Annotated[
 SideArg = Annotated[
     str,
     typer.Argument(
-        help="Root, step or item; ROOT@STEP picks a step.", autocompletion=complete_root_at_step
+        help="Root, step or item; ROOT@STEP picks a step, ROOT@STEP:ITEM an item.",
+        autocompletion=complete_root_at_step,
     ),
 ]
 BothStepsOpt = Annotated[

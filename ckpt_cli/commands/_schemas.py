@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +37,21 @@ COMMANDS = ("ls", "inspect", "verify", "diff", "prune", "reshard", "migrate", "p
 
 def schema_version(command: str) -> int:
     """The version of ``command``'s document: its result type's ``SCHEMA_VERSION``."""
+    from ckpt_cli.core.diff import DiffReport
     from ckpt_cli.core.inspect import ItemReport
+    from ckpt_cli.core.migrate.plan import MigrationPlan
+    from ckpt_cli.core.reshard.plan import ReshardPlan
     from ckpt_cli.core.schema import SCHEMA_VERSION
+    from ckpt_cli.core.verify.types import VerifyReport
 
-    return {"inspect": ItemReport.SCHEMA_VERSION}.get(command, SCHEMA_VERSION)
+    versions = {
+        "diff": DiffReport.SCHEMA_VERSION,
+        "verify": VerifyReport.SCHEMA_VERSION,
+        "inspect": ItemReport.SCHEMA_VERSION,
+        "reshard": ReshardPlan.SCHEMA_VERSION,
+        "migrate": MigrationPlan.SCHEMA_VERSION,
+    }
+    return versions.get(command, SCHEMA_VERSION)
 
 
 def schema_version_of_argv(argv: list[str]) -> int:
@@ -70,7 +82,9 @@ def command_schema(command: str) -> dict[str, Any]:
             "error document. `ok` is true exactly when the exit code is 0."
         ),
     )
-    for name in (document.__name__, ErrorDocumentJSON.__name__):
+    # A command may print one of several documents (inspect: one item, or every item).
+    members = typing.get_args(document) or (document,)
+    for name in (*(m.__name__ for m in members), ErrorDocumentJSON.__name__):
         schema["$defs"][name]["properties"]["schema_version"] = {"const": version}
     return schema
 

@@ -11,6 +11,8 @@ from ckpt_cli.commands._options import (
     BothStepsOpt,
     CompareCastOpt,
     FilterOpt,
+    ItemAOpt,
+    ItemBOpt,
     ItemOpt,
     JsonOpt,
     MemoryLimitOpt,
@@ -33,6 +35,8 @@ def diff(
     step_a: StepAOpt = None,
     step_b: StepBOpt = None,
     item: ItemOpt = None,
+    item_a: ItemAOpt = None,
+    item_b: ItemBOpt = None,
     atol: AtolOpt = 0.0,
     rtol: RtolOpt = 0.0,
     compare_cast: CompareCastOpt = False,
@@ -47,7 +51,8 @@ def diff(
     Reports leaves only in A or only in B, changed dtype or shape, and for the others whether
     the values are equal within --atol/--rtol, with the max absolute and relative difference.
     Reads both sides block by block (a large chunk in slabs) under --memory-limit, whatever the
-    leaf size; --structure reads no array data. NaN equals NaN.
+    leaf size; --structure reads no array data. NaN equals NaN. Each side reads its step's state
+    item unless --item (both), --item-a/--item-b or ROOT@STEP:ITEM names one.
 
     Exit codes: 0 equal within tolerance · 1 different · 2 usage · 3 not a checkpoint.
 
@@ -69,6 +74,8 @@ def diff(
             step_a=step_a,
             step_b=step_b,
             item=item,
+            item_a=item_a,
+            item_b=item_b,
             atol=atol,
             rtol=rtol,
             compare_cast=compare_cast,

@@ -31,6 +31,9 @@ def inspect(
 ) -> None:
     """Show the tree of one item: dtype, shape, bytes, chunking and sharding of every leaf.
 
+    A step of several items shows its state item (the only PyTree beside JSON and ArraySave
+    items) and names the others; when no item is the obvious one, it shows every item.
+
     Says which subtrees hold the four parts of a training state (parameters, optimizer state,
     step, RNG state) and what resuming loses when one is missing. Reads only metadata unless
     --stats is given. No JAX.
@@ -43,7 +46,7 @@ def inspect(
     """
     # Rendering pulls in rich.tree/table: imported here so `ls` and `--help` do not pay for it.
     from ckpt_cli.commands.render import inspect as render
-    from ckpt_cli.core.inspect import inspect_path
+    from ckpt_cli.core.inspection import inspect_path
     from ckpt_cli.core.storage import open_location
 
     location = open_location(path, storage_options(ctx))

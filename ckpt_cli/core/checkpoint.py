@@ -11,11 +11,11 @@ import functools
 import math
 from typing import Any
 
-from ckpt_cli.core.format.arrays import ItemStore
+from ckpt_cli.core.format.arrays import ItemStore, cached_context
 from ckpt_cli.core.format.layout import ItemRef, detect
 from ckpt_cli.core.format.metadata import KEY_TYPE_SEQUENCE
 from ckpt_cli.core.format.resolve import resolve_item
-from ckpt_cli.core.format.scan import read_block
+from ckpt_cli.core.format.scan import OPEN_CACHE_BYTES, read_block
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.listing import StepInfo, list_root
 from ckpt_cli.core.storage import Location
@@ -135,7 +135,11 @@ class Item:
 
     @functools.cached_property
     def _store(self) -> ItemStore:
-        return ItemStore(self.ref.location, self.report.zarr_format == 3)
+        # One TensorStore context for the item: reads of many leaves share its cache of the
+        # OCDBT manifest and tree nodes instead of reading them again per leaf.
+        return ItemStore(
+            self.ref.location, self.report.zarr_format == 3, cached_context(OPEN_CACHE_BYTES)
+        )
 
     def __repr__(self) -> str:
         return f"Item({self.path!r}, step={self.step}, name={self.name!r})"

@@ -4,7 +4,8 @@ Leaves only in A, only in B, dtype or shape changed, and for arrays present in b
 shape: equal, or how far apart (max absolute and relative difference, elements outside
 ``|a - b| <= atol + rtol * |b|``, numpy's ``allclose`` rule). NaN equals NaN at the same place.
 A dtype change counts as different unless ``compare_cast``: then both sides are compared as
-float64 (exact for every dtype up to 32 bits; int64 beyond 2**53 rounds). Blocks follow A's
+float64 (exact for every dtype up to 32 bits; int64 beyond 2**53 rounds), complex ones as
+complex128 (both parts count; the distance is ``|a - b|``). Blocks follow A's
 chunking (merged with B's when the common multiple is small), reads of A and B in flight
 together.
 
@@ -23,21 +24,17 @@ import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
-from ckpt_cli.core.compare import Compare
-from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context
+from ckpt_cli.core.compare import Compare, pair_blocks
+from ckpt_cli.core.format.arrays import ItemStore, cached_context
 from ckpt_cli.core.format.blocks import (
-    block_shape,
     cache_bytes,
     decoded_chunk_bytes,
-    is_large,
-    iter_blocks,
-    stream_blocks,
 )
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.resolve import resolve_item
-from ckpt_cli.core.format.scan import ScanTask, open_readers, read_block
+from ckpt_cli.core.format.scan import OPEN_CACHE_BYTES, ScanTask, open_readers, read_block
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.schema import document
@@ -110,6 +107,7 @@ class DiffReport:
     compare_cast: bool
     leaves: tuple[LeafDiff, ...]
     structure_only: bool = False
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: structure_only (--structure)
 
     @property
     def equal(self) -> bool:
@@ -132,6 +130,7 @@ class DiffReport:
                 "leaves": [d.to_json() for d in self.leaves],
             },
             ok=self.equal,
+            version=self.SCHEMA_VERSION,
         )
 
 
@@ -153,14 +152,20 @@ def diff_paths(
     name_filter: str | None = None,
     on_progress: ProgressFn | None = None,
     storage: StorageOptions | None = None,
+    item_a: str | None = None,
+    item_b: str | None = None,
     memory_limit: int = MEMORY_LIMIT,
     structure_only: bool = False,
 ) -> DiffReport:
     """``ckpt diff A B``: resolve both sides (``step`` for both roots unless ``step_a`` or
-    ``step_b``), then compare them."""
+    ``step_b``; ``item`` for both unless ``item_a`` or ``item_b``), then compare them."""
     _check_tolerance(atol, rtol)
-    ref_a = resolve_side(a, step_a if step_a is not None else step, item, "--step-a", storage)
-    ref_b = resolve_side(b, step_b if step_b is not None else step, item, "--step-b", storage)
+    ref_a = resolve_side(
+        a, step_a if step_a is not None else step, item_a or item, "--step-a", storage
+    )
+    ref_b = resolve_side(
+        b, step_b if step_b is not None else step, item_b or item, "--step-b", storage
+    )
     return diff_items(
         ref_a,
         ref_b,
@@ -186,13 +191,17 @@ def resolve_side(
     flag: str = "--step",
     storage: StorageOptions | None = None,
 ) -> ItemRef:
-    """One side of a diff: a root, step or item path, where ``ROOT@STEP`` picks a step (unless
-    a file or directory of that very name exists)."""
+    """One side of a diff: a root, step or item path, where ``ROOT@STEP`` picks a step and
+    ``ROOT@STEP:ITEM`` an item of it (unless a file or directory of that very name exists)."""
     path, at, tail = target.rpartition("@")
-    if at and tail.isdigit() and not os.path.exists(target):
-        if step is not None:
-            raise UsageError(f"{target} names a step; do not also pass {flag} or --step")
-        return resolve_item(open_location(path, storage), int(tail), item)
+    if at and not os.path.exists(target):
+        number, colon, name = tail.partition(":")
+        if number.isdigit() and (not colon or name):
+            if step is not None:
+                raise UsageError(f"{target} names a step; do not also pass {flag} or --step")
+            if colon and item is not None and item != name:
+                raise UsageError(f"{target} names the item {name!r}; --item says {item!r}")
+            return resolve_item(open_location(path, storage), int(number), name or item)
     return resolve_item(open_location(target, storage), step, item)
 
 
@@ -275,7 +284,10 @@ def _floor_note(d: LeafDiff, x: Leaf | None, memory_limit: int) -> LeafDiff:
 def _store(report: ItemReport, cache: int = 0) -> ItemStore | None:
     if report.storage == "json":
         return None
-    context = cached_context(cache) if cache else None
+    # One context for every leaf: its cache keeps the OCDBT manifest and tree nodes, which a
+    # context per open would read again for each of thousands of small leaves; and it holds a
+    # chunk larger than a block while that chunk is read in slabs.
+    context = cached_context(max(cache, OPEN_CACHE_BYTES))
     return ItemStore(report.ref.location, report.zarr_format == 3, context)
 
 
@@ -352,21 +364,6 @@ def _compared(job: _Job) -> LeafDiff:
     )
 
 
-def _blocks(a: ArrayInfo, b: ArrayInfo, budget: int) -> Any:
-    """Blocks of at most ``budget`` bytes: slabs of A's chunks when one exceeds the budget,
-    else whole chunks aligned to both chunkings when their common multiple stays small, else
-    to A's."""
-    if is_large(a, budget):
-        return stream_blocks(a, budget)
-    lcm = tuple(
-        min(s, math.lcm(ca or 1, cb or 1))
-        for s, ca, cb in zip(a.shape, a.chunk_shape, b.chunk_shape, strict=True)
-    )
-    if math.prod(lcm) * max(a.itemsize, b.itemsize) <= 4 * budget:
-        return iter_blocks(a, block_shape(replace(a, chunk_shape=lcm), budget))
-    return iter_blocks(a, block_shape(a, budget))
-
-
 def _stream(
     sa: ItemStore,
     sb: ItemStore,
@@ -404,7 +401,7 @@ def _stream(
         if isinstance(ra, CkptError) or isinstance(rb, CkptError):
             job.error = (ra if isinstance(ra, CkptError) else rb).message  # type: ignore[union-attr]
             continue
-        for sl in _blocks(x, y, budget):
+        for sl in pair_blocks(x, y, budget):
             nbytes = math.prod(s.stop - s.start for s in sl) * x.itemsize
             try:
                 pending.append((job, read_block(ra, sl), read_block(rb, sl), nbytes))

@@ -11,29 +11,28 @@ import functools
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.metadata import (
+    ARRAY_ITEM_LEAF,
     KEY_TYPE_SEQUENCE,
     ArrayMetadata,
     LeafMeta,
+    is_array_handler,
+    legacy_array_tree,
     read_array_metadatas,
     read_step_metadata,
     read_strings,
     read_tree_metadata,
 )
 from ckpt_cli.core.format.names import compile_filter
-from ckpt_cli.core.format.resolve import resolve_item
-from ckpt_cli.core.format.sharding import ShardingInfo, ShardLayout, read_shardings, shard_layout
-from ckpt_cli.core.progress import ProgressFn
+from ckpt_cli.core.format.sharding import ShardingInfo, read_shardings
 from ckpt_cli.core.schema import document
-from ckpt_cli.core.state import StatePart, analyse_state, classify_leaf
-from ckpt_cli.core.stats import LeafStats, leaves_stats
-from ckpt_cli.core.storage import Location
-from ckpt_cli.errors import NotACheckpointError, NotFoundError, UsageError
+from ckpt_cli.core.state import KEY_DTYPES, StatePart, analyse_state, classify_leaf
+from ckpt_cli.errors import NotACheckpointError
 
 
 @dataclass(frozen=True)
@@ -62,6 +61,20 @@ class Leaf:
         return classify_leaf(self)
 
     @property
+    def key_dtype(self) -> str | None:
+        """A typed PRNG key's dtype as JAX names it (``key<fry>``); its stored data is uint32."""
+        if not self.random_key_impl:
+            return None
+        return f"key<{KEY_DTYPES.get(self.random_key_impl, self.random_key_impl)}>"
+
+    @property
+    def key_shape(self) -> tuple[int, ...] | None:
+        """A typed key's shape: its data's without the last dimension (2 words for threefry)."""
+        if not self.random_key_impl or not self.shape:
+            return None
+        return self.shape[:-1]
+
+    @property
     def elements(self) -> int:
         return math.prod(self.shape) if self.shape is not None else 0
 
@@ -70,12 +83,18 @@ class Leaf:
         return self.array is not None
 
     def to_json(self) -> dict[str, Any]:
+        key_shape = self.key_shape
+        shape = key_shape if key_shape is not None else self.shape
         return {
             "name": self.name,
             "keypath": list(self.keypath),
             "value_type": self.value_type,
-            "dtype": self.dtype,
-            "shape": None if self.shape is None else list(self.shape),
+            # A typed key shows as Orbax restores it: key<fry> of the key shape.
+            "dtype": self.key_dtype or self.dtype,
+            "shape": None if shape is None else list(shape),
+            "key_data": {"dtype": self.dtype, "shape": list(self.shape or ())}
+            if key_shape is not None
+            else None,
             "chunk_shape": None if self.chunk_shape is None else list(self.chunk_shape),
             "write_shape": None if self.write_shape is None else list(self.write_shape),
             "elements": self.elements if self.shape is not None else None,
@@ -110,17 +129,21 @@ class SubtreeTotal:
 class ItemReport:
     """What ``inspect`` knows about one item."""
 
-    #: 2: JSON-item values are JSON values (they were JSON text in 1).
-    SCHEMA_VERSION: ClassVar[int] = 2
+    #: 2: JSON-item values are JSON values (they were JSON text in 1). 3: ``kind``; a typed
+    #: key's ``dtype``/``shape`` are the key's (``key<fry>``), ``key_data`` what is stored;
+    #: ``other_items``; a step of several items shows them all (``items``).
+    SCHEMA_VERSION: ClassVar[int] = 3
 
     ref: ItemRef
-    storage: str  # ocdbt | ocdbt-unmerged | zarr
+    storage: str  # ocdbt | ocdbt-unmerged | zarr | json
     zarr_format: int
     leaves: tuple[Leaf, ...]
     state: tuple[StatePart, ...]
     custom_metadata: Any = None
     step_custom_metadata: dict[str, Any] | None = None
     subtrees: tuple[SubtreeTotal, ...] = field(default_factory=tuple)
+    #: pytree (StandardSave, PyTreeSave), array (ArraySave: the item is one array) or json.
+    kind: str = "pytree"
 
     @property
     def total_bytes(self) -> int:
@@ -142,6 +165,7 @@ class ItemReport:
                 "root": str(ref.root) if ref.root else None,
                 "step": ref.step,
                 "item": ref.name,
+                "kind": self.kind,
                 "storage": self.storage,
                 "zarr_format": self.zarr_format,
                 "totals": {
@@ -163,72 +187,22 @@ class ItemReport:
         )
 
 
-@dataclass(frozen=True)
-class InspectResult:
-    """What ``ckpt inspect`` shows: the item, with per-leaf statistics (``--stats``) and the
-    block layout of one leaf (``--layout``) when asked."""
-
-    report: ItemReport
-    stats: dict[str, LeafStats] | None = None
-    layout: ShardLayout | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        doc = self.report.to_json()
-        if self.stats is not None:
-            for leaf_doc in doc["leaves"]:
-                s = self.stats.get(leaf_doc["name"])
-                leaf_doc["stats"] = s.to_json() if s else None
-        if self.layout is not None:
-            doc["layout"] = self.layout.to_json()
-        return doc
-
-
-def inspect_path(
-    location: Location,
-    step: int | None = None,
-    item: str | None = None,
-    *,
-    name_filter: str | None = None,
-    stats: bool = False,
-    layout: str | None = None,
-    on_progress: ProgressFn | None = None,
-) -> InspectResult:
-    """Resolve ``location`` to one item and inspect it: ``stats`` reads every array (progress
-    as ``stats`` bytes), ``layout`` names the leaf whose device blocks to lay out."""
-    ref = resolve_item(location, step, item)
-    report = inspect_item(ref, name_filter)
-    if name_filter is not None and not report.leaves:
-        raise NotFoundError(
-            f"no leaf of {ref.location} matches {name_filter!r}",
-            hint="run `ckpt inspect --flat` to see the leaf names",
-        )
-    values = None
-    if stats:
-        arrays = [(lf.name, lf.array, lf.database) for lf in report.leaves if lf.array is not None]
-        store = ItemStore(ref.location, report.zarr_format == 3)
-        values = leaves_stats(store, arrays, on_progress)
-    return InspectResult(report, values, _layout_of(report, layout) if layout else None)
-
-
-def _layout_of(report: ItemReport, name: str) -> ShardLayout:
-    leaf = next((lf for lf in report.leaves if lf.name == name), None)
-    if leaf is None:
-        raise NotFoundError(
-            f"--layout: no leaf named {name!r} in {report.ref.location}",
-            hint="run `ckpt inspect --flat` to see the leaf names",
-        )
-    if leaf.shape is None:
-        raise UsageError(f"--layout: {name!r} is a {leaf.value_type}, not an array")
-    return shard_layout(leaf.shape, leaf.sharding, name)
-
-
 def _matches(name: str, pattern: re.Pattern[str] | None) -> bool:
     return pattern is None or bool(pattern.search(name))
 
 
 def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
     item = ref.location
+    step_meta = read_step_metadata(ref.step_location) if ref.step_location else None
+    handlers = step_meta.item_handlers if step_meta else None
+    handler = handlers.get(ref.name) if isinstance(handlers, dict) else None
     tree = read_tree_metadata(item)
+    kind = "pytree"
+    if tree is None:
+        tree = legacy_array_tree(item)
+        kind = "array"
+    elif is_array_handler(handler) and [m.keypath for m in tree.leaves] == [(ARRAY_ITEM_LEAF,)]:
+        kind = "array"  # ArraySave of Orbax 0.12+: a tree of one leaf named `checkpoint`
     pattern = compile_filter(name_filter)
     if tree is None:
         return _inspect_json_item(ref, pattern)
@@ -239,12 +213,16 @@ def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
     array_metas = read_array_metadatas(item)
     strings = read_strings(item) if any(m.value_type == "string" for m in metas) else {}
     all_leaves = [_leaf(m, headers, shardings, array_metas, strings) for m in metas]
+    if kind == "array":
+        # The item is the array itself, as ArrayCheckpointHandler restores it: no keypath.
+        # The leaf keeps its storage name (`checkpoint`) to be read and written by.
+        all_leaves = [replace(leaf, keypath=(), key_types=()) for leaf in all_leaves]
     # The four-part analysis always sees the whole tree; the filter only narrows what is shown.
     leaves = [leaf for leaf in all_leaves if _matches(leaf.name, pattern)]
-    step_meta = read_step_metadata(ref.step_location) if ref.step_location else None
     return ItemReport(
         ref=ref,
         storage=store.layout,
+        kind=kind,
         zarr_format=3 if tree.use_zarr3 else 2,
         leaves=tuple(leaves),
         state=_with_step_value(analyse_state(all_leaves), all_leaves, store, ref.step),
@@ -282,6 +260,7 @@ def _inspect_json_item(ref: ItemRef, pattern: re.Pattern[str] | None) -> ItemRep
     return ItemReport(
         ref=ref,
         storage="json",
+        kind="json",
         zarr_format=0,
         leaves=tuple(leaves),
         state=(),
@@ -343,7 +322,6 @@ def _with_step_value(
     parts: tuple[StatePart, ...], leaves: list[Leaf], store: ItemStore, dir_step: int | None
 ) -> tuple[StatePart, ...]:
     """Read the saved step counter (one scalar) and compare it with the directory's step."""
-    from dataclasses import replace
 
     out = []
     for part in parts:

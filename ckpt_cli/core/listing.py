@@ -105,19 +105,27 @@ class RootListing:
 def _format_of(item: Location) -> str | None:
     flags = peek_storage_flags(item)
     if flags is None:
-        return None
+        return _format_from_listing(item, with_zarr=True)
     ocdbt, zarr3 = flags
+    if ocdbt is None:  # not recorded before Orbax 0.12: the database on disk tells
+        ocdbt = _holds_ocdbt(item)
     return ("ocdbt" if ocdbt else "plain") + ("+zarr3" if zarr3 else "+zarr2")
 
 
-def _format_from_listing(item: Location) -> str | None:
+def _holds_ocdbt(item: Location) -> bool:
+    names = {e.name for e in item.list()}
+    return "manifest.ocdbt" in names or any(n.startswith("ocdbt.process_") for n in names)
+
+
+def _format_from_listing(item: Location, with_zarr: bool = False) -> str | None:
     """The storage format as far as an object listing tells it (no request: listings are cached).
 
-    OCDBT hides the zarr version inside its database, so an OCDBT item reads ``ocdbt``.
+    OCDBT hides the zarr version inside its database, so an OCDBT item reads ``ocdbt``
+    (``ocdbt+zarr2`` with ``with_zarr``: an item without ``_METADATA``, an ArraySave of Orbax
+    0.4, whose releases wrote zarr2 only).
     """
-    names = {e.name for e in item.list()}
-    if "manifest.ocdbt" in names or any(n.startswith("ocdbt.process_") for n in names):
-        return "ocdbt"
+    if _holds_ocdbt(item):
+        return "ocdbt+zarr2" if with_zarr else "ocdbt"
     for _, entry in item.walk():
         if entry.name in ("zarr.json", ".zarray"):
             return "plain+zarr3" if entry.name == "zarr.json" else "plain+zarr2"

@@ -6,9 +6,10 @@ this module finds each part by leaf names and dtypes and says what resuming woul
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 Part = Literal["params", "opt_state", "step", "rng"]
 PARTS: tuple[Part, ...] = ("params", "opt_state", "step", "rng")
@@ -26,6 +27,11 @@ _PARAM_NAMES = {
     "batch_stats",
     "state_dict",
 }
+#: Variables of flax layers (Dense/Linear, Embed, LayerNorm/BatchNorm): parameters, or batch
+#: statistics, which inspect counts with them as ``batch_stats`` is.
+_LAYER_NAMES = {"kernel", "bias", "embedding", "scale", "mean", "var", "weight"}
+#: jax's short names of PRNG implementations, as in the dtype ``key<fry>``.
+KEY_DTYPES = {"threefry2x32": "fry", "rbg": "rbg", "unsafe_rbg": "urbg"}
 _STEP_NAMES = {"step", "global_step", "steps", "iteration", "iter", "train_step"}
 _RNG_NAMES = {
     "rng",
@@ -111,6 +117,26 @@ def _is_key(leaf: LeafLike) -> bool:
     )
 
 
+_KEYISH = re.compile(r"(^|_)(rngs?|keys?|prng|seed)(_|$)|rng")
+
+
+def rng_state_kind(leaf: LeafLike) -> str | None:
+    """What a leaf is of a PRNG state, or None: a typed key (``random_key_impl``), raw key data
+    (uint32 ``[..., 2]`` threefry / ``[..., 4]`` rbg under a key-ish name such as ``rng``,
+    ``rngs``, ``dropout_key``, ``key_batch``), or the counter of a flax.nnx RNG stream
+    (``rngs.<stream>.count``). Writers never change such values unless a rule names them."""
+    if leaf.random_key_impl:
+        return "typed PRNG key"
+    lowered = [k.lower() for k in leaf.keypath]
+    keyish = any(_KEYISH.search(k) for k in lowered)
+    if keyish and _is_key(leaf):
+        return "raw PRNG key data"
+    names = _names(leaf.keypath)
+    if "rngs" in names[:-1] and names[-1:] == ["count"] and _is_int_scalar(leaf):
+        return "nnx RNG stream counter"
+    return None
+
+
 def telling_name(keypath: Sequence[str]) -> tuple[Part, int] | None:
     """The first path component that names parameters or optimizer state, and its position."""
     for i, k in enumerate(keypath):
@@ -123,19 +149,32 @@ def telling_name(keypath: Sequence[str]) -> tuple[Part, int] | None:
 
 
 def classify_leaf(leaf: LeafLike) -> Part | None:
-    """The part a leaf belongs to, by the first telling name on its path, then by its dtype."""
+    """The part a leaf belongs to: PRNG state and a step counter wherever they sit (flax.nnx
+    keeps its RNG streams inside the model, its Optimizer the step: ``optimizer.step.value``),
+    then the first telling name on the path, then, in a bare model state (``nnx.split``,
+    ``nnx.state``, ``nnx.to_pure_dict``: no ``params`` above), the flax layer variables."""
+    if rng_state_kind(leaf):
+        return "rng"
+    names = _names(leaf.keypath)
+    last = names[-1] if names else ""
+    if last in _STEP_NAMES and _is_int_scalar(leaf):
+        return "step"
     telling = telling_name(leaf.keypath)
     if telling is not None:
         return telling[0]
-    lowered = [k.lower() for k in leaf.keypath]
-    last = lowered[-1] if lowered else ""
-    if (last in _RNG_NAMES or "rng" in last) and _is_key(leaf):
-        return "rng"
-    if leaf.random_key_impl:
-        return "rng"
-    if last in _STEP_NAMES and _is_int_scalar(leaf):
-        return "step"
+    if last in _LAYER_NAMES and leaf.dtype is not None and _is_float(leaf.dtype):
+        return "params"
     return None
+
+
+def _names(keypath: Sequence[str]) -> list[str]:
+    """A path's names without nnx's Variable wrappers (``kernel.value``, ``kernel.raw_value``
+    in flax 0.8)."""
+    return [k.lower() for k in keypath if k.lower() not in ("value", "raw_value")]
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
 
 
 def analyse_state(leaves: Sequence[LeafLike]) -> tuple[StatePart, ...]:
@@ -151,11 +190,7 @@ def analyse_state(leaves: Sequence[LeafLike]) -> tuple[StatePart, ...]:
         if not found:
             note = LOSS_IF_MISSING[part]
         elif part == "rng":
-            lf = found[0]
-            impl = f" ({lf.random_key_impl})" if lf.random_key_impl else ""
-            note = f"{lf.dtype}{list(lf.shape or ())} key{impl}" + (
-                f", {len(found)} keys" if len(found) > 1 else ""
-            )
+            note = _rng_note(found)
         elif part == "step":
             note = f"{names[0]} ({found[0].dtype} scalar)"
         else:
@@ -164,11 +199,73 @@ def analyse_state(leaves: Sequence[LeafLike]) -> tuple[StatePart, ...]:
     return tuple(out)
 
 
+def _rng_note(found: list[LeafLike]) -> str:
+    keys = [lf for lf in found if rng_state_kind(lf) != "nnx RNG stream counter"] or found
+    lf = keys[0]
+    if lf.random_key_impl:
+        short = KEY_DTYPES.get(lf.random_key_impl, lf.random_key_impl)
+        first = f"key<{short}>{list((lf.shape or ())[:-1])} typed key ({lf.random_key_impl})"
+    else:
+        first = f"{lf.dtype}{list(lf.shape or ())} key"
+    more = f", {len(keys)} keys" if len(keys) > 1 else ""
+    counters = len(found) - len(keys)
+    plural = "s" if counters > 1 else ""
+    return first + more + (f", {counters} stream counter{plural}" if counters else "")
+
+
 def _subtree(part: Part, keypath: tuple[str, ...]) -> str:
-    """The shortest prefix of a leaf's path that names its part (``params``, ``opt_state``)."""
+    """The shortest prefix of a leaf's path that names its part (``params``, ``opt_state``);
+    the top module for the parameters of a bare model state."""
     names = _OPT_NAMES if part == "opt_state" else _PARAM_NAMES if part == "params" else None
     if names is not None:
         for i, k in enumerate(keypath):
             if k.lower() in names:
                 return ".".join(keypath[: i + 1])
+        if part == "params" and len(keypath) > 1:
+            return keypath[0]
     return ".".join(keypath)
+
+
+_T = TypeVar("_T")
+
+
+def relative_path(keypath: tuple[str, ...]) -> tuple[str, ...]:
+    """The path below the parameter root, or the whole path for a leaf that is no parameter."""
+    telling = telling_name(keypath)
+    if telling is not None and telling[0] == "params" and len(keypath) > telling[1] + 1:
+        return keypath[telling[1] + 1 :]
+    return keypath
+
+
+def parameter_index(
+    leaves: Iterable[_T], keypath_of: Callable[[_T], tuple[str, ...]]
+) -> dict[tuple[str, ...], list[_T]]:
+    """The parameters among ``leaves`` (below a parameter root) by their relative path."""
+    index: dict[tuple[str, ...], list[_T]] = {}
+    for x in leaves:
+        keypath = keypath_of(x)
+        telling = telling_name(keypath)
+        if telling is not None and telling[0] == "params":
+            rel = relative_path(keypath)
+            if rel != keypath:
+                index.setdefault(rel, []).append(x)
+    return index
+
+
+def mirrored(
+    keypath: tuple[str, ...],
+    shape: tuple[int, ...] | None,
+    index: dict[tuple[str, ...], list[_T]],
+    shape_of: Callable[[_T], tuple[int, ...] | None],
+) -> tuple[list[_T], int] | None:
+    """The parameters an optimizer leaf mirrors and where its relative path starts: a leaf below
+    an optimizer root whose path ends with a parameter's relative path and that has its shape
+    (optax's Adam ``mu``/``nu``, SGD's ``trace``); the longest relative path decides."""
+    telling = telling_name(keypath)
+    if telling is None or telling[0] != "opt_state":
+        return None
+    for k in range(telling[1] + 1, len(keypath)):
+        found = [p for p in index.get(keypath[k:], []) if shape_of(p) == shape]
+        if found:
+            return found, k
+    return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -100,10 +101,22 @@ def test_missing_step_and_item(cli) -> None:  # type: ignore[no-untyped-def]
     assert "item 'params' not found" in one_error_line(r.stderr)
 
 
-def test_ambiguous_item_is_a_usage_error(cli) -> None:  # type: ignore[no-untyped-def]
-    r = cli("inspect", FIXTURES / "composite_best")
-    assert r.code == 2
-    assert "--item" in one_error_line(r.stderr)
+def test_ambiguous_item_is_a_usage_error(cli, fixture_copy) -> None:  # type: ignore[no-untyped-def]
+    root = fixture_copy("composite_best")
+    shutil.copytree(root / "4" / "state", root / "4" / "params")  # two PyTree items
+    for args in (["diff", root, root], ["reshard", root, root.parent / "out", "--mesh", "x=1"]):
+        r = cli(*args)
+        assert r.code == 2, r.stderr
+    assert not (root.parent / "out").exists()
+    r = cli("diff", root, root)
+    assert "several items (extra, params, state)" in one_error_line(r.stderr)
+    assert "--item" in r.stderr
+    # inspect shows them all
+    r = cli("inspect", root, "--json")
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert doc["item"] is None and [i["item"] for i in doc["items"]] == ["extra", "params", "state"]
+    assert all(i["leaves"] for i in doc["items"])
 
 
 @pytest.mark.parametrize(

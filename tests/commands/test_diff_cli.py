@@ -22,7 +22,7 @@ def test_same_values_in_other_layouts_are_equal(cli) -> None:  # type: ignore[no
         r = cli("diff", FIXTURES / a, FIXTURES / b, "--json")
         assert r.code == 0, r.stdout
         doc = r.json()
-        assert doc["schema_version"] == 1 and doc["equal"] is True
+        assert doc["schema_version"] == 2 and doc["equal"] is True
         assert doc["leaves"]
         assert all(leaf["status"] == "equal" for leaf in doc["leaves"])
         assert all(leaf["max_abs_diff"] in (0.0, None) for leaf in doc["leaves"])

@@ -105,9 +105,9 @@ CASES: list[Case] = [
     Case(
         "inspect",
         "usage",
-        "several-items",
-        lambda w: ["inspect", str(w.composite)],
-        "--item",
+        "step-of-item",
+        lambda w: ["inspect", str(w.good / "500" / "default"), "--step", "400"],
+        "--step does not apply",
     ),
     Case("inspect", "invalid-metadata", "item", lambda w: ["inspect", str(w.bad_item)], BAD_JSON),
     Case("inspect", "unreachable", "s3", _s3("inspect"), REFUSED_CONN),

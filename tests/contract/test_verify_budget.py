@@ -80,8 +80,8 @@ class BlockSpy:
         self.names: dict[int, str] = {}
         real_open, real_read = scan._open_readers, scan.read_block
 
-        def open_readers(store: Any, tasks: Any) -> Any:
-            for task, reader in real_open(store, tasks):
+        def open_readers(store: Any, tasks: Any, *rest: Any) -> Any:
+            for task, reader in real_open(store, tasks, *rest):
                 self.names[id(reader)] = task.name
                 yield task, reader
 

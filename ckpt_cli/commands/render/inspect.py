@@ -17,21 +17,46 @@ from ckpt_cli.commands.render.lines import (
 )
 from ckpt_cli.commands.render.units import human_bytes, human_count, shape_str
 from ckpt_cli.core.format.sharding import ShardLayout
-from ckpt_cli.core.inspect import InspectResult, ItemReport, Leaf
+from ckpt_cli.core.inspect import ItemReport, Leaf
+from ckpt_cli.core.inspection import InspectResult, StepInspection
 from ckpt_cli.core.stats import LeafStats
 
 
-def print_result(result: InspectResult, flat: bool) -> None:
+def print_result(result: InspectResult | StepInspection, flat: bool) -> None:
+    if isinstance(result, StepInspection):
+        for i, one in enumerate(result.items):
+            if i:
+                stdout_console().print()
+            print_report(one.report, flat=flat, stats=one.stats)
+        return
     if result.layout is not None:
         print_layout(result.layout, result.report)
-    else:
-        print_report(result.report, flat=flat, stats=result.stats)
+        return
+    print_report(result.report, flat=flat, stats=result.stats)
+    if result.others:
+        described = ", ".join(f"{r.ref.name} ({_kind_str(r)})" for r in result.others)
+        stdout_console().print(
+            f"other items of this step: {described}; inspect one with --item NAME"
+        )
 
 
-def warnings(result: InspectResult) -> list[str]:
+def _kind_str(report: ItemReport) -> str:
+    if report.kind == "array" and report.leaves and report.leaves[0].is_array:
+        leaf = report.leaves[0]
+        return f"array {leaf.dtype}{shape_str(leaf.shape)}"
+    if report.kind == "json":
+        return f"json, {len(report.leaves)} values"
+    return f"{report.kind}, {len(report.leaves)} leaves, {human_bytes(report.total_bytes)}"
+
+
+def warnings(result: InspectResult | StepInspection) -> list[str]:
+    reports = (
+        [r.report for r in result.items] if isinstance(result, StepInspection) else [result.report]
+    )
     return [
         f"{leaf.name}: {leaf.problem} (run `ckpt verify` on this checkpoint)"
-        for leaf in result.report.problems
+        for report in reports
+        for leaf in report.problems
     ]
 
 
@@ -44,13 +69,16 @@ def _leaf_facts(leaf: Leaf, paint: Paint) -> str:
         if leaf.problem is not None:
             return paint(leaf.problem, "red")
         return paint(f"{leaf.value_type} (empty)", "dim")
+    if leaf.key_dtype is not None:
+        typed = f"{leaf.key_dtype}{shape_str(leaf.key_shape)}"
+        parts = [paint(typed, "cyan"), f"data {leaf.dtype}{shape_str(leaf.shape)}"]
+        parts.append(human_bytes(leaf.size_bytes))
+        return "  ".join(parts)
     parts = [paint(f"{leaf.dtype}{shape_str(leaf.shape)}", "cyan"), human_bytes(leaf.size_bytes)]
     if leaf.chunk_shape is not None and leaf.chunk_shape != leaf.shape:
         parts.append(f"chunk {shape_str(leaf.chunk_shape)}")
     if leaf.sharding is not None and leaf.sharding.mesh_shape is not None:
         parts.append(paint(leaf.sharding.short(), "blue"))
-    if leaf.random_key_impl:
-        parts.append(paint(f"key<{leaf.random_key_impl}>", ""))
     return "  ".join(parts)
 
 
@@ -69,7 +97,8 @@ def _title(report: ItemReport) -> str:
     ref = report.ref
     where = f"step {ref.step} of {ref.root}" if ref.root else str(ref.location)
     fmt = report.storage + (f", zarr{report.zarr_format}" if report.zarr_format else "")
-    return f"[bold]item {ref.name!r}[/] — {where}  ({fmt})"
+    what = "  one array (ArraySave)" if report.kind == "array" else ""
+    return f"[bold]item {ref.name!r}[/] — {where}  ({fmt}){what}"
 
 
 def print_report(report: ItemReport, flat: bool, stats: dict[str, LeafStats] | None) -> None:

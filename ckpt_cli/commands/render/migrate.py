@@ -42,6 +42,8 @@ def print_plan(plan: MigrationPlan) -> None:
     )
     if plan.dropped:
         say("dropped: " + ", ".join(plan.dropped), color)
+    for skip in plan.skipped:
+        say(f"skipped: {skip.text()}", color)
     for label in plan.unused_rules:
         say(f"unused: {label} matched no leaf", color)
     if target is not None:

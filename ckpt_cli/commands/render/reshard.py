@@ -20,7 +20,11 @@ def print_plan(plan: ReshardPlan) -> None:
             (f"{p.leaf.dtype}{shape_str(p.leaf.shape)}", "cyan"),
             (shape_str(p.leaf.chunk_shape), ""),
             (shape_str(p.chunk_shape), "green"),
-            (p.sharding.short() if p.sharding else "host value", "blue"),
+            (
+                (p.sharding.short() if p.sharding else "host value")
+                + (f" (follows {p.follows})" if p.follows else ""),
+                "blue",
+            ),
             (human_bytes(p.leaf.size_bytes), ""),
         ]
         if with_problems:

@@ -13,7 +13,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core.format.names import chunk_index_from_key
+from ckpt_cli.core.format.names import (
+    array_prefix,
+    chunk_index_from_key,
+    split_key,
+    unsafe_as_path,
+)
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.storage.base import loads_json
 from ckpt_cli.errors import InvalidMetadataError, StorageError
@@ -245,7 +250,7 @@ class ItemStore:
             if not missing:
                 break
             kv = self._kvstore(label, spec)
-            futures = [(n, kv.read(f"{n}/{self.header_name}")) for n in missing]
+            futures = [(n, kv.read(array_prefix(n) + self.header_name)) for n in missing]
             still = []
             for n, fut in futures:
                 try:
@@ -263,11 +268,19 @@ class ItemStore:
 
     def array_spec(self, name: str, label: str = "") -> dict[str, Any]:
         base = dict(self._base_specs())[label]
+        if base["driver"] != "ocdbt" and (why := unsafe_as_path(name)):
+            # A plain item keeps arrays in directories named after the leaf: a name such as
+            # `..` would lead out of the item. Orbax cannot write one there either.
+            raise StorageError(
+                f"leaf {name!r} of {self.item} cannot be a directory of a plain (non-OCDBT) "
+                f"item: {why}",
+                hint="the _METADATA of this item is damaged or was not written by Orbax",
+            )
         return {
             "driver": "zarr3" if self.use_zarr3 else "zarr",
-            "kvstore": {**base, "path": f"{name}/"}
+            "kvstore": {**base, "path": array_prefix(name)}
             if base["driver"] == "ocdbt"
-            else {**base, "path": base["path"] + f"{name}/"},
+            else {**base, "path": base["path"] + array_prefix(name)},
             # Orbax writes every chunk, so a missing one is damage, never zeros.
             "fill_missing_data_reads": False,
             # A checkpoint being read does not change: what an open read (the OCDBT manifest
@@ -302,10 +315,13 @@ class ItemStore:
         import tensorstore as ts
 
         kv = self._kvstore(label, dict(self._base_specs())[label])
-        prefix = f"{name}/".encode()
-        rng = ts.KvStore.KeyRange(inclusive_min=prefix, exclusive_max=prefix[:-1] + b"0")
+        prefix = array_prefix(name).encode()
         try:
-            keys = kv.list(rng, strip_prefix_length=len(prefix)).result()
+            if prefix:
+                rng = ts.KvStore.KeyRange(inclusive_min=prefix, exclusive_max=prefix[:-1] + b"0")
+                keys = kv.list(rng, strip_prefix_length=len(prefix)).result()
+            else:  # the dict key '': its chunks are top-level keys of the database
+                keys = [k for k in kv.list().result() if split_key(k, self.use_zarr3)[0] == ""]
         except Exception as e:
             raise StorageError(
                 f"cannot list leaf {name!r} in {self.item}: {self.item.describe_error(e)}"

@@ -28,7 +28,8 @@ DEFAULT_BLOCK_BYTES = 32 << 20
 
 def block_shape(info: ArrayInfo, budget: int = DEFAULT_BLOCK_BYTES) -> tuple[int, ...]:
     """Chunk-aligned block: whole chunks merged along the last dims while under ``budget``."""
-    shape = list(info.chunk_shape) or []
+    # A chunk dimension of 0 (a zero-size array's header) counts as 1: there is nothing to read.
+    shape = [max(1, c) for c in info.chunk_shape]
     for d in range(len(shape) - 1, -1, -1):
         other = math.prod(shape[:d] + shape[d + 1 :]) * info.itemsize
         fit = max(shape[d], (budget // max(1, other)) // shape[d] * shape[d])

@@ -7,11 +7,14 @@ markers are in ``names.py``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from ckpt_cli.core.format.names import (
+    ARRAY_ITEM_DIR,
     COMMIT_MARKER,
+    JSON_ITEM_FILES,
     LEGACY_MSGPACK_RE,
     METRICS_ITEM,
     ROOT_METADATA_DIR,
@@ -26,7 +29,7 @@ from ckpt_cli.core.format.names import (
     parse_step_name,
 )
 from ckpt_cli.core.storage import Entry, Location
-from ckpt_cli.errors import NotACheckpointError, NotFoundError, UsageError
+from ckpt_cli.errors import CkptError, NotACheckpointError, NotFoundError, SeveralItemsError
 
 Kind = Literal["root", "step", "item", "legacy"]
 Status = Literal["committed", "uncommitted", "incomplete"]
@@ -63,13 +66,26 @@ class ItemRef:
     root: Location | None
 
 
-def _looks_like_step(names: frozenset[str], children: list[Entry]) -> bool:
+def _looks_like_step(loc: Location, names: frozenset[str], children: list[Entry]) -> bool:
     if STEP_METADATA in names or COMMIT_MARKER in names or WRITING_MARKER in names:
         return True
     if looks_like_item(names):
         return True
-    # A step written before _CHECKPOINT_METADATA existed: recognise it by its items.
-    return any(e.is_dir and e.name == METRICS_ITEM for e in children)
+    # A step written before _CHECKPOINT_METADATA existed (Orbax 0.4): just `N/` holding its
+    # items, recognised by what they hold. Only such steps cost a listing per item here.
+    return any(
+        e.is_dir
+        and (e.name == METRICS_ITEM or _holds_item(loc.child(e.name)))
+        and TMP_MARKER not in e.name
+        for e in children
+    )
+
+
+def _holds_item(loc: Location) -> bool:
+    try:
+        return looks_like_item(frozenset(e.name for e in loc.list()), json_items=True)
+    except CkptError:
+        return False
 
 
 def step_status(location: Location, name: StepName, names: frozenset[str]) -> Status:
@@ -100,7 +116,7 @@ def list_steps(root: Location, entries: list[Entry] | None = None) -> list[StepR
         if TOMBSTONE in names:
             continue  # a step prune has begun to delete (object stores): trash, not a step
         # A tmp dir may be empty (the save died at once); a finished name must hold a step.
-        if not parsed.tmp and not _looks_like_step(names, children):
+        if not parsed.tmp and not _looks_like_step(loc, names, children):
             continue
         status = step_status(loc, parsed, names)
         steps.append(StepRef(parsed.step, entry.name, loc, status, parsed.prefix, tuple(children)))
@@ -138,6 +154,13 @@ def detect(location: Location) -> Detected:
     if looks_like_item(names):
         # A single-item Checkpointer writes _CHECKPOINT_METADATA into the item itself.
         return Detected("step" if STEP_METADATA in names else "item", entries)
+    if (
+        names & JSON_ITEM_FILES
+        and STEP_METADATA not in names
+        and not any(e.is_dir for e in entries)
+    ):
+        # A JsonSave item (`metadata`) or a step's `metrics`, its commit_success.txt aside.
+        return Detected("item", entries)
     if STEP_METADATA in names or COMMIT_MARKER in names:
         return Detected("step", entries)
     subdirs = [e.name for e in entries if e.is_dir and not e.name.startswith(".")]
@@ -203,8 +226,40 @@ def item_location(step_loc: Location, item: str, items: list[str]) -> Location:
     return step_loc.child(item)
 
 
-def choose_item(items: list[str], requested: str | None, where: Location) -> str:
-    """Pick the item to read: the requested one, else the only non-metrics one."""
+ItemKind = Literal["pytree", "array", "json", "unknown"]
+
+
+def item_kind(step_loc: Location, name: str, handlers: dict[str, str] | str | None) -> ItemKind:
+    """What an item of a step holds: a PyTree (StandardSave, PyTreeSave), one array (ArraySave),
+    JSON (JsonSave, metrics); from the handler the step recorded, else from its files."""
+    handler = handlers.get(name) if isinstance(handlers, dict) else None
+    if handler:
+        if handler.endswith("ArrayCheckpointHandler"):
+            return "array"
+        if handler.endswith("JsonCheckpointHandler"):
+            return "json"
+        return "pytree"
+    try:
+        names = frozenset(e.name for e in step_loc.child(name).list())
+    except CkptError:
+        return "unknown"
+    if TREE_METADATA in names:
+        return "pytree"
+    if names & JSON_ITEM_FILES:
+        return "json"
+    if looks_like_item(names) or ARRAY_ITEM_DIR in names:
+        return "array"  # ArraySave before 0.12: `checkpoint/` or a database, no _METADATA
+    return "unknown"
+
+
+def choose_item(
+    items: list[str],
+    requested: str | None,
+    where: Location,
+    kind_of: Callable[[str], ItemKind] | None = None,
+) -> str:
+    """Pick the item to read: the requested one, else the one state item: the only item besides
+    ``metrics``, or the only PyTree item among JSON and ArraySave ones (``kind_of``)."""
     if requested is not None:
         if requested not in items:
             raise NotFoundError(
@@ -217,7 +272,12 @@ def choose_item(items: list[str], requested: str | None, where: Location) -> str
         return candidates[0]
     if not candidates:
         raise NotACheckpointError(f"{where} holds no items")
-    raise UsageError(
+    if kind_of is not None:
+        trees = [i for i in candidates if kind_of(i) == "pytree"]
+        if len(trees) == 1:
+            return trees[0]
+    raise SeveralItemsError(
         f"{where} holds several items ({', '.join(candidates)})",
         hint="choose one with --item NAME",
+        items=tuple(candidates),
     )

@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ckpt_cli.core.format.names import (
+    ARRAY_ITEM_DIR,
+    MANIFEST,
     ROOT_METADATA,
     ROOT_METADATA_DIR,
     STEP_METADATA,
@@ -82,10 +84,13 @@ def _opt_int(value: Any) -> int | None:
 
 
 def read_root_metadata(root: Location) -> dict[str, Any] | None:
-    """``metadata/_ROOT_METADATA``: the manager's custom metadata, or None when absent."""
+    """``metadata/_ROOT_METADATA``: the manager's custom metadata, or None when absent. Orbax
+    before 0.11 wrote the custom metadata alone to ``metadata/metadata``: shown the same way,
+    as ``{"custom_metadata": ...}``."""
     raw = root.child(ROOT_METADATA_DIR, ROOT_METADATA).read_json_if_exists()
     if raw is None:
-        return None
+        legacy = root.child(ROOT_METADATA_DIR, "metadata").read_json_if_exists()
+        return {"custom_metadata": legacy} if isinstance(legacy, dict) else None
     if not isinstance(raw, dict):
         raise InvalidMetadataError(
             f"{root.child(ROOT_METADATA_DIR, ROOT_METADATA)} is not a JSON object"
@@ -135,7 +140,8 @@ class TreeMetadata:
     """``_METADATA`` of an item."""
 
     leaves: tuple[LeafMeta, ...]
-    use_ocdbt: bool
+    #: None: not recorded (Orbax writes the flag only since 0.12; tell OCDBT from the files).
+    use_ocdbt: bool | None
     use_zarr3: bool
     custom_metadata: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -170,7 +176,7 @@ def parse_tree_metadata(raw: Any, where: Location) -> TreeMetadata:
             ) from None
     return TreeMetadata(
         leaves=tuple(leaves),
-        use_ocdbt=bool(raw.get("use_ocdbt", False)),
+        use_ocdbt=bool(raw["use_ocdbt"]) if "use_ocdbt" in raw else None,
         use_zarr3=bool(raw.get("use_zarr3", False)),
         custom_metadata=raw.get("custom_metadata"),
         extra={k: v for k, v in raw.items() if k not in {"tree_metadata", "custom_metadata"}},
@@ -183,23 +189,55 @@ def read_tree_metadata(item: Location) -> TreeMetadata | None:
     return None if raw is None else parse_tree_metadata(raw, loc)
 
 
+#: The name ``ArrayCheckpointHandler`` (``ArraySave``) stores its one array under.
+ARRAY_ITEM_LEAF = ARRAY_ITEM_DIR
+
+
+def is_array_handler(handler: str | None) -> bool:
+    return handler is not None and handler.endswith("ArrayCheckpointHandler")
+
+
+def legacy_array_tree(item: Location, names: frozenset[str] | None = None) -> TreeMetadata | None:
+    """The tree of an ``ArraySave`` item written without ``_METADATA`` (Orbax before 0.12):
+    one array stored as ``checkpoint``, in plain zarr (``checkpoint/.zarray``, 0.5-0.11) or in
+    an OCDBT database at the item root (0.4). None when ``item`` is no such item."""
+    if names is None:
+        names = frozenset(e.name for e in item.list())
+    if TREE_METADATA in names:
+        return None
+    ocdbt = MANIFEST in names
+    if ocdbt:
+        zarr3 = False  # 0.4.x, the only releases that wrote it so, had zarr2 alone
+    elif ARRAY_ITEM_LEAF in names and item.child(ARRAY_ITEM_LEAF).is_dir():
+        zarr3 = item.child(ARRAY_ITEM_LEAF, "zarr.json").is_file()
+        if not zarr3 and not item.child(ARRAY_ITEM_LEAF, ".zarray").is_file():
+            return None
+    else:
+        return None
+    value_type = "jax.Array" if "_sharding" in names else "np.ndarray"
+    leaf = LeafMeta((ARRAY_ITEM_LEAF,), (KEY_TYPE_DICT,), value_type, False, None)
+    return TreeMetadata((leaf,), ocdbt, zarr3)
+
+
 _ZARR3_FLAG = re.compile(rb'"use_zarr3"\s*:\s*(true|false)')
 _OCDBT_FLAG = re.compile(rb'"use_ocdbt"\s*:\s*(true|false)')
 
 
-def peek_storage_flags(item: Location) -> tuple[bool, bool] | None:
-    """(use_ocdbt, use_zarr3) of an item without parsing a possibly huge ``_METADATA``.
+def peek_storage_flags(item: Location) -> tuple[bool | None, bool] | None:
+    """(use_ocdbt, use_zarr3) of an item without parsing a possibly huge ``_METADATA``;
+    use_ocdbt is None where Orbax did not record it (before 0.12).
 
-    Orbax writes both flags after the tree, so the file's tail holds them; ``ls`` over a
-    thousand steps of ten thousand leaves each must not parse every tree.
+    Orbax writes the flags after the tree, so the file's tail holds them; ``ls`` over a
+    thousand steps of ten thousand leaves each must not parse every tree. 0.5-0.11 write
+    ``use_zarr3`` there but no ``use_ocdbt``; 0.4 writes neither (then the tree is parsed).
     """
     loc = item.child(TREE_METADATA)
     if not loc.is_file():
         return None
     tail = loc.read_tail(FLAGS_TAIL_BYTES)
     ocdbt, zarr3 = _OCDBT_FLAG.search(tail), _ZARR3_FLAG.search(tail)
-    if ocdbt and zarr3:
-        return ocdbt.group(1) == b"true", zarr3.group(1) == b"true"
+    if zarr3:
+        return (ocdbt.group(1) == b"true" if ocdbt else None), zarr3.group(1) == b"true"
     tree = read_tree_metadata(item)
     return None if tree is None else (tree.use_ocdbt, tree.use_zarr3)
 

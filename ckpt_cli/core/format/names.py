@@ -46,11 +46,15 @@ def check_plain_name(name: str, what: str, where: object) -> str:
 #: The root's lock shared by prune and ``verify --record``: one of them changes a root at a time.
 PRUNE_LOCK = ".ckpt-prune.lock"
 STEP_METADATA = "_CHECKPOINT_METADATA"
+#: The empty file the v1 API (``orbax.checkpoint.experimental.v1``) writes into a checkpoint.
+V1_MARKER = "orbax.checkpoint"
 TREE_METADATA = "_METADATA"
 ROOT_METADATA_DIR = "metadata"
 ROOT_METADATA = "_ROOT_METADATA"
 METRICS_ITEM = "metrics"
 MANIFEST = "manifest.ocdbt"
+#: Where ``ArrayCheckpointHandler`` (``ArraySave``) keeps its one array: ``<item>/checkpoint/``.
+ARRAY_ITEM_DIR = "checkpoint"
 LEGACY_MSGPACK_RE = re.compile(r"^checkpoint(_\d+)?$")
 #: Files Orbax writes directly inside a PyTree item directory.
 ITEM_MARKERS = frozenset({TREE_METADATA, MANIFEST, "_sharding", "_strings.json"})
@@ -124,6 +128,23 @@ def compile_filter(pattern: str | None, option: str = "--filter") -> re.Pattern[
         raise UsageError(f"{option} {pattern!r} is not a valid pattern: {e}") from None
 
 
+def literal_name(pattern: str) -> str | None:
+    """The one leaf name a regular expression matches when it holds no operator (``.`` taken as
+    the dot of a dotted name, ``\\.`` too), else None: how a rule names a leaf exactly."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern) and not pattern[i + 1].isalnum():
+            out.append(pattern[i + 1])
+            i += 2
+            continue
+        if c in "*+?[](){}|^$\\":
+            return None
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def chunk_key(index: tuple[int, ...], zarr3: bool) -> str:
     """A chunk's key below its array: ``0.1`` (zarr2, ``.`` as Orbax writes), ``c/0/1`` (zarr3)."""
     if zarr3:
@@ -140,8 +161,42 @@ def chunk_index_from_key(key: bytes, zarr3: bool) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split("."))
 
 
+def array_prefix(name: str) -> str:
+    """The key prefix of a leaf's array: its param name as TensorStore makes it a directory.
+
+    Orbax hands the param name (keypath joined with dots) to TensorStore as the array's path,
+    which appends ``/`` unless the path is empty or already ends in one: the dict key ``''``
+    stores ``.zarray`` at the item's top, ``'trailing/'`` stores ``trailing/.zarray``. Never
+    add the ``/`` by hand: ``'/.zarray'`` and ``'trailing//.zarray'`` are not there.
+    """
+    return name if not name or name.endswith("/") else name + "/"
+
+
+def storage_dir(name: str) -> str:
+    """The directory part of a leaf's keys (``array_prefix`` without its final ``/``): what
+    ``split_key`` returns for the keys of that leaf."""
+    return array_prefix(name)[:-1] if name else ""
+
+
+def unsafe_as_path(name: str) -> str | None:
+    """Why a param name cannot be a relative file path inside an item (plain zarr, no OCDBT),
+    or None. Orbax and TensorStore refuse such names there (``..``, ``.``, empty segments, a
+    leading ``/``); inside OCDBT they are plain database keys."""
+    if not name:
+        return None
+    parts = storage_dir(name).split("/")
+    if parts[0] == "":
+        return "it starts with /"
+    for p in parts:
+        if p in ("", ".", ".."):
+            return f"it has a path segment {p!r}" if p else "it has an empty path segment"
+    return None
+
+
 def split_key(key: bytes, zarr3: bool) -> tuple[str, str]:
-    """(array name, part after it) of a database key such as ``params.w/0.1`` or ``x/c/0/1``."""
+    """(array directory, part after it) of a database key such as ``params.w/0.1`` or
+    ``x/c/0/1``; the directory is ``storage_dir`` of the leaf (``''`` for the dict key ``''``,
+    whose keys are ``.zarray``, ``0`` or ``zarr.json``, ``c/0``)."""
     text = key.decode(errors="replace")
     if zarr3:
         for sep in ("/c/",):
@@ -150,8 +205,13 @@ def split_key(key: bytes, zarr3: bool) -> tuple[str, str]:
                 return name, "c/" + rest
         if text.endswith("/c"):
             return text[:-2], "c"
+        if text == "c" or (text.startswith("c/") and _CHUNK_DIGITS.fullmatch(text[2:])):
+            return "", text
     name, _, rest = text.rpartition("/")
     return name, rest
+
+
+_CHUNK_DIGITS = re.compile(r"\d+(/\d+)*")
 
 
 def parse_chunk_part(part: str, zarr3: bool, rank: int) -> tuple[int, ...] | None:

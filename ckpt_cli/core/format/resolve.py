@@ -7,6 +7,7 @@ from ckpt_cli.core.format.layout import (
     StepRef,
     choose_item,
     detect,
+    item_kind,
     item_location,
     latest_committed,
     step_items,
@@ -42,8 +43,19 @@ def find_step(root: Location, steps: list[StepRef], step: int | None) -> StepRef
     raise NotFoundError(f"step {step} not found in {root}", hint=f"committed steps: {have}")
 
 
+#: ``_resolve``'s item argument for "every item of the step".
+ALL_ITEMS = "\0all"
+
+
 def resolve_item(location: Location, step: int | None = None, item: str | None = None) -> ItemRef:
-    """Resolve a root, step or item directory to one item."""
+    """Resolve a root, step or item directory to one item: ``item``, else the step's one
+    state item (``choose_item``)."""
+    found = _resolve(location, step, item)
+    assert not isinstance(found, list)
+    return found
+
+
+def _resolve(location: Location, step: int | None, item: str | None) -> ItemRef | list[ItemRef]:
     found = detect(location)
     kind, entries = found.kind, found.entries
     if kind == "legacy":
@@ -56,11 +68,12 @@ def resolve_item(location: Location, step: int | None = None, item: str | None =
         if step is not None:
             raise UsageError(f"--step does not apply to the item directory {location}")
         parsed = parse_step_name(location.parent.name)
-        if item is not None and item != location.name:
-            raise UsageError(f"{location} is the item {location.name!r}, not {item!r}")
-        return ItemRef(
-            location, location.name, parsed.step if parsed else None, location.parent, None
-        )
+        # Outside a step, the directory is a single-item Checkpointer's save: its one item is
+        # called `default` (what a CheckpointManager names an unnamed item).
+        name = location.name if parsed is not None else "default"
+        if item not in (None, ALL_ITEMS, name, location.name):
+            raise UsageError(f"{location} is the item {name!r}, not {item!r}")
+        return ItemRef(location, name, parsed.step if parsed else None, location.parent, None)
     if kind == "root":
         root = location
         step_ref = find_step(root, found.steps or [], step)
@@ -76,5 +89,16 @@ def resolve_item(location: Location, step: int | None = None, item: str | None =
     items = step_items(step_loc, children, meta.item_handlers)
     if not items:
         raise NotACheckpointError(f"{step_loc} holds no items")
-    name = choose_item(items, item, step_loc)
+    if item is ALL_ITEMS:
+        return [
+            ItemRef(item_location(step_loc, n, items), n, step_num, step_loc, root) for n in items
+        ]
+    name = choose_item(items, item, step_loc, lambda n: item_kind(step_loc, n, meta.item_handlers))
     return ItemRef(item_location(step_loc, name, items), name, step_num, step_loc, root)
+
+
+def resolve_items(location: Location, step: int | None = None) -> list[ItemRef]:
+    """Every item of the step a root (``step``, default the latest committed one) or a step
+    directory resolves to, ``metrics`` included; an item directory is its one item."""
+    found = _resolve(location, step, ALL_ITEMS)
+    return found if isinstance(found, list) else [found]

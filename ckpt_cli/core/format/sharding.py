@@ -207,8 +207,9 @@ def shard_shape(
 
 def split_chunk(shard: tuple[int, ...], itemsize: int, max_bytes: int) -> tuple[int, ...]:
     """Split a shard into equal chunks under ``max_bytes``: the largest dimension first, by its
-    smallest prime factor, so every chunk tiles the shard exactly."""
-    chunk = list(shard)
+    smallest prime factor, so every chunk tiles the shard exactly. A zero-size dimension gets
+    chunks of 1, as Orbax writes them (zarr allows no chunk of 0)."""
+    chunk = [max(1, d) for d in shard]
     while math.prod(chunk) * itemsize > max_bytes:
         for d in sorted(range(len(chunk)), key=lambda i: -chunk[i]):
             f = _smallest_factor(chunk[d])

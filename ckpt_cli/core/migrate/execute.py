@@ -18,7 +18,14 @@ from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.storage import Location, open_location
 from ckpt_cli.core.verify.gate import require_sound_source
 from ckpt_cli.core.write.rewrite import WriteResult, prepare_destination, run_write
-from ckpt_cli.core.write.types import ArrayOut, BlockSource, Compression, LeafOut
+from ckpt_cli.core.write.types import (
+    ArrayOut,
+    BlockSource,
+    Compression,
+    LeafOut,
+    stored_key_types,
+    stored_keypath,
+)
 from ckpt_cli.errors import CkptError
 
 
@@ -47,6 +54,7 @@ def execute(plan: MigrationPlan, on_progress: ProgressFn | None = None) -> Write
         operation=plan.operation,
         on_progress=on_progress,
         step=plan.step_out,
+        item_kind=plan.report.kind,
     )
     digests = None
     if record:
@@ -100,8 +108,8 @@ def migrate_leaves(
             recipe = ComputeLeaf(str(report.ref.location), report.zarr_format == 3, leaf.expr, used)
         out.append(
             LeafOut(
-                keypath=leaf.keypath,
-                key_types=leaf.key_types,
+                keypath=stored_keypath(leaf.keypath, report.kind),
+                key_types=stored_key_types(leaf.key_types, report.kind),
                 value_type=leaf.value_type,
                 array=array,
                 source=source,

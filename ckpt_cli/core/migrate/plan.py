@@ -17,10 +17,11 @@ import math
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from ckpt_cli.core.format.arrays import dtype_itemsize
 from ckpt_cli.core.format.layout import ItemRef, detect
+from ckpt_cli.core.format.names import unsafe_as_path
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.sharding import ShardingInfo
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
@@ -30,6 +31,7 @@ from ckpt_cli.core.migrate.spec import MigrationSpec, Rule, load_spec
 from ckpt_cli.core.migrate.target import Difference, abstract_state, compare_target, import_function
 from ckpt_cli.core.migrate.tree import Step, Work, fill_key_types, followers, key_types
 from ckpt_cli.core.schema import document
+from ckpt_cli.core.state import rng_state_kind
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.memory import bound_allocator
 from ckpt_cli.core.write.types import WriteOptions
@@ -78,6 +80,27 @@ class DestLeaf:
         return math.prod(self.expr.shape) * dtype_itemsize(self.expr.dtype)
 
 
+#: Rules that change values or shapes; they leave PRNG state alone unless they name it exactly.
+_VALUE_OPS = frozenset({"cast", "set", "resize", "reshape", "transpose", "split", "python"})
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A leaf a rule matched but did not change: PRNG state named by a pattern, not exactly."""
+
+    leaf: str
+    rule: str
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"leaf": self.leaf, "rule": self.rule, "reason": self.reason}
+
+    def text(self) -> str:
+        return (
+            f"{self.leaf}: {self.reason}, left as is by {self.rule} (name it exactly to change it)"
+        )
+
+
 @dataclass(frozen=True)
 class MigrationPlan:
     """A migration to carry out (``execute``): the spec applied to the source item, the
@@ -101,8 +124,12 @@ class MigrationPlan:
     record_digests: bool | None = None
     #: The functions of ``op: python`` rules, imported (only with allow_python).
     functions: dict[str, Callable[..., Any]] = field(default_factory=dict, compare=False)
+    #: PRNG key data (and nnx RNG counters) rules matched by pattern and left unchanged.
+    skipped: tuple[Skip, ...] = ()
 
     kind = "migrate"
+    #: 2: ``skipped``, the PRNG state rules matched by pattern and left alone.
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     @property
     def total_bytes(self) -> int:
@@ -128,7 +155,16 @@ class MigrationPlan:
 
     @property
     def refusal(self) -> RefusedError | None:
-        """Why this plan must not be written (unused rules, a mismatched target), or None."""
+        """Why this plan must not be written (unused rules, a mismatched target, leaves that
+        cannot be directories of a plain item), or None."""
+        if not self.write.ocdbt:
+            for leaf in self.leaves:
+                if leaf.expr is not None and (why := unsafe_as_path(leaf.name)):
+                    return RefusedError(
+                        f"leaf {leaf.name!r} cannot be stored without OCDBT ({why}); "
+                        "nothing written",
+                        hint="drop --no-ocdbt, or rename the leaf with a rule",
+                    )
         if self.unused_rules and not self.allow_unused:
             return RefusedError(
                 f"{', '.join(self.unused_rules)} matched no leaf; nothing written",
@@ -175,6 +211,7 @@ class MigrationPlan:
                 "total_bytes": self.total_bytes,
                 "leaves": [leaf.to_json() for leaf in self.leaves],
                 "dropped": list(self.dropped),
+                "skipped": [k.to_json() for k in self.skipped],
                 "unused_rules": list(self.unused_rules),
                 "target": None
                 if self.target is None
@@ -182,7 +219,8 @@ class MigrationPlan:
                     "function": self.target,
                     "differences": [d.to_json() for d in self.differences or ()],
                 },
-            }
+            },
+            version=self.SCHEMA_VERSION,
         )
 
 
@@ -223,7 +261,8 @@ def plan_migration(
         functions[rule.function] = import_function(rule.function, where)
     ref = resolve_item(_open(source, storage), step, item)
     report = inspect_item(ref)
-    leaves, dropped, unused = apply_spec(report, parsed, write.max_chunk_bytes)
+    skipped: list[Skip] = []
+    leaves, dropped, unused = apply_spec(report, parsed, write.max_chunk_bytes, skipped)
     plan = MigrationPlan(
         parsed,
         leaves,
@@ -240,6 +279,7 @@ def plan_migration(
         allow_mismatch=allow_mismatch,
         record_digests=record_digests,
         functions=functions,
+        skipped=tuple(skipped),
     )
     if target is None:
         return plan
@@ -263,11 +303,14 @@ def _open(target: str | os.PathLike[str] | Location, storage: StorageOptions | N
 
 
 def apply_spec(
-    report: ItemReport, spec: MigrationSpec, max_chunk_bytes: int
+    report: ItemReport,
+    spec: MigrationSpec,
+    max_chunk_bytes: int,
+    skipped: list[Skip] | None = None,
 ) -> tuple[tuple[DestLeaf, ...], tuple[str, ...], tuple[str, ...]]:
     """The spec's rules applied in order: (destination leaves, dropped source leaves, labels
-    of the rules that matched nothing)."""
-    work, unused = apply_rules([Work.from_leaf(leaf) for leaf in report.leaves], spec)
+    of the rules that matched nothing); ``skipped`` collects the PRNG state rules left alone."""
+    work, unused = apply_rules([Work.from_leaf(leaf) for leaf in report.leaves], spec, skipped)
     default = _default_sharding(report.leaves)
     sources = {leaf.name: leaf for leaf in report.leaves}
     kinds = fill_key_types(work)
@@ -277,19 +320,22 @@ def apply_spec(
     return leaves, dropped, unused
 
 
-def apply_rules(work: list[Work], spec: MigrationSpec) -> tuple[list[Work], tuple[str, ...]]:
+def apply_rules(
+    work: list[Work], spec: MigrationSpec, skipped: list[Skip] | None = None
+) -> tuple[list[Work], tuple[str, ...]]:
     """The spec's rules applied in order to leaves being planned (from an Orbax item, or the
     tensors of an import): the leaves, and the labels of the rules that matched nothing."""
     unused = []
+    left: list[Skip] = [] if skipped is None else skipped
     for rule in spec.rules:
-        work, matched = _apply(rule, work)
+        work, matched = _apply(rule, work, left)
         if not matched:
             unused.append(rule.label)
         rules.check_tree(rule, work)
     return work, tuple(unused)
 
 
-def _apply(rule: Rule, work: list[Work]) -> tuple[list[Work], bool]:
+def _apply(rule: Rule, work: list[Work], skipped: list[Skip]) -> tuple[list[Work], bool]:
     if rule.op == "add":
         return rules.add(rule, work), True
     if rule.op == "concat":
@@ -301,6 +347,19 @@ def _apply(rule: Rule, work: list[Work]) -> tuple[list[Work], bool]:
         change, follow_change = stack.unstack, stack.follow_unstack
     arrays_only = rule.op not in ("rename", "drop", "keep_only")
     direct = [w for w in work if (w.expr is not None or not arrays_only) and rule.selects(w.name)]
+    if rule.op in _VALUE_OPS and direct:
+        # PRNG key data cast to bfloat16 or padded is no key any more: a pattern that merely
+        # covers it (`model\..*`) leaves it alone, and the plan says so.
+        kept = []
+        for w in direct:
+            why = rng_state_kind(w.leaf) if w.leaf is not None else None
+            if why and not rule.names_exactly(w.name):
+                skipped.append(Skip(w.name, rule.label, why))
+            else:
+                kept.append(w)
+        if not kept:
+            return work, True  # matched, every match skipped: not an unused rule
+        direct = kept
     if rule.op == "keep_only":
         keep = {id(w) for w in direct}
         return [w for w in work if id(w) in keep], bool(direct)

@@ -12,7 +12,8 @@ from typing import Any
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.migrate.initializers import FAN_KINDS, Initializer, numpy_dtype
 from ckpt_cli.core.migrate.spec import Rule
-from ckpt_cli.core.migrate.tree import Step, Work, moment_prefixes, relative_path
+from ckpt_cli.core.migrate.tree import Step, Work, moment_prefixes
+from ckpt_cli.core.state import relative_path
 from ckpt_cli.errors import RefusedError
 
 

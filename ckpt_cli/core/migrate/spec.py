@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_cli.core.format.arrays import EXTRA_DTYPES
+from ckpt_cli.core.format.names import literal_name
 from ckpt_cli.core.migrate.initializers import FAN_KINDS, Initializer, parse_init
 from ckpt_cli.core.textfiles import load_yaml, read_limited
 from ckpt_cli.errors import RefusedError
@@ -108,6 +109,11 @@ class Rule:
     @property
     def label(self) -> str:
         return f"rule {self.index} ({self.op})"
+
+    def names_exactly(self, name: str) -> bool:
+        """Whether a ``match`` pattern spells out ``name`` itself (dots escaped or not), not a
+        family of leaves: what a rule must do to change PRNG key data."""
+        return any(literal_name(p.pattern) == name for p in self.match)
 
     def selects(self, name: str) -> re.Match[str] | None:
         """The match of the first ``match`` pattern that takes the whole name, unless excluded."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckpt_cli.core.inspect import Leaf
 from ckpt_cli.core.migrate import ops
-from ckpt_cli.core.state import telling_name
+from ckpt_cli.core.state import mirrored, parameter_index
 from ckpt_cli.errors import RefusedError
 
 if TYPE_CHECKING:
@@ -127,39 +127,15 @@ class Work:
         self.claims[kind] = rule.index
 
 
-def relative_path(keypath: tuple[str, ...]) -> tuple[str, ...]:
-    """The path below the parameter root, or the whole path for a leaf that is no parameter."""
-    telling = telling_name(keypath)
-    if telling is not None and telling[0] == "params" and len(keypath) > telling[1] + 1:
-        return keypath[telling[1] + 1 :]
-    return keypath
-
-
 def _params_by_path(work: list[Work]) -> dict[tuple[str, ...], list[Work]]:
-    index: dict[tuple[str, ...], list[Work]] = {}
-    for w in work:
-        telling = telling_name(w.keypath)
-        if w.expr is not None and telling is not None and telling[0] == "params":
-            rel = relative_path(w.keypath)
-            if rel != w.keypath:
-                index.setdefault(rel, []).append(w)
-    return index
+    return parameter_index((w for w in work if w.expr is not None), lambda w: w.keypath)
 
 
 def _mirrored(o: Work, index: dict[tuple[str, ...], list[Work]]) -> tuple[list[Work], int] | None:
     """The parameters an optimizer leaf mirrors (longest relative path first) and where it starts."""
-    telling = telling_name(o.keypath)
-    if o.expr is None or telling is None or telling[0] != "opt_state":
+    if o.expr is None:
         return None
-    for k in range(telling[1] + 1, len(o.keypath)):
-        found = [
-            p
-            for p in index.get(o.keypath[k:], [])
-            if p.expr is not None and p.expr.shape == o.expr.shape
-        ]
-        if found:
-            return found, k
-    return None
+    return mirrored(o.keypath, o.expr.shape, index, lambda p: p.expr.shape if p.expr else None)
 
 
 def followers(rule: Rule, direct: list[Work], work: list[Work]) -> dict[int, list[Work]]:

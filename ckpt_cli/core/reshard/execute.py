@@ -12,7 +12,14 @@ from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.reshard.plan import ReshardLayout, ReshardPlan
 from ckpt_cli.core.verify.gate import require_sound_source
 from ckpt_cli.core.write.rewrite import WriteResult, prepare_destination, run_write
-from ckpt_cli.core.write.types import ArrayOut, BlockSource, Compression, LeafOut
+from ckpt_cli.core.write.types import (
+    ArrayOut,
+    BlockSource,
+    Compression,
+    LeafOut,
+    stored_key_types,
+    stored_keypath,
+)
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ def execute(plan: ReshardPlan, on_progress: ProgressFn | None = None) -> WriteRe
         operation=plan.operation,
         on_progress=on_progress,
         leaf_digests=carried,
+        item_kind=plan.report.kind,
     )
     return WriteResult(plan, out, seconds)
 
@@ -87,8 +95,8 @@ def reshard_leaves(
             )
         out.append(
             LeafOut(
-                keypath=leaf.keypath,
-                key_types=leaf.key_types,
+                keypath=stored_keypath(leaf.keypath, report.kind),
+                key_types=stored_key_types(leaf.key_types, report.kind),
                 value_type=leaf.value_type,
                 array=array,
                 source=source,

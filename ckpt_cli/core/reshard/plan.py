@@ -13,20 +13,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
 
 from ckpt_cli.core.format.arrays import dtype_itemsize
 from ckpt_cli.core.format.layout import ItemRef
+from ckpt_cli.core.format.names import unsafe_as_path
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.sharding import MeshSpec, ShardingInfo, Spec, shard_shape, split_chunk
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.reshard.rules import Rule, inline_rule, load_rules, parse_rules
 from ckpt_cli.core.schema import document
+from ckpt_cli.core.state import mirrored, parameter_index
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.memory import bound_allocator
 from ckpt_cli.core.write.types import WriteOptions
-from ckpt_cli.errors import RefusedError, UsageError
+from ckpt_cli.errors import NotFoundError, RefusedError, UsageError
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,9 @@ class LeafPlan:
     write_shape: tuple[int, ...]
     rule: str | None
     problem: str | None = None
+    #: The parameter an optimizer leaf (Adam ``mu``/``nu``) took its sharding from, no rule
+    #: naming it.
+    follows: str | None = None
 
     @property
     def nbytes(self) -> int:
@@ -55,6 +60,7 @@ class LeafPlan:
             if self.spec is None
             else [list(x) if isinstance(x, tuple) else x for x in self.spec],
             "rule": self.rule,
+            "follows": self.follows,
             "size_bytes": leaf.size_bytes,
             "problem": self.problem,
         }
@@ -91,6 +97,8 @@ class ReshardPlan:
     operation: dict[str, Any]  # recorded in the new step's ckpt_history
 
     kind = "reshard"
+    #: 2: ``follows`` per leaf (optimizer moments that take their parameter's sharding).
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     @property
     def leaves(self) -> tuple[LeafPlan, ...]:
@@ -126,7 +134,8 @@ class ReshardPlan:
                 "total_bytes": self.total_bytes,
                 "unused_rules": list(self.layout.unused_rules),
                 "leaves": [p.to_json() for p in self.leaves],
-            }
+            },
+            version=self.SCHEMA_VERSION,
         )
 
 
@@ -146,7 +155,8 @@ def plan_reshard(
     """Plan rewriting ``source`` (a root, step or item) into the root ``destination`` for a new
     mesh: partition specs from ``rules_file`` (YAML/JSON mapping of leaf patterns to specs) then
     ``rules`` (``"PATTERN=SPEC"`` strings or a mapping), first match wins and unmatched leaves
-    are replicated; or the layout of the checkpoint ``like``. Reads metadata only."""
+    are replicated, optimizer moments following their parameter unless a rule names them; or the
+    layout of the checkpoint ``like``. Reads metadata only."""
     if like is not None and (mesh or rules_file or rules):
         raise UsageError(
             "--like copies another checkpoint's layout; do not combine it with --mesh/--rules/--rule"
@@ -160,7 +170,7 @@ def plan_reshard(
     ref = resolve_item(_open(source, storage), step, item)
     report = inspect_item(ref)
     if like is not None:
-        other = inspect_item(resolve_item(_open(like, storage)))
+        other = inspect_item(_like_item(_open(like, storage), ref.name))
         layout = plan_like(report, other, write.max_chunk_bytes)
     else:
         assert mesh is not None
@@ -172,6 +182,8 @@ def plan_reshard(
             for text in rules:
                 rule_list += parse_rules(inline_rule(text), target, f"--rule {text!r}")
         layout = plan_from_rules(report, target, rule_list, write.max_chunk_bytes)
+    if not write.ocdbt:
+        layout = _without_unsafe_paths(layout)
     mesh_text = (
         ",".join(f"{n}={k}" for n, k in zip(mesh.axis_names, mesh.shape, strict=True))
         if isinstance(mesh, MeshSpec)
@@ -193,6 +205,27 @@ def plan_reshard(
     )
 
 
+def _like_item(like: Location, name: str) -> ItemRef:
+    """The item of ``--like`` to copy the layout of: the one named as the source item (``-i
+    state`` picks ``state`` on both sides), else its own state item."""
+    try:
+        return resolve_item(like, None, name)
+    except (NotFoundError, UsageError):
+        return resolve_item(like)
+
+
+def _without_unsafe_paths(layout: ReshardLayout) -> ReshardLayout:
+    """Without OCDBT every array is a directory named after its leaf: refuse the leaves whose
+    dict keys cannot be one (``..``), as Orbax does, instead of writing outside the item."""
+    leaves = []
+    for p in layout.leaves:
+        why = unsafe_as_path(p.leaf.name) if p.leaf.is_array else None
+        if why and p.problem is None:
+            p = replace(p, problem=f"cannot be stored without OCDBT ({why}); drop --no-ocdbt")
+        leaves.append(p)
+    return replace(layout, leaves=tuple(leaves))
+
+
 def _open(target: str | os.PathLike[str] | Location, storage: StorageOptions | None) -> Location:
     return target if isinstance(target, Location) else open_location(target, storage)
 
@@ -204,17 +237,35 @@ def _text(target: str | os.PathLike[str] | Location | None) -> str | None:
 def plan_from_rules(
     report: ItemReport, mesh: MeshSpec, rules: list[Rule], max_chunk_bytes: int
 ) -> ReshardLayout:
+    """Each array leaf gets the spec of the first rule that names it; an optimizer leaf that
+    mirrors a parameter (Adam ``mu``/``nu``: same relative path and shape) and that no rule
+    names gets its parameter's, as migrate moves moments with their parameter; the rest is
+    replicated."""
     used: set[str] = set()
+    chosen: dict[str, tuple[Rule, Spec]] = {}
+    for leaf in report.leaves:
+        if leaf.is_array and leaf.shape is not None:
+            rule = next((r for r in rules if r.regex.match(leaf.name)), None)
+            if rule is not None:
+                used.add(rule.pattern)
+                chosen[leaf.name] = (rule, rule.spec)
+    index = parameter_index((lf for lf in report.leaves if lf.name in chosen), lambda x: x.keypath)
     plans = []
     for leaf in report.leaves:
         if not leaf.is_array or leaf.shape is None:
             plans.append(LeafPlan(leaf, None, None, (), (), None))
             continue
-        rule = next((r for r in rules if r.regex.match(leaf.name)), None)
-        spec: Spec = rule.spec if rule else ()
-        if rule:
-            used.add(rule.pattern)
-        plans.append(_plan_leaf(leaf, spec, mesh, rule.pattern if rule else None, max_chunk_bytes))
+        if leaf.name in chosen:
+            rule, spec = chosen[leaf.name]
+            plans.append(_plan_leaf(leaf, spec, mesh, rule.pattern, max_chunk_bytes))
+            continue
+        found = mirrored(leaf.keypath, leaf.shape, index, lambda p: p.shape)
+        if found is not None and len(found[0]) == 1:
+            param = found[0][0]
+            plan = _plan_leaf(leaf, chosen[param.name][1], mesh, None, max_chunk_bytes)
+            plans.append(replace(plan, follows=param.name))
+            continue
+        plans.append(_plan_leaf(leaf, (), mesh, None, max_chunk_bytes))
     unused = tuple(r.pattern for r in rules if r.pattern not in used)
     return ReshardLayout(tuple(plans), unused, mesh)
 

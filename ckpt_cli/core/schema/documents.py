@@ -93,12 +93,20 @@ class StatsJSON(TypedDict):
     finite: int
 
 
+class KeyDataJSON(TypedDict):
+    """What a typed PRNG key stores: its data (``uint32[..., 2]`` for threefry)."""
+
+    dtype: str | None
+    shape: Shape
+
+
 class LeafJSON(TypedDict):
     name: str
     keypath: list[str]
     value_type: str
-    dtype: str | None
-    shape: Shape | None
+    dtype: str | None  # a typed key's own: key<fry> (schema 3)
+    shape: Shape | None  # a typed key's own shape, its data's without the last dimension
+    key_data: KeyDataJSON | None
     chunk_shape: Shape | None
     write_shape: Shape | None
     elements: int | None
@@ -162,6 +170,7 @@ class InspectJSON(TypedDict):
     root: str | None
     step: int | None
     item: str
+    kind: Literal["pytree", "array", "json"]
     storage: str
     zarr_format: int
     totals: TotalsJSON
@@ -170,6 +179,30 @@ class InspectJSON(TypedDict):
     step_custom_metadata: JSONValue
     leaves: list[LeafJSON]
     layout: NotRequired[LayoutJSON]
+    other_items: NotRequired[list[OtherItemJSON]]
+
+
+class OtherItemJSON(TypedDict):
+    """Another item of the inspected step, named beside the state item."""
+
+    item: str
+    kind: Literal["pytree", "array", "json"]
+    path: str
+    leaves: int
+    size_bytes: int
+
+
+class StepInspectJSON(TypedDict):
+    """``ckpt inspect --json`` of a step of several items none of which is the state item (two
+    PyTree items, no ``--item``): every item, each as the one-item document."""
+
+    schema_version: int
+    ok: bool
+    path: str
+    root: str | None
+    step: int | None
+    item: None
+    items: list[InspectJSON]
 
 
 # --- verify ---
@@ -223,6 +256,8 @@ class ProblemJSON(TypedDict):
     severity: Literal["error", "warning"]
     code: str
     leaf: str | None
+    #: Every leaf the problem hurts (a data file holds chunks of many); ``leaf`` is the first.
+    leaves: list[str]
     file: str | None
     message: str
 
@@ -291,6 +326,8 @@ class DiffJSON(TypedDict):
     equal: bool
     tolerance: ToleranceJSON
     compare_cast: bool
+    #: ``--structure``: names, kinds, dtypes, shapes, shardings compared; no array data read.
+    structure_only: bool
     summary: dict[str, int]
     leaves: list[LeafDiffJSON]
 

@@ -16,6 +16,7 @@ from ckpt_cli.core.schema.documents import (
     ShardingJSON,
     SideJSON,
     Spec,
+    StepInspectJSON,
     VerifyJSON,
 )
 
@@ -39,6 +40,7 @@ class ReshardLeafJSON(TypedDict):
     new_chunk_shape: Shape | None
     partition_spec: Spec | None
     rule: str | None
+    follows: str | None  # the parameter an optimizer moment takes its sharding from (v2)
     size_bytes: int
     problem: str | None
 
@@ -101,6 +103,14 @@ class TargetJSON(TypedDict):
     differences: list[DifferenceJSON]
 
 
+class SkipJSON(TypedDict):
+    """PRNG state a rule matched by pattern and left as it is (v2)."""
+
+    leaf: str
+    rule: str
+    reason: Literal["typed PRNG key", "raw PRNG key data", "nnx RNG stream counter"]
+
+
 class MigrateJSON(TypedDict):
     """``ckpt migrate --json``: the plan per destination leaf, and what was written."""
 
@@ -111,6 +121,7 @@ class MigrateJSON(TypedDict):
     total_bytes: int
     leaves: list[MigrateLeafJSON]
     dropped: list[str]
+    skipped: list[SkipJSON]
     unused_rules: list[str]
     target: TargetJSON | None
     output: NotRequired[str]
@@ -255,7 +266,7 @@ class ImportJSON(TypedDict):
 
 DOCUMENTS: dict[str, object] = {
     "ls": LsJSON,
-    "inspect": InspectJSON,
+    "inspect": InspectJSON | StepInspectJSON,
     "verify": VerifyJSON,
     "diff": DiffJSON,
     "prune": PruneJSON,

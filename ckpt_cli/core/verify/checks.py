@@ -16,7 +16,7 @@ import math
 from ckpt_cli.core.format.arrays import ArrayInfo, parse_zarr_header
 from ckpt_cli.core.format.digests import DIGEST_FILE, recorded_file, string_digest
 from ckpt_cli.core.format.metadata import ArrayMetadata, LeafMeta, TreeMetadata
-from ckpt_cli.core.format.names import parse_chunk_part, split_key
+from ckpt_cli.core.format.names import parse_chunk_part, split_key, storage_dir
 from ckpt_cli.core.format.sharding import ShardingInfo
 from ckpt_cli.core.storage.base import loads_json
 from ckpt_cli.core.verify.types import ItemFacts
@@ -35,15 +35,19 @@ def check_arrays(
     store = facts.store
     assert store is not None
     header = store.header_name
+    # Keys name directories (``storage_dir``), not leaves: the dict key 'trailing/' is stored
+    # under trailing/, the key '' at the top of the item.
+    leaf_of = {storage_dir(m.name): m.name for m in tree.leaves if m.has_array}
     headers: set[str] = set()
     parts_of: dict[str, list[str]] = {}
     for key in facts.keys:
-        name, part = split_key(key, facts.zarr3)
+        where, part = split_key(key, facts.zarr3)
+        name = leaf_of.get(where, where)
         if part == header:
             headers.add(name)
         else:
             parts_of.setdefault(name, []).append(part)
-    facts.arrays_seen = headers
+    facts.arrays_seen = {storage_dir(n) for n in headers}
     metas = {m.name: m for m in tree.leaves}
     for m in tree.leaves:
         if m.has_array and m.name not in headers:

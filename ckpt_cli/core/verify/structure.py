@@ -16,16 +16,19 @@ from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.digests import DIGEST_FILE, STATE_FILE, DigestRecord, read_digests
 from ckpt_cli.core.format.metadata import (
     TreeMetadata,
+    legacy_array_tree,
     parse_tree_metadata,
     read_array_metadatas,
     read_strings,
 )
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
+    LEGACY_MSGPACK_RE,
     MANIFEST,
     STEP_METADATA,
     TREE_METADATA,
     split_key,
+    storage_dir,
 )
 from ckpt_cli.core.format.sharding import read_shardings
 from ckpt_cli.core.storage import Location
@@ -66,6 +69,12 @@ def check_item(
         facts.kind = "json"
         _parse_json(item, json_file, facts)
         _flag_unknown(facts, known | {json_file}, lambda rel: False)
+    elif (
+        tree := legacy_array_tree(item, frozenset(r.split("/")[0] for r in inv.sizes))
+    ) is not None:
+        # ArraySave before Orbax 0.12: no _METADATA, the array under `checkpoint`.
+        facts.kind = "array"
+        _check_tree(item, facts, known, tree, _metadata_files_parse(item, facts))
     else:
         facts.add(
             "metadata-missing",
@@ -120,13 +129,32 @@ def _check_pytree(item: Location, facts: ItemFacts, known: set[str]) -> None:
         tree = _parsed(
             facts, TREE_METADATA, lambda: parse_tree_metadata(raw, item.child(TREE_METADATA)), None
         )
-    meta_ok = all(
-        _parse_json(item, rel, facts) is not None
-        for rel in sorted(inv.sizes)
-        if rel in ("_sharding", "_strings.json") or _is_process_file(rel)
-    )
+    meta_ok = _metadata_files_parse(item, facts)
     if tree is None:
         return  # without the tree nothing else can be matched; the file problem says it all
+    if tree.use_ocdbt is None:
+        # Orbax 0.4/0.5 wrote the tree also as msgpack, `checkpoint` (placeholders for arrays),
+        # next to _METADATA; 0.12 records use_ocdbt and writes no such file.
+        known = known | {n for n in inv.sizes if LEGACY_MSGPACK_RE.match(n)}
+    _check_tree(item, facts, known, tree, meta_ok)
+
+
+def _metadata_files_parse(item: Location, facts: ItemFacts) -> bool:
+    assert facts.inventory is not None
+    return all(
+        _parse_json(item, rel, facts) is not None
+        for rel in sorted(facts.inventory.sizes)
+        if rel in ("_sharding", "_strings.json") or _is_process_file(rel)
+    )
+
+
+def _check_tree(
+    item: Location, facts: ItemFacts, known: set[str], tree: TreeMetadata, meta_ok: bool
+) -> None:
+    """Arrays, chunks, databases and files of an item against its tree (parsed, or for an
+    ArraySave of before 0.12 known by heart)."""
+    inv = facts.inventory
+    assert inv is not None
     facts.zarr3 = tree.use_zarr3
     facts.leaves = [m.name for m in tree.leaves]
     shardings = _parsed(facts, "_sharding", lambda: read_shardings(item), {}) if meta_ok else {}
@@ -139,6 +167,9 @@ def _check_pytree(item: Location, facts: ItemFacts, known: set[str]) -> None:
     scans: list[OcdbtScan] = []
     complete, broken = True, set[str]()
     referenced: set[str] = set()
+    # Keys are named after storage directories; the dict key '' keeps its array at the top.
+    leaf_of = {storage_dir(m.name): m.name for m in tree.leaves if m.has_array}
+    top_array = "" in leaf_of
     if store.layout == "zarr":
         if tree.use_ocdbt:
             facts.add(
@@ -148,7 +179,11 @@ def _check_pytree(item: Location, facts: ItemFacts, known: set[str]) -> None:
                 file=MANIFEST,
             )
             complete = False
-        facts.keys = {rel.encode(): None for rel in inv.sizes if "/" in rel}
+        facts.keys = {
+            rel.encode(): None
+            for rel in inv.sizes
+            if "/" in rel or (top_array and _array_file("", rel, store.header_name, tree.use_zarr3))
+        }
     else:
         if MANIFEST in inv.sizes or any(rel.startswith("d/") for rel in inv.sizes):
             scans.append(scan_database(item, "", inv.size))
@@ -156,7 +191,9 @@ def _check_pytree(item: Location, facts: ItemFacts, known: set[str]) -> None:
         for scan in scans:
             facts.problems.extend(_shown(facts, p) for p in scan.problems)
             referenced.update(r.file for r, _ in scan.refs)
-        bounds, broken = check_ref_bounds(scans, inv.size, lambda k: split_key(k, facts.zarr3)[0])
+        bounds, broken = check_ref_bounds(
+            scans, inv.size, lambda k: _leaf_of_key(k, leaf_of, facts.zarr3)
+        )
         facts.problems.extend(_shown(facts, p) for p in bounds)
         key_scans = [s for s in scans if s.db == ""] if MANIFEST in inv.sizes else scans
         for scan in reversed(key_scans):
@@ -170,10 +207,38 @@ def _check_pytree(item: Location, facts: ItemFacts, known: set[str]) -> None:
         known | {TREE_METADATA, "_sharding", "_strings.json", MANIFEST},
         lambda rel: (
             _is_process_file(rel)
-            or (store.layout == "zarr" and rel.split("/")[0] in facts.arrays_seen)
+            or (store.layout == "zarr" and _in_array(rel, facts.arrays_seen, store, tree))
             or _ocdbt_file(rel, known_dirs, referenced, facts, complete and bool(scans))
         ),
     )
+
+
+def _leaf_of_key(key: bytes, leaf_of: dict[str, str], zarr3: bool) -> str:
+    where = split_key(key, zarr3)[0]
+    return leaf_of.get(where, where)
+
+
+def _array_file(directory: str, rel: str, header: str, zarr3: bool) -> bool:
+    """Whether ``rel`` is the header or a chunk of the plain array kept in ``directory``."""
+    if directory:
+        if not rel.startswith(directory + "/"):
+            return False
+        rel = rel[len(directory) + 1 :]
+    return rel == header or (split_key(rel.encode(), zarr3)[0] == "" and _chunk_like(rel, zarr3))
+
+
+def _chunk_like(part: str, zarr3: bool) -> bool:
+    if zarr3:
+        return part == "c" or part.startswith("c/")
+    return "/" not in part and all(p.isdigit() for p in part.split("."))
+
+
+def _in_array(rel: str, seen: set[str], store: ItemStore, tree: TreeMetadata) -> bool:
+    """Whether a file of a plain item lies in the directory of a stored array."""
+    if "" in seen and _array_file("", rel, store.header_name, tree.use_zarr3):
+        return True
+    parts = rel.split("/")
+    return any("/".join(parts[:i]) in seen for i in range(1, len(parts)))
 
 
 def _shown(facts: ItemFacts, p: Problem) -> Problem:
@@ -199,7 +264,10 @@ def _ocdbt_file(
     )
     if not in_db:
         return False
-    if parts[-1] != MANIFEST and trust_refs and rel not in referenced:
+    # Per-process databases hold tree nodes that lost a commit race to another write of the
+    # same save (found on clean saves of the v1 API): Orbax's own leftovers, not damage. Only
+    # the database at the item root, which a save writes once, is held to every file.
+    if parts[-1] != MANIFEST and trust_refs and rel not in referenced and parts[0] == "d":
         facts.add(
             "unreferenced-file",
             f"OCDBT data file {rel} is referenced by no version of its database: it is dead "

@@ -18,6 +18,8 @@ from ckpt_cli.core.format.names import (
     ROOT_METADATA_DIR,
     STEP_METADATA,
     TMP_MARKER,
+    TREE_METADATA,
+    V1_MARKER,
     is_plain_name,
     looks_like_item,
     parse_step_name,
@@ -177,6 +179,26 @@ def _holds_an_item(loc: Location) -> bool:
     return looks_like_item(names, json_items=True)
 
 
+def _before_step_metadata(step_loc: Location, entries: list[Entry]) -> bool:
+    """Whether the step's items were written by Orbax 0.4, which wrote no _CHECKPOINT_METADATA:
+    their _METADATA holds only the tree (``use_zarr3`` appeared with 0.5)."""
+    found = False
+    for e in entries:
+        if not e.is_dir or TMP_MARKER in e.name:
+            continue
+        loc = step_loc.child(e.name, TREE_METADATA)
+        try:
+            raw = loc.read_json_if_exists()
+        except CkptError:
+            return False
+        if raw is None:
+            continue
+        if not isinstance(raw, dict) or "use_zarr3" in raw:
+            return False
+        found = True
+    return found
+
+
 def _check_step(
     step_loc: Location, shown: str, step: int | None, entries: list[Entry], problems: list[Problem]
 ) -> list[ItemTarget]:
@@ -184,15 +206,16 @@ def _check_step(
     meta_file = _join(shown, STEP_METADATA)
     handlers: dict[str, str] | str | None = None
     if STEP_METADATA not in names:
-        problems.append(
-            problem(
-                "step-metadata-missing",
-                f"{shown if shown != '.' else step_loc.name} has no {STEP_METADATA}: Orbax "
-                "writes it with every step since 0.5; if this step is that recent, its save "
-                "did not finish; run `ckpt inspect` on it and compare with the step before",
-                file=meta_file,
+        if not _before_step_metadata(step_loc, entries):  # Orbax 0.4 wrote none
+            problems.append(
+                problem(
+                    "step-metadata-missing",
+                    f"{shown if shown != '.' else step_loc.name} has no {STEP_METADATA}: Orbax "
+                    "writes it with every step since 0.5; if this step is that recent, its save "
+                    "did not finish; run `ckpt inspect` on it and compare with the step before",
+                    file=meta_file,
+                )
             )
-        )
     elif _check_json(step_loc.child(STEP_METADATA), meta_file, problems) is not None:
         try:
             handlers = read_step_metadata(step_loc).item_handlers
@@ -210,7 +233,8 @@ def _check_step(
     for e in entries:
         rel = _join(shown, e.name)
         if not e.is_dir:
-            if e.name not in (STEP_METADATA, COMMIT_MARKER, PIN_FILE):  # PIN_FILE: ckpt pin
+            # PIN_FILE: ckpt pin; V1_MARKER: the v1 API's own file
+            if e.name not in (STEP_METADATA, COMMIT_MARKER, PIN_FILE, V1_MARKER):
                 problems.append(
                     problem(
                         "unknown-file",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
 from ckpt_cli.core.format.digests import DigestRecord, FileSum, LeafDigest
@@ -192,6 +192,7 @@ class VerifyReport:
     """Everything one ``verify`` run found, ready to render as a table, JSON or JUnit."""
 
     path: str
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: problems name every leaf they hurt (leaves)
     kind: str  # root | step | item
     level: str  # structure | deep | sample
     items: tuple[ItemCheck, ...]
@@ -263,5 +264,6 @@ class VerifyReport:
                 "marked_committed": list(self.marked_committed),
                 "elapsed_s": round(self.elapsed_s, 3),
                 "problems": [p.to_json() for p in self.problems],
-            }
+            },
+            version=self.SCHEMA_VERSION,
         )

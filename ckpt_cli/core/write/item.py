@@ -14,16 +14,20 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ckpt_cli.core.format.names import COMMIT_MARKER, TREE_METADATA
+from ckpt_cli.core.format.names import COMMIT_MARKER, TREE_METADATA, array_prefix, unsafe_as_path
 from ckpt_cli.core.format.sharding import sharding_json
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.pipeline import Pipeline, block_budget, leaf_regions
 from ckpt_cli.core.write.types import LeafOut, Region
+from ckpt_cli.errors import RefusedError
 
 STANDARD_HANDLER = (
     "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
 )
 JSON_HANDLER = "orbax.checkpoint._src.handlers.json_checkpoint_handler.JsonCheckpointHandler"
+ARRAY_HANDLER = "orbax.checkpoint._src.handlers.array_checkpoint_handler.ArrayCheckpointHandler"
+#: The handler Orbax records for an item of each kind ``inspect`` tells (``ItemReport.kind``).
+HANDLERS = {"pytree": STANDARD_HANDLER, "array": ARRAY_HANDLER, "json": JSON_HANDLER}
 # Orbax's own OCDBT settings for checkpoints (tensorstore_utils._add_ocdbt_write_options).
 OCDBT_CONFIG = {
     "max_inline_value_bytes": 1024,
@@ -72,9 +76,14 @@ class ItemWriter:
 
     def _kvstore(self, name: str) -> dict[str, Any]:
         base = (self.dest.child(self.database) if self.database else self.dest).kvstore_spec()
+        # The leaf's key prefix as Orbax's TensorStore makes it (``''`` at the top, ``a/``);
+        # plans refuse names that cannot be directories before any plain item is written.
+        path = array_prefix(name)
         if self.use_ocdbt:
-            return {"driver": "ocdbt", "base": base, "config": OCDBT_CONFIG, "path": f"{name}/"}
-        return {**base, "path": base["path"] + f"{name}/"}
+            return {"driver": "ocdbt", "base": base, "config": OCDBT_CONFIG, "path": path}
+        if why := unsafe_as_path(name):
+            raise RefusedError(f"leaf {name!r} cannot be stored without OCDBT: {why}")
+        return {**base, "path": base["path"] + path}
 
     def open_array(self, leaf: LeafOut) -> Any:
         import tensorstore as ts

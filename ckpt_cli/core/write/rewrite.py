@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ckpt_cli.core.executor import Executor, open_executor
+from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.digests import (
     DigestRecord,
     FileSum,
@@ -24,14 +25,26 @@ from ckpt_cli.core.format.digests import (
     write_digests,
 )
 from ckpt_cli.core.format.layout import ItemRef, detect, step_items
-from ckpt_cli.core.format.metadata import read_step_metadata, read_tree_metadata
-from ckpt_cli.core.format.names import STEP_METADATA, check_plain_name
+from ckpt_cli.core.format.metadata import (
+    ARRAY_ITEM_LEAF,
+    KEY_TYPE_DICT,
+    legacy_array_tree,
+    read_step_metadata,
+    read_tree_metadata,
+)
+from ckpt_cli.core.format.names import STEP_METADATA, TREE_METADATA, check_plain_name
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.distributed import DEFAULT_UNIT_BYTES, ScaleStats, write_arrays_scaled
-from ckpt_cli.core.write.item import JSON_HANDLER, STANDARD_HANDLER, ItemWriter
+from ckpt_cli.core.write.item import (
+    ARRAY_HANDLER,
+    HANDLERS,
+    JSON_HANDLER,
+    STANDARD_HANDLER,
+    ItemWriter,
+)
 from ckpt_cli.core.write.step import StepWriter
-from ckpt_cli.core.write.types import LeafOut, WriteOptions
+from ckpt_cli.core.write.types import ArrayOut, LeafOut, WriteOptions
 from ckpt_cli.errors import CkptError, NotACheckpointError, RefusedError, UsageError
 
 
@@ -97,6 +110,7 @@ def run_write(
     on_progress: ProgressFn | None = None,
     leaf_digests: dict[str, LeafDigest] | None = None,
     step: int | None = None,
+    item_kind: str = "pytree",
 ) -> tuple[StepOutput, float]:
     """``write_step`` with ``options`` (``zarr3``: the output zarr version, resolved): the
     executor opened when it scales out, progress as ``label`` bytes of the arrays. Returns the
@@ -121,6 +135,7 @@ def run_write(
             executor=executor,
             unit_bytes=options.unit_bytes,
             check_destination=False,
+            item_kind=item_kind,
         )
     return out, time.monotonic() - started
 
@@ -168,13 +183,15 @@ def write_step(
     executor: Executor | None = None,
     unit_bytes: int = DEFAULT_UNIT_BYTES,
     check_destination: bool = True,
+    item_kind: str = "pytree",
 ) -> StepOutput:
     """Write ``leaves`` as step ``step`` (default: the source's number) of the root ``dst``;
     ``leaf_digests`` (values known unchanged, e.g. by reshard) are recorded for the new item
     with freshly computed file checksums, so verify keeps checking them. With ``executor`` the
     arrays are written in units by its workers (``distributed.py``); metadata, digests and the
     commit stay here, after every unit succeeded. ``check_destination`` False: the caller
-    already ran ``prepare_destination``."""
+    already ran ``prepare_destination``. ``item_kind`` (``pytree`` or ``array``, as
+    ``inspect`` tells it) picks the handler the step records for the item."""
     if check_destination:
         prepare_destination(dst, src)
     dst.make_dirs()
@@ -188,7 +205,7 @@ def write_step(
     writer.begin()
     try:
         source_meta = read_step_metadata(src.step_location) if src.step_location else None
-        item_dir = writer.item(src.name, STANDARD_HANDLER)
+        item_dir = writer.item(src.name, HANDLERS.get(item_kind, STANDARD_HANDLER))
         tree = read_tree_metadata(src.location)
         item = ItemWriter(
             item_dir, use_ocdbt=use_ocdbt, use_zarr3=use_zarr3, memory_limit=memory_limit
@@ -202,7 +219,9 @@ def write_step(
         if leaf_digests:
             write_digests(item_dir, DigestRecord(leaf_digests, _file_sums(item_dir)))
         if src.step_location is not None and src.location != src.step_location:
-            _copy_other_items(src, writer, source_meta.item_handlers if source_meta else None)
+            _copy_other_items(
+                src, writer, source_meta.item_handlers if source_meta else None, memory_limit
+            )
         custom = dict(source_meta.custom_metadata or {}) if source_meta else {}
         history = (
             list(custom.get("ckpt_history", []))
@@ -237,7 +256,7 @@ def _file_sums(item_dir: Location) -> dict[str, FileSum]:
 
 
 def _copy_other_items(
-    src: ItemRef, writer: StepWriter, handlers: dict[str, str] | str | None
+    src: ItemRef, writer: StepWriter, handlers: dict[str, str] | str | None, memory_limit: int
 ) -> None:
     assert src.step_location is not None
     children = src.step_location.list()
@@ -251,13 +270,45 @@ def _copy_other_items(
     for name in step_items(src.step_location, children, handlers):
         if name == src.name:
             continue
-        item = src.step_location.child(name)
-        inside = [rel for rel, entry in item.walk() if entry.is_symlink]
+        loc = src.step_location.child(name)
+        inside = [rel for rel, entry in loc.walk() if entry.is_symlink]
         if inside:
             raise RefusedError(
-                f"the source item {item} holds a symlink ({inside[0]}): ckpt never copies a "
+                f"the source item {loc} holds a symlink ({inside[0]}): ckpt never copies a "
                 "link or what it points to, nothing written",
                 hint=f"run `ckpt verify {src.step_location}`; replace the link by the file",
             )
-        handler = handlers.get(name, JSON_HANDLER) if isinstance(handlers, dict) else JSON_HANDLER
-        src.step_location.child(name).copy_tree(writer.item(name, handler))
+        known = handlers.get(name) if isinstance(handlers, dict) else None
+        legacy = legacy_array_tree(loc)
+        if legacy is not None and legacy.use_ocdbt:
+            _rewrite_ocdbt_array_item(loc, writer.item(name, ARRAY_HANDLER), memory_limit)
+        else:
+            loc.copy_tree(writer.item(name, known or _handler_of(loc)))
+
+
+def _rewrite_ocdbt_array_item(item: Location, dest: Location, memory_limit: int) -> None:
+    """An ArraySave item of Orbax 0.4 (one array in an OCDBT database, no _METADATA), which
+    Orbax 0.12 cannot restore ("Resource not defined: cache_pool#ocdbt"), written the way 0.12
+    writes one: _METADATA naming `checkpoint`, plain zarr2. The values are the same."""
+    store = ItemStore(item, use_zarr3=False)
+    info, label = store.read_headers([ARRAY_ITEM_LEAF])[ARRAY_ITEM_LEAF]
+    chunks = tuple(max(1, c) for c in info.chunk_shape)
+    leaf = LeafOut(
+        keypath=(ARRAY_ITEM_LEAF,),
+        key_types=(KEY_TYPE_DICT,),
+        value_type="np.ndarray",  # restores without a mesh, as 0.12 restores the 0.5 layout
+        array=ArrayOut(info.dtype, info.shape, chunks, zarr3=False),
+        source=store.reader(ARRAY_ITEM_LEAF, info, label).read,
+        source_chunks=info.chunk_shape,
+    )
+    out = ItemWriter(dest, use_ocdbt=False, use_zarr3=False, memory_limit=memory_limit)
+    out.write_arrays([leaf])
+    out.write_metadata([leaf])
+
+
+def _handler_of(item: Location) -> str:
+    """The handler of an item whose step recorded none (Orbax before 0.11), from its files."""
+    names = frozenset(e.name for e in item.list())
+    if legacy_array_tree(item, names) is not None:
+        return ARRAY_HANDLER
+    return STANDARD_HANDLER if TREE_METADATA in names else JSON_HANDLER

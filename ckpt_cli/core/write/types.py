@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from ckpt_cli.core.executor import ExecutorSpec
 from ckpt_cli.core.format.arrays import EXTRA_DTYPES, ArrayInfo, ItemStore, dtype_itemsize
+from ckpt_cli.core.format.metadata import ARRAY_ITEM_LEAF, KEY_TYPE_DICT
 from ckpt_cli.core.format.sharding import ShardingInfo
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.units import human_bytes
@@ -158,6 +159,16 @@ class LeafOut:
     @property
     def name(self) -> str:
         return ".".join(self.keypath)
+
+
+def stored_keypath(keypath: tuple[str, ...], item_kind: str) -> tuple[str, ...]:
+    """The keypath a leaf is written under: an ArraySave item's one array (keypath ``()``,
+    as ``inspect`` shows it) is stored as ``checkpoint``, where ArrayCheckpointHandler looks."""
+    return keypath if keypath or item_kind != "array" else (ARRAY_ITEM_LEAF,)
+
+
+def stored_key_types(key_types: tuple[int, ...], item_kind: str) -> tuple[int, ...]:
+    return key_types if key_types or item_kind != "array" else (KEY_TYPE_DICT,)
 
 
 class ArraySink(Protocol):

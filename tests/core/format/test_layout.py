@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from ckpt_cli.core.format.layout import choose_item, detect, latest_committed, list_steps
 from ckpt_cli.core.format.names import parse_step_name
-from ckpt_cli.core.format.resolve import resolve_item
+from ckpt_cli.core.format.resolve import resolve_item, resolve_items
 from ckpt_cli.core.storage import LocalLocation
-from ckpt_cli.errors import NotACheckpointError, NotFoundError, UsageError
+from ckpt_cli.errors import NotACheckpointError, NotFoundError, SeveralItemsError
 from tests.conftest import FIXTURES
 
 
@@ -108,11 +110,24 @@ def test_resolve_single_checkpointer_dir_is_its_own_item() -> None:
     assert ref.location == LocalLocation(str(FIXTURES / "single_checkpointer"))
 
 
-def test_resolve_several_items_needs_item() -> None:
-    with pytest.raises(UsageError, match=r"several items \(extra, state\)"):
-        resolve_item(LocalLocation(str(FIXTURES / "composite_best")))
-    ref = resolve_item(LocalLocation(str(FIXTURES / "composite_best")), step=2, item="state")
-    assert (ref.step, ref.name) == (2, "state")
+def test_resolve_picks_the_one_state_item_else_needs_item(fixture_copy) -> None:  # type: ignore[no-untyped-def]
+    # state (StandardSave) beside extra (JsonSave): state is the one to read.
+    ref = resolve_item(LocalLocation(str(FIXTURES / "composite_best")))
+    assert (ref.step, ref.name) == (4, "state")
+    ref = resolve_item(LocalLocation(str(FIXTURES / "composite_best")), step=2, item="extra")
+    assert (ref.step, ref.name) == (2, "extra")
+    # A second PyTree item (Orbax's own files, copied): no item is the obvious one.
+    root = fixture_copy("composite_best")
+    shutil.copytree(root / "4" / "state", root / "4" / "params")
+    with pytest.raises(SeveralItemsError, match=r"several items \(extra, params, state\)") as e:
+        resolve_item(LocalLocation(str(root)))
+    assert e.value.items == ("extra", "params", "state") and e.value.exit_code == 2
+    assert [r.name for r in resolve_items(LocalLocation(str(root)))] == [
+        "extra",
+        "metrics",
+        "params",
+        "state",
+    ]
 
 
 def test_resolve_missing_step_and_item() -> None:
