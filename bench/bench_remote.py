@@ -15,6 +15,11 @@ wall time, the ratio and the requests one run made (``LIST`` = ListObjectsV2 pag
 ``GET``, ``HEAD``, ``PUT``) are reported. The server is Python: its per-request cost (about 1-3
 ms here) stands in for network latency, so request counts matter more than seconds.
 Results: a table on stdout and the same as JSON in ``bench/out/remote.json``.
+
+With ``--latency 25ms`` (and ``--bandwidth 32MiB/s``) every command runs behind
+``tests/latency_proxy.py`` instead, moto in a process of its own: see ``remote_latency.py``::
+
+    .venv/bin/python bench/bench_remote.py --latency 25ms --bandwidth 32MiB/s [--only ls,prune]
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import bench_ls_inspect as base  # noqa: E402
+import remote_latency  # noqa: E402
 
+from tests.latency_proxy import parse_bandwidth, parse_delay  # noqa: E402
 from tests.remote_servers import BUCKET, S3Server, local_files, s3_environment  # noqa: E402
 
 
@@ -90,9 +97,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--leaves", type=int, default=10000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=None, help="3; 1 with --latency")
     parser.add_argument("--workdir", type=Path, default=REPO / "bench" / "out" / "ls_inspect")
+    parser.add_argument("--latency", type=parse_delay, default=None, help="e.g. 25ms")
+    parser.add_argument("--bandwidth", type=parse_bandwidth, default=None, help="e.g. 32MiB/s")
+    parser.add_argument("--data-mib", type=int, default=64)
+    parser.add_argument("--prune-steps", type=int, default=500)
+    parser.add_argument("--only", default=None, help="ls,inspect,verify,deep,sample,diff,...")
+    parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--scale", action="store_true", help="1/2/4/8 workers and Dask")
+    parser.add_argument("--unit-bytes", default="4MiB", help="with --scale")
     opts = parser.parse_args()
+    if opts.scale:
+        opts.latency = 0.025 if opts.latency is None else opts.latency
+        remote_latency.scale_main(opts)
+        return
+    if opts.latency is not None:
+        opts.repeat = opts.repeat or 1
+        remote_latency.main(opts)
+        return
+    opts.repeat = opts.repeat or 3
     opts.workdir.mkdir(parents=True, exist_ok=True)
     root = base.ensure(
         opts.workdir / f"root_{opts.steps}steps", "root", base.build_root, opts.steps

@@ -91,13 +91,23 @@ def _root(
         "$AWS_ENDPOINT_URL, else AWS.",
         show_default=False,
     ),
+    max_requests: int | None = typer.Option(
+        None,
+        "--max-requests",
+        metavar="N",
+        min=1,
+        help="Requests to an object store kept in flight at once by each process (TensorStore's "
+        "reads and writes, listings, batched deletes). Default: $CKPT_MAX_REQUESTS, else 64.",
+        show_default=False,
+    ),
 ) -> None:
     """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints, and export them to safetensors (and import back); the read commands need no JAX."""
-    from ckpt_cli.core.storage.options import StorageOptions
+    from ckpt_cli.core.storage.options import StorageOptions, apply_request_limit
 
     # Configuration as data: the commands hand these options to the core, which carries them
     # to every location it opens and every worker it starts.
-    ctx.obj = StorageOptions.from_environment(s3_endpoint=s3_endpoint)
+    ctx.obj = StorageOptions.from_environment(s3_endpoint=s3_endpoint, max_requests=max_requests)
+    apply_request_limit(ctx.obj)  # before anything imports TensorStore
 
 
 app.command("ls", cls=HelpCommand)(ls_cmd.ls)

@@ -26,27 +26,28 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context
+from ckpt_cli.core.compare import Compare, pair_blocks
+from ckpt_cli.core.format.arrays import ItemStore, cached_context
 from ckpt_cli.core.format.blocks import (
-    block_shape,
     cache_bytes,
     decoded_chunk_bytes,
-    is_large,
-    iter_blocks,
-    stream_blocks,
 )
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.resolve import resolve_item
-from ckpt_cli.core.format.scan import IN_FLIGHT, OPEN_CACHE_BYTES, read_block
+from ckpt_cli.core.format.scan import OPEN_CACHE_BYTES, ScanTask, open_readers, read_block
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.schema import document
 from ckpt_cli.core.storage import StorageOptions, open_location
 from ckpt_cli.core.units import human_bytes
-from ckpt_cli.errors import UsageError, first_line
+from ckpt_cli.errors import CkptError, UsageError, first_line
 
 DIFF_BLOCK_BYTES = 16 << 20
 MEMORY_LIMIT = 1 << 30
+#: Block pairs and bytes a side (at most a 16th of the memory limit) read ahead, across leaves:
+#: many small leaves keep as many requests in flight as one large one.
+DIFF_IN_FLIGHT = 16
+DIFF_IN_FLIGHT_BYTES = 64 << 20
 
 Status = str
 STATUSES: tuple[Status, ...] = (
@@ -224,17 +225,19 @@ def diff_items(
     lb = {leaf.name: leaf for leaf in rb.leaves}
     common = [(la[n], lb[n]) for n in sorted(la.keys() & lb.keys())]
     budget = max(1 << 20, min(DIFF_BLOCK_BYTES, memory_limit // 64))
+    # Each side's chunk cache holds its largest chunk that does not fit a block (twice: the
+    # next one's reads start while the last slabs of one are compared).
+    cache_a = cache_bytes((x.array for x, _ in common if x.array), budget)
+    cache_b = cache_bytes((y.array for _, y in common if y.array), budget)
     if structure_only:
         sa = sb = None
     else:
-        # Each side's chunk cache holds its largest chunk that does not fit a block (twice:
-        # the next one's reads start while the last slabs of one are compared).
-        sa = _store(ra, cache_bytes((x.array for x, _ in common if x.array), budget))
-        sb = _store(rb, cache_bytes((y.array for _, y in common if y.array), budget))
+        sa, sb = _store(ra, cache_a), _store(rb, cache_b)
     total = 0 if structure_only else sum(x.size_bytes for x, y in common if x.is_array)
     on_bytes = ByteProgress(on_progress, "data", total)
 
-    out = []
+    out: list[LeafDiff | None] = []
+    jobs: list[_Job] = []
     for name in sorted(la.keys() | lb.keys()):
         x, y = la.get(name), lb.get(name)
         if x is None or y is None:
@@ -252,15 +255,30 @@ def diff_items(
         if structure_only:
             out.append(_diff_structure(x, y))
             continue
-        out.append(_diff_leaf(x, y, sa, sb, atol, rtol, compare_cast, on_bytes, budget))
-        if x.array is not None and 2 * decoded_chunk_bytes(x.array) > memory_limit // 2:
-            note = (
-                f"a chunk is {human_bytes(decoded_chunk_bytes(x.array))} decoded, held whole "
-                "on each side: the format's floor, above what --memory-limit leaves for it"
-            )
-            d = out[-1]
-            out[-1] = replace(d, message=f"{d.message}; {note}" if d.message else note)
-    return DiffReport(a, b, atol, rtol, compare_cast, tuple(out), structure_only)
+        decided = _decided(x, y, compare_cast)
+        if decided is None:
+            jobs.append(_Job(len(out), x, y, Compare(atol, rtol, exact_ints=x.dtype == y.dtype)))
+        out.append(decided)
+    if jobs:
+        assert sa is not None and sb is not None
+        held = max(budget, min(DIFF_IN_FLIGHT_BYTES, memory_limit // 16))
+        _stream(sa, sb, jobs, on_bytes, budget, held, (cache_a, cache_b))
+    for job in jobs:
+        out[job.index] = _compared(job)
+    both = {} if structure_only else {x.name: x for x, _ in common}
+    leaves = [_floor_note(d, both.get(d.name), memory_limit) for d in out if d is not None]
+    return DiffReport(a, b, atol, rtol, compare_cast, tuple(leaves), structure_only)
+
+
+def _floor_note(d: LeafDiff, x: Leaf | None, memory_limit: int) -> LeafDiff:
+    """``d``, saying so when one chunk of the leaf, decoded on both sides, exceeds the limit."""
+    if x is None or x.array is None or 2 * decoded_chunk_bytes(x.array) <= memory_limit // 2:
+        return d
+    note = (
+        f"a chunk is {human_bytes(decoded_chunk_bytes(x.array))} decoded, held whole "
+        "on each side: the format's floor, above what --memory-limit leaves for it"
+    )
+    return replace(d, message=f"{d.message}; {note}" if d.message else note)
 
 
 def _store(report: ItemReport, cache: int = 0) -> ItemStore | None:
@@ -296,24 +314,14 @@ def _result(x: Leaf, y: Leaf, status: Status, **extra: Any) -> LeafDiff:
     return LeafDiff(x.name, status, x.dtype, y.dtype, x.shape, y.shape, **extra)
 
 
-def _diff_leaf(
-    x: Leaf,
-    y: Leaf,
-    sa: ItemStore | None,
-    sb: ItemStore | None,
-    atol: float,
-    rtol: float,
-    compare_cast: bool,
-    on_bytes: Callable[[int], None],
-    budget: int = DIFF_BLOCK_BYTES,
-) -> LeafDiff:
+def _decided(x: Leaf, y: Leaf, compare_cast: bool) -> LeafDiff | None:
+    """The result of a pair whose values need not be read; None when they must be compared."""
     if x.problem or y.problem:
         return _result(x, y, "error", message=x.problem or y.problem)
     if x.is_array != y.is_array or (not x.is_array and x.value_type != y.value_type):
         return _result(x, y, "kind_changed", message=f"{x.value_type} vs {y.value_type}")
     if not x.is_array:
         return _result(x, y, "equal" if x.value == y.value else "different")
-    assert x.array is not None and y.array is not None and sa is not None and sb is not None
     if x.shape != y.shape:
         return _result(x, y, "shape_changed")
     if x.dtype != y.dtype and not compare_cast:
@@ -323,12 +331,25 @@ def _diff_leaf(
             "dtype_changed",
             message="values not compared (pass --compare-cast to compare them as float64)",
         )
-    acc = _Compare(atol, rtol, exact_ints=x.dtype == y.dtype)
-    try:
-        _stream(sa, sb, x, y, acc, on_bytes, budget)
-    except Exception as e:
-        message = first_line(e)
-        return _result(x, y, "error", message=message)
+    return None
+
+
+@dataclass
+class _Job:
+    """A pair of arrays whose values are compared: where its result goes, and how far it got."""
+
+    index: int
+    x: Leaf
+    y: Leaf
+    acc: Compare
+    error: str | None = None
+
+
+def _compared(job: _Job) -> LeafDiff:
+    x, y, acc = job.x, job.y, job.acc
+    assert x.array is not None
+    if job.error is not None:
+        return _result(x, y, "error", message=job.error)
     status = "equal" if acc.mismatched == 0 else "different"
     note = f"compared as float64 ({x.dtype} vs {y.dtype})" if x.dtype != y.dtype else None
     return _result(
@@ -343,95 +364,52 @@ def _diff_leaf(
     )
 
 
-def _blocks(a: ArrayInfo, b: ArrayInfo, budget: int) -> Any:
-    """Blocks of at most ``budget`` bytes: slabs of A's chunks when one exceeds the budget,
-    else whole chunks aligned to both chunkings when their common multiple stays small, else
-    to A's."""
-    if is_large(a, budget):
-        return stream_blocks(a, budget)
-    lcm = tuple(
-        min(s, math.lcm(ca or 1, cb or 1))
-        for s, ca, cb in zip(a.shape, a.chunk_shape, b.chunk_shape, strict=True)
-    )
-    if math.prod(lcm) * max(a.itemsize, b.itemsize) <= 4 * budget:
-        return iter_blocks(a, block_shape(replace(a, chunk_shape=lcm), budget))
-    return iter_blocks(a, block_shape(a, budget))
-
-
 def _stream(
     sa: ItemStore,
     sb: ItemStore,
-    x: Leaf,
-    y: Leaf,
-    acc: _Compare,
+    jobs: list[_Job],
     on_bytes: Callable[[int], None],
-    budget: int,
+    budget: int = DIFF_BLOCK_BYTES,
+    held_bytes: int = DIFF_IN_FLIGHT_BYTES,
+    caches: tuple[int, int] = (0, 0),
 ) -> None:
-    assert x.array is not None and y.array is not None
-    ra = sa.reader(x.name, x.array, x.database)
-    rb = sb.reader(y.name, y.array, y.database)
-    pending: deque[tuple[Any, Any, int]] = deque()
-    for sl in _blocks(x.array, y.array, budget):
-        nbytes = math.prod(s.stop - s.start for s in sl) * x.array.itemsize
-        pending.append((read_block(ra, sl), read_block(rb, sl), nbytes))
-        if len(pending) >= IN_FLIGHT // 2:
-            fa, fb, n = pending.popleft()
-            acc.add(fa.result(), fb.result())
-            on_bytes(n)
-    while pending:
-        fa, fb, n = pending.popleft()
-        acc.add(fa.result(), fb.result())
+    """Every pair's blocks in one pipeline: leaves opened ahead on both sides (one TensorStore
+    context each, so an OCDBT tree is read once; its chunk cache holds the large chunks read in
+    slabs), block reads of many leaves in flight (``DIFF_IN_FLIGHT`` pairs, ``held_bytes`` a
+    side), compared in order as they arrive."""
+    tasks_a = [ScanTask(j.x.name, j.x.array, j.x.database) for j in jobs if j.x.array]
+    tasks_b = [ScanTask(j.y.name, j.y.array, j.y.database) for j in jobs if j.y.array]
+    pending: deque[tuple[_Job, Any, Any, int]] = deque()
+    held = [0]
+
+    def consume() -> None:
+        job, fa, fb, n = pending.popleft()
+        held[0] -= n
+        if job.error is None:
+            try:
+                job.acc.add(fa.result(), fb.result())
+            except Exception as e:
+                job.error = first_line(e)
         on_bytes(n)
 
-
-class _Compare:
-    def __init__(self, atol: float, rtol: float, exact_ints: bool) -> None:
-        self.atol = atol
-        self.rtol = rtol
-        self.exact_ints = exact_ints
-        self.mismatched = 0
-        self.max_abs = 0.0
-        self.max_rel = 0.0
-
-    def add(self, a: Any, b: Any) -> None:
-        import numpy as np
-
-        a, b = np.asarray(a), np.asarray(b)
-        if a.dtype == b.dtype and a.dtype.itemsize in (1, 2, 4, 8) and a.shape == b.shape:
-            # Equal bits are equal values (the same NaN too): most blocks of most diffs are
-            # unchanged, and one integer comparison costs far less than the float64 pass.
-            bits = f"u{a.dtype.itemsize}"
-            if np.array_equal(a.view(bits), b.view(bits)):
-                return
-        exact = self.exact_ints and a.dtype.kind in "iub" and not (self.atol or self.rtol)
-        if exact:
-            # Integers compare in their own dtype: float64 would round int64 beyond 2**53.
-            neq = a != b
-            self.mismatched += int(np.count_nonzero(neq))
-            a, b = a[neq], b[neq]
-        if a.dtype.kind == "c" or b.dtype.kind == "c":
-            # Complex values differ in their imaginary parts too: compared as complex128, the
-            # distance is |a - b|; NaN equals NaN part by part.
-            af, bf = a.astype(np.complex128), b.astype(np.complex128)
-            same = _same(af.real, bf.real) & _same(af.imag, bf.imag)
-        else:
-            af, bf = a.astype(np.float64), b.astype(np.float64)
-            same = _same(af, bf)
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            diff = np.where(same, 0.0, np.abs(af - bf))
-            if not exact:
-                ok = same | (diff <= self.atol + self.rtol * np.abs(bf))
-                self.mismatched += int(np.count_nonzero(~ok))
-            if not diff.size:
-                return
-            bad = ~np.isfinite(diff)  # NaN against a number, Inf against a finite value
-            self.max_abs = max(self.max_abs, math.inf if bad.any() else float(diff.max()))
-            rel = ~bad & (bf != 0)
-            if rel.any():
-                self.max_rel = max(self.max_rel, float((diff[rel] / np.abs(bf[rel])).max()))
-
-
-def _same(a: Any, b: Any) -> Any:
-    import numpy as np
-
-    return (a == b) | (np.isnan(a) & np.isnan(b))
+    pairs = zip(
+        open_readers(sa, tasks_a, caches[0]), open_readers(sb, tasks_b, caches[1]), strict=True
+    )
+    for job, ((_, ra), (_, rb)) in zip(jobs, pairs, strict=True):
+        x, y = job.x.array, job.y.array
+        assert x is not None and y is not None
+        if isinstance(ra, CkptError) or isinstance(rb, CkptError):
+            job.error = (ra if isinstance(ra, CkptError) else rb).message  # type: ignore[union-attr]
+            continue
+        for sl in pair_blocks(x, y, budget):
+            nbytes = math.prod(s.stop - s.start for s in sl) * x.itemsize
+            try:
+                pending.append((job, read_block(ra, sl), read_block(rb, sl), nbytes))
+            except Exception as e:
+                job.error = first_line(e)
+                break
+            held[0] += nbytes
+            while pending and (len(pending) >= DIFF_IN_FLIGHT or held[0] > held_bytes):
+                consume()
+    while pending:
+        consume()

@@ -15,7 +15,7 @@ from tests.remote_servers import BUCKET, GcsServer, local_files
 def upload_gcs(src: Path, prefix: str) -> str:
     import tensorstore as ts
 
-    from ckpt_cli.core.storage.objstore import open_store
+    from ckpt_cli.core.storage.stores import open_store
 
     kv = ts.KvStore.open(open_store("gs", BUCKET).kvstore_spec(prefix + "/")).result()
     futures = [kv.write(rel, p.read_bytes()) for rel, p in local_files(src)]

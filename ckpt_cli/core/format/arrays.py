@@ -283,6 +283,12 @@ class ItemStore:
             else {**base, "path": base["path"] + array_prefix(name)},
             # Orbax writes every chunk, so a missing one is damage, never zeros.
             "fill_missing_data_reads": False,
+            # A checkpoint being read does not change: what an open read (the OCDBT manifest
+            # and tree nodes, shared by every array of the item in one context) stays valid.
+            # Rechecking made every open revalidate the manifest: one request per array, one
+            # array after another (10,000 leaves: 5,087 manifest requests behind 25 ms).
+            "recheck_cached_metadata": False,
+            "recheck_cached_data": False,
         }
 
     def open_array(self, name: str, label: str = "") -> Any:

@@ -23,6 +23,8 @@ from ckpt_cli.core.format.names import (
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import InvalidMetadataError
 
+#: Bytes at the end of ``_METADATA`` that hold its storage flags (``peek_storage_flags``).
+FLAGS_TAIL_BYTES = 4096
 KEY_TYPE_SEQUENCE = 1
 KEY_TYPE_DICT = 2
 EMPTY_MARKERS = frozenset({"None", "Dict", "List", "Tuple", "NamedTuple"})
@@ -232,7 +234,7 @@ def peek_storage_flags(item: Location) -> tuple[bool | None, bool] | None:
     loc = item.child(TREE_METADATA)
     if not loc.is_file():
         return None
-    tail = loc.read_tail(4096)
+    tail = loc.read_tail(FLAGS_TAIL_BYTES)
     ocdbt, zarr3 = _OCDBT_FLAG.search(tail), _ZARR3_FLAG.search(tail)
     if zarr3:
         return (ocdbt.group(1) == b"true" if ocdbt else None), zarr3.group(1) == b"true"

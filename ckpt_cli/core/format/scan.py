@@ -170,7 +170,7 @@ def _blocks(task: ScanTask, reader: LeafReader, budget: int) -> Iterable[Block]:
     return iter_blocks(task.info, task.info.chunk_shape)
 
 
-def _open_readers(
+def open_readers(
     store: ItemStore, tasks: Iterable[ScanTask], cache: int = 0
 ) -> Iterator[tuple[ScanTask, LeafReader | CkptError]]:
     """Readers in task order, opened ``OPEN_AHEAD`` leaves ahead in one shared context.
@@ -248,7 +248,7 @@ def scan_leaves(
     tasks = list(tasks)
     cache = cache_bytes((t.info for t in tasks if t.blocks is None), budget)
     stopped = False
-    for task, reader in _open_readers(store, tasks, cache):
+    for task, reader in open_readers(store, tasks, cache):
         if stopped:
             break
         acc = _Acc(task)

@@ -132,28 +132,35 @@ def execute_plan(
     order = sorted(plan.clean, key=lambda r: r.kind != "trash") + list(plan.delete)
     skipped: list[Untouched] = []
     failed: list[Untouched] = []
-    hidden: list[tuple[Removal, Location]] = []
+    safe: list[tuple[Removal, Location]] = []
     for r in order:
         loc = root.child(r.name)
         why = _why_unsafe(r, fresh.get(r.name), loc, real_root, plan.tmp_min_age)
         if why:
             skipped.append(Untouched(r.name, r.path, why))
-            continue
-        if r.kind != "trash":
-            try:
-                loc = _hide(loc, _trash_name(r.name))
-            except NotFoundError:
-                skipped.append(Untouched(r.name, r.path, "gone before deletion"))
-                continue
-            except UnreachableError:
-                raise  # the store is gone: stop here, the next prune finishes what was hidden
-            except CkptError as e:
-                failed.append(Untouched(r.name, r.path, e.message))
-                continue
-        hidden.append((r, loc))
-        if on_progress:
-            on_progress(Progress("hide", r.name, len(hidden), len(order)))
+        else:
+            safe.append((r, loc))
+    hidden = _hide_all(root, safe, skipped, failed)
+    if on_progress:
+        for i, (r, _) in enumerate(hidden, 1):
+            on_progress(Progress("hide", r.name, i, len(order)))
     deleted: list[Removal] = []
+    if root.requires_commit_marker:
+        # Every step at once: the commit markers of all, then their other objects, then each
+        # tombstone once the rest of its step is gone (batched deletes, one fresh listing).
+        gone = root.delete_trees(
+            [loc for _, loc in hidden], first=(COMMIT_MARKER,), last=(TOMBSTONE,)
+        )
+        for i, (r, loc) in enumerate(hidden, 1):
+            if str(loc) in gone:
+                failed.append(
+                    Untouched(r.name, str(loc), f"{gone[str(loc)]} (the next prune retries)")
+                )
+            else:
+                deleted.append(r)
+            if on_progress:
+                on_progress(Progress("delete", r.name, i, len(hidden)))
+        return PruneOutcome(tuple(deleted), tuple(skipped), tuple(failed))
     for i, (r, loc) in enumerate(hidden, 1):
         try:
             _remove(loc)
@@ -165,6 +172,55 @@ def execute_plan(
         if on_progress:
             on_progress(Progress("delete", r.name, i, len(hidden)))
     return PruneOutcome(tuple(deleted), tuple(skipped), tuple(failed))
+
+
+def _hide_all(
+    root: Location,
+    entries: list[tuple[Removal, Location]],
+    skipped: list[Untouched],
+    failed: list[Untouched],
+) -> list[tuple[Removal, Location]]:
+    """Hide every entry but trash (already hidden); returns (entry, where it now is).
+
+    Object stores, all steps at once: every tombstone put, then every commit marker deleted
+    (batched), so the steps stop looking valid in two waves of requests, not two per step."""
+    if not root.requires_commit_marker:
+        out = []
+        for r, loc in entries:
+            try:
+                out.append((r, loc if r.kind == "trash" else _hide(loc, _trash_name(r.name))))
+            except NotFoundError:
+                skipped.append(Untouched(r.name, r.path, "gone before deletion"))
+            except UnreachableError:
+                raise
+            except CkptError as e:
+                failed.append(Untouched(r.name, r.path, e.message))
+        return out
+    steps = [(r, loc) for r, loc in entries if r.kind != "trash"]
+    tombs = [
+        (loc.child(TOMBSTONE), json.dumps({"trash": _trash_name(r.name)}).encode())
+        for r, loc in steps
+    ]
+    try:
+        root.write_many(tombs)
+    except UnreachableError:
+        raise
+    except CkptError as e:
+        # Some tombstone could not be put: no step of this run is hidden unless it has one.
+        bad = {str(r.name) for r, loc in steps if not loc.child(TOMBSTONE).is_file()}
+        for r, _ in steps:
+            if r.name in bad:
+                failed.append(Untouched(r.name, r.path, e.message))
+        steps = [(r, loc) for r, loc in steps if r.name not in bad]
+    markers = [loc.child(COMMIT_MARKER) for _, loc in steps]
+    refused = root.delete_files([m for m in markers if m.is_file()])
+    out = []
+    for (r, loc), marker in zip(steps, markers, strict=True):
+        if str(marker) in refused:
+            failed.append(Untouched(r.name, r.path, refused[str(marker)]))
+        else:
+            out.append((r, loc))
+    return [(r, loc) for r, loc in entries if r.kind == "trash"] + out
 
 
 def _hide(loc: Location, trash_name: str) -> Location:

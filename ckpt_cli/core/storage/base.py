@@ -12,13 +12,15 @@ Orbax format: file names with a meaning (commit markers, tombstones) are the cal
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.storage.options import StorageOptions
-from ckpt_cli.errors import InvalidMetadataError, NotFoundError, first_line
+from ckpt_cli.errors import CkptError, InvalidMetadataError, NotFoundError, first_line
 
+#: Bytes of files ``copy_tree`` holds at once.
+COPY_WINDOW_BYTES = 64 << 20
 # A metadata file bigger than this is damage, not metadata: refuse before allocating for it.
 MAX_METADATA_BYTES = 1 << 30
 # Python refuses to turn more digits than this into an int (sys.get_int_max_str_digits).
@@ -140,6 +142,45 @@ class Location:
         """Remove this one file."""
         raise NotImplementedError
 
+    # Many at once: object stores overlap the requests (``--max-requests`` in flight, batched
+    # deletes); elsewhere these are plain loops. Every location passed lies in this one's store.
+
+    def prefetch(self, files: Sequence[Location], tail: int | None = None) -> None:
+        """Fetch these small files (their last ``tail`` bytes) together, so that the next
+        ``read_bytes`` (``read_tail(tail)``) of each costs no request. Files that do not exist
+        are skipped; a failed fetch is left to the later read to report."""
+
+    def write_many(self, files: Sequence[tuple[Location, bytes]]) -> None:
+        """``write_bytes`` of each, in no particular order; the first failure raises, after
+        every write has finished or failed."""
+        for loc, data in files:
+            loc.write_bytes(data)
+
+    def delete_files(self, files: Sequence[Location]) -> dict[str, str]:
+        """Delete these files; what failed, by path (a file already gone is deleted)."""
+        failed: dict[str, str] = {}
+        for loc in files:
+            try:
+                loc.delete_file()
+            except NotFoundError:
+                continue
+            except CkptError as e:
+                failed[str(loc)] = e.message
+        return failed
+
+    def delete_trees(
+        self, dirs: Sequence[Location], *, first: Collection[str] = (), last: Collection[str] = ()
+    ) -> dict[str, str]:
+        """``delete_tree`` of each directory (``first``/``last`` as there, across all of them:
+        every ``first`` file goes before any other); what failed, by path."""
+        failed: dict[str, str] = {}
+        for loc in dirs:
+            try:
+                loc.delete_tree(first=first, last=last)
+            except CkptError as e:
+                failed[str(loc)] = e.message
+        return failed
+
     def refresh(self) -> None:
         """Forget cached listings (after writes made by TensorStore, before a re-check)."""
 
@@ -162,14 +203,35 @@ class Location:
         writers that must never bring back a directory someone removed."""
         raise NotImplementedError
 
+    def write_stream(self, pieces: Iterable[bytes], size: int) -> None:
+        """Write a file of ``size`` bytes from ``pieces``, streamed (never held whole): it
+        appears whole or not at all (a temporary name renamed; a multipart or resumable upload
+        completed). Fewer or more bytes than ``size`` fail without leaving the file."""
+        raise NotImplementedError
+
     def make_dirs(self) -> None:
         raise NotImplementedError
 
     def copy_tree(self, target: Location) -> None:
-        """Copy every file below this directory into ``target`` (created), file by file."""
-        for rel, _ in self.walk():
-            parts = rel.split("/")
-            target.child(*parts).write_bytes(self.child(*parts).read_bytes())
+        """Copy every file below this directory into ``target`` (created): in windows of up to
+        ``COPY_WINDOW_BYTES``, each read together (``prefetch``) and written together
+        (``write_many``), which on object stores is a round of requests per window."""
+        window: list[tuple[list[str], int]] = []
+        held = 0
+        for rel, entry in [*self.walk(), ("", None)]:
+            if window and (entry is None or held + entry.size > COPY_WINDOW_BYTES):
+                srcs = [self.child(*parts) for parts, _ in window]
+                self.prefetch(srcs)
+                target.write_many(
+                    [
+                        (target.child(*parts), src.read_bytes())
+                        for (parts, _), src in zip(window, srcs, strict=True)
+                    ]
+                )
+                window, held = [], 0
+            if entry is not None:
+                window.append((rel.split("/"), entry.size))
+                held += entry.size
 
     def size(self) -> int:
         """Bytes of this file, symlinks followed."""

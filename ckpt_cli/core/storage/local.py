@@ -11,7 +11,7 @@ import contextlib
 import os
 import shutil
 import stat as stat_mod
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 from ckpt_cli.core.storage.base import (
@@ -250,6 +250,30 @@ class LocalLocation(Location):
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise StorageError(f"cannot write {self.path}: {e.strerror}") from None
+
+    def write_stream(self, pieces: Iterable[bytes], size: int) -> None:
+        parent = os.path.dirname(self.path)
+        tmp = os.path.join(parent, f".{os.path.basename(self.path)}.tmp-{os.getpid()}")
+        try:
+            os.makedirs(parent, exist_ok=True)
+            written = 0
+            with open(tmp, "wb") as f:
+                for piece in pieces:
+                    f.write(piece)
+                    written += len(piece)
+                if written != size:
+                    raise StorageError(f"cannot write {self.path}: {written} bytes, not {size}")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise StorageError(f"cannot write {self.path}: {e.strerror}") from None
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def make_dirs(self) -> None:
         try:

@@ -1,7 +1,8 @@
 """``StorageOptions``: where the object stores are and how ckpt talks to them, as data.
 
 One frozen, picklable object: the endpoints (``--s3-endpoint``), where credentials come from,
-the region, and the request limits (retries, listing attempts and timeout). Every ``Location``
+the region, and the request limits (retries, listing attempts and timeout, ``--max-requests``:
+how many requests one process keeps in flight). Every ``Location``
 opened from it keeps it, and every unit of scaled-out work carries it to its worker process or
 Dask worker, so workers reach the same endpoint as the process that planned the work, whatever
 their environment says. Credentials themselves never travel: ``s3_credentials`` only names
@@ -11,9 +12,15 @@ where each process finds them.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+#: Requests one process keeps in flight by default on object stores: a request costs 20-50 ms
+#: of latency there, so throughput is requests in flight / latency (TensorStore's own default
+#: is 32).
+DEFAULT_MAX_REQUESTS = 64
 
 #: ``auto``: the environment's keys when AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are set in
 #: the process that opens the store, else the standard chain (profiles, instance metadata);
@@ -39,15 +46,23 @@ class StorageOptions:
     #: Attempts and per-request timeout of a listing request (botocore, GCS JSON API).
     list_attempts: int = 4
     list_timeout_s: float = 20.0
+    #: Requests in flight at once in one process (``--max-requests``, ``CKPT_MAX_REQUESTS``):
+    #: TensorStore's reads and writes, listing pages, batched deletes and small reads alike.
+    max_requests: int = DEFAULT_MAX_REQUESTS
 
     @classmethod
     def from_environment(
-        cls, *, s3_endpoint: str | None = None, environ: Mapping[str, str] | None = None
+        cls,
+        *,
+        s3_endpoint: str | None = None,
+        max_requests: int | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> StorageOptions:
         """The options of this process: ``s3_endpoint`` (``--s3-endpoint``) else
         ``CKPT_S3_ENDPOINT``, ``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``; the region from
         ``AWS_REGION`` or ``AWS_DEFAULT_REGION``; the GCS endpoint from
-        ``TENSORSTORE_GCS_HTTP_URL`` (TensorStore's own), else ``STORAGE_EMULATOR_HOST``."""
+        ``TENSORSTORE_GCS_HTTP_URL`` (TensorStore's own), else ``STORAGE_EMULATOR_HOST``;
+        ``max_requests`` (``--max-requests``) else ``CKPT_MAX_REQUESTS``, else 64."""
         env = os.environ if environ is None else environ
         endpoint = next(
             (
@@ -68,7 +83,11 @@ class StorageOptions:
             gcs = env["STORAGE_EMULATOR_HOST"]
             gcs = gcs if "://" in gcs else "http://" + gcs
             emulator = True
+        if max_requests is None:
+            raw = env.get("CKPT_MAX_REQUESTS", "")
+            max_requests = int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_MAX_REQUESTS
         return cls(
+            max_requests=max(1, max_requests),
             s3_endpoint=endpoint.rstrip("/") if endpoint else None,
             s3_region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
             gcs_endpoint=gcs.rstrip("/") if gcs else None,
@@ -82,3 +101,21 @@ class StorageOptions:
             "initial_delay": f"{self.retry_initial_delay_s:g}s",
             "max_delay": f"{self.retry_max_delay_s:g}s",
         }
+
+
+def apply_request_limit(options: StorageOptions) -> bool:
+    """Make ``options.max_requests`` TensorStore's S3 and GCS request concurrency in this
+    process. TensorStore reads ``TENSORSTORE_{S3,GCS}_REQUEST_CONCURRENCY`` once, when it is
+    imported: set before that (the CLI does it first thing; a worker process before its first
+    open) they take effect; False when TensorStore was already imported with other values.
+    (A ``*_request_concurrency`` in each spec would make a resource per open and break the
+    sharing of one OCDBT writer by the arrays of an item.)"""
+    value = str(options.max_requests)
+    names = ("TENSORSTORE_S3_REQUEST_CONCURRENCY", "TENSORSTORE_GCS_REQUEST_CONCURRENCY")
+    if all(os.environ.get(n) == value for n in names):
+        return True
+    if "tensorstore" in sys.modules:
+        return False
+    for n in names:
+        os.environ[n] = value
+    return True

@@ -18,11 +18,10 @@ a commit marker last; ``delete_tree`` deletes object by object, in the order its
 
 from __future__ import annotations
 
-import bisect
 import builtins
 import contextlib
-import threading
-from collections.abc import Collection, Iterator
+from collections import deque
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 from ckpt_cli.core.storage.base import (
@@ -32,77 +31,24 @@ from ckpt_cli.core.storage.base import (
     Lock,
     NotACheckpointDirError,
 )
-from ckpt_cli.core.storage.objstore import ObjectStore, open_store
+from ckpt_cli.core.storage.bulk import delete_all
+from ckpt_cli.core.storage.objstore import PART_BYTES, ObjectStore
 from ckpt_cli.core.storage.options import StorageOptions
+from ckpt_cli.core.storage.prefixes import Listing
+from ckpt_cli.core.storage.remote_bulk import RemoteBulk
+from ckpt_cli.core.storage.stores import open_store
 from ckpt_cli.errors import CkptError, InvalidMetadataError, NotFoundError, StorageError
 
-DELETE_BATCH = 64
+#: Ranged reads one ``iter_bytes`` keeps in flight.
+READ_AHEAD = 4
 
 
-class _Listing:
-    """The keys (sizes, times) of the prefixes listed so far, shared by related locations."""
-
-    def __init__(self, store: ObjectStore) -> None:
-        self.store = store
-        self.keys: list[str] = []
-        self.info: dict[str, tuple[int, float]] = {}
-        self.listed: list[str] = []  # string prefixes listed completely
-        self.lock = threading.RLock()
-        self._kv: Any = None
-
-    def kv(self) -> Any:
-        import tensorstore as ts
-
-        with self.lock:
-            if self._kv is None:
-                self._kv = ts.KvStore.open(self.store.kvstore_spec("")).result()
-            return self._kv
-
-    def covered(self, prefix: str) -> bool:
-        return any(prefix.startswith(p) for p in self.listed)
-
-    def ensure(self, prefix: str) -> None:
-        with self.lock:
-            if self.covered(prefix):
-                return
-            try:
-                found = list(self.store.list_objects(prefix))
-            except Exception as e:
-                raise self.store.error(f"cannot list {self.store.url(prefix)}", e) from None
-            self.listed = [p for p in self.listed if not p.startswith(prefix)] + [prefix]
-            for obj in found:
-                self.info[obj.key] = (obj.size, obj.mtime)
-            self.keys = sorted(self.info)
-
-    def below(self, prefix: str) -> list[str]:
-        """Listed keys that start with ``prefix`` (which must be covered)."""
-        lo = bisect.bisect_left(self.keys, prefix)
-        hi = bisect.bisect_left(self.keys, prefix + "\U0010ffff")
-        return self.keys[lo:hi]
-
-    def added(self, key: str, size: int, mtime: float) -> None:
-        with self.lock:
-            if key not in self.info:
-                bisect.insort(self.keys, key)
-            self.info[key] = (size, mtime)
-
-    def removed(self, key: str) -> None:
-        with self.lock:
-            if self.info.pop(key, None) is not None:
-                del self.keys[bisect.bisect_left(self.keys, key)]
-
-    def clear(self) -> None:
-        with self.lock:
-            self.keys, self.info, self.listed = [], {}, []
-
-
-class RemoteLocation(Location):
+class RemoteLocation(RemoteBulk, Location):
     """``s3://bucket/key`` or ``gs://bucket/key``; ``key`` has no leading or trailing slash."""
 
     requires_commit_marker = True
-    parallel_reads = 32  # TensorStore's default S3/GCS request concurrency
 
-    def __init__(self, listing: _Listing, key: str) -> None:
+    def __init__(self, listing: Listing, key: str) -> None:
         self._listing = listing
         self.key = key.strip("/")
 
@@ -113,6 +59,10 @@ class RemoteLocation(Location):
     @property
     def options(self) -> StorageOptions:
         return self.store.options
+
+    @property
+    def parallel_reads(self) -> int:  # type: ignore[override]
+        return self.options.max_requests
 
     @property
     def _dir(self) -> str:
@@ -230,7 +180,9 @@ class RemoteLocation(Location):
     def read_bytes(self, limit: int = MAX_METADATA_BYTES) -> bytes:
         if self.key in self._listing.info and self._listing.info[self.key][0] > limit:
             raise InvalidMetadataError(f"{self} is larger than {limit} bytes")
-        data = self._read()
+        data = self._listing.take(self.key, None)
+        if data is None:
+            data = self._read()
         if len(data) > limit:
             raise InvalidMetadataError(f"{self} is larger than {limit} bytes")
         return data
@@ -239,13 +191,27 @@ class RemoteLocation(Location):
         # A suffix range longer than the object fails (OUT_OF_RANGE): start from its known size.
         total = self.size() if self.is_file() else None
         if total is None or total <= size:
-            return self._read()
-        return self._read(slice(total - size, total))
+            return self._listing.take(self.key, None) or self._read()
+        return self._listing.take(self.key, size) or self._read(slice(total - size, total))
 
     def iter_bytes(self, block_size: int = 4 << 20) -> Iterator[bytes]:
+        """Pieces in order, ``READ_AHEAD`` ranged reads in flight (memory: that many pieces)."""
         total = self.size()
-        for start in range(0, total, block_size):
-            yield self._read(slice(start, min(total, start + block_size)))
+        kv = self._listing.kv()
+        starts = iter(range(0, total, block_size))
+        pending: deque[Any] = deque()
+        while True:
+            while len(pending) < READ_AHEAD and (a := next(starts, None)) is not None:
+                pending.append(kv.read(self.key, byte_range=slice(a, min(total, a + block_size))))
+            if not pending:
+                return
+            try:
+                result = pending.popleft().result()
+            except Exception as e:
+                raise self.store.error(f"cannot read {self}", e) from None
+            if result.state != "value":
+                raise NotFoundError(f"{self} does not exist")
+            yield bytes(result.value)
 
     def write_bytes(self, data: bytes, *, create_parents: bool = True) -> None:
         """A plain put: an object appears whole or not at all, no temporary name needed."""
@@ -256,6 +222,23 @@ class RemoteLocation(Location):
         except Exception as e:
             raise self.store.error(f"cannot write {self}", e) from None
         self._listing.added(self.key, len(data), time.time())
+
+    def write_stream(self, pieces: Iterable[bytes], size: int) -> None:
+        """Up to ``PART_BYTES``: one put of the joined pieces; larger: the store's multipart
+        or resumable upload, a part at a time (memory: one part)."""
+        import time
+
+        if size <= PART_BYTES:
+            data = b"".join(pieces)
+            if len(data) != size:
+                raise StorageError(f"cannot write {self}: {len(data)} bytes, not {size}")
+            self.write_bytes(data)
+            return
+        try:
+            self.store.upload(self.key, _parts(pieces, PART_BYTES), size)
+        except Exception as e:
+            raise self.store.error(f"cannot write {self}", e) from None
+        self._listing.added(self.key, size, time.time())
 
     def make_dirs(self) -> None:
         """Nothing to do: directories are implicit in object stores."""
@@ -284,19 +267,13 @@ class RemoteLocation(Location):
         return self._listing.below(self._dir) if self.key else []
 
     def _delete(self, keys: builtins.list[str]) -> None:
-        kv = self._listing.kv()
-        for i in range(0, len(keys), DELETE_BATCH):
-            batch = keys[i : i + DELETE_BATCH]
-            futures = [(k, kv.write(k, None)) for k in batch]
-            failed: tuple[str, Exception] | None = None
-            for k, fut in futures:
-                try:
-                    fut.result()
-                    self._listing.removed(k)
-                except Exception as e:
-                    failed = failed or (k, e)
-            if failed:
-                raise self.store.error(f"cannot delete {self.store.url(failed[0])}", failed[1])
+        failed = delete_all(self.store, keys)
+        for k in keys:
+            if k not in failed:
+                self._listing.removed(k)
+        if failed:
+            key, why = next(iter(failed.items()))
+            raise StorageError(f"cannot delete {self.store.url(key)}: {why}")
 
     def rename(self, new_name: str) -> Location:
         raise StorageError(f"cannot rename {self}: object stores have no rename")
@@ -357,6 +334,18 @@ class _ObjectLock(Lock):
             loc._delete([loc.key])
 
 
+def _parts(pieces: Iterable[bytes], size: int) -> Iterator[bytes]:
+    """``pieces`` regrouped into parts of exactly ``size`` bytes (the last one shorter)."""
+    buf = bytearray()
+    for piece in pieces:
+        buf += piece
+        while len(buf) >= size:
+            yield bytes(buf[:size])
+            del buf[:size]
+    if buf:
+        yield bytes(buf)
+
+
 def open_remote(url: str, options: StorageOptions | None = None) -> RemoteLocation:
     """``s3://bucket/path`` or ``gs://bucket/path`` as a location with a fresh listing."""
     scheme, rest = url.split("://", 1)
@@ -365,4 +354,4 @@ def open_remote(url: str, options: StorageOptions | None = None) -> RemoteLocati
         from ckpt_cli.errors import UsageError
 
         raise UsageError(f"{url} names no bucket: use {scheme}://BUCKET/PATH")
-    return RemoteLocation(_Listing(open_store(scheme, bucket, options)), key)
+    return RemoteLocation(Listing(open_store(scheme, bucket, options)), key)

@@ -30,6 +30,7 @@ from ckpt_cli.core.verify.types import DataResult, ItemFacts, NonFinite, SampleI
 from ckpt_cli.errors import CkptError
 
 _FILE_WORKERS = 2
+_REMOTE_FILE_WORKERS = 4
 _RESTORE = "restore this step from a copy"
 
 
@@ -67,7 +68,7 @@ def deep_item(
     result = DataResult([], {}, {})
     names = sorted(facts.arrays)
     first_leaf, first_block = start or (0, 0)
-    with ThreadPoolExecutor(_FILE_WORKERS) as pool:
+    with ThreadPoolExecutor(_file_workers(facts)) as pool:
         sums = (
             [] if stop else [(rel, pool.submit(_checksum, facts, rel, progress)) for rel in files]
         )
@@ -98,6 +99,13 @@ def deep_item(
 
         result.digests[name] = string_digest(value)
     return result
+
+
+def _file_workers(facts: ItemFacts) -> int:
+    """Files checksummed at once: 2 on local disks (they overlap with the decoding); on object
+    stores more, each with its own ranged reads in flight (``iter_bytes``)."""
+    base = facts.inventory.base if facts.inventory else None
+    return _FILE_WORKERS if base is None or base.parallel_reads <= 1 else _REMOTE_FILE_WORKERS
 
 
 def _checksum(facts: ItemFacts, rel: str, progress: _Bytes) -> FileSum | str:
@@ -232,8 +240,11 @@ def sample_items(
                 _take_scan(facts, results[i], scan, facts.arrays[scan.name][0])
         sampled_bytes += results[i].bytes_decoded
         if facts.record is not None and files:
-            sums = [(rel, _done(_checksum(facts, rel, _Bytes(None)))) for rel in sorted(files)]
-            _take_sums(facts, results[i], sums)
+            with ThreadPoolExecutor(_file_workers(facts)) as pool:
+                sums = [
+                    (rel, pool.submit(_checksum, facts, rel, _Bytes(None))) for rel in sorted(files)
+                ]
+                _take_sums(facts, results[i], sums)
     subset = f"{spec.subset[0]}/{spec.subset[1]}" if spec.subset else None
     return results, SampleInfo(seed, k, total_chunks, sampled_bytes, total_bytes, subset)
 

@@ -25,7 +25,9 @@ from ckpt_cli.core.storage import Location
 from ckpt_cli.core.verify.problems import Problem, problem
 from ckpt_cli.errors import first_line
 
-DUMP_AHEAD = 4
+#: Tree nodes dumped at once: enough to hide an object store's latency, few enough that the
+#: version roots of a database written in many batches are not all held together.
+DUMP_AHEAD = 16
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from ckpt_cli.core.storage.locks import holder_command, holder_of, take_lock
 from ckpt_cli.core.verify.deep import deep_item, item_bytes, sample_items
 from ckpt_cli.core.verify.distributed import DEFAULT_SCAN_UNIT_BYTES, deep_item_scaled
 from ckpt_cli.core.verify.problems import escalate
-from ckpt_cli.core.verify.structure import check_item
-from ckpt_cli.core.verify.targets import find_targets
+from ckpt_cli.core.verify.structure import check_item, item_metadata_files
+from ckpt_cli.core.verify.targets import ItemTarget, find_targets
 from ckpt_cli.core.verify.timebox import budgeted_deep
 from ckpt_cli.core.verify.types import (
     Coverage,
@@ -114,13 +114,7 @@ def _verify(
     found = find_targets(location, options)
     kind, targets, problems = found.kind, found.items, found.problems
 
-    facts = []
-    for i, t in enumerate(targets):
-        if on_progress:
-            on_progress(Progress("structure", t.shown_as, i, len(targets)))
-        facts.append(check_item(t.location, t.shown_as, location, t.is_step))
-    if on_progress:
-        on_progress(Progress("structure", None, len(targets), len(targets)))
+    facts = _check_items(location, targets, on_progress)
 
     level = (
         "sample"
@@ -199,6 +193,39 @@ def _verify(
         elapsed_s=options.clock() - started,
         extra={"warnings": notes} if notes else {},
     )
+
+
+def _check_items(
+    location: Location, targets: list[ItemTarget], on_progress: ProgressFn | None
+) -> list[ItemFacts]:
+    """``check_item`` of every target. On object stores the items' metadata files are fetched
+    first, all at once, and the items are checked ``ITEM_WORKERS`` at a time (each check waits
+    on a chain of requests: the OCDBT manifest, its tree nodes, the headers)."""
+    total = len(targets)
+    if location.parallel_reads <= 1 or total <= 1:
+        facts = []
+        for i, t in enumerate(targets):
+            if on_progress:
+                on_progress(Progress("structure", t.shown_as, i, total))
+            facts.append(check_item(t.location, t.shown_as, location, t.is_step))
+        if on_progress:
+            on_progress(Progress("structure", None, total, total))
+        return facts
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    location.prefetch([f for t in targets for f in item_metadata_files(t.location)])
+    workers = max(1, min(total, location.parallel_reads // 4))
+    with ThreadPoolExecutor(workers) as pool:
+        futures = {
+            pool.submit(check_item, t.location, t.shown_as, location, t.is_step): i
+            for i, t in enumerate(targets)
+        }
+        out: dict[int, ItemFacts] = {}
+        for done in as_completed(futures):
+            out[futures[done]] = done.result()
+            if on_progress:
+                on_progress(Progress("structure", targets[futures[done]].shown_as, len(out), total))
+    return [out[i] for i in range(total)]
 
 
 def _check_budget(options: VerifyOptions, executor: object) -> None:

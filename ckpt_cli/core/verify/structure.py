@@ -43,6 +43,16 @@ _PROCESS_FILE = re.compile(r"^process_\d+$")
 _JSON_ITEM_FILES = ("metadata", "metrics")
 
 
+def item_metadata_files(item: Location) -> list[Location]:
+    """The small files ``check_item`` reads (from the listing: no request where it is cached)."""
+    try:
+        rels = [rel for rel, _ in item.walk()]
+    except CkptError:
+        return []
+    wanted = {DIGEST_FILE, TREE_METADATA, "_sharding", "_strings.json", *_JSON_ITEM_FILES}
+    return [item.child(*rel.split("/")) for rel in rels if rel in wanted or _is_process_file(rel)]
+
+
 def check_item(
     item: Location, shown_as: str, boundary: Location, item_is_step: bool = False
 ) -> ItemFacts:

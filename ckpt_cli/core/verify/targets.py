@@ -75,7 +75,10 @@ def find_targets(location: Location, options: VerifyOptions) -> Targets:
         _check_markable(location, kind, options)
     out = Targets(kind)
     if kind == "root":
-        for ref in _select_steps(location, entries, options, out.problems, out.unfinished):
+        selected = _select_steps(location, entries, options, out.problems, out.unfinished)
+        if location.parallel_reads > 1 and len(selected) > 1:  # one round of requests, not N
+            location.prefetch([ref.location.child(STEP_METADATA) for ref in selected])
+        for ref in selected:
             out.step_locations.append(ref.location)
             out.steps.append(ref.step)
             out.items.extend(

@@ -168,25 +168,33 @@ class ItemWriter:
                         }
                     }
                 )
-        self.dest.child(TREE_METADATA).write_bytes(
-            json.dumps(
-                {
-                    "tree_metadata": tree,
-                    "use_ocdbt": self.use_ocdbt,
-                    "use_zarr3": self.use_zarr3,
-                    "store_array_data_equal_to_fill_value": True,
-                    "custom_metadata": custom_metadata,
-                }
-            ).encode()
-        )
+        files = [
+            (
+                self.dest.child(TREE_METADATA),
+                json.dumps(
+                    {
+                        "tree_metadata": tree,
+                        "use_ocdbt": self.use_ocdbt,
+                        "use_zarr3": self.use_zarr3,
+                        "store_array_data_equal_to_fill_value": True,
+                        "custom_metadata": custom_metadata,
+                    }
+                ).encode(),
+            )
+        ]
         if shardings:
-            self.dest.child("_sharding").write_bytes(json.dumps(shardings).encode())
+            files.append((self.dest.child("_sharding"), json.dumps(shardings).encode()))
         if array_metas:
-            self.dest.child("array_metadatas", "process_0").write_bytes(
-                json.dumps({"array_metadatas": array_metas}).encode()
+            files.append(
+                (
+                    self.dest.child("array_metadatas", "process_0"),
+                    json.dumps({"array_metadatas": array_metas}).encode(),
+                )
             )
         if strings:
-            self.dest.child("_strings.json").write_bytes(json.dumps(strings).encode())
+            files.append((self.dest.child("_strings.json"), json.dumps(strings).encode()))
+        # Together (object stores: one round of requests), then the marker, after all of them.
+        self.dest.write_many(files)
         self.dest.child(COMMIT_MARKER).write_bytes(
             f"Checkpoint commit was successful to {self.dest}".encode()
         )

@@ -1,0 +1,102 @@
+"""The keys below the prefixes listed so far in one bucket, shared by related locations.
+
+A prefix is listed once, whole (``bulk.list_parallel``: in parallel key ranges when large), with
+sizes and times; questions about anything below it are answered from memory. Small files that a
+caller announced (``RemoteLocation.prefetch``) wait here, until written or deleted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from typing import Any
+
+from ckpt_cli.core.storage.bulk import list_parallel
+from ckpt_cli.core.storage.objstore import ObjectStore
+
+#: Bytes of prefetched small files one listing keeps at most.
+CACHE_BYTES = 256 << 20
+
+
+class Listing:
+    """The keys (sizes, times) of the prefixes listed so far, shared by related locations."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+        self.keys: list[str] = []
+        self.info: dict[str, tuple[int, float]] = {}
+        self.listed: list[str] = []  # string prefixes listed completely
+        self.lock = threading.RLock()
+        self._kv: Any = None
+        #: Prefetched contents: (key, tail size or None for the whole object) -> bytes, kept
+        #: until the key is written or deleted (or the listing refreshed); the oldest go first
+        #: beyond ``CACHE_BYTES``.
+        self.cache: dict[tuple[str, int | None], bytes] = {}
+        self.cached_bytes = 0
+
+    def kv(self) -> Any:
+        import tensorstore as ts
+
+        with self.lock:
+            if self._kv is None:
+                self._kv = ts.KvStore.open(self.store.kvstore_spec("")).result()
+            return self._kv
+
+    def covered(self, prefix: str) -> bool:
+        return any(prefix.startswith(p) for p in self.listed)
+
+    def ensure(self, prefix: str) -> None:
+        with self.lock:
+            if self.covered(prefix):
+                return
+            try:
+                found = list_parallel(self.store, prefix)
+            except Exception as e:
+                raise self.store.error(f"cannot list {self.store.url(prefix)}", e) from None
+            self.listed = [p for p in self.listed if not p.startswith(prefix)] + [prefix]
+            for obj in found:
+                self.info[obj.key] = (obj.size, obj.mtime)
+            self.keys = sorted(self.info)
+
+    def below(self, prefix: str) -> list[str]:
+        """Listed keys that start with ``prefix`` (which must be covered)."""
+        lo = bisect.bisect_left(self.keys, prefix)
+        hi = bisect.bisect_left(self.keys, prefix + "\U0010ffff")
+        return self.keys[lo:hi]
+
+    def added(self, key: str, size: int, mtime: float) -> None:
+        with self.lock:
+            if key not in self.info:
+                bisect.insort(self.keys, key)
+            self.info[key] = (size, mtime)
+            self._forget(key)
+
+    def removed(self, key: str) -> None:
+        with self.lock:
+            if self.info.pop(key, None) is not None:
+                del self.keys[bisect.bisect_left(self.keys, key)]
+            self._forget(key)
+
+    def _forget(self, key: str) -> None:
+        for entry in [e for e in self.cache if e[0] == key] if self.cache else ():
+            self.cached_bytes -= len(self.cache.pop(entry))
+
+    def take(self, key: str, tail: int | None) -> bytes | None:
+        with self.lock:
+            return self.cache.get((key, tail)) if self.cache else None
+
+    def keep(self, found: dict[tuple[str, int | None], bytes]) -> None:
+        with self.lock:
+            for entry, data in found.items():
+                if entry in self.cache:
+                    self.cached_bytes -= len(self.cache.pop(entry))
+                self.cache[entry] = data
+                self.cached_bytes += len(data)
+            while self.cached_bytes > CACHE_BYTES and self.cache:
+                oldest = next(iter(self.cache))
+                self.cached_bytes -= len(self.cache.pop(oldest))
+
+    def clear(self) -> None:
+        with self.lock:
+            self.keys, self.info, self.listed, self.cache = [], {}, [], {}
+            self.cached_bytes = 0

@@ -1,0 +1,133 @@
+"""Many requests at once for ``RemoteLocation``: prefetched small files, concurrent writes,
+batched deletes of files and of whole directories (``Location``'s bulk interface)."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING
+
+from ckpt_cli.core.storage.base import Location
+from ckpt_cli.core.storage.bulk import delete_all
+from ckpt_cli.errors import StorageError
+
+if TYPE_CHECKING:
+    from ckpt_cli.core.storage.objstore import ObjectStore
+    from ckpt_cli.core.storage.prefixes import Listing
+
+#: Larger files are not prefetched (they are data, read when and as needed).
+PREFETCH_MAX_BYTES = 64 << 20
+
+
+class RemoteBulk:
+    """Mixed into ``RemoteLocation``: every location passed lies in the same bucket."""
+
+    _listing: Listing
+    key: str
+
+    @property
+    def store(self) -> ObjectStore:
+        return self._listing.store
+
+    def refresh(self) -> None:
+        raise NotImplementedError
+
+    def _children_keys(self) -> builtins.list[str]:
+        raise NotImplementedError
+
+    def prefetch(self, files: Sequence[Location], tail: int | None = None) -> None:
+        """One TensorStore read per listed file, all in flight together (TensorStore keeps
+        ``max_requests`` of them going); the contents wait in the listing's cache."""
+        info = self._listing.info
+        wanted = []
+        for f in files:
+            if isinstance(f, RemoteBulk) and f._listing is self._listing and f.key in info:
+                size = info[f.key][0]
+                if size <= PREFETCH_MAX_BYTES:
+                    whole = tail is None or size <= tail
+                    wanted.append((f.key, None if whole else tail, size))
+        if not wanted:
+            return
+        kv = self._listing.kv()
+        futures = [
+            (k, t, kv.read(k, byte_range=None if t is None else slice(size - t, size)))
+            for k, t, size in wanted
+        ]
+        got = {}
+        for k, t, fut in futures:
+            try:
+                result = fut.result()
+            except Exception:
+                continue  # the read that needs it fails again, with its own message
+            if result.state == "value":
+                got[(k, t)] = bytes(result.value)
+        self._listing.keep(got)
+
+    def write_many(self, files: Sequence[tuple[Location, bytes]]) -> None:
+        import time
+
+        kv = self._listing.kv()
+        remote = [(f, d) for f, d in files if isinstance(f, RemoteBulk)]
+        if len(remote) != len(files):
+            raise StorageError(f"write_many on {self} got locations of another store")
+        futures = [(f, d, kv.write(f.key, d)) for f, d in remote]
+        failed: tuple[RemoteBulk, Exception] | None = None
+        for f, d, fut in futures:
+            try:
+                fut.result()
+                self._listing.added(f.key, len(d), time.time())
+            except Exception as e:
+                failed = failed or (f, e)
+        if failed:
+            raise self.store.error(f"cannot write {failed[0]}", failed[1])
+
+    def delete_files(self, files: Sequence[Location]) -> dict[str, str]:
+        keys = [f.key for f in files if isinstance(f, RemoteBulk)]
+        failed = delete_all(self.store, keys)
+        for k in keys:
+            if k not in failed:
+                self._listing.removed(k)
+        return {self.store.url(k): why for k, why in failed.items()}
+
+    def delete_trees(
+        self, dirs: Sequence[Location], *, first: Collection[str] = (), last: Collection[str] = ()
+    ) -> dict[str, str]:
+        """One fresh listing (the directories' common parent, in parallel ranges), then three
+        waves of batched deletes over all directories at once: the ``first`` files, the rest,
+        and the ``last`` files of each directory whose other objects are all gone."""
+        remote = [d for d in dirs if isinstance(d, RemoteBulk) and d.key]
+        if not remote:
+            return {}
+        self.refresh()
+        parents = {d.key.rsplit("/", 1)[0] if "/" in d.key else "" for d in remote}
+        if len(parents) == 1 and len(remote) > 1:
+            parent = parents.pop()
+            self._listing.ensure(parent + "/" if parent else "")
+        keys = {d.key: d._children_keys() for d in remote}
+        failed: dict[str, str] = {str(d): f"{d} does not exist" for d in remote if not keys[d.key]}
+        early = {d: [k for k in ks if k.rsplit("/", 1)[-1] in first] for d, ks in keys.items()}
+        late = {
+            d: [k for k in ks if k[len(d) + 1 :] in last and k not in early[d]]
+            for d, ks in keys.items()
+        }
+        rest = {
+            d: [k for k in ks if k not in set(early[d]) | set(late[d])] for d, ks in keys.items()
+        }
+        for wave in (early, rest):
+            self._delete_wave(wave, failed)
+        self._delete_wave(
+            {d: ks for d, ks in late.items() if self.store.url(d) not in failed}, failed
+        )
+        return failed
+
+    def _delete_wave(self, wave: dict[str, builtins.list[str]], failed: dict[str, str]) -> None:
+        flat = [k for d, ks in wave.items() if self.store.url(d) not in failed for k in ks]
+        bad = delete_all(self.store, flat)
+        for d, ks in wave.items():
+            for k in ks:
+                if k in bad:
+                    failed.setdefault(
+                        self.store.url(d), f"cannot delete {self.store.url(k)}: {bad[k]}"
+                    )
+                else:
+                    self._listing.removed(k)

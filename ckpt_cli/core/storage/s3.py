@@ -1,0 +1,152 @@
+"""``s3://``: TensorStore's ``s3`` driver for data, botocore for listings and batched deletes.
+
+Listing pages are ``ListObjectsV2`` (1,000 keys, sizes and times); ``DeleteObjects`` removes up
+to 1,000 keys a request. botocore follows the standard credential chain and the
+``AWS_ENDPOINT_URL*`` settings of the AWS CLI; its connection pool holds ``max_requests``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ckpt_cli.core.storage.objstore import ObjectInfo, ObjectStore, Page
+from ckpt_cli.core.storage.options import StorageOptions
+from ckpt_cli.errors import StorageError, UnsupportedError
+
+
+class S3Store(ObjectStore):
+    scheme = "s3"
+    hint = "check the URL, the endpoint (--s3-endpoint, CKPT_S3_ENDPOINT) and the credentials"
+    delete_batch = 1000
+
+    def __init__(self, bucket: str, options: StorageOptions) -> None:
+        super().__init__(bucket, options)
+        self._endpoint = options.s3_endpoint
+        self.region = options.s3_region or "us-east-1"
+        self._client: Any = None
+
+    @property
+    def endpoint(self) -> str:
+        return self._endpoint or "AWS S3"
+
+    def kvstore_spec(self, prefix: str) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "driver": "s3",
+            "bucket": self.bucket,
+            "path": prefix,
+            "s3_request_retries": self.options.retries(),
+        }
+        if self._endpoint:
+            spec["endpoint"] = self._endpoint
+            spec["aws_region"] = self.region
+        elif self.options.s3_region:
+            spec["aws_region"] = self.region
+        spec["aws_credentials"] = {"type": self._credentials_type()}
+        return spec
+
+    def _credentials_type(self) -> str:
+        kind = self.options.s3_credentials
+        if kind != "auto":
+            return kind
+        # Keys in this process's environment: say so, which spares the default chain's noisy
+        # probing of profile files that do not exist; otherwise the whole standard chain.
+        if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
+            return "environment"
+        return "default"
+
+    def _s3(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                try:
+                    import botocore.session
+                    from botocore import UNSIGNED
+                    from botocore.config import Config
+                except ImportError:  # pragma: no cover - a dependency
+                    raise UnsupportedError(
+                        "listing s3:// needs botocore", hint="pip install botocore"
+                    ) from None
+                anonymous = self.options.s3_credentials == "anonymous"
+                session = botocore.session.get_session()
+                self._client = session.create_client(
+                    "s3",
+                    endpoint_url=self._endpoint,
+                    region_name=self.region,
+                    config=Config(
+                        connect_timeout=5,
+                        read_timeout=self.options.list_timeout_s,
+                        retries={"max_attempts": self.options.list_attempts, "mode": "standard"},
+                        max_pool_connections=self.options.max_requests,
+                        **({"signature_version": UNSIGNED} if anonymous else {}),
+                    ),
+                )
+            return self._client
+
+    def list_page(
+        self,
+        prefix: str,
+        token: str | None = None,
+        *,
+        start: str | None = None,
+        end: str | None = None,
+        delimiter: str | None = None,
+        limit: int | None = None,
+    ) -> Page:
+        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        if limit is not None:
+            args["MaxKeys"] = limit
+        if delimiter:
+            args["Delimiter"] = delimiter
+        if token:
+            args["ContinuationToken"] = token
+        elif start:
+            # StartAfter is exclusive: start just before ``start`` (a child prefix "…/7/"
+            # becomes "…/7"); keys in between are the caller's to drop.
+            args["StartAfter"] = start[:-1] if start.endswith("/") else start
+        with self._lock:
+            self.requests += 1
+        page = self._s3().list_objects_v2(**args)
+        return Page(
+            tuple(
+                ObjectInfo(o["Key"], int(o["Size"]), o["LastModified"].timestamp())
+                for o in page.get("Contents", [])
+            ),
+            tuple(p["Prefix"] for p in page.get("CommonPrefixes", [])),
+            page.get("NextContinuationToken") if page.get("IsTruncated") else None,
+        )
+
+    def upload(self, key: str, parts: Iterable[bytes], size: int) -> None:
+        client = self._s3()
+        upload_id = client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
+        done: list[dict[str, Any]] = []
+        sent = 0
+        try:
+            for number, body in enumerate(parts, 1):
+                got = client.upload_part(
+                    Bucket=self.bucket, Key=key, PartNumber=number, UploadId=upload_id, Body=body
+                )
+                done.append({"ETag": got["ETag"], "PartNumber": number})
+                sent += len(body)
+            if sent != size:
+                raise StorageError(f"{sent} bytes to upload, not {size}")
+            client.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done}
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            raise
+
+    def delete_keys(self, keys: Sequence[str]) -> dict[str, str]:
+        with self._lock:
+            self.requests += 1
+        out = self._s3().delete_objects(
+            Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True}
+        )
+        return {
+            str(e["Key"]): f"{e.get('Code', 'error')}: {e.get('Message', '')}".strip()
+            for e in out.get("Errors", [])
+            if e.get("Code") != "NoSuchKey"
+        }
