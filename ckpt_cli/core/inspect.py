@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -29,6 +28,7 @@ from ckpt_cli.core.format.names import compile_filter
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.sharding import ShardingInfo, ShardLayout, read_shardings, shard_layout
 from ckpt_cli.core.progress import ProgressFn
+from ckpt_cli.core.regex import Regex
 from ckpt_cli.core.schema import document
 from ckpt_cli.core.state import StatePart, analyse_state, classify_leaf
 from ckpt_cli.core.stats import LeafStats, leaves_stats
@@ -222,7 +222,7 @@ def _layout_of(report: ItemReport, name: str) -> ShardLayout:
     return shard_layout(leaf.shape, leaf.sharding, name)
 
 
-def _matches(name: str, pattern: re.Pattern[str] | None) -> bool:
+def _matches(name: str, pattern: Regex | None) -> bool:
     return pattern is None or bool(pattern.search(name))
 
 
@@ -254,7 +254,7 @@ def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
     )
 
 
-def _inspect_json_item(ref: ItemRef, pattern: re.Pattern[str] | None) -> ItemReport:
+def _inspect_json_item(ref: ItemRef, pattern: Regex | None) -> ItemReport:
     """A JsonSave item (``metadata`` file) or the ``metrics`` item: its JSON values as leaves."""
     item = ref.location
     doc = None

@@ -18,9 +18,6 @@ import pytest
 
 from tests.hostile.helpers import INTERNAL_ERROR, ckpt, copy_fixture, edit_json
 
-ITEM5 = pytest.mark.xfail(
-    strict=True, reason="issue 14 item 5: header sizes are trusted before allocating"
-)
 SIDE = 31622776  # SIDE**2 ~ 1e15 elements
 HUGE = 10**15
 LEAF = "params.Dense_0.kernel"
@@ -111,7 +108,6 @@ COMMANDS = {
 }
 
 
-@ITEM5
 @pytest.mark.parametrize("make", SOURCES, ids=lambda f: f.__name__)
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_absurd_header_sizes_one_line_no_allocation(

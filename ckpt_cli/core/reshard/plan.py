@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core.format.arrays import dtype_itemsize
+from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.sharding import MeshSpec, ShardingInfo, Spec, shard_shape, split_chunk
