@@ -148,3 +148,29 @@ def _wait_for(cond: Any, timeout: float = 120) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         time.sleep(0.02)
+
+
+def test_second_export_to_one_output_is_refused(tmp_path: Path) -> None:
+    """``export`` claims its output like the step writers: A is stopped as it opens its first
+    safetensors file (in its tmp dir beside OUT); B, to the same OUT, is refused at once naming
+    A; A then completes a valid export and leaves neither tmp dir nor lock behind."""
+    from safetensors.numpy import load_file
+
+    out = tmp_path / "out"
+    a = start(
+        "export", SRC, out, "--params-only",
+        spec={"on_write": "model", "nth": 1, "signal": "STOP"},
+    )  # fmt: skip
+    assert wait_stopped_or_exited(a), finish(a).stderr
+    assert a.poll() is None, "A exited before it wrote a file"
+    rb = ckpt("export", SRC, out, "--params-only")
+    ra = finish(a)
+    assert rb.code == 3, rb.stderr
+    assert len(rb.lines) == 1 and "another ckpt writer" in rb.stderr, rb.stderr
+    assert f"export pid {a.pid}" in rb.stderr, rb.stderr
+    assert ra.code == 0, ra.stderr
+    files = sorted(p.name for p in out.iterdir())
+    assert "model.safetensors" in files, files
+    tensors = load_file(out / "model.safetensors")
+    assert tensors and all(v.size for v in tensors.values())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

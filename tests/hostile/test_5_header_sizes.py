@@ -105,6 +105,8 @@ COMMANDS = {
     "inspect-stats": ["inspect", "{src}", "--stats"],
     "reshard": ["reshard", "{src}", "{dst}", "--mesh", "data=8"],
     "migrate": ["migrate", "{src}", "{dst}", "--spec", "{spec}", "--allow-unused"],
+    "diff": ["diff", "{src}", "{src}"],
+    "export": ["export", "{src}", "{dst}", "--params-only"],
 }
 
 
