@@ -17,8 +17,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.conftest import FIXTURES
 from tests.hostile.helpers import (
     INTERNAL_ERROR,
@@ -30,10 +28,6 @@ from tests.hostile.helpers import (
     wait_stopped_or_exited,
 )
 
-ITEM1 = pytest.mark.xfail(
-    strict=True,
-    reason="issue 14 item 1: a second writer is not refused and deletes the first's tmp",
-)
 SRC = FIXTURES / "seed_mlp"
 A_ARGS = ["--mesh", "data=8"]
 B_ARGS = ["--mesh", "data=4,model=2", "--rule", "params.*kernel=[null, model]"]

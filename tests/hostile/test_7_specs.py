@@ -93,3 +93,15 @@ def test_a_large_but_sane_spec_still_loads(tmp_path: Path) -> None:
     spec.write_text("rules:\n" + rules + "  - {op: rename, from: 'step', to: 'step'}\n")
     run = ckpt("migrate", SRC, tmp_path / "D", "--spec", spec, "--allow-unused", "--dry-run")
     assert run.code == 0, run.stderr[-300:]
+
+
+def test_a_pattern_re2_cannot_take_is_one_line(tmp_path: Path) -> None:
+    """Backreferences and lookaround need backtracking: refused, never run by another engine."""
+    run = ckpt("inspect", SRC, "--filter", r"(Dense)_\1", timeout=60)
+    assert run.code == 2 and len(run.lines) == 1, run.stderr
+    assert "not a valid pattern" in run.stderr and "RE2" in run.stderr, run.stderr
+    spec = tmp_path / "look.yaml"
+    spec.write_text("rules:\n  - {op: drop, match: '(?=params).*'}\n")
+    run = ckpt("migrate", SRC, tmp_path / "D", "--spec", spec, "--dry-run", timeout=60)
+    _one_line_exit_3(run.code, run.stderr, "bad regular expression")
+    assert not (tmp_path / "D").exists()
