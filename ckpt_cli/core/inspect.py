@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -30,6 +29,7 @@ from ckpt_cli.core.format.metadata import (
 )
 from ckpt_cli.core.format.names import compile_filter
 from ckpt_cli.core.format.sharding import ShardingInfo, read_shardings
+from ckpt_cli.core.regex import Regex
 from ckpt_cli.core.schema import document
 from ckpt_cli.core.state import KEY_DTYPES, StatePart, analyse_state, classify_leaf
 from ckpt_cli.errors import NotACheckpointError
@@ -187,7 +187,7 @@ class ItemReport:
         )
 
 
-def _matches(name: str, pattern: re.Pattern[str] | None) -> bool:
+def _matches(name: str, pattern: Regex | None) -> bool:
     return pattern is None or bool(pattern.search(name))
 
 
@@ -232,7 +232,7 @@ def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
     )
 
 
-def _inspect_json_item(ref: ItemRef, pattern: re.Pattern[str] | None) -> ItemReport:
+def _inspect_json_item(ref: ItemRef, pattern: Regex | None) -> ItemReport:
     """A JsonSave item (``metadata`` file) or the ``metrics`` item: its JSON values as leaves."""
     item = ref.location
     doc = None

@@ -17,8 +17,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.conftest import FIXTURES
 from tests.hostile.helpers import (
     INTERNAL_ERROR,
@@ -30,10 +28,6 @@ from tests.hostile.helpers import (
     wait_stopped_or_exited,
 )
 
-ITEM1 = pytest.mark.xfail(
-    strict=True,
-    reason="issue 14 item 1: a second writer is not refused and deletes the first's tmp",
-)
 SRC = FIXTURES / "seed_mlp"
 A_ARGS = ["--mesh", "data=8"]
 B_ARGS = ["--mesh", "data=4,model=2", "--rule", "params.*kernel=[null, model]"]
@@ -148,3 +142,29 @@ def _wait_for(cond: Any, timeout: float = 120) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         time.sleep(0.02)
+
+
+def test_second_export_to_one_output_is_refused(tmp_path: Path) -> None:
+    """``export`` claims its output like the step writers: A is stopped as it opens its first
+    safetensors file (in its tmp dir beside OUT); B, to the same OUT, is refused at once naming
+    A; A then completes a valid export and leaves neither tmp dir nor lock behind."""
+    from safetensors.numpy import load_file
+
+    out = tmp_path / "out"
+    a = start(
+        "export", SRC, out, "--params-only",
+        spec={"on_write": "model", "nth": 1, "signal": "STOP"},
+    )  # fmt: skip
+    assert wait_stopped_or_exited(a), finish(a).stderr
+    assert a.poll() is None, "A exited before it wrote a file"
+    rb = ckpt("export", SRC, out, "--params-only")
+    ra = finish(a)
+    assert rb.code == 3, rb.stderr
+    assert len(rb.lines) == 1 and "another ckpt writer" in rb.stderr, rb.stderr
+    assert f"export pid {a.pid}" in rb.stderr, rb.stderr
+    assert ra.code == 0, ra.stderr
+    files = sorted(p.name for p in out.iterdir())
+    assert "model.safetensors" in files, files
+    tensors = load_file(out / "model.safetensors")
+    assert tensors and all(v.size for v in tensors.values())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -15,9 +15,6 @@ import pytest
 from tests.conftest import FIXTURES
 from tests.hostile.helpers import INTERNAL_ERROR, ckpt
 
-ITEM7 = pytest.mark.xfail(
-    strict=True, reason="issue 14 item 7: patterns run in Python's backtracking re (RE2 not yet)"
-)
 SRC = FIXTURES / "seed_mlp"
 IDENTITY = "rules:\n  - {op: rename, from: 'step', to: 'step'}\n"
 
@@ -59,17 +56,15 @@ def test_reshard_rules_with_yaml_aliases_are_refused(tmp_path: Path) -> None:
     _one_line_exit_3(run.code, run.stderr, "alias")
 
 
-@ITEM7
 def test_catastrophic_pattern_in_a_spec_finishes(tmp_path: Path) -> None:
     """``(.|.)*!`` backtracks exponentially in Python's ``re``: even ``--dry-run`` hangs."""
     spec = tmp_path / "redos.yaml"
     spec.write_text("rules:\n  - {op: drop, match: '(.|.)*!'}\n")
     run = ckpt("migrate", SRC, tmp_path / "D", "--spec", spec, "--dry-run", timeout=30)
     # The rule matches no leaf: refused as such (exit 3), in linear time.
-    _one_line_exit_3(run.code, run.stderr, "matches no")
+    _one_line_exit_3(run.code, run.stderr, "matched no leaf")
 
 
-@ITEM7
 def test_catastrophic_pattern_in_a_reshard_rule_finishes(tmp_path: Path) -> None:
     run = ckpt(
         "reshard", SRC, tmp_path / "D", "--mesh", "data=8", "--rule", "(.|.)*!=[data]",
@@ -98,3 +93,15 @@ def test_a_large_but_sane_spec_still_loads(tmp_path: Path) -> None:
     spec.write_text("rules:\n" + rules + "  - {op: rename, from: 'step', to: 'step'}\n")
     run = ckpt("migrate", SRC, tmp_path / "D", "--spec", spec, "--allow-unused", "--dry-run")
     assert run.code == 0, run.stderr[-300:]
+
+
+def test_a_pattern_re2_cannot_take_is_one_line(tmp_path: Path) -> None:
+    """Backreferences and lookaround need backtracking: refused, never run by another engine."""
+    run = ckpt("inspect", SRC, "--filter", r"(Dense)_\1", timeout=60)
+    assert run.code == 2 and len(run.lines) == 1, run.stderr
+    assert "not a valid pattern" in run.stderr and "RE2" in run.stderr, run.stderr
+    spec = tmp_path / "look.yaml"
+    spec.write_text("rules:\n  - {op: drop, match: '(?=params).*'}\n")
+    run = ckpt("migrate", SRC, tmp_path / "D", "--spec", spec, "--dry-run", timeout=60)
+    _one_line_exit_3(run.code, run.stderr, "bad regular expression")
+    assert not (tmp_path / "D").exists()

@@ -13,35 +13,18 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_cli.core.format.dtypes import dtype_itemsize, normalize_dtype
 from ckpt_cli.core.format.names import (
     array_prefix,
     chunk_index_from_key,
     split_key,
     unsafe_as_path,
 )
+from ckpt_cli.core.format.sizes import size_problem
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.storage.base import loads_json
 from ckpt_cli.errors import InvalidMetadataError, StorageError
 
-# Element sizes of dtypes numpy does not know by name (ml_dtypes'); the rest come from numpy.
-EXTRA_DTYPES = {
-    "bfloat16": 2,
-    "float8_e4m3fn": 1,
-    "float8_e4m3fnuz": 1,
-    "float8_e4m3b11fnuz": 1,
-    "float8_e5m2": 1,
-    "float8_e5m2fnuz": 1,
-    "float8_e3m4": 1,
-    "float8_e4m3": 1,
-    "float8_e8m0fnu": 1,
-    "float6_e2m3fn": 1,
-    "float6_e3m2fn": 1,
-    "float4_e2m1fn": 1,
-    "int2": 1,
-    "uint2": 1,
-    "int4": 1,
-    "uint4": 1,
-}
 MAX_RANK = 32  # TensorStore's limit
 MAX_ELEMENTS = 1 << 62
 
@@ -79,25 +62,20 @@ class ArrayInfo:
     def num_chunks(self) -> int:
         return math.prod(self.chunk_grid)
 
+    @property
+    def decode_shape(self) -> tuple[int, ...]:
+        """The unit TensorStore decodes whole: a zarr3 shard's inner chunk, else the chunk."""
+        return self.inner_chunk_shape or self.chunk_shape
 
-def dtype_itemsize(name: str) -> int:
-    if name in EXTRA_DTYPES:
-        return EXTRA_DTYPES[name]
-    import numpy as np
+    @property
+    def decoded_chunk_bytes(self) -> int:
+        unit = zip(self.decode_shape, self.shape, strict=True)
+        return math.prod(min(c, s) for c, s in unit) * self.itemsize
 
-    return int(np.dtype(name).itemsize)
-
-
-@functools.lru_cache(maxsize=256)
-def normalize_dtype(raw: Any) -> str:
-    """A zarr dtype ('<f4', '|b1', 'bfloat16', 'float32') as a numpy-style name ('float32')."""
-    if not isinstance(raw, str):
-        raise ValueError(f"unsupported dtype {raw!r}")
-    if raw in EXTRA_DTYPES:
-        return raw
-    import numpy as np
-
-    return str(np.dtype(raw).name)
+    @property
+    def num_decoded_chunks(self) -> int:
+        unit = zip(self.shape, self.decode_shape, strict=True)
+        return math.prod(-(-s // c) if c else 0 for s, c in unit)
 
 
 def _shape(value: Any, what: str) -> tuple[int, ...]:
@@ -192,6 +170,21 @@ class ItemStore:
         self._kvstores: dict[str, Any] = {}
         self._raw_headers: dict[str, bytes] = {}
 
+    @functools.cached_property
+    def stored_bytes(self) -> int:
+        """Bytes of every file below the item (listed once, only when a header needs it)."""
+        return self.item.du()
+
+    def check_size(self, name: str, info: ArrayInfo, where: str = "") -> ArrayInfo:
+        """``info`` unless ``sizes.size_problem`` finds its sizes absurd (InvalidMetadataError)."""
+        why = size_problem(info, lambda: self.stored_bytes)
+        if why is not None:
+            raise InvalidMetadataError(
+                f"leaf {name!r} in {where or self.item} cannot be read: {why}",
+                hint="the zarr header is damaged or forged; run `ckpt verify` on it",
+            )
+        return info
+
     @property
     def header_name(self) -> str:
         return "zarr.json" if self.use_zarr3 else ".zarray"
@@ -232,7 +225,7 @@ class ItemStore:
         out: dict[str, tuple[ArrayInfo, str]] = {}
         for n, (data, label) in raw.items():
             where = str(self.item) + (f"/{label}" if label else "")
-            out[n] = (parse_zarr_header(n, data, where), label)
+            out[n] = (self.check_size(n, parse_zarr_header(n, data, where), where), label)
         return out
 
     def read_header_bytes(

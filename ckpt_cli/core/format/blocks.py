@@ -67,12 +67,11 @@ Block = tuple[slice, ...]
 
 def decode_shape(info: ArrayInfo) -> tuple[int, ...]:
     """The unit TensorStore decodes: a zarr3 shard's inner chunk, else the chunk."""
-    return info.inner_chunk_shape or info.chunk_shape
+    return info.decode_shape
 
 
 def decoded_chunk_bytes(info: ArrayInfo) -> int:
-    shape = decode_shape(info)
-    return math.prod(min(c, s) for c, s in zip(shape, info.shape, strict=True)) * info.itemsize
+    return info.decoded_chunk_bytes
 
 
 def is_large(info: ArrayInfo, budget: int) -> bool:

@@ -12,6 +12,8 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from ckpt_cli.core.regex import PatternError, Regex, glob_regex
+
 TMP_MARKER = ".orbax-checkpoint-tmp"
 COMMIT_MARKER = "commit_success.txt"
 #: Object stores: put into a step before prune removes its marker; the step is trash from then on.
@@ -98,18 +100,17 @@ def looks_like_item(names: Collection[str], *, json_items: bool = False) -> bool
     return any(n in markers or n.startswith("ocdbt.process_") for n in names)
 
 
-def compile_filter(pattern: str | None, option: str = "--filter") -> re.Pattern[str] | None:
+def compile_filter(pattern: str | None, option: str = "--filter") -> Regex | None:
     """A leaf-name pattern: ``re:REGEX`` is a regular expression; otherwise a glob when it holds
     ``*``, ``?`` or ``[`` and no regex-only syntax (``( ) | ^ $ + \\ {``), else a regex.
 
     Globs match the whole dotted name and ``*`` crosses dots (``params.*kernel``); regexes are
     searched anywhere in the name unless anchored. A pattern starting with ``.`` is a regex
     (``.*``: every leaf): no leaf name starts with a dot, so as a glob it could match nothing.
+    Regexes are RE2 (``core/regex``): linear time; a pattern RE2 cannot take is a usage error.
     """
     if pattern is None:
         return None
-    import fnmatch
-
     if pattern.startswith("re:"):
         source = pattern[3:]
     elif (
@@ -117,15 +118,18 @@ def compile_filter(pattern: str | None, option: str = "--filter") -> re.Pattern[
         and not re.search(r"[()|^$+\\{]", pattern)
         and not pattern.startswith(".")
     ):
-        return re.compile(fnmatch.translate(pattern))
+        source = glob_regex(pattern)
     else:
         source = pattern
     try:
-        return re.compile(source)
-    except re.error as e:
+        return Regex(source)
+    except PatternError as e:
         from ckpt_cli.errors import UsageError
 
-        raise UsageError(f"{option} {pattern!r} is not a valid pattern: {e}") from None
+        raise UsageError(
+            f"{option} {pattern!r} is not a valid pattern: {e}",
+            hint="patterns are RE2 regular expressions (no backreferences, no lookaround) or globs",
+        ) from None
 
 
 def literal_name(pattern: str) -> str | None:

@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core.format.arrays import EXTRA_DTYPES
+from ckpt_cli.core.format.dtypes import EXTRA_DTYPES
 
 GOLDEN = 0x9E3779B97F4A7C15
 #: Standard deviation of a standard normal truncated to (-2, 2), as jax writes it.

@@ -13,6 +13,7 @@ from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.migrate.initializers import FAN_KINDS, Initializer, numpy_dtype
 from ckpt_cli.core.migrate.spec import Rule
 from ckpt_cli.core.migrate.tree import Step, Work, moment_prefixes
+from ckpt_cli.core.regex import Match
 from ckpt_cli.core.state import relative_path
 from ckpt_cli.errors import RefusedError
 
@@ -210,7 +211,7 @@ def concat(rule: Rule, work: list[Work]) -> tuple[list[Work], bool]:
             m = pattern.fullmatch(w.name) if w.expr is not None else None
             if m:
                 by_groups[i][m.groups()] = w
-    groups: list[tuple[Work, list[Work], re.Match[str]]] = []
+    groups: list[tuple[Work, list[Work], Match]] = []
     used: dict[int, str] = {}
     for w in work:
         m = first.fullmatch(w.name) if w.expr is not None else None
@@ -312,7 +313,7 @@ def _at(work: list[Work], prefix: tuple[str, ...], param: Work) -> Work | None:
     return next((w for w in work if w.keypath == path and w.expr is not None), None)
 
 
-def _expand(rule: Rule, m: re.Match[str], template: str, w: Work) -> str:
+def _expand(rule: Rule, m: Match, template: str, w: Work) -> str:
     try:
         name = m.expand(template)
     except (re.error, IndexError) as e:

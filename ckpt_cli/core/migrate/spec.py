@@ -21,9 +21,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_cli.core.format.arrays import EXTRA_DTYPES
+from ckpt_cli.core.format.dtypes import EXTRA_DTYPES
 from ckpt_cli.core.format.names import literal_name
 from ckpt_cli.core.migrate.initializers import FAN_KINDS, Initializer, parse_init
+from ckpt_cli.core.regex import Match, PatternError, Regex
 from ckpt_cli.core.textfiles import load_yaml, read_limited
 from ckpt_cli.errors import RefusedError
 
@@ -89,8 +90,8 @@ class Rule:
 
     index: int  # 1-based position in the spec
     op: str
-    match: tuple[re.Pattern[str], ...] = ()  # rename: `from`; concat: `from`, one per input
-    exclude: tuple[re.Pattern[str], ...] = ()
+    match: tuple[Regex, ...] = ()  # rename: `from`; concat: `from`, one per input
+    exclude: tuple[Regex, ...] = ()
     to: str | None = None
     into: tuple[str, ...] = ()
     name: str | None = None
@@ -115,7 +116,7 @@ class Rule:
         family of leaves: what a rule must do to change PRNG key data."""
         return any(literal_name(p.pattern) == name for p in self.match)
 
-    def selects(self, name: str) -> re.Match[str] | None:
+    def selects(self, name: str) -> Match | None:
         """The match of the first ``match`` pattern that takes the whole name, unless excluded."""
         if any(e.fullmatch(name) for e in self.exclude):
             return None
@@ -207,15 +208,18 @@ class _Fields:
     def has(self, name: str) -> bool:
         return name in self.doc
 
-    def regex(self, name: str, value: Any) -> re.Pattern[str]:
+    def regex(self, name: str, value: Any) -> Regex:
         if not isinstance(value, str) or not value:
             raise self.fail(name, f"expected a regular expression (a string), got {value!r}")
         try:
-            return re.compile(value)
-        except re.error as e:
-            raise self.fail(name, f"bad regular expression {value!r}: {e}") from None
+            return Regex(value)
+        except PatternError as e:
+            raise self.fail(
+                name,
+                f"bad regular expression {value!r} (RE2: {e}; no backreferences, no lookaround)",
+            ) from None
 
-    def regexes(self, name: str, at_least: int = 1) -> tuple[re.Pattern[str], ...]:
+    def regexes(self, name: str, at_least: int = 1) -> tuple[Regex, ...]:
         value = self.get(name)
         values = value if isinstance(value, list) else [value]
         if len(values) < at_least:

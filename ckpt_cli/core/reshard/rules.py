@@ -7,12 +7,12 @@ or ``null`` (replicated).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.format.names import compile_filter
 from ckpt_cli.core.format.sharding import MeshSpec, Spec
+from ckpt_cli.core.regex import Regex
 from ckpt_cli.core.textfiles import load_yaml, read_limited
 from ckpt_cli.errors import InvalidMetadataError, NotFoundError, UsageError
 
@@ -21,7 +21,7 @@ from ckpt_cli.errors import InvalidMetadataError, NotFoundError, UsageError
 class Rule:
     pattern: str
     spec: Spec
-    regex: re.Pattern[str]
+    regex: Regex
 
 
 def parse_spec(value: Any, where: str, mesh: MeshSpec) -> Spec:
@@ -64,7 +64,7 @@ def parse_rules(doc: Any, mesh: MeshSpec, source: str) -> list[Rule]:
         regex = compile_filter(str(pattern), f"{source}: rule")
         assert regex is not None
         # A rule names whole leaves: anchor it so `kernel` does not match `kernel_scale`.
-        anchored = re.compile(f"(?:{regex.pattern})\\Z")
+        anchored = Regex(f"(?:{regex.pattern})\\z")
         rules.append(
             Rule(str(pattern), parse_spec(value, f"{source}: rule {pattern!r}", mesh), anchored)
         )

@@ -51,7 +51,7 @@ class ExportTensor:
 
     @property
     def expr_itemsize(self) -> int:
-        from ckpt_cli.core.format.arrays import dtype_itemsize
+        from ckpt_cli.core.format.dtypes import dtype_itemsize
 
         return dtype_itemsize(self.dtype)
 

@@ -56,6 +56,32 @@ def check_output(out: str) -> None:
 def execute(plan: ExportPlan, on_progress: ProgressFn | None = None) -> ExportResult:
     """Write the plan's files into a temporary directory, then rename it to ``plan.out``.
     Progress as ``export`` bytes."""
+    from ckpt_cli.core.storage import open_location
+    from ckpt_cli.core.write.claim import claim_lock
+    from ckpt_cli.errors import StorageError
+
+    report = plan.report
+    assert report is not None, "an ExportPlan from plan_export"
+    parent = os.path.dirname(plan.out) or "."
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as e:
+        raise StorageError(f"cannot create {parent}: {e.strerror or e}") from None
+    # One export per output at a time: a second one is refused at once, naming the first.
+    claim = claim_lock(
+        open_location(os.path.join(parent, f".{os.path.basename(plan.out)}.ckpt-write.lock")),
+        plan.out,
+        "export",
+    )
+    try:
+        return _execute(plan, report, parent, on_progress)
+    finally:
+        claim.release()
+
+
+def _execute(
+    plan: ExportPlan, report: Any, parent: str, on_progress: ProgressFn | None
+) -> ExportResult:
     import contextlib
     import secrets
     import shutil
@@ -65,16 +91,12 @@ def execute(plan: ExportPlan, on_progress: ProgressFn | None = None) -> ExportRe
     from ckpt_cli.core.safetensors.sink import SafetensorsSink
     from ckpt_cli.errors import StorageError
 
-    report = plan.report
-    assert report is not None, "an ExportPlan from plan_export"
     memory_limit = plan.memory_limit
     on_bytes = ByteProgress(on_progress, "export", plan.total_bytes)
     check_output(plan.out)
     t0 = time.perf_counter()
-    parent = os.path.dirname(plan.out) or "."
     tmp = os.path.join(parent, f".{os.path.basename(plan.out)}.ckpt-tmp-{secrets.token_hex(4)}")
     try:
-        os.makedirs(parent, exist_ok=True)
         os.mkdir(tmp)
     except OSError as e:
         raise StorageError(f"cannot create {tmp}: {e.strerror or e}") from None
@@ -138,7 +160,7 @@ def _budget(memory_limit: int) -> int:
 def _aligned(t: ExportTensor, budget: int) -> bool:
     """Whether every block of ``t`` is made of whole chunks of one source leaf (each decoded
     once), as ``contiguous_blocks`` cuts it."""
-    from ckpt_cli.core.format.arrays import dtype_itemsize
+    from ckpt_cli.core.format.dtypes import dtype_itemsize
 
     expr = t.expr
     while isinstance(expr, ops.Cast):
@@ -218,7 +240,7 @@ class _Stream:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
     def tensor(self, t: ExportTensor, sink: Any) -> None:
-        from ckpt_cli.core.format.arrays import dtype_itemsize
+        from ckpt_cli.core.format.dtypes import dtype_itemsize
         from ckpt_cli.core.safetensors.blocks import contiguous_blocks
 
         whole = frozenset(id(n) for n in t.expr.walk() if n.whole)

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ckpt_cli.core.format.arrays import dtype_itemsize
+from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.sharding import MeshSpec, ShardingInfo, shard_shape, split_chunk
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.migrate.spec import MigrationSpec

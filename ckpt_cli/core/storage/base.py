@@ -123,6 +123,11 @@ class Location:
         """This location with every symlink on its path resolved."""
         raise NotImplementedError
 
+    def link_target(self) -> Location:
+        """Where this symlink points, read from the link alone (its directory resolved, the
+        link's text joined to it): nothing it points to is looked at."""
+        raise NotImplementedError
+
     # Writes, used only by commands that change a root (prune) or write a new step.
 
     def rename(self, new_name: str) -> Location:

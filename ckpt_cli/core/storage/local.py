@@ -133,6 +133,14 @@ class LocalLocation(Location):
     def resolve(self) -> LocalLocation:
         return self._at(os.path.realpath(self.path))
 
+    def link_target(self) -> LocalLocation:
+        parent = os.path.realpath(os.path.dirname(self.path))
+        try:
+            text = os.readlink(self.path)
+        except OSError as e:
+            raise StorageError(f"cannot read the link {self.path}: {e}") from None
+        return self._at(os.path.normpath(os.path.join(parent, text)))
+
     def rename(self, new_name: str) -> LocalLocation:
         if not new_name or "/" in new_name or new_name in (".", ".."):
             raise ValueError(f"not a plain directory entry name: {new_name!r}")

@@ -10,7 +10,6 @@ a recorded digest file can tell that a header's dtype was changed.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 from ckpt_cli.core.format.arrays import ArrayInfo, parse_zarr_header
@@ -18,6 +17,7 @@ from ckpt_cli.core.format.digests import DIGEST_FILE, recorded_file, string_dige
 from ckpt_cli.core.format.metadata import ArrayMetadata, LeafMeta, TreeMetadata
 from ckpt_cli.core.format.names import parse_chunk_part, split_key, storage_dir
 from ckpt_cli.core.format.sharding import ShardingInfo
+from ckpt_cli.core.format.sizes import size_problem
 from ckpt_cli.core.storage.base import loads_json
 from ckpt_cli.core.verify.types import ItemFacts
 from ckpt_cli.errors import CkptError, InvalidMetadataError, first_line
@@ -113,6 +113,10 @@ def check_arrays(
                 name,
                 file,
             )
+            continue
+        why = size_problem(info, lambda: store.stored_bytes)
+        if why is not None:
+            facts.add("array-size-implausible", f"{name}: {why}; {_RESTORE}", name, file)
             continue
         facts.chunks += info.num_chunks
         ok = _check_shape(
@@ -321,10 +325,19 @@ def expected_missing(
     grid: tuple[int, ...], present: set[tuple[int, ...]], limit: int = 5
 ) -> list[tuple[int, ...]]:
     """The first few chunk indices of ``grid`` that are not in ``present``."""
-    out = []
-    for index in itertools.product(*(range(g) for g in grid)):
-        if index not in present:
-            out.append(index)
-            if len(out) >= limit:
-                break
+    out: list[tuple[int, ...]] = []
+    if 0 in grid:
+        return out
+    # Counted in C order by hand: itertools.product would first hold every range as a tuple.
+    index = [0] * len(grid)
+    while len(out) < limit:
+        if tuple(index) not in present:
+            out.append(tuple(index))
+        d = len(grid) - 1
+        while d >= 0 and index[d] == grid[d] - 1:
+            index[d] = 0
+            d -= 1
+        if d < 0:
+            break
+        index[d] += 1
     return out

@@ -20,6 +20,8 @@ class Inventory:
     base: Location
     sizes: dict[str, int | None] = field(default_factory=dict)
     links: list[str] = field(default_factory=list)
+    #: Links that lead out of the checkpoint: never followed (no size, never parsed).
+    outside: set[str] = field(default_factory=set)
     problems: list[Problem] = field(default_factory=list)
 
     def size(self, rel: str) -> int | None:
@@ -55,22 +57,46 @@ def take_inventory(base: Location, boundary: Location, shown_as: str) -> Invento
             continue
         inv.links.append(rel)
         loc = base.child(rel)
-        target = loc.resolve()
-        if not target.is_within(fence):
+        # The link's own text first: a link out is never followed, not even to stat its target.
+        try:
+            target = loc.link_target()
+            if target.is_within(fence):
+                target = loc.resolve()  # a chain of links inside may still lead out
+        except CkptError:
+            target = None
+        if target is None or not target.is_within(fence):
+            inv.outside.add(rel)
+            unread = " (not read: nothing in it is checked)" if _is_metadata(rel) else ""
             inv.problems.append(
                 problem(
                     "symlink-outside",
-                    f"{_join(shown_as, rel)} is a symlink to {target}, outside the checkpoint: "
+                    f"{_join(shown_as, rel)} is a symlink to {target or '?'}, outside the checkpoint: "
                     "copies and uploads of this checkpoint will miss or duplicate it; replace "
-                    "the link with the file",
+                    f"the link with the file{unread}",
                     file=_join(shown_as, rel),
                 )
             )
+            if _is_metadata(rel):
+                inv.sizes[rel] = None  # never followed: verify parses nothing through it
+                continue
         try:
             inv.sizes[rel] = None if entry.is_dir else loc.size()
         except CkptError:
             inv.sizes[rel] = None  # dangling: reported as missing where it is needed
     return inv
+
+
+#: Files verify parses (JSON): through a link out of the checkpoint they are not even stat'ed.
+#: Data files (OCDBT ``d/``, zarr chunks) linked out are sized through the link, as TensorStore
+#: reads them that way.
+_METADATA_NAMES = frozenset(
+    {"_METADATA", "_CHECKPOINT_METADATA", "_sharding", "_strings.json", "metrics", "metadata",
+     "_CKPT_DIGESTS.json", ".zarray", "zarr.json", "_ROOT_METADATA"}
+)  # fmt: skip
+
+
+def _is_metadata(rel: str) -> bool:
+    return rel.rsplit("/", 1)[-1] in _METADATA_NAMES or rel.startswith("array_metadatas/")
 
 
 def _join(prefix: str, rel: str) -> str:

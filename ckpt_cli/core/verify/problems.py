@@ -18,6 +18,10 @@ CODES: dict[str, tuple[Severity, str]] = {
     "metadata-missing": ("error", "an item has no _METADATA (nor a JSON item file)"),
     "metadata-invalid": ("error", "a metadata file parses but lacks what Orbax writes"),
     "zarr-header-invalid": ("error", "an array's .zarray / zarr.json is invalid"),
+    "array-size-implausible": (
+        "error",
+        "a zarr header claims a chunk larger than memory, or more chunks than bytes stored",
+    ),
     "leaf-without-array": ("error", "a leaf of _METADATA has no array"),
     "array-without-leaf": ("error", "an array is stored that no leaf of _METADATA names"),
     "string-missing": ("error", "a string leaf has no value in _strings.json"),

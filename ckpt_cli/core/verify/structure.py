@@ -104,6 +104,8 @@ def _read_record(item: Location, facts: ItemFacts) -> DigestRecord | None:
 
 
 def _parse_json(item: Location, rel: str, facts: ItemFacts) -> Any | None:
+    if facts.inventory is not None and rel in facts.inventory.outside:
+        return None  # a link out of the checkpoint, reported as symlink-outside: never read
     try:
         return item.child(*rel.split("/")).read_json()
     except CkptError as e:

@@ -1,7 +1,8 @@
 """Who writes into a root: one ckpt writer at a time, and proof that a leftover's owner is gone.
 
 Every writer (``StepWriter``: reshard, migrate, and whatever writes a step through it) first
-claims the destination root: an exclusive lock on ``ROOT/.ckpt-write.lock``, an ``flock``
+claims the destination root (``export``, whose output is a directory renamed into place, claims
+``.OUT.ckpt-write.lock`` beside it): an exclusive lock on ``ROOT/.ckpt-write.lock``, an ``flock``
 locally (the OS drops it when the holder dies, so a killed writer leaves no stale lock), a lock
 object put only if absent on buckets (the one prune uses for ``.ckpt-prune.lock``). A second
 writer is refused at once and told who holds the root (command, pid, host, start time).
@@ -23,7 +24,9 @@ from ckpt_cli.errors import CkptError, LockedError
 
 WRITE_LOCK = ".ckpt-write.lock"
 OWNER_FILE = ".ckpt-owner"
-__all__ = ["OWNER_FILE", "WRITE_LOCK", "Owner", "WriteClaim", "claim_root", "read_owner"]
+__all__ = [
+    "OWNER_FILE", "WRITE_LOCK", "Owner", "WriteClaim", "claim_lock", "claim_root", "read_owner"
+]  # fmt: skip
 
 
 #: Lock files this process holds now: a lock object naming this very process but not in here is
@@ -50,10 +53,16 @@ class WriteClaim:
 
 def claim_root(root: Location, command: str) -> WriteClaim:
     """Take the root's write lock or raise ``LockedError`` naming the writer that holds it."""
+    return claim_lock(root.child(WRITE_LOCK), str(root), command)
+
+
+def claim_lock(lock_loc: Location, target: str, command: str) -> WriteClaim:
+    """Take the write lock ``lock_loc`` guarding ``target`` (a root, or an export's output
+    directory, whose lock lies beside it) or raise ``LockedError`` naming its holder."""
     owner = Owner.me(command)
-    lock_loc = root.child(WRITE_LOCK)
     lock = lock_loc.try_lock(owner.to_text())
-    if lock is None and root.requires_commit_marker:
+    on_bucket = lock_loc.requires_commit_marker
+    if lock is None and on_bucket:
         # A lock object outlives a killed holder: replace it only when that holder is gone.
         holder = read_owner(lock_loc)
         mine_but_stale = (
@@ -67,7 +76,7 @@ def claim_root(root: Location, command: str) -> WriteClaim:
         holder = read_owner(lock_loc)
         who = holder.describe() if holder else "holder unknown"
         hint = "wait for it to finish, or write to another destination"
-        if root.requires_commit_marker:
+        if on_bucket:
             hint += f"; if that writer is surely gone, delete {lock_loc} and run again"
-        raise LockedError(f"another ckpt writer is writing into {root} ({who})", hint=hint)
+        raise LockedError(f"another ckpt writer is writing into {target} ({who})", hint=hint)
     return WriteClaim(lock, owner, str(lock_loc))

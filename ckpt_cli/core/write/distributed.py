@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_cli.core.executor import Executor
-from ckpt_cli.core.format.arrays import ItemStore, cached_context, dtype_itemsize
+from ckpt_cli.core.format.arrays import ItemStore, cached_context
+from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.item import OCDBT_CONFIG, ItemWriter
 from ckpt_cli.core.write.pipeline import block_budget, leaf_regions

@@ -9,8 +9,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ckpt_cli.core.format.arrays import dtype_itemsize
 from ckpt_cli.core.format.blocks import aligned_block, iter_blocks
+from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.write.types import ArraySink, LeafOut, Region
 from ckpt_cli.errors import StorageError, first_line
 

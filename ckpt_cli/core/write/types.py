@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ckpt_cli.core.executor import ExecutorSpec
-from ckpt_cli.core.format.arrays import EXTRA_DTYPES, ArrayInfo, ItemStore, dtype_itemsize
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.dtypes import EXTRA_DTYPES, dtype_itemsize
 from ckpt_cli.core.format.metadata import ARRAY_ITEM_LEAF, KEY_TYPE_DICT
 from ckpt_cli.core.format.sharding import ShardingInfo
 from ckpt_cli.core.storage import Location
