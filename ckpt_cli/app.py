@@ -29,6 +29,7 @@ for _signum in (signal.SIGINT, signal.SIGTERM):
 import typer
 
 from ckpt_cli._version import __version__
+from ckpt_cli.commands import cp as cp_cmd
 from ckpt_cli.commands import diff as diff_cmd
 from ckpt_cli.commands import export as export_cmd
 from ckpt_cli.commands import import_ as import_cmd
@@ -109,6 +110,7 @@ app.command("reshard", cls=HelpCommand)(reshard_cmd.reshard)
 app.command("migrate", cls=HelpCommand)(migrate_cmd.migrate)
 app.command("export", cls=HelpCommand)(export_cmd.export)
 app.command("import", cls=HelpCommand)(import_cmd.import_)
+app.command("cp", cls=HelpCommand)(cp_cmd.cp)
 app.command("pin", cls=HelpCommand)(pin_cmd.pin)
 app.command("unpin", cls=HelpCommand)(pin_cmd.unpin)
 
