@@ -51,7 +51,7 @@ from ckpt_cli.errors import (
     first_line,
 )
 
-HELP = """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints, and export them to safetensors (and import back); the read commands need no JAX.
+HELP = """List, inspect, verify, diff, prune, reshard, migrate and copy Orbax checkpoints (local disk, S3, GCS), and export them to safetensors (and import back); the read commands need no JAX.
 
 Exit codes: 0 ok · 1 a check found problems · 2 usage error · 3 not a checkpoint, unreadable or refused · 70 internal error (rerun with CKPT_DEBUG=1) · 130 interrupted (Ctrl-C) · 143 terminated (SIGTERM).
 """
@@ -93,7 +93,7 @@ def _root(
         show_default=False,
     ),
 ) -> None:
-    """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints, and export them to safetensors (and import back); the read commands need no JAX."""
+    """List, inspect, verify, diff, prune, reshard, migrate and copy Orbax checkpoints (local disk, S3, GCS), and export them to safetensors (and import back); the read commands need no JAX."""
     from ckpt_cli.core.storage.options import StorageOptions
 
     # Configuration as data: the commands hand these options to the core, which carries them

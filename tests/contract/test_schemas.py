@@ -174,6 +174,9 @@ SUCCESSES: list[Run] = [
         "import",
         lambda w: ["import", str(w.tmp / "x"), str(w.tmp / "xm"), "--mesh", "data=1", "--dry-run"],
     ),
+    ("cp", lambda w: ["cp", str(w.good), str(w.tmp / "c"), "--steps", "400-"]),
+    ("cp", lambda w: ["cp", str(w.good), str(w.tmp / "c")]),  # 400, 500 already there
+    ("cp", lambda w: ["cp", str(w.with_tmp), str(w.tmp / "cw"), "--dry-run"]),
     ("pin", lambda w: ["pin", str(w.good), "400", "--note", "best eval"]),
     ("unpin", lambda w: ["unpin", str(w.good), "300"]),  # not pinned: nothing to do, exit 0
 ]
