@@ -106,6 +106,8 @@ def cp(
         steps=step,
         step_ranges=steps,
         latest=latest,
+        verify=verify,
+        concurrency=concurrency,
         storage=o.storage_options(ctx),
     )
     for message in plan.warnings:
@@ -116,7 +118,7 @@ def cp(
     if not json_out:
         render.print_plan(plan)
     with progress_bar(not json_out) as on_progress:
-        result = execute_copy(plan, verify=verify, concurrency=concurrency, on_progress=on_progress)
+        result = execute_copy(plan, on_progress)
     if json_out:
         emit_json(result)
     else:

@@ -39,10 +39,6 @@ from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.claim import claim_root
 from ckpt_cli.errors import DigestMismatchError, RefusedError
 
-#: Copies in flight by default: object stores answer in 20-50 ms, so many small objects need
-#: many requests at once (TensorStore's own default for S3/GCS is 32).
-CONCURRENCY = 16
-
 
 @dataclass(frozen=True)
 class CopyResult:
@@ -57,14 +53,8 @@ class CopyResult:
         return self.plan.to_json(self.outcome, ok=self.ok)
 
 
-def execute_copy(
-    plan: CopyPlan,
-    *,
-    verify: bool = False,
-    concurrency: int = CONCURRENCY,
-    on_progress: ProgressFn | None = None,
-) -> CopyResult:
-    """Copy what ``plan`` names; raises ``DigestMismatchError`` (exit 1) when ``verify`` found
+def execute_copy(plan: CopyPlan, on_progress: ProgressFn | None = None) -> CopyResult:
+    """Copy what ``plan`` names; raises ``DigestMismatchError`` (exit 1) when ``plan.verify`` found
     a file that is not what its record says (that step is not written), ``RefusedError`` when a
     committed destination step differs from its source."""
     start = time.monotonic()
@@ -78,8 +68,9 @@ def execute_copy(
         steps = [dest_state(s.step, s.name, s.source, destination, entries) for s in plan.steps]
         plan = CopyPlan(
             plan.source, destination, plan.selection, tuple(steps), plan.root_files,
-            plan.skipped, plan.warnings, plan.storage,
+            plan.skipped, plan.warnings, plan.verify, plan.concurrency, plan.storage,
         )  # fmt: skip
+        verify, concurrency = plan.verify, plan.concurrency
         owner = claim.owner.to_text().encode()
         progress = ByteProgress(on_progress, "copy", plan.total_bytes)
         jobs = [StepJob(s, verify) for s in plan.steps]

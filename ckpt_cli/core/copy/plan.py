@@ -125,6 +125,10 @@ class CopyPlan:
     root_files: tuple[CopyObject, ...] = ()
     skipped: tuple[tuple[str, str], ...] = ()  # source steps not copied, and why
     warnings: tuple[str, ...] = ()
+    #: Check files against their recorded digests as they stream (``--verify``).
+    verify: bool = False
+    #: Files copied at once (``--concurrency``).
+    concurrency: int = 16
     storage: StorageOptions | None = field(default=None, compare=False)
 
     @property
@@ -161,6 +165,7 @@ class CopyPlan:
             "source": str(self.source),
             "destination": str(self.destination),
             "selection": self.selection.describe(),
+            "verify": self.verify,
             "total_objects": self.total_objects,
             "total_bytes": self.total_bytes,
             "root_files": [o.rel for o in self.root_files if o.dest_size is None],
@@ -190,9 +195,15 @@ def plan_copy(
     steps: list[int] | None = None,
     step_ranges: str | None = None,
     latest: bool = False,
+    verify: bool = False,
+    concurrency: int = 16,
     storage: StorageOptions | None = None,
 ) -> CopyPlan:
-    """What ``ckpt cp SRC DST`` would copy (reads listings only)."""
+    """What ``ckpt cp SRC DST`` would copy (reads listings only): ``steps`` by number,
+    ``step_ranges`` as ``--steps`` (``"100-300,500"``), ``latest``, or a ``ROOT@STEPS`` source;
+    ``verify`` and ``concurrency`` are how ``execute_copy`` will copy."""
+    if concurrency < 1:
+        raise UsageError(f"--concurrency {concurrency}: at least 1 file at a time")
     from ckpt_cli.core.copy.select import combine
 
     path, at = _split_at(src)
@@ -264,6 +275,8 @@ def plan_copy(
         tuple(o for o in root_files),
         tuple(skipped),
         tuple(warnings),
+        verify,
+        concurrency,
         storage,
     )
 

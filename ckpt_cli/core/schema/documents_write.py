@@ -309,6 +309,7 @@ class CpJSON(TypedDict):
     source: str
     destination: str
     selection: str
+    verify: bool
     total_objects: int
     total_bytes: int
     root_files: list[str]
