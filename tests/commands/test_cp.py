@@ -80,6 +80,12 @@ def test_step_selection(cli: Any, tmp_path: Path) -> None:
         assert sorted(p.name for p in dst.iterdir()) == want, args
     at = cli("cp", f"{src}@400", tmp_path / "at")
     assert at.code == 0 and sorted(p.name for p in (tmp_path / "at").iterdir()) == ["400"]
+    span = cli("cp", f"{src}@400-500", tmp_path / "span")
+    assert span.code == 0 and sorted(p.name for p in (tmp_path / "span").iterdir()) == [
+        "400", "500",
+    ]  # fmt: skip
+    both = cli("cp", f"{src}@400", tmp_path / "x", "--steps", "300-")
+    assert both.code == 2 and "names its steps" in both.stderr
     step_dir = cli("cp", src / "300", tmp_path / "one")
     assert step_dir.code == 0 and (tmp_path / "one" / "300" / "commit_success.txt").is_file()
     assert filecmp.cmpfiles(src / "300", tmp_path / "one" / "300", ["_CHECKPOINT_METADATA"])[0]

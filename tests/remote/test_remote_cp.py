@@ -276,3 +276,20 @@ def test_verify_against_the_record_in_a_bucket(
     assert len(lines) == 1 and "step 500 not copied" in lines[0], lines
     left = {k.split("/")[3] for k in keys(s3.client, f"{s3_prefix}/down/")} - {".ckpt-write.lock"}
     assert left == {"300", "400"}
+
+
+def test_uncommitted_bucket_steps_are_not_copied(
+    cli: Any, s3: S3, s3_prefix: str, tmp_path: Path
+) -> None:
+    """Orbax #394 from the other side: a bucket step without commit_success.txt may be a save
+    in progress; cp leaves it, says so, and refuses it when asked for by number."""
+    url = s3.put_dir(
+        FIXTURES / "seed_mlp", s3_prefix, skip=lambda rel: rel == "400/commit_success.txt"
+    )
+    r = cli("cp", url, tmp_path / "copy", "--json")
+    assert r.code == 0, r.stderr
+    assert [s["step"] for s in r.json()["steps"]] == [300, 500]
+    assert r.json()["skipped"] == [{"name": "400", "reason": "uncommitted (no commit_success.txt)"}]
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["300", "500"]
+    asked = cli("cp", url, tmp_path / "other", "--step", "400")
+    assert asked.code == 3 and "uncommitted" in asked.stderr

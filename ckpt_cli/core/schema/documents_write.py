@@ -9,6 +9,7 @@ from typing_extensions import NotRequired
 
 from ckpt_cli.core.schema.documents import (
     DiffJSON,
+    ErrorJSON,
     InspectJSON,
     LsJSON,
     PruneJSON,
@@ -302,7 +303,8 @@ class CpOutcomeJSON(TypedDict):
 
 
 class CpJSON(TypedDict):
-    """``ckpt cp --json``: the plan (steps, objects, bytes) and, unless --dry-run, the outcome."""
+    """``ckpt cp --json``: the plan (steps, objects, bytes) and, unless --dry-run, the outcome;
+    a step that failed ``--verify`` or was refused carries ``ok: false`` and ``error`` here."""
 
     schema_version: int
     ok: bool
@@ -317,6 +319,7 @@ class CpJSON(TypedDict):
     skipped: list[CpSkippedJSON]
     warnings: list[str]
     outcome: NotRequired[CpOutcomeJSON]
+    error: NotRequired[ErrorJSON]
 
 
 DOCUMENTS: dict[str, object] = {
