@@ -268,17 +268,9 @@ def plan_copy(
         if o.dest_size is not None and o.dest_size != o.size:
             warnings.append(f"{destination}/{o.rel} differs from the source's: kept as it is")
     return CopyPlan(
-        source,
-        destination,
-        selection,
-        planned,
-        tuple(o for o in root_files),
-        tuple(skipped),
-        tuple(warnings),
-        verify,
-        concurrency,
-        storage,
-    )
+        source, destination, selection, planned, tuple(root_files), tuple(skipped),
+        tuple(warnings), verify, concurrency, storage,
+    )  # fmt: skip
 
 
 def _choose(root: Location, steps: list[StepRef], sel: StepSelection) -> list[StepRef]:
