@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	rm -rf $(DEMO) $(DEMO)-4x2 $(DEMO)-wide $(DEMO)-4x2-w2 $(DEMO)-4x2-dask
+	rm -rf $(DEMO) $(DEMO)-4x2 $(DEMO)-wide $(DEMO)-4x2-w2 $(DEMO)-4x2-dask $(DEMO)-copy
 	@echo "== train 300 steps (saves every 100, keeps 3)"
 	$(PY) examples/train_mlp.py --workdir $(DEMO) --steps 300
 	@echo "== train again to 600: resumes from the latest step"
@@ -120,6 +120,13 @@ demo: $(STAMP)
 	$(S3CKPT) inspect s3://demo/exp7-4x2 --layout params.Dense_0.kernel
 	$(S3CKPT) verify s3://demo/exp7-4x2 --deep
 	$(S3CKPT) diff $(DEMO) s3://demo/exp7-4x2
+	@echo "== ckpt cp: the run into the bucket (data first, commit markers last, checked against the recorded digests), and back"
+	$(S3CKPT) cp $(DEMO) s3://demo/exp7-copy --verify
+	$(S3CKPT) ls s3://demo/exp7-copy
+	$(S3CKPT) cp s3://demo/exp7-copy $(DEMO)-copy
+	diff -r -x _CKPT_VERIFY_STATE.json $(DEMO) $(DEMO)-copy && echo "the copy back is byte-identical"
+	@echo "== the same cp again: every file is already there (size and CRC-32 checked), nothing is written"
+	$(S3CKPT) cp $(DEMO) s3://demo/exp7-copy
 	@echo "== a root copied into the bucket without its commit markers (Orbax issue #394)"
 	AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(PY) -c "import pathlib, botocore.session as s; c = s.get_session().create_client('s3', endpoint_url='http://127.0.0.1:$(S3PORT)', region_name='us-east-1'); [c.put_object(Bucket='demo', Key='exp7/' + str(p.relative_to('$(DEMO)')), Body=p.read_bytes()) for p in pathlib.Path('$(DEMO)').rglob('*') if p.is_file() and p.name != 'commit_success.txt']"
 	$(S3CKPT) ls s3://demo/exp7 || true
@@ -184,6 +191,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_scale.py
 	$(PY) bench/bench_remote.py
 	$(PY) bench/bench_export.py
+	$(PY) bench/bench_cp.py
 
 clean:
 	rm -rf $(VENV) demo_runs bench/out site .pytest_cache .mypy_cache .ruff_cache

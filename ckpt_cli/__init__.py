@@ -22,6 +22,9 @@ Writers plan first and write on ``execute``; a plan is frozen, its ``to_json()``
     plan = ckpt_cli.export("runs/exp7", "runs/exp7-hf", spec="examples/mlp_to_pytorch.yaml")
     ckpt_cli.execute(plan)                    # safetensors files; ckpt_cli.import_(...) back
 
+    plan = ckpt_cli.plan_copy("runs/exp7", "s3://bucket/exp7", step_ranges="500-", verify=True)
+    ckpt_cli.execute(plan)                    # CopyResult: data first, markers last, resumable
+
 Importing ``ckpt_cli`` is cheap: names resolve on first use, and nothing here imports JAX.
 Errors are ``ckpt_cli.CkptError`` subclasses with a one-line message and a ``hint``.
 """
@@ -38,6 +41,8 @@ from ckpt_cli.errors import CkptError
 
 if TYPE_CHECKING:
     from ckpt_cli.core.checkpoint import Checkpoint, Item
+    from ckpt_cli.core.copy.execute import CopyResult
+    from ckpt_cli.core.copy.plan import CopyPlan, plan_copy
     from ckpt_cli.core.executor import ExecutorSpec
     from ckpt_cli.core.inspect import Leaf
     from ckpt_cli.core.listing import StepInfo
@@ -60,6 +65,8 @@ __all__ = [
     "Checkpoint",
     "CkptError",
     "Compression",
+    "CopyPlan",
+    "CopyResult",
     "ExecutorSpec",
     "ExportPlan",
     "ExportResult",
@@ -85,6 +92,7 @@ __all__ = [
     "export",
     "import_",
     "open",
+    "plan_copy",
     "plan_migration",
     "plan_prune",
     "plan_reshard",
@@ -95,6 +103,9 @@ __all__ = [
 _LAZY = {
     "Checkpoint": "ckpt_cli.core.checkpoint",
     "Item": "ckpt_cli.core.checkpoint",
+    "CopyPlan": "ckpt_cli.core.copy.plan",
+    "plan_copy": "ckpt_cli.core.copy.plan",
+    "CopyResult": "ckpt_cli.core.copy.execute",
     "ExecutorSpec": "ckpt_cli.core.executor",
     "Leaf": "ckpt_cli.core.inspect",
     "StepInfo": "ckpt_cli.core.listing",
@@ -246,12 +257,12 @@ def import_(
 
 
 def execute(
-    plan: ReshardPlan | MigrationPlan | PrunePlan | ExportPlan | ImportPlan,
+    plan: ReshardPlan | MigrationPlan | PrunePlan | ExportPlan | ImportPlan | CopyPlan,
     *,
     on_progress: ProgressFn | None = None,
-) -> WriteResult | PruneResult | ExportResult | ImportResult:
-    """Carry out a plan of ``plan_reshard``, ``plan_migration``, ``plan_prune``, ``export`` or
-    ``import_``.
+) -> WriteResult | PruneResult | ExportResult | ImportResult | CopyResult:
+    """Carry out a plan of ``plan_reshard``, ``plan_migration``, ``plan_prune``, ``export``,
+    ``import_`` or ``plan_copy``.
 
     A refused plan (``plan.refusal``) raises that ``RefusedError`` and writes nothing. Writers
     stream the new step under the plan's memory limit into a tmp name and commit it last; a prune
@@ -285,4 +296,10 @@ def execute(
         from ckpt_cli.core.safetensors.import_run import execute as run_import
 
         return run_import(plan, on_progress)
+    from ckpt_cli.core.copy.plan import CopyPlan
+
+    if isinstance(plan, CopyPlan):
+        from ckpt_cli.core.copy.execute import execute_copy
+
+        return execute_copy(plan, on_progress)
     raise TypeError(f"not a plan ckpt executes: {type(plan).__name__}")

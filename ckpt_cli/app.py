@@ -29,6 +29,7 @@ for _signum in (signal.SIGINT, signal.SIGTERM):
 import typer
 
 from ckpt_cli._version import __version__
+from ckpt_cli.commands import cp as cp_cmd
 from ckpt_cli.commands import diff as diff_cmd
 from ckpt_cli.commands import export as export_cmd
 from ckpt_cli.commands import import_ as import_cmd
@@ -50,7 +51,7 @@ from ckpt_cli.errors import (
     first_line,
 )
 
-HELP = """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints, and export them to safetensors (and import back); the read commands need no JAX.
+HELP = """List, inspect, verify, diff, prune, reshard, migrate and copy Orbax checkpoints (local disk, S3, GCS), and export them to safetensors (and import back); the read commands need no JAX.
 
 Exit codes: 0 ok · 1 a check found problems · 2 usage error · 3 not a checkpoint, unreadable or refused · 70 internal error (rerun with CKPT_DEBUG=1) · 130 interrupted (Ctrl-C) · 143 terminated (SIGTERM).
 """
@@ -101,7 +102,7 @@ def _root(
         show_default=False,
     ),
 ) -> None:
-    """List, inspect, verify, diff, prune, reshard and migrate Orbax checkpoints, and export them to safetensors (and import back); the read commands need no JAX."""
+    """List, inspect, verify, diff, prune, reshard, migrate and copy Orbax checkpoints (local disk, S3, GCS), and export them to safetensors (and import back); the read commands need no JAX."""
     from ckpt_cli.core.storage.options import StorageOptions, apply_request_limit
 
     # Configuration as data: the commands hand these options to the core, which carries them
@@ -119,6 +120,7 @@ app.command("reshard", cls=HelpCommand)(reshard_cmd.reshard)
 app.command("migrate", cls=HelpCommand)(migrate_cmd.migrate)
 app.command("export", cls=HelpCommand)(export_cmd.export)
 app.command("import", cls=HelpCommand)(import_cmd.import_)
+app.command("cp", cls=HelpCommand)(cp_cmd.cp)
 app.command("pin", cls=HelpCommand)(pin_cmd.pin)
 app.command("unpin", cls=HelpCommand)(pin_cmd.unpin)
 

@@ -127,6 +127,14 @@ class RefusedError(CkptError):
     code = "refused"
 
 
+class DigestMismatchError(CkptError):
+    """A check found data that is not what its recorded digests say (``cp --verify``): exit 1,
+    as a check that found problems."""
+
+    exit_code = EXIT_PROBLEMS
+    code = "digest-mismatch"
+
+
 class LockedError(RefusedError):
     """Another ckpt process holds the lock of the same root."""
 

@@ -70,11 +70,12 @@ def _cases(tmp: Path) -> dict[str, tuple[list[str], set[str]]]:
             [str(seed), str(tmp / "m"), "--spec", str(REPO / "examples" / "widen_64_to_128.yaml")],
             set(),  # "digests" (only when the source has a record) is documented in the prose
         ),
+        "cp": ([str(seed), str(tmp / "c"), "--steps", "400-"], set()),
     }
 
 
 @pytest.mark.parametrize(
-    "command", ["ls", "inspect", "verify", "diff", "prune", "reshard", "migrate"]
+    "command", ["ls", "inspect", "verify", "diff", "prune", "reshard", "migrate", "cp"]
 )
 def test_the_documented_fields_are_the_printed_ones(
     command: str, cli: Cli, tmp_path: Path, fixture_copy: Callable[[str], Path]

@@ -35,7 +35,7 @@ def test_readme_is_short_and_has_one_line_per_command() -> None:
     assert len(README.splitlines()) <= 250
     assert COMMANDS == [
         "ls", "inspect", "verify", "diff", "prune", "reshard", "migrate", "export", "import",
-        "pin", "unpin",
+        "cp", "pin", "unpin",
     ]  # fmt: skip
     section = README.split("## Commands", 1)[1].split("\n## ", 1)[0]
     for name in COMMANDS:

@@ -56,6 +56,7 @@ _LABELS = {
     "stats": "stats",
     "hide": "hiding",
     "delete": "deleting",
+    "copy": "copying",
 }
 #: Actions shown on one bar (prune hides, then deletes).
 _BARS = {"hide": "prune", "delete": "prune"}

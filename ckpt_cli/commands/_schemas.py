@@ -32,7 +32,9 @@ def _documents() -> dict[str, Any]:
 
 
 #: Every command that prints a --json document (the app test checks the list).
-COMMANDS = ("ls", "inspect", "verify", "diff", "prune", "reshard", "migrate", "pin", "unpin")
+COMMANDS = (
+    "ls", "inspect", "verify", "diff", "prune", "reshard", "migrate", "pin", "unpin", "cp",
+)  # fmt: skip
 
 
 def schema_version(command: str) -> int:

@@ -72,6 +72,29 @@ def _one_tensor_file(w: World) -> str:
     return str(path)
 
 
+def _damaged_record(w: World) -> str:
+    """seed_mlp whose step 500 carries a digest record cut in the middle."""
+    import shutil
+
+    root = w.tmp / "bad_record"
+    if not root.exists():
+        shutil.copytree(w.good, root)
+        (root / "500" / "default" / "_CKPT_DIGESTS.json").write_text('{"format": "ckpt-dig')
+    return str(root)
+
+
+def _differing_step(w: World) -> str:
+    """A destination root whose step 500 is committed and not the source's."""
+    import shutil
+
+    root = w.tmp / "differs"
+    if not root.exists():
+        shutil.copytree(w.good / "500", root / "500")
+        meta = root / "500" / "_CHECKPOINT_METADATA"
+        meta.write_text(meta.read_text() + " ")
+    return str(root)
+
+
 NOT_FOUND = "does not exist"
 NOT_CKPT = "not an Orbax checkpoint"
 NO_OPTION = "No such option"
@@ -389,6 +412,55 @@ CASES: list[Case] = [
         WRITER_LOCKED,
         write_lock=True,
     ),
+    # cp
+    Case("cp", "not-found", "path", lambda w: ["cp", str(w.missing), str(w.tmp / "x")], NOT_FOUND),
+    Case(
+        "cp",
+        "not-found",
+        "step",
+        lambda w: ["cp", str(w.good), str(w.tmp / "x"), "--step", "7"],
+        "not found",
+    ),
+    Case(
+        "cp", "not-a-checkpoint", "junk", lambda w: ["cp", str(w.junk), str(w.tmp / "x")], NOT_CKPT
+    ),
+    Case(
+        "cp",
+        "usage",
+        "option",
+        lambda w: ["cp", str(w.good), str(w.tmp / "x"), "--bogus"],
+        NO_OPTION,
+    ),
+    Case(
+        "cp",
+        "usage",
+        "steps",
+        lambda w: ["cp", str(w.good), str(w.tmp / "x"), "--steps", "5-1"],
+        "is empty",
+    ),
+    Case(
+        "cp",
+        "invalid-metadata",
+        "record",
+        lambda w: ["cp", _damaged_record(w), str(w.tmp / "x"), "--verify"],
+        BAD_JSON,
+    ),
+    Case("cp", "unreachable", "s3", _s3("cp", "{tmp}/out"), REFUSED_CONN),
+    Case(
+        "cp",
+        "refused",
+        "step-differs",
+        lambda w: ["cp", str(w.good), _differing_step(w)],
+        "already exists and differs",
+    ),
+    Case(
+        "cp",
+        "locked",
+        "writer",
+        lambda w: ["cp", str(w.good), str(w.tmp / "claimed")],
+        WRITER_LOCKED,
+        write_lock=True,
+    ),
     # pin
     Case("pin", "not-found", "path", lambda w: ["pin", str(w.missing), "500"], NOT_FOUND),
     Case("pin", "not-found", "step", lambda w: ["pin", str(w.good), "7"], "not found"),
@@ -444,6 +516,7 @@ NOT_APPLICABLE: dict[str, dict[str, str]] = {
         "not-a-checkpoint": "reads safetensors files, not a checkpoint (invalid-metadata instead)",
         "unreachable": "reads local safetensors files only (an s3:// or gs:// source is unsupported)",
     },
+    "cp": {},
     "pin": {"invalid-metadata": "reads no metadata: a pin names a step directory"},
     "unpin": {
         "invalid-metadata": "reads no metadata: a pin names a step directory",

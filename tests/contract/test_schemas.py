@@ -110,6 +110,24 @@ def test_every_object_is_closed() -> None:
 
 Run = tuple[str, Callable[[World], list[str]]]
 
+
+def _damaged_recorded(w: World) -> str:
+    """seed_mlp with recorded digests, then a byte of step 500's data flipped (cp --verify)."""
+    import shutil
+
+    import ckpt_cli
+
+    root = w.tmp / "recorded_damaged"
+    if not root.exists():
+        shutil.copytree(w.good, root)
+        assert ckpt_cli.verify(root, record=True).ok
+        data = sorted((root / "500" / "default" / "d").iterdir())[0]
+        raw = bytearray(data.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        data.write_bytes(bytes(raw))
+    return str(root)
+
+
 SUCCESSES: list[Run] = [
     ("ls", lambda w: ["ls", str(w.good)]),
     ("ls", lambda w: ["ls", str(w.composite)]),
@@ -174,6 +192,11 @@ SUCCESSES: list[Run] = [
         "import",
         lambda w: ["import", str(w.tmp / "x"), str(w.tmp / "xm"), "--mesh", "data=1", "--dry-run"],
     ),
+    ("cp", lambda w: ["cp", str(w.good), str(w.tmp / "c"), "--steps", "400-"]),
+    ("cp", lambda w: ["cp", str(w.good), str(w.tmp / "c")]),  # 400, 500 already there
+    ("cp", lambda w: ["cp", str(w.with_tmp), str(w.tmp / "cw"), "--dry-run"]),
+    # exit 1: step 500 unlike its record; the plan and the outcome with the error
+    ("cp", lambda w: ["cp", _damaged_recorded(w), str(w.tmp / "cv"), "--verify"]),
     ("pin", lambda w: ["pin", str(w.good), "400", "--note", "best eval"]),
     ("unpin", lambda w: ["unpin", str(w.good), "300"]),  # not pinned: nothing to do, exit 0
 ]

@@ -1,5 +1,5 @@
 """The document types of the commands that write (``reshard``, ``migrate``, ``export``, ``import``,
-``pin``/``unpin``; ``documents.py`` has the others and the shared ones), and ``DOCUMENTS``: command -> type."""
+``pin``/``unpin``, ``cp``; ``documents.py`` has the others and the shared ones), and ``DOCUMENTS``: command -> type."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing_extensions import NotRequired
 
 from ckpt_cli.core.schema.documents import (
     DiffJSON,
+    ErrorJSON,
     InspectJSON,
     LsJSON,
     PruneJSON,
@@ -264,6 +265,74 @@ class ImportJSON(TypedDict):
     written: NotRequired[ImportWrittenJSON]
 
 
+# --- cp ---
+
+
+class CpStepJSON(TypedDict):
+    """One step: where it goes, what the destination held (``new``, ``resume``: an unfinished
+    ckpt write, ``present``: a committed step, checked), objects to copy and to check."""
+
+    step: int
+    name: str
+    source: str
+    destination: str
+    state: Literal["new", "resume", "present"]
+    objects: int
+    bytes: int
+    to_copy_objects: int
+    to_copy_bytes: int
+    to_check_objects: int
+    adds_commit_marker: bool
+
+
+class CpSkippedJSON(TypedDict):
+    name: str
+    reason: str
+
+
+class CpStepOutcomeJSON(TypedDict):
+    name: str
+    status: Literal["copied", "already-there", "failed"]
+    copied_objects: int
+    copied_bytes: int
+    skipped_objects: int
+    skipped_bytes: int
+    problem: str | None
+
+
+class CpOutcomeJSON(TypedDict):
+    """What the copy did: objects written, objects found whole at the destination and kept."""
+
+    copied_objects: int
+    copied_bytes: int
+    skipped_objects: int
+    skipped_bytes: int
+    verified_objects: int
+    unverified_items: list[str]
+    seconds: float
+    steps: list[CpStepOutcomeJSON]
+
+
+class CpJSON(TypedDict):
+    """``ckpt cp --json``: the plan (steps, objects, bytes) and, unless --dry-run, the outcome;
+    a step that failed ``--verify`` or was refused carries ``ok: false`` and ``error`` here."""
+
+    schema_version: int
+    ok: bool
+    source: str
+    destination: str
+    selection: str
+    verify: bool
+    total_objects: int
+    total_bytes: int
+    root_files: list[str]
+    steps: list[CpStepJSON]
+    skipped: list[CpSkippedJSON]
+    warnings: list[str]
+    outcome: NotRequired[CpOutcomeJSON]
+    error: NotRequired[ErrorJSON]
+
+
 DOCUMENTS: dict[str, object] = {
     "ls": LsJSON,
     "inspect": InspectJSON | StepInspectJSON,
@@ -276,4 +345,5 @@ DOCUMENTS: dict[str, object] = {
     "import": ImportJSON,
     "pin": PinResultJSON,
     "unpin": PinResultJSON,
+    "cp": CpJSON,
 }

@@ -1,0 +1,125 @@
+"""``ckpt cp``: copy a run, a step or a range of steps between local disk and buckets."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ckpt_cli.commands import _options as o
+from ckpt_cli.commands._complete import complete_root_at_step
+from ckpt_cli.commands._output import emit_json, progress_bar, warn
+
+CpSourceArg = Annotated[
+    str,
+    typer.Argument(
+        help="A root (every committed step), a step directory, or ROOT@STEP / ROOT@100-300.",
+        autocompletion=complete_root_at_step,
+        show_default=False,
+    ),
+]
+CpDestArg = Annotated[
+    str,
+    typer.Argument(
+        help="Destination root (created if missing); steps keep their names.", show_default=False
+    ),
+]
+CpStepOpt = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--step", "-s", help="Copy this step (repeatable).", show_default=False, metavar="N"
+    ),
+]
+CpStepsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--steps",
+        help="Copy the committed steps in these ranges: 100-300, 100- (from 100 on), "
+        "-300, 100-300,500.",
+        show_default=False,
+        metavar="RANGES",
+    ),
+]
+CpLatestOpt = Annotated[bool, typer.Option("--latest", help="Copy the latest committed step.")]
+CpVerifyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verify",
+        help="Check every file of an item with recorded digests (_CKPT_DIGESTS.json) against "
+        "its recorded size and CRC-32 as it is written; a step that fails is not committed "
+        "(exit 1).",
+    ),
+]
+CpDryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", help="Print the plan (steps, objects, bytes); copy nothing.")
+]
+ConcurrencyOpt = Annotated[
+    int,
+    typer.Option(
+        "--concurrency",
+        min=1,
+        help="Files copied at once (object stores answer each request in tens of ms: many "
+        "small files need many in flight).",
+        metavar="N",
+    ),
+]
+
+
+def cp(
+    ctx: typer.Context,
+    src: CpSourceArg,
+    dst: CpDestArg,
+    step: CpStepOpt = None,
+    steps: CpStepsOpt = None,
+    latest: CpLatestOpt = False,
+    verify: CpVerifyOpt = False,
+    concurrency: ConcurrencyOpt = 16,
+    dry_run: CpDryRunOpt = False,
+    json_out: o.JsonOpt = False,
+) -> None:
+    """Copy a run, a step or a range of steps between local disk, s3:// and gs://, as Orbax needs it.
+
+    Every step's data files go first and its commit markers last (`_CHECKPOINT_METADATA`, the
+    `commit_success.txt` files, then locally the rename of the tmp dir), so no step at the
+    destination looks committed before all its data is there; a bucket copy of a local step
+    without `commit_success.txt` gets one (Orbax #394). Files stream in pieces, several at
+    once. Rerun after a kill: files already at the destination with the right size and
+    checksum are kept, the rest is copied; committed steps there are checked, never changed.
+    Unfinished and uncommitted source steps are not copied.
+
+    Exit codes: 0 copied · 1 --verify found a file unlike its recorded digest · 2 usage ·
+    3 not a checkpoint, unreadable, or refused (a different step at the destination).
+
+    Examples:
+
+        $ ckpt cp runs/exp7 s3://bucket/exp7
+        $ ckpt cp s3://bucket/exp7 gs://other/exp7 --steps 100-300 --verify
+        $ ckpt cp gs://other/exp7@300 runs/restored --dry-run
+    """
+    from ckpt_cli.commands.render import cp as render
+    from ckpt_cli.core.copy.execute import execute_copy
+    from ckpt_cli.core.copy.plan import plan_copy
+
+    plan = plan_copy(
+        src,
+        dst,
+        steps=step,
+        step_ranges=steps,
+        latest=latest,
+        verify=verify,
+        concurrency=concurrency,
+        storage=o.storage_options(ctx),
+    )
+    for message in plan.warnings:
+        warn(message)
+    if dry_run:
+        emit_json(plan) if json_out else render.print_plan(plan)
+        return
+    if not json_out:
+        render.print_plan(plan)
+    with progress_bar(not json_out) as on_progress:
+        result = execute_copy(plan, on_progress)
+    if json_out:
+        emit_json(result)
+    else:
+        render.print_result(result)

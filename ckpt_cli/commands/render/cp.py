@@ -1,0 +1,59 @@
+"""Text of ``ckpt cp``: the plan per step (state at the destination, objects, bytes), then what
+was copied and what was found whole at the destination."""
+
+from __future__ import annotations
+
+from ckpt_cli.commands.render.lines import emit, painter, say, table_lines, use_color
+from ckpt_cli.commands.render.units import human_bytes
+from ckpt_cli.core.copy.execute import CopyResult
+from ckpt_cli.core.copy.plan import CopyPlan
+
+_STATE = {"new": ("new", "green"), "resume": ("resume", "yellow"), "present": ("present", "")}
+
+
+def print_plan(plan: CopyPlan) -> None:
+    color = use_color()
+    paint = painter(color)
+    rows = []
+    for s in plan.steps:
+        n, b = s.pending()
+        label, style = _STATE[s.state]
+        rows.append(
+            [
+                (s.name, ""),
+                (label, style),
+                (str(len(s.objects)), ""),
+                (human_bytes(s.bytes), ""),
+                (f"{n} ({human_bytes(b)})", ""),
+                (str(len(s.objects) - n), ""),
+            ]
+        )
+    headers = ["step", "destination", "objects", "bytes", "to copy", "to check"]
+    emit(table_lines(headers, rows, paint, right=frozenset({2, 3, 5})), color)
+    for name, reason in plan.skipped:
+        say(f"not copied: {name} ({reason})", color, "yellow")
+    root = [o.rel for o in plan.root_files if o.dest_size is None]
+    extra = f" and {len(root)} root metadata files" if root else ""
+    say(
+        f"{len(plan.steps)} steps{extra}: {plan.total_objects} objects, "
+        f"{human_bytes(plan.total_bytes)}, from {plan.source} to {plan.destination}",
+        color,
+    )
+
+
+def print_result(result: CopyResult) -> None:
+    o = result.outcome
+    color = use_color()
+    rate = o["copied_bytes"] / o["seconds"] if o["seconds"] > 0 else 0.0
+    there = sum(1 for s in o["steps"] if s["status"] == "already-there")
+    say(
+        f"copied {o['copied_objects']} objects ({human_bytes(o['copied_bytes'])}) in "
+        f"{o['seconds']:.1f} s ({human_bytes(int(rate))}/s); {o['skipped_objects']} objects "
+        f"({human_bytes(o['skipped_bytes'])}) already at the destination, checked"
+        + (f"; {there} steps were there whole" if there else ""),
+        color,
+    )
+    if o["verified_objects"]:
+        say(f"{o['verified_objects']} files matched their recorded digests", color)
+    for item in o["unverified_items"]:
+        say(f"no recorded digests in {item}: its files were not checked", color, "yellow")

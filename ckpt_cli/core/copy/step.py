@@ -1,0 +1,210 @@
+"""One step of a copy: where it is written, its files copied or checked, then its markers."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from ckpt_cli.core.copy.objects import (
+    PIECE,
+    Mismatch,
+    Stopped,
+    item_rel,
+    recorded_sums,
+    write_stream,
+)
+from ckpt_cli.core.copy.plan import COMMIT_TEXT, CopyObject, StepCopy
+from ckpt_cli.core.format.digests import DIGEST_FILE, FileSum, file_checksum, recorded_file
+from ckpt_cli.core.format.names import COMMIT_MARKER, TMP_MARKER, WRITING_MARKER
+from ckpt_cli.core.progress import ByteProgress
+from ckpt_cli.core.schema.documents_write import CpStepOutcomeJSON
+from ckpt_cli.core.storage import Location
+from ckpt_cli.core.write.claim import OWNER_FILE
+from ckpt_cli.errors import CkptError, RefusedError, StorageError
+
+
+@dataclass
+class StepTally:
+    name: str
+    copied_objects: int = 0
+    copied_bytes: int = 0
+    skipped_objects: int = 0
+    skipped_bytes: int = 0
+    verified: int = 0
+    problem: str | None = None
+    refused: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, copied: bool, size: int, verified: bool) -> None:
+        with self.lock:
+            if copied:
+                self.copied_objects += 1
+                self.copied_bytes += size
+            else:
+                self.skipped_objects += 1
+                self.skipped_bytes += size
+            self.verified += int(verified)
+
+    def to_json(self, status: str) -> CpStepOutcomeJSON:
+        return {
+            "name": self.name,
+            "status": status,  # type: ignore[typeddict-item]
+            "copied_objects": self.copied_objects,
+            "copied_bytes": self.copied_bytes,
+            "skipped_objects": self.skipped_objects,
+            "skipped_bytes": self.skipped_bytes,
+            "problem": self.problem,
+        }
+
+
+class StepJob:
+    """One step's copy: its data objects as separate tasks, then its commit."""
+
+    def __init__(self, step: StepCopy, verify: bool) -> None:
+        self.step = step
+        self.verify = verify
+        self.tally = StepTally(step.name)
+        self.write_to = step.write_to
+        sums, prefixes, unrecorded = recorded_sums(step.source, step.objects, verify)
+        self.sums, self.prefixes = sums, prefixes
+        self.unrecorded = [f"{step.name}/{u}" for u in unrecorded] if verify else []
+        if verify:
+            listed = {o.rel for o in step.objects}
+            gone = [r for r in sums if r not in listed and recorded_file(r.rsplit("/", 1)[-1])]
+            if gone:
+                self.fail(f"{step.source}/{gone[0]} is recorded in {DIGEST_FILE} but missing")
+            for o in step.objects:
+                inner = item_rel(o.rel, prefixes)
+                if inner is not None and recorded_file(inner) and o.rel not in sums:
+                    self.fail(f"{step.source}/{o.rel} is not in its item's {DIGEST_FILE}")
+                elif o.rel in sums and sums[o.rel].size != o.size:
+                    self.fail(
+                        f"{step.source}/{o.rel} holds {o.size} bytes, its record says "
+                        f"{sums[o.rel].size}"
+                    )
+
+    def fail(self, problem: str) -> None:
+        if self.tally.problem is None:
+            self.tally.problem = problem
+
+    # -- before the data: the place to write to --
+
+    def begin(self, owner: bytes) -> None:
+        s = self.step
+        for leftover in s.leftovers:
+            leftover.delete_tree()
+        if s.state == "present":
+            return
+        if s.target.requires_commit_marker:
+            s.target.child(WRITING_MARKER).write_bytes(owner)
+            return
+        if s.state == "new":
+            self.write_to = s.target.parent.child(f"{s.name}{TMP_MARKER}-{time.time_ns() // 1000}")
+            self.write_to.make_dirs()
+        self.write_to.child(OWNER_FILE).write_bytes(owner)
+
+    def data(self) -> list[CopyObject]:
+        return [o for o in self.step.objects if o.marker is None]
+
+    def markers(self) -> list[CopyObject]:
+        return sorted(
+            (o for o in self.step.objects if o.marker is not None), key=lambda o: (o.marker, o.rel)
+        )
+
+    # -- one object --
+
+    def copy(self, o: CopyObject, stop: threading.Event, progress: ByteProgress) -> None:
+        src = self.step.source.child(*o.rel.split("/"))
+        dst = self.write_to.child(*o.rel.split("/"))
+        recorded = self.sums.get(o.rel)
+        check = self.verify and recorded is not None
+        if o.dest_size == o.size:
+            want = recorded.crc32 if recorded is not None and recorded.size == o.size else None
+            if want is None:
+                want = file_checksum(src).crc32
+            if file_checksum(dst).crc32 == want:
+                self.tally.add(False, o.size, check)
+                progress(o.size)
+                return
+            if self.step.state == "present":
+                raise RefusedError(
+                    f"{dst} already exists with other bytes than {src}",
+                    hint="choose another destination; ckpt never overwrites a step",
+                )
+        elif self.step.state == "present":
+            raise RefusedError(f"{dst} already exists and differs from {src}")
+        write_stream(dst, self._pieces(src, o, recorded if check else None, stop, progress), o.size)
+        self.tally.add(True, o.size, check)
+
+    def _pieces(
+        self,
+        src: Location,
+        o: CopyObject,
+        recorded: FileSum | None,
+        stop: threading.Event,
+        progress: ByteProgress,
+    ) -> Iterator[bytes]:
+        crc, n = 0, 0
+        held: bytes | None = None
+        for piece in src.iter_bytes(PIECE):
+            if stop.is_set():
+                raise Stopped
+            crc = zlib.crc32(piece, crc)
+            n += len(piece)
+            if held is not None:
+                yield held
+                progress(len(held))
+            held = piece
+        if n != o.size:
+            raise StorageError(f"{src} changed while it was copied ({n} bytes, listed {o.size})")
+        if recorded is not None and (f"{crc:08x}" != recorded.crc32 or n != recorded.size):
+            # Noted first: a store may wrap the exception into one of its own.
+            problem = (
+                f"{src} does not match its recorded digest (crc32 {crc:08x}, recorded "
+                f"{recorded.crc32})"
+            )
+            self.fail(problem)
+            raise Mismatch(problem)
+        if held is not None:
+            yield held
+            progress(len(held))
+
+    # -- after the data: markers, then the name --
+
+    def commit(self, stop: threading.Event, progress: ByteProgress) -> None:
+        s = self.step
+        for rel in s.extra:
+            with contextlib.suppress(CkptError):
+                self.write_to.child(*rel.split("/")).delete_file()
+        for o in self.markers():  # a present step's are checked as its data was
+            if stop.is_set():
+                raise Stopped
+            self.copy(o, stop, progress)
+        if s.state == "present":
+            stale = s.target.child(WRITING_MARKER)
+            if s.target.requires_commit_marker and stale.is_file():
+                stale.delete_file()  # left by a writer killed after its last marker
+            return
+        if s.add_marker:
+            self.write_to.child(COMMIT_MARKER).write_bytes(
+                COMMIT_TEXT.format(path=s.target).encode()
+            )
+        if s.target.requires_commit_marker:
+            s.target.child(WRITING_MARKER).delete_file()
+        else:
+            self.write_to.child(OWNER_FILE).delete_file()
+            self.write_to.rename(s.name)
+
+    def discard(self) -> None:
+        """A step that failed its check: nothing of it stays at the destination."""
+        s = self.step
+        if s.state == "present":
+            return
+        with contextlib.suppress(CkptError):
+            self.write_to.refresh()
+            if self.write_to.exists():
+                self.write_to.delete_tree(first=(COMMIT_MARKER,))
