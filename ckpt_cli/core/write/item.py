@@ -58,6 +58,7 @@ class ItemWriter:
         database: str | None = None,
         assume_metadata: bool = False,
         context: Any = None,
+        slab_reads: bool = True,
     ) -> None:
         self.dest = dest
         #: A sub-database (``ocdbt.process_<id>``) to write chunks into, merged later; its
@@ -68,6 +69,8 @@ class ItemWriter:
         self.use_zarr3 = use_zarr3
         self.memory_limit = memory_limit
         self.in_flight = in_flight
+        #: Blocks larger than a slab read from their source slab by slab (``pipeline.py``).
+        self.slab_reads = slab_reads
         self.context = context if context is not None else _context(memory_limit)
 
     def _kvstore(self, name: str) -> dict[str, Any]:

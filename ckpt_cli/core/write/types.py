@@ -172,6 +172,9 @@ class ArraySink(Protocol):
     @property
     def in_flight(self) -> int: ...
 
+    @property
+    def slab_reads(self) -> bool: ...
+
     def open_array(self, leaf: LeafOut) -> Any: ...
 
 
