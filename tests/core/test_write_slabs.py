@@ -24,7 +24,12 @@ CHUNK = (1024, 1024)
 
 
 def _write(
-    tmp_path: Path, dtype: str, source: Any, *, slab_reads: bool = True
+    tmp_path: Path,
+    dtype: str,
+    source: Any,
+    *,
+    slab_reads: bool = True,
+    source_chunk_bytes: int | None = None,
 ) -> tuple[np.ndarray, list[int]]:
     leaf = LeafOut(
         keypath=("params", "w"),
@@ -32,6 +37,7 @@ def _write(
         value_type="jax.Array",
         array=ArrayOut(dtype, SHAPE, CHUNK, zarr3=False),
         source=source,
+        source_chunk_bytes=source_chunk_bytes,
     )
     writer = ItemWriter(
         open_location(str(tmp_path)),
@@ -98,6 +104,19 @@ def test_without_slab_reads_blocks_are_whole(tmp_path: Path) -> None:
     assert reported == [4 << 20, 4 << 20]
 
 
+def test_a_source_chunk_over_a_quarter_of_the_limit_is_read_per_block(tmp_path: Path) -> None:
+    """Slabs of it would each decode it again (the cache does not hold it): whole blocks."""
+    values = np.ones(SHAPE, dtype=np.float32)
+    source = _Source(values)
+    out, reported = _write(tmp_path, "float32", source, source_chunk_bytes=LIMIT // 4 + 1)
+    np.testing.assert_array_equal(out, values)
+    assert len(source.regions) == 2
+    assert reported == [4 << 20, 4 << 20]
+    source = _Source(values)
+    _write(tmp_path / "fits", "float32", source, source_chunk_bytes=LIMIT // 4)
+    assert len(source.regions) > 2
+
+
 def test_a_failing_slab_is_one_storage_error_naming_the_leaf(tmp_path: Path) -> None:
     values = np.zeros(SHAPE, dtype=np.float32)
     with pytest.raises(StorageError, match=r"cannot read the source of leaf 'params.w'.*went away"):
@@ -109,3 +128,5 @@ def test_the_source_cache_holds_two_chunks_over_a_slab() -> None:
     assert source_cache_bytes(1 << 30, [slab, 1 << 10]) == (1 << 30) // 8
     assert source_cache_bytes(1 << 30, [256 << 20, slab]) == (1 << 30) // 8 + (512 << 20)
     assert source_cache_bytes(1 << 30, []) == (1 << 30) // 8
+    # A chunk over a quarter of the limit is not read in slabs: no room kept for it.
+    assert source_cache_bytes(1 << 30, [512 << 20]) == (1 << 30) // 8

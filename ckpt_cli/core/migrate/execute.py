@@ -116,10 +116,21 @@ def migrate_leaves(
                 else None,
                 string_value=leaf.string_value,
                 source_chunks=ops.source_chunks(leaf.expr) if leaf.expr is not None else None,
+                source_chunk_bytes=_largest_source_chunk(leaf.expr),
                 plan=recipe,
             )
         )
     return out
+
+
+def _largest_source_chunk(expr: ops.Node | None) -> int | None:
+    """Bytes of the largest decoded source chunk an expression reads (None: reads none)."""
+    sizes = [
+        decoded_chunk_bytes(n.info)
+        for n in (expr.walk() if expr else [])
+        if isinstance(n, ops.Source)
+    ]
+    return max(sizes, default=None)
 
 
 def _source(expr: ops.Node, ctx: ops.EvalContext) -> Callable[[ops.Region], Any]:

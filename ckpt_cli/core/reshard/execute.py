@@ -76,11 +76,12 @@ def reshard_leaves(
     out = []
     for p in plan.leaves:
         leaf = p.leaf
-        array = source = source_chunks = recipe = None
+        array = source = source_chunks = source_chunk_bytes = recipe = None
         if leaf.array is not None and leaf.dtype is not None and leaf.shape is not None:
             array = ArrayOut(leaf.dtype, leaf.shape, p.chunk_shape, zarr3, compression)
             source = store.reader(leaf.name, leaf.array, leaf.database).read
             source_chunks = leaf.array.chunk_shape
+            source_chunk_bytes = decoded_chunk_bytes(leaf.array)
             recipe = ReadLeaf(
                 str(report.ref.location),
                 report.zarr_format == 3,
@@ -102,6 +103,7 @@ def reshard_leaves(
                 else None,
                 string_value=leaf.value if leaf.value_type == "string" else None,
                 source_chunks=source_chunks,
+                source_chunk_bytes=source_chunk_bytes,
                 plan=recipe,
             )
         )

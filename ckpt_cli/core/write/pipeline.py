@@ -3,7 +3,7 @@ source reads and destination writes overlapping as TensorStore futures, under a 
 
 A block is whole output chunks, so each chunk is encoded and written once. A block larger than
 the slab budget (one output chunk over it: ``--max-chunk-bytes`` above a quarter of the block
-budget) is read from its source in slabs, a few in flight, assembled into one buffer and
+budget) whose source chunks fit the source cache (``slab_source``) is read from its source in slabs, a few in flight, assembled into one buffer and
 written whole: memory is the block plus the slabs in flight, not the source's values of the
 whole block at once, and progress moves slab by slab. Progress counts half of such a block's
 bytes as its slabs are read and converted, the other half once its write is durable, so the
@@ -40,13 +40,23 @@ def slab_budget(block_budget: int) -> int:
 SLABS_AHEAD = 2
 
 
+def slab_source(memory_limit: int, source_chunk_bytes: int | None) -> bool:
+    """Whether a leaf's blocks may be read in slabs: TensorStore decodes a source chunk whole
+    whatever region is read, so slabs of a chunk larger than a slab are served from the cache
+    (``source_cache_bytes``), which holds such chunks only up to a quarter of the limit each.
+    A larger source chunk is read once per output block, as a whole block (the format's floor)."""
+    return source_chunk_bytes is None or source_chunk_bytes <= memory_limit // 4
+
+
 def source_cache_bytes(memory_limit: int, source_chunk_bytes: Iterable[int]) -> int:
     """The writers' chunk cache for their sources: an eighth of the limit, plus (when a
-    decoded source chunk is larger than a slab) room for two such chunks, so a chunk read slab
-    by slab, or by several output blocks, is decoded once. A decoded chunk is the format's
-    floor: TensorStore decodes a chunk whole whatever region is read."""
+    decoded source chunk larger than a slab is read in slabs) room for two such chunks (the
+    one being read and the next, whose first slabs are already in flight), so each is decoded
+    once. At most an eighth plus half of the limit."""
     slab = slab_budget(block_budget(memory_limit))
-    large = max((n for n in source_chunk_bytes if n > slab), default=0)
+    large = max(
+        (n for n in source_chunk_bytes if n > slab and slab_source(memory_limit, n)), default=0
+    )
     return memory_limit // 8 + 2 * large
 
 
@@ -136,9 +146,10 @@ class Pipeline:
             assert leaf.array is not None and leaf.source is not None
             arr = self._opened(i)
             itemsize = dtype_itemsize(leaf.array.dtype)
+            slabbed = slab_source(self.writer.memory_limit, leaf.source_chunk_bytes)
             for region in regions:
                 nbytes = math.prod(s.stop - s.start for s in region) * itemsize
-                if self.slab is not None and nbytes > self.slab:
+                if self.slab is not None and nbytes > self.slab and slabbed:
                     read: Any = _Assembly(leaf, region, itemsize, self.slab)
                 else:
                     read = leaf.source(region)
