@@ -29,16 +29,60 @@ for _signum in (signal.SIGINT, signal.SIGTERM):
     signal.signal(_signum, _exit_while_starting)
 
 
-def _block_signals_at_exit() -> None:
+def _ignore_signals_at_exit() -> None:
     """The last exit callback (registered first): past it the interpreter restores the default
-    actions while it tears down, so a late signal would kill a finished run (exit -2/-15, no
-    line). Blocked from here, it is dropped and the run's own exit code stands."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    action of a signal it handled while it tears down, so a late signal would kill a finished
+    run (exit -2/-15, no line). Ignored from here (process-wide, which the interpreter leaves
+    alone), it is dropped and the run's own exit code stands."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 import atexit
 
-atexit.register(_block_signals_at_exit)
+atexit.register(_ignore_signals_at_exit)
+
+from ckpt_cli.errors import Interrupted
+
+
+def _from_interrupt(error: BaseException | None) -> bool:
+    """Whether ``error`` is an ``Interrupted`` or was raised while handling one (an extension
+    turns it into an ``ImportError`` of its own: its cause or context is the interrupt)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, Interrupted):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _quiet_unraisable(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``sys.unraisablehook`` that says nothing of an ``Interrupted`` raised where Python can
+    only print it (a destructor, a callback of an extension): the boundary reports the stop."""
+
+    def quiet(unraisable: Any) -> None:
+        if not _from_interrupt(unraisable.exc_value):
+            hook(unraisable)
+
+    return quiet
+
+
+def _quiet_excepthook(hook: Callable[..., None]) -> Callable[..., None]:
+    """``sys.excepthook`` that prints nothing for an ``Interrupted`` (or an error raised from
+    one): C code that reports an error through ``PyErr_Print`` (an extension's import of another
+    one's C API) would print its traceback; the boundary reports the stop in one line."""
+
+    def quiet(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if not _from_interrupt(value):
+            hook(kind, value, tb)
+
+    return quiet
+
+
+# Before Typer is imported: it keeps the hook it finds as the one its own hook calls.
+sys.excepthook = _quiet_excepthook(sys.__excepthook__)
+sys.unraisablehook = _quiet_unraisable(sys.__unraisablehook__)
 
 import typer
 
@@ -60,7 +104,6 @@ from ckpt_cli.errors import (
     CODE_USAGE,
     EXIT_BUG,
     CkptError,
-    Interrupted,
     first_line,
 )
 
@@ -177,41 +220,6 @@ def _finished(code: int) -> None:
         signal.signal(signum, exit_now)
 
 
-def _from_interrupt(error: BaseException | None) -> bool:
-    """Whether ``error`` is an ``Interrupted`` or was raised while handling one (an extension
-    turns it into an ``ImportError`` of its own: its cause or context is the interrupt)."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, Interrupted):
-            return True
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return False
-
-
-def _quiet_unraisable(hook: Callable[[Any], None]) -> Callable[[Any], None]:
-    """``sys.unraisablehook`` that says nothing of an ``Interrupted`` raised where Python can
-    only print it (a destructor, a callback of an extension): the boundary reports the stop."""
-
-    def quiet(unraisable: Any) -> None:
-        if not _from_interrupt(unraisable.exc_value):
-            hook(unraisable)
-
-    return quiet
-
-
-def _quiet_excepthook(hook: Callable[..., None]) -> Callable[..., None]:
-    """``sys.excepthook`` that prints nothing for an ``Interrupted`` (or an error raised from
-    one): C code that reports an error through ``PyErr_Print`` (an extension's import of another
-    one's C API) would print its traceback; the boundary reports the stop in one line."""
-
-    def quiet(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-        if not _from_interrupt(value):
-            hook(kind, value, tb)
-
-    return quiet
-
-
 def _status(code: object) -> int:
     """The process exit status of ``sys.exit(code)``."""
     if code is None:
@@ -235,8 +243,6 @@ def main() -> None:
     _stopping.clear()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _on_signal)
-    sys.unraisablehook = _quiet_unraisable(sys.__unraisablehook__)
-    sys.excepthook = _quiet_excepthook(sys.__excepthook__)
     try:
         _run()
     except SystemExit as e:
