@@ -17,6 +17,9 @@ ckpt diff A@1 A@2 --filter embed
     both sides read and compared (the exit status is 1: they differ).
 ckpt verify A --step 1 --deep
     one side read, decoded and checked: what streaming costs on the same bytes.
+(b) ckpt diff at ``--baseline REV`` (optional)
+    the same diff run from the ``ckpt_cli/`` of an older commit (``git archive``, same venv):
+    e.g. ``--baseline 9f38a34~1``, the diff before it streamed (whole chunks, float64 copies).
 (a) orbax restore + numpy
     what a user does today: restore ``params.embed`` of both steps as numpy arrays, then
     ``np.abs(a - b).max()`` and ``np.count_nonzero(a != b)``.
@@ -102,6 +105,21 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
+def baseline(rev: str) -> Path:
+    """``ckpt_cli/`` of ``rev`` extracted under bench/out/ (run with this venv's libraries)."""
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", rev], capture_output=True, text=True, check=True, cwd=REPO
+    ).stdout.strip()
+    out = REPO / "bench" / "out" / f"baseline-{sha}"
+    if not (out / "ckpt_cli").exists():
+        out.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "archive", sha, "ckpt_cli"], capture_output=True, check=True, cwd=REPO
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
+    return out
+
+
 def ensure(root: Path, mib: int) -> Path:
     if not (root / "2" / "commit_success.txt").exists():
         print(f"building {root} with Orbax ({mib} MiB leaf) ...", flush=True)
@@ -113,6 +131,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mib", type=int, default=512, help="size of the large leaf")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--baseline", help="a git revision whose ckpt diff runs as a contender")
     args = ap.parse_args()
     root = ensure(WORKDIR / f"big_{args.mib}mib", args.mib)
     subprocess.run(f"find {root} -type f -exec cat {{}} + > /dev/null", shell=True, check=True)
@@ -128,6 +147,22 @@ def main() -> None:
         ),
         "(a) orbax restore both + numpy": ([PYTHON, "-c", RESTORE, str(root)], (0,)),
     }
+    if args.baseline:
+        old = baseline(args.baseline)
+        contenders[f"(b) ckpt diff at {args.baseline}"] = (
+            [
+                PYTHON,
+                "-c",
+                f"import sys; sys.path.insert(0, {str(old)!r}); "
+                "from ckpt_cli.app import main; sys.argv[0] = 'ckpt'; main()",
+                "diff",
+                f"{root}@1",
+                f"{root}@2",
+                "--filter",
+                "embed",
+            ],
+            (1,),
+        )
     rows = []
     for name, (cmd, ok) in contenders.items():
         runs = sorted((run_rss(cmd, ok) for _ in range(args.repeat)), key=lambda r: r.wall_s)
@@ -141,7 +176,7 @@ def main() -> None:
             }
         )
     load_after = uptime()
-    diff, verify = rows[0], rows[1]
+    diff, verify, orbax = rows[0], rows[1], rows[2]
     result = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "leaf_mib": args.mib,
@@ -151,8 +186,16 @@ def main() -> None:
         "ratios": {
             "diff_vs_verify_time": round(diff["wall_s"] / verify["wall_s"], 2),
             "diff_vs_verify_rss": round(diff["peak_rss_mib"] / verify["peak_rss_mib"], 2),
+            "diff_vs_orbax_time": round(diff["wall_s"] / orbax["wall_s"], 2),
+            "diff_vs_orbax_rss": round(diff["peak_rss_mib"] / orbax["peak_rss_mib"], 2),
         },
     }
+    if len(rows) > 3:
+        old_row = rows[3]
+        result["ratios"]["diff_vs_baseline_time"] = round(diff["wall_s"] / old_row["wall_s"], 2)
+        result["ratios"]["diff_vs_baseline_rss"] = round(
+            diff["peak_rss_mib"] / old_row["peak_rss_mib"], 2
+        )
     print(f"leaf: params.embed, {args.mib} MiB float32, one chunk; hot page cache")
     print(f"load before: {load_before}")
     print(f"{'contender':34} {'wall s':>8} {'peak RSS MiB':>13}  runs")

@@ -5,13 +5,25 @@ Typer shows a required argument as ``{path}`` in the usage line and a type colum
 ``app.command(cls=...)``) shows arguments as ``PATH``, flags without a type, and options without
 a metavar of their own as ``NAME`` in capitals. Help text is Markdown (``rich_markup_mode``), so
 ``[null, model]`` is text, not a Rich style, and an indented ``$ ckpt ...`` block keeps its lines.
+
+Typer lays options out as a table whose name columns never wrap: on a narrow terminal a long
+name (``--keep-missing-metric``), a metavar or an unbreakable word of the help (a default, an
+address) is cut with an ellipsis. Each options panel is rendered first into a scratch console
+of the terminal's width; when the table would cut anything, the panel is laid out as blocks
+instead: the names, negative names and metavar on one line, the help indented below it, every
+line wrapped at spaces.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from typer.core import TyperArgument, TyperCommand
+
+ELLIPSIS = "…"
 
 
 def _no_type(ctx: Any) -> None:
@@ -35,8 +47,85 @@ class HelpCommand(TyperCommand):
                 p.metavar = (p.name or "value").upper()
         return params
 
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        with _options_as_blocks_when_cut():
+            super().format_help(ctx, formatter)
+
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return [
             piece[1:-1] if piece.startswith("{") and piece.endswith("}") else piece
             for piece in super().collect_usage_pieces(ctx)
         ]
+
+
+@contextlib.contextmanager
+def _options_as_blocks_when_cut() -> Iterator[None]:
+    """Typer's options panel, or blocks when its table would cut a cell (see the module)."""
+    from typer import rich_utils
+
+    original = getattr(rich_utils, "_print_options_panel", None)
+    if original is None:  # another Typer: its own layout
+        yield
+        return
+    rich_utils._print_options_panel = _panel(original)
+    try:
+        yield
+    finally:
+        rich_utils._print_options_panel = original
+
+
+def _panel(original: Callable[..., None]) -> Callable[..., None]:
+    def panel(*, name: str, params: list[Any], ctx: Any, markup_mode: Any, console: Any) -> None:
+        from rich.console import Console
+
+        scratch = io.StringIO()
+        probe = Console(width=console.width, file=scratch, color_system=None, force_terminal=False)
+        original(name=name, params=params, ctx=ctx, markup_mode=markup_mode, console=probe)
+        rendered = scratch.getvalue()
+        written = "".join(str(getattr(p, "help", None) or "") for p in params)
+        if rendered.count(ELLIPSIS) <= written.count(ELLIPSIS):
+            original(name=name, params=params, ctx=ctx, markup_mode=markup_mode, console=console)
+            return
+        _print_blocks(name=name, params=params, ctx=ctx, markup_mode=markup_mode, console=console)
+
+    return panel
+
+
+def _print_blocks(
+    *, name: str, params: list[Any], ctx: Any, markup_mode: Any, console: Any
+) -> None:
+    from rich.console import Group
+    from rich.padding import Padding
+    from rich.panel import Panel
+    from rich.text import Text
+    from typer import rich_utils as ru
+
+    blocks: list[Any] = []
+    for param in params:
+        head = Text(overflow="fold")
+        if param.required:
+            head.append(ru.REQUIRED_SHORT_STRING + " ", style=ru.STYLE_REQUIRED_SHORT)
+        if isinstance(param, TyperArgument):
+            head.append(param.metavar or (param.name or "").upper(), style=ru.STYLE_OPTION)
+        else:
+            longs = [o for o in param.opts if o.startswith("--")]
+            shorts = [o for o in param.opts if not o.startswith("--")]
+            head.append(", ".join(longs + shorts), style=ru.STYLE_OPTION)
+            if param.secondary_opts:
+                head.append(" / ")
+                head.append(", ".join(param.secondary_opts), style=ru.STYLE_NEGATIVE_OPTION)
+        kind = param.display_type_rich(ctx=ctx)
+        span = param._get_number_range_help_str()
+        if kind or span:
+            head.append(" ")
+            head.append(" ".join(x for x in (kind, span and f"[{span}]") if x), ru.STYLE_TYPES)
+        helptext = ru._get_parameter_help(param=param, ctx=ctx, markup_mode=markup_mode)
+        blocks += [head, Padding(helptext, (0, 0, 0, 4))]
+    console.print(
+        Panel(
+            Group(*blocks),
+            border_style=ru.STYLE_OPTIONS_PANEL_BORDER,
+            title=name,
+            title_align=ru.ALIGN_OPTIONS_PANEL,
+        )
+    )

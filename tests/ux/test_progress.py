@@ -13,11 +13,6 @@ import pytest
 from tests.ux.harness import CAST_SPEC, CKPT, MIGRATE_BIG, RESHARD_BIG
 from tests.ux.terminal import _ANSI, Terminal
 
-NOT_YET = pytest.mark.xfail(
-    strict=True,
-    reason="issue 12, not done: migrate's cast writes whole output chunks (one 128 MiB bf16 "
-    "chunk here), so its bar moves once the chunk is written",
-)
 AMOUNT = re.compile(r"(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?) (KiB|MiB|GiB)")
 RATE = re.compile(r"\d+(?:\.\d+)? (?:B|KiB|MiB|GiB)/s")
 TIME_LEFT = re.compile(r"\b\d+:\d\d:\d\d\b|\b\d+(?:\.\d+)?s left\b|\beta\b")
@@ -47,10 +42,7 @@ def _run(name: str, big_root: Path, tmp_path: Path) -> tuple[list[str], bytes]:
     return _frames(term.raw), term.raw
 
 
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=[NOT_YET] if n == "migrate" else []) for n in CASES],
-)
+@pytest.mark.parametrize("name", list(CASES))
 def test_progress_moves_in_binary_units_with_rate_and_time_left(
     name: str, big_root: Path, tmp_path: Path
 ) -> None:

@@ -54,3 +54,34 @@ def test_second_signal_stops_at_once() -> None:
     assert proc.returncode == 143
     assert proc.stdout == ""
     assert "interrupted again" in proc.stderr
+
+
+def test_errors_raised_from_an_interrupt_are_not_printed_by_the_hooks() -> None:
+    """An extension that turns the Interrupted into an ImportError and reports it through
+    PyErr_Print (sys.excepthook) or as unraisable prints nothing; other errors still print."""
+    from types import SimpleNamespace
+
+    from ckpt_cli.app import _quiet_excepthook, _quiet_unraisable
+    from ckpt_cli.errors import Interrupted
+
+    def chained() -> ImportError:
+        try:
+            try:
+                raise Interrupted(15)
+            except Interrupted as e:
+                raise ImportError("initialization failed") from e
+        except ImportError as e:
+            return e
+
+    printed: list[object] = []
+    hook = _quiet_excepthook(lambda kind, value, tb: printed.append(value))
+    unraisable = _quiet_unraisable(lambda u: printed.append(u.exc_value))
+    quiet = [chained(), Interrupted(2)]
+    for error in quiet:
+        hook(type(error), error, None)
+        unraisable(SimpleNamespace(exc_value=error))
+    assert printed == []
+    other = ValueError("a real bug")
+    hook(ValueError, other, None)
+    unraisable(SimpleNamespace(exc_value=other))
+    assert printed == [other, other]

@@ -98,6 +98,21 @@ def stream_blocks(info: ArrayInfo, budget: int) -> Iterator[Block]:
             )
 
 
+def region_slabs(region: Block, itemsize: int, budget: int) -> list[Block]:
+    """``region`` cut into C-order slabs of at most ``budget`` bytes (one row of the cut
+    dimension at least), in order: a block larger than the budget read or written piecewise."""
+    shape = tuple(r.stop - r.start for r in region)
+    slab = _slab(shape, itemsize, budget)
+    ranges = [range(0, n, b) for n, b in zip(shape, slab, strict=True)]
+    return [
+        tuple(
+            slice(r.start + st, r.start + min(st + b, n))
+            for r, st, b, n in zip(region, starts, slab, shape, strict=True)
+        )
+        for starts in itertools.product(*ranges)
+    ]
+
+
 def _slab(shape: tuple[int, ...], itemsize: int, budget: int) -> tuple[int, ...]:
     """A C-order slab of ``shape`` under ``budget``: leading dims 1, one dim cut, the rest whole."""
     k = len(shape) - 1

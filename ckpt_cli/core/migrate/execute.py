@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ItemStore, cached_context
+from ckpt_cli.core.format.blocks import decoded_chunk_bytes
 from ckpt_cli.core.format.digests import read_digests
 from ckpt_cli.core.inspect import ItemReport
 from ckpt_cli.core.migrate import ops
@@ -17,6 +18,7 @@ from ckpt_cli.core.migrate.target import import_function
 from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.storage import Location, open_location
 from ckpt_cli.core.verify.gate import require_sound_source
+from ckpt_cli.core.write.pipeline import source_cache_bytes
 from ckpt_cli.core.write.rewrite import WriteResult, prepare_destination, run_write
 from ckpt_cli.core.write.types import (
     ArrayOut,
@@ -91,8 +93,10 @@ def migrate_leaves(
     functions: dict[str, Callable[..., Any]] | None = None,
 ) -> list[LeafOut]:
     """The output leaves of a plan, each array computing its regions from the source item."""
-    # Source chunks that straddle output blocks are decoded once, then served from the cache.
-    cache = cached_context(memory_limit // 8)
+    # Source chunks that straddle output blocks (or are read in slabs) are decoded once, then
+    # served from the cache.
+    chunks = (decoded_chunk_bytes(leaf.array) for leaf in report.leaves if leaf.array is not None)
+    cache = cached_context(source_cache_bytes(memory_limit, chunks))
     store = ItemStore(report.ref.location, report.zarr_format == 3, cache)
     ctx = ops.EvalContext(store, functions or {})
     out = []
@@ -120,10 +124,21 @@ def migrate_leaves(
                 else None,
                 string_value=leaf.string_value,
                 source_chunks=ops.source_chunks(leaf.expr) if leaf.expr is not None else None,
+                source_chunk_bytes=_largest_source_chunk(leaf.expr),
                 plan=recipe,
             )
         )
     return out
+
+
+def _largest_source_chunk(expr: ops.Node | None) -> int | None:
+    """Bytes of the largest decoded source chunk an expression reads (None: reads none)."""
+    sizes = [
+        decoded_chunk_bytes(n.info)
+        for n in (expr.walk() if expr else [])
+        if isinstance(n, ops.Source)
+    ]
+    return max(sizes, default=None)
 
 
 def _source(expr: ops.Node, ctx: ops.EvalContext) -> Callable[[ops.Region], Any]:

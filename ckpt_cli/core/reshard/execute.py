@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context
+from ckpt_cli.core.format.blocks import decoded_chunk_bytes
 from ckpt_cli.core.format.digests import read_digests
 from ckpt_cli.core.inspect import ItemReport
 from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.reshard.plan import ReshardLayout, ReshardPlan
 from ckpt_cli.core.verify.gate import require_sound_source
+from ckpt_cli.core.write.pipeline import source_cache_bytes
 from ckpt_cli.core.write.rewrite import WriteResult, prepare_destination, run_write
 from ckpt_cli.core.write.types import (
     ArrayOut,
@@ -74,18 +76,20 @@ def reshard_leaves(
     memory_limit: int,
 ) -> list[LeafOut]:
     """The output leaves of a plan, each array reading its values from the source item."""
-    # Source chunks that straddle output blocks are decoded once, then served from the cache.
-    store = ItemStore(
-        report.ref.location, report.zarr_format == 3, cached_context(memory_limit // 8)
-    )
+    # Source chunks that straddle output blocks (or are read in slabs) are decoded once, then
+    # served from the cache.
+    chunks = (decoded_chunk_bytes(leaf.array) for leaf in report.leaves if leaf.array is not None)
+    cache = cached_context(source_cache_bytes(memory_limit, chunks))
+    store = ItemStore(report.ref.location, report.zarr_format == 3, cache)
     out = []
     for p in plan.leaves:
         leaf = p.leaf
-        array = source = source_chunks = recipe = None
+        array = source = source_chunks = source_chunk_bytes = recipe = None
         if leaf.array is not None and leaf.dtype is not None and leaf.shape is not None:
             array = ArrayOut(leaf.dtype, leaf.shape, p.chunk_shape, zarr3, compression)
             source = store.reader(leaf.name, leaf.array, leaf.database).read
             source_chunks = leaf.array.chunk_shape
+            source_chunk_bytes = decoded_chunk_bytes(leaf.array)
             recipe = ReadLeaf(
                 str(report.ref.location),
                 report.zarr_format == 3,
@@ -107,6 +111,7 @@ def reshard_leaves(
                 else None,
                 string_value=leaf.value if leaf.value_type == "string" else None,
                 source_chunks=source_chunks,
+                source_chunk_bytes=source_chunk_bytes,
                 plan=recipe,
             )
         )

@@ -185,6 +185,8 @@ class _RunState:
             memory_limit=unit.memory_limit,
             database=self.database,
             assume_metadata=True,
+            # A unit reports once done: whole blocks, through the cache its units share.
+            slab_reads=False,
         )
         self.cache = cached_context(unit.memory_limit // 8)
         self.storage = unit.storage

@@ -63,6 +63,7 @@ class ItemWriter:
         assume_metadata: bool = False,
         context: Any = None,
         fresh_sources: bool = False,
+        slab_reads: bool = True,
     ) -> None:
         self.dest = dest
         #: Every block a source returns is a new array nobody modifies afterwards: TensorStore
@@ -76,6 +77,8 @@ class ItemWriter:
         self.use_zarr3 = use_zarr3
         self.memory_limit = memory_limit
         self.in_flight = in_flight
+        #: Blocks larger than a slab read from their source slab by slab (``pipeline.py``).
+        self.slab_reads = slab_reads
         self.context = context if context is not None else _context(memory_limit)
 
     def _kvstore(self, name: str) -> dict[str, Any]:

@@ -1,5 +1,14 @@
 """The block pipeline behind ``ItemWriter``: chunk-aligned regions of many leaves in flight,
-source reads and destination writes overlapping as TensorStore futures, under a byte budget."""
+source reads and destination writes overlapping as TensorStore futures, under a byte budget.
+
+A block is whole output chunks, so each chunk is encoded and written once. A block larger than
+the slab budget (one output chunk over it: ``--max-chunk-bytes`` above a quarter of the block
+budget) whose source chunks fit the source cache (``slab_source``) is read from its source in slabs, a few in flight, assembled into one buffer and
+written whole: memory is the block plus the slabs in flight, not the source's values of the
+whole block at once, and progress moves slab by slab. Progress counts half of such a block's
+bytes as its slabs are read and converted, the other half once its write is durable, so the
+total is reached when everything is written.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ckpt_cli.core.format.blocks import aligned_block, iter_blocks
+from ckpt_cli.core.format.blocks import aligned_block, iter_blocks, region_slabs
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.write.types import ArraySink, LeafOut, Region
 from ckpt_cli.errors import StorageError, first_line
@@ -22,12 +31,91 @@ def block_budget(memory_limit: int, in_flight: int = 8) -> int:
     return max(1 << 20, memory_limit // (4 * in_flight))
 
 
+def slab_budget(block_budget: int) -> int:
+    """Bytes of one slab of a block larger than it (read piecewise, progress per slab)."""
+    return max(1 << 20, block_budget // 4)
+
+
+#: Slab reads of one large block in flight at once (the next ones start as each is consumed).
+SLABS_AHEAD = 2
+
+
+def slab_source(memory_limit: int, source_chunk_bytes: int | None) -> bool:
+    """Whether a leaf's blocks may be read in slabs: TensorStore decodes a source chunk whole
+    whatever region is read, so slabs of a chunk larger than a slab are served from the cache
+    (``source_cache_bytes``), which holds such chunks only up to a quarter of the limit each.
+    A larger source chunk is read once per output block, as a whole block (the format's floor)."""
+    return source_chunk_bytes is None or source_chunk_bytes <= memory_limit // 4
+
+
+def source_cache_bytes(memory_limit: int, source_chunk_bytes: Iterable[int]) -> int:
+    """The writers' chunk cache for their sources: an eighth of the limit, plus (when a
+    decoded source chunk larger than a slab is read in slabs) room for two such chunks (the
+    one being read and the next, whose first slabs are already in flight), so each is decoded
+    once. At most an eighth plus half of the limit."""
+    slab = slab_budget(block_budget(memory_limit))
+    large = max(
+        (n for n in source_chunk_bytes if n > slab and slab_source(memory_limit, n)), default=0
+    )
+    return memory_limit // 8 + 2 * large
+
+
 def leaf_regions(leaf: LeafOut, budget: int) -> Iterator[Region]:
     """The output blocks of one array leaf, in order: whole output chunks (several when small),
     lined up with the source chunks when that fits (``aligned_block``)."""
     assert leaf.array is not None
     block = aligned_block(leaf.array.info, leaf.source_chunks, budget)
     return iter_blocks(leaf.array.info, block)
+
+
+def _read_error(leaf: LeafOut, e: Exception) -> StorageError:
+    return StorageError(f"cannot read the source of leaf {leaf.name!r}: {first_line(e)}")
+
+
+class _Assembly:
+    """One block larger than a slab: its source read slab by slab into one output buffer."""
+
+    def __init__(self, leaf: LeafOut, region: Region, itemsize: int, budget: int) -> None:
+        assert leaf.source is not None
+        self.leaf = leaf
+        self.region = region
+        self.slabs = region_slabs(region, itemsize, budget)
+        self.itemsize = itemsize
+        self.pending: deque[tuple[Region, Any]] = deque()
+        self.next = 0
+        self.reported = 0
+        self._fill()
+
+    def _fill(self) -> None:
+        assert self.leaf.source is not None
+        while len(self.pending) < SLABS_AHEAD and self.next < len(self.slabs):
+            slab = self.slabs[self.next]
+            self.next += 1
+            self.pending.append((slab, self.leaf.source(slab)))
+
+    def result(self, dtype: Any, on_bytes: Callable[[int], None] | None) -> Any:
+        """The block's values in ``dtype``, half of each slab's bytes reported as it lands."""
+        import numpy as np
+
+        out = np.empty([r.stop - r.start for r in self.region], dtype=dtype)
+        while self.pending:
+            slab, fut = self.pending.popleft()
+            values = fut.result() if hasattr(fut, "result") else fut
+            self._fill()
+            local = tuple(
+                slice(s.start - r.start, s.stop - r.start)
+                for s, r in zip(slab, self.region, strict=True)
+            )
+            out[local] = np.asarray(values)
+            del values
+            if on_bytes:
+                share = math.prod(s.stop - s.start for s in slab) * self.itemsize // 2
+                self.reported += share
+                on_bytes(share)
+        return out
+
+    def futures(self) -> list[Any]:
+        return [fut for _, fut in self.pending]
 
 
 class Pipeline:
@@ -47,18 +135,25 @@ class Pipeline:
         self.budget = block_budget(writer.memory_limit, writer.in_flight)
         self.limit = max(self.budget, writer.memory_limit // 4)
         self.opens: dict[int, Any] = {}
+        self.slab = slab_budget(self.budget) if writer.slab_reads else None
         self.reads: deque[tuple[Any, Any, LeafOut, tuple[slice, ...], int]] = deque()
-        self.writes: deque[tuple[Any, LeafOut, int]] = deque()
+        self.writes: deque[tuple[Any, LeafOut, int, int]] = deque()
         self.held = 0
+        self.assembling: _Assembly | None = None  # the large block being read, for a drain
 
     def run(self) -> None:
         for i, (leaf, regions) in enumerate(self.jobs):
             assert leaf.array is not None and leaf.source is not None
             arr = self._opened(i)
             itemsize = dtype_itemsize(leaf.array.dtype)
+            slabbed = slab_source(self.writer.memory_limit, leaf.source_chunk_bytes)
             for region in regions:
                 nbytes = math.prod(s.stop - s.start for s in region) * itemsize
-                self.reads.append((leaf.source(region), arr, leaf, region, nbytes))
+                if self.slab is not None and nbytes > self.slab and slabbed:
+                    read: Any = _Assembly(leaf, region, itemsize, self.slab)
+                else:
+                    read = leaf.source(region)
+                self.reads.append((read, arr, leaf, region, nbytes))
                 self.held += nbytes
                 while self.reads and (len(self.reads) > self.depth or self.held > self.limit):
                     self._start_write()
@@ -86,14 +181,19 @@ class Pipeline:
         import numpy as np
 
         fut, arr, leaf, region, nbytes = self.reads.popleft()
+        reported = 0
         try:
-            values = fut.result() if hasattr(fut, "result") else fut
+            if isinstance(fut, _Assembly):
+                self.assembling = fut
+                values = fut.result(arr.dtype.numpy_dtype, self.on_bytes)
+                reported = fut.reported
+                self.assembling = None
+            else:
+                values = fut.result() if hasattr(fut, "result") else fut
         except StorageError:
             raise
         except Exception as e:
-            raise StorageError(
-                f"cannot read the source of leaf {leaf.name!r}: {first_line(e)}"
-            ) from None
+            raise _read_error(leaf, e) from None
         values = np.asarray(values)
         if values.dtype.name != arr.dtype.name:
             values = values.astype(arr.dtype.numpy_dtype)
@@ -103,10 +203,10 @@ class Pipeline:
             write = arr[region].write(values, can_reference_source_data_indefinitely=True)
         else:
             write = arr[region].write(values)
-        self.writes.append((write.commit, leaf, nbytes))
+        self.writes.append((write.commit, leaf, nbytes, reported))
 
     def _finish_write(self) -> None:
-        fut, leaf, nbytes = self.writes.popleft()
+        fut, leaf, nbytes, reported = self.writes.popleft()
         try:
             fut.result()
         except Exception as e:
@@ -115,15 +215,16 @@ class Pipeline:
                 f"cannot write leaf {leaf.name!r} to {dest}: {dest.describe_error(e)}"
             ) from None
         self.held -= nbytes
-        if self.on_bytes:
-            self.on_bytes(nbytes)
+        if self.on_bytes and nbytes > reported:
+            self.on_bytes(nbytes - reported)
 
     def drain_quietly(self) -> None:
         """Let TensorStore finish what it started before the caller deletes the tmp step: a
         write landing after the deletion would re-create the directory."""
-        pending = (
-            [f[0] for f in self.reads] + [f[0] for f in self.writes] + list(self.opens.values())
-        )
+        reads = [f[0] for f in self.reads] + ([self.assembling] if self.assembling else [])
+        pending = [f for r in reads if isinstance(r, _Assembly) for f in r.futures()]
+        pending += [r for r in reads if not isinstance(r, _Assembly)]
+        pending += [f[0] for f in self.writes] + list(self.opens.values())
         for fut in pending:
             if hasattr(fut, "result"):
                 with contextlib.suppress(Exception):

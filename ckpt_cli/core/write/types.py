@@ -154,6 +154,10 @@ class LeafOut:
     #: The source's chunking, when values are copied from stored chunks: blocks then follow
     #: both chunkings so every source chunk is decoded once.
     source_chunks: tuple[int, ...] | None = None
+    #: Bytes of the largest source chunk TensorStore decodes for this leaf (None: values not
+    #: read from stored chunks): the pipeline reads a block in slabs only when that chunk fits
+    #: the writer's source cache (``pipeline.slab_source``).
+    source_chunk_bytes: int | None = None
     #: How a worker of a scaled-out run rebuilds ``source`` (None: this process only).
     plan: SourcePlan | None = None
 
@@ -183,6 +187,9 @@ class ArraySink(Protocol):
 
     @property
     def in_flight(self) -> int: ...
+
+    @property
+    def slab_reads(self) -> bool: ...
 
     def open_array(self, leaf: LeafOut) -> Any: ...
 
