@@ -142,6 +142,10 @@ class S3Store(ObjectStore):
     def delete_keys(self, keys: Sequence[str]) -> dict[str, str]:
         with self._lock:
             self.requests += 1
+        if len(keys) == 1:
+            # One key: a plain DeleteObject (same one request; an absent key is no error).
+            self._s3().delete_object(Bucket=self.bucket, Key=keys[0])
+            return {}
         out = self._s3().delete_objects(
             Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True}
         )
