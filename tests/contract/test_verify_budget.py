@@ -78,7 +78,7 @@ class BlockSpy:
     def __init__(self, monkeypatch: Any) -> None:
         self.read: list[tuple[str, tuple[tuple[int, int], ...]]] = []
         self.names: dict[int, str] = {}
-        real_open, real_read = scan._open_readers, scan.read_block
+        real_open, real_read = scan.open_readers, scan.read_block
 
         def open_readers(store: Any, tasks: Any, *rest: Any) -> Any:
             for task, reader in real_open(store, tasks, *rest):
@@ -90,7 +90,7 @@ class BlockSpy:
             self.read.append((self.names[id(reader)], spans))
             return real_read(reader, block)
 
-        monkeypatch.setattr(scan, "_open_readers", open_readers)
+        monkeypatch.setattr(scan, "open_readers", open_readers)
         monkeypatch.setattr(scan, "read_block", read_block)
 
 
