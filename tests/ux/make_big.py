@@ -10,6 +10,7 @@ reading takes as long as the size says.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import jax
@@ -32,7 +33,7 @@ def state(step: int, embed: np.ndarray) -> dict[str, object]:
 
 
 def main() -> None:
-    root, mib = sys.argv[1], int(sys.argv[2])
+    root, mib = os.path.abspath(sys.argv[1]), int(sys.argv[2])  # Orbax wants an absolute path
     rows = mib * (1 << 20) // (4 * 1024)
     embed = np.random.default_rng(0).standard_normal((rows, 1024), dtype=np.float32)
     options = ocp.CheckpointManagerOptions(max_to_keep=None, create=True)
