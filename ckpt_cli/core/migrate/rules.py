@@ -6,7 +6,7 @@ Every refusal names the rule, the field and the leaf; nothing here reads array d
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ckpt_cli.core.migrate import ops
@@ -232,16 +232,32 @@ def concat(rule: Rule, work: list[Work]) -> tuple[list[Work], bool]:
                 )
             used[id(p)] = w.name
         groups.append((w, partners, m))
+    merged = [(_expand(rule, m, rule.to or "", w), [w, *partners]) for w, partners, m in groups]
+    return merge_following(rule, work, merged, _concat_one), bool(groups)
+
+
+def merge_following(
+    rule: Rule,
+    work: list[Work],
+    groups: Iterable[tuple[str, list[Work]]],
+    merge: Callable[[Rule, list[Work], str, Work | None], Work],
+) -> list[Work]:
+    """``work`` with the inputs of each group merged by ``merge`` into one leaf of the group's
+    name (concat, stack) in the place of the first; with ``follow_optimizer`` each optimizer
+    state family holding those inputs' mirrors is merged the same way beside them."""
     prefixes = [p for p, _ in moment_prefixes(work)] if rule.follow_optimizer else []
     replaced: dict[int, list[Work]] = {}
-    for w, partners, m in groups:
-        name = _expand(rule, m, rule.to or "", w)
-        result = _concat_one(rule, [w, *partners], name, None)
-        replaced[id(w)] = [result]
-        for p in partners:
-            replaced[id(p)] = []
+
+    def replace(inputs: list[Work], result: Work) -> None:
+        replaced[id(inputs[0])] = [result]
+        for x in inputs[1:]:
+            replaced[id(x)] = []
+
+    for name, inputs in groups:
+        result = merge(rule, inputs, name, None)
+        replace(inputs, result)
         for prefix in prefixes:
-            moments = [_at(work, prefix, x) for x in [w, *partners]]
+            moments = [_at(work, prefix, x) for x in inputs]
             present = [x for x in moments if x is not None]
             if not present:
                 continue
@@ -250,15 +266,12 @@ def concat(rule: Rule, work: list[Work]) -> tuple[list[Work], bool]:
                     f"{rule.label}: {'.'.join(prefix)} holds optimizer state for some inputs of {name!r} but not all: set follow_optimizer: false"
                 )
             moment_name = ".".join(prefix + relative_path(result.keypath))
-            assert all(x is not None for x in moments)
-            replaced[id(present[0])] = [_concat_one(rule, present, moment_name, w)]
-            for x in present[1:]:
-                replaced[id(x)] = []
+            replace(present, merge(rule, present, moment_name, inputs[0]))
     out: list[Work] = []
     for w in work:
         out += replaced.get(id(w), [w])
     check_unique(rule, out)
-    return out, bool(groups)
+    return out
 
 
 def _concat_one(rule: Rule, inputs: list[Work], name: str, via: Work | None) -> Work:

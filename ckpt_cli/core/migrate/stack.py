@@ -9,13 +9,14 @@ layer it covers. Optimizer state follows as it does for ``split`` and ``concat``
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.migrate import ops
-from ckpt_cli.core.migrate.rules import _at, _axis, _dims, _expand, _name, check_unique
+from ckpt_cli.core.migrate.rules import _axis, _dims, _expand, _name, merge_following
 from ckpt_cli.core.migrate.spec import Rule
-from ckpt_cli.core.migrate.tree import Step, Work, moment_prefixes
+from ckpt_cli.core.migrate.tree import Step, Work
 from ckpt_cli.core.state import relative_path
 from ckpt_cli.errors import RefusedError
 
@@ -103,8 +104,13 @@ def stack(rule: Rule, work: list[Work]) -> tuple[list[Work], bool]:
                 hint="match the index with (?P<i>\\d+)",
             )
         groups.setdefault(_expand(rule, m, rule.to or "", w), []).append((int(text), w))
-    prefixes = [p for p, _ in moment_prefixes(work)] if rule.follow_optimizer else []
-    replaced: dict[int, list[Work]] = {}
+    return merge_following(rule, work, _numbered(rule, groups), _stack_one), bool(groups)
+
+
+def _numbered(
+    rule: Rule, groups: dict[str, list[tuple[int, Work]]]
+) -> Iterator[tuple[str, list[Work]]]:
+    """Each group's leaves in layer order, refused unless numbered 0, 1, ... without a gap."""
     for name, members in groups.items():
         members.sort(key=lambda t: t[0])
         indices = [i for i, _ in members]
@@ -114,29 +120,7 @@ def stack(rule: Rule, work: list[Work]) -> tuple[list[Work], bool]:
             raise RefusedError(
                 f"{rule.label}: the leaves stacked into {name!r} are numbered {_dims(indices)}: {why}"
             )
-        inputs = [w for _, w in members]
-        result = _stack_one(rule, inputs, name, None)
-        replaced[id(inputs[0])] = [result]
-        for w in inputs[1:]:
-            replaced[id(w)] = []
-        for prefix in prefixes:
-            moments = [_at(work, prefix, x) for x in inputs]
-            present = [x for x in moments if x is not None]
-            if not present:
-                continue
-            if len(present) != len(moments):
-                raise RefusedError(
-                    f"{rule.label}: {'.'.join(prefix)} holds optimizer state for some inputs of {name!r} but not all: set follow_optimizer: false"
-                )
-            moment_name = ".".join(prefix + relative_path(result.keypath))
-            replaced[id(present[0])] = [_stack_one(rule, present, moment_name, inputs[0])]
-            for x in present[1:]:
-                replaced[id(x)] = []
-    out: list[Work] = []
-    for w in work:
-        out += replaced.get(id(w), [w])
-    check_unique(rule, out)
-    return out, bool(groups)
+        yield name, [w for _, w in members]
 
 
 def _stack_one(rule: Rule, inputs: list[Work], name: str, via: Work | None) -> Work:
