@@ -48,6 +48,9 @@ class S3Server:
         self._thread: threading.Thread | None = None
         self._conns: set[socket.socket] = set()
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        #: Requests inside the app now (counted before ``before_request``, until moto returns).
+        self.in_flight = 0
         #: Called with (method, path) before each request is served (fault injection).
         self.before_request: Callable[[str, str], None] | None = None
 
@@ -72,9 +75,15 @@ class S3Server:
             kind = "LIST" if method == "GET" and "list-type=2" in query else method
             with outer._lock:
                 outer.counts[kind] += 1
-            if outer.before_request is not None:
-                outer.before_request(kind, path)
-            return moto_app(environ, start_response)
+                outer.in_flight += 1
+            try:
+                if outer.before_request is not None:
+                    outer.before_request(kind, path)
+                return moto_app(environ, start_response)
+            finally:
+                with outer._lock:
+                    outer.in_flight -= 1
+                    outer._idle.notify_all()
 
         class Server(ThreadedWSGIServer):  # type: ignore[misc]
             def get_request(self) -> Any:
@@ -110,6 +119,12 @@ class S3Server:
             with contextlib.suppress(OSError):
                 c.shutdown(socket.SHUT_RDWR)
             c.close()
+
+    def wait_idle(self, timeout: float = 30.0) -> None:
+        """Block until no request is inside the app (a killed client's last requests stored)."""
+        with self._idle:
+            if not self._idle.wait_for(lambda: self.in_flight == 0, timeout):
+                raise TimeoutError(f"{self.in_flight} requests still in the S3 server")
 
     def restart(self) -> None:
         self.stop()

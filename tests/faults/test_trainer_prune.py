@@ -39,8 +39,10 @@ def test_prune_beside_an_async_trainer(
         cwd=REPO,
     )
     runs, survived, failures, deleted = 0, 0, [], set()
+    saved_all = tmp_path / "run.saved"
     try:
-        while trainer.poll() is None:
+        # Prune until every save has finished; the trainer's final listing runs after that.
+        while trainer.poll() is None and not saved_all.exists():
             if not root.is_dir() or not any(p.name.isdigit() for p in root.iterdir()):
                 time.sleep(0.1)
                 continue
@@ -68,6 +70,7 @@ def test_prune_beside_an_async_trainer(
                 survived += 1
             else:
                 failures.append(why)
+        (tmp_path / "run.go").touch()
         out, err = trainer.communicate(timeout=120)
     finally:
         if trainer.poll() is None:

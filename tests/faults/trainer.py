@@ -3,7 +3,9 @@
 ``python tests/faults/trainer.py ROOT STEPS INTERVAL_MS`` saves steps 1..STEPS with
 ``CheckpointManager(enable_async_checkpointing=True)`` (no retention of its own: prune is the
 only deleter), printing ``saved N`` as each save is handed to Orbax and, at the end,
-``steps [..]``: what Orbax lists once every save has finished.
+``steps [..]``: what Orbax lists once every save has finished. Before that listing it writes
+``ROOT.saved`` and waits for ``ROOT.go``: Orbax's listing stats each step directory it found and
+fails if one is deleted in between, so the test stops pruning before the trainer lists.
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ def main() -> None:
             print(f"saved {step}", flush=True)
             time.sleep(interval)
         mgr.wait_until_finished()
+        with open(root + ".saved", "w"):
+            pass
+        deadline = time.monotonic() + 300
+        while not os.path.exists(root + ".go") and time.monotonic() < deadline:
+            time.sleep(0.05)
         mgr.reload()
         print("steps " + json.dumps(sorted(mgr.all_steps())), flush=True)
 
