@@ -195,8 +195,28 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
         )
         sys.stderr.flush()
         os._exit(128 + signum)
+    if _importing(frame):
+        # Cut short, an extension's module init fails in its own way: numpy's C API prints the
+        # traceback of the import it could not finish to stderr before ckpt can say a word.
+        # Let the import finish and take the signal again right after it (imports take
+        # milliseconds; the repeat checks again).
+        import threading
+
+        again = threading.Timer(0.02, os.kill, (os.getpid(), signum))
+        again.daemon = True
+        again.start()
+        return
     _stopping.append(signum)
     raise Interrupted(signum)
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """Whether the main thread is inside an import (a frame of importlib's bootstrap)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _json_mode(argv: list[str]) -> bool:

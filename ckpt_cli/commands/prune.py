@@ -157,9 +157,34 @@ def _confirm(planned: PruneResult, json_out: bool) -> bool:
             hint="rerun with --yes to delete, or --dry-run to only print the plan",
             result=planned.to_json() if json_out else None,  # the plan, in the one document
         )
-    try:
-        question = render.confirm_question(planned.plan)
-        confirmed = typer.confirm(question, default=False, err=True)
-    except typer.Abort:
-        confirmed = False
-    return bool(confirmed)
+    return _ask(render.confirm_question(planned.plan))
+
+
+def _ask(question: str) -> bool:
+    """``QUESTION [y/N]:`` on stderr, the answer from stdin (empty or end of input: no).
+
+    Waits in short ``select`` calls rather than one blocking read: a Ctrl-C or SIGTERM that
+    the kernel hands to another thread of the process (TensorStore's, a listing pool's) does
+    not interrupt the main thread's read, so its handler would run only at the next key press.
+    """
+    import select
+
+    while True:
+        sys.stderr.write(f"{question} [y/N]: ")
+        sys.stderr.flush()
+        try:
+            fd = sys.stdin.fileno()
+        except (AttributeError, OSError, ValueError):
+            fd = None  # not a file (a test's StringIO): read it directly
+        while fd is not None and not select.select([fd], [], [], 0.1)[0]:
+            pass
+        line = sys.stdin.readline()
+        if not line:
+            sys.stderr.write("\n")
+            return False
+        answer = line.strip().lower()
+        if answer in ("", "n", "no"):
+            return False
+        if answer in ("y", "yes"):
+            return True
+        sys.stderr.write("Error: answer y or n\n")

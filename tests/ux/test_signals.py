@@ -256,3 +256,50 @@ def test_prune_interrupted_at_its_question_deletes_nothing(
     assert screen.code == EXIT_FOR[sig], screen.text
     assert "ckpt: interrupted" in screen.text
     assert tree_state(root) == before  # nothing deleted, no lock file left
+
+
+_ASK_WHILE_ANOTHER_THREAD_GETS_SIGINT = """
+import signal, sys, threading, time
+from ckpt_cli import app
+from ckpt_cli.commands.prune import _ask
+from ckpt_cli.errors import Interrupted
+signal.signal(signal.SIGINT, app._on_signal)
+
+def poke():
+    time.sleep(0.3)
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # to this thread, not main
+
+threading.Thread(target=poke, daemon=True).start()
+t0 = time.monotonic()
+try:
+    _ask("Delete 2 steps?")
+    print("answered")
+except Interrupted:
+    print(f"interrupted after {time.monotonic() - t0:.1f} s")
+"""
+
+
+def test_the_question_stops_on_a_signal_another_thread_received() -> None:
+    """The kernel hands a process's signal to any of its threads; one that lands in a worker
+    thread does not interrupt the main thread's read of the answer, yet prune stops at once."""
+    import sys
+
+    answer_r, answer_w = os.pipe()  # the write end stays open and unwritten: no answer comes
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ASK_WHILE_ANOTHER_THREAD_GETS_SIGINT],
+        stdin=answer_r,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    os.close(answer_r)
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        os.close(answer_w)
+    assert out.startswith("interrupted after "), (out, err)
+    assert "Delete 2 steps? [y/N]: " in err

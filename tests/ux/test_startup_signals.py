@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,3 +128,43 @@ def test_a_signal_while_starting_is_one_line_or_nothing(name: str, sig: signal.S
     windows = sorted(o.window_s for o in outcomes)
     print(f"{name} {sig.name}: interpreter start-up {windows[len(windows) // 2]:.3f} s (median)")
     print(report)
+
+
+_IMPORTER = """
+import signal, sys, time
+sys.path.insert(0, sys.argv[1])
+from ckpt_cli import app
+from ckpt_cli.errors import Interrupted
+signal.signal(signal.SIGTERM, app._on_signal)
+try:
+    import slow_module
+    for _ in range(200):  # the run goes on: the signal comes back within milliseconds
+        time.sleep(0.01)
+    print("import finished, no signal")
+except Interrupted:
+    module = sys.modules.get("slow_module")
+    print("interrupted", "after the import" if module and module.DONE else "inside the import")
+"""
+
+_SLOW_MODULE = """
+import os, signal, time
+os.kill(os.getpid(), signal.SIGTERM)
+for _ in range(20):  # bytecode boundaries: where a handler that raises would raise
+    time.sleep(0.005)
+DONE = True
+"""
+
+
+def test_a_signal_during_an_import_is_taken_after_it(tmp_path: Path) -> None:
+    """An import is never cut short by the handler (an extension cut short mid-init prints its
+    own traceback, as numpy's C API does): the signal is taken right after the import."""
+    (tmp_path / "slow_module.py").write_text(_SLOW_MODULE)
+    run = subprocess.run(
+        [sys.executable, "-c", _IMPORTER, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert run.stdout.strip() == "interrupted after the import", run.stderr
+    assert run.stderr == ""
