@@ -126,6 +126,20 @@ class S3Server:
             if not self._idle.wait_for(lambda: self.in_flight == 0, timeout):
                 raise TimeoutError(f"{self.in_flight} requests still in the S3 server")
 
+    def put_objects(self, objects: Iterable[tuple[str, bytes]]) -> int:
+        """Store objects in this (in-process) server's bucket without HTTP: test set-up of
+        thousands of objects at 0.4 ms each instead of 9 ms through botocore and the server's
+        request handling. What the commands under test read is then served over HTTP as usual."""
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.s3.models import s3_backends
+
+        backend = s3_backends[DEFAULT_ACCOUNT_ID]["global"]
+        n = 0
+        for key, data in objects:
+            backend.put_object(BUCKET, key, data)
+            n += 1
+        return n
+
     def restart(self) -> None:
         self.stop()
         self.start()

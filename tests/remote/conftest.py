@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,8 @@ from tests.remote_servers import (
     GcsServer,
     S3Server,
     gcs_environment,
+    local_files,
     s3_environment,
-    upload,
 )
 
 
@@ -52,12 +52,17 @@ class S3:
     def fixture(self, name: str) -> str:
         """``s3://`` URL of a committed fixture, uploaded on first use (never modified)."""
         if name not in self._uploaded:
-            upload(self.client, FIXTURES / name, f"fx/{name}")
+            self.put_dir(FIXTURES / name, f"fx/{name}")
             self._uploaded.add(name)
         return f"s3://{BUCKET}/fx/{name}"
 
-    def put_dir(self, src: Path, prefix: str, **kw: Any) -> str:
-        upload(self.client, src, prefix, **kw)
+    def put_dir(self, src: Path, prefix: str, skip: Callable[[str], bool] | None = None) -> str:
+        """A local directory as plain objects under ``prefix`` (stored without HTTP)."""
+        self.server.put_objects(
+            (f"{prefix.rstrip('/')}/{rel}", p.read_bytes())
+            for rel, p in local_files(src)
+            if skip is None or not skip(rel)
+        )
         return f"s3://{BUCKET}/{prefix}"
 
 

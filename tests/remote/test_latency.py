@@ -8,7 +8,6 @@ kinds, how many at once, in which order). Wall times are in ``bench/bench_remote
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -23,15 +22,11 @@ STEPS = 200
 
 
 def put_steps(s3: S3, prefix: str, n: int) -> str:
-    """``n`` copies of a real step as steps 0..n-1 of a root (uploaded concurrently)."""
+    """``n`` copies of a real step as steps 0..n-1 of a root (stored without HTTP)."""
     files = [(rel, p.read_bytes()) for rel, p in local_files(STEP)]
-    jobs = [(f"{prefix}/{step}/{rel}", data) for step in range(n) for rel, data in files]
-
-    def put(job: tuple[str, bytes]) -> None:
-        s3.client.put_object(Bucket=BUCKET, Key=job[0], Body=job[1])
-
-    with ThreadPoolExecutor(8) as pool:  # the client's pool holds 10 connections
-        list(pool.map(put, jobs))
+    s3.server.put_objects(
+        (f"{prefix}/{step}/{rel}", data) for step in range(n) for rel, data in files
+    )
     return f"s3://{BUCKET}/{prefix}"
 
 
