@@ -14,7 +14,8 @@ S3 server runs in this process on 127.0.0.1; every request it serves first sleep
   ``max_concurrent_requests``), no commit order at all;
 * ``ckpt cp --concurrency 1`` and ``ckpt cp`` (16): in this process through ``plan_copy`` and
   ``execute_copy`` (import time excluded: a warm-up copy runs first);
-* ``ckpt cp rerun``: the same copy again, every file already there (read back and checked).
+* ``ckpt cp rerun``: the same copy again, every file already there (known from the listing's
+  ETags and the source's bytes, nothing read back).
 
 Reported: wall time, PUT and GET requests, the floor ``requests x latency / in flight`` and the
 ratio to ``boto serial``. Results: a table on stdout and ``bench/out/cp.json``.

@@ -23,6 +23,8 @@ from ckpt_cli.core.format.names import COMMIT_MARKER, TMP_MARKER, WRITING_MARKER
 from ckpt_cli.core.progress import ByteProgress
 from ckpt_cli.core.schema.documents_write import CpStepOutcomeJSON
 from ckpt_cli.core.storage import Location
+from ckpt_cli.core.storage.etags import TagHasher
+from ckpt_cli.core.storage.objstore import PART_BYTES
 from ckpt_cli.core.write.claim import OWNER_FILE
 from ckpt_cli.errors import CkptError, RefusedError, StorageError
 
@@ -123,6 +125,10 @@ class StepJob:
         recorded = self.sums.get(o.rel)
         check = self.verify and recorded is not None
         if o.dest_size == o.size:
+            if self._tag_says_same(src, dst, recorded if check else None, stop):
+                self.tally.add(False, o.size, check)
+                progress(o.size)
+                return
             want = recorded.crc32 if recorded is not None and recorded.size == o.size else None
             if want is None:
                 want = file_checksum(src).crc32
@@ -139,6 +145,31 @@ class StepJob:
             raise RefusedError(f"{dst} already exists and differs from {src}")
         write_stream(dst, self._pieces(src, o, recorded if check else None, stop, progress), o.size)
         self.tally.add(True, o.size, check)
+
+    def _tag_says_same(
+        self, src: Location, dst: Location, recorded: FileSum | None, stop: threading.Event
+    ) -> bool:
+        """Whether the bucket's listing proves ``dst`` holds ``src``'s bytes: its content tag
+        (ETag, md5Hash) is the source's tag or the one the source's bytes give, read from the
+        source (local disk, mostly) instead of reading the object back. With a record to check
+        (``--verify``) the source's bytes are checked against it on the same pass. False proves
+        nothing: the caller compares CRC-32s the slow way."""
+        tag = dst.content_tag()
+        if tag is None:
+            return False
+        if recorded is None and src.content_tag() == tag:
+            return True  # both in buckets, the same tag: nothing to read
+        hasher = TagHasher(PART_BYTES)
+        crc, n = 0, 0
+        for piece in src.iter_bytes(PIECE):
+            if stop.is_set():
+                raise Stopped
+            hasher.update(piece)
+            crc = zlib.crc32(piece, crc)
+            n += len(piece)
+        if recorded is not None and (f"{crc:08x}" != recorded.crc32 or n != recorded.size):
+            return False
+        return hasher.matches(tag)
 
     def _pieces(
         self,

@@ -238,6 +238,11 @@ class Location:
                 window.append((rel.split("/"), entry.size))
                 held += entry.size
 
+    def content_tag(self) -> str | None:
+        """What the store's listing says of this file's bytes (``etags.py``; buckets only),
+        or None."""
+        return None
+
     def size(self) -> int:
         """Bytes of this file, symlinks followed."""
         raise NotImplementedError

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from ckpt_cli.core.storage.etags import gcs_tag
 from ckpt_cli.core.storage.objstore import (
     _UNREACHABLE,
     ObjectInfo,
@@ -91,7 +92,9 @@ class GcsStore(ObjectStore):
     ) -> Page:
         import urllib.parse
 
-        fields = "items(name,size,updated),nextPageToken" + (",prefixes" if delimiter else "")
+        fields = "items(name,size,updated,md5Hash),nextPageToken" + (
+            ",prefixes" if delimiter else ""
+        )
         query = {"prefix": prefix, "fields": fields, "maxResults": str(limit or 1000)}
         if delimiter:
             query["delimiter"] = delimiter
@@ -107,7 +110,12 @@ class GcsStore(ObjectStore):
         items = sorted(page.get("items") or [], key=lambda i: str(i["name"]))
         return Page(
             tuple(
-                ObjectInfo(str(i["name"]), int(i.get("size", 0)), _rfc3339(i.get("updated")))
+                ObjectInfo(
+                    str(i["name"]),
+                    int(i.get("size", 0)),
+                    _rfc3339(i.get("updated")),
+                    gcs_tag(i.get("md5Hash")),
+                )
                 for i in items
             ),
             tuple(sorted(str(p) for p in page.get("prefixes") or [])),

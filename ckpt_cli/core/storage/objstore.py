@@ -37,6 +37,8 @@ class ObjectInfo:
     key: str
     size: int
     mtime: float
+    #: What the listing says of the bytes (``etags.py``): ``s3:<etag>``, ``md5:<hex>``, None.
+    tag: str | None = None
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ class Listing:
         self.store = store
         self.keys: list[str] = []
         self.info: dict[str, tuple[int, float]] = {}
+        #: Content tags from the listing (``etags.py``), for the keys that have one.
+        self.tags: dict[str, str] = {}
         self.listed: list[str] = []  # string prefixes listed completely
         self.lock = threading.RLock()
         self._kv: Any = None
@@ -56,6 +58,10 @@ class Listing:
             self.listed = [p for p in self.listed if not p.startswith(prefix)] + [prefix]
             for obj in found:
                 self.info[obj.key] = (obj.size, obj.mtime)
+                if obj.tag is not None:
+                    self.tags[obj.key] = obj.tag
+                else:
+                    self.tags.pop(obj.key, None)
             self.keys = sorted(self.info)
 
     def below(self, prefix: str) -> list[str]:
@@ -64,17 +70,22 @@ class Listing:
         hi = bisect.bisect_left(self.keys, prefix + "\U0010ffff")
         return self.keys[lo:hi]
 
-    def added(self, key: str, size: int, mtime: float) -> None:
+    def added(self, key: str, size: int, mtime: float, tag: str | None = None) -> None:
         with self.lock:
             if key not in self.info:
                 bisect.insort(self.keys, key)
             self.info[key] = (size, mtime)
+            if tag is not None:
+                self.tags[key] = tag
+            else:
+                self.tags.pop(key, None)  # written by this run: its tag is not known here
             self._forget(key)
 
     def removed(self, key: str) -> None:
         with self.lock:
             if self.info.pop(key, None) is not None:
                 del self.keys[bisect.bisect_left(self.keys, key)]
+            self.tags.pop(key, None)
             self._forget(key)
 
     def _forget(self, key: str) -> None:
@@ -99,4 +110,5 @@ class Listing:
     def clear(self) -> None:
         with self.lock:
             self.keys, self.info, self.listed, self.cache = [], {}, [], {}
+            self.tags = {}
             self.cached_bytes = 0

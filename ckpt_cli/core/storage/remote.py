@@ -107,7 +107,7 @@ class RemoteLocation(RemoteBulk, Location):
                     except Exception as e:
                         raise self.store.error(f"cannot list {self}", e) from None
                     if first is not None and first.key == self.key:
-                        self._listing.added(first.key, first.size, first.mtime)
+                        self._listing.added(first.key, first.size, first.mtime, first.tag)
                     return first is not None and first.key == self.key
         return self.key in self._listing.info
 
@@ -155,6 +155,9 @@ class RemoteLocation(RemoteBulk, Location):
         if not self.is_file():
             raise NotFoundError(f"{self} does not exist")
         return self._listing.info[self.key][0]
+
+    def content_tag(self) -> str | None:
+        return self._listing.tags.get(self.key) if self.is_file() else None
 
     def resolve(self) -> RemoteLocation:
         return self

@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ckpt_cli.core.storage.etags import s3_tag
 from ckpt_cli.core.storage.objstore import ObjectInfo, ObjectStore, Page
 from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.errors import StorageError, UnsupportedError
@@ -110,7 +111,9 @@ class S3Store(ObjectStore):
         page = self._s3().list_objects_v2(**args)
         return Page(
             tuple(
-                ObjectInfo(o["Key"], int(o["Size"]), o["LastModified"].timestamp())
+                ObjectInfo(
+                    o["Key"], int(o["Size"]), o["LastModified"].timestamp(), s3_tag(o.get("ETag"))
+                )
                 for o in page.get("Contents", [])
             ),
             tuple(p["Prefix"] for p in page.get("CommonPrefixes", [])),
