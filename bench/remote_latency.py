@@ -425,8 +425,17 @@ def scale_main(opts: argparse.Namespace) -> None:
                 for i, (label, extra) in enumerate([("single", []), *runs]):
                     extra = [a.replace("{scheduler}", scheduler) for a in extra]
                     if what == "reshard":
-                        argv = ["reshard", "s3://data/a", f"s3://out/scale-{i}", "--mesh",
-                                "data=2,model=4", "--rule", "*=[data, model]", *extra, "--json"]
+                        argv = [
+                            "reshard",
+                            "s3://data/a",
+                            f"s3://out/scale-{i}",
+                            "--mesh",
+                            "data=2,model=4",
+                            "--rule",
+                            "*=[data, model]",
+                            *extra,
+                            "--json",
+                        ]
                     else:
                         argv = ["verify", "s3://data/a", "--deep", *extra, "--json"]  # fmt: skip
                     print(f"{what} {label} ... (load {load()})", file=sys.stderr, flush=True)
