@@ -246,6 +246,10 @@ def merge_following(
     name (concat, stack) in the place of the first; with ``follow_optimizer`` each optimizer
     state family holding those inputs' mirrors is merged the same way beside them."""
     prefixes = [p for p, _ in moment_prefixes(work)] if rule.follow_optimizer else []
+    by_path: dict[tuple[str, ...], Work] = {}  # each mirror found in one lookup, not a scan
+    for w in work if prefixes else ():
+        if w.expr is not None:
+            by_path.setdefault(w.keypath, w)
     replaced: dict[int, list[Work]] = {}
 
     def replace(inputs: list[Work], result: Work) -> None:
@@ -257,7 +261,7 @@ def merge_following(
         result = merge(rule, inputs, name, None)
         replace(inputs, result)
         for prefix in prefixes:
-            moments = [_at(work, prefix, x) for x in inputs]
+            moments = [by_path.get(prefix + relative_path(x.keypath)) for x in inputs]
             present = [x for x in moments if x is not None]
             if not present:
                 continue
@@ -319,11 +323,6 @@ def add(rule: Rule, work: list[Work]) -> list[Work]:
             )
     check_unique(rule, out)
     return out
-
-
-def _at(work: list[Work], prefix: tuple[str, ...], param: Work) -> Work | None:
-    path = prefix + relative_path(param.keypath)
-    return next((w for w in work if w.keypath == path and w.expr is not None), None)
 
 
 def _expand(rule: Rule, m: Match, template: str, w: Work) -> str:

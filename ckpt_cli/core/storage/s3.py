@@ -71,6 +71,12 @@ class S3Store(ObjectStore):
                     ) from None
                 anonymous = self.options.s3_credentials == "anonymous"
                 session = botocore.session.get_session()
+                # A listing page of 1,000 keys carries 1,000 ``LastModified`` times: botocore's
+                # default parser (dateutil) spent more CPU on them than everything else in
+                # `ckpt ls` of a bucket (35 % of 5.7 s for 1,000 steps).
+                session.get_component("response_parser_factory").set_parser_defaults(
+                    timestamp_parser=_parse_timestamp
+                )
                 self._client = session.create_client(
                     "s3",
                     endpoint_url=self._endpoint,
@@ -157,3 +163,19 @@ class S3Store(ObjectStore):
             for e in out.get("Errors", [])
             if e.get("Code") != "NoSuchKey"
         }
+
+
+def _parse_timestamp(value: str) -> Any:
+    """An S3 time as a timezone-aware datetime: ISO 8601 (listings: ``2026-12-01T15:14:46.000Z``)
+    by ``datetime.fromisoformat``; anything else (HTTP dates in headers) by botocore's parser."""
+    import datetime
+
+    try:
+        parsed = datetime.datetime.fromisoformat(value)
+    except (TypeError, ValueError):
+        parsed = None
+    if parsed is not None and parsed.tzinfo is not None:
+        return parsed
+    from botocore.utils import parse_timestamp
+
+    return parse_timestamp(value)
