@@ -125,7 +125,7 @@ demo: $(STAMP)
 	$(S3CKPT) ls s3://demo/exp7-copy
 	$(S3CKPT) cp s3://demo/exp7-copy $(DEMO)-copy
 	diff -r -x _CKPT_VERIFY_STATE.json $(DEMO) $(DEMO)-copy && echo "the copy back is byte-identical"
-	@echo "== the same cp again: every file is already there (size and CRC-32 checked), nothing is written"
+	@echo "== the same cp again: every file is already there (size, and the bucket's ETag against the source's bytes: nothing read back), nothing is written"
 	$(S3CKPT) cp $(DEMO) s3://demo/exp7-copy
 	@echo "== a root copied into the bucket without its commit markers (Orbax issue #394)"
 	AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(PY) -c "import pathlib, botocore.session as s; c = s.get_session().create_client('s3', endpoint_url='http://127.0.0.1:$(S3PORT)', region_name='us-east-1'); [c.put_object(Bucket='demo', Key='exp7/' + str(p.relative_to('$(DEMO)')), Body=p.read_bytes()) for p in pathlib.Path('$(DEMO)').rglob('*') if p.is_file() and p.name != 'commit_success.txt']"
