@@ -98,7 +98,7 @@ from ckpt_cli.commands import pin as pin_cmd
 from ckpt_cli.commands import prune as prune_cmd
 from ckpt_cli.commands import reshard as reshard_cmd
 from ckpt_cli.commands import verify as verify_cmd
-from ckpt_cli.commands._help import HelpCommand
+from ckpt_cli.commands._help import HelpCommand, HelpGroup
 from ckpt_cli.errors import (
     CODE_INTERNAL,
     CODE_INTERRUPTED,
@@ -115,6 +115,7 @@ Exit codes: 0 ok · 1 a check found problems · 2 usage error · 3 not a checkpo
 
 app = typer.Typer(
     name="ckpt",
+    cls=HelpGroup,
     help=HELP,
     no_args_is_help=True,
     # bash, zsh and fish: --install-completion / --show-completion; steps and items complete

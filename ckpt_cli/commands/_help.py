@@ -2,8 +2,8 @@
 
 Typer shows a required argument as ``{path}`` in the usage line and a type column of ``<str>``,
 ``<bool>`` (for flags, which take no value) and ``<int range>``. ``HelpCommand`` (given to each
-``app.command(cls=...)``) shows arguments as ``PATH``, flags without a type, and options without
-a metavar of their own as ``NAME`` in capitals. Help text is Markdown (``rich_markup_mode``), so
+``app.command(cls=...)``, and ``HelpGroup`` to the app) shows arguments as ``PATH``, flags
+without a type, and options without a metavar of their own as ``NAME`` in capitals. Help text is Markdown (``rich_markup_mode``), so
 ``[null, model]`` is text, not a Rich style, and an indented ``$ ckpt ...`` block keeps its lines.
 
 Typer lays options out as a table whose name columns never wrap: on a narrow terminal a long
@@ -21,7 +21,7 @@ import io
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from typer.core import TyperArgument, TyperCommand
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 ELLIPSIS = "…"
 
@@ -30,22 +30,25 @@ def _no_type(ctx: Any) -> None:
     return None
 
 
+def _plain_metavars(params: list[Any]) -> list[Any]:
+    for p in params:
+        if isinstance(p, TyperArgument):
+            if p.metavar is None:
+                p.metavar = (p.name or "").upper()
+            setattr(p, "display_type_rich", _no_type)  # noqa: B010 - per parameter
+        elif getattr(p, "is_flag", False) or getattr(p, "count", False):
+            if p.metavar is None:
+                p.metavar = ""
+        elif p.metavar is None and p.name not in ("help",):
+            p.metavar = (p.name or "value").upper()
+    return params
+
+
 class HelpCommand(TyperCommand):
     """A command whose help shows plain metavars."""
 
     def get_params(self, ctx: Any) -> list[Any]:
-        params: list[Any] = super().get_params(ctx)
-        for p in params:
-            if isinstance(p, TyperArgument):
-                if p.metavar is None:
-                    p.metavar = (p.name or "").upper()
-                setattr(p, "display_type_rich", _no_type)  # noqa: B010 - per parameter
-            elif getattr(p, "is_flag", False) or getattr(p, "count", False):
-                if p.metavar is None:
-                    p.metavar = ""
-            elif p.metavar is None and p.name not in ("help",):
-                p.metavar = (p.name or "value").upper()
-        return params
+        return _plain_metavars(super().get_params(ctx))
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         with _options_as_blocks_when_cut():
@@ -56,6 +59,18 @@ class HelpCommand(TyperCommand):
             piece[1:-1] if piece.startswith("{") and piece.endswith("}") else piece
             for piece in super().collect_usage_pieces(ctx)
         ]
+
+
+class HelpGroup(TyperGroup):
+    """``ckpt --help`` the same way: flags (``--version``, ``--install-completion``) without a
+    ``<bool>`` type, options as blocks when the table would cut them."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _plain_metavars(super().get_params(ctx))
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        with _options_as_blocks_when_cut():
+            super().format_help(ctx, formatter)
 
 
 @contextlib.contextmanager
