@@ -111,3 +111,29 @@ def test_ls_damaged_step_metadata_is_a_problem_not_an_abort(cli, fixture_copy) -
     assert "not valid JSON" in by_step[400]["problem"]
     assert by_step[400]["time_source"] == "mtime"
     assert "step 400:" in r.stderr
+
+
+def test_the_table_is_written_whole_or_not_at_all(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A signal while the text is built (here: in the table) leaves nothing on stdout, not the
+    root's name alone; the startup-signal test found that half output in CI."""
+    import signal
+
+    from ckpt_cli.commands.render import ls as render
+    from ckpt_cli.core.listing import list_root
+    from ckpt_cli.core.storage import open_location
+    from ckpt_cli.errors import Interrupted
+
+    listing = list_root(open_location(str(FIXTURES / "seed_mlp")), from_listing=True)
+    render.print_listing(listing)
+    whole = capsys.readouterr().out
+    assert str(FIXTURES / "seed_mlp") in whole and "latest committed: 500" in whole
+
+    def interrupted(*args: object, **kwargs: object) -> list[str]:
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(render, "table_lines", interrupted)
+    with pytest.raises(Interrupted):
+        render.print_listing(listing)
+    assert capsys.readouterr().out == ""

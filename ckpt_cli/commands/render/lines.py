@@ -124,6 +124,11 @@ def table_lines(
 
 def say(text: str, color: bool, style: str = "", indent: str = "") -> None:
     """One message, wrapped at spaces to the terminal (one line through a pipe)."""
+    emit(said(text, color, style, indent), color)
+
+
+def said(text: str, color: bool, style: str = "", indent: str = "") -> list[str]:
+    """The lines ``say`` writes, for output built whole before it is written."""
     paint = painter(color)
     lines = layout.wrap(text, text_width(), first=indent, indent=indent + "  ")
-    emit([paint(line, style) for line in lines], color)
+    return [paint(line, style) for line in lines]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ckpt_cli.commands.render.layout import plural
-from ckpt_cli.commands.render.lines import emit, painter, say, table_lines, use_color
+from ckpt_cli.commands.render.lines import emit, painter, said, table_lines, use_color
 from ckpt_cli.commands.render.units import human_age, human_bytes
 from ckpt_cli.core.listing import RootListing, StepInfo
 
@@ -36,28 +36,32 @@ def print_listing(listing: RootListing) -> None:
     # Metrics last: the column that grows, wrapped at spaces (or each step a block) when the
     # terminal is narrow, never dropped.
     headers = ["step", "status", "committed", "age", "size", "items", "format", "metrics"]
-    emit([paint(listing.root, "bold")], color)
-    emit(table_lines(headers, rows, paint, right=frozenset({0, 3, 4}), wrap_last=True), color)
+    # Built whole, then written at once: a Ctrl-C or SIGTERM while it is built leaves nothing on
+    # stdout, not the root's name alone or half a table.
+    out = [paint(listing.root, "bold")]
+    out += table_lines(headers, rows, paint, right=frozenset({0, 3, 4}), wrap_last=True)
     latest = listing.latest
     if listing.steps and not listing.steps[0].numbered:
         count = "1 checkpoint without a step number (saved by a Checkpointer, not a manager)"
     else:
         count = plural(len(listing.steps), "step")
-    say(
+    texts = [
         f"{count}, {human_bytes(listing.total_bytes)}"
         + (
             f"; latest committed: {latest.step} (*)"
             if latest and latest.numbered
             else ("" if latest else "; no committed step")
-        ),
-        color,
-    )
+        )
+    ]
     for s in listing.steps:
         if s.pinned is not None:
             note = f": {s.pinned.note}" if s.pinned.note else ""
-            say(f"pinned {s.step}{note} (prune keeps it; `ckpt unpin` releases it)", color)
+            texts.append(f"pinned {s.step}{note} (prune keeps it; `ckpt unpin` releases it)")
     if listing.root_metadata and listing.root_metadata.get("custom_metadata"):
-        say(f"root metadata: {json.dumps(listing.root_metadata['custom_metadata'])}", color)
+        texts.append(f"root metadata: {json.dumps(listing.root_metadata['custom_metadata'])}")
+    for text in texts:
+        out += said(text, color)
+    emit(out, color)
 
 
 def warnings(listing: RootListing) -> list[str]:
