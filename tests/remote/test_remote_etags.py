@@ -17,6 +17,16 @@ def _bytes(n: int) -> bytes:
     return np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8).tobytes()
 
 
+def tag_matches(tag: str, pieces: list[bytes], part_bytes: int) -> bool:
+    """Whether the bytes of ``pieces``, fed in order, are those ``tag`` describes."""
+    from ckpt_cli.core.storage.etags import TagHasher
+
+    hasher = TagHasher(part_bytes)
+    for piece in pieces:
+        hasher.update(piece)
+    return hasher.matches(tag)
+
+
 def _pieces(data: bytes, size: int) -> list[bytes]:
     return [data[i : i + size] for i in range(0, len(data), size)]
 
@@ -30,7 +40,6 @@ def _listed(url: str) -> Any:
 
 
 def test_s3_single_put_and_multipart_tags_match_the_bytes(s3: S3, s3_prefix: str) -> None:
-    from ckpt_cli.core.storage.etags import tag_matches
     from ckpt_cli.core.storage.objstore import PART_BYTES
 
     small, big = _bytes(100_000), _bytes(2 * PART_BYTES + 12_345)  # big: 3 parts
@@ -56,7 +65,6 @@ def test_s3_single_put_and_multipart_tags_match_the_bytes(s3: S3, s3_prefix: str
 
 def test_gcs_listing_gives_an_md5_tag(gcs: GcsServer) -> None:
     from ckpt_cli.core.storage import open_location
-    from ckpt_cli.core.storage.etags import tag_matches
 
     data = _bytes(50_000)
     url = f"gs://{BUCKET}/etag-{uuid.uuid4().hex[:8]}/d/obj"
@@ -67,7 +75,7 @@ def test_gcs_listing_gives_an_md5_tag(gcs: GcsServer) -> None:
 
 
 def test_tags_of_unknown_form_never_match() -> None:
-    from ckpt_cli.core.storage.etags import gcs_tag, s3_tag, tag_matches
+    from ckpt_cli.core.storage.etags import gcs_tag, s3_tag
 
     assert s3_tag('"ABC"') == "s3:abc" and s3_tag(None) is None and s3_tag('""') is None
     assert gcs_tag("not base64!") is None and gcs_tag("") is None

@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Iterable
 
 
 def s3_tag(etag: object) -> str | None:
@@ -74,11 +73,3 @@ class TagHasher:
         if not count.isdigit() or int(count) != len(parts):
             return False  # uploaded in parts of another size: no verdict
         return hashlib.md5(b"".join(parts), usedforsecurity=False).hexdigest() == digest
-
-
-def tag_matches(tag: str, pieces: Iterable[bytes], part_bytes: int) -> bool:
-    """Whether the bytes of ``pieces`` are those ``tag`` describes (see ``TagHasher``)."""
-    hasher = TagHasher(part_bytes)
-    for piece in pieces:
-        hasher.update(piece)
-    return hasher.matches(tag)

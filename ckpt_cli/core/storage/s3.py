@@ -8,6 +8,7 @@ to 1,000 keys a request. botocore follows the standard credential chain and the
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -168,8 +169,6 @@ class S3Store(ObjectStore):
 def _parse_timestamp(value: str) -> Any:
     """An S3 time as a timezone-aware datetime: ISO 8601 (listings: ``2026-12-01T15:14:46.000Z``)
     by ``datetime.fromisoformat``; anything else (HTTP dates in headers) by botocore's parser."""
-    import datetime
-
     try:
         parsed = datetime.datetime.fromisoformat(value)
     except (TypeError, ValueError):
