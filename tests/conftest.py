@@ -23,6 +23,25 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures" / "ckpts"
 
 
+#: The S3 servers a test that takes the ``s3`` fixture runs on (tests/remote/conftest.py).
+S3_SERVERS = ("moto", "seaweedfs")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "moto_only: a bucket test that needs moto's hooks (request counts, fault injection, "
+        "restarts) and so runs on moto alone, not on SeaweedFS too",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that takes ``s3`` runs once per S3 server, unless marked ``moto_only``."""
+    if "s3_kind" in metafunc.fixturenames:
+        only = metafunc.definition.get_closest_marker("moto_only") is not None
+        metafunc.parametrize("s3_kind", ["moto"] if only else list(S3_SERVERS))
+
+
 @dataclass
 class CliResult:
     code: int

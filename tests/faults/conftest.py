@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from tests.hostile.helpers import reap
-from tests.remote.conftest import s3, s3_prefix
+from tests.remote.conftest import moto_s3, s3, s3_prefix, seaweed_s3
 
-__all__ = ["s3", "s3_prefix"]
+__all__ = ["moto_s3", "s3", "s3_prefix", "seaweed_s3"]
 RESULTS = "faults"
 
 

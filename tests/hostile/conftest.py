@@ -5,9 +5,9 @@ from collections.abc import Iterator
 import pytest
 
 from tests.hostile.helpers import reap
-from tests.remote.conftest import s3, s3_prefix
+from tests.remote.conftest import moto_s3, s3, s3_prefix, seaweed_s3
 
-__all__ = ["s3", "s3_prefix"]
+__all__ = ["moto_s3", "s3", "s3_prefix", "seaweed_s3"]
 
 
 @pytest.fixture(autouse=True)

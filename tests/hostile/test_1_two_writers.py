@@ -17,6 +17,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import FIXTURES
 from tests.hostile.helpers import (
     INTERNAL_ERROR,
@@ -103,6 +105,7 @@ def test_an_unfinished_save_of_someone_else_is_not_deleted(tmp_path: Path) -> No
     assert INTERNAL_ERROR not in run.stderr
 
 
+@pytest.mark.moto_only
 def test_two_writers_on_a_bucket(s3: Any, s3_prefix: str) -> None:
     """On S3 the step is written in place: writer A is held at its ``_METADATA`` PUT by the test
     server; writer B must be refused (the bucket's lock object names A), not replace A's step."""

@@ -17,6 +17,9 @@ from tests.latency_proxy import LatencyProxy, Request
 from tests.remote.conftest import S3
 from tests.remote_servers import BUCKET, GcsServer, keys, local_files
 
+# Request counts and in-flight figures come from moto's in-process server (its hooks).
+pytestmark = pytest.mark.moto_only
+
 STEP = FIXTURES / "composite_best" / "2"  # a real Orbax step with metrics: 17 objects
 STEPS = 200
 
@@ -31,8 +34,8 @@ def put_steps(s3: S3, prefix: str, n: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def root_200(s3: S3) -> str:
-    return put_steps(s3, "latency/root200", STEPS)
+def root_200(moto_s3: S3) -> str:
+    return put_steps(moto_s3, "latency/root200", STEPS)
 
 
 @pytest.fixture

@@ -26,6 +26,9 @@ from tests.latency_proxy import LatencyProxy, parse_bandwidth, parse_delay, requ
 from tests.remote.conftest import S3
 from tests.remote_servers import BUCKET, GcsServer
 
+# Request counts and in-flight figures come from moto's in-process server (its hooks).
+pytestmark = pytest.mark.moto_only
+
 
 def _client(endpoint: str, pool: int = 10) -> Any:
     import botocore.session

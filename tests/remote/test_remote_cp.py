@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from tests.conftest import FIXTURES, REPO
 from tests.remote.conftest import S3
@@ -133,6 +134,7 @@ def test_round_trip_local_s3_gs_local(
         assert got[name].dtype == value.dtype and got[name].tobytes() == value.tobytes(), name
 
 
+@pytest.mark.moto_only
 def test_markers_go_after_every_data_object(
     cli: Any, s3: S3, s3_prefix: str, tmp_path: Path
 ) -> None:
@@ -194,6 +196,7 @@ def _data_puts(keys_: list[str]) -> list[str]:
     return [k for k in keys_ if k.rsplit("/", 1)[-1] not in BOOKKEEPING]
 
 
+@pytest.mark.moto_only
 def test_killed_copy_reruns_without_copying_anything_twice(
     cli: Any, s3: S3, s3_prefix: str, tmp_path: Path
 ) -> None:
@@ -244,6 +247,7 @@ def test_killed_copy_reruns_without_copying_anything_twice(
     assert [s["status"] for s in cli("ls", dst, "--json").json()["steps"]] == ["committed"] * 3
 
 
+@pytest.mark.moto_only
 def test_sigterm_mid_copy_exits_143_and_the_rerun_finishes(
     cli: Any, s3: S3, s3_prefix: str, tmp_path: Path
 ) -> None:

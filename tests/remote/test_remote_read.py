@@ -105,6 +105,7 @@ def test_diff_remote_against_local_and_between_steps(cli: Any, s3: S3) -> None:
     )
 
 
+@pytest.mark.moto_only
 def test_ls_lists_a_root_with_few_requests(cli: Any, s3: S3, s3_prefix: str) -> None:
     """Prefix listing: a root of 12 steps costs one listing request, not one per step or file."""
     for step in range(12):

@@ -12,11 +12,12 @@ import pytest
 from tests.conftest import local_cluster
 from tests.remote.conftest import S3
 
-pytestmark = pytest.mark.slow
+# The cluster's workers take the environment (moto's endpoint) when the module starts it.
+pytestmark = [pytest.mark.slow, pytest.mark.moto_only]
 
 
 @pytest.fixture(scope="module")
-def s3_cluster(s3: S3) -> Iterator[Any]:
+def s3_cluster(moto_s3: S3) -> Iterator[Any]:
     """A cluster started after the S3 environment is set, so its workers reach the server."""
     with local_cluster() as cluster:
         yield cluster

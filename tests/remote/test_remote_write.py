@@ -101,6 +101,7 @@ def test_lock_object_refuses_a_second_prune(
     assert committed_steps(s3, s3_prefix) == {3}
 
 
+@pytest.mark.moto_only
 def test_server_dies_mid_prune(cli: Any, s3: S3, s3_prefix: str, tmp_path: Path) -> None:
     """Markers go first: after the crash no step without all its objects looks committed; the
     next prune (once the stale lock is removed, as the message says) finishes the job."""
@@ -143,6 +144,7 @@ def test_server_dies_mid_prune(cli: Any, s3: S3, s3_prefix: str, tmp_path: Path)
 
 
 @pytest.mark.parametrize("writer", sorted(WRITERS))
+@pytest.mark.moto_only
 def test_server_dies_mid_write(cli: Any, s3: S3, s3_prefix: str, writer: str) -> None:
     """No valid-looking partial step; the rerun replaces ckpt's own leftover and commits."""
     dst = f"s3://{BUCKET}/{s3_prefix}"
