@@ -39,11 +39,12 @@ def _root_on_line(ctx: Any) -> str | None:
     return None
 
 
-def _committed_steps(path: str) -> list[int]:
+def _committed_steps(ctx: typer.Context, path: str) -> list[int]:
+    from ckpt_cli.commands._options import storage_options
     from ckpt_cli.core.listing import list_root
     from ckpt_cli.core.storage import open_location
 
-    listing = list_root(open_location(path), from_listing=True)
+    listing = list_root(open_location(path, storage_options(ctx)), from_listing=True)
     return [s.step for s in listing.steps if s.status == "committed"]
 
 
@@ -53,7 +54,7 @@ def complete_step(ctx: typer.Context, incomplete: str) -> list[str]:
     if path is None:
         return []
     try:
-        steps = _committed_steps(path)
+        steps = _committed_steps(ctx, path)
     except Exception:  # not a root (yet), unreachable: offer nothing
         return []
     return [str(s) for s in steps if str(s).startswith(incomplete)]
@@ -65,10 +66,11 @@ def complete_item(ctx: typer.Context, incomplete: str) -> list[str]:
     if path is None:
         return []
     try:
+        from ckpt_cli.commands._options import storage_options
         from ckpt_cli.core.format.layout import detect, latest_committed, step_items
         from ckpt_cli.core.storage import open_location
 
-        location = open_location(path)
+        location = open_location(path, storage_options(ctx))
         found = detect(location)
         steps = found.steps or []
         step = (getattr(ctx, "params", None) or {}).get("step")
@@ -88,7 +90,7 @@ def complete_root_at_step(ctx: typer.Context, incomplete: str) -> list[str]:
     if not at:
         return []
     try:
-        steps = _committed_steps(root)
+        steps = _committed_steps(ctx, root)
     except Exception:
         return []
     return [f"{root}@{s}" for s in steps if str(s).startswith(partial)]

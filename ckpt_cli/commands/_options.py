@@ -105,11 +105,19 @@ UNIT_BYTES = size_default("256MiB")
 
 def storage_options(ctx: typer.Context) -> StorageOptions:
     """The storage options of this run (set from ``--s3-endpoint`` and the environment by the
-    app's callback)."""
+    app's callback; while the shell completes a line that callback does not run: from the
+    flags parsed so far)."""
     from ckpt_cli.core.storage import StorageOptions
 
-    obj = ctx.find_root().obj
-    return obj if isinstance(obj, StorageOptions) else StorageOptions.from_environment()
+    root = ctx.find_root()
+    if isinstance(root.obj, StorageOptions):
+        return root.obj
+    params = root.params or {}
+    endpoint, limit = params.get("s3_endpoint"), params.get("max_requests")
+    return StorageOptions.from_environment(
+        s3_endpoint=endpoint if isinstance(endpoint, str) else None,
+        max_requests=limit if isinstance(limit, int) else None,
+    )
 
 
 def write_options(
