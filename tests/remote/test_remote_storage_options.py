@@ -38,3 +38,13 @@ def test_import_then_export_with_the_flag_alone(
     assert back.code == 0, back.stderr
     want = {p.name: p.read_bytes() for p in (tmp_path / "st").iterdir()}
     assert want and {p.name: p.read_bytes() for p in (tmp_path / "back").iterdir()} == want
+
+
+def test_completion_of_steps_uses_the_flag(s3: S3, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.ux.test_completion import _complete
+
+    url = s3.fixture("seed_mlp")
+    for var in ENDPOINT_VARS:
+        monkeypatch.delenv(var, raising=False)
+    line = f"ckpt --s3-endpoint {s3.endpoint} inspect {url} --step "
+    assert _complete("bash", line) == ["300", "400", "500"]
