@@ -8,6 +8,7 @@ import typer
 
 from ckpt_cli.commands._options import JsonOpt, PathArg, storage_options
 from ckpt_cli.commands._output import emit_json, warn
+from ckpt_cli.errors import CkptError
 
 VerboseOpt = Annotated[
     bool,
@@ -49,7 +50,10 @@ def ls(
             from ckpt_cli.commands.render.uploads import uploads_line
             from ckpt_cli.core.storage.uploads import summarize_uploads
 
-            extra.append(uploads_line(summarize_uploads(location)))
+            try:
+                extra.append(uploads_line(summarize_uploads(location)))
+            except CkptError as e:  # a store without ListMultipartUploads: the steps stand
+                warn(e.message)
         render.print_listing(listing, extra)
     for message in render.warnings(listing):
         warn(message)

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,12 +23,12 @@ from typing import Any
 import pytest
 
 from ckpt_cli.core.storage.objstore import PART_BYTES
-from tests.conftest import REPO
+from tests.conftest import FIXTURES, REPO
 from tests.hostile.helpers import save_orbax
 from tests.latency_proxy import LatencyProxy, Request
 from tests.remote.conftest import S3
 from tests.remote.test_remote_cp import bucket_tree, tree
-from tests.remote_servers import BUCKET
+from tests.remote_servers import BUCKET, GcsServer
 
 pytestmark = pytest.mark.slow
 
@@ -200,3 +201,14 @@ def test_a_live_writers_upload_is_never_aborted(
     assert code == 0, err
     assert open_uploads(s3, s3_prefix) == []
     assert bucket_tree(s3, s3_prefix, tmp_path) == tree(big_root)
+
+
+def test_gcs_lists_no_open_upload(cli: Any, gcs: GcsServer, tmp_path: Path) -> None:
+    """GCS resumable uploads cannot be listed and expire by themselves: none to show."""
+    url = f"gs://{BUCKET}/uploads-{uuid.uuid4().hex[:8]}/run"
+    assert cli("cp", FIXTURES / "seed_mlp", url).code == 0
+    shown = cli("ls", url, "-v")
+    assert shown.code == 0, shown.stderr
+    assert shown.stdout.splitlines()[-1] == "open uploads: none"
+    pruned = cli("prune", url, "--clean-tmp", "--tmp-min-age", "0s", "--yes")
+    assert pruned.code == 0 and "open upload" not in pruned.stderr, pruned.stderr
