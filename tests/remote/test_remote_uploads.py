@@ -192,7 +192,7 @@ def test_a_live_writers_upload_is_never_aborted(
     pruned = cli("prune", dst, "--clean-tmp", "--yes")
     assert pruned.code == 0, pruned.stderr
     assert f"left {len(held)} open upload" in pruned.stderr, pruned.stderr
-    assert "live writer holds the root (cp pid" in pruned.stderr, pruned.stderr
+    assert "a writer that may still run holds the root (cp pid" in pruned.stderr, pruned.stderr
     second = cli("cp", big_root, dst)
     assert second.code == 3 and "another ckpt writer" in second.stderr, second.stderr
     assert [u["UploadId"] for u in open_uploads(s3, s3_prefix)] == [u["UploadId"] for u in held]
@@ -212,3 +212,27 @@ def test_gcs_lists_no_open_upload(cli: Any, gcs: GcsServer, tmp_path: Path) -> N
     assert shown.stdout.splitlines()[-1] == "open uploads: none"
     pruned = cli("prune", url, "--clean-tmp", "--tmp-min-age", "0s", "--yes")
     assert pruned.code == 0 and "open upload" not in pruned.stderr, pruned.stderr
+
+
+def test_open_uploads_are_listed_page_after_page(
+    s3: S3, s3_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages of two on SeaweedFS, which pages by upload id alone (no NextKeyMarker; a
+    KeyMarker would end its listing); moto ignores MaxUploads and answers in one page. Uploads
+    beside the prefix are neither listed nor aborted."""
+    from ckpt_cli.core.storage import open_location
+    from ckpt_cli.core.storage.s3 import S3Store
+    from ckpt_cli.core.storage.uploads import abort_uploads
+    from ckpt_cli.core.storage.uploads import open_uploads as listed
+
+    made = set()
+    for key in ("a/x", "a/x", "b/y", "c/z", "d/w"):
+        made.add(s3.client.create_multipart_upload(Bucket=BUCKET, Key=f"{s3_prefix}/{key}")["UploadId"])  # fmt: skip
+    s3.client.create_multipart_upload(Bucket=BUCKET, Key=f"{s3_prefix}-beside/a")
+    monkeypatch.setattr(S3Store, "uploads_page", 2)
+    root = open_location(f"s3://{BUCKET}/{s3_prefix}")
+    found = listed(root)
+    assert len(found) == 5 and {u.upload_id for u in found} == made
+    assert abort_uploads(root, found) == []
+    assert listed(root) == () and open_uploads(s3, s3_prefix) == []
+    assert len(open_uploads(s3, s3_prefix + "-beside")) == 1

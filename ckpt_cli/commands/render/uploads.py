@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from ckpt_cli.commands.render.layout import plural
 from ckpt_cli.commands.render.units import human_age, human_bytes
 from ckpt_cli.core.storage.uploads import Uploads
+from ckpt_cli.core.write.claim import WRITE_LOCK
 from ckpt_cli.core.write.uploads import UploadCleanup
 
 
@@ -33,7 +34,8 @@ def cleanup_notes(cleanup: UploadCleanup, *, dry_run: bool = False) -> list[str]
         out.append(f"{verb} {n} left by a killed writer")
     if cleanup.spared and cleanup.writer:
         out.append(
-            f"left {plural(len(cleanup.spared), 'open upload')} alone: a live writer holds the "
-            f"root ({cleanup.writer})"
+            f"left {plural(len(cleanup.spared), 'open upload')} alone: a writer that may still "
+            f"run holds the root ({cleanup.writer}); if it is surely gone, delete its "
+            f"{WRITE_LOCK} and run again"
         )
     return out

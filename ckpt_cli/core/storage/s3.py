@@ -151,8 +151,13 @@ class S3Store(ObjectStore):
                 client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
             raise
 
+    #: Open uploads a ``ListMultipartUploads`` page holds (the most S3 returns).
+    uploads_page = 1000
+
     def list_uploads(self, prefix: str) -> list[OpenUpload]:
-        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
+        args: dict[str, Any] = {
+            "Bucket": self.bucket, "Prefix": prefix, "MaxUploads": self.uploads_page
+        }  # fmt: skip
         out: list[OpenUpload] = []
         while True:
             with self._lock:
@@ -165,9 +170,17 @@ class S3Store(ObjectStore):
             out += got
             if not page.get("IsTruncated") or not got:
                 return out
-            # SeaweedFS answers a truncated page without NextKeyMarker: the last upload is it.
-            args["KeyMarker"] = page.get("NextKeyMarker") or got[-1].key
-            args["UploadIdMarker"] = page.get("NextUploadIdMarker") or got[-1].upload_id
+            # S3 pages by key then upload id (both markers); SeaweedFS by upload id alone: its
+            # truncated pages carry no NextKeyMarker, and a KeyMarker would end its listing.
+            marker = {
+                "KeyMarker": page.get("NextKeyMarker"),
+                "UploadIdMarker": page.get("NextUploadIdMarker") or got[-1].upload_id,
+            }
+            if marker["KeyMarker"] is None:
+                del marker["KeyMarker"]
+            if all(args.get(k) == v for k, v in marker.items()):
+                return out  # a server that does not move on: what it gave is all there is
+            args.update(marker)
 
     def upload_bytes(self, upload: OpenUpload) -> int:
         args: dict[str, Any] = {
