@@ -29,9 +29,10 @@ class UploadCleanup:
     """What a cleanup of open uploads did (or, planned only, would do)."""
 
     aborted: tuple[OpenUpload, ...] = ()
-    #: Open uploads left alone: a live writer holds the root, or they are too young.
+    #: Open uploads left alone: a writer that may still run holds the root, or they are too
+    #: young (or began after this process's claim).
     spared: tuple[OpenUpload, ...] = ()
-    #: The live writer holding the root, when that is why uploads were spared.
+    #: The writer holding the root, when that is why uploads were spared.
     writer: str | None = None
     failed: tuple[str, ...] = ()
 
