@@ -30,8 +30,6 @@ from tests.remote.conftest import S3
 from tests.remote.test_remote_cp import bucket_tree, tree
 from tests.remote_servers import BUCKET, GcsServer
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def big_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -132,6 +130,7 @@ def killed_copy(cp_through_proxy: Any, s3: S3, src: Path, prefix: str) -> str:
     return dst
 
 
+@pytest.mark.slow  # a fresh Orbax checkpoint of 40 MiB
 def test_a_rerun_of_cp_aborts_what_the_killed_cp_left(
     cli: Any, s3: S3, s3_prefix: str, big_root: Path, cp_through_proxy: Any, tmp_path: Path
 ) -> None:
@@ -152,6 +151,7 @@ def test_a_rerun_of_cp_aborts_what_the_killed_cp_left(
     assert cli("ls", dst, "-v").stdout.splitlines()[-1] == "open uploads: none"
 
 
+@pytest.mark.slow  # a fresh Orbax checkpoint of 40 MiB
 def test_prune_clean_tmp_aborts_what_the_killed_cp_left(
     cli: Any, s3: S3, s3_prefix: str, big_root: Path, cp_through_proxy: Any, tmp_path: Path
 ) -> None:
@@ -178,6 +178,7 @@ def test_prune_clean_tmp_aborts_what_the_killed_cp_left(
     assert bucket_tree(s3, s3_prefix, tmp_path) == tree(big_root)
 
 
+@pytest.mark.slow  # a fresh Orbax checkpoint of 40 MiB
 def test_a_live_writers_upload_is_never_aborted(
     cli: Any, s3: S3, s3_prefix: str, big_root: Path, cp_through_proxy: Any, tmp_path: Path
 ) -> None:
