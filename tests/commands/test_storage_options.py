@@ -37,7 +37,7 @@ class Paths:
 @dataclass(frozen=True)
 class Case:
     command: str
-    side: str  # which argument is the s3:// one: "source", "destination", "root"
+    side: str  # which argument is the s3:// one: "source", "destination", "root", "like"
     args: Callable[[Paths], list[str]]
 
     @property
@@ -56,6 +56,7 @@ CASES = [
     Case("unpin", "root", lambda p: ["unpin", URL, "500"]),
     Case("reshard", "source", lambda p: ["reshard", URL, str(p.tmp / "o"), "--mesh", "data=1"]),
     Case("reshard", "destination", lambda p: ["reshard", str(p.good), URL, "--mesh", "data=1"]),
+    Case("reshard", "like", lambda p: ["reshard", str(p.good), str(p.tmp / "o"), "--like", URL]),
     Case("migrate", "source", lambda p: ["migrate", URL, str(p.tmp / "o"), "--spec", str(p.spec)]),
     Case("migrate", "destination", lambda p: ["migrate", str(p.good), URL, "--spec", str(p.spec)]),
     Case("cp", "source", lambda p: ["cp", URL, str(p.tmp / "o")]),
