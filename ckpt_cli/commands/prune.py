@@ -44,8 +44,8 @@ def prune(
     committed step is always kept; a command without any rule is refused. Unfinished saves are
     removed only with --clean-tmp, and only once idle for --tmp-min-age (so are the multipart
     uploads a killed writer left open in a bucket, never while a live writer holds the root);
-    trash left by an interrupted prune is always removed. Steps are renamed to a hidden trash name first, then
-    deleted. A symlinked step is never deleted. On a terminal prune asks before deleting; else it
+    trash left by an interrupted prune is always removed. Steps are renamed to a hidden trash
+    name first, then deleted. A symlinked step is never deleted. On a terminal prune asks before deleting; else it
     needs --yes; answering no deletes nothing and exits 0. Exit codes: 0 done (or nothing to do,
     or declined), 2 bad options, 3 refused (no terminal to ask on and no --yes, another prune
     running) or a deletion failed, 130/143 interrupted.
