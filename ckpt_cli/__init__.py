@@ -249,7 +249,7 @@ def import_(
     step of the CheckpointManager ``root``, as ``ckpt import`` does; ``execute(plan)`` writes it.
     Options: ``spec``, ``mesh`` (``"data=4,model=2"``), ``rules`` (a file or a mapping of leaf
     patterns to partition specs), ``step``, ``target``, ``allow_unused``, ``write``
-    (``WriteOptions``). Example: ``ckpt_cli.execute(ckpt_cli.import_("hf", "runs/back"))``.
+    (``WriteOptions``), ``storage`` (``StorageOptions``). Example: ``ckpt_cli.execute(ckpt_cli.import_("hf", "runs/back"))``.
     """
     from ckpt_cli.core.safetensors.import_ import plan_import
 

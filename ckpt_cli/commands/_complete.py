@@ -14,6 +14,8 @@ from typing import Any
 import typer
 
 _PATH_PARAMS = ("path", "src", "root", "a")
+#: The app's flags that take a value (``ckpt --s3-endpoint URL ls ...``): not the root.
+_GLOBAL_VALUED = ("--s3-endpoint", "--max-requests")
 
 
 def _root_on_line(ctx: Any) -> str | None:
@@ -32,18 +34,22 @@ def _root_on_line(ctx: Any) -> str | None:
         words = shlex.split(line)
     except ValueError:
         words = line.split()
-    for word in words[2:]:
+    rest = words[1:]
+    while rest and rest[0].startswith("-"):  # the app's own flags, before the command
+        rest = rest[2:] if rest[0] in _GLOBAL_VALUED else rest[1:]
+    for word in rest[1:]:
         candidate = word.rpartition("@")[0] if "@" in word and not os.path.exists(word) else word
         if not word.startswith("-") and ("://" in candidate or os.path.isdir(candidate)):
             return candidate
     return None
 
 
-def _committed_steps(path: str) -> list[int]:
+def _committed_steps(ctx: typer.Context, path: str) -> list[int]:
+    from ckpt_cli.commands._context import storage_options
     from ckpt_cli.core.listing import list_root
     from ckpt_cli.core.storage import open_location
 
-    listing = list_root(open_location(path), from_listing=True)
+    listing = list_root(open_location(path, storage_options(ctx)), from_listing=True)
     return [s.step for s in listing.steps if s.status == "committed"]
 
 
@@ -53,7 +59,7 @@ def complete_step(ctx: typer.Context, incomplete: str) -> list[str]:
     if path is None:
         return []
     try:
-        steps = _committed_steps(path)
+        steps = _committed_steps(ctx, path)
     except Exception:  # not a root (yet), unreachable: offer nothing
         return []
     return [str(s) for s in steps if str(s).startswith(incomplete)]
@@ -65,10 +71,11 @@ def complete_item(ctx: typer.Context, incomplete: str) -> list[str]:
     if path is None:
         return []
     try:
+        from ckpt_cli.commands._context import storage_options
         from ckpt_cli.core.format.layout import detect, latest_committed, step_items
         from ckpt_cli.core.storage import open_location
 
-        location = open_location(path)
+        location = open_location(path, storage_options(ctx))
         found = detect(location)
         steps = found.steps or []
         step = (getattr(ctx, "params", None) or {}).get("step")
@@ -88,7 +95,7 @@ def complete_root_at_step(ctx: typer.Context, incomplete: str) -> list[str]:
     if not at:
         return []
     try:
-        steps = _committed_steps(root)
+        steps = _committed_steps(ctx, root)
     except Exception:
         return []
     return [f"{root}@{s}" for s in steps if str(s).startswith(partial)]

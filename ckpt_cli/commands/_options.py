@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import typer
 
 from ckpt_cli.commands._complete import complete_item, complete_root_at_step, complete_step
+from ckpt_cli.commands._context import storage_options as storage_options
 from ckpt_cli.errors import OptionValueError, UsageError
 
 if TYPE_CHECKING:
-    from ckpt_cli.core.storage import StorageOptions
     from ckpt_cli.core.verify.types import SampleSpec
     from ckpt_cli.core.write.types import WriteOptions
 
@@ -101,15 +101,6 @@ def size_default(text: str) -> int:
 MAX_CHUNK_BYTES = size_default("64MiB")
 MEMORY_LIMIT = size_default("1GiB")
 UNIT_BYTES = size_default("256MiB")
-
-
-def storage_options(ctx: typer.Context) -> StorageOptions:
-    """The storage options of this run (set from ``--s3-endpoint`` and the environment by the
-    app's callback)."""
-    from ckpt_cli.core.storage import StorageOptions
-
-    obj = ctx.find_root().obj
-    return obj if isinstance(obj, StorageOptions) else StorageOptions.from_environment()
 
 
 def write_options(

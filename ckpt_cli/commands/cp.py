@@ -8,7 +8,7 @@ import typer
 
 from ckpt_cli.commands import _options as o
 from ckpt_cli.commands._complete import complete_root_at_step
-from ckpt_cli.commands._output import emit_json, progress_bar, warn
+from ckpt_cli.commands._output import emit_json, note, progress_bar, warn
 
 CpSourceArg = Annotated[
     str,
@@ -97,6 +97,7 @@ def cp(
         $ ckpt cp gs://other/exp7@300 runs/restored --dry-run
     """
     from ckpt_cli.commands.render import cp as render
+    from ckpt_cli.commands.render.uploads import cleanup_notes
     from ckpt_cli.core.copy.execute import execute_copy
     from ckpt_cli.core.copy.plan import plan_copy
 
@@ -119,6 +120,10 @@ def cp(
         render.print_plan(plan)
     with progress_bar(not json_out) as on_progress:
         result = execute_copy(plan, on_progress)
+    for message in cleanup_notes(result.uploads):
+        note(message)
+    for message in result.uploads.failed:
+        warn(message)
     if json_out:
         emit_json(result)
     else:

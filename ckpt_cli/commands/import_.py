@@ -11,6 +11,7 @@ from ckpt_cli.commands._output import emit_json, progress_bar, warn
 
 
 def import_(
+    ctx: typer.Context,
     src: Annotated[
         str,
         typer.Argument(
@@ -70,6 +71,7 @@ def import_(
         target=target,
         allow_unused=allow_unused,
         write=write,
+        storage=o.storage_options(ctx),
     )
     if dry_run:
         emit_json(plan) if json_out else render.print_import_plan(plan)

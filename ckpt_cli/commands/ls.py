@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from ckpt_cli.commands._options import JsonOpt, PathArg, storage_options
 from ckpt_cli.commands._output import emit_json, warn
+from ckpt_cli.errors import CkptError
+
+VerboseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="Also list what a killed writer left in a bucket: open multipart uploads under "
+        "the root (count, bytes, oldest). Text only.",
+    ),
+]
 
 
-def ls(ctx: typer.Context, path: PathArg, json_out: JsonOpt = False) -> None:
+def ls(
+    ctx: typer.Context, path: PathArg, json_out: JsonOpt = False, verbose: VerboseOpt = False
+) -> None:
     """List the steps of a checkpoint root: status, commit time, size, items, metrics, format.
 
     Status is `committed`, `incomplete` (an unfinished save: a *.orbax-checkpoint-tmp dir) or
@@ -19,15 +34,26 @@ def ls(ctx: typer.Context, path: PathArg, json_out: JsonOpt = False) -> None:
 
         $ ckpt ls runs/exp7
         $ ckpt ls s3://bucket/runs/exp7 --json
+        $ ckpt ls s3://bucket/runs/exp7 -v
     """
     from ckpt_cli.commands.render import ls as render
     from ckpt_cli.core.listing import list_root
     from ckpt_cli.core.storage import open_location
 
-    listing = list_root(open_location(path, storage_options(ctx)), from_listing=True)
+    location = open_location(path, storage_options(ctx))
+    listing = list_root(location, from_listing=True)
     if json_out:
         emit_json(listing)
     else:
-        render.print_listing(listing)
+        extra = []
+        if verbose:
+            from ckpt_cli.commands.render.uploads import uploads_line
+            from ckpt_cli.core.storage.uploads import summarize_uploads
+
+            try:
+                extra.append(uploads_line(summarize_uploads(location)))
+            except CkptError as e:  # a store without ListMultipartUploads: the steps stand
+                warn(e.message)
+        render.print_listing(listing, extra)
     for message in render.warnings(listing):
         warn(message)

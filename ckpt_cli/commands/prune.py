@@ -42,9 +42,10 @@ def prune(
 
     Rules are OR-ed: a step is kept if any rule keeps it, and the plan shows why. The newest
     committed step is always kept; a command without any rule is refused. Unfinished saves are
-    removed only with --clean-tmp, and only once idle for --tmp-min-age; trash left by an
-    interrupted prune is always removed. Steps are renamed to a hidden trash name first, then
-    deleted. A symlinked step is never deleted. On a terminal prune asks before deleting; else it
+    removed only with --clean-tmp, and only once idle for --tmp-min-age (so are the multipart
+    uploads a killed writer left open in a bucket, never while a live writer holds the root);
+    trash left by an interrupted prune is always removed. Steps are renamed to a hidden trash
+    name first, then deleted. A symlinked step is never deleted. On a terminal prune asks before deleting; else it
     needs --yes; answering no deletes nothing and exits 0. Exit codes: 0 done (or nothing to do,
     or declined), 2 bad options, 3 refused (no terminal to ask on and no --yes, another prune
     running) or a deletion failed, 130/143 interrupted.
@@ -91,6 +92,8 @@ def prune(
         planned = make_plan()
         if json_out:
             emit_json(planned)
+        if clean_tmp:
+            _clean_uploads(location, min_age.total_seconds(), dry_run=True)
         sys.stderr.write("dry run: nothing was changed\n")
         return
     with prune_lock(location) as found:
@@ -109,6 +112,8 @@ def prune(
             except Interrupted:
                 _say_what_is_left(location)
                 raise
+        if clean_tmp:
+            _clean_uploads(location, min_age.total_seconds())
     result = PruneResult(plan, outcome)
     failure = outcome.failure
     if failure is not None and json_out:
@@ -121,6 +126,19 @@ def prune(
         warn(message)
     if failure is not None:
         raise failure
+
+
+def _clean_uploads(location: Location, min_age_s: float, *, dry_run: bool = False) -> None:
+    """--clean-tmp: abort the multipart uploads a killed writer left under the root, once
+    idle for --tmp-min-age, and none while a live writer holds the root."""
+    from ckpt_cli.commands.render.uploads import cleanup_notes
+    from ckpt_cli.core.write.uploads import abort_leftovers
+
+    cleanup = abort_leftovers(location, min_age_s, dry_run=dry_run)
+    for message in cleanup_notes(cleanup, dry_run=dry_run):
+        note(message)
+    for message in cleanup.failed:
+        warn(message)
 
 
 def _say_what_is_left(location: Location) -> None:

@@ -12,7 +12,8 @@ from ckpt_cli.core.listing import RootListing, StepInfo
 _STATUS = {"committed": "green", "incomplete": "yellow", "uncommitted": "red"}
 
 
-def print_listing(listing: RootListing) -> None:
+def print_listing(listing: RootListing, extra: list[str] | None = None) -> None:
+    """The table, then the summary lines, then ``extra`` lines (``ls -v``)."""
     color = use_color()
     paint = painter(color)
     rows = []
@@ -59,6 +60,7 @@ def print_listing(listing: RootListing) -> None:
             texts.append(f"pinned {s.step}{note} (prune keeps it; `ckpt unpin` releases it)")
     if listing.root_metadata and listing.root_metadata.get("custom_metadata"):
         texts.append(f"root metadata: {json.dumps(listing.root_metadata['custom_metadata'])}")
+    texts += extra or []
     for text in texts:
         out += said(text, color)
     emit(out, color)

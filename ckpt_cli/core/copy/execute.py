@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ckpt_cli.core.copy.objects import PIECE, Mismatch, Stopped, write_stream
 from ckpt_cli.core.copy.plan import CopyObject, CopyPlan, dest_entries, dest_state
@@ -37,6 +37,7 @@ from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.schema.documents_write import CpJSON, CpOutcomeJSON
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.claim import claim_root
+from ckpt_cli.core.write.uploads import UploadCleanup, abort_under_claim
 from ckpt_cli.errors import DigestMismatchError, RefusedError
 
 
@@ -44,6 +45,8 @@ from ckpt_cli.errors import DigestMismatchError, RefusedError
 class CopyResult:
     plan: CopyPlan
     outcome: CpOutcomeJSON
+    #: Open uploads a killed earlier writer left under the destination, aborted first.
+    uploads: UploadCleanup = field(default_factory=UploadCleanup)
 
     @property
     def ok(self) -> bool:
@@ -62,6 +65,7 @@ def execute_copy(plan: CopyPlan, on_progress: ProgressFn | None = None) -> CopyR
     destination.make_dirs()
     claim = claim_root(destination, "cp")
     try:
+        uploads = abort_under_claim(destination, claim)
         # Under the claim: the destination as it is now (the plan may be old).
         destination.refresh()
         entries = dest_entries(destination)
@@ -88,7 +92,7 @@ def execute_copy(plan: CopyPlan, on_progress: ProgressFn | None = None) -> CopyR
     finally:
         claim.release()
     outcome = _outcome(jobs, runner, time.monotonic() - start)
-    result = CopyResult(plan, outcome)
+    result = CopyResult(plan, outcome, uploads)
     failed = [j for j in jobs if j.tally.problem is not None]
     if failed:
         first = failed[0]

@@ -23,17 +23,19 @@ from typing import Any
 
 from ckpt_cli.core.format.layout import list_steps
 from ckpt_cli.core.format.pins import has_pin_file
-from ckpt_cli.core.storage import open_location
+from ckpt_cli.core.storage import StorageOptions, open_location
 
 
 class PinnedSteps:
-    """Preserve every step of ``directory`` that carries a ckpt pin (read afresh each time)."""
+    """Preserve every step of ``directory`` that carries a ckpt pin (read afresh each time);
+    ``storage`` says how to reach it on an object store (default: the environment)."""
 
-    def __init__(self, directory: Any) -> None:
+    def __init__(self, directory: Any, storage: StorageOptions | None = None) -> None:
         self.directory = str(directory)
+        self.storage = storage
 
     def pinned(self) -> set[int]:
-        root = open_location(self.directory)
+        root = open_location(self.directory, self.storage)
         root.refresh()  # a pin written since the last decision must be seen
         if not root.exists():
             return set()

@@ -26,6 +26,7 @@ from ckpt_cli.core.reshard.rules import Rule
 from ckpt_cli.core.safetensors.dtypes import TO_NUMPY
 from ckpt_cli.core.safetensors.reader import SafetensorsReader, check_against_index, find_files
 from ckpt_cli.core.schema import document
+from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.core.write.types import WriteOptions
 from ckpt_cli.errors import RefusedError, UsageError
 
@@ -108,6 +109,8 @@ class ImportPlan:
     unused_rules: tuple[str, ...]
     mesh: MeshSpec | None
     write: WriteOptions = field(default_factory=lambda: WriteOptions(16 << 20, 256 << 20))
+    #: How to reach ``dst`` on an object store (None: this process's environment).
+    storage: StorageOptions | None = None
 
     kind = "import"
 
@@ -182,12 +185,14 @@ def plan_import(
     target: str | None = None,
     allow_unused: bool = False,
     write: WriteOptions | None = None,
+    storage: StorageOptions | None = None,
 ) -> ImportPlan:
     """Plan importing ``src`` (a .safetensors file, an index, or a directory holding either)
     as step ``step`` of the root ``dst``. ``spec`` (a file or a parsed migrate spec) maps the
     tensors first; ``mesh`` (``data=4,model=2``) with ``rules`` (a YAML/JSON file or a mapping
     of leaf patterns to partition specs) lays them out as ``reshard`` does; ``target``
-    (MODULE:FUNCTION, imports jax) checks the result. Reads the headers only."""
+    (MODULE:FUNCTION, imports jax) checks the result; ``storage`` says how to reach ``dst`` on
+    an object store (``--s3-endpoint``; default: the environment). Reads the headers only."""
     from ckpt_cli.core.migrate.spec import load_spec
     from ckpt_cli.core.reshard.rules import load_rules, parse_rules
 
@@ -206,7 +211,7 @@ def plan_import(
         os.fspath(src), os.fspath(dst), parsed, target_mesh, rule_list, step,
         write.max_chunk_bytes, allow_unused,
     )  # fmt: skip
-    plan = dataclasses.replace(plan, write=write)
+    plan = dataclasses.replace(plan, write=write, storage=storage)
     if target:
         check_target(plan, target)
     return plan

@@ -50,7 +50,7 @@ def execute(plan: ImportPlan, on_progress: ProgressFn | None = None) -> ImportRe
     from ckpt_cli.errors import CkptError
 
     t0 = time.perf_counter()
-    root = open_location(plan.dst)
+    root = open_location(plan.dst, plan.storage)
     check_destination_root(root)
     ctx = ImportContext()
     comp = compression

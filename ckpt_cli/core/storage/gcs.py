@@ -128,7 +128,11 @@ class GcsStore(ObjectStore):
         return f"{self.endpoint}/storage/v1/b/{urllib.parse.quote(self.bucket, safe='')}"
 
     def upload(self, key: str, parts: Iterable[bytes], size: int) -> None:
-        """A resumable upload: a session, then each part as ``Content-Range: a-b/size``."""
+        """A resumable upload: a session, then each part as ``Content-Range: a-b/size``.
+
+        A process killed mid-upload leaves its session open: GCS keeps no object for it and
+        expires it a week after it began, so nothing is listed or aborted here (unlike S3's
+        multipart uploads: ``list_uploads`` returns none for GCS)."""
         import urllib.error
         import urllib.parse
         import urllib.request

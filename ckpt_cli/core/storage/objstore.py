@@ -51,6 +51,17 @@ class Page:
     token: str | None = None
 
 
+@dataclass(frozen=True)
+class OpenUpload:
+    """An upload begun and neither completed nor aborted (an S3 multipart upload): its parts
+    are stored, and billed, until it is aborted; no listing of objects shows it."""
+
+    key: str
+    upload_id: str
+    #: When the upload began, in seconds since the epoch, by the server's clock.
+    initiated: float
+
+
 class ObjectStore:
     """One bucket: its TensorStore kvstore spec and a lister that returns sizes and times."""
 
@@ -102,6 +113,19 @@ class ObjectStore:
         last), one part at a time: S3 multipart, a GCS resumable upload. The object appears
         only when every part is in; a failure leaves nothing (the upload is aborted)."""
         raise NotImplementedError
+
+    def list_uploads(self, prefix: str) -> list[OpenUpload]:
+        """The open uploads whose key starts with ``prefix`` (S3 ``ListMultipartUploads``).
+        None on GCS: a resumable upload session cannot be listed, holds no billed object and
+        expires by itself a week after it began."""
+        return []
+
+    def upload_bytes(self, upload: OpenUpload) -> int:
+        """The bytes an open upload holds (the sizes of its parts: S3 ``ListParts``)."""
+        return 0
+
+    def abort_upload(self, upload: OpenUpload) -> None:
+        """Abort an open upload, dropping its parts (one already gone is no error)."""
 
     def delete_keys(self, keys: Sequence[str]) -> dict[str, str]:
         """Delete up to ``delete_batch`` keys in one request; what failed, by key (a key that

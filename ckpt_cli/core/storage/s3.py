@@ -1,7 +1,9 @@
 """``s3://``: TensorStore's ``s3`` driver for data, botocore for listings and batched deletes.
 
 Listing pages are ``ListObjectsV2`` (1,000 keys, sizes and times); ``DeleteObjects`` removes up
-to 1,000 keys a request. botocore follows the standard credential chain and the
+to 1,000 keys a request. Objects over ``PART_BYTES`` are multipart uploads; those a killed
+process left open are listed (``ListMultipartUploads``) and aborted by ``storage/uploads.py``'s
+callers. botocore follows the standard credential chain and the
 ``AWS_ENDPOINT_URL*`` settings of the AWS CLI; its connection pool holds ``max_requests``.
 """
 
@@ -14,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ckpt_cli.core.storage.etags import s3_tag
-from ckpt_cli.core.storage.objstore import ObjectInfo, ObjectStore, Page
+from ckpt_cli.core.storage.objstore import ObjectInfo, ObjectStore, OpenUpload, Page
 from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.errors import StorageError, UnsupportedError
 
@@ -148,6 +150,58 @@ class S3Store(ObjectStore):
             with contextlib.suppress(Exception):
                 client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
             raise
+
+    #: Open uploads a ``ListMultipartUploads`` page holds (the most S3 returns).
+    uploads_page = 1000
+
+    def list_uploads(self, prefix: str) -> list[OpenUpload]:
+        args: dict[str, Any] = {
+            "Bucket": self.bucket, "Prefix": prefix, "MaxUploads": self.uploads_page
+        }  # fmt: skip
+        out: list[OpenUpload] = []
+        while True:
+            with self._lock:
+                self.requests += 1
+            page = self._s3().list_multipart_uploads(**args)
+            got = [
+                OpenUpload(u["Key"], u["UploadId"], u["Initiated"].timestamp())
+                for u in page.get("Uploads", [])
+            ]
+            out += got
+            if not page.get("IsTruncated") or not got:
+                return out
+            # S3 pages by key then upload id (both markers); SeaweedFS by upload id alone: its
+            # truncated pages carry no NextKeyMarker, and a KeyMarker would end its listing.
+            marker = {
+                "KeyMarker": page.get("NextKeyMarker"),
+                "UploadIdMarker": page.get("NextUploadIdMarker") or got[-1].upload_id,
+            }
+            if marker["KeyMarker"] is None:
+                del marker["KeyMarker"]
+            if all(args.get(k) == v for k, v in marker.items()):
+                return out  # a server that does not move on: what it gave is all there is
+            args.update(marker)
+
+    def upload_bytes(self, upload: OpenUpload) -> int:
+        args: dict[str, Any] = {
+            "Bucket": self.bucket, "Key": upload.key, "UploadId": upload.upload_id
+        }  # fmt: skip
+        total = 0
+        while True:
+            page = self._s3().list_parts(**args)
+            total += sum(int(p["Size"]) for p in page.get("Parts", []))
+            if not page.get("IsTruncated") or not page.get("NextPartNumberMarker"):
+                return total
+            args["PartNumberMarker"] = page["NextPartNumberMarker"]
+
+    def abort_upload(self, upload: OpenUpload) -> None:
+        try:
+            self._s3().abort_multipart_upload(
+                Bucket=self.bucket, Key=upload.key, UploadId=upload.upload_id
+            )
+        except Exception as e:
+            if "NoSuchUpload" not in str(e):  # completed or aborted meanwhile
+                raise
 
     def delete_keys(self, keys: Sequence[str]) -> dict[str, str]:
         with self._lock:
