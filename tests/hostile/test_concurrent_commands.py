@@ -19,7 +19,16 @@ from typing import Any
 import pytest
 
 from tests.conftest import FIXTURES
-from tests.hostile.helpers import INTERNAL_ERROR, Run, ckpt, finish, kill, save_orbax, start
+from tests.hostile.helpers import (
+    INTERNAL_ERROR,
+    Run,
+    ckpt,
+    finish,
+    kill,
+    save_orbax,
+    start,
+    wait_stopped_or_exited,
+)
 from tests.race_harness import hold
 from tests.remote_servers import BUCKET, keys
 
@@ -288,3 +297,29 @@ def test_verify_record_strict_passes_on_a_clean_root_while_a_writer_holds_it(
     assert run.code == 0, run.stdout[-600:] + run.stderr
     doc = run.json()
     assert doc["problems"] == [], doc["problems"]
+
+
+def test_resumed_cp_racing_prune_clean_tmp_on_local_disk(tmp_path: Path) -> None:
+    """The same pair on local disk, forced by the shim: a killed cp's tmp step (its owner record
+    inside) is resumed by a rerun stopped as it re-marks it; prune --clean-tmp --tmp-min-age 0s
+    leaves it, naming the rerun, which then commits the whole step."""
+    dst = tmp_path / "dst"
+    assert ckpt("cp", SRC, dst, "--step", "400").code == 0
+    killed = ckpt(
+        "cp", SRC, dst, "--step", STEP, spec={"on_write": "_CHECKPOINT_METADATA", "signal": "KILL"}
+    )
+    assert killed.code == -9, killed.stderr
+    leftovers = [p for p in dst.iterdir() if p.name.startswith(f"{STEP}.orbax-checkpoint-tmp")]
+    assert len(leftovers) == 1 and (leftovers[0] / ".ckpt-owner").is_file(), leftovers
+    b = start("cp", SRC, dst, "--step", STEP, spec={"on_write": ".ckpt-owner", "signal": "STOP"})
+    assert wait_stopped_or_exited(b), finish(b).stderr
+    pruned = ckpt("prune", dst, "--clean-tmp", "--tmp-min-age", "0s", "--yes", "--json")
+    rb = finish(b)
+    assert pruned.code == 0, pruned.stderr
+    assert rb.code == 0, rb.stderr
+    assert _committed(str(dst)) == [400, 500]
+    want = _rel_files(SRC / STEP)
+    assert want and _rel_files(dst / STEP).keys() >= want.keys()
+    assert ckpt("verify", dst, "--deep").code == 0
+    skipped = {s["name"]: s["why"] for s in pruned.json()["outcome"]["skipped"]}
+    assert f"cp pid {b.pid}" in skipped.get(leftovers[0].name, ""), pruned.stdout
