@@ -323,3 +323,47 @@ def test_resumed_cp_racing_prune_clean_tmp_on_local_disk(tmp_path: Path) -> None
     assert ckpt("verify", dst, "--deep").code == 0
     skipped = {s["name"]: s["why"] for s in pruned.json()["outcome"]["skipped"]}
     assert f"cp pid {b.pid}" in skipped.get(leftovers[0].name, ""), pruned.stdout
+
+
+@pytest.mark.moto_only
+def test_pin_of_a_step_deleted_by_a_trainer_meanwhile_leaves_no_pin(
+    s3: Any, s3_prefix: str
+) -> None:
+    """A trainer's own retention (no lock) deletes step 400 while pin writes its pin (held at
+    that PUT): pin says the step was deleted (exit 3) and removes its pin object, which would
+    otherwise be the only object left of a dead step."""
+    url = s3.put_dir(SRC, f"{s3_prefix}/dst")
+    with hold(s3.server, "PUT", r"/400/_CKPT_PINNED\.json$") as held:
+        p = start("pin", url, "400", mem_limit=None)
+        held.wait_reached(p)
+        doomed = keys(s3.client, f"{s3_prefix}/dst/400/")
+        assert doomed
+        for key in doomed:
+            s3.client.delete_object(Bucket=BUCKET, Key=key)
+    rp = finish(p)
+    assert rp.code == 3, rp.stdout + rp.stderr
+    assert "deleted while it was being pinned" in _one_line(rp), rp.stderr
+    assert _step_keys(s3, s3_prefix, "400") == set()
+    assert _committed(url) == [300, 500]
+
+
+@pytest.mark.moto_only
+def test_step_writer_whose_step_was_deleted_meanwhile_says_so(s3: Any, s3_prefix: str) -> None:
+    """Something that knows no claim deletes every object of the step a reshard is writing (held
+    before its ``_METADATA``): the reshard fails in one line saying a file of its step is gone
+    and the step is not committed, with the hint to rerun; nothing of step 500 is left."""
+    dst = _url(s3_prefix)
+    assert ckpt("reshard", SRC, dst, *MESH, "--step", "400", mem_limit=None).code == 0
+    with hold(s3.server, "PUT", rf"/{STEP}/default/_METADATA$") as held:
+        w = start("reshard", SRC, dst, *MESH, mem_limit=None)
+        held.wait_reached(w)
+        doomed = keys(s3.client, f"{s3_prefix}/dst/{STEP}/")
+        assert doomed
+        for key in doomed:
+            s3.client.delete_object(Bucket=BUCKET, Key=key)
+    rw = finish(w)
+    assert rw.code == 3, rw.stderr
+    line = _one_line(rw)
+    assert "gone just before step 500 was committed" in line and "rerun the reshard" in line, line
+    assert _committed(dst) == [400]
+    assert "commit_success.txt" not in _step_keys(s3, s3_prefix)
