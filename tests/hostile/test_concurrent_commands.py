@@ -74,6 +74,19 @@ def _while_held(
     return p, other
 
 
+def _deleted_while_held(s3: Any, prefix: str, put_regex: str, command: list[Any]) -> Run:
+    """``ckpt COMMAND`` held at its PUT ``put_regex`` while every object below ``prefix`` is
+    deleted (a trainer's retention, a person: nothing that knows ckpt's locks); its run."""
+    with hold(s3.server, "PUT", put_regex) as held:
+        p = start(*command, mem_limit=None)
+        held.wait_reached(p)
+        doomed = keys(s3.client, prefix)
+        assert doomed, prefix
+        for key in doomed:
+            s3.client.delete_object(Bucket=BUCKET, Key=key)
+    return finish(p)
+
+
 def _killed_cp(s3: Any, dst: str) -> None:
     """A root with committed step 400 and a SIGKILLed cp's leftover of step 500: all its data,
     its ``.ckpt-writing`` record, no marker (killed at its ``_CHECKPOINT_METADATA`` PUT)."""
@@ -333,14 +346,9 @@ def test_pin_of_a_step_deleted_by_a_trainer_meanwhile_leaves_no_pin(
     that PUT): pin says the step was deleted (exit 3) and removes its pin object, which would
     otherwise be the only object left of a dead step."""
     url = s3.put_dir(SRC, f"{s3_prefix}/dst")
-    with hold(s3.server, "PUT", r"/400/_CKPT_PINNED\.json$") as held:
-        p = start("pin", url, "400", mem_limit=None)
-        held.wait_reached(p)
-        doomed = keys(s3.client, f"{s3_prefix}/dst/400/")
-        assert doomed
-        for key in doomed:
-            s3.client.delete_object(Bucket=BUCKET, Key=key)
-    rp = finish(p)
+    rp = _deleted_while_held(
+        s3, f"{s3_prefix}/dst/400/", r"/400/_CKPT_PINNED\.json$", ["pin", url, "400"]
+    )
     assert rp.code == 3, rp.stdout + rp.stderr
     assert "deleted while it was being pinned" in _one_line(rp), rp.stderr
     assert _step_keys(s3, s3_prefix, "400") == set()
@@ -354,14 +362,9 @@ def test_step_writer_whose_step_was_deleted_meanwhile_says_so(s3: Any, s3_prefix
     and the step is not committed, with the hint to rerun; nothing of step 500 is left."""
     dst = _url(s3_prefix)
     assert ckpt("reshard", SRC, dst, *MESH, "--step", "400", mem_limit=None).code == 0
-    with hold(s3.server, "PUT", rf"/{STEP}/default/_METADATA$") as held:
-        w = start("reshard", SRC, dst, *MESH, mem_limit=None)
-        held.wait_reached(w)
-        doomed = keys(s3.client, f"{s3_prefix}/dst/{STEP}/")
-        assert doomed
-        for key in doomed:
-            s3.client.delete_object(Bucket=BUCKET, Key=key)
-    rw = finish(w)
+    rw = _deleted_while_held(
+        s3, f"{s3_prefix}/dst/{STEP}/", rf"/{STEP}/default/_METADATA$", ["reshard", SRC, dst, *MESH]
+    )
     assert rw.code == 3, rw.stderr
     line = _one_line(rw)
     assert "gone just before step 500 was committed" in line and "rerun the reshard" in line, line
