@@ -163,8 +163,12 @@ def _writers_claim(root: Location, plan: PrunePlan) -> tuple[WriteClaim | None, 
     try:
         return claim_root(root, "prune"), None
     except LockedError:
-        owner = read_owner(root.child(WRITE_LOCK))
-        return None, f"a ckpt writer ({owner.describe()})" if owner else "a ckpt writer"
+        lock_file = root.child(WRITE_LOCK)
+        owner = read_owner(lock_file)
+        who = f"a ckpt writer ({owner.describe()})" if owner else "a ckpt writer"
+        if root.requires_commit_marker:  # a lock object outlives a writer killed elsewhere
+            who += f" (if it is surely gone, delete {lock_file})"
+        return None, who
 
 
 def _delete(
