@@ -39,7 +39,7 @@ def pin(
     from ckpt_cli.core.storage import open_location
 
     location = open_location(root, o.storage_options(ctx))
-    with prune_lock(location) as found:
+    with prune_lock(location, "pin") as found:
         result = pin_step(location, step, note, found.entries)
     if json_out:
         emit_json(result)
@@ -61,7 +61,7 @@ def unpin(ctx: typer.Context, root: o.RootArg, step: StepArg, json_out: o.JsonOp
     from ckpt_cli.core.storage import open_location
 
     location = open_location(root, o.storage_options(ctx))
-    with prune_lock(location) as found:
+    with prune_lock(location, "unpin") as found:
         result = unpin_step(location, step, found.entries)
     if json_out:
         emit_json(result)

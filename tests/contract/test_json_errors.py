@@ -102,6 +102,8 @@ BAD_JSON = "not valid JSON"
 REFUSED_CONN = "connection refused"
 EXISTS = "already exists"
 LOCKED = "another prune of"
+#: pin/unpin refused while a prune holds the root: what is happening, and to retry them.
+BEING_PRUNED = "is being pruned by another process"
 WRITER_LOCKED = "another ckpt writer is writing into"
 
 CASES: list[Case] = [
@@ -475,7 +477,9 @@ CASES: list[Case] = [
         lambda w: ["pin", str(w.with_tmp), "3"],
         "unfinished save",
     ),
-    Case("pin", "locked", "lock-held", lambda w: ["pin", str(w.good), "500"], LOCKED, lock=True),
+    Case(
+        "pin", "locked", "lock-held", lambda w: ["pin", str(w.good), "500"], BEING_PRUNED, lock=True
+    ),
     # unpin
     Case("unpin", "not-found", "path", lambda w: ["unpin", str(w.missing), "500"], NOT_FOUND),
     Case("unpin", "not-found", "step", lambda w: ["unpin", str(w.good), "7"], "not found"),
@@ -483,7 +487,12 @@ CASES: list[Case] = [
     Case("unpin", "usage", "step", lambda w: ["unpin", str(w.good), "x"], "valid integer"),
     Case("unpin", "unreachable", "s3", _s3("unpin", "500"), REFUSED_CONN),
     Case(
-        "unpin", "locked", "lock-held", lambda w: ["unpin", str(w.good), "500"], LOCKED, lock=True
+        "unpin",
+        "locked",
+        "lock-held",
+        lambda w: ["unpin", str(w.good), "500"],
+        BEING_PRUNED,
+        lock=True,
     ),
 ]
 

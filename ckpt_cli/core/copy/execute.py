@@ -164,7 +164,7 @@ class _Runner:
                 yield piece
                 self.progress(len(piece))
 
-        write_stream(dst, pieces(), o.size)
+        write_stream(dst, pieces(), o.size, src)
         self.root_tally.add(True, o.size, False)
 
     def run(self, jobs: list[StepJob], owner: bytes) -> None:

@@ -3,12 +3,12 @@ sizes and CRC-32s (``_CKPT_DIGESTS.json``) a step's files are checked against.""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from ckpt_cli.core.copy.plan import CopyObject
 from ckpt_cli.core.format.digests import DIGEST_FILE, FileSum, read_digests
 from ckpt_cli.core.storage import Location
-from ckpt_cli.errors import InvalidMetadataError
+from ckpt_cli.errors import InvalidMetadataError, NotFoundError, StorageError
 
 #: Bytes read and written at a time: memory is about this per copy in flight (and a multipart
 #: part where the store uploads in parts).
@@ -23,10 +23,34 @@ class Mismatch(Exception):
     """A file whose bytes are not those its item's record says."""
 
 
-def write_stream(dst: Location, pieces: Iterable[bytes], size: int) -> None:
+def write_stream(dst: Location, pieces: Iterable[bytes], size: int, src: Location) -> None:
     """``dst.write_stream``: a local tmp name renamed into place, an S3 multipart or GCS
-    resumable upload; the file appears whole or not at all, never held whole in memory."""
-    dst.write_stream(pieces, size)
+    resumable upload; the file appears whole or not at all, never held whole in memory.
+
+    ``pieces`` are read from ``src``: what fails there is the source's fault, reported as such
+    (a store may wrap it into a failed write of ``dst`` with no cause of its own)."""
+    failed: list[BaseException] = []
+
+    def watched() -> Iterator[bytes]:
+        try:
+            yield from pieces
+        except BaseException as e:
+            failed.append(e)
+            raise
+
+    try:
+        dst.write_stream(watched(), size)
+    except BaseException:
+        if not failed:
+            raise
+        cause = failed[0]
+        if isinstance(cause, NotFoundError):
+            raise StorageError(
+                f"{src} vanished while it was copied to {dst} (deleted at the source)",
+                hint="nothing of it was written; rerun the cp once the source is stable: "
+                "it copies what is missing",
+            ) from None
+        raise cause from None
 
 
 def recorded_sums(

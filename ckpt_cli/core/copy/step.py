@@ -26,7 +26,7 @@ from ckpt_cli.core.storage import Location
 from ckpt_cli.core.storage.etags import TagHasher
 from ckpt_cli.core.storage.objstore import PART_BYTES
 from ckpt_cli.core.write.claim import OWNER_FILE
-from ckpt_cli.errors import CkptError, RefusedError, StorageError
+from ckpt_cli.errors import CkptError, NotFoundError, RefusedError, StorageError
 
 
 @dataclass
@@ -143,7 +143,8 @@ class StepJob:
                 )
         elif self.step.state == "present":
             raise RefusedError(f"{dst} already exists and differs from {src}")
-        write_stream(dst, self._pieces(src, o, recorded if check else None, stop, progress), o.size)
+        pieces = self._pieces(src, o, recorded if check else None, stop, progress)
+        write_stream(dst, pieces, o.size, src)
         self.tally.add(True, o.size, check)
 
     def _tag_says_same(
@@ -211,6 +212,8 @@ class StepJob:
         for rel in s.extra:
             with contextlib.suppress(CkptError):
                 self.write_to.child(*rel.split("/")).delete_file()
+        if s.state != "present":
+            self._check_written()
         for o in self.markers():  # a present step's are checked as its data was
             if stop.is_set():
                 raise Stopped
@@ -229,6 +232,25 @@ class StepJob:
         else:
             self.write_to.child(OWNER_FILE).delete_file()
             self.write_to.rename(s.name)
+
+    def _check_written(self) -> None:
+        """Just before the markers, one fresh listing of the step: every data file is there in
+        its size. A file deleted meanwhile (by something that did not see this writer's claim)
+        must fail the step, not leave a committed step without it."""
+        self.write_to.refresh()
+        try:
+            have = {rel: e.size for rel, e in self.write_to.walk()}
+        except NotFoundError:
+            have = {}
+        for o in self.data():
+            if have.get(o.rel) != o.size:
+                now = "is gone" if o.rel not in have else f"holds {have[o.rel]} bytes, not {o.size}"
+                raise StorageError(
+                    f"{self.write_to.child(*o.rel.split('/'))} {now} just before step "
+                    f"{self.step.name} was committed (deleted or changed by another process): "
+                    "the step is not committed",
+                    hint="rerun the cp: it copies what is missing",
+                )
 
     def discard(self) -> None:
         """A step that failed its check: nothing of it stays at the destination."""

@@ -47,6 +47,15 @@ def check_plain_name(name: str, what: str, where: object) -> str:
 
 #: The root's lock shared by prune and ``verify --record``: one of them changes a root at a time.
 PRUNE_LOCK = ".ckpt-prune.lock"
+#: The root's write claim: one ckpt writer of a root at a time (``core/write/claim.py``).
+WRITE_LOCK = ".ckpt-write.lock"
+#: ckpt's own files in a root beside the steps (its locks): never reported as unknown files.
+CKPT_ROOT_FILES = frozenset({PRUNE_LOCK, WRITE_LOCK})
+#: A ckpt writer's owner record inside its local tmp step (``core/write/claim.py``).
+OWNER_FILE = ".ckpt-owner"
+#: ckpt's bookkeeping in a step it is writing or deleting (its writer's record, prune's
+#: tombstone): never reported as unknown files.
+CKPT_STEP_FILES = frozenset({WRITING_MARKER, TOMBSTONE, OWNER_FILE})
 STEP_METADATA = "_CHECKPOINT_METADATA"
 #: The empty file the v1 API (``orbax.checkpoint.experimental.v1``) writes into a checkpoint.
 V1_MARKER = "orbax.checkpoint"

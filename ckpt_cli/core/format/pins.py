@@ -16,6 +16,7 @@ pin.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import socket
@@ -171,8 +172,30 @@ def pin_step(root: Location, step: int, note: str | None, entries: list[Entry]) 
     }
     if old is not None and old.note == pin.note and old.note != UNREADABLE_NOTE:
         return PinResult(str(root), ref.step, str(ref.location), True, False, old)
-    ref.location.child(PIN_FILE).write_bytes((json.dumps(doc, indent=1) + "\n").encode())
+    pin_file = ref.location.child(PIN_FILE)
+    pin_file.write_bytes((json.dumps(doc, indent=1) + "\n").encode())
+    _confirm_still_committed(root, ref, pin_file)
     return PinResult(str(root), ref.step, str(ref.location), True, True, pin)
+
+
+def _confirm_still_committed(root: Location, ref: StepRef, pin_file: Location) -> None:
+    """After the write, the step must still be committed: prune cannot delete it meanwhile
+    (the caller holds its lock), but a trainer's own retention can. A pin in a step deleted
+    meanwhile would be the only object of a dead step: it is removed, and the pin reported
+    as not done."""
+    root.refresh()
+    try:
+        alive = any(s.step == ref.step and s.committed for s in list_steps(root, root.list()))
+    except NotFoundError:
+        alive = False
+    if alive:
+        return
+    with contextlib.suppress(CkptError):
+        pin_file.delete_file()
+    raise NotFoundError(
+        f"step {ref.step} of {root} was deleted while it was being pinned: it is not pinned",
+        hint="run `ckpt ls` to see the committed steps",
+    )
 
 
 def unpin_step(root: Location, step: int, entries: list[Entry]) -> PinResult:

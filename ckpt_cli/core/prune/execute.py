@@ -48,7 +48,8 @@ from ckpt_cli.core.prune.plan import (
     require_root,
 )
 from ckpt_cli.core.storage import Entry, Location
-from ckpt_cli.core.storage.locks import holder_command, holder_of, take_lock
+from ckpt_cli.core.storage.locks import holder_of, read_owner, take_lock
+from ckpt_cli.core.write.claim import WRITE_LOCK, WriteClaim, claim_root
 from ckpt_cli.errors import (
     CkptError,
     LockedError,
@@ -125,21 +126,60 @@ def execute_plan(
 ) -> PruneOutcome:
     """Delete what ``plan`` removes: re-check, rename each to trash, then remove the trash.
 
-    Progress: ``hide`` then ``delete`` events, one per entry, naming it."""
-    root.refresh()
-    fresh = {e.name: e for e in root.list()}
-    real_root = root.resolve()
-    order = sorted(plan.clean, key=lambda r: r.kind != "trash") + list(plan.delete)
-    skipped: list[Untouched] = []
-    failed: list[Untouched] = []
-    safe: list[tuple[Removal, Location]] = []
-    for r in order:
-        loc = root.child(r.name)
-        why = _why_unsafe(r, fresh.get(r.name), loc, real_root, plan.tmp_min_age)
-        if why:
-            skipped.append(Untouched(r.name, r.path, why))
-        else:
-            safe.append((r, loc))
+    Progress: ``hide`` then ``delete`` events, one per entry, naming it.
+
+    Unfinished saves are removed only under the root's write claim (``.ckpt-write.lock``):
+    while a ckpt writer holds it, its tmp step may be the one it is resuming, so every tmp entry
+    is skipped, naming that writer; holding it, no writer can begin one meanwhile."""
+    claim, writer = _writers_claim(root, plan)
+    try:
+        root.refresh()  # the root as it is now that the locks are held
+        fresh = {e.name: e for e in root.list()}
+        real_root = root.resolve()
+        order = sorted(plan.clean, key=lambda r: r.kind != "trash") + list(plan.delete)
+        skipped: list[Untouched] = []
+        failed: list[Untouched] = []
+        safe: list[tuple[Removal, Location]] = []
+        for r in order:
+            loc = root.child(r.name)
+            why = _why_unsafe(r, fresh.get(r.name), loc, real_root, plan.tmp_min_age)
+            if why is None and r.kind == "tmp" and writer is not None:
+                why = f"{writer} holds the root: it may be resuming this save"
+            if why:
+                skipped.append(Untouched(r.name, r.path, why))
+            else:
+                safe.append((r, loc))
+        return _delete(root, order, safe, skipped, failed, on_progress)
+    finally:
+        if claim is not None:
+            claim.release()
+
+
+def _writers_claim(root: Location, plan: PrunePlan) -> tuple[WriteClaim | None, str | None]:
+    """The root's write claim, taken when the plan removes unfinished saves: (the claim, None),
+    or (None, which writer holds it). A plan without tmp entries needs no claim."""
+    if not any(r.kind == "tmp" for r in plan.clean):
+        return None, None
+    try:
+        return claim_root(root, "prune"), None
+    except LockedError:
+        lock_file = root.child(WRITE_LOCK)
+        owner = read_owner(lock_file)
+        who = f"a ckpt writer ({owner.describe()})" if owner else "a ckpt writer"
+        if root.requires_commit_marker:  # a lock object outlives a writer killed elsewhere
+            who += f" (if it is surely gone, delete {lock_file})"
+        return None, who
+
+
+def _delete(
+    root: Location,
+    order: list[Removal],
+    safe: list[tuple[Removal, Location]],
+    skipped: list[Untouched],
+    failed: list[Untouched],
+    on_progress: ProgressFn | None,
+) -> PruneOutcome:
+    """Hide then remove the entries found safe to delete."""
     hidden = _hide_all(root, safe, skipped, failed)
     if on_progress:
         for i, (r, _) in enumerate(hidden, 1):
@@ -289,29 +329,46 @@ def _why_unsafe(
 
 
 @contextmanager
-def prune_lock(root: Location) -> Iterator[Detected]:
-    """Hold the root's prune lock (``.ckpt-prune.lock``); raise ``LockedError`` when taken.
-    Yields the root's detection, made under the lock: the one a prune plans from.
+def prune_lock(root: Location, command: str = "prune") -> Iterator[Detected]:
+    """Hold the root's prune lock (``.ckpt-prune.lock``) for ``command`` (prune, or pin/unpin,
+    which change what a prune keeps); raise ``LockedError`` when taken. Yields the root's
+    detection, made from a listing taken under the lock: the one a prune plans from, and the
+    one that tells pin whether its step still exists.
 
     The lock is an ``flock`` on that file, dropped by the OS when its holder exits or is killed:
     there is no stale lock to clear by hand. The file records pid, host and start time.
     """
     _refuse_plain_non_roots(root)  # never create the lock file inside a step or a stray directory
     lock_file = root.child(LOCK_NAME)
-    lock, _ = take_lock(lock_file, "prune")
+    lock, _ = take_lock(lock_file, command)
     if lock is None:
-        hint = "wait for it to finish and run this prune again"
-        if root.requires_commit_marker:
-            hint += (
-                f"; a prune that was killed leaves the lock behind: once that one is surely "
-                f"gone, delete {lock_file} and run again"
-            )
-        what = holder_command(lock_file, "prune")  # a prune, or `verify --record` writing digests
-        raise LockedError(
-            f"another {what} of {root} is running ({holder_of(lock_file)})", hint=hint
-        )
+        raise _locked(root, lock_file, command)
     with lock:
+        root.refresh()  # what another holder changed before we got the lock
         yield require_root(root)
+
+
+def _locked(root: Location, lock_file: Location, command: str) -> LockedError:
+    """The refusal while another process holds the prune lock: who holds it, since when, and
+    what to do."""
+    owner = read_owner(lock_file)  # a prune, or `verify --record` writing digests
+    holder = owner.command if owner is not None else "prune"
+    who = owner.describe() if owner is not None else holder_of(lock_file)
+    if command == "prune":
+        what, hint = (
+            f"another {holder} of {root} is running",
+            "wait for it to finish and run this prune again",
+        )
+    else:
+        doing = "pruned" if holder == "prune" else f"changed by {holder}"
+        what = f"{root} is being {doing} by another process"
+        hint = f"retry the {command} when it finishes"
+    if root.requires_commit_marker:
+        hint += (
+            f"; a {holder} that was killed leaves the lock behind: once that one is surely "
+            f"gone, delete {lock_file} and run again"
+        )
+    return LockedError(f"{what} ({who})", hint=hint)
 
 
 def _refuse_plain_non_roots(root: Location) -> None:

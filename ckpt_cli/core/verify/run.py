@@ -89,6 +89,7 @@ def _record_lock(location: Location, record: bool) -> Iterator[None]:
             hint="run `ckpt verify --record` again when it is done",
         )
     with lock:
+        root.refresh()  # what a prune deleted before we got the lock is not recorded into
         yield
 
 

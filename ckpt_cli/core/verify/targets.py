@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from ckpt_cli.core.format.layout import StepRef, detect, list_steps
 from ckpt_cli.core.format.metadata import read_step_metadata
 from ckpt_cli.core.format.names import (
+    CKPT_ROOT_FILES,
+    CKPT_STEP_FILES,
     COMMIT_MARKER,
     JSON_ITEM_FILES,
     ROOT_METADATA,
@@ -128,7 +130,7 @@ def _select_steps(
                 problems,
                 optional=True,
             )
-        elif e.name not in step_names:
+        elif e.name not in step_names and not (e.name in CKPT_ROOT_FILES and not e.is_dir):
             problems.append(
                 problem(
                     "unknown-file",
@@ -234,7 +236,8 @@ def _check_step(
         rel = _join(shown, e.name)
         if not e.is_dir:
             # PIN_FILE: ckpt pin; V1_MARKER: the v1 API's own file
-            if e.name not in (STEP_METADATA, COMMIT_MARKER, PIN_FILE, V1_MARKER):
+            known = (STEP_METADATA, COMMIT_MARKER, PIN_FILE, V1_MARKER, *CKPT_STEP_FILES)
+            if e.name not in known:
                 problems.append(
                     problem(
                         "unknown-file",

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import contextlib
 
+from ckpt_cli.core.format.names import OWNER_FILE, WRITE_LOCK
 from ckpt_cli.core.storage import Location, Lock
 from ckpt_cli.core.storage.locks import Owner, read_owner
 from ckpt_cli.errors import CkptError, LockedError
 
-WRITE_LOCK = ".ckpt-write.lock"
-OWNER_FILE = ".ckpt-owner"
 __all__ = [
     "OWNER_FILE", "WRITE_LOCK", "Owner", "WriteClaim", "claim_lock", "claim_root", "read_owner"
 ]  # fmt: skip

@@ -17,6 +17,7 @@ from ckpt_cli.core.format.names import (
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.claim import OWNER_FILE, WriteClaim, claim_root, read_owner
 from ckpt_cli.core.write.item import STANDARD_HANDLER
+from ckpt_cli.errors import NotFoundError, StorageError
 
 
 class StepWriter:
@@ -103,6 +104,7 @@ class StepWriter:
     def commit(
         self, custom_metadata: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None
     ) -> Location:
+        self._check_intact()
         self.tmp.child(STEP_METADATA).write_bytes(
             json.dumps(
                 {
@@ -125,6 +127,25 @@ class StepWriter:
         finally:
             self._release()
         return self.final
+
+    def _check_intact(self) -> None:
+        """Just before the markers, one fresh listing of the step: this writer's record and
+        every item it wrote are still there. Something that deleted the step's files meanwhile
+        (a prune that did not see the claim, a person) fails the write (exit 3) instead of
+        leaving a committed step without them."""
+        self.tmp.refresh()
+        try:
+            names = {rel.split("/", 1)[0] for rel, _ in self.tmp.walk()}
+        except NotFoundError:
+            names = set()
+        mine = WRITING_MARKER if self.in_place else OWNER_FILE
+        gone = [n for n in (mine, *self.handlers) if n not in names]
+        if gone:  # the caller's abort removes what is left and gives up the claim
+            raise StorageError(
+                f"{self.tmp.child(gone[0])} is gone just before step {self.step_name} was "
+                "committed (deleted by another process): the step is not committed",
+                hint=f"rerun the {self.command}",
+            )
 
     def abort(self) -> None:
         try:

@@ -366,7 +366,9 @@ def test_prune_lock_refuses_a_second_prune(root: Path) -> None:
     loc = LocalLocation(str(root))
     with (
         prune_lock(loc),
-        pytest.raises(LockedError, match=f"another prune of .* is running \\(pid {os.getpid()} on"),
+        pytest.raises(
+            LockedError, match=f"another prune of .* is running \\(prune pid {os.getpid()} on"
+        ),
         prune_lock(loc),
     ):
         pass
