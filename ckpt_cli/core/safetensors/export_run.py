@@ -57,10 +57,13 @@ def execute(plan: ExportPlan, on_progress: ProgressFn | None = None) -> ExportRe
     """Write the plan's files into a temporary directory, then rename it to ``plan.out``.
     Progress as ``export`` bytes."""
     from ckpt_cli.core.storage import open_location
+    from ckpt_cli.core.verify.gate import require_sound_source
     from ckpt_cli.core.write.claim import claim_lock
 
     report = plan.report
     assert report is not None, "an ExportPlan from plan_export"
+    # As reshard and migrate: never a link out of the checkpoint, nor damage, carried over.
+    require_sound_source(report.ref)
     parent = os.path.dirname(plan.out) or "."
     undo_dirs = open_location(parent).make_dirs_undoable()
     try:
