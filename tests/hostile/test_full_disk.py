@@ -11,6 +11,7 @@ or remounted read-only.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.hostile.helpers import INTERNAL_ERROR, Run, ckpt, copy_fixture, snapshot
+from tests.hostile.helpers import INTERNAL_ERROR, Run, ckpt, command, copy_fixture, env, snapshot
 
 FILLER = "filler"
 SPEC = (
@@ -56,6 +57,24 @@ class Disk:
 
     def read_only(self) -> None:
         subprocess.run(["mount", "-o", "remount,ro", str(self.mnt)], check=True)
+
+    def owned_by_another_user(self) -> None:
+        """Everything on the file system belongs to ``nobody`` (others may read, not write)."""
+        subprocess.run(["chown", "-R", "65534:65534", str(self.mnt)], check=True)
+
+
+#: Root without the powers that skip permission checks: a write into another user's directory
+#: is refused (EACCES), as it is for any user.
+NO_ROOT_POWERS = ["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner"]
+
+
+def _ckpt_without_root_powers(args: list[object]) -> Run:
+    if shutil.which("setpriv") is None:
+        pytest.skip("setpriv (util-linux) is not installed: cannot drop root's file powers")
+    done = subprocess.run(
+        [*NO_ROOT_POWERS, *command([*args], {})], capture_output=True, text=True, env=env()
+    )
+    return Run(done.returncode, done.stdout, done.stderr)
 
 
 def _mount(mnt: Path) -> None:
@@ -111,10 +130,11 @@ COMMANDS: dict[str, Callable[[Disk], list[object]]] = {
 MID_WRITE = {"reshard": 16, "migrate": 16, "import": 16, "export": 16}
 
 
-def _run_refused(d: Disk, name: str, expect: str) -> Run:
+def _run_refused(d: Disk, name: str, expect: str, *, as_user: bool = False) -> Run:
     before = snapshot(d.mnt)
     assert "root/500/default" in before
-    run = ckpt(*COMMANDS[name](d), "--json", mem_limit=None)
+    args = [*COMMANDS[name](d), "--json"]
+    run = _ckpt_without_root_powers(args) if as_user else ckpt(*args, mem_limit=None)
     assert INTERNAL_ERROR not in run.stderr and "Traceback" not in run.stderr, run.stderr
     assert run.code == 3, (run.code, run.stderr)
     assert len(run.lines) == 1, run.stderr
@@ -139,6 +159,13 @@ def test_a_read_only_file_system_is_a_storage_error(disk: Disk, name: str) -> No
     disk.read_only()
     run = _run_refused(disk, name, "Read-only file system")
     assert "read-only" in run.json()["error"]["hint"]
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_no_permission_is_a_storage_error(disk: Disk, name: str) -> None:
+    disk.owned_by_another_user()
+    run = _run_refused(disk, name, "Permission denied", as_user=True)
+    assert "permissions" in run.json()["error"]["hint"]
 
 
 @pytest.mark.parametrize(("name", "free_kib"), list(MID_WRITE.items()))
