@@ -124,6 +124,7 @@ COMMANDS: dict[str, Callable[[Disk], list[object]]] = {
     "prune": lambda d: ["prune", d.mnt / "root", "--keep-last", "1", "--yes"],
     "pin": lambda d: ["pin", d.mnt / "root", "500"],
     "verify --record": lambda d: ["verify", d.mnt / "root", "--record"],
+    "verify --junit": lambda d: ["verify", d.side / "src", "--junit", d.mnt / "report.xml"],
 }
 #: The writers that take their source elsewhere; the free space lets them take the lock and
 #: start the step (tmp dir, owner record), then runs out inside the data or metadata writes.
