@@ -112,17 +112,18 @@ _OS_HINTS = {
     errno.EACCES: "check the permissions of that path, or use another one",
     errno.EPERM: "check the permissions of that path, or use another one",
 }
-#: How TensorStore names the system's error in its messages.
-_TENSORSTORE_ERRNO = re.compile(r"\[os_error_code='?(\d+)'?\]")
+#: How a message names the system's error: TensorStore's, and Python's (in the texts
+#: ``shutil.Error`` collects).
+_ERRNO_IN_TEXT = re.compile(r"\[os_error_code='?(\d+)'?\]|\[Errno (\d+)\]")
 
 
 def os_errno(e: BaseException) -> int | None:
-    """The system's error number behind ``e``: an ``OSError``'s own, or the one a TensorStore
-    message carries (``[os_error_code='28']``), or None."""
+    """The system's error number behind ``e``: an ``OSError``'s own, or the first one its
+    message carries (``[os_error_code='28']``, ``[Errno 28]``), or None."""
     if isinstance(e, OSError) and e.errno:
         return e.errno
-    found = _TENSORSTORE_ERRNO.search(str(e))
-    return int(found.group(1)) if found else None
+    found = _ERRNO_IN_TEXT.search(str(e))
+    return int(found.group(1) or found.group(2)) if found else None
 
 
 class StorageError(CkptError, OSError):

@@ -318,7 +318,7 @@ class LocalLocation(Location):
         try:
             shutil.copytree(self.path, target.path, symlinks=True, dirs_exist_ok=True)
         except (OSError, shutil.Error) as e:
-            raise StorageError(f"cannot copy {self.path} to {target.path}: {e}") from None
+            raise StorageError.from_error(f"cannot copy {self.path} to {target.path}", e) from None
 
     def is_within(self, other: Location) -> bool:
         if not isinstance(other, LocalLocation):
