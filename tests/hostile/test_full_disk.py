@@ -225,5 +225,8 @@ def test_a_storage_refusal_that_escaped_every_writer_is_not_a_bug() -> None:
     text = ValueError("Failed to write 143 bytes to file 5: ... [os_error_code='30'] [spec='{}']")
     refusal = storage_refusal(text)
     assert refusal is not None and refusal.message.endswith("Read-only file system")
+    collected = shutil.Error([("/a", "/b", "[Errno 13] Permission denied: '/b'")])
+    refusal = storage_refusal(collected)
+    assert refusal is not None and refusal.message.endswith("Permission denied")
     assert storage_refusal(ValueError("a bug")) is None
     assert storage_refusal(OSError(5, "Input/output error")) is None
