@@ -106,6 +106,7 @@ from ckpt_cli.errors import (
     EXIT_BUG,
     CkptError,
     first_line,
+    storage_refusal,
 )
 
 HELP = """List, inspect, verify, diff, prune, reshard, migrate and copy Orbax checkpoints (local disk, S3, GCS), and export them to safetensors (and import back); the read commands need no JAX.
@@ -316,6 +317,9 @@ def _run() -> None:
             _fail_interrupted(json_mode)
         if debug:
             raise
+        refusal = storage_refusal(e)
+        if refusal is not None:
+            _fail(json_mode, refusal.exit_code, f"ckpt: error: {refusal}", refusal.to_json(), None)
         first = first_line(e) if str(e) else ""
         hint = "this is a bug in ckpt; rerun with CKPT_DEBUG=1 to see the traceback"
         error = {"code": CODE_INTERNAL, "message": f"{type(e).__name__}: {first}", "hint": hint}

@@ -9,6 +9,9 @@ scripts match on the code. A subclass's code wins over its base's (``locked`` is
 
 from __future__ import annotations
 
+import errno
+import os
+import re
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
@@ -101,10 +104,57 @@ class InvalidMetadataError(CkptError, ValueError):
     code = "invalid-metadata"
 
 
+#: What to do when the file system refuses a write for a reason of its own (not a bug in ckpt).
+_OS_HINTS = {
+    errno.ENOSPC: "the disk is full: free space there, or write elsewhere, and run again",
+    errno.EDQUOT: "the disk quota is used up: free space there, or write elsewhere, and run again",
+    errno.EROFS: "that file system is mounted read-only: write elsewhere",
+    errno.EACCES: "check the permissions of that path, or use another one",
+    errno.EPERM: "check the permissions of that path, or use another one",
+}
+#: How a message names the system's error: TensorStore's, and Python's (in the texts
+#: ``shutil.Error`` collects).
+_ERRNO_IN_TEXT = re.compile(r"\[os_error_code='?(\d+)'?\]|\[Errno (\d+)\]")
+
+
+def os_errno(e: BaseException) -> int | None:
+    """The system's error number behind ``e``: an ``OSError``'s own, or the first one its
+    message carries (``[os_error_code='28']``, ``[Errno 28]``), or None."""
+    if isinstance(e, OSError) and e.errno:
+        return e.errno
+    found = _ERRNO_IN_TEXT.search(str(e))
+    return int(found.group(1) or found.group(2)) if found else None
+
+
 class StorageError(CkptError, OSError):
-    """The storage under a checkpoint failed to list or read."""
+    """The storage under a checkpoint failed to list, read or write."""
 
     code = "storage-error"
+
+    @classmethod
+    def from_error(cls, what: str, e: BaseException, cause: str | None = None) -> StorageError:
+        """``WHAT: <why>``. A file system's refusal (a full disk, a read-only mount, no
+        permission), told by an ``OSError`` or in a TensorStore message, is said in the
+        system's words with the next thing to try; otherwise ``cause`` (default: the error's
+        first line) is the why."""
+        code = os_errno(e)
+        if code is not None and code in _OS_HINTS:
+            return cls(f"{what}: {os.strerror(code)}", hint=_OS_HINTS[code])
+        if isinstance(e, OSError) and e.strerror:
+            return cls(f"{what}: {e.strerror}")
+        return cls(f"{what}: {cause or first_line(e)}")
+
+
+def storage_refusal(e: BaseException) -> StorageError | None:
+    """An error no writer mapped that is still the file system's refusal (a full disk, a
+    read-only mount, no permission): a storage error, never a bug in ckpt. Else None."""
+    code = os_errno(e)
+    if code is None or code not in _OS_HINTS:
+        return None
+    where = getattr(e, "filename", None)
+    return StorageError.from_error(
+        f"cannot access {where}" if where else "a file system operation failed", e
+    )
 
 
 class UnreachableError(StorageError):

@@ -97,12 +97,12 @@ def verify(
     location = open_location(path, storage_options(ctx))
     with progress_bar(not json_out) as on_progress:
         report = verify_path(location, options, on_progress, scale, unit_bytes)
+    if junit is not None:  # first: a report that cannot be written is the one document
+        render.write_junit(report, junit)
     if json_out:
         emit_json(report)
     else:
         render.print_report(report)
-    if junit is not None:
-        render.write_junit(report, junit)
     for kind, message in render.messages(report, json_out, mark_committed):
         (warn if kind == "warning" else note)(message)
     if not report.ok:

@@ -110,3 +110,41 @@ def test_verify_reports_the_links(tmp_path: Path) -> None:
     run = ckpt("verify", src, "--json", mem_limit=None)
     codes = {p["code"] for p in run.json()["problems"]}
     assert "symlink-outside" in codes, codes
+
+
+def test_export_refuses_a_data_file_linked_outside(tmp_path: Path) -> None:
+    """As reshard, migrate and cp: export never reads a link out of the checkpoint into its
+    output (it used to exit 0 with the outside file's bytes in model.safetensors)."""
+    damaged = REPO / "fixtures" / "damaged"
+    shutil.copytree(damaged / "symlink-outside", tmp_path / "S", symlinks=True)
+    shutil.copytree(damaged / "_outside", tmp_path / "_outside")
+    assert _links_below(tmp_path / "S"), "the fixture holds its link"
+    out = tmp_path / "E"
+    run = ckpt("export", tmp_path / "S", out, "--json")
+    assert INTERNAL_ERROR not in run.stderr
+    assert run.code == 3, run.stdout[-300:]
+    assert len(run.lines) == 1, run.stderr
+    assert run.json()["error"]["code"] == "refused"
+    assert "links outside the checkpoint" in run.stderr and "ckpt verify" in run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["S", "_outside"]
+
+
+def test_import_reads_a_hub_cache_snapshot_and_writes_no_link(tmp_path: Path) -> None:
+    """Import's source is not a checkpoint: the Hugging Face hub cache keeps every file of a
+    snapshot as a link into ``blobs/``, outside the snapshot directory, and import reads it
+    (a refusal would turn away the usual source). What it writes holds no link."""
+    import numpy as np
+    import safetensors.numpy
+
+    blobs, snapshot = tmp_path / "hub" / "blobs", tmp_path / "hub" / "snapshots" / "abc"
+    blobs.mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    value = np.arange(16, dtype=np.float32).reshape(4, 4)
+    safetensors.numpy.save_file({"a.weight": value}, str(blobs / "0123abcd"))
+    os.symlink("../../blobs/0123abcd", snapshot / "model.safetensors")
+    run = ckpt("import", snapshot, tmp_path / "D")
+    assert run.code == 0, run.stderr
+    written = tmp_path / "D" / "0"
+    assert (written / "commit_success.txt").is_file()
+    assert _links_below(tmp_path / "D") == []
+    assert ckpt("verify", tmp_path / "D", "--deep", mem_limit=None).code == 0

@@ -9,9 +9,9 @@ from ckpt_cli.commands.render.layout import plural
 from ckpt_cli.commands.render.lines import emit, painter, say, text_width, use_color
 from ckpt_cli.commands.render.problems import problem_lines
 from ckpt_cli.commands.render.units import human_bytes
+from ckpt_cli.core.storage.local import LocalLocation
 from ckpt_cli.core.verify.problems import Problem
 from ckpt_cli.core.verify.types import ItemCheck, VerifyReport
-from ckpt_cli.errors import StorageError
 
 _DIGESTS = {
     "absent": "no digests recorded",
@@ -166,13 +166,10 @@ def write_junit(report: VerifyReport, path: str) -> None:
     suites.set("tests", str(sum(int(s.get("tests", "0")) for s in suites)))
     suites.set("failures", str(sum(int(s.get("failures", "0")) for s in suites)))
     suites.set("time", f"{report.elapsed_s:.3f}")
-    tree = ET.ElementTree(suites)
-    ET.indent(tree)
-    try:
-        with Path(path).open("wb") as f:
-            tree.write(f, encoding="utf-8", xml_declaration=True)
-    except OSError as e:
-        raise StorageError(f"cannot write the JUnit report {path}: {e.strerror}") from None
+    ET.indent(suites)
+    data = ET.tostring(suites, encoding="utf-8", xml_declaration=True)
+    # A temporary name renamed: a full disk leaves no half report for CI to parse.
+    LocalLocation(str(Path(path))).write_bytes(data, create_parents=False)
 
 
 def _suite(

@@ -62,8 +62,12 @@ def execute_copy(plan: CopyPlan, on_progress: ProgressFn | None = None) -> CopyR
     committed destination step differs from its source."""
     start = time.monotonic()
     destination = plan.destination
-    destination.make_dirs()
-    claim = claim_root(destination, "cp")
+    undo_dirs = destination.make_dirs_undoable()
+    try:
+        claim = claim_root(destination, "cp")
+    except BaseException:
+        undo_dirs()
+        raise
     try:
         uploads = abort_under_claim(destination, claim)
         # Under the claim: the destination as it is now (the plan may be old).
@@ -89,8 +93,11 @@ def execute_copy(plan: CopyPlan, on_progress: ProgressFn | None = None) -> CopyR
                 runner.stop.set()
                 pool.shutdown(wait=False, cancel_futures=True)
                 raise
-    finally:
+    except BaseException:
         claim.release()
+        undo_dirs()  # a destination this run made and left empty (a full disk)
+        raise
+    claim.release()
     outcome = _outcome(jobs, runner, time.monotonic() - start)
     result = CopyResult(plan, outcome, uploads)
     failed = [j for j in jobs if j.tally.problem is not None]

@@ -104,10 +104,16 @@ class StepJob:
         if s.target.requires_commit_marker:
             s.target.child(WRITING_MARKER).write_bytes(owner)
             return
-        if s.state == "new":
-            self.write_to = s.target.parent.child(f"{s.name}{TMP_MARKER}-{time.time_ns() // 1000}")
-            self.write_to.make_dirs()
-        self.write_to.child(OWNER_FILE).write_bytes(owner)
+        if s.state != "new":  # resumed: its tmp dir holds an owner record already
+            self.write_to.child(OWNER_FILE).write_bytes(owner)
+            return
+        self.write_to = s.target.parent.child(f"{s.name}{TMP_MARKER}-{time.time_ns() // 1000}")
+        undo_dirs = self.write_to.make_dirs_undoable()
+        try:
+            self.write_to.child(OWNER_FILE).write_bytes(owner)
+        except BaseException:
+            undo_dirs()  # a tmp dir without ckpt's owner record would never be cleaned up
+            raise
 
     def data(self) -> list[CopyObject]:
         return [o for o in self.step.objects if o.marker is None]

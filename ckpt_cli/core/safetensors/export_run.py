@@ -57,26 +57,29 @@ def execute(plan: ExportPlan, on_progress: ProgressFn | None = None) -> ExportRe
     """Write the plan's files into a temporary directory, then rename it to ``plan.out``.
     Progress as ``export`` bytes."""
     from ckpt_cli.core.storage import open_location
+    from ckpt_cli.core.verify.gate import require_sound_source
     from ckpt_cli.core.write.claim import claim_lock
-    from ckpt_cli.errors import StorageError
 
     report = plan.report
     assert report is not None, "an ExportPlan from plan_export"
+    # As reshard and migrate: never a link out of the checkpoint, nor damage, carried over.
+    require_sound_source(report.ref)
     parent = os.path.dirname(plan.out) or "."
+    undo_dirs = open_location(parent).make_dirs_undoable()
     try:
-        os.makedirs(parent, exist_ok=True)
-    except OSError as e:
-        raise StorageError(f"cannot create {parent}: {e.strerror or e}") from None
-    # One export per output at a time: a second one is refused at once, naming the first.
-    claim = claim_lock(
-        open_location(os.path.join(parent, f".{os.path.basename(plan.out)}.ckpt-write.lock")),
-        plan.out,
-        "export",
-    )
-    try:
-        return _execute(plan, report, parent, on_progress)
-    finally:
-        claim.release()
+        # One export per output at a time: a second one is refused at once, naming the first.
+        claim = claim_lock(
+            open_location(os.path.join(parent, f".{os.path.basename(plan.out)}.ckpt-write.lock")),
+            plan.out,
+            "export",
+        )
+        try:
+            return _execute(plan, report, parent, on_progress)
+        finally:
+            claim.release()
+    except BaseException:
+        undo_dirs()  # the parents this run made, if left empty
+        raise
 
 
 def _execute(
@@ -99,7 +102,7 @@ def _execute(
     try:
         os.mkdir(tmp)
     except OSError as e:
-        raise StorageError(f"cannot create {tmp}: {e.strerror or e}") from None
+        raise StorageError.from_error(f"cannot create {tmp}", e) from None
     try:
         # Blocks of plain copies are whole source chunks (``contiguous_blocks`` aligns them):
         # each chunk is decoded once, so a chunk cache would only hold memory. Transposes and
@@ -125,9 +128,12 @@ def _execute(
                 stream.drain(sink)
                 sink.finish_file(f.name)
             sink.commit()
-        if os.path.isdir(plan.out):
-            os.rmdir(plan.out)  # empty (checked): replaced by the complete directory
-        os.rename(tmp, plan.out)
+        try:
+            if os.path.isdir(plan.out):
+                os.rmdir(plan.out)  # empty (checked): replaced by the complete directory
+            os.rename(tmp, plan.out)
+        except OSError as e:
+            raise StorageError.from_error(f"cannot rename {tmp} to {plan.out}", e) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

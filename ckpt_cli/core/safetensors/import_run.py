@@ -66,7 +66,6 @@ def execute(plan: ImportPlan, on_progress: ProgressFn | None = None) -> ImportRe
         )
         for leaf in plan.leaves
     ]
-    root.make_dirs()
     writer = StepWriter(root, str(plan.step))
     writer.begin()
     try:
@@ -138,7 +137,7 @@ def sync_tree(dest: Any) -> None:
                 finally:
                     os.close(fd)
     except OSError as e:
-        raise StorageError(f"cannot sync {dest}: {e.strerror or e}") from None
+        raise StorageError.from_error(f"cannot sync {dest}", e) from None
 
 
 def _reader(expr: ops.Node, ctx: ImportContext) -> Any:

@@ -71,7 +71,7 @@ class SafetensorsSink:
                     os.fsync(out.fileno())
                 os.replace(tmp, path)
             except OSError as e:
-                raise StorageError(f"cannot write {path}: {e.strerror or e}") from None
+                raise StorageError.from_error(f"cannot write {path}", e) from None
 
     def abort(self) -> None:
         for writer in self._writers.values():

@@ -64,7 +64,7 @@ class SafetensorsWriter:
             _pwrite_all(self._fd, memoryview(self.shard.encoded_header), 0)
         except OSError as e:
             self.abort()
-            raise StorageError(f"cannot write {self.tmp_path}: {e.strerror or e}") from None
+            raise StorageError.from_error(f"cannot write {self.tmp_path}", e) from None
 
     def write_block(self, name: str, start: tuple[int, ...], block: Any) -> None:
         """Write ``block`` (a numpy array, C-contiguous within the tensor) at ``start``."""
@@ -96,7 +96,7 @@ class SafetensorsWriter:
                 self._synced_to = end
                 self._unsynced = 0
         except OSError as e:
-            raise StorageError(f"cannot write {self.tmp_path}: {e.strerror or e}") from None
+            raise StorageError.from_error(f"cannot write {self.tmp_path}", e) from None
         self.bytes_written += raw.nbytes
 
     def write_tensor(self, name: str, array: Any) -> None:
@@ -127,7 +127,7 @@ class SafetensorsWriter:
             os.replace(self.tmp_path, self.path)
         except OSError as e:
             self.abort()
-            raise StorageError(f"cannot write {self.path}: {e.strerror or e}") from None
+            raise StorageError.from_error(f"cannot write {self.path}", e) from None
 
     def abort(self) -> None:
         if self._fd is not None:

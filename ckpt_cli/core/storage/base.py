@@ -12,7 +12,7 @@ Orbax format: file names with a meaning (commit markers, tombstones) are the cal
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -216,6 +216,13 @@ class Location:
 
     def make_dirs(self) -> None:
         raise NotImplementedError
+
+    def make_dirs_undoable(self) -> Callable[[], None]:
+        """``make_dirs``, returning the undo of a write that then failed: it removes the
+        directories this call created, deepest first, while they are still empty (a write
+        that failed leaves nothing that was not there; object stores have no directories)."""
+        self.make_dirs()
+        return lambda: None
 
     def copy_tree(self, target: Location) -> None:
         """Copy every file below this directory into ``target`` (created): in windows of up to

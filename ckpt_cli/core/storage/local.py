@@ -11,7 +11,7 @@ import contextlib
 import os
 import shutil
 import stat as stat_mod
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from ckpt_cli.core.storage.base import (
@@ -72,7 +72,7 @@ class LocalLocation(Location):
         except NotADirectoryError:
             raise NotACheckpointDirError(f"{self.path} is a file, not a directory") from None
         except OSError as e:
-            raise StorageError(f"cannot list {self.path}: {e.strerror}") from None
+            raise StorageError.from_error(f"cannot list {self.path}", e) from None
         entries.sort(key=lambda x: x.name)
         return entries
 
@@ -89,7 +89,7 @@ class LocalLocation(Location):
         except IsADirectoryError:
             raise InvalidMetadataError(f"{self.path} is a directory, expected a file") from None
         except OSError as e:
-            raise StorageError(f"cannot read {self.path}: {e.strerror}") from None
+            raise StorageError.from_error(f"cannot read {self.path}", e) from None
 
     def read_tail(self, size: int) -> bytes:
         try:
@@ -100,7 +100,7 @@ class LocalLocation(Location):
         except FileNotFoundError:
             raise NotFoundError(f"{self.path} does not exist") from None
         except OSError as e:
-            raise StorageError(f"cannot read {self.path}: {e.strerror}") from None
+            raise StorageError.from_error(f"cannot read {self.path}", e) from None
 
     def mtime(self) -> float:
         try:
@@ -108,7 +108,7 @@ class LocalLocation(Location):
         except FileNotFoundError:
             raise NotFoundError(f"{self.path} does not exist") from None
         except OSError as e:
-            raise StorageError(f"cannot stat {self.path}: {e.strerror}") from None
+            raise StorageError.from_error(f"cannot stat {self.path}", e) from None
 
     def walk(self) -> Iterator[tuple[str, Entry]]:
         stack = [""]
@@ -153,7 +153,7 @@ class LocalLocation(Location):
         except FileNotFoundError:
             raise NotFoundError(f"{self.path} does not exist") from None
         except OSError as e:
-            raise StorageError(f"cannot rename {self.path} to {new_name}: {e.strerror}") from None
+            raise StorageError.from_error(f"cannot rename {self.path} to {new_name}", e) from None
         return self._at(target)
 
     def delete_tree(self, *, first: Collection[str] = (), last: Collection[str] = ()) -> None:
@@ -163,7 +163,7 @@ class LocalLocation(Location):
         except FileNotFoundError:
             raise NotFoundError(f"{self.path} does not exist") from None
         except OSError as e:
-            raise StorageError(f"cannot stat {self.path}: {e.strerror}") from None
+            raise StorageError.from_error(f"cannot stat {self.path}", e) from None
         if not stat_mod.S_ISDIR(st.st_mode):
             raise StorageError(f"refusing to delete {self.path}: not a directory (or a symlink)")
         # On Linux rmtree works through directory file descriptors and never follows a symlink
@@ -171,7 +171,7 @@ class LocalLocation(Location):
         try:
             shutil.rmtree(self.path)
         except OSError as e:
-            raise StorageError(f"cannot delete {self.path}: {e.strerror or e}") from None
+            raise StorageError.from_error(f"cannot delete {self.path}", e) from None
 
     def delete_file(self) -> None:
         try:
@@ -179,7 +179,7 @@ class LocalLocation(Location):
         except FileNotFoundError:
             raise NotFoundError(f"{self.path} does not exist") from None
         except OSError as e:
-            raise StorageError(f"cannot delete {self.path}: {e.strerror}") from None
+            raise StorageError.from_error(f"cannot delete {self.path}", e) from None
 
     def try_lock(self, owner: str) -> FileLock | None:
         import fcntl
@@ -188,7 +188,7 @@ class LocalLocation(Location):
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
             except OSError as e:
-                raise StorageError(f"cannot open lock file {self.path}: {e.strerror}") from None
+                raise StorageError.from_error(f"cannot open lock file {self.path}", e) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -211,8 +211,15 @@ class LocalLocation(Location):
             if (current.st_dev, current.st_ino) != (mine.st_dev, mine.st_ino):
                 os.close(fd)
                 continue
-            os.ftruncate(fd, 0)
-            os.write(fd, owner.encode())
+            try:
+                os.ftruncate(fd, 0)
+                os.write(fd, owner.encode())
+            except OSError as e:
+                # A full disk: the file was empty or ours to replace; leave none behind.
+                FileLock(self.path, fd).release()
+                raise StorageError.from_error(
+                    f"cannot write the lock file {self.path}", e
+                ) from None
             return FileLock(self.path, fd)
         raise StorageError(f"cannot lock {self.path}: the lock file keeps being replaced")
 
@@ -225,7 +232,7 @@ class LocalLocation(Location):
         except FileNotFoundError:
             raise NotFoundError(f"{self.path} does not exist") from None
         except OSError as e:
-            raise StorageError(f"cannot stat {self.path}: {e.strerror}") from None
+            raise StorageError.from_error(f"cannot stat {self.path}", e) from None
 
     def iter_bytes(self, block_size: int = 4 << 20) -> Iterator[bytes]:
         try:
@@ -235,7 +242,7 @@ class LocalLocation(Location):
         except FileNotFoundError:
             raise NotFoundError(f"{self.path} does not exist") from None
         except OSError as e:
-            raise StorageError(f"cannot read {self.path}: {e.strerror}") from None
+            raise StorageError.from_error(f"cannot read {self.path}", e) from None
 
     def write_bytes(self, data: bytes, *, create_parents: bool = True) -> None:
         parent = os.path.dirname(self.path)
@@ -257,7 +264,7 @@ class LocalLocation(Location):
         except OSError as e:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            raise StorageError(f"cannot write {self.path}: {e.strerror}") from None
+            raise StorageError.from_error(f"cannot write {self.path}", e) from None
 
     def write_stream(self, pieces: Iterable[bytes], size: int) -> None:
         parent = os.path.dirname(self.path)
@@ -274,20 +281,35 @@ class LocalLocation(Location):
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
-        except OSError as e:
+        except BaseException as e:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            raise StorageError(f"cannot write {self.path}: {e.strerror}") from None
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            if isinstance(e, OSError) and not isinstance(e, StorageError):
+                raise StorageError.from_error(f"cannot write {self.path}", e) from None
             raise
 
     def make_dirs(self) -> None:
         try:
             os.makedirs(self.path, exist_ok=True)
         except OSError as e:
-            raise StorageError(f"cannot create {self.path}: {e.strerror}") from None
+            raise StorageError.from_error(f"cannot create {self.path}", e) from None
+
+    def make_dirs_undoable(self) -> Callable[[], None]:
+        created: list[str] = []
+        path = self.path
+        while not os.path.lexists(path) and os.path.dirname(path) != path:
+            created.append(path)
+            path = os.path.dirname(path)
+        self.make_dirs()
+
+        def undo() -> None:
+            for path in created:
+                try:
+                    os.rmdir(path)  # only an empty one: anything put there since stays
+                except OSError:
+                    return
+
+        return undo
 
     def copy_tree(self, target: Location) -> None:
         if not isinstance(target, LocalLocation):
@@ -296,7 +318,7 @@ class LocalLocation(Location):
         try:
             shutil.copytree(self.path, target.path, symlinks=True, dirs_exist_ok=True)
         except (OSError, shutil.Error) as e:
-            raise StorageError(f"cannot copy {self.path} to {target.path}: {e}") from None
+            raise StorageError.from_error(f"cannot copy {self.path} to {target.path}", e) from None
 
     def is_within(self, other: Location) -> bool:
         if not isinstance(other, LocalLocation):

@@ -40,7 +40,7 @@ from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.item import OCDBT_CONFIG, ItemWriter
 from ckpt_cli.core.write.pipeline import block_budget, leaf_regions
 from ckpt_cli.core.write.types import ArrayOut, LeafOut, Region, SourcePlan
-from ckpt_cli.errors import StorageError, UnsupportedError, first_line
+from ckpt_cli.errors import StorageError, UnsupportedError
 
 DEFAULT_UNIT_BYTES = 256 << 20
 WORKER_DB_PREFIX = "ocdbt.process_w"
@@ -284,8 +284,8 @@ def _create_arrays(item: ItemWriter, arrays: list[LeafOut]) -> None:
             try:
                 fut.result()
             except Exception as e:
-                raise StorageError(
-                    f"cannot create leaf {leaf.name!r} in {item.dest}: {first_line(e)}"
+                raise StorageError.from_error(
+                    f"cannot create leaf {leaf.name!r} in {item.dest}", e
                 ) from None
 
 
@@ -311,9 +311,7 @@ def merge_databases(item: Location, databases: Sequence[str]) -> None:
             fut.result()
         txn.commit_async().result()
     except Exception as e:
-        raise StorageError(
-            f"cannot merge the worker databases of {item}: {first_line(e)}"
-        ) from None
+        raise StorageError.from_error(f"cannot merge the worker databases of {item}", e) from None
     keep = set(databases)
     item.refresh()  # workers and TensorStore wrote objects a cached listing cannot know
     for entry in item.list():

@@ -172,9 +172,10 @@ class Pipeline:
         try:
             return self.opens.pop(i).result()
         except Exception as e:
-            raise StorageError(
-                f"cannot create leaf {self.arrays[i].name!r} in {self.writer.dest}: "
-                f"{self.writer.dest.describe_error(e)}"
+            raise StorageError.from_error(
+                f"cannot create leaf {self.arrays[i].name!r} in {self.writer.dest}",
+                e,
+                self.writer.dest.describe_error(e),
             ) from None
 
     def _start_write(self) -> None:
@@ -211,8 +212,8 @@ class Pipeline:
             fut.result()
         except Exception as e:
             dest = self.writer.dest
-            raise StorageError(
-                f"cannot write leaf {leaf.name!r} to {dest}: {dest.describe_error(e)}"
+            raise StorageError.from_error(
+                f"cannot write leaf {leaf.name!r} to {dest}", e, dest.describe_error(e)
             ) from None
         self.held -= nbytes
         if self.on_bytes and nbytes > reported:

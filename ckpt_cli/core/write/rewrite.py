@@ -194,7 +194,6 @@ def write_step(
     ``inspect`` tells it) picks the handler the step records for the item."""
     if check_destination:
         prepare_destination(dst, src)
-    dst.make_dirs()
     if step is None:
         step = src.step if src.step is not None else 0
     if src.step_location is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ckpt_cli.core.format.names import (
@@ -46,15 +47,18 @@ class StepWriter:
         self.handlers: dict[str, str] = {}
         self._started = False
         self._claim: WriteClaim | None = None
+        self._undo_dirs: Callable[[], None] = lambda: None
 
     def begin(self) -> None:
-        """Claim the root (a second writer is refused here), clear this step's leftovers whose
-        owner is provably gone, and create the tmp step holding our owner record."""
-        self._claim = claim_root(self.root, self.command)
+        """Create the root if needed, claim it (a second writer is refused here), clear this
+        step's leftovers whose owner is provably gone, and create the tmp step holding our
+        owner record. A failure here (a full disk) undoes all of it, as ``abort`` does."""
+        self._undo_dirs = self.root.make_dirs_undoable()
         try:
+            self._claim = claim_root(self.root, self.command)
             self._begin()
         except BaseException:
-            self._release()
+            self.abort()
             raise
 
     def _begin(self) -> None:
@@ -148,11 +152,15 @@ class StepWriter:
             )
 
     def abort(self) -> None:
+        """Remove the tmp step, give up the root, and remove the root again if ``begin``
+        created it and nothing else was put there since."""
         try:
             if self._started and self.tmp.exists():
                 self.tmp.delete_tree(first=(COMMIT_MARKER,))
         finally:
             self._release()
+            undo, self._undo_dirs = self._undo_dirs, lambda: None
+            undo()
 
     def _release(self) -> None:
         if self._claim is not None:
