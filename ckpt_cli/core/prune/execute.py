@@ -161,7 +161,7 @@ def _writers_claim(root: Location, plan: PrunePlan) -> tuple[WriteClaim | None, 
     if not any(r.kind == "tmp" for r in plan.clean):
         return None, None
     try:
-        return claim_root(root, "prune"), None
+        return claim_root(root, "prune", record_required=False), None
     except LockedError:
         lock_file = root.child(WRITE_LOCK)
         owner = read_owner(lock_file)
@@ -340,7 +340,9 @@ def prune_lock(root: Location, command: str = "prune") -> Iterator[Detected]:
     """
     _refuse_plain_non_roots(root)  # never create the lock file inside a step or a stray directory
     lock_file = root.child(LOCK_NAME)
-    lock, _ = take_lock(lock_file, command)
+    # Deleting needs no space (locally a rename, then removal): a prune run to free a full disk
+    # holds the flock with an empty owner record rather than refusing.
+    lock, _ = take_lock(lock_file, command, record_required=command not in ("prune", "unpin"))
     if lock is None:
         raise _locked(root, lock_file, command)
     with lock:

@@ -189,10 +189,12 @@ class Location:
     def refresh(self) -> None:
         """Forget cached listings (after writes made by TensorStore, before a re-check)."""
 
-    def try_lock(self, owner: str) -> Lock | None:
+    def try_lock(self, owner: str, *, record_required: bool = True) -> Lock | None:
         """Take an exclusive lock on this file (created if absent) and write ``owner`` into it.
 
-        None when another process holds it.
+        None when another process holds it. ``record_required=False``: where the lock itself
+        holds without the record (a local ``flock``), a record the disk has no room for is left
+        empty instead of failing (a prune that frees a full disk).
         """
         raise NotImplementedError
 

@@ -8,6 +8,7 @@ locks are ``flock`` on a file.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat as stat_mod
@@ -181,7 +182,7 @@ class LocalLocation(Location):
         except OSError as e:
             raise StorageError.from_error(f"cannot delete {self.path}", e) from None
 
-    def try_lock(self, owner: str) -> FileLock | None:
+    def try_lock(self, owner: str, *, record_required: bool = True) -> FileLock | None:
         import fcntl
 
         for _ in range(10):
@@ -215,6 +216,10 @@ class LocalLocation(Location):
                 os.ftruncate(fd, 0)
                 os.write(fd, owner.encode())
             except OSError as e:
+                if not record_required and e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    # The flock is the lock; the record only names its holder (others then
+                    # see "holder unknown" and never take the holder for gone).
+                    return FileLock(self.path, fd)
                 # A full disk: the file was empty or ours to replace; leave none behind.
                 FileLock(self.path, fd).release()
                 raise StorageError.from_error(

@@ -103,10 +103,12 @@ def read_owner(loc: Location) -> Owner | None:
         return None
 
 
-def take_lock(lock_file: Location, command: str) -> tuple[Lock | None, Owner]:
+def take_lock(
+    lock_file: Location, command: str, *, record_required: bool = True
+) -> tuple[Lock | None, Owner]:
     """Try the lock (``Location.try_lock``) recording this process as its owner."""
     owner = Owner.me(command)
-    return lock_file.try_lock(owner.to_text()), owner
+    return lock_file.try_lock(owner.to_text(), record_required=record_required), owner
 
 
 def holder_of(lock_file: Location) -> str:

@@ -281,7 +281,7 @@ class RemoteLocation(RemoteBulk, Location):
     def rename(self, new_name: str) -> Location:
         raise StorageError(f"cannot rename {self}: object stores have no rename")
 
-    def try_lock(self, owner: str) -> Lock | None:
+    def try_lock(self, owner: str, *, record_required: bool = True) -> Lock | None:
         """A lock object put only if absent (a conditional put: S3 If-None-Match, GCS
         ifGenerationMatch=0). Released by deleting it; a holder that is killed leaves it behind,
         and the next caller is refused until someone deletes it (see the message)."""

@@ -50,16 +50,19 @@ class WriteClaim:
             lock.release()
 
 
-def claim_root(root: Location, command: str) -> WriteClaim:
-    """Take the root's write lock or raise ``LockedError`` naming the writer that holds it."""
-    return claim_lock(root.child(WRITE_LOCK), str(root), command)
+def claim_root(root: Location, command: str, *, record_required: bool = True) -> WriteClaim:
+    """Take the root's write lock or raise ``LockedError`` naming the writer that holds it
+    (``record_required``: see ``Location.try_lock``)."""
+    return claim_lock(root.child(WRITE_LOCK), str(root), command, record_required=record_required)
 
 
-def claim_lock(lock_loc: Location, target: str, command: str) -> WriteClaim:
+def claim_lock(
+    lock_loc: Location, target: str, command: str, *, record_required: bool = True
+) -> WriteClaim:
     """Take the write lock ``lock_loc`` guarding ``target`` (a root, or an export's output
     directory, whose lock lies beside it) or raise ``LockedError`` naming its holder."""
     owner = Owner.me(command)
-    lock = lock_loc.try_lock(owner.to_text())
+    lock = lock_loc.try_lock(owner.to_text(), record_required=record_required)
     on_bucket = lock_loc.requires_commit_marker
     if lock is None and on_bucket:
         # A lock object outlives a killed holder: replace it only when that holder is gone.
