@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from ckpt_cli.commands._options import JsonOpt, PathArg, storage_options
-from ckpt_cli.commands._output import emit_json, warn
+from ckpt_cli.commands._output import emit_json, note, warn
+
+VerboseOpt = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="Also say on stderr how a bucket root was listed: in parallel key ranges proven "
+        "complete, or as one plain listing, and why.",
+    ),
+]
 
 
-def ls(ctx: typer.Context, path: PathArg, json_out: JsonOpt = False) -> None:
+def ls(
+    ctx: typer.Context, path: PathArg, json_out: JsonOpt = False, verbose: VerboseOpt = False
+) -> None:
     """List the steps of a checkpoint root: status, commit time, size, items, metrics, format.
 
     Status is `committed`, `incomplete` (an unfinished save: a *.orbax-checkpoint-tmp dir) or
     `uncommitted` (object storage without commit_success.txt). The latest committed step is
-    marked. Reads only metadata: no JAX, no array data.
+    marked. Reads only metadata: no JAX, no array data. With -v, how a bucket root was
+    listed (docs: object storage).
 
     Examples:
 
@@ -24,10 +39,13 @@ def ls(ctx: typer.Context, path: PathArg, json_out: JsonOpt = False) -> None:
     from ckpt_cli.core.listing import list_root
     from ckpt_cli.core.storage import open_location
 
-    listing = list_root(open_location(path, storage_options(ctx)), from_listing=True)
+    location = open_location(path, storage_options(ctx))
+    listing = list_root(location, from_listing=True)
     if json_out:
         emit_json(listing)
     else:
         render.print_listing(listing)
     for message in render.warnings(listing):
         warn(message)
+    for message in location.notes() if verbose else ():
+        note(message)
