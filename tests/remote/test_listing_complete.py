@@ -59,7 +59,7 @@ def test_names_on_every_range_boundary_are_listed_whole(s3: S3, s3_prefix: str) 
     store = open_store("s3", BUCKET, StorageOptions(s3_endpoint=s3.endpoint))
     got, notes = listed(store, s3_prefix + "/")
     assert got == want
-    assert len(notes) == 1 and "parallel key ranges, every one accounted for" in notes[0], notes
+    assert len(notes) == 1 and "parallel key ranges, every child accounted for" in notes[0], notes
 
 
 @pytest.mark.parametrize("max_requests", [2, 5, 13, 64])
@@ -75,7 +75,7 @@ def test_small_pages_move_the_boundaries_over_every_name(
     )
     got, notes = listed(store, s3_prefix + "/")
     assert got == want
-    assert len(notes) == 1 and "every one accounted for" in notes[0], notes
+    assert len(notes) == 1 and "every child accounted for" in notes[0], notes
     ranges = int(re.search(r"in (\d+) parallel key ranges", notes[0]).group(1))  # type: ignore[union-attr]
     assert 2 <= ranges <= max_requests
     assert sorted(o.key for o in store.list_objects(s3_prefix + "/")) == want
@@ -92,7 +92,7 @@ def test_a_child_whose_keys_were_all_deleted_is_no_false_alarm(s3: S3, s3_prefix
     store = open_store("s3", BUCKET, StorageOptions(s3_endpoint=s3.endpoint))
     got, notes = listed(store, s3_prefix + "/")
     assert got == [k for k in want if k not in gone]
-    assert len(notes) == 1 and "every one accounted for" in notes[0], notes
+    assert len(notes) == 1 and "every child accounted for" in notes[0], notes
 
 
 def put_steps(s3: S3, prefix: str, steps: int) -> str:
@@ -109,7 +109,7 @@ def test_ls_of_a_1000_step_root_lists_every_step(cli: Any, s3: S3, s3_prefix: st
     assert result.code == 0, result.stderr
     assert sorted(s["step"] for s in result.json()["steps"]) == list(range(1000))
     assert "2,000 keys, 1,000 children in" in result.stderr
-    assert "every one accounted for" in result.stderr
+    assert "every child accounted for" in result.stderr
 
 
 def put_real_steps(s3: S3, prefix: str, names: list[str]) -> str:
@@ -198,3 +198,13 @@ def test_a_step_saved_while_the_ranges_run_is_found_by_one_plain_listing(
     assert got == sorted(want + new)
     assert len(notes) == 1 and "one plain listing" in notes[0], notes
     assert "zz_saved_meanwhile" in notes[0]
+
+
+def test_a_prefix_of_files_alone_is_one_plain_listing(s3: S3, s3_prefix: str) -> None:
+    """No child prefix to split into ranges: the pages follow one another."""
+    want = sorted(f"{s3_prefix}/f{i:04}" for i in range(1001))
+    s3.server.put_objects((k, b"f") for k in want)
+    store = open_store("s3", BUCKET, StorageOptions(s3_endpoint=s3.endpoint))
+    got, notes = listed(store, s3_prefix + "/")
+    assert got == want
+    assert len(notes) == 1 and "1,001 keys, one plain listing (no child prefixes)" in notes[0]

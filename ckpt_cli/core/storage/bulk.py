@@ -74,12 +74,18 @@ def list_parallel(
         return list(first.objects)  # one page: one request, as a plain listing
     before = store.requests - 1
     direct, children = _children(store, prefix)
-    try:
-        got, ranges = _list_ranges(store, prefix, first, children)
-        how = f"{len(children):,} children in {ranges} parallel key ranges, every one accounted for"
-    except _Unproven as e:
-        got = [*first.objects, *_pages(store, prefix, first.token)]
-        how = f"one plain listing, since the parallel key ranges were not provably complete ({e})"
+    if not children:
+        got, how = _pages(store, prefix, first), "one plain listing (no child prefixes)"
+    else:
+        try:
+            got, ranges = _list_ranges(store, prefix, first, children)
+            how = f"{len(children):,} children in {ranges} parallel key range"
+            how += f"{'s' if ranges > 1 else ''}, every child accounted for"
+        except _Unproven as e:
+            got = _pages(store, prefix, first)
+            how = (
+                f"one plain listing, since the parallel key ranges were not provably complete ({e})"
+            )
     found = {o.key: o for o in (*got, *direct)}
     if on_note is not None:
         requests = store.requests - before
@@ -102,8 +108,10 @@ def _children(store: ObjectStore, prefix: str) -> tuple[list[ObjectInfo], list[s
             return direct, children
 
 
-def _pages(store: ObjectStore, prefix: str, token: str | None) -> list[ObjectInfo]:
-    out: list[ObjectInfo] = []
+def _pages(store: ObjectStore, prefix: str, first: Page) -> list[ObjectInfo]:
+    """The plain listing that ``first`` began, page after page: complete by construction."""
+    out = list(first.objects)
+    token = first.token
     while token is not None:
         page = store.list_page(prefix, token)
         out += page.objects
