@@ -67,7 +67,7 @@ def test_small_pages_move_the_boundaries_over_every_name(
     s3: S3, s3_prefix: str, max_requests: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Pages of 20 keys: up to ``max_requests`` ranges of a few children each, each range
-    paging, so the boundaries sit on ever other names."""
+    paging, so the boundaries sit on ever different names."""
     want = put_nasty(s3, s3_prefix)
     monkeypatch.setattr(bulk, "PAGE", 20)
     store = open_store(
@@ -76,8 +76,8 @@ def test_small_pages_move_the_boundaries_over_every_name(
     got, notes = listed(store, s3_prefix + "/")
     assert got == want
     assert len(notes) == 1 and "every child accounted for" in notes[0], notes
-    ranges = int(re.search(r"in (\d+) parallel key ranges", notes[0]).group(1))  # type: ignore[union-attr]
-    assert 2 <= ranges <= max_requests
+    ranges = re.search(r"in (\d+) parallel key ranges", notes[0])
+    assert ranges is not None and 2 <= int(ranges.group(1)) <= max_requests
     assert sorted(o.key for o in store.list_objects(s3_prefix + "/")) == want
 
 
