@@ -111,7 +111,7 @@ demo: $(STAMP)
 	$(CKPT) verify $(DEMO) --latest --sample 2/3
 	@echo "== --json on an error: one document on stdout, same exit code (3)"
 	$(CKPT) verify demo_runs/no-such-run --json || true
-	@echo "== object storage: an S3-compatible server on 127.0.0.1 (moto), bucket 'demo'"
+	@echo "== object storage: an S3 server on 127.0.0.1 (SeaweedFS), bucket 'demo'"
 	$(PY) examples/local_s3.py stop demo_runs/s3.pid
 	$(PY) examples/local_s3.py start $(S3PORT) demo demo_runs/s3.pid
 	@echo "== ckpt reshard: a local checkpoint into the bucket (written in place, commit_success.txt last)"

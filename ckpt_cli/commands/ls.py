@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from ckpt_cli.commands._options import JsonOpt, PathArg, storage_options
-from ckpt_cli.commands._output import emit_json, warn
+from ckpt_cli.commands._output import emit_json, note, warn
 from ckpt_cli.errors import CkptError
 
 VerboseOpt = Annotated[
@@ -15,8 +15,9 @@ VerboseOpt = Annotated[
     typer.Option(
         "--verbose",
         "-v",
-        help="Also list what a killed writer left in a bucket: open multipart uploads under "
-        "the root (count, bytes, oldest). Text only.",
+        help="Also say on stderr how a bucket root was listed (in parallel key ranges proven "
+        "complete, or as one plain listing, and why), and list what a killed writer left in a "
+        "bucket: open multipart uploads under the root (count, bytes, oldest). Text only.",
     ),
 ]
 
@@ -28,7 +29,8 @@ def ls(
 
     Status is `committed`, `incomplete` (an unfinished save: a *.orbax-checkpoint-tmp dir) or
     `uncommitted` (object storage without commit_success.txt). The latest committed step is
-    marked. Reads only metadata: no JAX, no array data.
+    marked. Reads only metadata: no JAX, no array data. With -v, how a bucket root was
+    listed (docs: object storage).
 
     Examples:
 
@@ -57,3 +59,5 @@ def ls(
         render.print_listing(listing, extra)
     for message in render.warnings(listing):
         warn(message)
+    for message in location.notes() if verbose else ():
+        note(message)

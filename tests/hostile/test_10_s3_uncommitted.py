@@ -47,7 +47,7 @@ def _killed_partial_step(s3: Any, prefix: str) -> str:
     return dst
 
 
-@pytest.mark.moto_only  # the writer is held by moto's before_request hook
+@pytest.mark.moto_only  # moto's before_request holds the writer's _METADATA PUT
 def test_clean_tmp_removes_a_killed_writers_partial_step(s3: Any, s3_prefix: str) -> None:
     dst = _killed_partial_step(s3, s3_prefix)
     # A committed step next to it, so the root is a root either way.
@@ -65,7 +65,7 @@ def test_clean_tmp_removes_a_killed_writers_partial_step(s3: Any, s3_prefix: str
     assert keys(s3.client, f"{s3_prefix}/dst/400/")
 
 
-@pytest.mark.moto_only
+@pytest.mark.moto_only  # moto's before_request holds the writer's _METADATA PUT
 def test_a_young_partial_step_is_left_alone(s3: Any, s3_prefix: str) -> None:
     dst = _killed_partial_step(s3, s3_prefix)
     ok = ckpt(

@@ -189,6 +189,10 @@ class Location:
     def refresh(self) -> None:
         """Forget cached listings (after writes made by TensorStore, before a re-check)."""
 
+    def notes(self) -> tuple[str, ...]:
+        """How the storage got its answers so far, a line each (``ls -v``): none on disk."""
+        return ()
+
     def try_lock(self, owner: str, *, record_required: bool = True) -> Lock | None:
         """Take an exclusive lock on this file (created if absent) and write ``owner`` into it.
 

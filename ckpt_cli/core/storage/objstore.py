@@ -93,9 +93,9 @@ class ObjectStore:
         delimiter: str | None = None,
         limit: int | None = None,
     ) -> Page:
-        """One listing request: keys below ``prefix``, from ``start`` (inclusive, as far as the
-        store can say so: S3 starts just before it) up to ``end`` (exclusive, where the store
-        can stop there; callers check), ``limit`` keys at most."""
+        """One listing request: keys below ``prefix``, after ``start`` (S3 ``StartAfter``; GCS
+        ``startOffset``, which also returns a key equal to it) up to ``end`` (exclusive, where
+        the store can stop there; callers check), ``limit`` keys at most."""
         raise NotImplementedError
 
     def list_objects(self, prefix: str, limit: int | None = None) -> Iterator[ObjectInfo]:

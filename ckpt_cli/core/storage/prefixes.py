@@ -28,6 +28,8 @@ class Listing:
         #: Content tags from the listing (``etags.py``), for the keys that have one.
         self.tags: dict[str, str] = {}
         self.listed: list[str] = []  # string prefixes listed completely
+        #: How the listings larger than a page were made (``bulk.list_parallel``), for ``-v``.
+        self.notes: list[str] = []
         self.lock = threading.RLock()
         self._kv: Any = None
         #: Prefetched contents: (key, tail size or None for the whole object) -> bytes, kept
@@ -52,7 +54,7 @@ class Listing:
             if self.covered(prefix):
                 return
             try:
-                found = list_parallel(self.store, prefix)
+                found = list_parallel(self.store, prefix, self.notes.append)
             except Exception as e:
                 raise self.store.error(f"cannot list {self.store.url(prefix)}", e) from None
             self.listed = [p for p in self.listed if not p.startswith(prefix)] + [prefix]

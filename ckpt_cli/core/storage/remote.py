@@ -300,6 +300,9 @@ class RemoteLocation(RemoteBulk, Location):
     def refresh(self) -> None:
         self._listing.clear()
 
+    def notes(self) -> tuple[str, ...]:
+        return tuple(self._listing.notes)
+
     def describe_error(self, e: BaseException) -> str:
         return self.store.describe(e)
 

@@ -112,9 +112,9 @@ class S3Store(ObjectStore):
         if token:
             args["ContinuationToken"] = token
         elif start:
-            # StartAfter is exclusive: start just before ``start`` (a child prefix "…/7/"
-            # becomes "…/7"); keys in between are the caller's to drop.
-            args["StartAfter"] = start[:-1] if start.endswith("/") else start
+            # Taken as it is: a shortened key ("…/231" for "…/231/") is read by SeaweedFS as
+            # "after the directory 231", every key below it skipped (bulk.py: AFTER).
+            args["StartAfter"] = start
         with self._lock:
             self.requests += 1
         page = self._s3().list_objects_v2(**args)
