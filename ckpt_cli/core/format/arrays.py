@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.format.dtypes import dtype_itemsize, normalize_dtype
+from ckpt_cli.core.format.headers import DirectReader
 from ckpt_cli.core.format.names import (
     array_prefix,
     chunk_index_from_key,
@@ -169,6 +170,9 @@ class ItemStore:
             self.layout = "zarr"
         self._kvstores: dict[str, Any] = {}
         self._raw_headers: dict[str, bytes] = {}
+        labels = self.process_dbs if self.layout == "ocdbt-unmerged" else [""]
+        #: Object stores: headers and one-chunk arrays by plain requests (``headers.py``).
+        self.direct = DirectReader(item, self.layout, labels, use_zarr3)
 
     @functools.cached_property
     def stored_bytes(self) -> int:
@@ -236,6 +240,10 @@ class ItemStore:
         Returns (name -> (bytes, database label), name -> read error); a name in neither has
         no header in any database.
         """
+        direct = self.direct.headers(names)
+        if direct is not None:
+            self._raw_headers.update((n, data) for n, (data, _) in direct.items())
+            return direct, {}
         found: dict[str, tuple[bytes, str]] = {}
         errors: dict[str, str] = {}
         missing = list(names)
@@ -295,6 +303,18 @@ class ItemStore:
                 f"cannot open leaf {name!r} of {self.item}: {self.item.describe_error(e)}",
                 hint="run `ckpt verify` on it",
             ) from None
+
+    def read_scalar(self, name: str, info: ArrayInfo, label: str = "") -> int | float:
+        """The one element of a one-element leaf (the saved step counter): from its chunk
+        directly on an object store, else through TensorStore."""
+        header = self._raw_headers.get(name)
+        if header is not None:
+            value = self.direct.scalar(name, header, info.dtype, label)
+            if value is not None:
+                return value
+        raw = self.reader(name, info, label).read(()).result()
+        found: int | float = raw.reshape(-1)[0].item()
+        return found
 
     def reader(self, name: str, info: ArrayInfo, label: str = "") -> LeafReader:
         if self.layout == "ocdbt-unmerged" and len(self.process_dbs) > 1:

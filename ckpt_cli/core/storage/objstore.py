@@ -97,6 +97,14 @@ class ObjectStore:
             if token is None or limit is not None:
                 return
 
+    def read_object(
+        self, key: str, start: int | None = None, end: int | None = None
+    ) -> bytes | None:
+        """One GET of the object's bytes ``[start, end)`` (all of them without ``start``); None
+        when the object does not exist. Small files (metadata) go this way, through the same
+        HTTP client as the listings: no TensorStore (and no numpy) to import for them."""
+        raise NotImplementedError
+
     def upload(self, key: str, parts: Iterable[bytes], size: int) -> None:
         """Put an object of ``size`` bytes from ``parts`` (each at least ``PART_BYTES`` but the
         last), one part at a time: S3 multipart, a GCS resumable upload. The object appears

@@ -127,6 +127,25 @@ class S3Store(ObjectStore):
             page.get("NextContinuationToken") if page.get("IsTruncated") else None,
         )
 
+    def read_object(
+        self, key: str, start: int | None = None, end: int | None = None
+    ) -> bytes | None:
+        from botocore.exceptions import ClientError
+
+        args: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
+        if start is not None:
+            args["Range"] = f"bytes={start}-{(end or start + 1) - 1}"
+        with self._lock:
+            self.requests += 1
+        try:
+            out = self._s3().get_object(**args)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise
+        with contextlib.closing(out["Body"]) as body:
+            return bytes(body.read())
+
     def upload(self, key: str, parts: Iterable[bytes], size: int) -> None:
         client = self._s3()
         upload_id = client.create_multipart_upload(Bucket=self.bucket, Key=key)["UploadId"]
