@@ -113,6 +113,13 @@ def main() -> None:
         help="the S3 server behind the proxy (with --latency): moto or SeaweedFS (weed)",
     )
     parser.add_argument("--bandwidth", type=parse_bandwidth, default=None, help="e.g. 32MiB/s")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="with --latency: a directory holding another commit's ckpt_cli package "
+        "(git archive REV ckpt_cli | tar -x -C DIR): read commands also run with it",
+    )
     parser.add_argument("--data-mib", type=int, default=64)
     parser.add_argument("--prune-steps", type=int, default=500)
     parser.add_argument("--only", default=None, help="ls,inspect,verify,deep,sample,diff,...")

@@ -212,7 +212,7 @@ def _children_cpu() -> float:
 
 
 def run_ckpt(
-    proxy: LatencyProxy, args: list[str], env: dict[str, str]
+    proxy: LatencyProxy, args: list[str], env: dict[str, str], cwd: Path | None = None
 ) -> tuple[float, float, int, Stats, str]:
     """Wall and CPU seconds (user + system of the ckpt process), exit code, requests, stdout."""
     proxy.reset()
@@ -225,6 +225,7 @@ def run_ckpt(
             text=True,
             env=env,
             timeout=TIMEOUT_S,
+            cwd=cwd,  # `python -m` looks in the working directory first (--baseline)
         )
         code, out, err = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired:
@@ -332,6 +333,8 @@ def main(opts: argparse.Namespace) -> None:
                     doc["direct_s"] = round(direct_wall, 2)
                     doc["direct_cpu_s"] = round(direct_cpu, 2)
                     doc["latency_cost_s"] = round(wall - direct_wall, 2)
+                    if opts.baseline:  # the same runs with another ckpt, in the same minutes
+                        doc["baseline"] = _baseline(proxy, argv, env, direct_env, opts.baseline)
                 if key == "prune":
                     moto.drop_bucket(argv[1])
                 rows.append(doc)
@@ -360,6 +363,24 @@ def main(opts: argparse.Namespace) -> None:
     name = opts.output or OUT / f"remote_latency_{int(opts.latency * 1000)}ms.json"
     Path(name).write_text(json.dumps(doc, indent=1))
     print(f"wrote {name}", file=sys.stderr)
+
+
+def _baseline(
+    proxy: LatencyProxy, argv: list[str], env: dict[str, str], direct: dict[str, str], src: Path
+) -> dict[str, Any]:
+    """``argv`` run by the ckpt_cli package in ``src`` (``--baseline``: an export of another
+    commit), behind the proxy and straight to the server."""
+    wall, cpu, code, stats, _ = run_ckpt(proxy, argv, {**env, "PYTHONPATH": str(src)}, src)
+    direct_wall = run_ckpt(proxy, argv, {**direct, "PYTHONPATH": str(src)}, src)[0]
+    return {
+        "wall_s": round(wall, 2),
+        "direct_s": round(direct_wall, 2),
+        "latency_cost_s": round(wall - direct_wall, 2),
+        "cpu_s": round(cpu, 2),
+        "requests": stats.requests,
+        "max_in_flight": stats.max_in_flight,
+        "exit_code": code,
+    }
 
 
 def _users(url: str) -> tuple[str, ...]:
@@ -437,6 +458,16 @@ def print_table(rows: list[dict[str, Any]], opts: argparse.Namespace, startup: f
             ", ".join(f"{k} {v}" for k, v in r["by_kind"].items()),
         )  # fmt: skip
         print("| " + " | ".join(cells) + " |")
+    based = [r for r in rows if "baseline" in r]
+    if based:
+        print(f"\nbaseline (--baseline {opts.baseline}), the same runs in the same minutes:")
+        print("| command | wall s | direct s | latency cost s | ckpt cpu | requests | max fl |")
+        print("|---|---|---|---|---|---|---|")
+        for r in based:
+            b = r["baseline"]
+            print(f"| {r['command']} | {b['wall_s']:.2f} | {b['direct_s']:.2f} | "
+                  f"{b['latency_cost_s']:.2f} | {b['cpu_s']:.2f} | {b['requests']} | "
+                  f"{b['max_in_flight']} |")  # fmt: skip
 
 
 def scale_main(opts: argparse.Namespace) -> None:
