@@ -139,11 +139,36 @@ class S3Store(ObjectStore):
         against 1.8 ms for botocore's ``get_object`` (parameter validation, event hooks,
         response parsing), which for the 2,000 small files of ``ls`` of 1,000 steps cost more
         than everything else."""
+        headers = {} if start is None else {"Range": f"bytes={start}-{(end or start + 1) - 1}"}
+        if self._proxied():
+            return self._get_object(key, headers)
         url = self._s3().generate_presigned_url(
             "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=3600
         )
-        headers = {} if start is None else {"Range": f"bytes={start}-{(end or start + 1) - 1}"}
         return self._get(url, headers, key)
+
+    def _proxied(self) -> bool:
+        """An HTTP(S) proxy is configured (``HTTPS_PROXY``...): botocore knows how to use it."""
+        import urllib.request
+
+        return any(k in ("http", "https") for k in urllib.request.getproxies())
+
+    def _get_object(self, key: str, headers: dict[str, str]) -> bytes | None:
+        from botocore.exceptions import ClientError
+
+        with self._lock:
+            self.requests += 1
+        args: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
+        if "Range" in headers:
+            args["Range"] = headers["Range"]
+        try:
+            out = self._s3().get_object(**args)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise
+        with contextlib.closing(out["Body"]) as body:
+            return bytes(body.read())
 
     def _get(self, url: str, headers: dict[str, str], key: str) -> bytes | None:
         """GET with bounded retries (5xx, 429, connection errors: ``list_attempts``, 0.25 s
@@ -196,8 +221,14 @@ class S3Store(ObjectStore):
             idle = self._idle.get(origin)
             if idle:
                 return idle.pop()
-        cls = http.client.HTTPSConnection if origin[0] == "https" else http.client.HTTPConnection
-        conn = cls(origin[1], timeout=5)
+        if origin[0] == "https":
+            import ssl
+
+            # The CA bundle botocore would use (AWS_CA_BUNDLE), else the system's.
+            context = ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE") or None)
+            conn: Any = http.client.HTTPSConnection(origin[1], timeout=5, context=context)
+        else:
+            conn = http.client.HTTPConnection(origin[1], timeout=5)
         conn.connect()
         conn.sock.settimeout(self.options.list_timeout_s)
         return conn
