@@ -40,9 +40,10 @@ class DirectReader:
 
     @property
     def usable(self) -> bool:
-        if self.item.parallel_reads <= 1:
-            return False  # a local disk: TensorStore, as ever (no latency to hide)
-        return self.layout == "zarr" or codecs.available()
+        if self.layout == "zarr":
+            # Plain items on a local disk: TensorStore, as ever (one file per header anyway).
+            return self.item.parallel_reads > 1
+        return codecs.available()
 
     def headers(self, names: list[str]) -> Headers | None:
         """Raw headers of ``names`` (a name absent from the result has none); None: read them
@@ -53,7 +54,7 @@ class DirectReader:
             if self.layout == "zarr":
                 return self._plain_headers(names)
             return self._database_headers(names)
-        except (CkptError, ValueError):  # OcdbtFormatError, or a name that is not UTF-8
+        except (CkptError, ValueError, NotImplementedError):  # OcdbtFormatError, bad UTF-8
             return None
 
     def scalar(self, name: str, header: bytes, dtype: str, label: str) -> int | float | None:
@@ -70,7 +71,7 @@ class DirectReader:
                 if found is None:
                     return None
                 chunk = self._resolve({key: found}, label)[key]
-        except (CkptError, ValueError, KeyError, TypeError, AttributeError):
+        except (CkptError, ValueError, KeyError, TypeError, AttributeError, NotImplementedError):
             return None
         return codecs.zarr_scalar(doc, chunk, dtype) if isinstance(doc, dict) else None
 

@@ -119,6 +119,8 @@ def _data_files(r: _Reader, transitive: str) -> list[tuple[str, str]]:
         if base_len > len(path):
             raise OcdbtFormatError("bad data file table")
         text = path.decode()
+        if text.startswith("/") or ".." in text.split("/"):
+            raise OcdbtFormatError("a data file path leads out of the database")
         out.append((transitive + text[:base_len], text[base_len:]))
     return out
 

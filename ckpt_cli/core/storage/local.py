@@ -7,11 +7,12 @@ locks are ``flock`` on a file.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import shutil
 import stat as stat_mod
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 from ckpt_cli.core.storage.base import (
@@ -101,6 +102,25 @@ class LocalLocation(Location):
             raise NotFoundError(f"{self.path} does not exist") from None
         except OSError as e:
             raise StorageError(f"cannot read {self.path}: {e.strerror}") from None
+
+    def read_ranges(self, ranges: Sequence[tuple[Location, int, int]]) -> builtins.list[bytes]:
+        out = []
+        for loc, start, end in ranges:
+            path = loc.path if isinstance(loc, LocalLocation) else str(loc)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(start)
+                    data = f.read(max(0, end - start))
+            except FileNotFoundError:
+                raise NotFoundError(f"{path} does not exist") from None
+            except OSError as e:
+                raise StorageError(f"cannot read {path}: {e.strerror}") from None
+            if len(data) != end - start:
+                raise StorageError(
+                    f"cannot read {path}: {len(data)} bytes at {start}, not {end - start}"
+                )
+            out.append(data)
+        return out
 
     def mtime(self) -> float:
         try:
