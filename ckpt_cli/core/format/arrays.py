@@ -171,8 +171,7 @@ class ItemStore:
         self._kvstores: dict[str, Any] = {}
         self._raw_headers: dict[str, bytes] = {}
         labels = self.process_dbs if self.layout == "ocdbt-unmerged" else [""]
-        #: Object stores: headers and one-chunk arrays by plain requests (``headers.py``).
-        self.direct = DirectReader(item, self.layout, labels, use_zarr3)
+        self.direct = DirectReader(item, self.layout, labels, use_zarr3)  # no TensorStore
 
     @functools.cached_property
     def stored_bytes(self) -> int:
@@ -235,18 +234,13 @@ class ItemStore:
     def read_header_bytes(
         self, names: list[str]
     ) -> tuple[dict[str, tuple[bytes, str]], dict[str, str]]:
-        """Raw zarr headers in one concurrent batch per database, unparsed and never raising.
-
-        Returns (name -> (bytes, database label), name -> read error); a name in neither has
-        no header in any database.
-        """
-        direct = self.direct.headers(names)
-        if direct is not None:
+        """Raw zarr headers, unparsed and never raising: (name -> (bytes, database label),
+        name -> read error); a name in neither has no header in any database. Read directly
+        (``headers.py``) where possible, else in one TensorStore batch per database."""
+        if (direct := self.direct.headers(names)) is not None:
             self._raw_headers.update((n, data) for n, (data, _) in direct.items())
             return direct, {}
-        found: dict[str, tuple[bytes, str]] = {}
-        errors: dict[str, str] = {}
-        missing = list(names)
+        found, errors, missing = {}, {}, list(names)
         for label, spec in self._base_specs():
             if not missing:
                 break
@@ -305,16 +299,11 @@ class ItemStore:
             ) from None
 
     def read_scalar(self, name: str, info: ArrayInfo, label: str = "") -> int | float:
-        """The one element of a one-element leaf (the saved step counter): from its chunk
-        directly on an object store, else through TensorStore."""
-        header = self._raw_headers.get(name)
-        if header is not None:
-            value = self.direct.scalar(name, header, info.dtype, label)
-            if value is not None:
-                return value
-        raw = self.reader(name, info, label).read(()).result()
-        found: int | float = raw.reshape(-1)[0].item()
-        return found
+        """The one element of a one-element leaf: from its chunk directly where it can."""
+        value = self.direct.scalar(name, self._raw_headers.get(name), info.dtype, label)
+        if value is None:
+            value = self.reader(name, info, label).read(()).result().reshape(-1)[0].item()
+        return value
 
     def reader(self, name: str, info: ArrayInfo, label: str = "") -> LeafReader:
         if self.layout == "ocdbt-unmerged" and len(self.process_dbs) > 1:

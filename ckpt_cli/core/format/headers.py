@@ -57,9 +57,9 @@ class DirectReader:
         except (CkptError, ValueError, NotImplementedError):  # OcdbtFormatError, bad UTF-8
             return None
 
-    def scalar(self, name: str, header: bytes, dtype: str, label: str) -> int | float | None:
+    def scalar(self, name: str, header: bytes | None, dtype: str, label: str) -> int | float | None:
         """The one element of a one-element array; None: read it through TensorStore."""
-        if not self.usable or self._unsafe(name):
+        if header is None or not self.usable or self._unsafe(name):
             return None
         try:
             doc = loads_json(header, f"the zarr header of {name}")
