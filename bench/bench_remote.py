@@ -20,6 +20,12 @@ With ``--latency 25ms`` (and ``--bandwidth 32MiB/s``) every command runs behind
 ``tests/latency_proxy.py`` instead, moto in a process of its own: see ``remote_latency.py``::
 
     .venv/bin/python bench/bench_remote.py --latency 25ms --bandwidth 32MiB/s [--only ls,prune]
+
+``--server seaweedfs`` puts SeaweedFS (``weed server -s3``, a real S3 server in Go) behind the
+proxy instead of moto; each read command then also runs straight to the server, and the table
+gives the latency cost (wall time behind the proxy minus wall time direct)::
+
+    .venv/bin/python bench/bench_remote.py --server seaweedfs --latency 25ms --only ls,inspect
 """
 
 from __future__ import annotations
@@ -100,7 +106,20 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=None, help="3; 1 with --latency")
     parser.add_argument("--workdir", type=Path, default=REPO / "bench" / "out" / "ls_inspect")
     parser.add_argument("--latency", type=parse_delay, default=None, help="e.g. 25ms")
+    parser.add_argument(
+        "--server",
+        choices=("moto", "seaweedfs"),
+        default="moto",
+        help="the S3 server behind the proxy (with --latency): moto or SeaweedFS (weed)",
+    )
     parser.add_argument("--bandwidth", type=parse_bandwidth, default=None, help="e.g. 32MiB/s")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="with --latency: a directory holding another commit's ckpt_cli package "
+        "(git archive REV ckpt_cli | tar -x -C DIR): read commands also run with it",
+    )
     parser.add_argument("--data-mib", type=int, default=64)
     parser.add_argument("--prune-steps", type=int, default=500)
     parser.add_argument("--only", default=None, help="ls,inspect,verify,deep,sample,diff,...")

@@ -7,7 +7,7 @@ before it reaches moto, and bodies are held to ``--bandwidth`` per client proces
 cap). ckpt runs in a fresh subprocess per command (import time counts), pointed at the proxy.
 For each command the table gives the requests the proxy relayed (by kind), the most in flight at
 once, the mean in flight (sum of request durations / wall time), the wall time, the CPU seconds
-of the ckpt process and of moto_server during the run (on a shared 2-core machine a busy moto, not
+of the ckpt process and of the server during the run (on a shared 2-core machine a busy moto, not
 the latency, can be what a run waits for), the same read command on local disk, and the floors:
 
 ``lat/64``
@@ -50,7 +50,7 @@ from bench_reshard import LEAVES  # noqa: E402
 from ckpt_cli.core.storage.options import DEFAULT_MAX_REQUESTS  # noqa: E402
 from tests.latency_proxy import LatencyProxy, Stats  # noqa: E402
 from tests.moto_server import spawn  # noqa: E402
-from tests.remote_servers import CREDENTIALS, local_files  # noqa: E402
+from tests.remote_servers import CREDENTIALS, SeaweedServer, local_files  # noqa: E402
 
 TIMEOUT_S = 300  # a command still running then is reported as timed out (exit -1)
 MIGRATE_SPEC = "rules:\n  - {op: cast, match: '.*', dtype: bfloat16}\n"
@@ -108,6 +108,21 @@ class Moto:
             os.killpg(self.proc.pid, signal.SIGTERM)
             self.proc.wait(timeout=20)
         self.log.close()
+
+
+class Seaweed(Moto):
+    """SeaweedFS (``--server seaweedfs``): a real S3 server, Go, in its own process
+    (``tests.remote_servers.SeaweedServer``), with Moto's interface."""
+
+    def __init__(self) -> None:
+        self.server = SeaweedServer().start()
+        self.proc = self.server._proc  # type: ignore[assignment]
+        self.endpoint = self.server.endpoint
+        self.client = self.server.client(pool=32)
+        self.buckets = set()
+
+    def stop(self) -> None:
+        self.server.stop()
 
 
 def _client(endpoint: str) -> Any:
@@ -197,7 +212,7 @@ def _children_cpu() -> float:
 
 
 def run_ckpt(
-    proxy: LatencyProxy, args: list[str], env: dict[str, str]
+    proxy: LatencyProxy, args: list[str], env: dict[str, str], cwd: Path | None = None
 ) -> tuple[float, float, int, Stats, str]:
     """Wall and CPU seconds (user + system of the ckpt process), exit code, requests, stdout."""
     proxy.reset()
@@ -210,6 +225,7 @@ def run_ckpt(
             text=True,
             env=env,
             timeout=TIMEOUT_S,
+            cwd=cwd,  # `python -m` looks in the working directory first (--baseline)
         )
         code, out, err = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired:
@@ -227,21 +243,28 @@ def main(opts: argparse.Namespace) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     work = OUT / "ls_inspect"
     work.mkdir(parents=True, exist_ok=True)
+    wanted = set(opts.only.split(",")) if opts.only else None
+
+    def needed(*keys: str) -> bool:
+        return wanted is None or bool(wanted & set(keys))
+
     root = base.ensure(work / f"root_{opts.steps}steps", "root", base.build_root, opts.steps)
     item = base.ensure(work / f"item_{opts.leaves}leaves", "item", base.build_item, opts.leaves)
-    prune_src = base.ensure(
-        work / f"root_{opts.prune_steps}steps", "root", base.build_root, opts.prune_steps
-    )
-    data = build_data(OUT / "latency" / f"data_{opts.data_mib}mib", opts.data_mib)
-    spec = OUT / "latency" / "cast_bf16.yaml"
-    spec.write_text(MIGRATE_SPEC)
-    wanted = set(opts.only.split(",")) if opts.only else None
     # One bucket per dataset: moto filters every key of a bucket for each listing page, so
     # unrelated keys in the same bucket would slow its listings down.
-    local = {"s3://root/r": root, "s3://item/a": item, "s3://item/b": item,
-             "s3://data/a": data, "s3://data/b": data}  # fmt: skip
+    local = {"s3://root/r": root, "s3://item/a": item, "s3://item/b": item}
+    if needed("verify", "deep", "sample", "diff", "reshard", "migrate"):
+        data = build_data(OUT / "latency" / f"data_{opts.data_mib}mib", opts.data_mib)
+        local.update({"s3://data/a": data, "s3://data/b": data})
+    if needed("prune"):
+        prune_src = base.ensure(
+            work / f"root_{opts.prune_steps}steps", "root", base.build_root, opts.prune_steps
+        )
+    spec = OUT / "latency" / "cast_bf16.yaml"
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text(MIGRATE_SPEC)
 
-    moto = Moto()
+    moto = Seaweed() if opts.server == "seaweedfs" else Moto()
     proxy = LatencyProxy(
         moto.endpoint,
         delay=opts.latency,
@@ -251,7 +274,7 @@ def main(opts: argparse.Namespace) -> None:
     ).start()
     try:
         started = time.perf_counter()
-        n = sum(upload(moto, src, url) for url, src in local.items())
+        n = sum(upload(moto, src, url) for url, src in local.items() if needed(*_users(url)))
         moto.create_bucket("out")
         print(f"uploaded {n} objects in {time.perf_counter() - started:.0f} s", file=sys.stderr)
         env = {
@@ -260,6 +283,7 @@ def main(opts: argparse.Namespace) -> None:
             "CKPT_S3_ENDPOINT": proxy.endpoint,
             "PYTHONPATH": str(REPO),
         }
+        direct_env = {**env, "CKPT_S3_ENDPOINT": moto.endpoint}
         mib = f"{opts.data_mib} MiB"
         commands: list[tuple[str, str, list[str]]] = [
             ("ls", f"ls ({opts.steps} steps)", ["ls", "s3://root/r", "--json"]),
@@ -304,6 +328,13 @@ def main(opts: argparse.Namespace) -> None:
                 if argv[0] not in ("reshard", "migrate", "prune"):  # the same on local disk
                     on_disk = [str(local.get(a, a)) for a in argv]
                     doc["local_s"] = round(run_ckpt(proxy, on_disk, env)[0], 2)
+                    # Straight to the server, no proxy: what the latency adds is the difference.
+                    direct_wall, direct_cpu = run_ckpt(proxy, argv, direct_env)[:2]
+                    doc["direct_s"] = round(direct_wall, 2)
+                    doc["direct_cpu_s"] = round(direct_cpu, 2)
+                    doc["latency_cost_s"] = round(wall - direct_wall, 2)
+                    if opts.baseline:  # the same runs with another ckpt, in the same minutes
+                        doc["baseline"] = _baseline(proxy, argv, env, direct_env, opts.baseline)
                 if key == "prune":
                     moto.drop_bucket(argv[1])
                 rows.append(doc)
@@ -315,6 +346,7 @@ def main(opts: argparse.Namespace) -> None:
         moto.stop()
     print_table(rows, opts, startup)
     doc = {
+        "server": opts.server,
         "latency_s": opts.latency,
         "bandwidth_bytes_per_s": opts.bandwidth,
         "startup_s": startup,
@@ -331,6 +363,33 @@ def main(opts: argparse.Namespace) -> None:
     name = opts.output or OUT / f"remote_latency_{int(opts.latency * 1000)}ms.json"
     Path(name).write_text(json.dumps(doc, indent=1))
     print(f"wrote {name}", file=sys.stderr)
+
+
+def _baseline(
+    proxy: LatencyProxy, argv: list[str], env: dict[str, str], direct: dict[str, str], src: Path
+) -> dict[str, Any]:
+    """``argv`` run by the ckpt_cli package in ``src`` (``--baseline``: an export of another
+    commit), behind the proxy and straight to the server."""
+    wall, cpu, code, stats, _ = run_ckpt(proxy, argv, {**env, "PYTHONPATH": str(src)}, src)
+    direct_wall = run_ckpt(proxy, argv, {**direct, "PYTHONPATH": str(src)}, src)[0]
+    return {
+        "wall_s": round(wall, 2),
+        "direct_s": round(direct_wall, 2),
+        "latency_cost_s": round(wall - direct_wall, 2),
+        "cpu_s": round(cpu, 2),
+        "requests": stats.requests,
+        "max_in_flight": stats.max_in_flight,
+        "exit_code": code,
+    }
+
+
+def _users(url: str) -> tuple[str, ...]:
+    """The ``--only`` keys whose commands read the dataset uploaded to ``url``."""
+    if url.startswith("s3://root/"):
+        return ("ls", "verify")
+    if url.startswith("s3://item/"):
+        return ("inspect", "verify", "diff")
+    return ("verify", "deep", "sample", "diff", "reshard", "migrate")
 
 
 def _self_cpu() -> float:
@@ -372,11 +431,13 @@ def _startup(env: dict[str, str]) -> float:
 def print_table(rows: list[dict[str, Any]], opts: argparse.Namespace, startup: float) -> None:
     bw = f"{opts.bandwidth / 2**20:.0f} MiB/s per process" if opts.bandwidth else "none"
     print(
-        f"latency {opts.latency * 1000:.0f} ms, bandwidth cap {bw}, ckpt startup {startup} s, "
+        f"server {opts.server}, latency {opts.latency * 1000:.0f} ms, bandwidth cap {bw}, "
+        f"ckpt startup {startup} s, "
         f"load {load()}"
     )
-    cols = ("command", "wall s", "ckpt cpu", "moto cpu", "local s", "requests", "max fl",
-            "mean fl", "lat/64 s", "MiB", "bytes/bw s", "by kind")  # fmt: skip
+    cols = ("command", "wall s", "direct s", "latency cost s", "ckpt cpu", "server cpu",
+            "local s", "requests", "max fl", "mean fl", "lat/64 s", "MiB", "bytes/bw s",
+            "by kind")  # fmt: skip
     print("| " + " | ".join(cols) + " |")
     print("|" + "|".join("---" for _ in cols) + "|")
     for r in rows:
@@ -390,12 +451,23 @@ def print_table(rows: list[dict[str, Any]], opts: argparse.Namespace, startup: f
         bwf = "" if r["floor_bandwidth_s"] is None else f"{r['floor_bandwidth_s']:.2f}"
         wall = f"> {r['wall_s']:.0f}" if r["exit_code"] == -1 else f"{r['wall_s']:.2f}"
         cells = (
-            label, wall, f"{r['cpu_s']:.2f}", f"{r['server_cpu_s']:.2f}", str(r.get("local_s", "")),
+            label, wall, str(r.get("direct_s", "")), str(r.get("latency_cost_s", "")),
+            f"{r['cpu_s']:.2f}", f"{r['server_cpu_s']:.2f}", str(r.get("local_s", "")),
             str(r["requests"]), str(r["max_in_flight"]), str(r["mean_in_flight"]),
             f"{r['floor_latency_s']:.2f}", f"{r['bytes'] / 2**20:.1f}", bwf,
             ", ".join(f"{k} {v}" for k, v in r["by_kind"].items()),
         )  # fmt: skip
         print("| " + " | ".join(cells) + " |")
+    based = [r for r in rows if "baseline" in r]
+    if based:
+        print(f"\nbaseline (--baseline {opts.baseline}), the same runs in the same minutes:")
+        print("| command | wall s | direct s | latency cost s | ckpt cpu | requests | max fl |")
+        print("|---|---|---|---|---|---|---|")
+        for r in based:
+            b = r["baseline"]
+            print(f"| {r['command']} | {b['wall_s']:.2f} | {b['direct_s']:.2f} | "
+                  f"{b['latency_cost_s']:.2f} | {b['cpu_s']:.2f} | {b['requests']} | "
+                  f"{b['max_in_flight']} |")  # fmt: skip
 
 
 def scale_main(opts: argparse.Namespace) -> None:

@@ -328,8 +328,7 @@ def _with_step_value(
         leaf = next((lf for lf in leaves if part.part == "step" and lf.name in part.leaves), None)
         if leaf is not None and leaf.array is not None and leaf.array.size == 1:
             try:
-                raw = store.reader(leaf.name, leaf.array, leaf.database).read(()).result()
-                value = int(raw.reshape(-1)[0])
+                value = int(store.read_scalar(leaf.name, leaf.array, leaf.database))
             except Exception:  # unreadable data is verify's business; inspect shows metadata
                 value = None
             if value is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.format.dtypes import dtype_itemsize, normalize_dtype
+from ckpt_cli.core.format.headers import DirectReader
 from ckpt_cli.core.format.names import (
     array_prefix,
     chunk_index_from_key,
@@ -169,6 +170,8 @@ class ItemStore:
             self.layout = "zarr"
         self._kvstores: dict[str, Any] = {}
         self._raw_headers: dict[str, bytes] = {}
+        labels = self.process_dbs if self.layout == "ocdbt-unmerged" else [""]
+        self.direct = DirectReader(item, self.layout, labels, use_zarr3)  # no TensorStore
 
     @functools.cached_property
     def stored_bytes(self) -> int:
@@ -231,14 +234,13 @@ class ItemStore:
     def read_header_bytes(
         self, names: list[str]
     ) -> tuple[dict[str, tuple[bytes, str]], dict[str, str]]:
-        """Raw zarr headers in one concurrent batch per database, unparsed and never raising.
-
-        Returns (name -> (bytes, database label), name -> read error); a name in neither has
-        no header in any database.
-        """
-        found: dict[str, tuple[bytes, str]] = {}
-        errors: dict[str, str] = {}
-        missing = list(names)
+        """Raw zarr headers, unparsed and never raising: (name -> (bytes, database label),
+        name -> read error); a name in neither has no header in any database. Read directly
+        (``headers.py``) where possible, else in one TensorStore batch per database."""
+        if (direct := self.direct.headers(names)) is not None:
+            self._raw_headers.update((n, data) for n, (data, _) in direct.items())
+            return direct, {}
+        found, errors, missing = {}, {}, list(names)
         for label, spec in self._base_specs():
             if not missing:
                 break
@@ -295,6 +297,13 @@ class ItemStore:
                 f"cannot open leaf {name!r} of {self.item}: {self.item.describe_error(e)}",
                 hint="run `ckpt verify` on it",
             ) from None
+
+    def read_scalar(self, name: str, info: ArrayInfo, label: str = "") -> int | float:
+        """The one element of a one-element leaf: from its chunk directly where it can."""
+        value = self.direct.scalar(name, self._raw_headers.get(name), info.dtype, label)
+        if value is None:
+            value = self.reader(name, info, label).read(()).result().reshape(-1)[0].item()
+        return value
 
     def reader(self, name: str, info: ArrayInfo, label: str = "") -> LeafReader:
         if self.layout == "ocdbt-unmerged" and len(self.process_dbs) > 1:

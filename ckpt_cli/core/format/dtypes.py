@@ -26,9 +26,25 @@ EXTRA_DTYPES = {
 }
 
 
+# The numpy dtypes zarr headers name, by numpy name: their element sizes, known without numpy
+# (``inspect`` of a bucket shows names and sizes and imports no numpy); numpy answers the rest.
+PLAIN_DTYPES = {
+    "bool": 1,
+    **{f"int{b}": b // 8 for b in (8, 16, 32, 64)},
+    **{f"uint{b}": b // 8 for b in (8, 16, 32, 64)},
+    **{f"float{b}": b // 8 for b in (16, 32, 64)},
+    "complex64": 8,
+    "complex128": 16,
+}
+# Array-protocol type strings ('<f4', '|b1'): kind letter -> numpy name stem.
+_KINDS = {"b": "bool", "i": "int", "u": "uint", "f": "float", "c": "complex"}
+
+
 def dtype_itemsize(name: str) -> int:
     if name in EXTRA_DTYPES:
         return EXTRA_DTYPES[name]
+    if name in PLAIN_DTYPES:
+        return PLAIN_DTYPES[name]
     import numpy as np
 
     return int(np.dtype(name).itemsize)
@@ -39,8 +55,22 @@ def normalize_dtype(raw: Any) -> str:
     """A zarr dtype ('<f4', '|b1', 'bfloat16', 'float32') as a numpy-style name ('float32')."""
     if not isinstance(raw, str):
         raise ValueError(f"unsupported dtype {raw!r}")
-    if raw in EXTRA_DTYPES:
+    if raw in EXTRA_DTYPES or raw in PLAIN_DTYPES:
         return raw
+    plain = _typestr_name(raw)
+    if plain is not None:
+        return plain
     import numpy as np
 
     return str(np.dtype(raw).name)
+
+
+def _typestr_name(raw: str) -> str | None:
+    """'<f4' -> 'float32', '|b1' -> 'bool': the type strings of ``PLAIN_DTYPES`` (None for any
+    other, which numpy then reads)."""
+    body = raw[1:] if raw[:1] in "<>|=" else raw
+    stem = _KINDS.get(body[:1])
+    if stem is None or not body[1:].isdigit():
+        return None
+    name = "bool" if stem == "bool" and body == "b1" else f"{stem}{int(body[1:]) * 8}"
+    return name if name in PLAIN_DTYPES else None

@@ -11,6 +11,7 @@ Orbax format: file names with a meaning (commit markers, tombstones) are the cal
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -107,6 +108,11 @@ class Location:
 
     def read_tail(self, size: int) -> bytes:
         """The last ``size`` bytes of this file (all of it when shorter)."""
+        raise NotImplementedError
+
+    def read_ranges(self, ranges: Sequence[tuple[Location, int, int]]) -> builtins.list[bytes]:
+        """The bytes ``[start, end)`` of each (file, start, end), in order, read together where
+        the store overlaps requests (object stores only, so far: ``parallel_reads > 1``)."""
         raise NotImplementedError
 
     def mtime(self) -> float:

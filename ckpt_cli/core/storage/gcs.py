@@ -127,6 +127,19 @@ class GcsStore(ObjectStore):
 
         return f"{self.endpoint}/storage/v1/b/{urllib.parse.quote(self.bucket, safe='')}"
 
+    def read_object(
+        self, key: str, start: int | None = None, end: int | None = None
+    ) -> bytes | None:
+        """The JSON API's media download (``alt=media``), ranged with a ``Range`` header."""
+        import urllib.parse
+
+        url = f"{self._bucket_url()}/o/{urllib.parse.quote(key, safe='')}?alt=media"
+        headers = {} if start is None else {"Range": f"bytes={start}-{(end or start + 1) - 1}"}
+        try:
+            return self._request(url, headers=headers)[0]
+        except _NotFound:
+            return None
+
     def upload(self, key: str, parts: Iterable[bytes], size: int) -> None:
         """A resumable upload: a session, then each part as ``Content-Range: a-b/size``.
 
@@ -217,7 +230,7 @@ class GcsStore(ObjectStore):
                     return r.read(), r.headers.get(want, "")
             except urllib.error.HTTPError as e:
                 if e.code == 404:
-                    raise StorageError("the bucket does not exist") from None
+                    raise _NotFound("the bucket does not exist") from None
                 if e.code in (401, 403):
                     raise StorageError(
                         f"access denied by {self.endpoint}: check the credentials"
@@ -238,6 +251,10 @@ class GcsStore(ObjectStore):
         )
         cls = UnreachableError if cause.startswith(_UNREACHABLE) else StorageError
         raise cls(f"{cause} (after {attempts} attempts)")
+
+
+class _NotFound(StorageError):
+    """HTTP 404: no such bucket (a listing), no such object (a read)."""
 
 
 def _rfc3339(text: Any) -> float:

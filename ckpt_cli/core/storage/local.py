@@ -7,12 +7,13 @@ locks are ``flock`` on a file.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import os
 import shutil
 import stat as stat_mod
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 from ckpt_cli.core.storage.base import (
@@ -102,6 +103,25 @@ class LocalLocation(Location):
             raise NotFoundError(f"{self.path} does not exist") from None
         except OSError as e:
             raise StorageError.from_error(f"cannot read {self.path}", e) from None
+
+    def read_ranges(self, ranges: Sequence[tuple[Location, int, int]]) -> builtins.list[bytes]:
+        out = []
+        for loc, start, end in ranges:
+            path = loc.path if isinstance(loc, LocalLocation) else str(loc)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(start)
+                    data = f.read(max(0, end - start))
+            except FileNotFoundError:
+                raise NotFoundError(f"{path} does not exist") from None
+            except OSError as e:
+                raise StorageError.from_error(f"cannot read {path}", e) from None
+            if len(data) != end - start:
+                raise StorageError(
+                    f"cannot read {path}: {len(data)} bytes at {start}, not {end - start}"
+                )
+            out.append(data)
+        return out
 
     def mtime(self) -> float:
         try:

@@ -1,8 +1,10 @@
 """Object stores (``s3://``, ``gs://``): endpoints, credentials, listing with sizes, TensorStore specs.
 
-Every read, write and delete goes through TensorStore's ``s3`` and ``gcs`` kvstore drivers, the
-ones Orbax uses, with their own credential chains (S3: environment, profile files, instance
-metadata; GCS: application default credentials). Only *listing* goes elsewhere, because
+Array data and writes go through TensorStore's ``s3`` and ``gcs`` kvstore drivers, the ones
+Orbax uses, with their own credential chains (S3: environment, profile files, instance
+metadata; GCS: application default credentials). Small reads (metadata files, zarr headers,
+OCDBT nodes: ``read_object``) go through the same HTTP client as listings, so that ``ls`` and
+``inspect`` of a bucket never import TensorStore. Listing goes there too, because
 ``KvStore.list`` returns keys without sizes or times (tensorstore 0.1.86), and ``ls`` (sizes),
 ``verify`` (a data file shorter than the references into it, recorded file sizes) and ``prune``
 (freed bytes, the age of unfinished saves) need both. The listing APIs return them with every
@@ -107,6 +109,14 @@ class ObjectStore:
             token = page.token
             if token is None or limit is not None:
                 return
+
+    def read_object(
+        self, key: str, start: int | None = None, end: int | None = None
+    ) -> bytes | None:
+        """One GET of the object's bytes ``[start, end)`` (all of them without ``start``); None
+        when the object does not exist. Small files (metadata) go this way, through the same
+        HTTP client as the listings: no TensorStore (and no numpy) to import for them."""
+        raise NotImplementedError
 
     def upload(self, key: str, parts: Iterable[bytes], size: int) -> None:
         """Put an object of ``size`` bytes from ``parts`` (each at least ``PART_BYTES`` but the

@@ -8,7 +8,10 @@ listing requests, not one per step or per file. Locations derived from one anoth
 ``parent``) share the listing. The price: asking about one step of a root first lists the whole
 root; point the command at the step's URL to list only the step.
 
-Reads, writes and deletes go through TensorStore (``kvstore_spec``). The listing is kept in step
+Small files (metadata: ``read_bytes``, ``read_tail``, ``prefetch``) are read with the store's own
+HTTP client, the one that lists (``ObjectStore.read_object``): ``ls`` and ``inspect`` of a bucket
+import neither TensorStore nor numpy. Data reads (``iter_bytes``), writes and deletes go through
+TensorStore (``kvstore_spec``). The listing is kept in step
 with the writes and deletes made through this class; ``refresh()`` drops it after writes made by
 TensorStore directly (arrays) and before a re-check that must see the store as it is now.
 
@@ -167,18 +170,18 @@ class RemoteLocation(RemoteBulk, Location):
             return False
         return not other.key or self.key == other.key or self.key.startswith(other._dir)
 
-    # Reads and writes through TensorStore.
+    # Small reads through the store's HTTP client; data reads and writes through TensorStore.
 
-    def _read(self, byte_range: slice | None = None) -> bytes:
+    def _read(self, start: int | None = None, end: int | None = None) -> bytes:
         try:
-            result = self._listing.kv().read(self.key, byte_range=byte_range).result()
+            data = self.store.read_object(self.key, start, end)
         except Exception as e:
             raise self.store.error(f"cannot read {self}", e) from None
-        if result.state != "value":
+        if data is None:
             if self.is_dir():
                 raise InvalidMetadataError(f"{self} is a directory, expected a file")
             raise NotFoundError(f"{self} does not exist")
-        return bytes(result.value)
+        return data
 
     def read_bytes(self, limit: int = MAX_METADATA_BYTES) -> bytes:
         if self.key in self._listing.info and self._listing.info[self.key][0] > limit:
@@ -195,7 +198,7 @@ class RemoteLocation(RemoteBulk, Location):
         total = self.size() if self.is_file() else None
         if total is None or total <= size:
             return self._listing.take(self.key, None) or self._read()
-        return self._listing.take(self.key, size) or self._read(slice(total - size, total))
+        return self._listing.take(self.key, size) or self._read(total - size, total)
 
     def iter_bytes(self, block_size: int = 4 << 20) -> Iterator[bytes]:
         """Pieces in order, ``READ_AHEAD`` ranged reads in flight (memory: that many pieces)."""

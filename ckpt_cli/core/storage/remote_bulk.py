@@ -4,12 +4,13 @@ batched deletes of files and of whole directories (``Location``'s bulk interface
 from __future__ import annotations
 
 import builtins
+import threading
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from ckpt_cli.core.storage.base import Location
-from ckpt_cli.core.storage.bulk import delete_all
-from ckpt_cli.errors import StorageError
+from ckpt_cli.core.storage.bulk import concurrently, delete_all
+from ckpt_cli.errors import NotFoundError, StorageError
 
 if TYPE_CHECKING:
     from ckpt_cli.core.storage.objstore import ObjectStore
@@ -36,8 +37,8 @@ class RemoteBulk:
         raise NotImplementedError
 
     def prefetch(self, files: Sequence[Location], tail: int | None = None) -> None:
-        """One TensorStore read per listed file, all in flight together (TensorStore keeps
-        ``max_requests`` of them going); the contents wait in the listing's cache."""
+        """One GET per listed file (``ObjectStore.read_object``), ``max_requests`` of them in
+        flight; the contents wait in the listing's cache."""
         info = self._listing.info
         wanted = []
         for f in files:
@@ -48,20 +49,48 @@ class RemoteBulk:
                     wanted.append((f.key, None if whole else tail, size))
         if not wanted:
             return
-        kv = self._listing.kv()
-        futures = [
-            (k, t, kv.read(k, byte_range=None if t is None else slice(size - t, size)))
-            for k, t, size in wanted
-        ]
-        got = {}
-        for k, t, fut in futures:
+        got: dict[tuple[str, int | None], bytes] = {}
+        lock = threading.Lock()
+        store = self.store
+
+        def one(entry: tuple[str, int | None, int]) -> None:
+            k, t, size = entry
             try:
-                result = fut.result()
+                data = store.read_object(k, None if t is None else size - t, size)
             except Exception:
-                continue  # the read that needs it fails again, with its own message
-            if result.state == "value":
-                got[(k, t)] = bytes(result.value)
+                return  # the read that needs it fails again, with its own message
+            if data is not None:
+                with lock:
+                    got[(k, t)] = data
+
+        concurrently(one, wanted, store.options.max_requests)
         self._listing.keep(got)
+
+    def read_ranges(self, ranges: Sequence[tuple[Location, int, int]]) -> builtins.list[bytes]:
+        """One ranged GET per entry, ``max_requests`` in flight; the first failure raises (as a
+        ``StorageError`` naming the file), after the others have finished."""
+        out: builtins.list[bytes] = [b""] * len(ranges)
+        store = self.store
+
+        def one(i: int) -> None:
+            loc, start, end = ranges[i]
+            key = loc.key if isinstance(loc, RemoteBulk) else ""
+            try:
+                data = store.read_object(key, start, end) if end > start else b""
+            except Exception as e:
+                raise store.error(f"cannot read {store.url(key)}", e) from None
+            if data is None:
+                raise NotFoundError(f"{store.url(key)} does not exist")
+            if len(data) != end - start:
+                raise StorageError(
+                    f"cannot read {store.url(key)}: {len(data)} bytes at {start}, not {end - start}"
+                )
+            out[i] = data
+
+        if any(not isinstance(loc, RemoteBulk) for loc, _, _ in ranges):
+            raise StorageError(f"read_ranges on {self} got locations of another store")
+        concurrently(one, range(len(ranges)), store.options.max_requests)
+        return out
 
     def write_many(self, files: Sequence[tuple[Location, bytes]]) -> None:
         import time

@@ -1,0 +1,241 @@
+"""Read an OCDBT database's latest keys and small values without TensorStore.
+
+The format is TensorStore's (``tensorstore/kvstore/ocdbt/index.rst``): ``manifest.ocdbt`` holds
+the configuration and the latest versions; a version names its root b-tree node as (data file,
+offset, length); interior nodes name their children the same way, and leaf nodes hold each key
+with its value inline (up to ``max_inline_value_bytes``, 1,024 for Orbax) or a reference to it.
+Every encoded node is ``magic (u32be), length (u64le), version, compression`` + body (zstd or
+raw) + a CRC-32C footer. Varints are LEB128.
+
+``inspect`` needs only the zarr headers (and one scalar) of an item, all inline in a few leaf
+nodes: reading those nodes level by level, all of a level at once, costs a handful of ranged
+GETs and no import of TensorStore. Anything unexpected (a numbered manifest, a bad checksum, an
+unknown compression) raises ``OcdbtFormatError``; callers then read through TensorStore, which
+reports damage in its own words.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ckpt_cli.core.format.codecs import crc32c_matches, zstd_decompress
+
+MANIFEST_MAGIC = 0x0CDB3A2A
+BTREE_MAGIC = 0x0CDB20DE
+MAX_HEIGHT = 64
+
+
+class OcdbtFormatError(ValueError):
+    """The database is not what this reader decodes (the caller uses TensorStore instead)."""
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    """``length`` bytes at ``offset`` of ``path`` (relative to the database directory)."""
+
+    path: str
+    offset: int
+    length: int
+    height: int
+    #: What the path of every data file named below this node starts with (OCDBT's
+    #: "transitive path": a merged root's ``ocdbt.process_0/``).
+    base: str
+    #: The bytes every key below this node starts with.
+    prefix: bytes
+
+
+#: A value: its bytes (inline) or where they are (path, offset, length).
+Value = bytes | tuple[str, int, int]
+#: Fetches (path, offset, length) ranges, many at once: the bytes of each, in order.
+Fetch = Callable[[list[tuple[str, int, int]]], list[bytes]]
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def varint(self) -> int:
+        out, shift = 0, 0
+        while True:
+            if self.pos >= len(self.data) or shift > 63:
+                raise OcdbtFormatError("truncated varint")
+            b = self.data[self.pos]
+            self.pos += 1
+            out |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return out
+            shift += 7
+
+    def byte(self) -> int:
+        return self.take(1)[0]
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise OcdbtFormatError("truncated node")
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def varints(self, n: int) -> list[int]:
+        return [self.varint() for _ in range(n)]
+
+
+def _body(encoded: bytes, magic: int) -> _Reader:
+    """The decoded body of an encoded manifest or node, its header and checksum checked."""
+    if len(encoded) < 18 or struct.unpack(">I", encoded[:4])[0] != magic:
+        raise OcdbtFormatError("bad magic")
+    if struct.unpack("<Q", encoded[4:12])[0] != len(encoded):
+        raise OcdbtFormatError("length does not match")
+    if not crc32c_matches(encoded):
+        raise OcdbtFormatError("checksum does not match")
+    head = _Reader(encoded[:-4])
+    head.pos = 12
+    if head.varint() != 0:
+        raise OcdbtFormatError("unknown format version")
+    compression = head.varint()
+    rest = encoded[head.pos : -4]
+    if compression == 0:
+        return _Reader(rest)
+    if compression == 1:
+        body = zstd_decompress(rest)
+        if body is None:
+            raise OcdbtFormatError("cannot decode zstd")
+        return _Reader(body)
+    raise OcdbtFormatError("unknown compression")
+
+
+def _data_files(r: _Reader, transitive: str) -> list[tuple[str, str]]:
+    """A data file table: (base path, relative path) of each file, base paths transitive."""
+    n = r.varint()
+    prefixes = [0, *r.varints(max(0, n - 1))][:n]
+    suffixes = r.varints(n)
+    bases = r.varints(n)
+    paths = _unprefixed(r, prefixes, suffixes)
+    out = []
+    for path, base_len in zip(paths, bases, strict=True):
+        if base_len > len(path):
+            raise OcdbtFormatError("bad data file table")
+        text = path.decode()
+        if text.startswith("/") or ".." in text.split("/"):
+            raise OcdbtFormatError("a data file path leads out of the database")
+        out.append((transitive + text[:base_len], text[base_len:]))
+    return out
+
+
+def _refs(r: _Reader, files: list[tuple[str, str]], n: int) -> list[tuple[str, str, int, int]]:
+    """``n`` indirect references: (base, full path, offset, length)."""
+    ids = r.varints(n)
+    offsets = r.varints(n)
+    lengths = r.varints(n)
+    out = []
+    for i, off, length in zip(ids, offsets, lengths, strict=True):
+        if i >= len(files):
+            raise OcdbtFormatError("data file id out of range")
+        base, rel = files[i]
+        out.append((base, base + rel, off, length))
+    return out
+
+
+def read_root(manifest: bytes) -> NodeRef | None:
+    """The latest version's root node; None for an empty database."""
+    r = _body(manifest, MANIFEST_MAGIC)
+    r.take(16)  # uuid
+    if r.byte() != 0:
+        raise OcdbtFormatError("numbered manifest")  # versions live in manifest.<gen> files
+    r.varint()  # max_inline_value_bytes
+    r.varint()  # max_decoded_node_bytes
+    r.byte()  # version_tree_arity_log2
+    if r.varint() == 1:
+        r.take(4)  # zstd level (int32le)
+    files = _data_files(r, "")
+    n = r.varint()
+    if n == 0:
+        raise OcdbtFormatError("no version")
+    r.varints(n)  # generation numbers
+    heights = list(r.take(n))
+    refs = _refs(r, files, n)
+    base, path, offset, length = refs[-1]
+    if not path and not length:
+        return None  # the empty tree: no root node
+    return NodeRef(path, offset, length, heights[-1], base, b"")
+
+
+def _keys(r: _Reader, n: int, interior: bool) -> tuple[list[bytes], list[int]]:
+    prefixes = [0, *r.varints(n - 1)]
+    suffixes = r.varints(n)
+    subtree = r.varints(n) if interior else []
+    return _unprefixed(r, prefixes, suffixes), subtree
+
+
+def _unprefixed(r: _Reader, prefixes: list[int], suffixes: list[int]) -> list[bytes]:
+    """Prefix-compressed strings (keys, paths): each is ``prefixes[i]`` bytes of the one
+    before, then ``suffixes[i]`` bytes read here."""
+    out: list[bytes] = []
+    for prefix, suffix in zip(prefixes, suffixes, strict=True):
+        prev = out[-1] if out else b""
+        if prefix > len(prev):
+            raise OcdbtFormatError("prefix longer than the previous string")
+        out.append(prev[:prefix] + r.take(suffix))
+    return out
+
+
+def decode_node(encoded: bytes, ref: NodeRef) -> tuple[list[NodeRef], dict[bytes, Value]]:
+    """One b-tree node: its children (interior) or its keys and values (leaf)."""
+    r = _body(encoded, BTREE_MAGIC)
+    height = r.byte()
+    if height != ref.height:
+        raise OcdbtFormatError("unexpected node height")
+    files = _data_files(r, ref.base)
+    n = r.varint()
+    if n == 0:
+        raise OcdbtFormatError("empty node")
+    keys, subtree = _keys(r, n, height > 0)
+    if height > 0:
+        refs = _refs(r, files, n)
+        children = []
+        for key, common, (base, path, off, length) in zip(keys, subtree, refs, strict=True):
+            children.append(NodeRef(path, off, length, height - 1, base, ref.prefix + key[:common]))
+        return children, {}
+    lengths = r.varints(n)
+    kinds = list(r.take(n))
+    if any(k > 1 for k in kinds):
+        raise OcdbtFormatError("unknown value kind")
+    indirect = [i for i in range(n) if kinds[i] == 1]
+    ids = r.varints(len(indirect))
+    offsets = r.varints(len(indirect))
+    values: dict[bytes, Value] = {}
+    for i, file_id, off in zip(indirect, ids, offsets, strict=True):
+        if file_id >= len(files):
+            raise OcdbtFormatError("data file id out of range")
+        base, rel = files[file_id]
+        values[ref.prefix + keys[i]] = (base + rel, off, lengths[i])
+    for i in range(n):
+        if kinds[i] == 0:
+            values[ref.prefix + keys[i]] = r.take(lengths[i])
+    return [], values
+
+
+def read_values(
+    manifest: bytes, fetch: Fetch, wanted: Callable[[bytes], bool] | None = None
+) -> dict[bytes, Value]:
+    """Every key of the latest version (those ``wanted`` says yes to), with its value: the
+    nodes are fetched a level at a time, each level in one call of ``fetch``."""
+    root = read_root(manifest)
+    level = [] if root is None else [root]
+    out: dict[bytes, Value] = {}
+    while level:
+        if level[0].height > MAX_HEIGHT:
+            raise OcdbtFormatError("tree too deep")
+        encoded = fetch([(n.path, n.offset, n.length) for n in level])
+        below: list[NodeRef] = []
+        for node, data in zip(level, encoded, strict=True):
+            if len(data) != node.length:
+                raise OcdbtFormatError("node shorter than its reference")
+            children, values = decode_node(data, node)
+            below += children
+            out.update((k, v) for k, v in values.items() if wanted is None or wanted(k))
+        level = below
+    return out

@@ -1,0 +1,71 @@
+"""The OCDBT reader without TensorStore (``format/ocdbt.py``) returns exactly the keys and values
+TensorStore reads, on every database of the committed fixtures (Orbax 0.4-0.12, merged roots and
+per-process databases, zarr2 and zarr3), and refuses damage instead of guessing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ckpt_cli.core.format import codecs
+from ckpt_cli.core.format.ocdbt import Fetch, OcdbtFormatError, Value, read_values
+from tests.conftest import FIXTURES
+
+ROOT = FIXTURES.parent
+DATABASES = sorted(
+    {p.parent for p in (ROOT / "ckpts").rglob("manifest.ocdbt")}
+    | {p.parent for p in (ROOT / "matrix").rglob("manifest.ocdbt")}
+)
+
+pytestmark = pytest.mark.skipif(not codecs.available(), reason="no libzstd or google_crc32c here")
+
+
+def _fetch(db: Path) -> Fetch:
+    def fetch(refs: list[tuple[str, int, int]]) -> list[bytes]:
+        out = []
+        for path, offset, length in refs:
+            with open(db / path, "rb") as f:
+                f.seek(offset)
+                out.append(f.read(length))
+        return out
+
+    return fetch
+
+
+def _value(db: Path, v: Value) -> bytes:
+    return v if isinstance(v, bytes) else _fetch(db)([v])[0]
+
+
+def test_every_fixture_database_reads_as_tensorstore_reads_it() -> None:
+    import tensorstore as ts
+
+    assert len(DATABASES) > 100  # ckpts and the version matrix
+    for db in DATABASES:
+        ours = read_values((db / "manifest.ocdbt").read_bytes(), _fetch(db))
+        kv = ts.KvStore.open({"driver": "ocdbt", "base": f"file://{db}/"}).result()
+        keys = kv.list().result()
+        assert keys, db
+        assert sorted(ours) == sorted(keys), db
+        for key in keys:
+            assert _value(db, ours[key]) == kv.read(key).result().value, (db, key)
+
+
+def test_a_flipped_byte_in_a_node_is_refused(tmp_path: Path) -> None:
+    db = ROOT / "ckpts" / "seed_mlp" / "500" / "default"
+    fetch = _fetch(db)
+
+    def flipped(refs: list[tuple[str, int, int]]) -> list[bytes]:
+        return [bytes([d[0], d[1] ^ 0xFF, *d[2:]]) if d else d for d in fetch(refs)]
+
+    manifest = (db / "manifest.ocdbt").read_bytes()
+    assert read_values(manifest, fetch)
+    with pytest.raises(OcdbtFormatError):
+        read_values(manifest, flipped)
+    broken = bytearray(manifest)
+    broken[-10] ^= 0x01
+    with pytest.raises(OcdbtFormatError):
+        read_values(bytes(broken), fetch)
+    for cut in (0, 7, 17, len(manifest) - 1):
+        with pytest.raises(OcdbtFormatError):
+            read_values(manifest[:cut], fetch)

@@ -1,0 +1,59 @@
+"""Small reads on a bucket (metadata files, zarr headers, OCDBT nodes) without TensorStore.
+
+Damaged items: ``inspect`` reads their metadata directly where it can (``format/headers.py``)
+and gives way to TensorStore where the bytes are not what they should be, so that it answers as
+it does on disk: the same exit code, the same document when it succeeds. With a proxy in the
+environment the reads go through botocore's ``get_object``, which knows how to use it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import FIXTURES
+from tests.remote.conftest import S3
+from tests.remote.test_remote_read import normalized
+
+DAMAGED = FIXTURES.parent / "damaged"
+NAMES = sorted(
+    p.name for p in DAMAGED.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))
+)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_inspect_of_a_damaged_item_answers_as_on_disk(
+    cli: Any, s3: S3, s3_prefix: str, name: str
+) -> None:
+    assert NAMES
+    local = str(DAMAGED / name)
+    url = s3.put_dir(DAMAGED / name, f"{s3_prefix}/{name}")
+    a = cli("inspect", local, "--json")
+    b = cli("inspect", url, "--json")
+    assert a.code == b.code, (a.stderr, b.stderr)
+    if a.code == 0:
+        assert normalized(b.json(), "", "") == normalized(a.json(), local, url)
+    else:
+        assert b.json()["error"]["code"] == a.json()["error"]["code"]
+
+
+def test_reads_go_through_botocore_when_a_proxy_is_set(
+    cli: Any, s3: S3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ckpt_cli.core.storage.s3 import S3Store
+
+    calls: list[str] = []
+    real = S3Store._get_object
+
+    def counted(self: S3Store, key: str, headers: dict[str, str]) -> bytes | None:
+        calls.append(key)
+        return real(self, key, headers)
+
+    monkeypatch.setattr(S3Store, "_get_object", counted)
+    # An HTTPS proxy that the test server's plain-HTTP endpoint never goes through.
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    local, url = str(FIXTURES / "seed_mlp"), s3.fixture("seed_mlp")
+    a, b = cli("inspect", local, "--json"), cli("inspect", url, "--json")
+    assert a.code == b.code == 0, b.stderr
+    assert normalized(b.json(), "", "") == normalized(a.json(), local, url)
+    assert any(k.endswith("/_METADATA") for k in calls), calls
