@@ -19,6 +19,7 @@ from ckpt_cli.core.safetensors.header import (
     METADATA_KEY,
     Header,
     layout,
+    parse_json_int,
     plan_header,
     tensor_bytes,
 )
@@ -143,8 +144,8 @@ def parse_index(raw: bytes, where: str) -> ShardIndex:
         )
 
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        doc = json.loads(raw.decode("utf-8"), parse_int=parse_json_int)
+    except (ValueError, RecursionError) as e:
         raise bad(f"not valid JSON: {e}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("weight_map"), dict):
         raise bad("no 'weight_map' object")
