@@ -159,7 +159,8 @@ def parse_index(raw: bytes, where: str) -> ShardIndex:
     if not isinstance(meta, dict):
         raise bad("'metadata' is not an object")
     total = meta.get("total_size")
-    total_size = (
-        int(total) if isinstance(total, (int, float)) and not isinstance(total, bool) else None
-    )
+    # Informative only: any integer, or a float standing for one (NaN, 1e400: none).
+    if isinstance(total, float) and total.is_integer():
+        total = int(total)
+    total_size = total if isinstance(total, int) and not isinstance(total, bool) else None
     return ShardIndex(dict(weight_map), total_size, meta)
