@@ -50,6 +50,7 @@ CASES = [
     ("file_crc past 32 bits", setter(file_crc=1 << 40), None, "file_crc"),
     ("layout a number", setter(layout=7), None, "layout"),
     ("cursor past the last leaf", setter(cursor=1000 << 32), None, "leaf 1,000"),
+    ("cursor past its leaf's blocks", setter(cursor=(1 << 32) - 1), None, "block 4,294,967,295"),
     ("of_bytes of another item", setter(of_bytes=1), None, "bytes of arrays"),
     ("covered past the cursor", setter(covered_bytes=10_000), None, "more than precede"),
     ("another layout", setter(layout="0" * 64), None, "other arrays"),

@@ -198,14 +198,16 @@ def load_state(item: Location) -> tuple[RotationState | None, str | None]:
 
 def state_mismatch(state: RotationState, leaf_bytes: list[int]) -> str | None:
     """Why a well-formed state does not fit the item whose arrays (in name order) hold
-    ``leaf_bytes``, or None: another size, a cursor past the last leaf, more bytes covered
-    than precede the cursor's leaf end."""
+    ``leaf_bytes``, or None: another size, a cursor past the last leaf or past its leaf's
+    blocks, more bytes covered than precede the cursor's leaf end."""
     size = sum(leaf_bytes)
     if state.of_bytes != size:
         return f"it is for {state.of_bytes:,} bytes of arrays, the item has {size:,}"
-    leaf = state.cursor >> 32
+    leaf, block = state.cursor >> 32, state.cursor & 0xFFFFFFFF
     if leaf >= len(leaf_bytes):
         return f"its cursor names leaf {leaf:,}, the item has {len(leaf_bytes)}"
+    if block > max(1, leaf_bytes[leaf]):  # a block holds a byte at least
+        return f"its cursor names block {block:,} of a leaf of {leaf_bytes[leaf]:,} bytes"
     if state.covered_bytes > sum(leaf_bytes[: leaf + 1]):
         return f"it counts {state.covered_bytes:,} bytes covered, more than precede its cursor"
     return None
