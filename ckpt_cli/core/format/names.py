@@ -219,8 +219,9 @@ def unencodable(name: str) -> str | None:
 
 
 def leaf_name_problem(name: str, *, ocdbt: bool) -> str | None:
-    """Why a writer (import, migrate, reshard) cannot give a leaf this name, or None: never a
-    name UTF-8 cannot hold; without OCDBT, also never one that cannot be a relative path."""
+    """Why a writer (import, migrate) cannot give a leaf this name, or None: never a name UTF-8
+    cannot hold; without OCDBT, also never one that cannot be a relative path (reshard, which
+    keeps its source's names, checks ``unsafe_as_path`` alone)."""
     return unencodable(name) if ocdbt else unsafe_as_path(name)
 
 

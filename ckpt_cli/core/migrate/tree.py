@@ -192,7 +192,7 @@ def key_types(w: Work, kinds: dict[tuple[str, ...], Any]) -> tuple[int, ...]:
 
 
 class Planned(Protocol):
-    """A leaf a writer plans (``Work``, migrate's ``DestLeaf``, import's ``ImportLeaf``)."""
+    """A leaf a writer plans (``Work``, as migrate and import check them)."""
 
     @property
     def keypath(self) -> tuple[str, ...]: ...
