@@ -13,7 +13,7 @@ Each target starts from a real file (written by the reference safetensors writer
 itself, or by Orbax: the committed fixtures), tries a fixed corpus (every lethal value at the
 top and at each key of the first two levels), then ``EXAMPLES`` hypothesis examples
 (``HEAVY_EXAMPLES`` where a run reads arrays), derandomized: the same inputs every run
-(``CKPT_FAULTS_LONG=1``: 10 times as many, a fresh seed). The suite takes about 35 s of CPU.
+(``CKPT_FAULTS_LONG=1``: 10 times as many, a fresh seed). The suite takes about 25 s of CPU.
 """
 
 from __future__ import annotations
@@ -109,8 +109,9 @@ def _spec(tmp: Path) -> Target:
         {"op": "add", "name": "params.head.bias", "shape": [10], "init": "zeros"},
     ]
     spec.write_text(json.dumps({"rules": rules}))
+    # Without OCDBT: the plan checks every name as a directory too.
     cmd = ["migrate", str(FIXTURES / "seed_mlp"), str(tmp / "out"), "--spec", str(spec)]
-    return Target(spec, [[*cmd, "--dry-run", "--json"], [*cmd, "--no-ocdbt", "--dry-run"]], JSON)
+    return Target(spec, [[*cmd, "--no-ocdbt", "--dry-run", "--json"]], JSON)
 
 
 def _rules(tmp: Path) -> Target:
