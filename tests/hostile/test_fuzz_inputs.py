@@ -269,3 +269,14 @@ def test_no_input_reaches_an_internal_error(cli: Any, tmp_path: Path, name: str)
 
     check()
     assert len(runs) >= examples * len(target.commands)  # every example ran every command
+
+
+@pytest.mark.parametrize("spec", ["[" * 5000, "[" + "9" * 5000 + "]"], ids=["deep", "digits"])
+def test_a_hostile_rule_on_the_command_line_is_a_usage_error(
+    cli: Any, tmp_path: Path, spec: str
+) -> None:
+    src = FIXTURES / "seed_mlp"
+    r = cli("reshard", src, tmp_path / "out", "--mesh", "x=1", "--rule", f"params.*={spec}")
+    assert r.code == 2, r.stderr
+    assert "--rule" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "internal error" not in r.stderr and not (tmp_path / "out").exists()
