@@ -280,3 +280,34 @@ def test_a_hostile_rule_on_the_command_line_is_a_usage_error(
     assert r.code == 2, r.stderr
     assert "--rule" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "internal error" not in r.stderr and not (tmp_path / "out").exists()
+
+
+DIGITS = "9" * 5000
+HOSTILE_OPTIONS = [
+    ("reshard", "--mesh", f"x={DIGITS}"),
+    ("reshard", "--mesh", "x=\u00b2"),  # str.isdigit() takes a superscript 2, int() does not
+    ("reshard", "--max-chunk-bytes", DIGITS),
+    ("reshard", "--memory-limit", f"{DIGITS}GiB"),
+    ("verify", "--max-duration", f"{DIGITS}s"),
+    ("verify", "--max-duration", "999999999999999w"),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value"),
+    HOSTILE_OPTIONS,
+    ids=[f"{o[1]}={o[2][:12]}" for o in HOSTILE_OPTIONS],
+)
+def test_a_hostile_option_value_is_a_usage_error(
+    cli: Any, tmp_path: Path, command: str, option: str, value: str
+) -> None:
+    src = FIXTURES / "seed_mlp"
+    args = (
+        ["reshard", src, tmp_path / "out", "--mesh", "x=1", "--dry-run"]
+        if command == "reshard"
+        else ["verify", src, "--deep"]
+    )
+    r = cli(*args, option, value)
+    assert r.code == 2, r.stderr
+    assert option in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "internal error" not in r.stderr and len(r.stderr) < 400
