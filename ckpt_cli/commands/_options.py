@@ -40,7 +40,10 @@ def parse_size(text: str, option: str) -> int:
     m = _SIZE_RE.fullmatch(text)
     if not m or m.group(2).lower() not in _SIZE_UNITS:
         raise UsageError(f"{option} {text!r} is not a size: use e.g. 512MiB, 1GiB or bytes")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    value = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+    if not value < 1 << 62:  # 5,000 digits make inf; no machine holds 4 EiB
+        raise UsageError(f"{option} {text[:40]!r}: too large a size (the most is 4 EiB)")
+    return int(value)
 
 
 def parse_sample(text: str) -> SampleSpec:

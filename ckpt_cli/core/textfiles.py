@@ -45,4 +45,9 @@ def load_yaml(text: str, what: str) -> Any:
                 )
             return super().compose_node(parent, index)
 
-    return yaml.load(text, Loader=_NoAliases)
+    try:
+        return yaml.load(text, Loader=_NoAliases)
+    except RecursionError:
+        raise RefusedError(f"{what}: nested too deeply to be read") from None
+    except ValueError as e:  # int() past 4,300 digits, raised by the constructor
+        raise RefusedError(f"{what}: {' '.join(str(e).split())[:200]}") from None

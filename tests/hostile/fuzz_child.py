@@ -154,6 +154,21 @@ def mutate(doc: Any, data: Any, value_strategy: Any) -> tuple[Any, list[Any]]:
     return doc, path
 
 
+def fuzz_settings(examples: int, derandomize: bool) -> Any:
+    """The hypothesis settings of every fuzz harness: no deadline (a run may wait on a loaded
+    machine), no example database, every health check off (the examples are slow on purpose)."""
+    from hypothesis import HealthCheck, settings
+
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=derandomize,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+    )
+
+
 def run_cli(args: list[str]) -> tuple[int, str, str]:
     from ckpt_cli.app import main
 
@@ -172,7 +187,7 @@ def run_cli(args: list[str]) -> tuple[int, str, str]:
 
 
 def main() -> None:
-    from hypothesis import HealthCheck, given, settings
+    from hypothesis import given
     from hypothesis import strategies as st
 
     target, examples, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -197,14 +212,7 @@ def main() -> None:
         ["verify", str(root)],
     ]
 
-    @settings(
-        max_examples=examples,
-        deadline=None,
-        database=None,
-        derandomize=derandomize,
-        suppress_health_check=list(HealthCheck),
-        print_blob=False,
-    )
+    @fuzz_settings(examples, derandomize)
     @given(data=st.data())
     def check(data: Any) -> None:
         runs[0] += 1

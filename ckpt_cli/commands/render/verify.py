@@ -143,6 +143,8 @@ def messages(report: VerifyReport, json_out: bool, mark_committed: bool) -> list
                 "runs check them (file sizes always, values with --deep)",
             )
         )
+    if report.rotation is not None:
+        out += [("warning", w) for w in report.rotation.warnings]
     out += [("note", f"marked {m} committed (commit_success.txt)") for m in report.marked_committed]
     if mark_committed and not report.marked_committed:
         out.append(("warning", "not marked committed: the check found errors; nothing was written"))

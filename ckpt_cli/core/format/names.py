@@ -191,18 +191,57 @@ def storage_dir(name: str) -> str:
     return array_prefix(name)[:-1] if name else ""
 
 
+#: The longest directory entry the usual file systems take, in bytes (``NAME_MAX``).
+NAME_MAX = 255
+
+
 def unsafe_as_path(name: str) -> str | None:
     """Why a param name cannot be a relative file path inside an item (plain zarr, no OCDBT),
     or None. Orbax and TensorStore refuse such names there (``..``, ``.``, empty segments, a
-    leading ``/``); inside OCDBT they are plain database keys."""
+    leading ``/``), file systems refuse a NUL byte and entries over ``NAME_MAX`` bytes; inside
+    OCDBT they are plain database keys."""
     if not name:
         return None
+    if why := unencodable(name):
+        return why
+    if "\x00" in name:
+        return "it holds a NUL byte, which no file system takes in a name"
     parts = storage_dir(name).split("/")
     if parts[0] == "":
         return "it starts with /"
     for p in parts:
         if p in ("", ".", ".."):
             return f"it has a path segment {p!r}" if p else "it has an empty path segment"
+        if len(p.encode()) > NAME_MAX:
+            return f"a path segment is {len(p.encode())} bytes, over the {NAME_MAX} of a file name"
+    return None
+
+
+def unencodable(name: str) -> str | None:
+    """Why ``name`` cannot be written as UTF-8 (a lone surrogate, from a JSON ``\\udcff``
+    escape), or None: no key, file name or JSON document of a checkpoint can hold it."""
+    try:
+        name.encode()
+    except UnicodeEncodeError as e:
+        return f"it holds {name[e.start]!r}, which is not a Unicode character (UTF-8 has no form for it)"
+    return None
+
+
+def leaf_name_problem(name: str, *, ocdbt: bool) -> str | None:
+    """Why a writer (import, migrate) cannot give a leaf this name, or None: never a name UTF-8
+    cannot hold; without OCDBT, also never one that cannot be a relative path (reshard, which
+    keeps its source's names, checks ``unsafe_as_path`` alone)."""
+    return unencodable(name) if ocdbt else unsafe_as_path(name)
+
+
+def tree_conflict(keypaths: Collection[tuple[str, ...]]) -> tuple[str, str] | None:
+    """A name that would be both a leaf and a subtree (``a`` and ``a.b``: Orbax restores only
+    ``{a: {b}}`` and loses ``a``), as (the leaf, a leaf below it), or None."""
+    leaves = set(keypaths)
+    for path in keypaths:
+        for i in range(1, len(path)):
+            if path[:i] in leaves:
+                return ".".join(path[:i]), ".".join(path)
     return None
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.storage.base import loads_json
+from ckpt_cli.core.units import short_repr
 from ckpt_cli.errors import InvalidMetadataError, UsageError
 
 Spec = tuple[Any, ...]  # per dimension: None, an axis name, or a tuple of axis names
@@ -165,9 +166,12 @@ class MeshSpec:
         names, sizes = [], []
         for part in text.split(","):
             name, _, size = part.strip().partition("=")
-            if not re.fullmatch(r"[A-Za-z_]\w*", name) or not size.isdigit() or int(size) < 1:
+            # ASCII digits, at most 18 (``isdigit`` takes ``²``; int() refuses 4,300 digits).
+            valid = re.fullmatch(r"[A-Za-z_]\w*", name) and re.fullmatch(r"[0-9]{1,18}", size)
+            if not valid or int(size) < 1:
                 raise UsageError(
-                    f"--mesh {text!r}: expected NAME=SIZE[,NAME=SIZE...], e.g. data=8,model=4"
+                    f"--mesh {short_repr(text, 80)}: expected NAME=SIZE[,NAME=SIZE...], "
+                    "e.g. data=8,model=4"
                 )
             if name in names:
                 raise UsageError(f"--mesh {text!r}: axis {name!r} appears twice")

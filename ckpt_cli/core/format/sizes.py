@@ -9,10 +9,10 @@ through ``ItemStore.read_headers`` (``check_size``), and ``verify`` checks the s
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
-from ckpt_cli.core.units import human_bytes
+from ckpt_cli.core.units import human_bytes, short_repr
 
 
 class Sized(Protocol):
@@ -29,6 +29,26 @@ class Sized(Protocol):
 
     @property
     def num_decoded_chunks(self) -> int: ...
+
+
+#: The largest rank TensorStore (and so Orbax) opens an array with.
+MAX_RANK = 32
+#: The largest dimension TensorStore takes (``kMaxFiniteSize``, 2**62 - 1).
+MAX_DIM = (1 << 62) - 1
+
+
+def shape_problem(shape: Sequence[Any]) -> str | None:
+    """Why ``shape`` (read from outside: a safetensors header, a migrate spec) cannot be the
+    shape of an array TensorStore opens, or None: a rank over ``MAX_RANK``, a dimension that is
+    not an integer in ``[0, MAX_DIM]``. Checked in integers, before anything is allocated."""
+    if len(shape) > MAX_RANK:
+        return f"rank {len(shape)} is over the {MAX_RANK} dimensions TensorStore and Orbax support"
+    for axis, d in enumerate(shape):
+        if not isinstance(d, int) or isinstance(d, bool) or d < 0:
+            return f"dimension {axis} is {short_repr(d)}, not a non-negative integer"
+        if d > MAX_DIM:
+            return f"dimension {axis} is {short_repr(d)}, over the largest TensorStore takes (2**62 - 1)"
+    return None
 
 
 #: Up to this many decoded chunks a grid is trusted without counting the bytes stored (no listing).

@@ -21,7 +21,6 @@ from typing import Any, ClassVar
 
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.layout import ItemRef, detect
-from ckpt_cli.core.format.names import unsafe_as_path
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.sharding import ShardingInfo
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
@@ -29,7 +28,14 @@ from ckpt_cli.core.migrate import ops, rules, stack
 from ckpt_cli.core.migrate.layout import Layout, layout_for
 from ckpt_cli.core.migrate.spec import MigrationSpec, Rule, load_spec
 from ckpt_cli.core.migrate.target import Difference, abstract_state, compare_target, import_function
-from ckpt_cli.core.migrate.tree import Step, Work, fill_key_types, followers, key_types
+from ckpt_cli.core.migrate.tree import (
+    Step,
+    Work,
+    check_written_leaves,
+    fill_key_types,
+    followers,
+    key_types,
+)
 from ckpt_cli.core.schema import document
 from ckpt_cli.core.state import rng_state_kind
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
@@ -155,16 +161,8 @@ class MigrationPlan:
 
     @property
     def refusal(self) -> RefusedError | None:
-        """Why this plan must not be written (unused rules, a mismatched target, leaves that
-        cannot be directories of a plain item), or None."""
-        if not self.write.ocdbt:
-            for leaf in self.leaves:
-                if leaf.expr is not None and (why := unsafe_as_path(leaf.name)):
-                    return RefusedError(
-                        f"leaf {leaf.name!r} cannot be stored without OCDBT ({why}); "
-                        "nothing written",
-                        hint="drop --no-ocdbt, or rename the leaf with a rule",
-                    )
+        """Why this plan must not be written (unused rules, a mismatched target), or None;
+        ``plan_migration`` has refused names and shapes no writer can write."""
         if self.unused_rules and not self.allow_unused:
             return RefusedError(
                 f"{', '.join(self.unused_rules)} matched no leaf; nothing written",
@@ -262,7 +260,9 @@ def plan_migration(
     ref = resolve_item(_open(source, storage), step, item)
     report = inspect_item(ref)
     skipped: list[Skip] = []
-    leaves, dropped, unused = apply_spec(report, parsed, write.max_chunk_bytes, skipped)
+    leaves, dropped, unused = apply_spec(
+        report, parsed, write.max_chunk_bytes, skipped, ocdbt=write.ocdbt
+    )
     plan = MigrationPlan(
         parsed,
         leaves,
@@ -307,10 +307,16 @@ def apply_spec(
     spec: MigrationSpec,
     max_chunk_bytes: int,
     skipped: list[Skip] | None = None,
+    *,
+    ocdbt: bool | None = None,
 ) -> tuple[tuple[DestLeaf, ...], tuple[str, ...], tuple[str, ...]]:
     """The spec's rules applied in order: (destination leaves, dropped source leaves, labels
-    of the rules that matched nothing); ``skipped`` collects the PRNG state rules left alone."""
+    of the rules that matched nothing); ``skipped`` collects the PRNG state rules left alone.
+    With ``ocdbt`` (a checkpoint is written, with or without OCDBT) the leaves are checked
+    (``check_written_leaves``) before any layout is computed."""
     work, unused = apply_rules([Work.from_leaf(leaf) for leaf in report.leaves], spec, skipped)
+    if ocdbt is not None:
+        check_written_leaves(work, ocdbt=ocdbt)
     default = _default_sharding(report.leaves)
     sources = {leaf.name: leaf for leaf in report.leaves}
     kinds = fill_key_types(work)

@@ -9,6 +9,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ckpt_cli.core.format.names import tree_conflict
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.migrate.initializers import FAN_KINDS, Initializer, numpy_dtype
 from ckpt_cli.core.migrate.spec import Rule
@@ -359,13 +360,8 @@ def check_unique(rule: Rule, out: list[Work]) -> None:
 
 def check_tree(rule: Rule, work: list[Work]) -> None:
     """A name may not be both a leaf and a subtree (``a.b`` and ``a.b.c``)."""
-    leaves = {w.keypath for w in work}
-    for w in _followers_last(work):
-        for i in range(1, len(w.keypath)):
-            if w.keypath[:i] in leaves:
-                raise RefusedError(
-                    f"{rule.label}: {'.'.join(w.keypath[:i])!r} would be a leaf and also hold {w.name!r}"
-                )
+    if clash := tree_conflict([w.keypath for w in _followers_last(work)]):
+        raise RefusedError(f"{rule.label}: {clash[0]!r} would be a leaf and also hold {clash[1]!r}")
 
 
 def _fits(rule: Rule, dtype: str, value: Any, where: str) -> Any:

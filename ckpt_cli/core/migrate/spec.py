@@ -26,6 +26,7 @@ from ckpt_cli.core.format.names import literal_name
 from ckpt_cli.core.migrate.initializers import FAN_KINDS, Initializer, parse_init
 from ckpt_cli.core.regex import Match, PatternError, Regex
 from ckpt_cli.core.textfiles import load_yaml, read_limited
+from ckpt_cli.core.units import short_repr
 from ckpt_cli.errors import RefusedError
 
 DTYPES = (
@@ -164,10 +165,10 @@ def parse_spec(raw: bytes, path: str) -> MigrationSpec:
         doc = {"rules": doc}
     if not isinstance(doc, dict):
         raise RefusedError(f"{where}: expected a mapping with a `rules` list (or a list of rules)")
-    unknown = set(doc) - {"version", "seed", "rules", "comment"}
-    if unknown:
+    unknown = sorted(str(k) for k in set(doc) - {"version", "seed", "rules", "comment"})
+    if unknown:  # YAML keys may be numbers too: compared as text
         raise RefusedError(
-            f"{where}: unknown top-level field {sorted(unknown)[0]!r}{_hint(sorted(unknown)[0], ('version', 'seed', 'rules'))}"
+            f"{where}: unknown top-level field {short_repr(unknown[0])}{_hint(unknown[0], ('version', 'seed', 'rules'))}"
         )
     if doc.get("version", 1) != 1:
         raise RefusedError(
@@ -290,11 +291,14 @@ class _Fields:
 
 def _rule(index: int, item: Any, seed: int, where: str) -> Rule:
     if not isinstance(item, dict):
-        raise RefusedError(f"{where}: rule {index}: expected a mapping with an `op`, got {item!r}")
-    op = item.get("op")
-    if op not in FIELDS:
         raise RefusedError(
-            f"{where}: rule {index}: field 'op': unknown op {op!r}{_hint(str(op), tuple(FIELDS))} "
+            f"{where}: rule {index}: expected a mapping with an `op`, got {short_repr(item)}"
+        )
+    op = item.get("op")
+    if not isinstance(op, str) or op not in FIELDS:
+        raise RefusedError(
+            f"{where}: rule {index}: field 'op': unknown op {short_repr(op)}"
+            f"{_hint(str(op), tuple(FIELDS)) if isinstance(op, str) else ''} "
             f"(ops: {', '.join(FIELDS)})"
         )
     f = _Fields(index, op, item, where)

@@ -12,9 +12,12 @@ leaf's path, the longest one decides which parameter it mirrors. Its *moment pre
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from ckpt_cli.core.format.names import leaf_name_problem, tree_conflict
+from ckpt_cli.core.format.sizes import shape_problem
 from ckpt_cli.core.inspect import Leaf
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.state import mirrored, parameter_index
@@ -186,3 +189,41 @@ def key_types(w: Work, kinds: dict[tuple[str, ...], Any]) -> tuple[int, ...]:
     return tuple(
         t if t is not None else kinds.get(w.keypath[:i], 2) for i, t in enumerate(w.key_types)
     )
+
+
+class Planned(Protocol):
+    """A leaf a writer plans (``Work``, as migrate and import check them)."""
+
+    @property
+    def keypath(self) -> tuple[str, ...]: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def expr(self) -> ops.Node | None: ...
+
+
+def check_written_leaves(leaves: Sequence[Planned], *, ocdbt: bool) -> None:
+    """What every writer of planned leaves (migrate, import) refuses before anything is written:
+    a name that is both a leaf and a subtree, a name the output cannot hold (without OCDBT an
+    array's name is its directory), a shape TensorStore cannot open."""
+    if clash := tree_conflict([leaf.keypath for leaf in leaves]):
+        raise RefusedError(
+            f"leaf {clash[0]!r} would also hold {clash[1]!r}: Orbax restores only the subtree "
+            "and loses the leaf; nothing written",
+            hint="rename one of them (`op: rename`)",
+        )
+    for leaf in leaves:
+        plain = not ocdbt and leaf.expr is not None
+        if why := leaf_name_problem(leaf.name, ocdbt=not plain):
+            raise RefusedError(
+                f"leaf {leaf.name!r} cannot be written{' without OCDBT' if plain else ''} "
+                f"({why}); nothing written",
+                hint="rename it (`op: rename`)" + (", or drop --no-ocdbt" if plain else ""),
+            )
+        if leaf.expr is not None and (problem := shape_problem(leaf.expr.shape)):
+            raise RefusedError(
+                f"leaf {leaf.name!r}: shape: {problem}; nothing written",
+                hint="change the rule or the file that gives it this shape",
+            )

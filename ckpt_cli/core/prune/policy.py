@@ -35,8 +35,14 @@ def parse_duration(text: str, *, option: str = "duration") -> timedelta:
             f"{option}: cannot read {text!r} as a duration",
             hint="use a number and a unit s, m, h, d or w, such as 90m, 36h, 7d, 2w",
         )
-    seconds = sum(int(n) * _UNITS[unit] for n, unit in _PART_RE.findall(compact))
-    return timedelta(seconds=seconds)
+    try:
+        seconds = sum(int(n) * _UNITS[unit] for n, unit in _PART_RE.findall(compact))
+        return timedelta(seconds=seconds)
+    except (ValueError, OverflowError):  # int() of 4,300 digits; past timedelta's 999,999,999 days
+        raise UsageError(
+            f"{option}: {text[:40]!r} is too long a duration",
+            hint="durations go up to 2.7 million years (999,999,999 days)",
+        ) from None
 
 
 def format_duration(delta: timedelta) -> str:

@@ -14,6 +14,7 @@ from ckpt_cli.core.format.names import compile_filter
 from ckpt_cli.core.format.sharding import MeshSpec, Spec
 from ckpt_cli.core.regex import Regex
 from ckpt_cli.core.textfiles import load_yaml, read_limited
+from ckpt_cli.core.units import short_repr
 from ckpt_cli.errors import InvalidMetadataError, NotFoundError, UsageError
 
 
@@ -96,7 +97,7 @@ def inline_rule(text: str) -> dict[str, Any]:
         )
     try:
         return {pattern.strip(): yaml.safe_load(spec)}
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError, ValueError):  # 5,000-deep, 5,000 digits
         raise UsageError(
-            f"--rule {text!r}: the spec is not a YAML list such as [null, model]"
+            f"--rule {short_repr(text, 80)}: the spec is not a YAML list such as [null, model]"
         ) from None

@@ -20,7 +20,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_cli.core.format.sizes import shape_problem
 from ckpt_cli.core.safetensors.dtypes import BITS, RANK
+from ckpt_cli.core.units import short_repr
 from ckpt_cli.errors import InvalidSafetensorsError, RefusedError
 
 LENGTH_BYTES = 8
@@ -169,10 +171,10 @@ def parse_header(raw: bytes, file_size: int, where: str) -> Header:
     if not text.startswith("{"):
         raise bad("header does not start with '{'")
     try:
-        doc = json.loads(text, object_pairs_hook=_no_duplicates)
+        doc = json.loads(text, object_pairs_hook=_no_duplicates, parse_int=parse_json_int)
     except _DuplicateKey as e:
         raise bad(f"header names {e.key!r} twice") from None
-    except (json.JSONDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:
         raise bad(
             f"header is not valid JSON: {getattr(e, 'msg', e)} at byte {getattr(e, 'pos', '?')}"
         ) from None
@@ -233,11 +235,29 @@ def _entry(name: str, info: Any, bad: Any) -> TensorEntry:
     if not isinstance(dtype, str) or dtype not in BITS:
         raise bad(f"tensor {name!r} has unknown dtype {dtype!r}")
     shape, offsets = info["shape"], info["data_offsets"]
-    if not isinstance(shape, list) or not all(_natural(d) for d in shape):
-        raise bad(f"tensor {name!r}: shape {shape!r} is not a list of non-negative integers")
+    if not isinstance(shape, list):
+        raise bad(f"tensor {name!r}: shape is {_kind(shape)}, not a list of non-negative integers")
+    if problem := shape_problem(shape):
+        raise bad(f"tensor {name!r}: shape: {problem}")
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(_natural(o) for o in offsets)):
-        raise bad(f"tensor {name!r}: data_offsets {offsets!r} is not [begin, end]")
+        raise bad(f"tensor {name!r}: data_offsets {short_repr(offsets, 80)} is not [begin, end]")
     return TensorEntry(name, dtype, tuple(shape), offsets[0], offsets[1])
+
+
+class LongNumber:
+    """A JSON integer of more digits than any size can have, kept as its length: ``int()`` of
+    over 4,300 digits raises inside ``json.loads``, and the message should name the field."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"<a {self.digits}-digit number>"
+
+
+def parse_json_int(text: str) -> int | LongNumber:
+    """``json.loads``'s ``parse_int`` for outside input: 40 digits hold every u64 and more."""
+    return int(text) if len(text) <= 40 else LongNumber(len(text.lstrip("-")))
 
 
 def _natural(v: Any) -> bool:

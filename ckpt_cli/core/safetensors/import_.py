@@ -21,7 +21,13 @@ from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.sharding import MeshSpec, ShardingInfo, shard_shape, split_chunk
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.migrate.spec import MigrationSpec
-from ckpt_cli.core.migrate.tree import Step, Work, fill_key_types, key_types
+from ckpt_cli.core.migrate.tree import (
+    Step,
+    Work,
+    check_written_leaves,
+    fill_key_types,
+    key_types,
+)
 from ckpt_cli.core.reshard.rules import Rule
 from ckpt_cli.core.safetensors.dtypes import TO_NUMPY
 from ckpt_cli.core.safetensors.reader import SafetensorsReader, check_against_index, find_files
@@ -209,7 +215,7 @@ def plan_import(
         rule_list = rules
     plan = _plan(
         os.fspath(src), os.fspath(dst), parsed, target_mesh, rule_list, step,
-        write.max_chunk_bytes, allow_unused,
+        write, allow_unused,
     )  # fmt: skip
     plan = dataclasses.replace(plan, write=write, storage=storage)
     if target:
@@ -224,7 +230,7 @@ def _plan(
     mesh: MeshSpec | None,
     rules: Sequence[Rule],
     step: int,
-    max_chunk_bytes: int,
+    write: WriteOptions,
     allow_unused: bool,
 ) -> ImportPlan:
     files, work, metadata = source_work(src)
@@ -239,16 +245,19 @@ def _plan(
                 f"{', '.join(unused)} matched no tensor; nothing written",
                 hint="--dry-run lists the leaves; --allow-unused goes on without them",
             )
-    kinds = fill_key_types(work)
-    used_rules: set[str] = set()
-    leaves = []
     for w in work:
         if w.expr is None:
             raise RefusedError(
                 f"tensor {w.origin!r} is {w.value_type.split()[-1]}: ckpt does not convert this safetensors dtype; nothing written",
                 hint="drop it with a spec rule (`op: drop`)",
             )
-        leaves.append(_layout(w, key_types(w, kinds), mesh, rules, max_chunk_bytes, used_rules))
+    check_written_leaves(work, ocdbt=write.ocdbt)
+    kinds = fill_key_types(work)
+    used_rules: set[str] = set()
+    leaves = [
+        _layout(w, key_types(w, kinds), mesh, rules, write.max_chunk_bytes, used_rules)
+        for w in work
+    ]
     reached = {s for leaf in leaves for s in leaf.sources}
     unused_partition = [r.pattern for r in rules if r.pattern not in used_rules]
     if unused_partition and not allow_unused:

@@ -19,6 +19,7 @@ from ckpt_cli.core.safetensors.header import (
     METADATA_KEY,
     Header,
     layout,
+    parse_json_int,
     plan_header,
     tensor_bytes,
 )
@@ -143,8 +144,8 @@ def parse_index(raw: bytes, where: str) -> ShardIndex:
         )
 
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        doc = json.loads(raw.decode("utf-8"), parse_int=parse_json_int)
+    except (ValueError, RecursionError) as e:
         raise bad(f"not valid JSON: {e}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("weight_map"), dict):
         raise bad("no 'weight_map' object")
@@ -158,7 +159,8 @@ def parse_index(raw: bytes, where: str) -> ShardIndex:
     if not isinstance(meta, dict):
         raise bad("'metadata' is not an object")
     total = meta.get("total_size")
-    total_size = (
-        int(total) if isinstance(total, (int, float)) and not isinstance(total, bool) else None
-    )
+    # Informative only: any integer, or a float standing for one (NaN, 1e400: none).
+    if isinstance(total, float) and total.is_integer():
+        total = int(total)
+    total_size = total if isinstance(total, int) and not isinstance(total, bool) else None
     return ShardIndex(dict(weight_map), total_size, meta)

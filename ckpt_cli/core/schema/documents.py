@@ -233,6 +233,8 @@ class RotationJSON(TypedDict):
     of_bytes: int
     cycles_completed: int
     cycle_complete: bool
+    #: A state file not used (damaged, or not the item's: a new cycle starts) or not written.
+    warnings: list[str]
 
 
 class CheckedJSON(TypedDict):

@@ -26,10 +26,19 @@ from typing import Any
 from ckpt_cli._version import __version__
 from ckpt_cli.core.format.digests import STATE_FILE
 from ckpt_cli.core.storage import Location
+from ckpt_cli.core.units import short_repr
 from ckpt_cli.errors import CkptError, UsageError
 
 Clock = Callable[[], float]
-__all__ = ["STATE_FILE", "Deadline", "RotationState", "read_state", "write_state"]
+__all__ = [
+    "STATE_FILE",
+    "Deadline",
+    "RotationState",
+    "load_state",
+    "read_state",
+    "state_mismatch",
+    "write_state",
+]
 
 STATE_FORMAT = "ckpt-verify-state"
 STATE_VERSION = 1
@@ -133,32 +142,75 @@ def fingerprint(parts: list[str]) -> str:
     return h.hexdigest()
 
 
+#: Counts and offsets of a state are below this (a JSON reader keeps them exact up to 2**53).
+_STATE_INT_LIMIT = 1 << 53
+_INTS = ("cycle", "cursor", "covered_bytes", "of_bytes")
+
+
 def read_state(item: Location) -> RotationState | None:
-    """The item's rotation state; None when absent or unreadable (a new cycle starts: the worst
-    a damaged state file costs is checking some blocks twice)."""
+    """The item's rotation state; None when absent or unusable (``load_state`` says why)."""
+    return load_state(item)[0]
+
+
+def load_state(item: Location) -> tuple[RotationState | None, str | None]:
+    """The item's rotation state, or (None, why it is not used): absent (why None), unreadable,
+    of another format or version, a field missing, of the wrong type or out of range (a float,
+    NaN, 1e400, a negative or astronomic number). The file is outside input: a new cycle starts
+    instead (the worst a damaged state costs is checking some blocks twice)."""
     try:
         raw = item.child(STATE_FILE).read_json_if_exists()
-    except CkptError:
-        return None
+    except CkptError as e:
+        return None, f"it cannot be read ({e.message})"
+    if raw is None:
+        return None, None
     if not isinstance(raw, dict) or raw.get("format") != STATE_FORMAT:
-        return None
+        return None, f"it is not a {STATE_FORMAT} document"
     if raw.get("version") != STATE_VERSION:
-        return None
-    try:
-        return RotationState(
-            layout=str(raw["layout"]),
-            record=None if raw.get("record") is None else str(raw["record"]),
-            cycle=int(raw["cycle"]),
-            cycle_started_at=str(raw["cycle_started_at"]),
-            cursor=int(raw["cursor"]),
-            covered_bytes=int(raw["covered_bytes"]),
-            of_bytes=int(raw["of_bytes"]),
-            last_run_at=str(raw["last_run_at"]),
-            file_offset=int(raw.get("file_offset", 0)),
-            file_crc=None if raw.get("file_crc") is None else int(raw["file_crc"]),
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
+        return None, f"it has version {short_repr(raw.get('version'))}, not {STATE_VERSION}"
+    for key in (*_INTS, "file_offset", "file_crc"):
+        value = raw.get(key, 0 if key == "file_offset" else None)
+        if value is None and key == "file_crc":
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            return None, f"field {key!r} is {short_repr(value)}, not an integer"
+        limit = 1 << 32 if key == "file_crc" else _STATE_INT_LIMIT
+        if not 0 <= value < limit:
+            return None, f"field {key!r} is {short_repr(value)}, out of range"
+    for key in ("layout", "cycle_started_at", "last_run_at"):
+        if not isinstance(raw.get(key), str):
+            return None, f"field {key!r} is {short_repr(raw.get(key))}, not a string"
+    if raw.get("record") is not None and not isinstance(raw["record"], str):
+        return None, f"field 'record' is {short_repr(raw['record'])}, not a string"
+    state = RotationState(
+        layout=raw["layout"],
+        record=raw.get("record"),
+        cycle=raw["cycle"],
+        cycle_started_at=raw["cycle_started_at"],
+        cursor=raw["cursor"],
+        covered_bytes=raw["covered_bytes"],
+        of_bytes=raw["of_bytes"],
+        last_run_at=raw["last_run_at"],
+        file_offset=raw.get("file_offset", 0),
+        file_crc=raw.get("file_crc"),
+    )
+    return state, None
+
+
+def state_mismatch(state: RotationState, leaf_bytes: list[int]) -> str | None:
+    """Why a well-formed state does not fit the item whose arrays (in name order) hold
+    ``leaf_bytes``, or None: another size, a cursor past the last leaf or past its leaf's
+    blocks, more bytes covered than precede the cursor's leaf end."""
+    size = sum(leaf_bytes)
+    if state.of_bytes != size:
+        return f"it is for {state.of_bytes:,} bytes of arrays, the item has {size:,}"
+    leaf, block = state.cursor >> 32, state.cursor & 0xFFFFFFFF
+    if leaf >= len(leaf_bytes):
+        return f"its cursor names leaf {leaf:,}, the item has {len(leaf_bytes)}"
+    if block > max(1, leaf_bytes[leaf]):  # a block holds a byte at least
+        return f"its cursor names block {block:,} of a leaf of {leaf_bytes[leaf]:,} bytes"
+    if state.covered_bytes > sum(leaf_bytes[: leaf + 1]):
+        return f"it counts {state.covered_bytes:,} bytes covered, more than precede its cursor"
+    return None
 
 
 def write_state(item: Location, state: RotationState) -> None:

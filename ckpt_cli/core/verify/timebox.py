@@ -22,7 +22,8 @@ from ckpt_cli.core.verify.budget import (
     Deadline,
     RotationState,
     fingerprint,
-    read_state,
+    load_state,
+    state_mismatch,
     write_state,
 )
 from ckpt_cli.core.verify.deep import deep_item
@@ -58,7 +59,8 @@ def budgeted_deep(
     clock: Callable[[], float] = time.monotonic,
 ) -> tuple[list[DataResult | None], Coverage, Rotation | None, list[str]]:
     """The deep level under ``options.max_duration``; returns the results per item, the
-    coverage, the rotation state (with ``rotate``) and warnings (a state file not written)."""
+    coverage, the rotation state (with ``rotate``) and warnings (a state file not used: damaged,
+    or kept for other arrays; a state file not written)."""
     deadline = Deadline(options.max_duration, clock, started)
     deadline.start_data()
 
@@ -74,11 +76,22 @@ def budgeted_deep(
     wants = [options.record or f.record is not None for f in facts]
     layouts = [_layout(f, options.budget, w) for f, w in zip(facts, wants, strict=True)]
     records = [_record_hash(b) if b and options.rotate else None for b in bases]
-    states: list[RotationState | None] = []
-    for base, layout, record in zip(bases, layouts, records, strict=True):
-        st = read_state(base) if (options.rotate and base is not None) else None
-        states.append(st if st and (st.layout, st.record) == (layout, record) else None)
     sizes = [sum(info.nbytes for info, _ in f.arrays.values()) for f in facts]
+    warnings: list[str] = []
+    states: list[RotationState | None] = []
+    for f, base, layout, record in zip(facts, bases, layouts, records, strict=True):
+        st, why = load_state(base) if (options.rotate and base is not None) else (None, None)
+        if st is not None and st.layout != layout:
+            why = "it was kept for other arrays or another --budget"
+        elif st is not None and st.record != record:
+            why = f"{DIGEST_FILE} changed since (digests recorded again)"
+        elif st is not None:
+            why = state_mismatch(st, [f.arrays[n][0].nbytes for n in sorted(f.arrays)])
+        if why is not None:
+            shown = f"{f.shown_as}/{STATE_FILE}".lstrip("./") or STATE_FILE
+            warnings.append(f"{shown} not used, a new rotation cycle starts: {why}")
+            st = None
+        states.append(st)
 
     def covered_share(i: int) -> float:
         st = states[i]
@@ -105,7 +118,6 @@ def budgeted_deep(
     )
     if not options.rotate:
         return results, coverage, None, []
-    warnings: list[str] = []
     files, covered, cycles, complete = [], 0, [], True
     for i, (facts_i, r) in enumerate(zip(facts, results, strict=True)):
         base, st = bases[i], states[i]
@@ -115,7 +127,8 @@ def budgeted_deep(
         cycle = st.cycle if st else 0
         if r.resume_at is None:  # read to the end: the cycle is complete
             new = RotationState(layouts[i], records[i], cycle + 1, _now(), 0, 0, sizes[i], _now())
-            covered += sizes[i]
+            # What this cycle read, never what the state claims: a stale cursor covers less.
+            covered += min(sizes[i], done_before + r.bytes_decoded)
         else:
             complete = False
             li, block = r.resume_at
@@ -136,5 +149,7 @@ def budgeted_deep(
             files.append(f"{facts_i.shown_as}/{STATE_FILE}".lstrip("./") or STATE_FILE)
         except CkptError as e:
             warnings.append(f"rotation state not written for {facts_i.shown_as}: {e.message}")
-    rotation = Rotation(tuple(files), covered, sum(sizes), min(cycles, default=0), complete)
+    rotation = Rotation(
+        tuple(files), covered, sum(sizes), min(cycles, default=0), complete, tuple(warnings)
+    )
     return results, coverage, rotation, warnings

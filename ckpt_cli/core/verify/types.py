@@ -140,6 +140,8 @@ class Rotation:
     of_bytes: int
     cycles_completed: int  # the fewest completed cycles of any item
     cycle_complete: bool  # this run completed the cycle of every item it checked
+    #: State files not used (damaged, or not this item's) or not written; one line each.
+    warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -148,6 +150,7 @@ class Rotation:
             "of_bytes": self.of_bytes,
             "cycles_completed": self.cycles_completed,
             "cycle_complete": self.cycle_complete,
+            "warnings": list(self.warnings),
         }
 
 
@@ -192,7 +195,8 @@ class VerifyReport:
     """Everything one ``verify`` run found, ready to render as a table, JSON or JUnit."""
 
     path: str
-    SCHEMA_VERSION: ClassVar[int] = 2  # 2: problems name every leaf they hurt (leaves)
+    #: 2: problems name every leaf they hurt (leaves); 3: rotation.warnings.
+    SCHEMA_VERSION: ClassVar[int] = 3
     kind: str  # root | step | item
     level: str  # structure | deep | sample
     items: tuple[ItemCheck, ...]
