@@ -79,7 +79,7 @@ demo: $(STAMP)
 	$(PY) examples/train_mlp.py --workdir $(DEMO)-wide --hidden 128 --steps 700
 	$(CKPT) ls $(DEMO)-wide
 	@echo "== ckpt export: step 600 to PyTorch nn.Linear names and layout (safetensors), streamed"
-	rm -rf $(DEMO)-pt $(DEMO)-back $(DEMO)-pt-bad.safetensors $(DEMO)-bad $(DEMO)-llama $(DEMO)-llama-hf $(DEMO)-llama-back
+	rm -rf $(DEMO)-pt $(DEMO)-back $(DEMO)-pt-bad.safetensors $(DEMO)-rank40.safetensors $(DEMO)-bad $(DEMO)-llama $(DEMO)-llama-hf $(DEMO)-llama-back
 	$(CKPT) export $(DEMO) $(DEMO)-pt --step 600 --spec examples/mlp_to_pytorch.yaml
 	@echo "== the safetensors library loads it"
 	$(PY) -c "import safetensors.numpy as s; t = s.load_file('$(DEMO)-pt/model.safetensors'); print({k: (str(v.dtype), v.shape) for k, v in sorted(t.items())})"
@@ -95,6 +95,9 @@ demo: $(STAMP)
 	@echo "== a truncated safetensors file: one line, exit 3, nothing written"
 	$(PY) -c "b = open('$(DEMO)-pt/model.safetensors', 'rb').read(); open('$(DEMO)-pt-bad.safetensors', 'wb').write(b[:-5])"
 	$(CKPT) import $(DEMO)-pt-bad.safetensors $(DEMO)-bad || true
+	@echo "== a hostile header (a shape of 40 dimensions): refused before anything is allocated, one line naming the field, exit 3"
+	$(PY) -c "import json, struct; h = json.dumps({'x': {'dtype': 'F32', 'shape': [1] * 40, 'data_offsets': [0, 4]}}).encode(); open('$(DEMO)-rank40.safetensors', 'wb').write(struct.pack('<Q', len(h)) + h + bytes(4))"
+	$(CKPT) import $(DEMO)-rank40.safetensors $(DEMO)-bad || true
 	@echo "== ckpt prune --dry-run: the plan (keep with reasons, delete with sizes); nothing changes"
 	$(CKPT) prune $(DEMO) --keep-last 1 --keep-every 500 --dry-run
 	@echo "== ckpt prune --yes: delete what no rule keeps (step 400)"
@@ -123,6 +126,8 @@ demo: $(STAMP)
 	@echo "== ckpt cp: the run into the bucket (data first, commit markers last, checked against the recorded digests), and back"
 	$(S3CKPT) cp $(DEMO) s3://demo/exp7-copy --verify
 	$(S3CKPT) ls s3://demo/exp7-copy
+	@echo "== ls -v: how the bucket was listed (parallel ranges proven complete, or one plain listing) and open multipart uploads"
+	$(S3CKPT) ls -v s3://demo/exp7-copy
 	$(S3CKPT) cp s3://demo/exp7-copy $(DEMO)-copy
 	diff -r -x _CKPT_VERIFY_STATE.json $(DEMO) $(DEMO)-copy && echo "the copy back is byte-identical"
 	@echo "== the same cp again: every file is already there (size, and the bucket's ETag against the source's bytes: nothing read back), nothing is written"

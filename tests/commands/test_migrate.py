@@ -270,7 +270,7 @@ def test_failure_in_the_data_leaves_no_step(cli, tmp_path: Path) -> None:  # typ
     r = cli("migrate", SEED, out, "--spec", spec)
     assert r.code == 3 and "rule 2 (cast): cannot cast leaf 'params.Dense_1.bias'" in r.stderr
     assert "beyond the range of float16" in r.stderr
-    assert sorted(p.name for p in out.iterdir()) == []
+    assert not out.exists()  # the run made it: nothing is left that was not there before
 
 
 def test_initialised_values_do_not_depend_on_chunking(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
