@@ -238,7 +238,13 @@ def _entry(name: str, info: Any, bad: Any) -> TensorEntry:
     if not isinstance(shape, list):
         raise bad(f"tensor {name!r}: shape is {_kind(shape)}, not a list of non-negative integers")
     if problem := shape_problem(shape):
-        raise bad(f"tensor {name!r}: shape: {problem}")
+        unopenable = bad(f"tensor {name!r}: shape: {problem}")
+        if problem.startswith("rank") or "largest" in problem:
+            # Possibly valid safetensors, but no Orbax checkpoint can hold such an array.
+            unopenable.hint = (
+                "the file may be valid safetensors, but no Orbax checkpoint can hold this tensor"
+            )
+        raise unopenable
     if not (isinstance(offsets, list) and len(offsets) == 2 and all(_natural(o) for o in offsets)):
         raise bad(f"tensor {name!r}: data_offsets {short_repr(offsets, 80)} is not [begin, end]")
     return TensorEntry(name, dtype, tuple(shape), offsets[0], offsets[1])
