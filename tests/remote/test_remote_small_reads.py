@@ -57,3 +57,44 @@ def test_reads_go_through_botocore_when_a_proxy_is_set(
     assert a.code == b.code == 0, b.stderr
     assert normalized(b.json(), "", "") == normalized(a.json(), local, url)
     assert any(k.endswith("/_METADATA") for k in calls), calls
+
+
+def test_a_redirect_of_the_lean_read_is_followed_by_botocore(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """AWS answers a presigned GET to the wrong region with a redirect (301/307, or 400 naming
+    the region): the lean path gives way to botocore's ``get_object``, which knows the rules.
+    A real HTTP server on 127.0.0.1 redirects every presigned GET (its query is signed) and
+    serves botocore's signed-header GET."""
+    import http.server
+    import threading
+
+    from ckpt_cli.core.storage.options import StorageOptions
+    from ckpt_cli.core.storage.s3 import S3Store
+
+    seen: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            presigned = "X-Amz-Signature" in self.path or "Signature=" in self.path
+            seen.append("presigned" if presigned else "signed")
+            body = b"" if presigned else b'{"ok": 1}'
+            self.send_response(301 if presigned else 200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        store = S3Store("b", StorageOptions(s3_endpoint=endpoint))
+        assert store.read_object("k/_CHECKPOINT_METADATA") == b'{"ok": 1}'
+    finally:
+        server.shutdown()
+    assert seen == ["presigned", "signed"], seen

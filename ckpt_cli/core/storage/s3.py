@@ -205,6 +205,10 @@ class S3Store(ObjectStore):
                     return None
                 if status == 403:
                     raise StorageError(f"access denied by {self.endpoint}: check the credentials")
+                if 300 <= status < 400 or status == 400:
+                    # A bucket in another region (AWS answers 301/400 with the right one):
+                    # botocore follows its redirect rules, this lean path does not.
+                    return self._get_object(key, headers)
                 if status < 500 and status != 429:
                     raise StorageError(f"HTTP {status} from {self.endpoint} reading {key}")
                 last = StorageError(f"HTTP {status} from {self.endpoint} reading {key}")
