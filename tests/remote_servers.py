@@ -154,19 +154,25 @@ class S3Server:
         self.start()
 
     def client(self) -> Any:
-        import botocore.session
-
-        return botocore.session.get_session().create_client(
-            "s3",
-            endpoint_url=self.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+        return s3_client(self.endpoint)
 
     def reset_counts(self) -> None:
         with self._lock:
             self.counts.clear()
+
+
+def s3_client(endpoint: str, config: Any = None) -> Any:
+    """A botocore S3 client of the test credentials for a server on 127.0.0.1."""
+    import botocore.session
+
+    return botocore.session.get_session().create_client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        config=config,
+    )
 
 
 def free_ports(n: int) -> list[int]:
@@ -285,18 +291,11 @@ class SeaweedServer:
             self._dir = None
 
     def client(self, pool: int = 10) -> Any:
-        import botocore.session
         from botocore.config import Config
 
-        return botocore.session.get_session().create_client(
-            "s3",
-            endpoint_url=self.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            config=Config(
-                max_pool_connections=pool, retries={"max_attempts": 8, "mode": "standard"}
-            ),
+        return s3_client(
+            self.endpoint,
+            Config(max_pool_connections=pool, retries={"max_attempts": 8, "mode": "standard"}),
         )
 
     def put_objects(self, objects: Iterable[tuple[str, bytes]]) -> int:
