@@ -236,6 +236,42 @@ def test_prune_in_a_bucket_stops_and_says_what_is_left(
     assert {k.split("/")[1] for k in _objects(server)} == {"1200"}
 
 
+@pytest.mark.parametrize("sig", SIGNALS, ids=_ids)
+def test_a_signal_during_the_lock_release_still_releases_it(
+    slow_bucket: tuple[S3Server, str], sig: signal.Signals
+) -> None:
+    """The signal lands while the prune's last request, the DELETE of its lock object, is on
+    the wire (held at the server, then failed): the lock is released all the same, so the
+    next prune is not refused by a lock nobody holds."""
+    server, url = slow_bucket
+    held, sent = threading.Event(), threading.Event()
+    first = [True]
+
+    def hold_the_lock_delete(kind: str, path: str) -> None:
+        if kind == "DELETE" and path.endswith(".ckpt-prune.lock") and first[0]:
+            first[0] = False
+            held.set()
+            sent.wait(30)
+            time.sleep(0.3)  # the client has taken the signal by now
+            raise ConnectionResetError("held request dropped by the test")
+
+    server.before_request = hold_the_lock_delete
+    env = s3_environment(server.endpoint)
+    args = ["prune", url, "--keep-last", "1", "--yes"]
+
+    def at_the_lock_delete(pid: int) -> bool:
+        if held.is_set():
+            sent.set()
+            return True
+        return False
+
+    run = interrupt(args, sig, env=env, started=at_the_lock_delete, settle_s=0.05)
+    server.before_request = None
+    assert held.is_set() and not first[0]
+    assert run.code == EXIT_FOR[sig], run.describe()
+    assert not [k for k in _objects(server) if k.endswith(".ckpt-prune.lock")], run.describe()
+
+
 @pytest.mark.parametrize(
     "sig",
     [

@@ -339,8 +339,16 @@ class _ObjectLock(Lock):
             return
         loc, self.generation = self.location, None
         # On failure the lock stays; the next prune names it and says how to remove it.
-        with contextlib.suppress(CkptError):
-            loc._delete([loc.key])
+        try:
+            with contextlib.suppress(CkptError):
+                loc._delete([loc.key])
+        except BaseException:
+            # A signal in the middle of the DELETE (the run's last request, where a Ctrl-C
+            # lands often enough): finish releasing, then stop. A second signal meanwhile
+            # ends the process at once (app._on_signal).
+            with contextlib.suppress(Exception):
+                loc._delete([loc.key])
+            raise
 
 
 def _parts(pieces: Iterable[bytes], size: int) -> Iterator[bytes]:
