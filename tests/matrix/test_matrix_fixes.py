@@ -1,4 +1,4 @@
-"""Each wrong answer issue 13 and the matrix found (MATRIX_FINDINGS.md), on a real release's output.
+"""Each wrong answer issue 13 and the matrix found (fixtures/matrix/check_ckpt.py), on a real release's output.
 
 The per-fixture tests (``test_matrix_read.py``, ``test_matrix_write.py``) check every command on
 every fixture; these name each wrong answer once, assert the right one and, where a fix could
