@@ -24,7 +24,7 @@ import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from ckpt_cli.core.compare import Compare, pair_blocks
 from ckpt_cli.core.format.arrays import ItemStore, cached_context
@@ -35,9 +35,9 @@ from ckpt_cli.core.format.blocks import (
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.scan import OPEN_CACHE_BYTES, ScanTask, open_readers, read_block
+from ckpt_cli.core.format.sharding import Shape
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
-from ckpt_cli.core.schema import document
 from ckpt_cli.core.storage import StorageOptions, open_location
 from ckpt_cli.core.units import human_bytes
 from ckpt_cli.errors import CkptError, UsageError, first_line
@@ -63,6 +63,45 @@ STATUSES: tuple[Status, ...] = (
 )
 
 
+class SideJSON(TypedDict):
+    path: str
+    step: int | None
+    item: str
+
+
+class ToleranceJSON(TypedDict):
+    atol: float
+    rtol: float
+
+
+class LeafDiffJSON(TypedDict):
+    name: str
+    status: str
+    dtype: list[str | None]
+    shape: list[Shape | None]
+    elements: int
+    mismatched: int
+    max_abs_diff: float | None
+    max_rel_diff: float | None
+    message: str | None
+
+
+class DiffJSON(TypedDict):
+    """``ckpt diff --json``: leaf by leaf; ``ok`` is ``equal``."""
+
+    schema_version: int
+    ok: bool
+    a: SideJSON
+    b: SideJSON
+    equal: bool
+    tolerance: ToleranceJSON
+    compare_cast: bool
+    #: ``--structure``: names, kinds, dtypes, shapes, shardings compared; no array data read.
+    structure_only: bool
+    summary: dict[str, int]
+    leaves: list[LeafDiffJSON]
+
+
 @dataclass(frozen=True)
 class LeafDiff:
     name: str
@@ -81,7 +120,7 @@ class LeafDiff:
     def equal(self) -> bool:
         return self.status == "equal"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LeafDiffJSON:
         return {
             "name": self.name,
             "status": self.status,
@@ -116,25 +155,24 @@ class DiffReport:
     def count(self, status: Status) -> int:
         return sum(1 for d in self.leaves if d.status == status)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> DiffJSON:
         """The document ``ckpt diff --json`` prints."""
-        return document(
-            {
-                "a": _side(self.a),
-                "b": _side(self.b),
-                "equal": self.equal,
-                "tolerance": {"atol": self.atol, "rtol": self.rtol},
-                "compare_cast": self.compare_cast,
-                "structure_only": self.structure_only,
-                "summary": {s: self.count(s) for s in STATUSES},
-                "leaves": [d.to_json() for d in self.leaves],
-            },
-            ok=self.equal,
-            version=self.SCHEMA_VERSION,
-        )
+        return {
+            "schema_version": self.SCHEMA_VERSION,
+            "ok": self.equal,
+            "a": side_json(self.a),
+            "b": side_json(self.b),
+            "equal": self.equal,
+            "tolerance": {"atol": self.atol, "rtol": self.rtol},
+            "compare_cast": self.compare_cast,
+            "structure_only": self.structure_only,
+            "summary": {s: self.count(s) for s in STATUSES},
+            "leaves": [d.to_json() for d in self.leaves],
+        }
 
 
-def _side(ref: ItemRef) -> dict[str, Any]:
+def side_json(ref: ItemRef) -> SideJSON:
+    """One side of a comparison (and migrate's source): where the item is."""
     return {"path": str(ref.location), "step": ref.step, "item": ref.name}
 
 

@@ -11,7 +11,9 @@ import functools
 import json
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, TypedDict
+
+from typing_extensions import NotRequired
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
 from ckpt_cli.core.format.layout import ItemRef
@@ -28,11 +30,97 @@ from ckpt_cli.core.format.metadata import (
     read_tree_metadata,
 )
 from ckpt_cli.core.format.names import compile_filter
-from ckpt_cli.core.format.sharding import ShardingInfo, read_shardings
+from ckpt_cli.core.format.sharding import (
+    LayoutJSON,
+    Shape,
+    ShardingInfo,
+    ShardingJSON,
+    read_shardings,
+)
 from ckpt_cli.core.regex import Regex
-from ckpt_cli.core.schema import document
-from ckpt_cli.core.state import KEY_DTYPES, StatePart, analyse_state, classify_leaf
+from ckpt_cli.core.schema import JSONValue
+from ckpt_cli.core.state import KEY_DTYPES, PartJSON, StatePart, analyse_state, classify_leaf
+from ckpt_cli.core.stats import StatsJSON
 from ckpt_cli.errors import NotACheckpointError
+
+#: pytree (StandardSave, PyTreeSave), array (ArraySave: the item is one array) or json.
+ItemKind = Literal["pytree", "array", "json"]
+
+
+class KeyDataJSON(TypedDict):
+    """What a typed PRNG key stores: its data (``uint32[..., 2]`` for threefry)."""
+
+    dtype: str | None
+    shape: Shape
+
+
+class LeafJSON(TypedDict):
+    name: str
+    keypath: list[str]
+    value_type: str
+    dtype: str | None  # a typed key's own: key<fry> (schema 3)
+    shape: Shape | None  # a typed key's own shape, its data's without the last dimension
+    key_data: KeyDataJSON | None
+    chunk_shape: Shape | None
+    write_shape: Shape | None
+    elements: int | None
+    size_bytes: int
+    sharding: ShardingJSON | None
+    state_part: str | None
+    value: JSONValue  # strings, and JSON-item values as JSON values (schema 2)
+    problem: str | None
+    stats: NotRequired[StatsJSON | None]
+
+
+class SubtreeJSON(TypedDict):
+    name: str
+    leaves: int
+    parameters: int
+    size_bytes: int
+
+
+class TotalsJSON(TypedDict):
+    leaves: int
+    arrays: int
+    parameters: int
+    size_bytes: int
+    subtrees: list[SubtreeJSON]
+
+
+class TrainingStateJSON(TypedDict):
+    complete: bool
+    parts: list[PartJSON]
+
+
+class InspectJSON(TypedDict):
+    """``ckpt inspect --json``: the tree of one item."""
+
+    schema_version: int
+    ok: bool
+    path: str
+    root: str | None
+    step: int | None
+    item: str
+    kind: ItemKind
+    storage: str
+    zarr_format: int
+    totals: TotalsJSON
+    training_state: TrainingStateJSON
+    custom_metadata: JSONValue
+    step_custom_metadata: JSONValue
+    leaves: list[LeafJSON]
+    layout: NotRequired[LayoutJSON]
+    other_items: NotRequired[list[OtherItemJSON]]
+
+
+class OtherItemJSON(TypedDict):
+    """Another item of the inspected step, named beside the state item."""
+
+    item: str
+    kind: ItemKind
+    path: str
+    leaves: int
+    size_bytes: int
 
 
 @dataclass(frozen=True)
@@ -82,7 +170,7 @@ class Leaf:
     def is_array(self) -> bool:
         return self.array is not None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LeafJSON:
         key_shape = self.key_shape
         shape = key_shape if key_shape is not None else self.shape
         return {
@@ -116,7 +204,7 @@ class SubtreeTotal:
     elements: int
     size_bytes: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SubtreeJSON:
         return {
             "name": self.name,
             "leaves": self.leaves,
@@ -143,7 +231,7 @@ class ItemReport:
     step_custom_metadata: dict[str, Any] | None = None
     subtrees: tuple[SubtreeTotal, ...] = field(default_factory=tuple)
     #: pytree (StandardSave, PyTreeSave), array (ArraySave: the item is one array) or json.
-    kind: str = "pytree"
+    kind: ItemKind = "pytree"
 
     @property
     def total_bytes(self) -> int:
@@ -157,34 +245,33 @@ class ItemReport:
     def problems(self) -> list[Leaf]:
         return [leaf for leaf in self.leaves if leaf.problem]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> InspectJSON:
         ref = self.ref
-        return document(
-            {
-                "path": str(ref.location),
-                "root": str(ref.root) if ref.root else None,
-                "step": ref.step,
-                "item": ref.name,
-                "kind": self.kind,
-                "storage": self.storage,
-                "zarr_format": self.zarr_format,
-                "totals": {
-                    "leaves": len(self.leaves),
-                    "arrays": sum(1 for leaf in self.leaves if leaf.is_array),
-                    "parameters": self.total_elements,
-                    "size_bytes": self.total_bytes,
-                    "subtrees": [t.to_json() for t in self.subtrees],
-                },
-                "training_state": {
-                    "complete": bool(self.state) and all(p.present for p in self.state),
-                    "parts": [p.to_json() for p in self.state],
-                },
-                "custom_metadata": self.custom_metadata,
-                "step_custom_metadata": self.step_custom_metadata,
-                "leaves": [leaf.to_json() for leaf in self.leaves],
+        return {
+            "schema_version": self.SCHEMA_VERSION,
+            "ok": True,
+            "path": str(ref.location),
+            "root": str(ref.root) if ref.root else None,
+            "step": ref.step,
+            "item": ref.name,
+            "kind": self.kind,
+            "storage": self.storage,
+            "zarr_format": self.zarr_format,
+            "totals": {
+                "leaves": len(self.leaves),
+                "arrays": sum(1 for leaf in self.leaves if leaf.is_array),
+                "parameters": self.total_elements,
+                "size_bytes": self.total_bytes,
+                "subtrees": [t.to_json() for t in self.subtrees],
             },
-            version=self.SCHEMA_VERSION,
-        )
+            "training_state": {
+                "complete": bool(self.state) and all(p.present for p in self.state),
+                "parts": [p.to_json() for p in self.state],
+            },
+            "custom_metadata": self.custom_metadata,
+            "step_custom_metadata": self.step_custom_metadata,
+            "leaves": [leaf.to_json() for leaf in self.leaves],
+        }
 
 
 def _matches(name: str, pattern: Regex | None) -> bool:
@@ -197,7 +284,7 @@ def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
     handlers = step_meta.item_handlers if step_meta else None
     handler = handlers.get(ref.name) if isinstance(handlers, dict) else None
     tree = read_tree_metadata(item)
-    kind = "pytree"
+    kind: ItemKind = "pytree"
     if tree is None:
         tree = legacy_array_tree(item)
         kind = "array"

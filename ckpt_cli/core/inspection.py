@@ -9,16 +9,15 @@ the step is shown.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.names import METRICS_ITEM
 from ckpt_cli.core.format.resolve import resolve_item, resolve_items
 from ckpt_cli.core.format.sharding import ShardLayout, shard_layout
-from ckpt_cli.core.inspect import ItemReport, inspect_item
+from ckpt_cli.core.inspect import InspectJSON, ItemReport, OtherItemJSON, inspect_item
 from ckpt_cli.core.progress import ProgressFn
-from ckpt_cli.core.schema import document
 from ckpt_cli.core.stats import LeafStats, leaves_stats
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import NotFoundError, SeveralItemsError, UsageError
@@ -34,7 +33,7 @@ class InspectResult:
     layout: ShardLayout | None = None
     others: tuple[ItemReport, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> InspectJSON:
         doc = self.report.to_json()
         if self.stats is not None:
             for leaf_doc in doc["leaves"]:
@@ -46,27 +45,39 @@ class InspectResult:
         return doc
 
 
+class StepInspectJSON(TypedDict):
+    """``ckpt inspect --json`` of a step of several items none of which is the state item (two
+    PyTree items, no ``--item``): every item, each as the one-item document."""
+
+    schema_version: int
+    ok: bool
+    path: str
+    root: str | None
+    step: int | None
+    item: None
+    items: list[InspectJSON]
+
+
 @dataclass(frozen=True)
 class StepInspection:
     """Every item of a step none of which is the obvious one to show alone."""
 
     items: tuple[InspectResult, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> StepInspectJSON:
         ref = self.items[0].report.ref
-        return document(
-            {
-                "path": str(ref.step_location),
-                "root": str(ref.root) if ref.root else None,
-                "step": ref.step,
-                "item": None,
-                "items": [r.to_json() for r in self.items],
-            },
-            version=ItemReport.SCHEMA_VERSION,
-        )
+        return {
+            "schema_version": ItemReport.SCHEMA_VERSION,
+            "ok": True,
+            "path": str(ref.step_location),
+            "root": str(ref.root) if ref.root else None,
+            "step": ref.step,
+            "item": None,
+            "items": [r.to_json() for r in self.items],
+        }
 
 
-def summary(report: ItemReport) -> dict[str, Any]:
+def summary(report: ItemReport) -> OtherItemJSON:
     """One line's worth of an item: what ``other_items`` lists."""
     return {
         "item": report.ref.name,

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypedDict
+
+from typing_extensions import NotRequired
 
 from ckpt_cli.core.copy.select import StepSelection
 from ckpt_cli.core.format.digests import STATE_FILE
@@ -33,16 +35,10 @@ from ckpt_cli.core.format.names import (
     looks_like_item,
     parse_step_name,
 )
-from ckpt_cli.core.schema import document
-from ckpt_cli.core.schema.documents_write import (
-    CpJSON,
-    CpOutcomeJSON,
-    CpSkippedJSON,
-    CpStepJSON,
-)
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.claim import OWNER_FILE, WRITE_LOCK, read_owner
 from ckpt_cli.errors import (
+    ErrorJSON,
     NotACheckpointError,
     NotFoundError,
     RefusedError,
@@ -73,6 +69,75 @@ def copied(rel: str) -> bool:
     """Whether a file below a step (or the root's metadata) is copied."""
     name = rel.rsplit("/", 1)[-1]
     return name not in BOOKKEEPING and not _PARTIAL_RE.match(name)
+
+
+#: How one step's copy ended.
+StepStatus = Literal["copied", "already-there", "failed"]
+
+
+class CpStepJSON(TypedDict):
+    """One step: where it goes, what the destination held (``new``, ``resume``: an unfinished
+    ckpt write, ``present``: a committed step, checked), objects to copy and to check."""
+
+    step: int
+    name: str
+    source: str
+    destination: str
+    state: Literal["new", "resume", "present"]
+    objects: int
+    bytes: int
+    to_copy_objects: int
+    to_copy_bytes: int
+    to_check_objects: int
+    adds_commit_marker: bool
+
+
+class CpSkippedJSON(TypedDict):
+    name: str
+    reason: str
+
+
+class CpStepOutcomeJSON(TypedDict):
+    name: str
+    status: StepStatus
+    copied_objects: int
+    copied_bytes: int
+    skipped_objects: int
+    skipped_bytes: int
+    problem: str | None
+
+
+class CpOutcomeJSON(TypedDict):
+    """What the copy did: objects written, objects found whole at the destination and kept."""
+
+    copied_objects: int
+    copied_bytes: int
+    skipped_objects: int
+    skipped_bytes: int
+    verified_objects: int
+    unverified_items: list[str]
+    seconds: float
+    steps: list[CpStepOutcomeJSON]
+
+
+class CpJSON(TypedDict):
+    """``ckpt cp --json``: the plan (steps, objects, bytes) and, unless --dry-run, the outcome;
+    a step that failed ``--verify`` or was refused carries ``ok: false`` and ``error`` here."""
+
+    schema_version: int
+    ok: bool
+    source: str
+    destination: str
+    selection: str
+    verify: bool
+    total_objects: int
+    total_bytes: int
+    root_files: list[str]
+    steps: list[CpStepJSON]
+    skipped: list[CpSkippedJSON]
+    warnings: list[str]
+    outcome: NotRequired[CpOutcomeJSON]
+    error: NotRequired[ErrorJSON]
 
 
 @dataclass(frozen=True)
@@ -175,7 +240,7 @@ class CopyPlan:
         }
         if outcome is not None:
             body["outcome"] = outcome
-        return document(body, ok=ok)  # type: ignore[return-value]
+        return body
 
 
 def _split_at(src: str) -> tuple[str, str | None]:

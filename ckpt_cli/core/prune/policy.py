@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
 from ckpt_cli.errors import UsageError
 
@@ -99,6 +99,23 @@ _COUNTS = (
 )
 
 
+class PolicyRulesJSON(TypedDict):
+    """The rules of a policy; the plan adds its clean-up of unfinished saves (``PolicyJSON``)."""
+
+    keep_last: int | None
+    keep_every: int | None
+    keep_hourly: int | None
+    keep_daily: int | None
+    keep_weekly: int | None
+    keep_monthly: int | None
+    keep_best: int | None
+    keep_steps: list[int]
+    keep_within: str | None
+    metric: str | None
+    mode: Literal["min", "max"] | None
+    keep_missing_metric: bool | None
+
+
 @dataclass(frozen=True)
 class Policy:
     """What to keep. Counts of 0 and ``None`` mean the rule is off."""
@@ -147,16 +164,31 @@ class Policy:
     def is_empty(self) -> bool:
         return not any(getattr(self, name) for name in (*_COUNTS, "keep_steps", "keep_within"))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PolicyRulesJSON:
         best = bool(self.keep_best)
+        # The counts in _COUNTS' order; 0 (off) shows as null.
         return {
-            **{name: getattr(self, name) or None for name in _COUNTS},
+            "keep_last": self.keep_last or None,
+            "keep_every": self.keep_every or None,
+            "keep_hourly": self.keep_hourly or None,
+            "keep_daily": self.keep_daily or None,
+            "keep_weekly": self.keep_weekly or None,
+            "keep_monthly": self.keep_monthly or None,
+            "keep_best": self.keep_best or None,
             "keep_steps": sorted(self.keep_steps),
             "keep_within": format_duration(self.keep_within) if self.keep_within else None,
             "metric": self.metric,
             "mode": self.mode if best else None,
             "keep_missing_metric": self.keep_missing_metric if best else None,
         }
+
+
+class MetricJSON(TypedDict):
+    """The value ``--keep-best`` ranked a step by, and its rank (1 = best; null: no value)."""
+
+    name: str
+    value: float | None
+    rank: int | None
 
 
 @dataclass(frozen=True)
@@ -167,7 +199,7 @@ class MetricRank:
     value: float | None
     rank: int | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> MetricJSON:
         return {"name": self.name, "value": self.value, "rank": self.rank}
 
 

@@ -13,17 +13,18 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal, TypedDict
 
 from ckpt_cli.core.format.layout import ItemRef
+from ckpt_cli.core.format.sharding import Shape
 from ckpt_cli.core.inspect import ItemReport
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.migrate.plan import DestLeaf, apply_spec
 from ckpt_cli.core.migrate.spec import MigrationSpec
-from ckpt_cli.core.migrate.tree import Step
+from ckpt_cli.core.migrate.tree import OperationJSON, Step
 from ckpt_cli.core.safetensors.dtypes import safetensors_dtype
 from ckpt_cli.core.safetensors.plan import FilesPlan, TensorSpec, plan_files
-from ckpt_cli.core.schema import document
+from ckpt_cli.core.schema import SCHEMA_VERSION
 from ckpt_cli.core.storage import StorageOptions
 from ckpt_cli.errors import RefusedError
 
@@ -31,6 +32,57 @@ FRAMEWORKS = ("pt", "np", "flax", "tf", "mlx")
 CAST_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
 #: transformers' default for ``save_pretrained(max_shard_size=...)``: 5 GB (decimal).
 DEFAULT_MAX_SHARD = 5 * 10**9
+
+
+class ExportSourceJSON(TypedDict):
+    path: str
+    item: str
+    step: int | None
+    orbax_format: str
+
+
+class ExportFileJSON(TypedDict):
+    name: str
+    bytes: int
+    tensors: int
+
+
+# "from" is a keyword: the functional form.
+ExportTensorJSON = TypedDict(
+    "ExportTensorJSON",
+    {
+        "name": str,
+        "dtype": str,
+        "shape": Shape,
+        "bytes": int,
+        "file": str,
+        "from": list[str],
+        "operations": list[OperationJSON],
+    },
+)
+
+
+class SkippedJSON(TypedDict):
+    name: str
+    reason: str
+
+
+class ExportPlanJSON(TypedDict):
+    """The plan alone, as ``--dry-run`` prints it; ``ExportJSON`` adds what was written."""
+
+    schema_version: int
+    ok: bool
+    source: ExportSourceJSON
+    out: str
+    format: Literal["safetensors"]
+    spec: str | None
+    metadata: dict[str, str]
+    total_bytes: int
+    index: str | None
+    files: list[ExportFileJSON]
+    tensors: list[ExportTensorJSON]
+    skipped: list[SkippedJSON]
+    unused_rules: list[str]
 
 
 @dataclass(frozen=True)
@@ -55,7 +107,7 @@ class ExportTensor:
 
         return dtype_itemsize(self.dtype)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ExportTensorJSON:
         return {
             "name": self.name,
             "dtype": self.dtype,
@@ -74,7 +126,7 @@ class Skipped:
     name: str
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SkippedJSON:
         return {"name": self.name, "reason": self.reason}
 
 
@@ -101,30 +153,30 @@ class ExportPlan:
     def total_bytes(self) -> int:
         return self.files.total_size
 
-    def to_json(self) -> dict[str, Any]:
-        return document(
-            {
-                "source": {
-                    "path": self.source,
-                    "item": self.item,
-                    "step": self.step,
-                    "orbax_format": self.orbax_format,
-                },
-                "out": self.out,
-                "format": "safetensors",
-                "spec": self.spec,
-                "metadata": self.metadata,
-                "total_bytes": self.total_bytes,
-                "index": self.files.index_name,
-                "files": [
-                    {"name": f.name, "bytes": f.size, "tensors": len(f.header.tensors)}
-                    for f in self.files.files
-                ],
-                "tensors": [t.to_json() for t in self.tensors],
-                "skipped": [s.to_json() for s in self.skipped],
-                "unused_rules": list(self.unused_rules),
-            }
-        )
+    def to_json(self) -> ExportPlanJSON:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "ok": True,
+            "source": {
+                "path": self.source,
+                "item": self.item,
+                "step": self.step,
+                "orbax_format": self.orbax_format,
+            },
+            "out": self.out,
+            "format": "safetensors",
+            "spec": self.spec,
+            "metadata": self.metadata,
+            "total_bytes": self.total_bytes,
+            "index": self.files.index_name,
+            "files": [
+                {"name": f.name, "bytes": f.size, "tensors": len(f.header.tensors)}
+                for f in self.files.files
+            ],
+            "tensors": [t.to_json() for t in self.tensors],
+            "skipped": [s.to_json() for s in self.skipped],
+            "unused_rules": list(self.unused_rules),
+        }
 
 
 def orbax_format(report: ItemReport) -> str:

@@ -4,11 +4,26 @@ the safetensors files by positioned reads, under the plan's memory limit."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
+
+from typing_extensions import NotRequired
 
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.progress import ProgressFn
-from ckpt_cli.core.safetensors.import_ import ImportContext, ImportPlan
+from ckpt_cli.core.safetensors.import_ import ImportContext, ImportPlan, ImportPlanJSON
+
+
+class ImportWrittenJSON(TypedDict):
+    path: str
+    bytes: int
+    seconds: float
+
+
+class ImportJSON(ImportPlanJSON):
+    """``ckpt import --json``: the leaves planned from the safetensors files, and what was
+    written."""
+
+    written: NotRequired[ImportWrittenJSON]
 
 
 @dataclass(frozen=True)
@@ -18,7 +33,7 @@ class ImportResult:
     bytes_written: int
     seconds: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ImportJSON:
         return {
             **self.plan.to_json(),
             "written": {

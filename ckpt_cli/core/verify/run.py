@@ -31,6 +31,7 @@ from ckpt_cli.core.verify.types import (
     DataResult,
     ItemCheck,
     ItemFacts,
+    Level,
     Rotation,
     SampleInfo,
     VerifyOptions,
@@ -117,7 +118,7 @@ def _verify(
 
     facts = _check_items(location, targets, on_progress)
 
-    level = (
+    level: Level = (
         "sample"
         if options.sample is not None
         else ("deep" if options.deep or options.record or options.mark_committed else "structure")

@@ -30,7 +30,7 @@ from ckpt_cli.core.format.pins import PIN_FILE
 from ckpt_cli.core.format.resolve import find_step
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.core.verify.problems import Problem, problem
-from ckpt_cli.core.verify.types import VerifyOptions
+from ckpt_cli.core.verify.types import CheckedKind, VerifyOptions
 from ckpt_cli.errors import CkptError, InvalidMetadataError, UnsupportedError, UsageError
 
 
@@ -49,7 +49,7 @@ class ItemTarget:
 class Targets:
     """What a path holds to check, and what was found wrong on the way to its items."""
 
-    kind: str  # root | step | item
+    kind: CheckedKind
     items: list[ItemTarget] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)

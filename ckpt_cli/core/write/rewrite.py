@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypedDict
+
+from typing_extensions import NotRequired, TypeVar
 
 from ckpt_cli.core.executor import Executor, open_executor
 from ckpt_cli.core.format.arrays import ItemStore
@@ -35,7 +37,12 @@ from ckpt_cli.core.format.metadata import (
 from ckpt_cli.core.format.names import STEP_METADATA, TREE_METADATA, check_plain_name
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.storage import Location
-from ckpt_cli.core.write.distributed import DEFAULT_UNIT_BYTES, ScaleStats, write_arrays_scaled
+from ckpt_cli.core.write.distributed import (
+    DEFAULT_UNIT_BYTES,
+    ScaleJSON,
+    ScaleStats,
+    write_arrays_scaled,
+)
 from ckpt_cli.core.write.item import (
     ARRAY_HANDLER,
     HANDLERS,
@@ -57,21 +64,39 @@ class StepOutput:
     scale: ScaleStats | None = None  # how a scaled-out run split the work
 
 
-class WritePlan(Protocol):
+class WrittenJSON(TypedDict):
+    """What a writer adds to its plan's document once the step is written."""
+
+    output: NotRequired[str]
+    step: NotRequired[int]
+    item: NotRequired[str]
+    bytes_written: NotRequired[int]
+    seconds: NotRequired[float]
+    scale: NotRequired[ScaleJSON | None]
+    digests: NotRequired[str]
+
+
+#: The document of a written step (``ReshardJSON``, ``MigrateJSON``): the writer's plan knows it.
+DocumentT = TypeVar("DocumentT", covariant=True, default=Mapping[str, Any])
+
+
+class WritePlan(Protocol[DocumentT]):
     """A frozen plan of a writer (``ReshardPlan``, ``MigrationPlan``)."""
 
     @property
     def kind(self) -> str: ...
 
-    def to_json(self) -> dict[str, Any]: ...
+    def written_json(self, written: WrittenJSON) -> DocumentT:
+        """The plan's document with ``written`` added."""
+        ...
 
 
 @dataclass(frozen=True)
-class WriteResult:
+class WriteResult(Generic[DocumentT]):
     """A written step: the plan it carried out, where it went, how long it took; ``digests``
     says whether the new step's digests were recorded (migrate), None when not asked."""
 
-    plan: WritePlan
+    plan: WritePlan[DocumentT]
     output: StepOutput
     seconds: float
     digests: str | None = None
@@ -81,11 +106,10 @@ class WriteResult:
         """Bytes written per second."""
         return self.output.bytes_written / self.seconds if self.seconds > 0 else 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> DocumentT:
         """The plan's document, with what was written added."""
         out = self.output
-        doc = {
-            **self.plan.to_json(),
+        written: WrittenJSON = {
             "output": out.path,
             "step": out.step,
             "item": out.item,
@@ -94,8 +118,8 @@ class WriteResult:
             "scale": out.scale.to_json() if out.scale else None,
         }
         if self.digests is not None:
-            doc["digests"] = self.digests
-        return doc
+            written["digests"] = self.digests
+        return self.plan.written_json(written)
 
 
 def run_write(
