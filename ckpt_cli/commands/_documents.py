@@ -11,8 +11,7 @@ def documents() -> dict[str, object]:
     from ckpt_cli.core.copy.plan import CpJSON
     from ckpt_cli.core.diff import DiffJSON
     from ckpt_cli.core.format.pins import PinResultJSON
-    from ckpt_cli.core.inspect import InspectJSON
-    from ckpt_cli.core.inspection import StepInspectJSON
+    from ckpt_cli.core.inspect import InspectJSON, StepInspectJSON
     from ckpt_cli.core.listing_types import LsJSON
     from ckpt_cli.core.migrate.plan import MigrateJSON
     from ckpt_cli.core.prune.execute import PruneJSON
