@@ -213,9 +213,6 @@ FUNCTION_CAP = 60
 LONG_FUNCTIONS = {
     # The maintainer is changing listing.py.
     ("ckpt_cli.core.listing", "list_root"): "being changed elsewhere",
-    ("ckpt_cli.core.migrate.spec", "_rule"): "not yet split",
-    ("ckpt_cli.core.verify.checks", "check_arrays"): "not yet split",
-    ("ckpt_cli.core.verify.timebox", "budgeted_deep"): "not yet split",
     ("ckpt_cli.core.safetensors.export", "plan_export_item"): "not yet split",
     ("ckpt_cli.core.verify.targets", "_check_step"): "not yet split",
     ("ckpt_cli.core.verify.run", "_verify"): "not yet split",
