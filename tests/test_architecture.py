@@ -213,10 +213,7 @@ FUNCTION_CAP = 60
 LONG_FUNCTIONS = {
     # The maintainer is changing listing.py.
     ("ckpt_cli.core.listing", "list_root"): "being changed elsewhere",
-    ("ckpt_cli.core.copy.plan", "plan_copy"): "not yet split",
-    ("ckpt_cli.core.prune.plan", "plan_prune"): "not yet split",
     ("ckpt_cli.core.safetensors.import_run", "execute"): "not yet split",
-    ("ckpt_cli.core.format.scan", "scan_leaves"): "not yet split",
     ("ckpt_cli.core.write.rewrite", "write_step"): "not yet split",
     ("ckpt_cli.core.safetensors.header", "parse_header"): "not yet split",
     ("ckpt_cli.core.write.item", "write_metadata"): "not yet split",

@@ -23,7 +23,7 @@ from typing_extensions import NotRequired
 
 from ckpt_cli.core.copy.select import StepSelection
 from ckpt_cli.core.format.digests import STATE_FILE
-from ckpt_cli.core.format.layout import StepRef, detect
+from ckpt_cli.core.format.layout import Detected, StepRef, detect
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
     PRUNE_LOCK,
@@ -38,6 +38,7 @@ from ckpt_cli.core.format.names import (
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.claim import OWNER_FILE, WRITE_LOCK, read_owner
 from ckpt_cli.errors import (
+    CkptError,
     ErrorJSON,
     NotACheckpointError,
     NotFoundError,
@@ -281,51 +282,17 @@ def plan_copy(
     skipped: list[tuple[str, str]] = []
     warnings: list[str] = []
     root_files: list[CopyObject] = []
-    if found.kind == "legacy":
-        raise UnsupportedError(
-            f"{source} is a legacy Flax msgpack checkpoint, not an Orbax run",
-            hint="copy the file itself",
-        )
-    if found.kind == "item":
-        raise UsageError(
-            f"{source} is an item directory: cp copies runs and steps",
-            hint=f"pass its step {source.parent}",
-        )
+    if found.kind in ("legacy", "item"):
+        raise _not_a_run(source, found.kind)
     if found.kind == "step":
         if not selection.everything:
             raise UsageError(f"{source} is a step directory: the step options do not apply")
-        parsed = parse_step_name(source.name)
-        names = frozenset(e.name for e in found.entries)
-        if parsed is not None and parsed.tmp:
-            raise NotACheckpointError(
-                f"{source} is an unfinished save", hint="copy only committed steps"
-            )
-        if source.requires_commit_marker and COMMIT_MARKER not in names:
-            raise NotACheckpointError(
-                f"{source} is uncommitted (no {COMMIT_MARKER})",
-                hint=f"if it is whole, `ckpt verify {source} --mark-committed` first",
-            )
-        chosen = [(parsed.step if parsed else 0, source.name, source)]
+        chosen = [_lone_step(source, found)]
     else:
         all_steps = found.steps or []
         chosen = [(s.step, s.name, s.location) for s in _choose(source, all_steps, selection)]
-        for s in all_steps:
-            if not s.committed and (selection.everything or selection.matches(s.step)):
-                skipped.append(
-                    (
-                        s.name,
-                        "unfinished save"
-                        if s.status == "incomplete"
-                        else f"uncommitted (no {COMMIT_MARKER})",
-                    )
-                )
-        meta = source.child(ROOT_METADATA_DIR)
-        if meta.is_dir():
-            root_files = [
-                CopyObject(f"{ROOT_METADATA_DIR}/{rel}", e.size)
-                for rel, e in meta.walk()
-                if copied(rel)
-            ]
+        skipped = _not_copied(all_steps, selection)
+        root_files = _root_files(source)
     entries = dest_entries(destination)
     root_files = [_with_dest(o, destination) for o in root_files]
     planned = tuple(dest_state(n, name, loc, destination, entries) for n, name, loc in chosen)
@@ -336,6 +303,56 @@ def plan_copy(
         source, destination, selection, planned, tuple(root_files), tuple(skipped),
         tuple(warnings), verify, concurrency, storage,
     )  # fmt: skip
+
+
+def _not_a_run(source: Location, kind: str) -> CkptError:
+    if kind == "legacy":
+        return UnsupportedError(
+            f"{source} is a legacy Flax msgpack checkpoint, not an Orbax run",
+            hint="copy the file itself",
+        )
+    return UsageError(
+        f"{source} is an item directory: cp copies runs and steps",
+        hint=f"pass its step {source.parent}",
+    )
+
+
+def _lone_step(source: Location, found: Detected) -> tuple[int, str, Location]:
+    """A step directory given as the source: copied when committed."""
+    parsed = parse_step_name(source.name)
+    names = frozenset(e.name for e in found.entries)
+    if parsed is not None and parsed.tmp:
+        raise NotACheckpointError(
+            f"{source} is an unfinished save", hint="copy only committed steps"
+        )
+    if source.requires_commit_marker and COMMIT_MARKER not in names:
+        raise NotACheckpointError(
+            f"{source} is uncommitted (no {COMMIT_MARKER})",
+            hint=f"if it is whole, `ckpt verify {source} --mark-committed` first",
+        )
+    return (parsed.step if parsed else 0, source.name, source)
+
+
+def _not_copied(steps: list[StepRef], selection: StepSelection) -> list[tuple[str, str]]:
+    """The selected steps that are not committed, and why they are not copied."""
+    return [
+        (
+            s.name,
+            "unfinished save" if s.status == "incomplete" else f"uncommitted (no {COMMIT_MARKER})",
+        )
+        for s in steps
+        if not s.committed and (selection.everything or selection.matches(s.step))
+    ]
+
+
+def _root_files(source: Location) -> list[CopyObject]:
+    """The root's own metadata files (``_ROOT_METADATA``), copied with any step."""
+    meta = source.child(ROOT_METADATA_DIR)
+    if not meta.is_dir():
+        return []
+    return [
+        CopyObject(f"{ROOT_METADATA_DIR}/{rel}", e.size) for rel, e in meta.walk() if copied(rel)
+    ]
 
 
 def _choose(root: Location, steps: list[StepRef], sel: StepSelection) -> list[StepRef]:

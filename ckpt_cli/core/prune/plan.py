@@ -240,6 +240,32 @@ def plan_prune(
             hint="add --keep-last N, --keep-every N, --keep-within 7d, --keep-daily N, "
             "--keep-best N --metric NAME ...; see `ckpt prune --help`",
         )
+    keep, delete = _steps_fate(scan, policy, now)
+    untouched = [
+        Untouched(s.name, s.path, "uncommitted: a save may still be in progress")
+        for s in scan.steps
+        if s.status != "committed"
+    ]
+    clean = _leftovers(scan, now, clean_tmp, tmp_min_age, untouched)
+    untouched += [
+        Untouched(n, posixpath.join(scan.root, n), "not a step directory") for n in scan.unknown
+    ]
+    return PrunePlan(
+        root=scan.root,
+        policy=policy,
+        keep=tuple(keep),
+        delete=tuple(delete),
+        clean=tuple(clean),
+        untouched=tuple(untouched),
+        tmp_min_age=tmp_min_age if clean_tmp else None,
+    )
+
+
+def _steps_fate(
+    scan: RootScan, policy: Policy, now: datetime
+) -> tuple[list[KeptStep], list[Removal]]:
+    """The committed steps kept, each with its reasons (a pin, a rule, a symlink), and the
+    others, deleted."""
     committed = [s for s in scan.steps if s.status == "committed"]
     reasons: dict[str, tuple[str, ...]]
     if policy.is_empty:
@@ -262,11 +288,17 @@ def plan_prune(
             delete.append(
                 Removal("step", s.name, s.path, s.size_bytes, s.step, s.committed_at, rank)
             )
-    untouched = [
-        Untouched(s.name, s.path, "uncommitted: a save may still be in progress")
-        for s in scan.steps
-        if s.status != "committed"
-    ]
+    return keep, delete
+
+
+def _leftovers(
+    scan: RootScan,
+    now: datetime,
+    clean_tmp: bool,
+    tmp_min_age: timedelta,
+    untouched: list[Untouched],
+) -> list[Removal]:
+    """The trash and unfinished saves removed; those left alone go to ``untouched``."""
     clean: list[Removal] = []
     for t in scan.trash:
         if t.symlink:
@@ -290,18 +322,7 @@ def plan_prune(
             )
         else:
             clean.append(Removal("tmp", t.name, t.path, t.size_bytes, t.step))
-    untouched += [
-        Untouched(n, posixpath.join(scan.root, n), "not a step directory") for n in scan.unknown
-    ]
-    return PrunePlan(
-        root=scan.root,
-        policy=policy,
-        keep=tuple(keep),
-        delete=tuple(delete),
-        clean=tuple(clean),
-        untouched=tuple(untouched),
-        tmp_min_age=tmp_min_age if clean_tmp else None,
-    )
+    return clean
 
 
 def plan_prune_root(
