@@ -213,9 +213,6 @@ FUNCTION_CAP = 60
 LONG_FUNCTIONS = {
     # The maintainer is changing listing.py.
     ("ckpt_cli.core.listing", "list_root"): "being changed elsewhere",
-    ("ckpt_cli.core.safetensors.import_run", "execute"): "not yet split",
-    ("ckpt_cli.core.write.rewrite", "write_step"): "not yet split",
-    ("ckpt_cli.core.safetensors.header", "parse_header"): "not yet split",
     ("ckpt_cli.core.write.item", "write_metadata"): "not yet split",
     ("ckpt_cli.core.reshard.plan", "plan_reshard"): "not yet split",
     ("ckpt_cli.core.diff", "diff_items"): "not yet split",

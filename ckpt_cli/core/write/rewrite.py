@@ -30,6 +30,7 @@ from ckpt_cli.core.format.layout import ItemRef, detect, step_items
 from ckpt_cli.core.format.metadata import (
     ARRAY_ITEM_LEAF,
     KEY_TYPE_DICT,
+    StepMetadata,
     legacy_array_tree,
     read_step_metadata,
     read_tree_metadata,
@@ -221,9 +222,7 @@ def write_step(
     if step is None:
         step = src.step if src.step is not None else 0
     if src.step_location is not None:
-        handlers = read_step_metadata(src.step_location).item_handlers
-        for name in handlers if isinstance(handlers, dict) else ():
-            check_plain_name(name, "item name", src.step_location.child(STEP_METADATA))
+        _check_item_names(src.step_location)
     writer = StepWriter(dst, str(step), str(operation.get("operation", "ckpt")))
     writer.begin()
     try:
@@ -245,13 +244,7 @@ def write_step(
             _copy_other_items(
                 src, writer, source_meta.item_handlers if source_meta else None, memory_limit
             )
-        custom = dict(source_meta.custom_metadata or {}) if source_meta else {}
-        history = (
-            list(custom.get("ckpt_history", []))
-            if isinstance(custom.get("ckpt_history"), list)
-            else []
-        )
-        custom["ckpt_history"] = [*history, {**operation, "source": str(src.location)}]
+        custom = _with_history(source_meta, {**operation, "source": str(src.location)})
         final = writer.commit(custom, source_meta.metrics if source_meta else None)
     except BaseException:
         # Interrupts included: a dead run must leave no tmp step that a retry trips over.
@@ -260,6 +253,23 @@ def write_step(
         raise
     written = sum(leaf.array.nbytes for leaf in leaves if leaf.array is not None)
     return StepOutput(str(final), step, src.name, written, stats)
+
+
+def _check_item_names(step_location: Location) -> None:
+    """Refuse a source step whose metadata names an item that is no plain directory name."""
+    handlers = read_step_metadata(step_location).item_handlers
+    for name in handlers if isinstance(handlers, dict) else ():
+        check_plain_name(name, "item name", step_location.child(STEP_METADATA))
+
+
+def _with_history(source_meta: StepMetadata | None, entry: dict[str, Any]) -> dict[str, Any]:
+    """The source step's custom metadata, ``entry`` added to its ``ckpt_history``."""
+    custom = dict(source_meta.custom_metadata or {}) if source_meta else {}
+    history = (
+        list(custom.get("ckpt_history", [])) if isinstance(custom.get("ckpt_history"), list) else []
+    )
+    custom["ckpt_history"] = [*history, entry]
+    return custom
 
 
 def _file_sums(item_dir: Location) -> dict[str, FileSum]:
