@@ -213,10 +213,6 @@ FUNCTION_CAP = 60
 LONG_FUNCTIONS = {
     # The maintainer is changing listing.py.
     ("ckpt_cli.core.listing", "list_root"): "being changed elsewhere",
-    ("ckpt_cli.core.write.item", "write_metadata"): "not yet split",
-    ("ckpt_cli.core.reshard.plan", "plan_reshard"): "not yet split",
-    ("ckpt_cli.core.diff", "diff_items"): "not yet split",
-    ("ckpt_cli.core.migrate.plan", "plan_migration"): "not yet split",
 }
 
 

@@ -282,16 +282,7 @@ def diff_items(
     for name in sorted(la.keys() | lb.keys()):
         x, y = la.get(name), lb.get(name)
         if x is None or y is None:
-            leaf = x or y
-            assert leaf is not None
-            out.append(
-                LeafDiff(
-                    name,
-                    "only_a" if y is None else "only_b",
-                    *((leaf.dtype, None) if y is None else (None, leaf.dtype)),
-                    *((leaf.shape, None) if y is None else (None, leaf.shape)),
-                )
-            )
+            out.append(_one_sided(name, x, y))
             continue
         if structure_only:
             out.append(_diff_structure(x, y))
@@ -309,6 +300,18 @@ def diff_items(
     both = {} if structure_only else {x.name: x for x, _ in common}
     leaves = [_floor_note(d, both.get(d.name), memory_limit) for d in out if d is not None]
     return DiffReport(a, b, atol, rtol, compare_cast, tuple(leaves), structure_only)
+
+
+def _one_sided(name: str, x: Leaf | None, y: Leaf | None) -> LeafDiff:
+    """A leaf only one side has."""
+    leaf = x or y
+    assert leaf is not None
+    return LeafDiff(
+        name,
+        "only_a" if y is None else "only_b",
+        *((leaf.dtype, None) if y is None else (None, leaf.dtype)),
+        *((leaf.shape, None) if y is None else (None, leaf.shape)),
+    )
 
 
 def _floor_note(d: LeafDiff, x: Leaf | None, memory_limit: int) -> LeafDiff:

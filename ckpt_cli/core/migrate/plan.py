@@ -308,17 +308,7 @@ def plan_migration(
     bound_allocator()
     dest, out_step = resolve_destination(_open(destination, storage), step_out)
     parsed = spec if isinstance(spec, MigrationSpec) else load_spec(spec)
-    functions = {}
-    for rule in parsed.python_rules:
-        if not allow_python:
-            raise RefusedError(
-                f"spec {parsed.path}: {rule.label} runs {rule.function}: custom Python runs only "
-                "with --allow-python; nothing written",
-                hint="read the function, then rerun with --allow-python",
-            )
-        assert rule.function is not None
-        where = f"spec {parsed.path}: {rule.label}"
-        functions[rule.function] = import_function(rule.function, where)
+    functions = _python_functions(parsed, allow_python)
     ref = resolve_item(_open(source, storage), step, item)
     report = inspect_item(ref)
     skipped: list[Skip] = []
@@ -346,6 +336,23 @@ def plan_migration(
     if target is None:
         return plan
     return replace(plan, differences=compare_target(plan.abstract(), abstract_state(target)))
+
+
+def _python_functions(spec: MigrationSpec, allow_python: bool) -> dict[str, Callable[..., Any]]:
+    """The functions the spec's ``op: python`` rules call, imported; refused without
+    ``allow_python``."""
+    functions = {}
+    for rule in spec.python_rules:
+        if not allow_python:
+            raise RefusedError(
+                f"spec {spec.path}: {rule.label} runs {rule.function}: custom Python runs only "
+                "with --allow-python; nothing written",
+                hint="read the function, then rerun with --allow-python",
+            )
+        assert rule.function is not None
+        where = f"spec {spec.path}: {rule.label}"
+        functions[rule.function] = import_function(rule.function, where)
+    return functions
 
 
 def resolve_destination(location: Location, step_out: int | None) -> tuple[Location, int | None]:

@@ -213,12 +213,7 @@ def plan_reshard(
     else:
         assert mesh is not None
         target = mesh if isinstance(mesh, MeshSpec) else MeshSpec.parse(mesh)
-        rule_list = parse_rules(load_rules(rules_file), target, rules_file) if rules_file else []
-        if isinstance(rules, Mapping):
-            rule_list += parse_rules(dict(rules), target, "rules")
-        else:
-            for text in rules:
-                rule_list += parse_rules(inline_rule(text), target, f"--rule {text!r}")
+        rule_list = _rules(target, rules_file, rules)
         layout = plan_from_rules(report, target, rule_list, write.max_chunk_bytes)
     if not write.ocdbt:
         layout = _without_unsafe_paths(layout)
@@ -241,6 +236,19 @@ def plan_reshard(
             "rules": rules_file,
         },
     )
+
+
+def _rules(
+    target: MeshSpec, rules_file: str | None, rules: Sequence[str] | Mapping[str, Any]
+) -> list[Rule]:
+    """The partition rules in the order they are tried: the file's, then the given ones."""
+    rule_list = parse_rules(load_rules(rules_file), target, rules_file) if rules_file else []
+    if isinstance(rules, Mapping):
+        rule_list += parse_rules(dict(rules), target, "rules")
+    else:
+        for text in rules:
+            rule_list += parse_rules(inline_rule(text), target, f"--rule {text!r}")
+    return rule_list
 
 
 def _like_item(like: Location, name: str) -> ItemRef:
