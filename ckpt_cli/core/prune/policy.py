@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, Protocol, TypedDict
@@ -159,6 +159,40 @@ class Policy:
             )
         if self.mode is not None and self.mode not in ("min", "max"):
             raise UsageError(f"--mode must be min or max, not {self.mode!r}")
+
+    @classmethod
+    def from_rules(
+        cls,
+        *,
+        keep_last: int | None = None,
+        keep_every: int | None = None,
+        keep_steps: Iterable[int] | None = None,
+        keep_within: timedelta | None = None,
+        keep_hourly: int | None = None,
+        keep_daily: int | None = None,
+        keep_weekly: int | None = None,
+        keep_monthly: int | None = None,
+        keep_best: int | None = None,
+        metric: str | None = None,
+        mode: Mode | None = None,
+        keep_missing_metric: bool | None = None,
+    ) -> Policy:
+        """The policy of the rules given, as options arrive (a rule not given is None: off,
+        ``keep_missing_metric`` at its default)."""
+        return cls(
+            keep_last=keep_last or 0,
+            keep_every=keep_every or 0,
+            keep_steps=frozenset(keep_steps or ()),
+            keep_within=keep_within,
+            keep_hourly=keep_hourly or 0,
+            keep_daily=keep_daily or 0,
+            keep_weekly=keep_weekly or 0,
+            keep_monthly=keep_monthly or 0,
+            keep_best=keep_best or 0,
+            metric=metric,
+            mode=mode,
+            keep_missing_metric=True if keep_missing_metric is None else keep_missing_metric,
+        )
 
     @property
     def is_empty(self) -> bool:
