@@ -1,4 +1,4 @@
-"""docs/json.md shows, per command, the document `--json` prints: its top-level fields are the
+"""docs/reference/json.md shows, per command, the document `--json` prints: its top-level fields are the
 ones the command really prints on the fixtures (the doc's shapes are not JSON: ``A | B`` stands
 for the values a field takes, so the keys are read with a small scanner)."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import FIXTURES, REPO, CliResult
 
-PAGE = (REPO / "docs" / "json.md").read_text()
+PAGE = (REPO / "docs" / "reference" / "json.md").read_text()
 
 
 def top_level_keys(shape: str) -> list[str]:
@@ -39,9 +39,9 @@ def top_level_keys(shape: str) -> list[str]:
 
 def documented(command: str) -> list[str]:
     section = re.search(rf"^## `ckpt {command}`\n(.*?)(?=^## |\Z)", PAGE, re.M | re.S)
-    assert section, f"docs/json.md has no section for ckpt {command}"
+    assert section, f"docs/reference/json.md has no section for ckpt {command}"
     block = re.search(r"^```json\n(.*?)^```", section.group(1), re.M | re.S)
-    assert block, f"docs/json.md: no json block for ckpt {command}"
+    assert block, f"docs/reference/json.md: no json block for ckpt {command}"
     return top_level_keys(block.group(1))
 
 

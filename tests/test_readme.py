@@ -52,20 +52,20 @@ def test_readme_links_point_at_files_that_exist() -> None:
 
 
 def test_every_problem_code_is_documented_with_its_severity() -> None:
-    page = (DOCS / "verify.md").read_text()
+    page = (DOCS / "how-to" / "verify.md").read_text()
     assert CODES
     for code, (severity, _) in CODES.items():
         rows = [
             line for line in page.splitlines() if re.search(rf"^\| `{re.escape(code)}` \|", line)
         ]
-        assert rows, f"problem code {code} is not in docs/verify.md's table"
+        assert rows, f"problem code {code} is not in docs/how-to/verify.md's table"
         assert any(f"| {severity} |" in row for row in rows), (
             f"{code}: severity {severity} not documented"
         )
 
 
 def test_the_problem_code_table_names_no_code_that_does_not_exist() -> None:
-    page = (DOCS / "verify.md").read_text()
+    page = (DOCS / "how-to" / "verify.md").read_text()
     table = page.split("## Problem codes", 1)[1].split("\n## ", 1)[0]
     listed = re.findall(r"^\| `([a-z0-9-]+)` \|", table, re.M)
     assert len(listed) >= 20
@@ -76,10 +76,10 @@ def test_every_exit_code_is_documented() -> None:
     codes = sorted({v for k, v in vars(errors).items() if k.startswith("EXIT_")})
     assert codes == [0, 1, 2, 3, 70, 130]
     readme_rows = README.split("## Exit codes", 1)[1]
-    page = (DOCS / "troubleshooting.md").read_text()
+    page = (DOCS / "reference" / "exit-codes.md").read_text()
     for code in codes:
         assert re.search(rf"^\| {code} \|", page, re.M), (
-            f"exit code {code} not in troubleshooting.md"
+            f"exit code {code} not in docs/reference/exit-codes.md"
         )
         assert re.search(rf"^\| {code} \|", readme_rows, re.M), (
             f"exit code {code} not in the README"
@@ -88,7 +88,7 @@ def test_every_exit_code_is_documented() -> None:
 
 def test_every_command_that_prints_json_has_its_schema_documented() -> None:
     group = typer.main.get_command(app)
-    page = (DOCS / "json.md").read_text()
+    page = (DOCS / "reference" / "json.md").read_text()
     with_json = [
         name
         for name in COMMANDS
@@ -97,22 +97,24 @@ def test_every_command_that_prints_json_has_its_schema_documented() -> None:
     assert with_json
     for name in with_json:
         section = re.search(rf"^## `ckpt {name}`\n(.*?)(?=^## |\Z)", page, re.M | re.S)
-        assert section, f"docs/json.md has no section for ckpt {name}"
+        assert section, f"docs/reference/json.md has no section for ckpt {name}"
         assert re.search(r'"schema_version": \d', section.group(1)), name
 
 
 def test_the_design_page_names_every_package_and_module() -> None:
-    page = (DOCS / "design.md").read_text()
+    page = (DOCS / "explanation" / "design.md").read_text()
     block = page.split("## The layout", 1)[1].split("```", 2)[1]
     modules = sorted((REPO / "ckpt_cli").rglob("*.py"))
     assert len(modules) > 50
     for path in modules:
         rel = path.relative_to(REPO / "ckpt_cli")
         for package in rel.parts[:-1]:
-            assert f"{package}/" in block, f"docs/design.md's layout does not show {package}/"
+            assert f"{package}/" in block, (
+                f"docs/explanation/design.md's layout does not show {package}/"
+            )
         if path.stem == "__init__" and len(rel.parts) > 1:
             continue
         name = path.name if len(rel.parts) == 1 else path.stem
         assert re.search(rf"\b{re.escape(name)}\b", block), (
-            f"docs/design.md's layout does not name ckpt_cli/{rel}"
+            f"docs/explanation/design.md's layout does not name ckpt_cli/{rel}"
         )
