@@ -8,17 +8,22 @@ code, a JSON section for every command that prints JSON.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import pytest
 import typer
 
 from ckpt_cli import errors
 from ckpt_cli.app import app
 from ckpt_cli.core.verify.problems import CODES
 from tests.conftest import REPO
+from tests.docs_examples import console_commands, first_mismatch, prepare_workdir
 
 README = (REPO / "README.md").read_text()
 DOCS = REPO / "docs"
 COMMANDS = [c.name for c in app.registered_commands]
+#: Where the README's sample output says the reader's checkout is.
+READER_DIR = "/home/you/ckpt"
 
 
 def test_readme_starts_with_the_two_commands() -> None:
@@ -118,3 +123,18 @@ def test_the_design_page_names_every_package_and_module() -> None:
         assert re.search(rf"\b{re.escape(name)}\b", block), (
             f"docs/explanation/design.md's layout does not name ckpt_cli/{rel}"
         )
+
+
+@pytest.mark.slow
+def test_the_quick_start_runs_as_written_after_pip_install(tmp_path: Path) -> None:
+    """Its script saves a real checkpoint with the installed Orbax; then every command runs, as
+    written, with the exit code it states and the output it shows (times and sizes masked)."""
+    commands = console_commands(REPO / "README.md", section="Quick start")
+    assert len(commands) >= 10
+    assert commands[0].text.startswith("python examples/first_checkpoint.py")
+    assert all(c.text.startswith(("python ", "ckpt ")) for c in commands)
+    prepare_workdir(tmp_path)
+    mismatch = first_mismatch(commands, tmp_path, READER_DIR)
+    assert mismatch is None, mismatch
+    assert (tmp_path / "runs" / "first-pt" / "model.safetensors").is_file()
+    assert sorted(p.name for p in (tmp_path / "runs" / "copy").iterdir()) == ["200", "300"]
