@@ -8,7 +8,14 @@ code, a JSON section for every command that prints JSON.
 from __future__ import annotations
 
 import re
+import sys
+from collections.abc import Callable
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 import pytest
 import typer
@@ -16,8 +23,8 @@ import typer
 from ckpt_cli import errors
 from ckpt_cli.app import app
 from ckpt_cli.core.verify.problems import CODES
-from tests.conftest import REPO
-from tests.docs_examples import console_commands, first_mismatch, prepare_workdir
+from tests.conftest import FIXTURES, REPO, CliResult
+from tests.docs_examples import console_commands, first_mismatch, pages, prepare_workdir
 
 README = (REPO / "README.md").read_text()
 DOCS = REPO / "docs"
@@ -138,3 +145,62 @@ def test_the_quick_start_runs_as_written_after_pip_install(tmp_path: Path) -> No
     assert mismatch is None, mismatch
     assert (tmp_path / "runs" / "first-pt" / "model.safetensors").is_file()
     assert sorted(p.name for p in (tmp_path / "runs" / "copy").iterdir()) == ["200", "300"]
+
+
+def _requirement_names(requirements: list[str]) -> list[str]:
+    """``'jax[cpu]>=0.7'`` -> ``'jax[cpu]'``: the name as a reader types it, extras kept."""
+    return [re.split(r"[<>=!~;\s]", r, maxsplit=1)[0] for r in requirements]
+
+
+def test_the_dependency_lists_are_pyprojects() -> None:
+    """The README's and install.md's `pip install .` line name every dependency of pyproject.toml,
+    and install.md's table of extras names what each extra adds."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    base = _requirement_names(project["dependencies"])
+    install = (DOCS / "how-to" / "install.md").read_text()
+    assert len(base) >= 8
+    for name, text in (("README.md", README), ("docs/how-to/install.md", install)):
+        line = re.search(r"^pip install \.\s+# the CLI and library: (.*)$", text, re.M)
+        assert line, f"{name} has no `pip install .` line naming the dependencies"
+        assert sorted(line.group(1).split(", ")) == sorted(base), name
+    extras = project["optional-dependencies"]
+    assert {"orbax", "dask", "docs", "dev"} <= set(extras)
+    for extra, requirements in extras.items():
+        row = re.search(rf"^\| `{extra}` \| (.*?) \| .* \|$", install, re.M)
+        assert row, f"docs/how-to/install.md's table has no row for the {extra} extra"
+        shown = re.findall(r"`([^`]+)`", row.group(1))
+        own = [n for n in _requirement_names(requirements) if not n.startswith("ckpt-cli")]
+        assert sorted(shown) == sorted(own), f"the {extra} extra: {set(shown) ^ set(own)}"
+
+
+def test_every_ls_sample_shows_the_columns_ls_prints(cli: Callable[..., CliResult]) -> None:
+    """A sample of `ckpt ls` in the README or the docs has the header `ckpt ls` prints today, in
+    its order (one once showed `metrics` before `format`)."""
+    result = cli("ls", FIXTURES / "seed_mlp")
+    assert result.code == 0, result.stderr
+    printed = next(line.split() for line in result.stdout.splitlines() if "status" in line)
+    assert printed[:2] == ["step", "status"] and "format" in printed
+    samples = [
+        command
+        for page in pages()
+        for command in console_commands(page)
+        if command.text.startswith("ckpt ls ") and command.output
+    ]
+    assert len(samples) >= 3
+    for sample in samples:
+        header = [line.split() for line in sample.output if "status" in line]
+        assert header == [printed], f"{sample.where}: the ls header is not what ls prints"
+
+
+def test_the_docs_cite_only_files_the_repository_has() -> None:
+    """A file named in backticks (`CONTRIBUTING.md`, `fixtures/README.md`) exists: docs/design.md
+    once cited a STYLE.md the repository does not have."""
+    cited = [
+        (page, name)
+        for page in pages()
+        for name in re.findall(r"`((?:[\w.-]+/)*[\w.-]+\.md)`", page.read_text())
+        if "<" not in name
+    ]
+    assert len(cited) >= 5
+    for page, name in cited:
+        assert (REPO / name).is_file(), f"{page.relative_to(REPO)} cites {name}, which is not there"
