@@ -137,6 +137,11 @@ def test_the_quick_start_runs_as_written_after_pip_install(tmp_path: Path) -> No
     """Its script saves a real checkpoint with the installed Orbax; then every command runs, as
     written, with the exit code it states and the output it shows (times and sizes masked)."""
     commands = console_commands(REPO / "README.md", section="Quick start")
+    # The install is the one line not run here (no network in tests): it names a real extra.
+    install = commands.pop(0).text
+    assert install == "pip install '.[orbax]'"
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert "orbax-checkpoint" in " ".join(project["optional-dependencies"]["orbax"])
     assert len(commands) >= 10
     assert commands[0].text.startswith("python examples/first_checkpoint.py")
     assert all(c.text.startswith(("python ", "ckpt ")) for c in commands)
