@@ -7,9 +7,10 @@ copies of ``fixtures/`` and ``examples/``, so ``fixtures/ckpts/seed_mlp`` means 
 from the repository root and no example can change the committed fixtures.
 
 The ``$ `` lines of ``console`` blocks are commands (a line ending in ``\\`` continues on the
-next); the lines after one, up to the next ``$ ``, are its documented stdout. A trailing comment
-saying ``exit N`` documents a non-zero exit code. :func:`run_commands` runs them through bash,
-as written, with ``ckpt`` and ``python`` meaning this checkout and this interpreter.
+next); the lines after one, up to the next ``$ ``, are its documented stdout (a line ``...``
+stands for lines left out). A trailing comment saying ``exit N`` documents a non-zero exit code.
+:func:`run_command` runs one through bash, as written, with ``ckpt`` and ``python`` meaning this
+checkout and this interpreter; :func:`first_mismatch` runs a page's and compares.
 """
 
 from __future__ import annotations
@@ -234,6 +235,37 @@ def first_mismatch(commands: list[Command], workdir: Path, documented_dir: str) 
                 f"{command.exit_code}\n{result.stderr[-2000:]}"
             )
         shown = normalized("\n".join(command.output), workdir, documented_dir)
-        if command.output and normalized(result.stdout, workdir, documented_dir) != shown:
+        if command.output and not shows(normalized(result.stdout, workdir, documented_dir), shown):
             return f"{command.where}: `{command.text}` printed\n{result.stdout}"
     return None
+
+
+def shows(printed: list[str], shown: list[str]) -> bool:
+    """Whether the documented lines are the printed ones. A line ``...`` in the documentation
+    stands for lines left out: the parts between such lines must appear in order, each part as
+    consecutive lines."""
+    if "..." not in shown:
+        return printed == shown
+    parts: list[list[str]] = [[]]
+    for line in shown:
+        if line == "...":
+            parts.append([])
+        else:
+            parts[-1].append(line)
+    at = 0
+    for n, part in enumerate(parts):
+        if not part:
+            continue
+        found = next(
+            (
+                i
+                for i in range(at, len(printed) - len(part) + 1)
+                if printed[i : i + len(part)] == part
+            ),
+            None,
+        )
+        anchored = n > 0 or found == 0  # no leading ``...``: the output starts with the part
+        if found is None or not anchored:
+            return False
+        at = found + len(part)
+    return parts[-1] == [] or at == len(printed)  # no trailing ``...``: the output ends there

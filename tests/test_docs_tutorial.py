@@ -15,6 +15,7 @@ from tests.docs_examples import (
     prepare_workdir,
     python_blocks,
     run_page,
+    shows,
 )
 
 PAGE = REPO / "docs" / "tutorials" / "first-checkpoint.md"
@@ -81,3 +82,15 @@ def test_the_runner_catches_a_wrong_exit_code_or_output(tmp_path: Path) -> None:
     wrong_output = first_mismatch(other, work, READER_DIR)
     assert wrong_output and wrong_output.startswith("page.md:12: `ckpt ls")
     assert "printed" in wrong_output and "committed" in wrong_output
+
+
+def test_an_ellipsis_line_stands_for_lines_left_out_and_only_there() -> None:
+    printed = ["head", "a", "b", "c", "tail"]
+    assert shows(printed, printed)
+    assert shows(printed, ["head", "...", "c", "tail"])
+    assert shows(printed, ["...", "b", "...", "tail"])
+    assert shows(printed, ["...", "b", "..."])
+    assert not shows(printed, ["head", "...", "c"])  # the output goes on after c
+    assert not shows(printed, ["a", "...", "tail"])  # the output starts before a
+    assert not shows(printed, ["head", "...", "c", "b", "..."])  # out of order
+    assert not shows(printed, ["head", "a", "c", "..."])  # a part is consecutive lines
