@@ -20,7 +20,7 @@ import pytest
 
 from tests.contract.conftest import World, one_json_document
 
-#: error code -> exit code (README "Exit codes"; docs/json.md has the class of each code).
+#: error code -> exit code (README "Exit codes"; docs/reference/json.md has the class of each code).
 EXIT = {
     "usage": 2,
     "not-found": 3,
