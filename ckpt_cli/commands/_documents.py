@@ -12,7 +12,7 @@ def documents() -> dict[str, object]:
     from ckpt_cli.core.diff import DiffJSON
     from ckpt_cli.core.format.pins import PinResultJSON
     from ckpt_cli.core.inspect import InspectJSON, StepInspectJSON
-    from ckpt_cli.core.listing_types import LsJSON
+    from ckpt_cli.core.listing import LsJSON
     from ckpt_cli.core.migrate.plan import MigrateJSON
     from ckpt_cli.core.prune.execute import PruneJSON
     from ckpt_cli.core.reshard.plan import ReshardJSON
