@@ -19,11 +19,22 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import pytest
 
+# The helpers in tests/support/ assert too: their failures show values as a test's do.
+pytest.register_assert_rewrite("tests.support")
+
+#: Fixtures every directory uses, defined beside the servers and harnesses they start.
+pytest_plugins = [
+    "tests.support.storage_fixtures",  # s3 (moto and SeaweedFS), moto_s3, seaweed_s3, gcs
+    "tests.support.big_checkpoint",  # big_root, big_copy: the checkpoint the signal tests stop
+    "tests.support.world",  # world: good and damaged roots to provoke commands in
+    "tests.support.orbax_restorer",  # orbax: one Orbax 0.12.8 restore process per worker
+]
+
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures" / "ckpts"
 
 
-#: The S3 servers a test that takes the ``s3`` fixture runs on (tests/remote/conftest.py).
+#: The S3 servers a test that takes the ``s3`` fixture runs on (tests/support/storage_fixtures.py).
 S3_SERVERS = ("moto", "seaweedfs")
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import FIXTURES, REPO
-from tests.slow.test_reshard import read_values
+from tests.e2e.test_reshard_orbax import read_values
 
 SEED = FIXTURES / "seed_mlp"
 K0, K1 = "params.Dense_0.kernel", "params.Dense_1.kernel"

@@ -16,9 +16,16 @@ from ckpt_cli.core.prune.execute import prune_lock
 from ckpt_cli.core.prune.plan import LOCK_NAME, SYMLINK_KEPT, TRASH_PREFIX
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.errors import StorageError
+from tests.commands.test_startup import PROBE
 from tests.conftest import FIXTURES, REPO
-from tests.prune_roots import SMALL_STEP, age_tree, copy_steps, entries, step_dirs, tree_digest
-from tests.test_startup import PROBE
+from tests.support.prune_roots import (
+    SMALL_STEP,
+    age_tree,
+    copy_steps,
+    entries,
+    step_dirs,
+    tree_digest,
+)
 
 TMP_SRC = FIXTURES / "with_tmp" / "3.orbax-checkpoint-tmp"
 
