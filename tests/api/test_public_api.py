@@ -14,7 +14,7 @@ import pytest
 
 import ckpt_cli
 from ckpt_cli.errors import NotFoundError, RefusedError, UsageError
-from tests.conftest import FIXTURES, REPO
+from tests.support.paths import FIXTURES, REPO
 
 
 def _probe(code: str) -> Any:

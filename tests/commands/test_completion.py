@@ -10,29 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.support.completion import complete
 from tests.support.interrupts import CKPT
+from tests.support.paths import FIXTURES
 
 SEED = FIXTURES / "seed_mlp"
 #: Typer detects the user's shell from the process tree (shellingham); the tests name it instead,
 #: through the switch Typer's own tests use, so zsh and fish need not be installed.
 NAMED_SHELL = {"_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
 COMPOSITE = FIXTURES / "composite_best"
-
-
-def _complete(shell: str, line: str) -> list[str]:
-    """What ``ckpt``'s completion function answers for ``line`` (the cursor at its end)."""
-    env = {**os.environ, "_CKPT_COMPLETE": f"complete_{shell}"}
-    if shell == "bash":
-        words = line.split(" ")
-        env.update({"COMP_WORDS": line, "COMP_CWORD": str(len(words) - 1)})
-    else:
-        env["_TYPER_COMPLETE_ARGS"] = line
-        if shell == "fish":
-            env["_TYPER_COMPLETE_FISH_ACTION"] = "get-args"
-    proc = subprocess.run([CKPT], env=env, capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.splitlines()
 
 
 def _values(shell: str, lines: list[str]) -> list[str]:
@@ -77,16 +63,16 @@ def test_install_completion_writes_the_script(shell: str, tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def test_completes_commands_steps_and_items(shell: str) -> None:
-    assert "verify" in _values(shell, _complete(shell, "ckpt ve"))
-    assert "--deep" in _values(shell, _complete(shell, "ckpt verify --de"))
-    assert _values(shell, _complete(shell, f"ckpt verify {SEED} --step ")) == ["300", "400", "500"]
-    assert _values(shell, _complete(shell, f"ckpt inspect {SEED} --step 4")) == ["400"]
-    assert _values(shell, _complete(shell, f"ckpt inspect {COMPOSITE} --item ")) == [
+    assert "verify" in _values(shell, complete(shell, "ckpt ve"))
+    assert "--deep" in _values(shell, complete(shell, "ckpt verify --de"))
+    assert _values(shell, complete(shell, f"ckpt verify {SEED} --step ")) == ["300", "400", "500"]
+    assert _values(shell, complete(shell, f"ckpt inspect {SEED} --step 4")) == ["400"]
+    assert _values(shell, complete(shell, f"ckpt inspect {COMPOSITE} --item ")) == [
         "extra",
         "state",
     ]
     # No root on the line: nothing made up.
-    assert _values(shell, _complete(shell, "ckpt inspect --step ")) == []
+    assert _values(shell, complete(shell, "ckpt inspect --step ")) == []
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")

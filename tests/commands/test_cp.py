@@ -16,7 +16,7 @@ import pytest
 
 from ckpt_cli.core.copy.select import parse_steps
 from ckpt_cli.errors import UsageError
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 
 def tree(root: Path) -> dict[str, bytes]:

@@ -22,18 +22,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import FIXTURES, REPO
-from tests.support.remote_servers import BUCKET, GcsServer, download, keys
+from tests.support.buckets import bucket_tree, tree
+from tests.support.paths import FIXTURES, REPO
+from tests.support.remote_servers import BUCKET, GcsServer, keys
 from tests.support.storage_fixtures import S3
 
 BOOKKEEPING = (".ckpt-write.lock", ".ckpt-writing")
 MARKERS = ("commit_success.txt", "_CHECKPOINT_METADATA")
-
-
-def tree(root: Path) -> dict[str, bytes]:
-    out = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-    assert out, f"{root} holds no file"
-    return out
 
 
 def key_of(path: str) -> str:
@@ -88,10 +83,6 @@ class Writes:
         return [
             k[len(prefix) + 1 :] for m, k in self.log if m == method and k.startswith(prefix + "/")
         ]
-
-
-def bucket_tree(s3: S3, prefix: str, tmp: Path) -> dict[str, bytes]:
-    return tree(download(s3.client, prefix, tmp / f"dl-{uuid.uuid4().hex[:6]}"))
 
 
 def restore_500(root: Path) -> dict[str, np.ndarray]:

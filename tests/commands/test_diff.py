@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import tensorstore as ts
 
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 
 def _kernel(root: Path) -> ts.TensorStore:

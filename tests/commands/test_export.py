@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, REPO
+from tests.support.paths import FIXTURES, REPO
 
 
 def test_export_dry_run_prints_the_plan_and_writes_nothing(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 from tests.support.remote_servers import BUCKET
 from tests.support.storage_fixtures import S3
 

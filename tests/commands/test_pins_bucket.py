@@ -9,7 +9,7 @@ from typing import Any
 
 from ckpt_cli.core.format.pins import PIN_FILE, pin_step, read_pin, unpin_step
 from ckpt_cli.core.storage import open_location
-from tests.commands.test_write_bucket import committed_steps, make_root
+from tests.support.buckets import committed_steps, make_root
 from tests.support.remote_servers import BUCKET, keys
 from tests.support.storage_fixtures import S3
 

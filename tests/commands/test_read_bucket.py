@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.support.buckets import listing_view, normalized
+from tests.support.paths import FIXTURES
 from tests.support.remote_servers import BUCKET, dead_endpoint, keys
 from tests.support.storage_fixtures import S3
 
@@ -29,46 +30,12 @@ READ_FIXTURES = [
 ]
 
 
-def normalized(doc: Any, local: str, url: str) -> Any:
-    """Paths mapped to the URL; volatile fields (timing, file mtimes) dropped."""
-    if isinstance(doc, dict):
-        if doc.get("time_source") == "mtime":
-            doc = {k: v for k, v in doc.items() if k != "committed_at"}
-        return {
-            k: normalized(v, local, url)
-            for k, v in doc.items()
-            if k not in ("elapsed_s", "seconds")
-        }
-    if isinstance(doc, list):
-        return [normalized(v, local, url) for v in doc]
-    if isinstance(doc, str):
-        return doc.replace(local, url)
-    return doc
-
-
 def both(cli: Any, s3: S3, name: str, *args: str) -> tuple[Any, Any]:
     local, url = str(FIXTURES / name), s3.fixture(name)
     a = cli(*args[:1], local, *args[1:], "--json")
     b = cli(*args[:1], url, *args[1:], "--json")
     assert a.code == b.code, (a.stderr, b.stderr)
     return normalized(a.json(), local, url), b.json()
-
-
-def listing_view(doc: Any) -> Any:
-    """``ls`` on an object store tells the format from the listing (OCDBT hides the zarr
-    version): compare the rest exactly (the commit time too: both read ``_CHECKPOINT_METADATA``,
-    as prune does), and the format as far as the listing can tell it."""
-    steps = []
-    for step in doc["steps"]:
-        step = dict(step)
-        if step["time_source"] == "commit_marker":
-            step.pop("committed_at")
-            step.pop("time_source")
-        step["formats"] = {
-            k: v.split("+")[0] if v.startswith("ocdbt") else v for k, v in step["formats"].items()
-        }
-        steps.append(step)
-    return {**doc, "steps": steps}
 
 
 @pytest.mark.parametrize("name", READ_FIXTURES)
@@ -190,7 +157,7 @@ def test_remote_read_paths_do_not_import_jax_or_orbax(s3: S3, command: list[str]
     import subprocess
     import sys
 
-    from tests.commands.test_startup import PROBE
+    from tests.support.startup_probe import PROBE
 
     args = [command[0], s3.fixture("seed_mlp"), *command[1:]]
     proc = subprocess.run(

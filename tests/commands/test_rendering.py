@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES, REPO
 from tests.support.interrupts import CKPT
+from tests.support.paths import FIXTURES, REPO
 from tests.support.terminal import run_on_terminal
 
 DAMAGED = REPO / "fixtures" / "damaged"

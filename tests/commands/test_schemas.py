@@ -21,32 +21,18 @@ from typing import Any
 
 import pytest
 
-from tests.commands.test_json_errors import CASES, app_commands
-from tests.conftest import FIXTURES, REPO
+from tests.support.cli import app_commands
+from tests.support.error_cases import CASES
+from tests.support.paths import FIXTURES
+from tests.support.schemas import SCHEMAS, published, validator
 from tests.support.world import World, one_json_document
 
-SCHEMAS = REPO / "docs" / "schemas"
 VERSIONS = SCHEMAS / "versions.json"
-
-
-def published(command: str) -> dict[str, Any]:
-    path = SCHEMAS / f"{command}.schema.json"
-    assert path.is_file(), f"{command}: no published schema at {path.relative_to(REPO)}"
-    doc: dict[str, Any] = json.loads(path.read_text())
-    return doc
 
 
 def canonical_hash(schema: dict[str, Any]) -> str:
     text = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def validator(command: str):  # type: ignore[no-untyped-def]
-    from jsonschema import Draft202012Validator
-
-    schema = published(command)
-    Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
 
 
 def test_every_command_publishes_a_valid_schema() -> None:
@@ -225,10 +211,10 @@ def test_real_outputs_validate(world: World, cli) -> None:  # type: ignore[no-un
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_error_outputs_validate(case, world: World, cli) -> None:  # type: ignore[no-untyped-def]
-    from tests.commands.test_json_errors import _maybe_lock
+    from tests.support.error_cases import maybe_lock
 
     validator(case.command)
-    with _maybe_lock(case, world):
+    with maybe_lock(case, world):
         r = cli(*case.args(world), "--json")
     errors: list[str] = []
     _check(case.command, one_json_document(r.stdout), errors)

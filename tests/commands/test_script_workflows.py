@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 from tests.support.world import World, one_json_document
 
 PIN_FILE = "_CKPT_PINNED.json"

@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES
 from tests.support.interrupts import (
     CAST_SPEC,
     CKPT,
@@ -36,6 +35,7 @@ from tests.support.interrupts import (
     leftovers,
     tree_state,
 )
+from tests.support.paths import FIXTURES
 from tests.support.remote_servers import BUCKET, S3Server, keys, s3_environment, upload
 from tests.support.terminal import Terminal
 
@@ -125,7 +125,7 @@ def test_writer_stops_and_leaves_nothing(
 def test_reshard_on_dask_stops_its_tasks(
     big_root: Path, tmp_path: Path, sig: signal.Signals
 ) -> None:
-    from tests.conftest import local_cluster
+    from tests.support.cluster import local_cluster
 
     dst = tmp_path / "out"
     with local_cluster() as cluster:

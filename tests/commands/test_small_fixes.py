@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES, REPO
 from tests.support.interrupts import CKPT, tree_state
+from tests.support.paths import FIXTURES, REPO
 from tests.support.remote_servers import (
     BUCKET,
     GcsServer,

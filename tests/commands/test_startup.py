@@ -8,19 +8,8 @@ import sys
 
 import pytest
 
-from tests.conftest import FIXTURES
-
-PROBE = """
-import json, sys
-sys.argv = ["ckpt", *json.loads(sys.argv[1])]
-from ckpt_cli.app import main
-try:
-    main()
-except SystemExit:
-    pass
-heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("jax", "jaxlib", "orbax", "flax"))
-sys.stderr.write("HEAVY=" + json.dumps(heavy) + "\\n")
-"""
+from tests.support.paths import FIXTURES
+from tests.support.startup_probe import PROBE
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from tests.commands.test_startup import PROBE
-from tests.conftest import FIXTURES
-from tests.core.storage.test_gcs import upload_gcs
+from tests.support.buckets import upload_gcs
+from tests.support.paths import FIXTURES
 from tests.support.remote_servers import GcsServer
+from tests.support.startup_probe import PROBE
 from tests.support.storage_fixtures import S3
 
 HEAVY = ("tensorstore", "ml_dtypes", "numpy", "jax", "jaxlib", "orbax")

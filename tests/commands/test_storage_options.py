@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES, REPO
+from tests.support.paths import FIXTURES, REPO
 from tests.support.remote_servers import dead_endpoint
 
 URL = "s3://ckpt-nowhere/run"

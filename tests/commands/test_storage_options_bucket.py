@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 from tests.support.remote_servers import BUCKET
 from tests.support.storage_fixtures import S3
 
@@ -41,10 +41,10 @@ def test_import_then_export_with_the_flag_alone(
 
 
 def test_completion_of_steps_uses_the_flag(s3: S3, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.commands.test_completion import _complete
+    from tests.support.completion import complete
 
     url = s3.fixture("seed_mlp")
     for var in ENDPOINT_VARS:
         monkeypatch.delenv(var, raising=False)
     line = f"ckpt --s3-endpoint {s3.endpoint} inspect {url} --step "
-    assert _complete("bash", line) == ["300", "400", "500"]
+    assert complete("bash", line) == ["300", "400", "500"]

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES, local_cluster
+from tests.support.cluster import local_cluster
+from tests.support.paths import FIXTURES
 from tests.support.storage_fixtures import S3
 
 pytestmark = pytest.mark.slow

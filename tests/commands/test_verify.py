@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES, REPO
+from tests.support.paths import FIXTURES, REPO
 
 DAMAGED = REPO / "fixtures" / "damaged"
 CLEAN = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir() and p.name != "msgpack_legacy")

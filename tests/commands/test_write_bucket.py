@@ -9,48 +9,16 @@ real Orbax. Writers are listed in ``WRITERS``: a migrate case is one more entry.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.commands.test_read_bucket import normalized
-from tests.conftest import FIXTURES, REPO
-from tests.support.prune_roots import copy_steps
+from tests.support.buckets import WRITERS, committed_steps, make_root, normalized, step_dirs
+from tests.support.paths import FIXTURES
 from tests.support.remote_servers import BUCKET, download, keys
 from tests.support.storage_fixtures import S3
-
-#: name -> arguments after SRC DST; every writer must commit a step restorable by Orbax.
-WRITERS = {
-    "reshard": ["--mesh", "data=4,model=2", "--rules", str(REPO / "examples" / "mesh_4x2.yaml")],
-}
-NOW = datetime.now(timezone.utc)
-
-
-def step_dirs(s3: S3, prefix: str) -> dict[str, set[str]]:
-    """Step directory -> the object names directly in it (commit marker, tombstone...)."""
-    out: dict[str, set[str]] = {}
-    for k in keys(s3.client, prefix + "/"):
-        rel = k[len(prefix) + 1 :]
-        head, _, rest = rel.partition("/")
-        out.setdefault(head, set()).add(rest)
-    return out
-
-
-def committed_steps(s3: S3, prefix: str) -> set[int]:
-    return {
-        int(d)
-        for d, files in step_dirs(s3, prefix).items()
-        if d.isdigit() and "commit_success.txt" in files
-    }
-
-
-def make_root(tmp_path: Path, steps: range) -> Path:
-    return copy_steps(
-        tmp_path / "run", steps, committed_at=lambda s: NOW - timedelta(hours=100 - s)
-    )
 
 
 def test_prune_leaves_exactly_the_kept_steps(
@@ -182,7 +150,7 @@ def test_write_local_to_bucket_and_back_restores_with_orbax(
 ) -> None:
     import orbax.checkpoint as ocp
 
-    from tests.e2e.test_reshard_orbax import assert_same_values, read_values
+    from tests.support.sharded import assert_same_values, read_values
 
     src = FIXTURES / "seed_mlp"
     up = f"s3://{BUCKET}/{s3_prefix}/up"

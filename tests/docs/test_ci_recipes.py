@@ -17,9 +17,9 @@ import yaml
 
 from ckpt_cli.core.prune.execute import prune_lock
 from ckpt_cli.core.storage import LocalLocation
-from tests.commands.test_schemas import validator
-from tests.conftest import FIXTURES, REPO
+from tests.support.paths import FIXTURES, REPO
 from tests.support.prune_roots import copy_steps
+from tests.support.schemas import validator
 
 PAGE = REPO / "docs" / "ci.md"
 DAMAGED = FIXTURES.parent / "damaged" / "flipped-byte"  # recorded digests, one byte flipped

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, REPO, CliResult
+from tests.support.cli import CliResult
+from tests.support.paths import FIXTURES, REPO
 
 PAGE = (REPO / "docs" / "json.md").read_text()
 

@@ -14,7 +14,7 @@ import typer
 from ckpt_cli import errors
 from ckpt_cli.app import app
 from ckpt_cli.core.verify.problems import CODES
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 README = (REPO / "README.md").read_text()
 DOCS = REPO / "docs"

@@ -13,7 +13,7 @@ import typer
 import yaml
 
 from ckpt_cli.app import app
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 
 def _generator() -> ModuleType:

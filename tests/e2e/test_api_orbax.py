@@ -17,7 +17,7 @@ import pytest
 
 import ckpt_cli
 from ckpt_cli.errors import UnsupportedError
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 pytestmark = pytest.mark.slow
 

@@ -15,43 +15,17 @@ from typing import Any
 
 import numpy as np
 import pytest
-import safetensors
 
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.migrate.spec import load_spec, parse_spec
-from ckpt_cli.core.safetensors import find_files
-from ckpt_cli.core.safetensors.export import plan_export
-from ckpt_cli.core.safetensors.export_run import execute
 from ckpt_cli.core.storage import open_location
 from ckpt_cli.errors import RefusedError
-from tests.conftest import FIXTURES, REPO
+from tests.support.exchange import export, load_dir
 from tests.support.hf_reference import mlp_forward
 from tests.support.orbax_truth import DERIVED_FROM, restore_leaves, same_bytes
+from tests.support.paths import FIXTURES, REPO
 
 pytestmark = pytest.mark.slow
-
-
-def export(src: Path | str, out: Path, **kw: Any) -> Any:
-    return execute(plan_export(str(src), str(out), **kw))
-
-
-def load_dir(out: Path) -> tuple[dict[str, Any], dict[str, str] | None]:
-    """Every tensor of an export as the library loads it (raw bytes as uint8 for float8)."""
-    found = find_files(str(out))
-    tensors: dict[str, Any] = {}
-    metadata = None
-    assert found.files
-    for name in found.files:
-        raw = {k: v for k, v in safetensors.deserialize((out / name).read_bytes())}
-        with safetensors.safe_open(str(out / name), framework="np") as f:
-            metadata = f.metadata()
-            for k in f.keys():  # noqa: SIM118
-                if f.get_slice(k).get_dtype().startswith("F8"):
-                    tensors[k] = np.frombuffer(bytes(raw[k]["data"]), np.uint8)
-                else:
-                    tensors[k] = f.get_tensor(k)
-                    assert tensors[k].tobytes() == bytes(raw[k]["data"])
-    return tensors, metadata
 
 
 # (fixture, step, item, export keywords): the item each export reads, as `inspect` resolves it.

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -20,18 +19,12 @@ import yaml
 from ckpt_cli.core.format.sharding import MeshSpec
 from ckpt_cli.core.migrate.spec import load_spec
 from ckpt_cli.core.reshard.rules import parse_rules
-from ckpt_cli.core.safetensors import import_ as importing
-from ckpt_cli.core.safetensors.import_run import execute
 from ckpt_cli.errors import InvalidSafetensorsError
-from tests.conftest import FIXTURES, REPO
-from tests.e2e.test_export_orbax import export
+from tests.support.exchange import export, import_
 from tests.support.orbax_truth import restore_leaves, same_bytes
+from tests.support.paths import FIXTURES, REPO
 
 pytestmark = pytest.mark.slow
-
-
-def import_(src: Path, dst: Path, **kw: Any) -> Any:
-    return execute(importing.plan_import(str(src), str(dst), **kw))
 
 
 def test_import_of_an_export_restores_value_for_value(tmp_path: Path) -> None:

@@ -16,11 +16,10 @@ import numpy as np
 import pytest
 
 from ckpt_cli.core.migrate.spec import load_spec
-from tests.conftest import REPO
-from tests.e2e.test_export_orbax import export, load_dir
-from tests.e2e.test_import_orbax import import_
+from tests.support.exchange import export, import_, load_dir
 from tests.support.hf_reference import llama_forward
 from tests.support.orbax_truth import restore_leaves, same_bytes
+from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow
 sys.path.insert(0, str(REPO / "examples"))

@@ -19,7 +19,7 @@ from ckpt_cli.core.diff import diff_paths
 from ckpt_cli.core.listing import list_root
 from ckpt_cli.core.migrate.spec import parse_spec
 from ckpt_cli.core.storage import open_location
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 from tests.support.matrix import MATRIX, Fixture, array_leaves
 from tests.support.orbax_restorer import OrbaxRestorer
 

@@ -19,7 +19,7 @@ import pytest
 
 import ckpt_cli
 from ckpt_cli.core.diff import diff_paths
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 from tests.support.matrix import (
     Fixture,
     all_fixtures,
@@ -185,6 +185,6 @@ def test_cli(f: Fixture, capsys: pytest.CaptureFixture[str]) -> None:
 
 @functools.cache
 def _schema(command: str) -> Any:
-    from tests.commands.test_schemas import validator
+    from tests.support.schemas import validator
 
     return validator(command)

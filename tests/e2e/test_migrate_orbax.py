@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
-from tests.e2e.test_reshard_orbax import read_values, save_sharded
+from tests.support.paths import REPO
+from tests.support.sharded import read_values, save_sharded
 
 pytestmark = pytest.mark.slow
 

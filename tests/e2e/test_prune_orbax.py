@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from ckpt_cli.core.prune.plan import TRASH_PREFIX
-from tests.commands.test_prune import KILLER, run_script
-from tests.support.prune_roots import copy_steps, entries
+from tests.support.prune_roots import KILLER, copy_steps, entries, run_script
 
 pytestmark = pytest.mark.slow
 

@@ -20,8 +20,8 @@ import pytest
 
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.write.types import BlockSource
-from tests.conftest import local_cluster
-from tests.e2e.test_reshard_orbax import assert_same_values, read_values
+from tests.support.cluster import local_cluster
+from tests.support.sharded import assert_same_values, read_values
 
 pytestmark = pytest.mark.slow
 distributed = pytest.importorskip("distributed")

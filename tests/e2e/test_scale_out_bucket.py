@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import local_cluster
+from tests.support.cluster import local_cluster
 from tests.support.storage_fixtures import S3
 
 # The cluster's workers take the environment (moto's endpoint) when the module starts it.

@@ -1,8 +1,9 @@
 """Hostile inputs and faults: no ckpt process outlives its test; the fault tests count trials.
 
-The fault tests (kills, races and a live trainer) are fast by default (a few trials each, part of ``make test``). More trials:
-``CKPT_FAULTS_LONG=1 make pytest``, or ``.venv/bin/pytest tests/hostile --long`` (the option
-exists when pytest starts in this directory), or ``CKPT_FAULT_TRIALS=N`` for an exact count.
+The fault tests (kills, races and a live trainer) are fast by default (a few trials each, part
+of ``make test``). More trials: ``CKPT_FAULTS_LONG=1 make pytest``, or ``.venv/bin/pytest
+tests/hostile --long`` (the option exists when pytest starts in this directory), or
+``CKPT_FAULT_TRIALS=N`` for an exact count.
 Each test stores its counts (trials, survived, steps lost) under ``.pytest_cache/d/faults/``;
 ``python -m tests.support.fault_trials`` prints them, as does the end of a run without xdist.
 """
@@ -10,46 +11,19 @@ Each test stores its counts (trials, survived, steps lost) under ``.pytest_cache
 from __future__ import annotations
 
 import json
-import os
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.ckpt_process import reap
-
-RESULTS = "faults"
-
+from tests.support.fault_trials import long_mode, results_dir
 
 _STARTED = time.time()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--long", action="store_true", default=False, help="more fault trials")
-
-
-def long_mode(config: pytest.Config) -> bool:
-    try:
-        flag = bool(config.getoption("--long"))
-    except ValueError:
-        flag = False
-    return flag or os.environ.get("CKPT_FAULTS_LONG", "") not in ("", "0")
-
-
-def trials(config: pytest.Config, fast: int, long: int) -> int:
-    if os.environ.get("CKPT_FAULT_TRIALS"):
-        return int(os.environ["CKPT_FAULT_TRIALS"])
-    return long if long_mode(config) else fast
-
-
-def results_dir(config: pytest.Config) -> Path:
-    cache = getattr(config, "cache", None)
-    if cache is not None:
-        return Path(cache.mkdir(RESULTS))
-    out = Path(config.rootpath) / ".pytest_cache" / "d" / RESULTS
-    out.mkdir(parents=True, exist_ok=True)
-    return out
 
 
 @pytest.fixture(autouse=True)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CliResult
 from tests.support.ckpt_process import INTERNAL_ERROR, ckpt, copy_fixture, edit_json
+from tests.support.cli import CliResult
 
 DEEP = 5000
 

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES
 from tests.support.ckpt_process import (
     INTERNAL_ERROR,
     Run,
@@ -29,6 +28,7 @@ from tests.support.ckpt_process import (
     start,
     wait_stopped_or_exited,
 )
+from tests.support.paths import FIXTURES
 from tests.support.race_harness import hold
 from tests.support.remote_servers import BUCKET, keys
 

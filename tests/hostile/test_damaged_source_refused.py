@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
 from tests.support.ckpt_process import ckpt, committed_steps, copy_fixture, edit_json
+from tests.support.paths import REPO
 
 DAMAGED = REPO / "fixtures" / "damaged"
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
 from tests.support.ckpt_process import env
+from tests.support.paths import REPO
 
 CHILD = Path(__file__).resolve().parents[1] / "support" / "fuzz_child.py"
 TARGETS = [

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES
 from tests.support.ckpt_process import INTERNAL_ERROR, ckpt
+from tests.support.paths import FIXTURES
 
 SRC = FIXTURES / "seed_mlp"
 IDENTITY = "rules:\n  - {op: rename, from: 'step', to: 'step'}\n"

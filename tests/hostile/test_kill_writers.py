@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from tests.hostile.conftest import long_mode, trials
 from tests.support.ckpt_process import (
     ckpt,
     committed_steps,
@@ -31,6 +30,7 @@ from tests.support.ckpt_process import (
     snapshot,
     start,
 )
+from tests.support.fault_trials import long_mode, trials
 
 SPEC = """rules:
   - {op: rename, from: 'params\\.Dense_(\\d+)\\.(.*)', to: 'params.layer_\\1.\\2'}

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
-from tests.hostile.conftest import trials
 from tests.support.ckpt_process import INTERNAL_ERROR, ckpt, committed_steps, env
+from tests.support.fault_trials import trials
+from tests.support.paths import REPO
 
 TRAINER = Path(__file__).resolve().parents[1] / "support" / "trainer.py"
 

@@ -18,6 +18,7 @@ from tests.support.ckpt_process import (
     committed_steps,
     finish,
     orbax_steps,
+    phantoms,
     start,
     wait_stopped_or_exited,
 )
@@ -28,18 +29,6 @@ PAUSE_AT_RECORD = {"on_write": "_CKPT_DIGESTS.json", "nth": 1, "signal": "STOP"}
 #: (the item directory made if missing, the temporary file, the rename): 1 stops it before the
 #: first item, 4 after the first item and before the second.
 BEFORE_FIRST, AFTER_FIRST = 1, 4
-
-
-def phantoms(root: Path) -> list[str]:
-    """Step-named directories holding nothing but digest files (and the dirs leading to them)."""
-    out = []
-    for step in sorted(root.iterdir()):
-        if not step.name.isdigit() or not step.is_dir():
-            continue
-        files = [p for p in step.rglob("*") if p.is_file()]
-        if files and all(p.name.startswith((".", "_CKPT_DIGESTS")) for p in files):
-            out.append(step.name)
-    return out
 
 
 @pytest.mark.parametrize(

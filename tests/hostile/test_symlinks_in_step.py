@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
 from tests.support.ckpt_process import INTERNAL_ERROR, ckpt, copy_fixture, edit_json
+from tests.support.paths import REPO
 
 HANDLER = "orbax.checkpoint._src.handlers.json_checkpoint_handler.JsonCheckpointHandler"
 

@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES
 from tests.support.ckpt_process import (
     INTERNAL_ERROR,
     ckpt,
@@ -29,6 +28,7 @@ from tests.support.ckpt_process import (
     start,
     wait_stopped_or_exited,
 )
+from tests.support.paths import FIXTURES
 
 SRC = FIXTURES / "seed_mlp"
 A_ARGS = ["--mesh", "data=8"]

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES
 from tests.support.ckpt_process import ckpt, finish, kill, start
+from tests.support.paths import FIXTURES
 from tests.support.remote_servers import BUCKET, keys
 
 

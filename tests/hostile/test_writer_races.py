@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 
-from tests.hostile.conftest import trials
-from tests.hostile.test_record_racing_prune import phantoms
 from tests.support.ckpt_process import (
     INTERNAL_ERROR,
     Run,
@@ -26,10 +24,12 @@ from tests.support.ckpt_process import (
     committed_steps,
     finish,
     orbax_steps,
+    phantoms,
     save_orbax,
     start,
     wait_stopped_or_exited,
 )
+from tests.support.fault_trials import trials
 from tests.support.prune_roots import copy_steps
 
 A_ARGS = ["--mesh", "data=8"]

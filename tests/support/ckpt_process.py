@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import FIXTURES, REPO
+from tests.support.paths import FIXTURES, REPO
 
 SHIM = Path(__file__).with_name("shim.py")
 #: Enough address space for any ckpt command on the small fixtures (measured: reshard runs in
@@ -270,3 +270,15 @@ m.close()
     )
     assert out.returncode == 0, out.stderr
     return root
+
+
+def phantoms(root: Path) -> list[str]:
+    """Step-named directories holding nothing but digest files (and the dirs leading to them)."""
+    out = []
+    for step in sorted(root.iterdir()):
+        if not step.name.isdigit() or not step.is_dir():
+            continue
+        files = [p for p in step.rglob("*") if p.is_file()]
+        if files and all(p.name.startswith((".", "_CKPT_DIGESTS")) for p in files):
+            out.append(step.name)
+    return out

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from tests.conftest import REPO
+import pytest
+
+from tests.support.paths import REPO
 
 DEFAULT = REPO / ".pytest_cache" / "d" / "faults"
 
@@ -37,3 +40,29 @@ def lines(directory: Path = DEFAULT, since: float = 0.0) -> list[str]:
 
 if __name__ == "__main__":
     print("\n".join(lines()) or "no fault results stored yet")
+
+
+RESULTS = "faults"
+
+
+def long_mode(config: pytest.Config) -> bool:
+    try:
+        flag = bool(config.getoption("--long"))
+    except ValueError:
+        flag = False
+    return flag or os.environ.get("CKPT_FAULTS_LONG", "") not in ("", "0")
+
+
+def trials(config: pytest.Config, fast: int, long: int) -> int:
+    if os.environ.get("CKPT_FAULT_TRIALS"):
+        return int(os.environ["CKPT_FAULT_TRIALS"])
+    return long if long_mode(config) else fast
+
+
+def results_dir(config: pytest.Config) -> Path:
+    cache = getattr(config, "cache", None)
+    if cache is not None:
+        return Path(cache.mkdir(RESULTS))
+    out = Path(config.rootpath) / ".pytest_cache" / "d" / RESULTS
+    out.mkdir(parents=True, exist_ok=True)
+    return out

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 MATRIX = REPO / "fixtures" / "matrix"
 #: What Orbax restores as a value of its own (the others are empty nodes and strings).

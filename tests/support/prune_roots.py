@@ -6,12 +6,14 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES, REPO
 
 # A real step written by Orbax 0.12.8 (29 KB): the unit for roots of many steps.
 SMALL_STEP = FIXTURES / "with_tmp" / "2"
@@ -62,3 +64,41 @@ def entries(root: Path) -> list[str]:
 
 def step_dirs(root: Path) -> set[int]:
     return {int(p.name) for p in root.iterdir() if p.name.isdigit()}
+
+
+def run_script(script: str, *args: str, **kw: object) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        env=env,
+        text=True,
+        **kw,  # type: ignore[call-overload]
+    )
+
+
+KILLER = """
+import os, signal, sys
+from ckpt_cli.core import storage
+point, root, victim = sys.argv[1:4]
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+if point == "rename":
+    original = storage.LocalLocation.rename
+    def rename(self, new_name):
+        moved = original(self, new_name)
+        if new_name.startswith(f".ckpt-trash-{victim}-"):
+            die()
+        return moved
+    storage.LocalLocation.rename = rename
+else:
+    original_unlink, count = os.unlink, [0]
+    def unlink(*args, **kwargs):
+        count[0] += 1
+        if count[0] == 4:
+            die()
+        return original_unlink(*args, **kwargs)
+    os.unlink = unlink
+sys.argv = ["ckpt", "prune", root, "--keep-last", "2", "--clean-tmp", "--yes"]
+from ckpt_cli.app import main
+main()
+"""

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 from tests.support.remote_servers import (
     BUCKET,
     GcsServer,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES, REPO
+from tests.support.paths import FIXTURES, REPO
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.commands.test_read_bucket import normalized
-from tests.conftest import FIXTURES
+from tests.support.buckets import normalized
+from tests.support.paths import FIXTURES
 from tests.support.storage_fixtures import S3
 
 DAMAGED = FIXTURES.parent / "damaged"

@@ -3,25 +3,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from tests.commands.test_read_bucket import listing_view, normalized
-from tests.commands.test_write_bucket import WRITERS
-from tests.conftest import FIXTURES
-from tests.support.remote_servers import BUCKET, GcsServer, local_files
-
-
-def upload_gcs(src: Path, prefix: str) -> str:
-    import tensorstore as ts
-
-    from ckpt_cli.core.storage.stores import open_store
-
-    kv = ts.KvStore.open(open_store("gs", BUCKET).kvstore_spec(prefix + "/")).result()
-    futures = [kv.write(rel, p.read_bytes()) for rel, p in local_files(src)]
-    for f in futures:
-        f.result()
-    return f"gs://{BUCKET}/{prefix}"
+from tests.support.buckets import WRITERS, listing_view, normalized, upload_gcs
+from tests.support.paths import FIXTURES
+from tests.support.remote_servers import BUCKET, GcsServer
 
 
 def test_gs_read_commands_equal_local(cli: Any, gcs: GcsServer) -> None:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES
 from tests.support.latency_proxy import LatencyProxy, Request
+from tests.support.paths import FIXTURES
 from tests.support.remote_servers import BUCKET, GcsServer, keys, local_files
 from tests.support.storage_fixtures import S3
 
@@ -122,7 +122,7 @@ def test_prune_deletes_in_concurrent_batches(
 
 
 def test_gcs_prune_uses_the_batch_endpoint(cli: Any, gcs: GcsServer) -> None:
-    from tests.core.storage.test_gcs import upload_gcs
+    from tests.support.buckets import upload_gcs
 
     url = upload_gcs(FIXTURES / "seed_mlp", "latency/gcs-prune")
     with LatencyProxy(gcs.endpoint, delay=0.01) as proxy:

@@ -17,7 +17,7 @@ import pytest
 
 from ckpt_cli.core.storage import StorageOptions, bulk
 from ckpt_cli.core.storage.stores import open_store
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 from tests.support.remote_servers import BUCKET, GcsServer, keys, local_files
 from tests.support.storage_fixtures import S3
 

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from ckpt_cli.core.storage.objstore import PART_BYTES
-from tests.commands.test_cp_bucket import bucket_tree, tree
-from tests.conftest import FIXTURES, REPO
+from tests.support.buckets import bucket_tree, tree
 from tests.support.ckpt_process import save_orbax
 from tests.support.latency_proxy import LatencyProxy, Request
+from tests.support.paths import FIXTURES, REPO
 from tests.support.remote_servers import BUCKET, GcsServer
 from tests.support.storage_fixtures import S3
 
