@@ -1,8 +1,9 @@
 """``reshard`` and ``migrate`` on every fixture of the matrix, proven by Orbax 0.12.8's restore.
 
 Per fixture, the latest committed step's state item is rewritten, then restored by the project's
-Orbax (0.12.8, one restore process per test worker: ``conftest.orbax``) and compared, value for
-value, with what the fixture's own release restored (``truth.json``):
+Orbax (0.12.8, one restore process per test worker: the ``orbax`` fixture of
+``tests/support/orbax_restorer.py``) and compared, value for value, with what the fixture's own
+release restored (``truth.json``):
 
 - ``reshard`` to a (data=2, model=4) mesh, every jax.Array that is no optimizer state sharded
   where its dimensions allow it, by rules naming leaves exactly (odd dict keys included):

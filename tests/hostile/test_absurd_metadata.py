@@ -1,4 +1,4 @@
-"""Issue 14, item 6: metadata that is valid JSON but absurd gives exit 3 with one line, or the
+"""Metadata that is valid JSON but absurd gives exit 3 with one line, or the
 value shown as it is; never an internal error. Inspect's tree view stays linear in the size of
 the tree.
 """

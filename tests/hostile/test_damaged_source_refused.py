@@ -1,4 +1,4 @@
-"""Issue 14, item 3: damage is never laundered into a clean-looking output.
+"""Damage is never laundered into a clean-looking output.
 
 Writers check the source's structure before writing and refuse a damaged source (exit 3, one
 line naming the problem and pointing at ``ckpt verify``; nothing committed in the destination);

@@ -1,4 +1,4 @@
-"""Issue 14, item 5: sizes and chunk counts from metadata are checked before anything is
+"""Sizes and chunk counts from metadata are checked before anything is
 allocated. A zarr header (plain zarr2, zarr3, or inside OCDBT) claiming 1e15 elements in chunks
 of one element, or one chunk of 1e15 elements: one line, exit 3 (verify: its findings, exit 1),
 never a MemoryError, a C++ abort, or a hang.

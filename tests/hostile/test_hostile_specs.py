@@ -1,4 +1,4 @@
-"""Issue 14, item 7: specs (and reshard rule files) as an attack surface.
+"""Specs (and reshard rule files) as an attack surface.
 
 A size limit on spec files; YAML aliases refused; patterns that run in linear time (or under a
 bound); ``--target`` must return an abstract tree. Each run is a subprocess under the address

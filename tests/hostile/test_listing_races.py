@@ -1,4 +1,4 @@
-"""Issue 14, item 8: entries that vanish or appear while prune lists the root are expected, not
+"""Entries that vanish or appear while prune lists the root are expected, not
 errors, and nothing is wrongly deleted.
 
 The race is forced by the shim: the first time prune lists ``ENTRY`` (after it saw it in the

@@ -1,4 +1,4 @@
-"""Issue 14, item 2: nothing written outside the destination, nothing read outside the source.
+"""Nothing written outside the destination, nothing read outside the source.
 
 Every name read from a checkpoint (item names of ``_CHECKPOINT_METADATA``'s ``item_handlers``,
 step names, file names in metadata) is validated before it touches a path, and every path a

@@ -1,4 +1,4 @@
-"""Issue 14, item 4: ``verify --record`` racing ``prune`` leaves no phantom step.
+"""``verify --record`` racing ``prune`` leaves no phantom step.
 
 Recording never creates a directory; it writes atomically into a step that still exists, and
 it coordinates with prune through a shared/exclusive lock on the root. The interleaving is

@@ -1,4 +1,4 @@
-"""Issue 14, item 9: symlinks inside a step. Readers do not follow links out of the checkpoint;
+"""Symlinks inside a step. Readers do not follow links out of the checkpoint;
 writers never copy a link or what it points to (they refuse the source: exit 3, one line naming
 the link and pointing at ``ckpt verify``, which reports it)."""
 

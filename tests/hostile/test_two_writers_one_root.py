@@ -1,4 +1,4 @@
-"""Issue 14, item 1: two writers, one destination. A writer owns its temporary step exclusively;
+"""Two writers, one destination. A writer owns its temporary step exclusively;
 a second writer is refused at once (exit 3, one line naming the first: pid, host, start time);
 a leftover is removed only when its owner is provably gone. Locally and on a bucket.
 

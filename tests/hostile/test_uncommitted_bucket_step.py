@@ -1,4 +1,4 @@
-"""Issue 14, item 10: on S3, a SIGKILLed writer's uncommitted partial step (it carries
+"""On S3, a SIGKILLed writer's uncommitted partial step (it carries
 ``.ckpt-writing`` and no ``commit_success.txt``) is removed by ``prune --clean-tmp`` with the
 same age rule as local tmp directories (``--tmp-min-age``). A step without markers that ckpt
 did not write (a copy made without them, Orbax #394) is never deleted that way.

@@ -1,4 +1,4 @@
-"""The world the contract tests provoke commands in: good and damaged roots, junk, a dead endpoint.
+"""The ``world`` fixture tests provoke commands in: good and damaged roots, junk, a dead endpoint.
 
 Everything is built fresh in ``tmp_path`` from the committed fixtures (real Orbax outputs), so a
 test may damage, pin or prune what it was given.
