@@ -101,6 +101,17 @@ def test_top_of_tests_holds_only_what_describes_the_tree() -> None:
     assert not stray, f"move these into the directory of what they test (tests/README.md): {stray}"
 
 
+def test_every_directory_of_tests_is_described_in_the_readme() -> None:
+    """A new top-level directory is a decision about where tests go: tests/README.md's table
+    says what each one holds."""
+    table = re.findall(r"^\| `([a-z_0-9]+)/", (TESTS / "README.md").read_text(), re.MULTILINE)
+    assert table, "tests/README.md has no table of directories"
+    dirs = {d.name for d in TESTS.iterdir() if d.is_dir() and d.name != "__pycache__"}
+    assert dirs == set(table), (
+        f"in tests/ only: {dirs - set(table)}; in the README only: {set(table) - dirs}"
+    )
+
+
 def test_no_test_is_named_after_a_number_or_an_issue() -> None:
     tests = [p for p in python_files(TESTS) if p.name.startswith("test_")]
     assert tests
