@@ -118,6 +118,24 @@ class ObjectStore:
         HTTP client as the listings: no TensorStore (and no numpy) to import for them."""
         raise NotImplementedError
 
+    def read_objects(
+        self, reads: Sequence[tuple[str, int | None, int | None]]
+    ) -> list[bytes | Exception | None]:
+        """``read_object`` of every ``(key, start, end)``, ``max_requests`` in flight; each
+        answer in the order asked, a failure as its exception."""
+        from ckpt_cli.core.storage.bulk import concurrently
+
+        out: list[bytes | Exception | None] = [None] * len(reads)
+
+        def one(i: int) -> None:
+            try:
+                out[i] = self.read_object(*reads[i])
+            except Exception as e:
+                out[i] = e
+
+        concurrently(one, range(len(reads)), self.options.max_requests)
+        return out
+
     def upload(self, key: str, parts: Iterable[bytes], size: int) -> None:
         """Put an object of ``size`` bytes from ``parts`` (each at least ``PART_BYTES`` but the
         last), one part at a time: S3 multipart, a GCS resumable upload. The object appears

@@ -94,6 +94,14 @@ class StorageOptions:
             gcs_emulator=emulator,
         )
 
+    @property
+    def metadata_requests(self) -> int:
+        """Small-file reads (metadata, metrics: kilobytes each) in flight at once on S3: twice
+        ``max_requests``. They cost one event loop no threads (``httpmany.py``) and a bucket
+        answers each in one round trip: ``ls`` of 1,000 steps makes 2,000 of them, and behind
+        25 ms a round 64 deep leaves 0.78 s of waiting, 128 deep 0.39 s."""
+        return 2 * self.max_requests
+
     def retries(self) -> dict[str, Any]:
         """TensorStore's ``*_request_retries`` spec for both drivers."""
         return {
