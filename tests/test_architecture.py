@@ -66,7 +66,7 @@ GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
 
 # Layers, lowest first: a module imports only its own layer or lower ones, and within a layer
 # only its own group (the read operations, verify and write do not lean on one another).
-READ_OPS = ("listing", "inspect", "inspection", "state", "stats", "diff", "compare", "checkpoint")
+READ_OPS = ("listing", "inspect", "state", "stats", "diff", "checkpoint")
 UTILITIES = ("progress", "schema", "units", "executor", "textfiles", "regex")
 
 
@@ -198,17 +198,107 @@ def test_commands_import_the_core_through_functions_only() -> None:
         "checks", "inventory", "ocdbt", "deep", "problems", "scale_verify", "writer",
         "pipeline", "steps", "rewrite", "scale", "memory", "retention", "deletion", "objstore",
         "remote", "migrate_spec", "migrate_rules", "migrate_ops", "migrate_tree",
-        "migrate_layout", "migrate_target", "initializers",
+        "migrate_layout", "migrate_target", "initializers", "inspection", "compare",
     ],
 )  # fmt: skip
 def test_the_old_flat_modules_are_gone(old: str) -> None:
     assert importlib.util.find_spec(f"ckpt_cli.core.{old}") is None
 
 
-def test_core_modules_stay_small() -> None:
-    sizes = {
-        n: len(p.read_text().splitlines())
-        for n, p in MODULES.items()
-        if n.startswith("ckpt_cli.core")
-    }
-    assert sizes and max(sizes.values()) <= 420, sorted(sizes.items(), key=lambda x: -x[1])[:3]
+#: Lines of a function in the core, its docstring included: split a module by concept, keep
+#: functions short instead.
+FUNCTION_CAP = 60
+
+#: Core functions over the cap, and why (each is to be shrunk; the list only shrinks).
+LONG_FUNCTIONS = {
+    # The maintainer is changing listing.py.
+    ("ckpt_cli.core.listing", "list_root"): "being changed elsewhere",
+}
+
+
+def _function_lengths() -> dict[tuple[str, str], int]:
+    lengths = {}
+    for name, path in MODULES.items():
+        if not name.startswith("ckpt_cli.core"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno is not None
+                key = (name, node.name)
+                lengths[key] = max(lengths.get(key, 0), node.end_lineno - node.lineno + 1)
+    return lengths
+
+
+def test_core_functions_stay_short() -> None:
+    lengths = _function_lengths()
+    assert len(lengths) > 500  # the functions were really found
+    long = {key: n for key, n in lengths.items() if n > FUNCTION_CAP}
+    assert sorted(set(long) - set(LONG_FUNCTIONS)) == []
+    # An exception whose function got short (or went away) leaves the list.
+    assert sorted(set(LONG_FUNCTIONS) - set(long)) == []
+
+
+def _typeddicts(tree: ast.Module) -> list[str]:
+    """Names of the TypedDicts a module defines: ``class X(TypedDict)``, a subclass of one
+    defined in the package (``class X(PlanJSON)``), and the functional ``X = TypedDict(...)``."""
+    names = []
+    for node in tree.body:
+        if (isinstance(node, ast.ClassDef) and node.name.endswith("JSON")) or (
+            isinstance(node, ast.ClassDef)
+            and any(isinstance(b, ast.Name) and b.id == "TypedDict" for b in node.bases)
+        ):
+            names.append(node.name)
+        elif (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id == "TypedDict"
+        ):
+            names.extend(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def test_no_typeddict_is_defined_twice() -> None:
+    """One description of each JSON object: a second copy drifts from the first."""
+    where: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        for td in _typeddicts(ast.parse(path.read_text())):
+            where.setdefault(td, []).append(name)
+    assert len(where) > 40  # the documents' types were really found
+    assert {td: mods for td, mods in where.items() if len(mods) > 1} == {}
+
+
+#: ``to_json`` methods allowed an open annotation, and why.
+OPEN_TO_JSON = {
+    # The protocol every printed result satisfies: any document at all.
+    ("ckpt_cli.commands._output", "Document"),
+}
+
+_OPEN = {"Any", "object", "dict", "Mapping"}
+
+
+def _is_open(annotation: ast.expr | None) -> bool:
+    """No annotation, ``Any``/``object``, or a plain mapping (``dict[str, Any]``)."""
+    if annotation is None:
+        return True
+    if isinstance(annotation, ast.Subscript):
+        annotation = annotation.value
+    return isinstance(annotation, ast.Name) and annotation.id in _OPEN
+
+
+def test_every_to_json_returns_its_typeddict() -> None:
+    """mypy ties a ``to_json`` to the TypedDict it is annotated with; ``dict[str, Any]`` ties it
+    to nothing, and the published schema could drift from what is printed."""
+    found, open_ = [], []
+    for name, path in MODULES.items():
+        for cls in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            for fn in cls.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name == "to_json":
+                    found.append((name, cls.name))
+                    if _is_open(fn.returns) and (name, cls.name) not in OPEN_TO_JSON:
+                        open_.append(f"{name}.{cls.name}")
+    assert len(found) > 40
+    assert open_ == []
+    assert set(found) >= OPEN_TO_JSON  # an exception that no longer applies is removed

@@ -26,9 +26,9 @@ SCHEMA_BASE = "https://ckpt.invalid/schemas"
 def _documents() -> dict[str, Any]:
     """command -> the TypedDict of its document. Imported here, not at module level, so that
     ``ckpt --help`` never loads the result types."""
-    from ckpt_cli.core.schema.documents_write import DOCUMENTS
+    from ckpt_cli.commands._documents import documents
 
-    return dict(DOCUMENTS)
+    return documents()
 
 
 #: Every command that prints a --json document (the app test checks the list).
@@ -72,7 +72,7 @@ def canonical_hash(schema: dict[str, Any]) -> str:
 
 def command_schema(command: str) -> dict[str, Any]:
     from ckpt_cli.core.schema import json_schema
-    from ckpt_cli.core.schema.documents import ErrorDocumentJSON
+    from ckpt_cli.errors import ErrorDocumentJSON
 
     document, version = _documents()[command], schema_version(command)
     schema = json_schema(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tests.support.world import World
 
-#: error code -> exit code (README "Exit codes"; docs/json.md has the class of each code).
+#: error code -> exit code (README "Exit codes"; docs/reference/json.md has the class of each code).
 EXIT = {
     "usage": 2,
     "not-found": 3,
