@@ -26,12 +26,15 @@ of one item no longer share their OCDBT writer and every commit races the other'
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.errors import CkptError, StorageError, UnreachableError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -123,8 +126,6 @@ class ObjectStore:
     ) -> list[bytes | Exception | None]:
         """``read_object`` of every ``(key, start, end)``, ``max_requests`` in flight; each
         answer in the order asked, a failure as its exception."""
-        from ckpt_cli.core.storage.bulk import concurrently
-
         out: list[bytes | Exception | None] = [None] * len(reads)
 
         def one(i: int) -> None:
@@ -217,3 +218,14 @@ def describe_error(e: BaseException, endpoint: str) -> str:
     if type(e).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
         return "no credentials found: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile"
     return first[:300]
+
+
+def concurrently(fn: Callable[[T], None], items: Sequence[T], limit: int) -> None:
+    """``fn`` over ``items``, up to ``limit`` at a time (inline for a single item)."""
+    if len(items) <= 1:
+        for item in items:
+            fn(item)
+        return
+    with ThreadPoolExecutor(max(1, min(limit, len(items)))) as pool:
+        for f in [pool.submit(fn, item) for item in items]:
+            f.result()

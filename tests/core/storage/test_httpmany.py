@@ -155,3 +155,11 @@ def test_it_runs_inside_a_running_event_loop(server: _Server) -> None:
 
     got = asyncio.run(inside())
     assert [r.status for r in got if isinstance(r, Response)] == [200, 200]
+
+
+def test_the_small_read_window_is_four_times_max_requests_up_to_512() -> None:
+    from ckpt_cli.core.storage import StorageOptions
+
+    assert [StorageOptions(max_requests=n).metadata_requests for n in (1, 16, 64, 128, 129, 1000)] == [
+        4, 64, 256, 512, 512, 512,
+    ]  # fmt: skip

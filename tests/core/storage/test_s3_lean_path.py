@@ -82,7 +82,7 @@ def test_many_small_reads_on_one_event_loop(
     }
     s3.server.put_objects(blobs.items())
     store = _store(s3, max_requests=8)
-    assert store.options.metadata_requests == 16
+    assert store.options.metadata_requests == 32
     reads: list[tuple[str, int | None, int | None]] = []
     want: list[bytes | None] = []
     for n, (key, data) in enumerate(blobs.items()):
