@@ -87,17 +87,7 @@ sys.unraisablehook = _quiet_unraisable(sys.__unraisablehook__)
 import typer
 
 from ckpt_cli._version import __version__
-from ckpt_cli.commands import cp as cp_cmd
-from ckpt_cli.commands import diff as diff_cmd
-from ckpt_cli.commands import export as export_cmd
-from ckpt_cli.commands import import_ as import_cmd
-from ckpt_cli.commands import inspect as inspect_cmd
-from ckpt_cli.commands import ls as ls_cmd
-from ckpt_cli.commands import migrate as migrate_cmd
-from ckpt_cli.commands import pin as pin_cmd
-from ckpt_cli.commands import prune as prune_cmd
-from ckpt_cli.commands import reshard as reshard_cmd
-from ckpt_cli.commands import verify as verify_cmd
+from ckpt_cli.commands import COMMANDS
 from ckpt_cli.commands._help import HelpCommand, HelpGroup
 from ckpt_cli.errors import (
     CODE_INTERNAL,
@@ -170,18 +160,8 @@ def _root(
     apply_request_limit(ctx.obj)  # before anything imports TensorStore
 
 
-app.command("ls", cls=HelpCommand)(ls_cmd.ls)
-app.command("inspect", cls=HelpCommand)(inspect_cmd.inspect)
-app.command("verify", cls=HelpCommand)(verify_cmd.verify)
-app.command("diff", cls=HelpCommand)(diff_cmd.diff)
-app.command("prune", cls=HelpCommand)(prune_cmd.prune)
-app.command("reshard", cls=HelpCommand)(reshard_cmd.reshard)
-app.command("migrate", cls=HelpCommand)(migrate_cmd.migrate)
-app.command("export", cls=HelpCommand)(export_cmd.export)
-app.command("import", cls=HelpCommand)(import_cmd.import_)
-app.command("cp", cls=HelpCommand)(cp_cmd.cp)
-app.command("pin", cls=HelpCommand)(pin_cmd.pin)
-app.command("unpin", cls=HelpCommand)(pin_cmd.unpin)
+for _command in COMMANDS:
+    app.command(_command.name, cls=HelpCommand, help=_command.help())(_command.function)
 
 
 _stopping: list[int] = []
@@ -235,8 +215,9 @@ def _fail(
     sys.stderr.write(line + "\n")
     if json_mode:
         from ckpt_cli.commands._output import emit_error
+        from ckpt_cli.commands._schemas import schema_version_of_argv
 
-        emit_error(sys.argv[1:], error, result)
+        emit_error(schema_version_of_argv(sys.argv[1:]), error, result)
     sys.exit(code)
 
 

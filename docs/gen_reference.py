@@ -277,7 +277,10 @@ def render_index(app: Any) -> str:
 
 
 def command_names(app: Any) -> list[str]:
-    return [c.name for c in app.registered_commands]
+    """The registry's commands (``ckpt_cli.commands.COMMANDS``), which ``app`` registers."""
+    from ckpt_cli.commands import COMMANDS
+
+    return [c.name for c in COMMANDS]
 
 
 def render_all(out: Path = OUT) -> dict[Path, str]:

@@ -212,3 +212,107 @@ def test_core_modules_stay_small() -> None:
         if n.startswith("ckpt_cli.core")
     }
     assert sizes and max(sizes.values()) <= 420, sorted(sizes.items(), key=lambda x: -x[1])[:3]
+
+
+# --- the command registry: one record per command, and every list of commands follows it ---
+
+
+def _registry_names() -> list[str]:
+    from ckpt_cli.commands import COMMANDS
+
+    names = [c.name for c in COMMANDS]
+    assert len(names) >= 12
+    return names
+
+
+def test_every_command_is_registered_once() -> None:
+    import ckpt_cli.commands as package
+    from ckpt_cli.app import app
+    from ckpt_cli.commands import COMMANDS
+    from ckpt_cli.commands._command import Command
+
+    names = _registry_names()
+    assert len(set(names)) == len(names), names
+    assert len({id(c.function) for c in COMMANDS}) == len(COMMANDS)
+    assert [c.name for c in app.registered_commands] == names
+    # A Command record defined in a module of commands/ but left out of the registry would be
+    # half-registered: every record is in it.
+    records = []
+    for name in MODULES:
+        if name.startswith("ckpt_cli.commands.") and ".render" not in name:
+            module = importlib.import_module(name)
+            records += [v for v in vars(module).values() if isinstance(v, Command)]
+    assert records
+    assert {id(r) for r in records} == {id(c) for c in COMMANDS}
+    assert package.COMMANDS is COMMANDS
+
+
+def test_every_command_is_in_the_top_level_help() -> None:
+    from typer.testing import CliRunner
+
+    from ckpt_cli.app import app
+
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    listed = [line.strip("│ ").split(" ")[0] for line in result.output.splitlines()]
+    for name in _registry_names():
+        assert name in listed, name
+
+
+def test_every_command_has_its_reference_page_and_index_row() -> None:
+    index = (REPO / "docs" / "reference" / "index.md").read_text()
+    for name in _registry_names():
+        assert (REPO / "docs" / "reference" / f"{name}.md").is_file(), name
+        assert f"[`ckpt {name}`]({name}.md)" in index, name
+
+
+def test_every_command_has_its_published_schema() -> None:
+    import json
+
+    from ckpt_cli.commands import COMMANDS
+
+    versions = json.loads((REPO / "docs" / "schemas" / "versions.json").read_text())
+    assert COMMANDS
+    for c in COMMANDS:
+        assert c.documents, f"ckpt {c.name} --json: no document type in its Command record"
+        assert (REPO / "docs" / "schemas" / f"{c.name}.schema.json").is_file(), c.name
+        assert str(c.schema_version()) in versions[c.name], c.name
+
+
+def test_the_docs_index_table_lists_the_registry_in_order() -> None:
+    """docs/index.md's table of commands: one row per registered command, in the registry's
+    order, with the command's arguments as its usage line names them."""
+    import re
+
+    import typer
+
+    from ckpt_cli.app import app
+
+    group = typer.main.get_command(app)
+    page = (REPO / "docs" / "index.md").read_text()
+    rows = re.findall(r"^\| \[`ckpt (\S+)([^`]*)`\]\(reference/(\S+)\.md\) \|", page, re.M)
+    assert [r[0] for r in rows] == _registry_names()
+    for name, args, target in rows:
+        assert target == name
+        params = group.commands[name].params  # type: ignore[attr-defined]
+        arguments = [p.name.upper() for p in params if p.param_type_name == "argument"]
+        assert args.split() == arguments, (name, args)
+
+
+def test_shell_completion_offers_every_command() -> None:
+    import os
+    import subprocess
+    import sys
+
+    ckpt = str(Path(sys.executable).with_name("ckpt"))
+    env = {
+        **os.environ,
+        "_CKPT_COMPLETE": "complete_bash",
+        "COMP_WORDS": "ckpt ",
+        "COMP_CWORD": "1",
+    }
+    proc = subprocess.run([ckpt], env=env, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    offered = proc.stdout.split()
+    for name in _registry_names():
+        assert name in offered, name

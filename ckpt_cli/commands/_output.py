@@ -130,13 +130,11 @@ def progress_bar(enabled: bool, min_bytes: int = 0) -> Iterator[ProgressFn | Non
         yield update
 
 
-def emit_error(argv: list[str], error: Mapping[str, Any], result: object = None) -> None:
+def emit_error(version: int, error: Mapping[str, Any], result: object = None) -> None:
     """The one document of a failed ``--json`` run: what the command computed before it failed
     (``CkptError.result``, a refused prune's plan) or nothing, with ``ok`` false and the error;
-    ``schema_version`` is the failed command's (``argv``'s first command name)."""
-    from ckpt_cli.commands._schemas import schema_version_of_argv
-
+    ``version`` is the failed command's ``schema_version``."""
     doc: dict[str, Any] = dict(result) if isinstance(result, Mapping) else {}
-    doc = {"schema_version": schema_version_of_argv(argv), **doc, "ok": False, "error": error}
+    doc = {"schema_version": version, **doc, "ok": False, "error": error}
     indent = 2 if sys.stdout.isatty() else None
     sys.stdout.write(json.dumps(doc, indent=indent, default=str) + "\n")

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from ckpt_cli.commands import _options as o
+from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._complete import complete_root_at_step
 from ckpt_cli.commands._output import emit_json, note, progress_bar, warn
 
@@ -89,12 +90,6 @@ def cp(
 
     Exit codes: 0 copied · 1 --verify found a file unlike its recorded digest · 2 usage ·
     3 not a checkpoint, unreadable, or refused (a different step at the destination).
-
-    Examples:
-
-        $ ckpt cp runs/exp7 s3://bucket/exp7
-        $ ckpt cp s3://bucket/exp7 gs://other/exp7 --steps 100-300 --verify
-        $ ckpt cp gs://other/exp7@300 runs/restored --dry-run
     """
     from ckpt_cli.commands.render import cp as render
     from ckpt_cli.commands.render.uploads import cleanup_notes
@@ -128,3 +123,15 @@ def cp(
         emit_json(result)
     else:
         render.print_result(result)
+
+
+COMMAND = Command(
+    name="cp",
+    function=cp,
+    documents=("ckpt_cli.core.schema.documents_write:CpJSON",),
+    examples=(
+        "runs/exp7 s3://bucket/exp7",
+        "s3://bucket/exp7 gs://other/exp7 --steps 100-300 --verify",
+        "gs://other/exp7@300 runs/restored --dry-run",
+    ),
+)

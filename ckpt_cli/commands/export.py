@@ -7,8 +7,20 @@ from typing import Annotated
 import typer
 
 from ckpt_cli.commands import _options as o
+from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._output import emit_json, progress_bar, warn
 from ckpt_cli.errors import UsageError
+
+#: transformers' default for save_pretrained(max_shard_size=...): 5 GB, decimal.
+MAX_SHARD_SIZE = o.size_default("5GB")
+
+MaxShardSizeOpt = Annotated[
+    int,
+    o.size_option(
+        "--max-shard-size",
+        "Shard above this size (5GB = 5e9 bytes, as transformers; GiB units too).",
+    ),
+]
 
 
 def export(
@@ -44,7 +56,7 @@ def export(
             show_default=False,
         ),
     ] = None,
-    max_shard_size: o.MaxShardSizeOpt = o.MAX_SHARD_SIZE,
+    max_shard_size: MaxShardSizeOpt = MAX_SHARD_SIZE,
     framework: Annotated[
         str,
         typer.Option("--framework", help="`format` in __metadata__: pt, np, flax, tf or mlx."),
@@ -111,3 +123,15 @@ def export(
     else:
         render.print_export_plan(plan)
         render.print_written(plan.out, result.bytes_written, result.seconds)
+
+
+COMMAND = Command(
+    name="export",
+    function=export,
+    documents=("ckpt_cli.core.schema.documents_write:ExportJSON",),
+    examples=(
+        "runs/exp7 out --step 600 --spec mlp_to_pytorch.yaml",
+        "runs/llama hf --spec llama_to_hf.yaml --dtype bfloat16",
+        "runs/exp7 out --params-only --dry-run",
+    ),
+)

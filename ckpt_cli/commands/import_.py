@@ -7,7 +7,10 @@ from typing import Annotated
 import typer
 
 from ckpt_cli.commands import _options as o
+from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._output import emit_json, progress_bar, warn
+
+IMPORT_CHUNK_BYTES = o.size_default("16MiB")
 
 
 def import_(
@@ -31,7 +34,7 @@ def import_(
     step: Annotated[int, typer.Option("--step", "-s", help="Step number to write.", min=0)] = 0,
     target: o.TargetOpt = None,
     allow_unused: o.AllowUnusedOpt = False,
-    max_chunk_bytes: o.MaxChunkBytesOpt = o.IMPORT_CHUNK_BYTES,
+    max_chunk_bytes: o.MaxChunkBytesOpt = IMPORT_CHUNK_BYTES,
     memory_limit: o.MemoryLimitOpt = o.EXCHANGE_MEMORY_LIMIT,
     zarr3: Annotated[bool, typer.Option("--zarr3/--zarr2", help="Output zarr version.")] = False,
     compression: o.CompressionOpt = "zstd",
@@ -85,3 +88,15 @@ def import_(
     else:
         render.print_import_plan(plan)
         render.print_written(result.path, result.bytes_written, result.seconds)
+
+
+COMMAND = Command(
+    name="import",
+    function=import_,
+    documents=("ckpt_cli.core.schema.documents_write:ImportJSON",),
+    examples=(
+        "out runs/back --spec pytorch_to_mlp.yaml --step 600",
+        "hf runs/llama --spec hf_to_llama.yaml --target model:abstract",
+        "model.safetensors runs/x --mesh data=8 --rules r.yaml",
+    ),
+)

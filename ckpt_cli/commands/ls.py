@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._options import JsonOpt, PathArg, storage_options
 from ckpt_cli.commands._output import emit_json, note, warn
 from ckpt_cli.errors import CkptError
@@ -31,12 +32,6 @@ def ls(
     `uncommitted` (object storage without commit_success.txt). The latest committed step is
     marked. Reads only metadata: no JAX, no array data. With -v, how a bucket root was
     listed (docs: object storage).
-
-    Examples:
-
-        $ ckpt ls runs/exp7
-        $ ckpt ls s3://bucket/runs/exp7 --json
-        $ ckpt ls s3://bucket/runs/exp7 -v
     """
     from ckpt_cli.commands.render import ls as render
     from ckpt_cli.core.listing import list_root
@@ -61,3 +56,15 @@ def ls(
         warn(message)
     for message in location.notes() if verbose else ():
         note(message)
+
+
+COMMAND = Command(
+    name="ls",
+    function=ls,
+    documents=("ckpt_cli.core.schema.documents:LsJSON",),
+    examples=(
+        "runs/exp7",
+        "s3://bucket/runs/exp7 --json",
+        "s3://bucket/runs/exp7 -v",
+    ),
+)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from ckpt_cli.commands import _options as o
+from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._output import emit_json
 
 StepArg = Annotated[int, typer.Argument(help="The step (a committed step of ROOT).")]
@@ -68,3 +69,18 @@ def unpin(ctx: typer.Context, root: o.RootArg, step: StepArg, json_out: o.JsonOp
         return
     verb = "unpinned" if result.changed else "was not pinned:"
     sys.stdout.write(f"{verb} step {result.step} of {result.root}\n")
+
+
+PIN = Command(
+    name="pin",
+    function=pin,
+    documents=("ckpt_cli.core.schema.documents_write:PinResultJSON",),
+    examples=("runs/exp7 500 --note 'best eval so far'", "s3://bucket/exp7 1000 --json"),
+)
+
+UNPIN = Command(
+    name="unpin",
+    function=unpin,
+    documents=("ckpt_cli.core.schema.documents_write:PinResultJSON",),
+    examples=("runs/exp7 500", "s3://bucket/exp7 1000 --json"),
+)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from enum import Enum
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ckpt_cli.commands import _options as o
+from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._output import emit_json, note, progress_bar, warn
 from ckpt_cli.errors import CkptError, Interrupted, RefusedError
 
@@ -17,25 +19,119 @@ if TYPE_CHECKING:
     from ckpt_cli.core.storage import Location
 
 
+class Mode(str, Enum):
+    min = "min"
+    max = "max"
+
+
+def _count(flag: str, help_: str) -> Any:
+    return typer.Option(flag, min=1, help=help_, show_default=False, metavar="N")
+
+
+KeepLastOpt = Annotated[int | None, _count("--keep-last", "Keep the N newest steps.")]
+
+KeepEveryOpt = Annotated[
+    int | None, _count("--keep-every", "Keep steps divisible by N (Orbax keep_period).")
+]
+
+KeepStepOpt = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--keep-step", help="Keep this step (repeatable).", show_default=False, metavar="STEP"
+    ),
+]
+
+KeepWithinOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--keep-within",
+        help="Keep steps committed within this long before now: 90m, 36h, 7d, 2w.",
+        show_default=False,
+        metavar="DURATION",
+    ),
+]
+
+KeepHourlyOpt = Annotated[
+    int | None, _count("--keep-hourly", "Newest step of each of the last N hours with one.")
+]
+
+KeepDailyOpt = Annotated[
+    int | None, _count("--keep-daily", "Newest step of each of the last N days (UTC).")
+]
+
+KeepWeeklyOpt = Annotated[
+    int | None, _count("--keep-weekly", "Newest step of each of the last N ISO weeks.")
+]
+
+KeepMonthlyOpt = Annotated[
+    int | None, _count("--keep-monthly", "Newest step of each of the last N months.")
+]
+
+KeepBestOpt = Annotated[int | None, _count("--keep-best", "Keep the N best steps by --metric.")]
+
+MetricOpt = Annotated[
+    str | None,
+    typer.Option(help="Metric of metrics/metrics to rank by (--keep-best).", show_default=False),
+]
+
+ModeOpt = Annotated[
+    Mode | None,
+    typer.Option(
+        help="With --keep-best, required: best is the lowest (min, a loss) or the highest (max, "
+        "an accuracy; Orbax's best_mode default).",
+        show_default=False,
+    ),
+]
+
+KeepMissingMetricOpt = Annotated[
+    bool,
+    typer.Option(
+        "--keep-missing-metric/--drop-missing-metric",
+        help="With --keep-best: keep steps that lack the metric (Orbax's default), or let "
+        "the other rules decide.",
+    ),
+]
+
+CleanTmpOpt = Annotated[
+    bool,
+    typer.Option("--clean-tmp", help="Also remove unfinished saves (*.orbax-checkpoint-tmp*)."),
+]
+
+TmpMinAgeOpt = Annotated[
+    str,
+    typer.Option(
+        help="Only remove unfinished saves unmodified for this long (a save in progress "
+        "writes all the time).",
+        metavar="DURATION",
+    ),
+]
+
+PruneDryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", "-n", help="Print the plan; change nothing.")
+]
+
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking.")]
+
+
 def prune(
     ctx: typer.Context,
     root: o.RootArg,
-    keep_last: o.KeepLastOpt = None,
-    keep_every: o.KeepEveryOpt = None,
-    keep_step: o.KeepStepOpt = None,
-    keep_within: o.KeepWithinOpt = None,
-    keep_hourly: o.KeepHourlyOpt = None,
-    keep_daily: o.KeepDailyOpt = None,
-    keep_weekly: o.KeepWeeklyOpt = None,
-    keep_monthly: o.KeepMonthlyOpt = None,
-    keep_best: o.KeepBestOpt = None,
-    metric: o.MetricOpt = None,
-    mode: o.ModeOpt = None,
-    keep_missing_metric: o.KeepMissingMetricOpt = True,
-    clean_tmp: o.CleanTmpOpt = False,
-    tmp_min_age: o.TmpMinAgeOpt = "1h",
-    dry_run: o.PruneDryRunOpt = False,
-    yes: o.YesOpt = False,
+    keep_last: KeepLastOpt = None,
+    keep_every: KeepEveryOpt = None,
+    keep_step: KeepStepOpt = None,
+    keep_within: KeepWithinOpt = None,
+    keep_hourly: KeepHourlyOpt = None,
+    keep_daily: KeepDailyOpt = None,
+    keep_weekly: KeepWeeklyOpt = None,
+    keep_monthly: KeepMonthlyOpt = None,
+    keep_best: KeepBestOpt = None,
+    metric: MetricOpt = None,
+    mode: ModeOpt = None,
+    keep_missing_metric: KeepMissingMetricOpt = True,
+    clean_tmp: CleanTmpOpt = False,
+    tmp_min_age: TmpMinAgeOpt = "1h",
+    dry_run: PruneDryRunOpt = False,
+    yes: YesOpt = False,
     json_out: o.JsonOpt = False,
 ) -> None:
     """Delete the steps that no retention rule keeps; show the plan first.
@@ -49,11 +145,6 @@ def prune(
     needs --yes; answering no deletes nothing and exits 0. Exit codes: 0 done (or nothing to do,
     or declined), 2 bad options, 3 refused (no terminal to ask on and no --yes, another prune
     running) or a deletion failed, 130/143 interrupted.
-
-    Examples:
-
-        $ ckpt prune runs/exp7 --keep-last 3 --keep-every 1000 --dry-run
-        $ ckpt prune runs/exp7 --keep-best 2 --metric loss --keep-last 1 --yes
     """
     from ckpt_cli.commands.render import prune as render
     from ckpt_cli.core.prune.execute import PruneOutcome, PruneResult, execute_plan, prune_lock
@@ -206,3 +297,14 @@ def _ask(question: str) -> bool:
         if answer in ("y", "yes"):
             return True
         sys.stderr.write("Error: answer y or n\n")
+
+
+COMMAND = Command(
+    name="prune",
+    function=prune,
+    documents=("ckpt_cli.core.schema.documents:PruneJSON",),
+    examples=(
+        "runs/exp7 --keep-last 3 --keep-every 1000 --dry-run",
+        "runs/exp7 --keep-best 2 --metric loss --keep-last 1 --yes",
+    ),
+)

@@ -2,20 +2,50 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from ckpt_cli.commands import _options as o
+from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._output import emit_json, progress_bar, warn
+
+ReshardDestArg = Annotated[
+    str,
+    typer.Argument(
+        help="Destination root (created if missing; the step keeps its number).",
+        show_default=False,
+    ),
+]
+
+RuleOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--rule",
+        help="PATTERN=SPEC, e.g. 'params.*kernel=[null, model]' (repeatable; after --rules).",
+        show_default=False,
+    ),
+]
+
+LikeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--like",
+        help="Copy the chunking and sharding of this "
+        "checkpoint (its latest step) instead of --mesh/--rules.",
+        show_default=False,
+    ),
+]
 
 
 def reshard(
     ctx: typer.Context,
     src: o.SourceArg,
-    dst: o.ReshardDestArg,
+    dst: ReshardDestArg,
     mesh: o.MeshOpt = None,
     rules: o.RulesOpt = None,
-    rule: o.RuleOpt = None,
-    like: o.LikeOpt = None,
+    rule: RuleOpt = None,
+    like: LikeOpt = None,
     step: o.StepOpt = None,
     item: o.ItemOpt = None,
     max_chunk_bytes: o.MaxChunkBytesOpt = o.MAX_CHUNK_BYTES,
@@ -36,12 +66,6 @@ def reshard(
     under --max-chunk-bytes), `_sharding` = the target NamedSharding (device ids 0..n-1 in mesh
     order). Streams chunk by chunk under --memory-limit; the source is never modified; the step is
     written under a tmp name and renamed when complete.
-
-    Examples:
-
-        $ ckpt reshard runs/exp7 runs/exp7-4x2 --mesh data=4,model=2 --rules r.yaml
-        $ ckpt reshard runs/exp7 out --mesh data=8 --rule 'params.*=[data, null]'
-        $ ckpt reshard runs/exp7 out --like runs/other --dry-run
     """
     from ckpt_cli.commands.render import reshard as render
     from ckpt_cli.commands.render import write as written
@@ -84,3 +108,16 @@ def reshard(
         emit_json(result)
     else:
         written.print_result(result)
+
+
+COMMAND = Command(
+    name="reshard",
+    function=reshard,
+    documents=("ckpt_cli.core.schema.documents_write:ReshardJSON",),
+    version="ckpt_cli.core.reshard.plan:ReshardPlan",
+    examples=(
+        "runs/exp7 runs/exp7-4x2 --mesh data=4,model=2 --rules r.yaml",
+        "runs/exp7 out --mesh data=8 --rule 'params.*=[data, null]'",
+        "runs/exp7 out --like runs/other --dry-run",
+    ),
+)
