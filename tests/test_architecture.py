@@ -97,7 +97,7 @@ def layer(name: str) -> tuple[int, str]:
         return 6, "commands"
     if name == "ckpt_cli":
         return 6, "api"
-    if name in ("ckpt_cli.app", "ckpt_cli.__main__"):
+    if name in ("ckpt_cli.app", "ckpt_cli.__main__", "ckpt_cli.signals"):
         return 7, "app"
     raise AssertionError(f"{name}: a module the architecture does not place")
 
