@@ -14,8 +14,12 @@ from ckpt_cli.commands._output import emit_json, note, progress_bar, warn
 from ckpt_cli.errors import CkptError, Interrupted, RefusedError
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from ckpt_cli.core.format.layout import Detected
     from ckpt_cli.core.prune.execute import PruneResult
+    from ckpt_cli.core.prune.plan import PrunePlan
+    from ckpt_cli.core.prune.policy import Policy
     from ckpt_cli.core.storage import Location
 
 
@@ -146,13 +150,50 @@ def prune(
     or declined), 2 bad options, 3 refused (no terminal to ask on and no --yes, another prune
     running) or a deletion failed, 130/143 interrupted.
     """
-    from ckpt_cli.commands.render import prune as render
-    from ckpt_cli.core.prune.execute import PruneOutcome, PruneResult, execute_plan, prune_lock
-    from ckpt_cli.core.prune.plan import plan_prune_root
-    from ckpt_cli.core.prune.policy import Policy, parse_duration
+    from ckpt_cli.core.prune.policy import parse_duration
     from ckpt_cli.core.storage import open_location
 
-    policy = Policy(
+    policy = _policy(
+        keep_last, keep_every, keep_step, keep_within, keep_hourly, keep_daily, keep_weekly,
+        keep_monthly, keep_best, metric, mode, keep_missing_metric,
+    )  # fmt: skip
+    min_age = parse_duration(tmp_min_age, option="--tmp-min-age")
+    location = open_location(root, o.storage_options(ctx))
+    if dry_run:
+        plan = _plan(location, policy, clean_tmp, min_age, None, json_out, dry_run=True)
+        _report(_execute(plan, json_out, dry_run=True), json_out)
+        sys.stderr.write("dry run: nothing was changed\n")
+        return
+    from ckpt_cli.core.prune.execute import prune_lock
+
+    # Held from the plan to the last deletion: the plan confirmed is the plan executed.
+    with prune_lock(location) as found:
+        plan = _plan(location, policy, clean_tmp, min_age, found, json_out, dry_run=False)
+        if not plan.is_noop and not yes and not _confirm(plan, json_out):
+            sys.stdout.write("nothing deleted\n")
+            return
+        result = _execute(plan, json_out, dry_run=False)
+    _report(result, json_out)
+
+
+def _policy(
+    keep_last: int | None,
+    keep_every: int | None,
+    keep_step: list[int] | None,
+    keep_within: str | None,
+    keep_hourly: int | None,
+    keep_daily: int | None,
+    keep_weekly: int | None,
+    keep_monthly: int | None,
+    keep_best: int | None,
+    metric: str | None,
+    mode: Mode | None,
+    keep_missing_metric: bool,
+) -> Policy:
+    """The retention policy of the command line (an option not given keeps nothing)."""
+    from ckpt_cli.core.prune.policy import Policy, parse_duration
+
+    return Policy(
         keep_last=keep_last or 0,
         keep_every=keep_every or 0,
         keep_steps=frozenset(keep_step or ()),
@@ -166,70 +207,69 @@ def prune(
         mode=mode.value if mode is not None else None,
         keep_missing_metric=keep_missing_metric,
     )
-    min_age = parse_duration(tmp_min_age, option="--tmp-min-age")
-    location = open_location(root, o.storage_options(ctx))
 
-    def make_plan(detected: Detected | None = None) -> PruneResult:
-        plan = plan_prune_root(
-            location, policy, clean_tmp=clean_tmp, tmp_min_age=min_age, detected=detected
-        )
-        if not json_out:
-            render.render_plan(plan, dry_run=dry_run)
-        for message in render.plan_warnings(plan):
+
+def _plan(
+    location: Location,
+    policy: Policy,
+    clean_tmp: bool,
+    min_age: timedelta,
+    detected: Detected | None,
+    json_out: bool,
+    *,
+    dry_run: bool,
+) -> PrunePlan:
+    """The library's plan, shown (text) with its warnings (stderr)."""
+    from ckpt_cli.commands.render import prune as render
+    from ckpt_cli.core.prune.plan import plan_prune_root
+
+    plan = plan_prune_root(
+        location, policy, clean_tmp=clean_tmp, tmp_min_age=min_age, detected=detected
+    )
+    if not json_out:
+        render.render_plan(plan, dry_run=dry_run)
+    for message in render.plan_warnings(plan):
+        warn(message)
+    return plan
+
+
+def _execute(plan: PrunePlan, json_out: bool, *, dry_run: bool) -> PruneResult:
+    """The library's ``execute`` (under the lock the plan was made in), with a progress bar;
+    on Ctrl-C/SIGTERM, says what is left half deleted."""
+    from ckpt_cli.core.prune.execute import execute
+
+    with progress_bar(not json_out and not dry_run) as on_progress:
+        try:
+            return execute(plan, on_progress, dry_run=dry_run)
+        except Interrupted:
+            assert plan.location is not None  # a plan of plan_prune_root
+            _say_what_is_left(plan.location)
+            raise
+
+
+def _report(result: PruneResult, json_out: bool) -> None:
+    """What the prune did (or, dry, would do): the uploads cleanup, the document or the text,
+    the warnings; a failed deletion ends the run as its error (the document holds the outcome)."""
+    from ckpt_cli.commands.render import prune as render
+    from ckpt_cli.commands.render.uploads import cleanup_notes
+
+    if result.uploads is not None:
+        for message in cleanup_notes(result.uploads, dry_run=result.dry_run):
+            note(message)
+        for message in result.uploads.failed:
             warn(message)
-        return PruneResult(plan, None, dry_run)
-
-    if dry_run:
-        planned = make_plan()
-        if json_out:
-            emit_json(planned)
-        if clean_tmp:
-            _clean_uploads(location, min_age.total_seconds(), dry_run=True)
-        sys.stderr.write("dry run: nothing was changed\n")
-        return
-    with prune_lock(location) as found:
-        planned = make_plan(found)
-        plan = planned.plan
-        if not plan.is_noop and not yes and not _confirm(planned, json_out):
-            sys.stdout.write("nothing deleted\n")
-            return
-        with progress_bar(not json_out) as on_progress:
-            try:
-                outcome = (
-                    PruneOutcome((), (), ())
-                    if plan.is_noop
-                    else execute_plan(plan, location, on_progress=on_progress)
-                )
-            except Interrupted:
-                _say_what_is_left(location)
-                raise
-        if clean_tmp:
-            _clean_uploads(location, min_age.total_seconds())
-    result = PruneResult(plan, outcome)
-    failure = outcome.failure
+    outcome = result.outcome
+    failure = outcome.failure if outcome is not None else None
     if failure is not None and json_out:
         failure.result = result.to_json()  # one document: the outcome so far, and the failure
     elif json_out:
         emit_json(result)
-    else:
-        render.render_outcome(plan, outcome)
-    for message in render.outcome_warnings(outcome):
+    elif outcome is not None:
+        render.render_outcome(result.plan, outcome)
+    for message in render.outcome_warnings(outcome) if outcome is not None else ():
         warn(message)
     if failure is not None:
         raise failure
-
-
-def _clean_uploads(location: Location, min_age_s: float, *, dry_run: bool = False) -> None:
-    """--clean-tmp: abort the multipart uploads a killed writer left under the root, once
-    idle for --tmp-min-age, and none while a live writer holds the root."""
-    from ckpt_cli.commands.render.uploads import cleanup_notes
-    from ckpt_cli.core.write.uploads import abort_leftovers
-
-    cleanup = abort_leftovers(location, min_age_s, dry_run=dry_run)
-    for message in cleanup_notes(cleanup, dry_run=dry_run):
-        note(message)
-    for message in cleanup.failed:
-        warn(message)
 
 
 def _say_what_is_left(location: Location) -> None:
@@ -254,7 +294,7 @@ def _interactive() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-def _confirm(planned: PruneResult, json_out: bool) -> bool:
+def _confirm(plan: PrunePlan, json_out: bool) -> bool:
     """Whether the person at the terminal said yes (no is not an error); without a terminal to
     ask on (or with --json), a refusal naming --yes."""
     from ckpt_cli.commands.render import prune as render
@@ -264,9 +304,17 @@ def _confirm(planned: PruneResult, json_out: bool) -> bool:
         raise RefusedError(
             f"refusing to delete without confirmation: {why}",
             hint="rerun with --yes to delete, or --dry-run to only print the plan",
-            result=planned.to_json() if json_out else None,  # the plan, in the one document
+            # the plan, in the one document
+            result=_planned(plan).to_json() if json_out else None,
         )
-    return _ask(render.confirm_question(planned.plan))
+    return _ask(render.confirm_question(plan))
+
+
+def _planned(plan: PrunePlan) -> PruneResult:
+    """A plan as a prune's document before anything was deleted."""
+    from ckpt_cli.core.prune.execute import PruneResult
+
+    return PruneResult(plan, None, False)
 
 
 def _ask(question: str) -> bool:
