@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import typer
 
 from ckpt_cli.commands._complete import complete_item, complete_step
-from ckpt_cli.commands._context import storage_options as storage_options
 from ckpt_cli.errors import OptionValueError, UsageError
 
 if TYPE_CHECKING:
+    from ckpt_cli.commands._context import Run
     from ckpt_cli.core.verify.types import SampleSpec
     from ckpt_cli.core.write.types import WriteOptions
 
@@ -108,17 +108,15 @@ UNIT_BYTES = size_default("256MiB")
 
 
 def write_options(
+    run: Run,
     max_chunk_bytes: int,
     memory_limit: int,
     zarr3: bool | None,
     compression: str,
     ocdbt: bool,
-    executor: str,
-    workers: int,
-    scheduler: str | None,
     unit_bytes: int,
 ) -> WriteOptions:
-    """The options of a writer (reshard, migrate) from its command line."""
+    """The options of a writer (reshard, migrate) from its command line and its run's executor."""
     from ckpt_cli.core.executor import ExecutorSpec
     from ckpt_cli.core.write.types import Compression, WriteOptions
 
@@ -128,7 +126,7 @@ def write_options(
         zarr3=zarr3,
         compression=Compression.parse(compression),
         ocdbt=ocdbt,
-        executor=ExecutorSpec(executor, workers, scheduler),
+        executor=run.executor or ExecutorSpec(),
         unit_bytes=unit_bytes,
     )
 

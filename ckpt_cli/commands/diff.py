@@ -8,15 +8,15 @@ import typer
 
 from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._complete import complete_root_at_step
+from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import (
     MEMORY_LIMIT,
     FilterOpt,
     ItemOpt,
     JsonOpt,
     MemoryLimitOpt,
-    storage_options,
 )
-from ckpt_cli.commands._output import emit_json, progress_bar
+from ckpt_cli.commands._output import emit_json
 from ckpt_cli.errors import EXIT_PROBLEMS
 
 ItemAOpt = Annotated[
@@ -114,7 +114,8 @@ def diff(
     from ckpt_cli.commands.render import diff as render
     from ckpt_cli.core.diff import diff_paths
 
-    with progress_bar(not json_out) as on_progress:
+    run = run_context(ctx, json_out)
+    with run.progress() as on_progress:
         report = diff_paths(
             a,
             b,
@@ -129,7 +130,7 @@ def diff(
             compare_cast=compare_cast,
             name_filter=filter_,
             on_progress=on_progress,
-            storage=storage_options(ctx),
+            storage=run.storage,
             memory_limit=memory_limit,
             structure_only=structure,
         )

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ckpt_cli.commands import _options as o
 from ckpt_cli.commands._command import Command
-from ckpt_cli.commands._output import emit_json, progress_bar, warn
+from ckpt_cli.commands._context import run_context, write_plan
 from ckpt_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from ckpt_cli.core.progress import ProgressFn
+    from ckpt_cli.core.safetensors.export import ExportPlan
+    from ckpt_cli.core.safetensors.export_run import ExportResult
 
 #: transformers' default for save_pretrained(max_shard_size=...): 5 GB, decimal.
 MAX_SHARD_SIZE = o.size_default("5GB")
@@ -90,6 +95,7 @@ def export(
     from ckpt_cli.core.safetensors.export_run import check_output, execute
     from ckpt_cli.core.write.memory import bound_allocator
 
+    run = run_context(ctx, json_out)
     if format_ != "safetensors":
         raise UsageError(f"--format {format_!r}: the format ckpt exports is safetensors")
     # Blocks of 8 MiB come from (and return to) the heap of two arenas: no page faults for a
@@ -108,21 +114,27 @@ def export(
         step=step,
         item=item,
         memory_limit=memory_limit,
-        storage=o.storage_options(ctx),
+        storage=run.storage,
     )
-    if dry_run:
-        emit_json(plan) if json_out else render.print_export_plan(plan)
-        return
-    for label in plan.unused_rules:
-        warn(f"{label} matched no leaf")
-    check_output(plan.out)
-    with progress_bar(not json_out) as on_progress:
-        result = execute(plan, on_progress)
-    if json_out:
-        emit_json(result)
-    else:
+
+    def checked_execute(plan: ExportPlan, on_progress: ProgressFn | None) -> ExportResult:
+        check_output(plan.out)
+        return execute(plan, on_progress)
+
+    def print_result(result: ExportResult) -> None:
         render.print_export_plan(plan)
         render.print_written(plan.out, result.bytes_written, result.seconds)
+
+    write_plan(
+        run,
+        plan,
+        checked_execute,
+        dry_run=dry_run,
+        print_plan=render.print_export_plan,
+        print_result=print_result,
+        warnings=() if dry_run else [f"{label} matched no leaf" for label in plan.unused_rules],
+        plan_first=False,
+    )
 
 
 COMMAND = Command(

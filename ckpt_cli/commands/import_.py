@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ckpt_cli.commands import _options as o
 from ckpt_cli.commands._command import Command
-from ckpt_cli.commands._output import emit_json, progress_bar, warn
+from ckpt_cli.commands._context import run_context, write_plan
+
+if TYPE_CHECKING:
+    from ckpt_cli.core.safetensors.import_run import ImportResult
 
 IMPORT_CHUNK_BYTES = o.size_default("16MiB")
 
@@ -56,6 +59,7 @@ def import_(
     from ckpt_cli.core.write.memory import bound_allocator
     from ckpt_cli.core.write.types import Compression, WriteOptions
 
+    run = run_context(ctx, json_out)
     write = WriteOptions(
         max_chunk_bytes=max_chunk_bytes,
         memory_limit=memory_limit,
@@ -74,20 +78,23 @@ def import_(
         target=target,
         allow_unused=allow_unused,
         write=write,
-        storage=o.storage_options(ctx),
+        storage=run.storage,
     )
-    if dry_run:
-        emit_json(plan) if json_out else render.print_import_plan(plan)
-        return
-    for label in plan.unused_rules:
-        warn(f"{label} matched no tensor")
-    with progress_bar(not json_out) as on_progress:
-        result = execute(plan, on_progress)
-    if json_out:
-        emit_json(result)
-    else:
+
+    def print_result(result: ImportResult) -> None:
         render.print_import_plan(plan)
         render.print_written(result.path, result.bytes_written, result.seconds)
+
+    write_plan(
+        run,
+        plan,
+        execute,
+        dry_run=dry_run,
+        print_plan=render.print_import_plan,
+        print_result=print_result,
+        warnings=() if dry_run else [f"{label} matched no tensor" for label in plan.unused_rules],
+        plan_first=False,
+    )
 
 
 COMMAND = Command(

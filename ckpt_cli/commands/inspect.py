@@ -7,15 +7,15 @@ from typing import Annotated
 import typer
 
 from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import (
     FilterOpt,
     ItemOpt,
     JsonOpt,
     PathArg,
     StepOpt,
-    storage_options,
 )
-from ckpt_cli.commands._output import emit_json, progress_bar, warn
+from ckpt_cli.commands._output import emit_json, warn
 
 FlatOpt = Annotated[bool, typer.Option("--flat", help="One line per leaf instead of a tree.")]
 
@@ -61,9 +61,10 @@ def inspect(
     from ckpt_cli.core.inspection import inspect_path
     from ckpt_cli.core.storage import open_location
 
-    location = open_location(path, storage_options(ctx))
+    run = run_context(ctx, json_out)
+    location = open_location(path, run.storage)
     # A bar only for stats worth waiting for.
-    with progress_bar(not json_out, min_bytes=64 << 20) as on_progress:
+    with run.progress(min_bytes=64 << 20) as on_progress:
         result = inspect_path(
             location,
             step,

@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 
 from ckpt_cli.commands._command import Command
-from ckpt_cli.commands._options import JsonOpt, PathArg, storage_options
+from ckpt_cli.commands._context import run_context
+from ckpt_cli.commands._options import JsonOpt, PathArg
 from ckpt_cli.commands._output import emit_json, note, warn
 from ckpt_cli.errors import CkptError
 
@@ -37,7 +38,8 @@ def ls(
     from ckpt_cli.core.listing import list_root
     from ckpt_cli.core.storage import open_location
 
-    location = open_location(path, storage_options(ctx))
+    run = run_context(ctx, json_out)
+    location = open_location(path, run.storage)
     listing = list_root(location, from_listing=True)
     if json_out:
         emit_json(listing)

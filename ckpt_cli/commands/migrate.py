@@ -8,7 +8,7 @@ import typer
 
 from ckpt_cli.commands import _options as o
 from ckpt_cli.commands._command import Command
-from ckpt_cli.commands._output import emit_json, progress_bar, warn
+from ckpt_cli.commands._context import run_context, write_plan
 
 MigrateDestArg = Annotated[
     str,
@@ -89,10 +89,10 @@ def migrate(
     from ckpt_cli.core.migrate.execute import execute
     from ckpt_cli.core.migrate.plan import plan_migration
 
+    run = run_context(ctx, json_out, executor, workers, scheduler)
     write = o.write_options(
-        max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, executor, workers, scheduler,
-        unit_bytes,
-    )  # fmt: skip
+        run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, unit_bytes
+    )
     plan = plan_migration(
         src,
         dst,
@@ -106,28 +106,24 @@ def migrate(
         step_out=step_out,
         write=write,
         record_digests=record_digests,
-        storage=o.storage_options(ctx),
+        storage=run.storage,
     )
     refusal = plan.refusal
-    if refusal is not None and json_out:
-        refusal.result = plan.to_json()  # the refused plan, in the one error document
+    if refusal is not None:
+        if json_out:
+            refusal.result = plan.to_json()  # the refused plan, in the one error document
+        elif dry_run:
+            render.print_plan(plan)
         raise refusal
-    if dry_run or refusal is not None:
-        if dry_run:
-            emit_json(plan) if json_out else render.print_plan(plan)
-        if refusal is not None:
-            raise refusal
-        return
-    for message in plan.warnings:
-        warn(message)
-    if not json_out:
-        render.print_plan(plan)  # before the first byte is written: what will happen
-    with progress_bar(not json_out) as on_progress:
-        result = execute(plan, on_progress=on_progress)
-    if json_out:
-        emit_json(result)
-    else:
-        written.print_result(result)
+    write_plan(
+        run,
+        plan,
+        execute,
+        dry_run=dry_run,
+        print_plan=render.print_plan,
+        print_result=written.print_result,
+        warnings=() if dry_run else plan.warnings,
+    )
 
 
 COMMAND = Command(

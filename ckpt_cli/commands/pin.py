@@ -10,6 +10,7 @@ import typer
 
 from ckpt_cli.commands import _options as o
 from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._output import emit_json
 
 StepArg = Annotated[int, typer.Argument(help="The step (a committed step of ROOT).")]
@@ -39,7 +40,7 @@ def pin(
     from ckpt_cli.core.prune.execute import prune_lock
     from ckpt_cli.core.storage import open_location
 
-    location = open_location(root, o.storage_options(ctx))
+    location = open_location(root, run_context(ctx, json_out).storage)
     with prune_lock(location, "pin") as found:
         result = pin_step(location, step, note, found.entries)
     if json_out:
@@ -61,7 +62,7 @@ def unpin(ctx: typer.Context, root: o.RootArg, step: StepArg, json_out: o.JsonOp
     from ckpt_cli.core.prune.execute import prune_lock
     from ckpt_cli.core.storage import open_location
 
-    location = open_location(root, o.storage_options(ctx))
+    location = open_location(root, run_context(ctx, json_out).storage)
     with prune_lock(location, "unpin") as found:
         result = unpin_step(location, step, found.entries)
     if json_out:

@@ -10,12 +10,14 @@ import typer
 
 from ckpt_cli.commands import _options as o
 from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._output import emit_json, note, progress_bar, warn
 from ckpt_cli.errors import CkptError, Interrupted, RefusedError
 
 if TYPE_CHECKING:
     from datetime import timedelta
 
+    from ckpt_cli.commands._context import Run
     from ckpt_cli.core.format.layout import Detected
     from ckpt_cli.core.prune.execute import PruneResult
     from ckpt_cli.core.prune.plan import PrunePlan
@@ -158,10 +160,11 @@ def prune(
         keep_monthly, keep_best, metric, mode, keep_missing_metric,
     )  # fmt: skip
     min_age = parse_duration(tmp_min_age, option="--tmp-min-age")
-    location = open_location(root, o.storage_options(ctx))
+    run = run_context(ctx, json_out)
+    location = open_location(root, run.storage)
     if dry_run:
         plan = _plan(location, policy, clean_tmp, min_age, None, json_out, dry_run=True)
-        _report(_execute(plan, json_out, dry_run=True), json_out)
+        _report(_execute(run, plan, dry_run=True), json_out)
         sys.stderr.write("dry run: nothing was changed\n")
         return
     from ckpt_cli.core.prune.execute import prune_lock
@@ -172,7 +175,7 @@ def prune(
         if not plan.is_noop and not yes and not _confirm(plan, json_out):
             sys.stdout.write("nothing deleted\n")
             return
-        result = _execute(plan, json_out, dry_run=False)
+        result = _execute(run, plan, dry_run=False)
     _report(result, json_out)
 
 
@@ -233,12 +236,12 @@ def _plan(
     return plan
 
 
-def _execute(plan: PrunePlan, json_out: bool, *, dry_run: bool) -> PruneResult:
+def _execute(run: Run, plan: PrunePlan, *, dry_run: bool) -> PruneResult:
     """The library's ``execute`` (under the lock the plan was made in), with a progress bar;
     on Ctrl-C/SIGTERM, says what is left half deleted."""
     from ckpt_cli.core.prune.execute import execute
 
-    with progress_bar(not json_out and not dry_run) as on_progress:
+    with progress_bar(not run.json_out and not dry_run) as on_progress:
         try:
             return execute(plan, on_progress, dry_run=dry_run)
         except Interrupted:

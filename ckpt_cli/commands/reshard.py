@@ -8,7 +8,7 @@ import typer
 
 from ckpt_cli.commands import _options as o
 from ckpt_cli.commands._command import Command
-from ckpt_cli.commands._output import emit_json, progress_bar, warn
+from ckpt_cli.commands._context import run_context, write_plan
 
 ReshardDestArg = Annotated[
     str,
@@ -72,10 +72,10 @@ def reshard(
     from ckpt_cli.core.reshard.execute import execute
     from ckpt_cli.core.reshard.plan import plan_reshard
 
+    run = run_context(ctx, json_out, executor, workers, scheduler)
     write = o.write_options(
-        max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, executor, workers, scheduler,
-        unit_bytes,
-    )  # fmt: skip
+        run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, unit_bytes
+    )
     plan = plan_reshard(
         src,
         dst,
@@ -86,7 +86,7 @@ def reshard(
         step=step,
         item=item,
         write=write,
-        storage=o.storage_options(ctx),
+        storage=run.storage,
     )
     refusal = plan.refusal
     if refusal is not None:
@@ -95,19 +95,15 @@ def reshard(
         elif dry_run:
             render.print_plan(plan)
         raise refusal
-    for message in plan.warnings:
-        warn(message)
-    if dry_run:
-        emit_json(plan) if json_out else render.print_plan(plan)
-        return
-    if not json_out:
-        render.print_plan(plan)  # before the first byte is written: what will happen
-    with progress_bar(not json_out) as on_progress:
-        result = execute(plan, on_progress=on_progress)
-    if json_out:
-        emit_json(result)
-    else:
-        written.print_result(result)
+    write_plan(
+        run,
+        plan,
+        execute,
+        dry_run=dry_run,
+        print_plan=render.print_plan,
+        print_result=written.print_result,
+        warnings=plan.warnings,
+    )
 
 
 COMMAND = Command(

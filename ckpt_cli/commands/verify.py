@@ -8,6 +8,7 @@ import typer
 
 from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._complete import complete_step
+from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import (
     UNIT_BYTES,
     ExecutorOpt,
@@ -17,9 +18,8 @@ from ckpt_cli.commands._options import (
     SizeParser,
     UnitBytesOpt,
     WorkersOpt,
-    storage_options,
 )
-from ckpt_cli.commands._output import emit_json, note, progress_bar, warn
+from ckpt_cli.commands._output import emit_json, note, warn
 from ckpt_cli.errors import EXIT_PROBLEMS, UsageError
 
 VerifyStepOpt = Annotated[
@@ -154,7 +154,6 @@ def verify(
     """
     # The core and rich.table are imported here, so that `ckpt --help` and `ls` do not pay.
     from ckpt_cli.commands.render import verify as render
-    from ckpt_cli.core.executor import ExecutorSpec
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.verify.run import verify_path
     from ckpt_cli.core.verify.types import VerifyOptions
@@ -176,10 +175,10 @@ def verify(
         max_duration=_seconds(max_duration),
         rotate=rotate,
     )
-    scale = ExecutorSpec(executor, workers, scheduler)
-    location = open_location(path, storage_options(ctx))
-    with progress_bar(not json_out) as on_progress:
-        report = verify_path(location, options, on_progress, scale, unit_bytes)
+    run = run_context(ctx, json_out, executor, workers, scheduler)
+    location = open_location(path, run.storage)
+    with run.progress() as on_progress:
+        report = verify_path(location, options, on_progress, run.executor, unit_bytes)
     if junit is not None:  # first: a report that cannot be written is the one document
         render.write_junit(report, junit)
     if json_out:
