@@ -86,12 +86,20 @@ def write_plan(
     warnings: Iterable[str] = (),
     plan_first: bool = True,
 ) -> R | None:
-    """A writer's tail: its warnings; with --dry-run the plan (text or the one document) and
+    """A writer's tail: a refused plan raises its refusal (with --json the plan in the error
+    document, with --dry-run the plan printed first); its warnings; with --dry-run the plan (text or the one document) and
     nothing else; otherwise the plan before the first byte is written (unless ``plan_first`` is
     False: export and import show it with the result), the work under the progress bar, then
     the result (text or the one document)."""
     from ckpt_cli.commands._output import emit_json, warn
 
+    refusal = getattr(plan, "refusal", None)  # reshard and migrate refuse in their plan
+    if refusal is not None:
+        if run.json_out:
+            refusal.result = plan.to_json()  # the refused plan, in the one error document
+        elif dry_run:
+            print_plan(plan)
+        raise refusal
     for message in warnings:
         warn(message)
     if dry_run:

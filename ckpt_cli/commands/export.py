@@ -12,6 +12,7 @@ from ckpt_cli.commands._context import run_context, write_plan
 from ckpt_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from ckpt_cli.commands._context import Run
     from ckpt_cli.core.progress import ProgressFn
     from ckpt_cli.core.safetensors.export import ExportPlan
     from ckpt_cli.core.safetensors.export_run import ExportResult
@@ -28,51 +29,58 @@ MaxShardSizeOpt = Annotated[
 ]
 
 
+ExportSourceArg = Annotated[
+    str,
+    typer.Argument(
+        help="Source: a root, step or item directory (local, s3:// or gs://).",
+        show_default=False,
+    ),
+]
+OutArg = Annotated[str, typer.Argument(help="Output directory (new or empty).", show_default=False)]
+FormatOpt = Annotated[
+    str, typer.Option("--format", help="Output format (safetensors is the one there is).")
+]
+ParamsOnlyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--params-only",
+        help="Only the model parameters (the leaves `inspect` names so): no optimizer "
+        "state, step or RNG.",
+    ),
+]
+DtypeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dtype",
+        help="Cast floating leaves: bfloat16, float16, float32, float64, float8_e4m3fn, "
+        "float8_e5m2.",
+        show_default=False,
+    ),
+]
+FrameworkOpt = Annotated[
+    str,
+    typer.Option("--framework", help="`format` in __metadata__: pt, np, flax, tf or mlx."),
+]
+ProvenanceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--provenance/--no-provenance",
+        help="Record the source (path, item, step, Orbax format, spec hash) in __metadata__.",
+    ),
+]
+
+
 def export(
     ctx: typer.Context,
-    src: Annotated[
-        str,
-        typer.Argument(
-            help="Source: a root, step or item directory (local, s3:// or gs://).",
-            show_default=False,
-        ),
-    ],
-    out: Annotated[
-        str, typer.Argument(help="Output directory (new or empty).", show_default=False)
-    ],
-    format_: Annotated[
-        str, typer.Option("--format", help="Output format (safetensors is the one there is).")
-    ] = "safetensors",
+    src: ExportSourceArg,
+    out: OutArg,
+    format_: FormatOpt = "safetensors",
     spec: o.OptionalSpecOpt = None,
-    params_only: Annotated[
-        bool,
-        typer.Option(
-            "--params-only",
-            help="Only the model parameters (the leaves `inspect` names so): no optimizer "
-            "state, step or RNG.",
-        ),
-    ] = False,
-    dtype: Annotated[
-        str | None,
-        typer.Option(
-            "--dtype",
-            help="Cast floating leaves: bfloat16, float16, float32, float64, float8_e4m3fn, "
-            "float8_e5m2.",
-            show_default=False,
-        ),
-    ] = None,
+    params_only: ParamsOnlyOpt = False,
+    dtype: DtypeOpt = None,
     max_shard_size: MaxShardSizeOpt = MAX_SHARD_SIZE,
-    framework: Annotated[
-        str,
-        typer.Option("--framework", help="`format` in __metadata__: pt, np, flax, tf or mlx."),
-    ] = "pt",
-    provenance: Annotated[
-        bool,
-        typer.Option(
-            "--provenance/--no-provenance",
-            help="Record the source (path, item, step, Orbax format, spec hash) in __metadata__.",
-        ),
-    ] = True,
+    framework: FrameworkOpt = "pt",
+    provenance: ProvenanceOpt = True,
     allow_unused: o.AllowUnusedOpt = False,
     step: o.StepOpt = None,
     item: o.ItemOpt = None,
@@ -90,9 +98,7 @@ def export(
     file is complete. Leaves safetensors cannot hold (strings, typed PRNG keys, int4) are
     refused before anything is written. No JAX.
     """
-    from ckpt_cli.commands.render import exchange as render
     from ckpt_cli.core.safetensors.export import plan_export
-    from ckpt_cli.core.safetensors.export_run import check_output, execute
     from ckpt_cli.core.write.memory import bound_allocator
 
     run = run_context(ctx, json_out)
@@ -116,6 +122,13 @@ def export(
         memory_limit=memory_limit,
         storage=run.storage,
     )
+    _write(run, plan, dry_run)
+
+
+def _write(run: Run, plan: ExportPlan, dry_run: bool) -> None:
+    """Check the output directory, stream the files; the plan is shown with the result."""
+    from ckpt_cli.commands.render import exchange as render
+    from ckpt_cli.core.safetensors.export_run import check_output, execute
 
     def checked_execute(plan: ExportPlan, on_progress: ProgressFn | None) -> ExportResult:
         check_output(plan.out)

@@ -11,35 +11,43 @@ from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._context import run_context, write_plan
 
 if TYPE_CHECKING:
+    from ckpt_cli.commands._context import Run
+    from ckpt_cli.core.safetensors.import_ import ImportPlan
     from ckpt_cli.core.safetensors.import_run import ImportResult
 
 IMPORT_CHUNK_BYTES = o.size_default("16MiB")
 
 
+ImportSourceArg = Annotated[
+    str,
+    typer.Argument(
+        help="A .safetensors file, an *.safetensors.index.json, or a directory holding either.",
+        show_default=False,
+    ),
+]
+ImportDestArg = Annotated[
+    str,
+    typer.Argument(
+        help="Destination CheckpointManager root (created if missing).", show_default=False
+    ),
+]
+ImportStepOpt = Annotated[int, typer.Option("--step", "-s", help="Step number to write.", min=0)]
+ImportZarr3Opt = Annotated[bool, typer.Option("--zarr3/--zarr2", help="Output zarr version.")]
+
+
 def import_(
     ctx: typer.Context,
-    src: Annotated[
-        str,
-        typer.Argument(
-            help="A .safetensors file, an *.safetensors.index.json, or a directory holding either.",
-            show_default=False,
-        ),
-    ],
-    dst: Annotated[
-        str,
-        typer.Argument(
-            help="Destination CheckpointManager root (created if missing).", show_default=False
-        ),
-    ],
+    src: ImportSourceArg,
+    dst: ImportDestArg,
     spec: o.OptionalSpecOpt = None,
     mesh: o.MeshOpt = None,
     rules: o.RulesOpt = None,
-    step: Annotated[int, typer.Option("--step", "-s", help="Step number to write.", min=0)] = 0,
+    step: ImportStepOpt = 0,
     target: o.TargetOpt = None,
     allow_unused: o.AllowUnusedOpt = False,
     max_chunk_bytes: o.MaxChunkBytesOpt = IMPORT_CHUNK_BYTES,
     memory_limit: o.MemoryLimitOpt = o.EXCHANGE_MEMORY_LIMIT,
-    zarr3: Annotated[bool, typer.Option("--zarr3/--zarr2", help="Output zarr version.")] = False,
+    zarr3: ImportZarr3Opt = False,
     compression: o.CompressionOpt = "zstd",
     ocdbt: o.OcdbtOpt = True,
     dry_run: o.PlanOnlyOpt = False,
@@ -53,9 +61,7 @@ def import_(
     written. Streams under --memory-limit; the step is written under a tmp name and renamed when
     complete. No JAX (except --target).
     """
-    from ckpt_cli.commands.render import exchange as render
     from ckpt_cli.core.safetensors.import_ import plan_import
-    from ckpt_cli.core.safetensors.import_run import execute
     from ckpt_cli.core.write.memory import bound_allocator
     from ckpt_cli.core.write.types import Compression, WriteOptions
 
@@ -80,6 +86,13 @@ def import_(
         write=write,
         storage=run.storage,
     )
+    _write(run, plan, dry_run)
+
+
+def _write(run: Run, plan: ImportPlan, dry_run: bool) -> None:
+    """Stream the new step; the plan is shown with the result."""
+    from ckpt_cli.commands.render import exchange as render
+    from ckpt_cli.core.safetensors.import_run import execute
 
     def print_result(result: ImportResult) -> None:
         render.print_import_plan(plan)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ckpt_cli.commands import _options as o
 from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._context import run_context, write_plan
+
+if TYPE_CHECKING:
+    from ckpt_cli.commands._context import Run
+    from ckpt_cli.core.migrate.plan import MigrationPlan
 
 MigrateDestArg = Annotated[
     str,
@@ -84,9 +88,6 @@ def migrate(
     under --memory-limit (reshape and python hold one leaf); the source is never modified; the step
     is written under a tmp name and renamed when complete, recording the spec it applied.
     """
-    from ckpt_cli.commands.render import migrate as render
-    from ckpt_cli.commands.render import write as written
-    from ckpt_cli.core.migrate.execute import execute
     from ckpt_cli.core.migrate.plan import plan_migration
 
     run = run_context(ctx, json_out, executor, workers, scheduler)
@@ -108,13 +109,15 @@ def migrate(
         record_digests=record_digests,
         storage=run.storage,
     )
-    refusal = plan.refusal
-    if refusal is not None:
-        if json_out:
-            refusal.result = plan.to_json()  # the refused plan, in the one error document
-        elif dry_run:
-            render.print_plan(plan)
-        raise refusal
+    _write(run, plan, dry_run)
+
+
+def _write(run: Run, plan: MigrationPlan, dry_run: bool) -> None:
+    """The plan, then the new step streamed under the progress bar, then what was written."""
+    from ckpt_cli.commands.render import migrate as render
+    from ckpt_cli.commands.render import write as written
+    from ckpt_cli.core.migrate.execute import execute
+
     write_plan(
         run,
         plan,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,6 +21,9 @@ from ckpt_cli.commands._options import (
 )
 from ckpt_cli.commands._output import emit_json, note, warn
 from ckpt_cli.errors import EXIT_PROBLEMS, UsageError
+
+if TYPE_CHECKING:
+    from ckpt_cli.core.verify.types import SampleSpec, VerifyOptions, VerifyReport
 
 VerifyStepOpt = Annotated[
     int | None,
@@ -153,16 +156,41 @@ def verify(
     3 not a checkpoint or unreadable.
     """
     # The core and rich.table are imported here, so that `ckpt --help` and `ls` do not pay.
-    from ckpt_cli.commands.render import verify as render
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.verify.run import verify_path
+
+    options = _verify_options(
+        step, latest, deep, record, sample, seed, strict, fail_on_nonfinite, mark_committed,
+        max_duration, rotate,
+    )  # fmt: skip
+    run = run_context(ctx, json_out, executor, workers, scheduler)
+    location = open_location(path, run.storage)
+    with run.progress() as on_progress:
+        report = verify_path(location, options, on_progress, run.executor, unit_bytes)
+    _report(report, junit, json_out, mark_committed)
+
+
+def _verify_options(
+    step: int | None,
+    latest: bool,
+    deep: bool,
+    record: bool,
+    sample: SampleSpec | None,
+    seed: int | None,
+    strict: bool,
+    fail_on_nonfinite: bool,
+    mark_committed: bool,
+    max_duration: str | None,
+    rotate: bool,
+) -> VerifyOptions:
+    """What to check, from the command line."""
     from ckpt_cli.core.verify.types import VerifyOptions
 
     if latest and step is not None:
         raise UsageError(
             f"--latest and --step {step} both choose the step to check: give one of them"
         )
-    options = VerifyOptions(
+    return VerifyOptions(
         step=step,
         latest=latest,
         deep=deep,
@@ -175,10 +203,12 @@ def verify(
         max_duration=_seconds(max_duration),
         rotate=rotate,
     )
-    run = run_context(ctx, json_out, executor, workers, scheduler)
-    location = open_location(path, run.storage)
-    with run.progress() as on_progress:
-        report = verify_path(location, options, on_progress, run.executor, unit_bytes)
+
+
+def _report(report: VerifyReport, junit: str | None, json_out: bool, mark_committed: bool) -> None:
+    """The JUnit file, the document or the text, the warnings and notes; exit 1 on problems."""
+    from ckpt_cli.commands.render import verify as render
+
     if junit is not None:  # first: a report that cannot be written is the one document
         render.write_junit(report, junit)
     if json_out:
