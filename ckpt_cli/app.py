@@ -151,14 +151,26 @@ def main() -> None:
     signals.finished(0)
 
 
+def _usage_error(e: typer.TyperException, json_mode: bool) -> None:
+    """A command line Click could not parse: one line on stderr naming the help to read (with
+    --json also the error document), exit 2."""
+    message = (e.format_message().strip().splitlines() or [type(e).__name__])[0]
+    error = {"code": CODE_USAGE, "message": message, "hint": "see `ckpt COMMAND --help`"}
+    line = f"ckpt: error: {message}"
+    ctx = getattr(e, "ctx", None)  # the command whose line failed to parse
+    if not json_mode:
+        line += f" (see `{getattr(ctx, 'command_path', None) or 'ckpt'} --help`)"
+    _fail(json_mode, e.exit_code, line, error, None)
+
+
 def _run() -> None:
     debug = bool(os.environ.get("CKPT_DEBUG"))
     json_mode = _json_mode(sys.argv[1:])
     try:
-        if json_mode:
-            # Click's usage errors must reach this boundary as exceptions, not as a panel.
-            sys.exit(app(standalone_mode=False) or 0)
-        app()
+        if not sys.argv[1:]:
+            app()  # no arguments: the help, as Typer shows it (no_args_is_help), exit 2
+        # Click's usage errors reach this boundary as exceptions: one line, not a panel.
+        sys.exit(app(standalone_mode=False) or 0)
     except CkptError as e:
         if signals.stopped_by() is not None and not debug:
             _fail_interrupted(json_mode)
@@ -171,13 +183,12 @@ def _run() -> None:
         error = {"code": CODE_INTERRUPTED, "message": f"interrupted by {e}", "hint": None}
         _fail(json_mode, e.exit_code, "ckpt: interrupted", error, None)
     except BrokenPipeError:
-        # `ckpt ls | head`: the reader left; exit quietly as other Unix tools do.
+        # `ckpt ls | head`: the reader left; exit quietly (with 1 in text mode, as Typer's own
+        # handler of a closed pipe did before this boundary took it over).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
-    except typer.TyperException as e:  # Click's usage errors, in JSON mode only
-        message = (e.format_message().strip().splitlines() or [type(e).__name__])[0]
-        error = {"code": CODE_USAGE, "message": message, "hint": "see `ckpt COMMAND --help`"}
-        _fail(json_mode, e.exit_code, f"ckpt: error: {message}", error, None)
+        sys.exit(0 if json_mode else 1)
+    except typer.TyperException as e:  # Click's usage errors
+        _usage_error(e, json_mode)
     except Exception as e:
         if signals.stopped_by() is not None and not debug:
             _fail_interrupted(json_mode)

@@ -169,6 +169,7 @@ FilterOpt = Annotated[
         help="Only leaves whose dotted name matches: a glob ('params.*kernel'), a regex "
         "('^opt_state\\.'), or re:REGEX.",
         show_default=False,
+        metavar="PATTERN",
     ),
 ]
 JsonOpt = Annotated[

@@ -38,7 +38,10 @@ ExportSourceArg = Annotated[
 ]
 OutArg = Annotated[str, typer.Argument(help="Output directory (new or empty).", show_default=False)]
 FormatOpt = Annotated[
-    str, typer.Option("--format", help="Output format (safetensors is the one there is).")
+    str,
+    typer.Option(
+        "--format", help="Output format (safetensors is the one there is).", metavar="FORMAT"
+    ),
 ]
 ParamsOnlyOpt = Annotated[
     bool,
@@ -59,13 +62,13 @@ DtypeOpt = Annotated[
 ]
 FrameworkOpt = Annotated[
     str,
-    typer.Option("--framework", help="`format` in __metadata__: pt, np, flax, tf or mlx."),
+    typer.Option("--framework", help="`format` in `__metadata__`: pt, np, flax, tf or mlx."),
 ]
 ProvenanceOpt = Annotated[
     bool,
     typer.Option(
         "--provenance/--no-provenance",
-        help="Record the source (path, item, step, Orbax format, spec hash) in __metadata__.",
+        help="Record the source (path, item, step, Orbax format, spec hash) in `__metadata__`.",
     ),
 ]
 

@@ -71,3 +71,44 @@ def test_top_level_help_lists_every_command() -> None:
     text = _help()
     for command in COMMANDS:
         assert re.search(rf"^{command}\s", text, re.MULTILINE), command
+
+
+def test_help_shows_no_trailing_underscore_placeholder() -> None:
+    """Parameters named ``filter_``/``format_`` (Python keywords) show as PATTERN/FORMAT."""
+    for command in ("inspect", "diff", "export"):
+        text = _help(command)
+        assert not re.search(r"\b[A-Z]+_\b", text), (command, text)
+    assert "PATTERN" in _help("inspect")
+    assert "FORMAT" in _help("export")
+
+
+def test_every_command_has_examples_in_its_record() -> None:
+    assert REGISTRY
+    for c in REGISTRY:
+        assert 2 <= len(c.examples) <= 4, c.name
+        assert f"$ ckpt {c.name} {c.examples[0]}" in c.help()
+
+
+@pytest.mark.parametrize(
+    ("args", "phrase"),
+    [
+        (["ls", ".", "--bogus"], "No such option: --bogus"),
+        (["bogus"], "No such command 'bogus'"),
+        (["ls"], "Missing argument 'PATH'"),
+        (["prune", ".", "--mode", "avg"], "Invalid value for '--mode'"),
+    ],
+)
+def test_usage_errors_are_one_line_on_stderr(args: list[str], phrase: str) -> None:
+    """Click's usage errors: one ``ckpt: error:`` line naming the help to read, exit 2; no
+    boxed panel, nothing on stdout."""
+    import subprocess
+
+    from tests.ux.harness import CKPT
+
+    proc = subprocess.run([CKPT, *args], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("ckpt: error: ") and phrase in lines[0], lines[0]
+    assert "--help`)" in lines[0] and "╭" not in proc.stderr
