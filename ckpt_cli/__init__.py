@@ -19,13 +19,15 @@ Writers plan first and write on ``execute``; a plan is frozen, its ``to_json()``
                                  rules={"params.*kernel": [None, "model"]})
     result = ckpt_cli.execute(plan)           # WriteResult; also plan_migration, plan_prune
 
-    plan = ckpt_cli.export("runs/exp7", "runs/exp7-hf", spec="examples/mlp_to_pytorch.yaml")
-    ckpt_cli.execute(plan)                    # safetensors files; ckpt_cli.import_(...) back
+    plan = ckpt_cli.plan_export("runs/exp7", "runs/exp7-hf", spec="examples/mlp_to_pytorch.yaml")
+    ckpt_cli.execute(plan)                    # safetensors files; ckpt_cli.plan_import(...) back
 
     plan = ckpt_cli.plan_copy("runs/exp7", "s3://bucket/exp7", step_ranges="500-", verify=True)
     ckpt_cli.execute(plan)                    # CopyResult: data first, markers last, resumable
 
 Importing ``ckpt_cli`` is cheap: names resolve on first use, and nothing here imports JAX.
+``export`` and ``import_`` are the old names of ``plan_export`` and ``plan_import``: they still
+work and warn (``DeprecationWarning``).
 Errors are ``ckpt_cli.CkptError`` subclasses with a one-line message and a ``hint``.
 """
 
@@ -33,6 +35,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -50,16 +54,20 @@ if TYPE_CHECKING:
     from ckpt_cli.core.progress import Progress, ProgressFn
     from ckpt_cli.core.prune.execute import PruneResult
     from ckpt_cli.core.prune.plan import PrunePlan
-    from ckpt_cli.core.prune.policy import Policy
+    from ckpt_cli.core.prune.policy import Mode, Policy
     from ckpt_cli.core.reshard.plan import ReshardPlan, plan_reshard
-    from ckpt_cli.core.safetensors.export import ExportPlan
+    from ckpt_cli.core.safetensors.export import ExportPlan, plan_export
     from ckpt_cli.core.safetensors.export_run import ExportResult
-    from ckpt_cli.core.safetensors.import_ import ImportPlan
+    from ckpt_cli.core.safetensors.import_ import ImportPlan, plan_import
     from ckpt_cli.core.safetensors.import_run import ImportResult
     from ckpt_cli.core.storage import StorageOptions
     from ckpt_cli.core.verify.types import SampleSpec, VerifyReport
     from ckpt_cli.core.write.rewrite import WriteResult
     from ckpt_cli.core.write.types import Compression, WriteOptions
+
+    # The old names (deprecated): the same functions, under the names of the other plan_*.
+    export = plan_export
+    import_ = plan_import
 
 __all__ = [
     "Checkpoint",
@@ -89,10 +97,10 @@ __all__ = [
     "WriteResult",
     "__version__",
     "execute",
-    "export",
-    "import_",
     "open",
     "plan_copy",
+    "plan_export",
+    "plan_import",
     "plan_migration",
     "plan_prune",
     "plan_reshard",
@@ -119,8 +127,10 @@ _LAZY = {
     "ReshardPlan": "ckpt_cli.core.reshard.plan",
     "plan_reshard": "ckpt_cli.core.reshard.plan",
     "ExportPlan": "ckpt_cli.core.safetensors.export",
+    "plan_export": "ckpt_cli.core.safetensors.export",
     "ExportResult": "ckpt_cli.core.safetensors.export_run",
     "ImportPlan": "ckpt_cli.core.safetensors.import_",
+    "plan_import": "ckpt_cli.core.safetensors.import_",
     "ImportResult": "ckpt_cli.core.safetensors.import_run",
     "StorageOptions": "ckpt_cli.core.storage",
     "SampleSpec": "ckpt_cli.core.verify.types",
@@ -131,16 +141,27 @@ _LAZY = {
 }
 
 
+#: Old public names -> the current ones. Not cached: every use warns.
+_DEPRECATED = {"export": "plan_export", "import_": "plan_import"}
+
+
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
+    if name in _DEPRECATED:
+        new = _DEPRECATED[name]
+        warnings.warn(
+            f"ckpt_cli.{name} is deprecated: use ckpt_cli.{new}", DeprecationWarning, stacklevel=2
+        )
+        return __getattr__(new) if new not in globals() else globals()[new]
     raise AttributeError(f"module 'ckpt_cli' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    """The public API (``__all__``), not the module's imports and helpers."""
+    return sorted(__all__)
 
 
 def open(path: str | os.PathLike[str], *, storage: StorageOptions | None = None) -> Checkpoint:
@@ -204,56 +225,56 @@ def plan_prune(
     root: str | os.PathLike[str],
     policy: Policy | None = None,
     *,
+    keep_last: int | None = None,
+    keep_every: int | None = None,
+    keep_steps: Iterable[int] | None = None,
+    keep_within: timedelta | None = None,
+    keep_hourly: int | None = None,
+    keep_daily: int | None = None,
+    keep_weekly: int | None = None,
+    keep_monthly: int | None = None,
+    keep_best: int | None = None,
+    metric: str | None = None,
+    mode: Mode | None = None,
+    keep_missing_metric: bool | None = None,
     clean_tmp: bool = False,
     tmp_min_age: timedelta = timedelta(hours=1),
     now: datetime | None = None,
     storage: StorageOptions | None = None,
-    **rules: Any,
 ) -> PrunePlan:
     """Plan a prune of the CheckpointManager ``root``: what ``policy`` keeps (with reasons) and
     what goes. Rules may be given as a ``Policy`` or as its fields: ``keep_last=2``,
-    ``keep_every=1000``, ``keep_within=timedelta(days=7)``, ``keep_best=3, metric="loss"``...
-    Nothing is deleted until ``execute(plan)``, which takes the root's lock and checks every
-    entry again. Example: ``ckpt_cli.plan_prune("runs/exp7", keep_last=2).to_json()``.
+    ``keep_every=1000``, ``keep_within=timedelta(days=7)``, ``keep_best=3, metric="loss",
+    mode="min"``... (a rule left at None is off, as in ``Policy``). Nothing is deleted until
+    ``execute(plan)``, which takes the root's lock and checks every entry again.
+    Example: ``ckpt_cli.plan_prune("runs/exp7", keep_last=2).to_json()``.
     """
     from ckpt_cli.core.prune.plan import plan_prune_root
     from ckpt_cli.core.prune.policy import Policy
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.errors import UsageError
 
-    if policy is not None and rules:
+    counts = (keep_last, keep_every, keep_hourly, keep_daily, keep_weekly, keep_monthly, keep_best)
+    others = (keep_steps, keep_within, metric, mode, keep_missing_metric)
+    if policy is not None and any(v is not None for v in (*counts, *others)):
         raise UsageError("give a Policy or its rules as keywords, not both")
-    policy = policy if policy is not None else Policy(**rules)
+    if policy is None:
+        policy = Policy.from_rules(
+            keep_last=keep_last,
+            keep_every=keep_every,
+            keep_steps=keep_steps,
+            keep_within=keep_within,
+            keep_hourly=keep_hourly,
+            keep_daily=keep_daily,
+            keep_weekly=keep_weekly,
+            keep_monthly=keep_monthly,
+            keep_best=keep_best,
+            metric=metric,
+            mode=mode,
+            keep_missing_metric=keep_missing_metric,
+        )
     location = open_location(os.fspath(root), storage)
     return plan_prune_root(location, policy, clean_tmp=clean_tmp, tmp_min_age=tmp_min_age, now=now)
-
-
-def export(
-    source: str | os.PathLike[str], out: str | os.PathLike[str], **options: Any
-) -> ExportPlan:
-    """Plan exporting one item of ``source`` to safetensors files in the new directory ``out``,
-    as ``ckpt export`` does; ``execute(plan)`` writes them. Options: ``spec`` (a migrate spec
-    file), ``params_only``, ``dtype``, ``max_shard_size`` (bytes), ``framework``,
-    ``provenance``, ``allow_unused``, ``step``, ``item``, ``memory_limit``, ``storage``.
-    Example: ``ckpt_cli.execute(ckpt_cli.export("runs/exp7", "hf", params_only=True))``.
-    """
-    from ckpt_cli.core.safetensors.export import plan_export
-
-    return plan_export(source, out, **options)
-
-
-def import_(
-    source: str | os.PathLike[str], root: str | os.PathLike[str], **options: Any
-) -> ImportPlan:
-    """Plan importing safetensors (a file, an index, or a Hugging Face directory) as a new
-    step of the CheckpointManager ``root``, as ``ckpt import`` does; ``execute(plan)`` writes it.
-    Options: ``spec``, ``mesh`` (``"data=4,model=2"``), ``rules`` (a file or a mapping of leaf
-    patterns to partition specs), ``step``, ``target``, ``allow_unused``, ``write``
-    (``WriteOptions``), ``storage`` (``StorageOptions``). Example: ``ckpt_cli.execute(ckpt_cli.import_("hf", "runs/back"))``.
-    """
-    from ckpt_cli.core.safetensors.import_ import plan_import
-
-    return plan_import(source, root, **options)
 
 
 def execute(
@@ -261,8 +282,8 @@ def execute(
     *,
     on_progress: ProgressFn | None = None,
 ) -> WriteResult | PruneResult | ExportResult | ImportResult | CopyResult:
-    """Carry out a plan of ``plan_reshard``, ``plan_migration``, ``plan_prune``, ``export``,
-    ``import_`` or ``plan_copy``.
+    """Carry out a plan of ``plan_reshard``, ``plan_migration``, ``plan_prune``, ``plan_export``,
+    ``plan_import`` or ``plan_copy``.
 
     A refused plan (``plan.refusal``) raises that ``RefusedError`` and writes nothing. Writers
     stream the new step under the plan's memory limit into a tmp name and commit it last; a prune

@@ -85,7 +85,8 @@ def _root(
         metavar="N",
         min=1,
         help="Requests to an object store kept in flight at once by each process (TensorStore's "
-        "reads and writes, listings, batched deletes). Default: $CKPT_MAX_REQUESTS, else 64.",
+        "reads and writes, listings, batched deletes; reads of small metadata files on S3: four "
+        "times N, at most 512). Default: $CKPT_MAX_REQUESTS, else 64.",
         show_default=False,
     ),
 ) -> None:

@@ -13,7 +13,7 @@ import errno
 import os
 import re
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1  # a check found problems (verify, diff)
@@ -29,11 +29,19 @@ CODE_USAGE = "usage"
 
 
 class ErrorJSON(TypedDict):
-    """What went wrong: a stable code, the one-line message, the next thing to try (or null)."""
+    """What went wrong: a stable code (docs/json.md), the one-line message, the next step."""
 
     code: str
     message: str
     hint: str | None
+
+
+class ErrorDocumentJSON(TypedDict):
+    """A command that failed before it had a result (exit 2, 3, 70, 130 or 143)."""
+
+    schema_version: int
+    ok: Literal[False]
+    error: ErrorJSON
 
 
 class CkptError(Exception):

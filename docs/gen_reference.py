@@ -148,7 +148,7 @@ def _type(param: Any, hints: dict[str, Any]) -> str:
     value, repeatable = _value_type(hints.get(param.name, str))
     text = md(str(param.metavar), cell=True) if param.metavar else value
     if text.startswith("SIZE"):  # one size parser, one meaning: link it
-        text = f"[{text}](../layouts.md#sizes-and-durations)"
+        text = f"[{text}](layouts.md#sizes-and-durations)"
     if repeatable or getattr(param, "multiple", False):
         text += " (repeatable)"
     return text
@@ -242,8 +242,8 @@ def render_command(app: Any, name: str) -> str:
         lines += ["The codes every command uses (from `ckpt --help`):", ""]
         lines += _exit_table(general)
     lines += [
-        "See [troubleshooting](../troubleshooting.md) for what each code means and the errors "
-        "behind it.",
+        "See [exit codes](exit-codes.md) for what each code means and [troubleshooting]"
+        "(../how-to/troubleshooting.md) for the errors behind it.",
         "",
     ]
     return "\n".join(lines)
@@ -306,6 +306,13 @@ def render_all(out: Path = OUT) -> dict[Path, str]:
     return pages
 
 
+def _generated_extras(out: Path, pages: dict[Path, str]) -> list[Path]:
+    """Pages this generator wrote (they start with ``HEADER``) for a command that is gone. The
+    hand-written reference pages beside them (json.md, layouts.md, exit-codes.md, ...) are not
+    its to judge or delete."""
+    return sorted(p for p in set(out.glob("*.md")) - set(pages) if p.read_text().startswith(HEADER))
+
+
 def stale_pages(out: Path = OUT) -> list[str]:
     """The pages whose committed text differs from what the app renders, is missing, or is left
     over from a removed command, named as paths relative to ``out``'s parent's parent (the
@@ -317,7 +324,7 @@ def stale_pages(out: Path = OUT) -> list[str]:
         for path, text in pages.items()
         if not path.is_file() or path.read_text() != text
     ]
-    extra = sorted(set(out.glob("*.md")) - set(pages))
+    extra = _generated_extras(out, pages)
     return stale + [f"{p.relative_to(base)} (no such command)" for p in extra]
 
 
@@ -326,7 +333,7 @@ def write_pages(out: Path = OUT) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     pages = render_all(out)
     changed = []
-    for extra in sorted(set(out.glob("*.md")) - set(pages)):
+    for extra in _generated_extras(out, pages):
         extra.unlink()
         changed.append(extra)
     for path, text in pages.items():

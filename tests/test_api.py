@@ -3,6 +3,7 @@ what the CLI does (the same results, the same JSON)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
@@ -142,13 +143,13 @@ def test_plan_then_execute_each_writer(tmp_path: Path, fixture_copy: Any) -> Non
 
 
 def test_export_and_import_are_plan_execute_pairs(tmp_path: Path) -> None:
-    plan = ckpt_cli.export(FIXTURES / "seed_mlp", tmp_path / "hf", params_only=True)
+    plan = ckpt_cli.plan_export(FIXTURES / "seed_mlp", tmp_path / "hf", params_only=True)
     assert isinstance(plan, ckpt_cli.ExportPlan) and not (tmp_path / "hf").exists()
     assert plan.to_json()["tensors"]
     result = ckpt_cli.execute(plan)
     assert isinstance(result, ckpt_cli.ExportResult)
     assert (tmp_path / "hf" / "model.safetensors").is_file()
-    back = ckpt_cli.import_(tmp_path / "hf", tmp_path / "root", step=500)
+    back = ckpt_cli.plan_import(tmp_path / "hf", tmp_path / "root", step=500)
     assert isinstance(back, ckpt_cli.ImportPlan) and not (tmp_path / "root").exists()
     done = ckpt_cli.execute(back)
     assert isinstance(done, ckpt_cli.ImportResult)
@@ -160,3 +161,52 @@ def test_export_and_import_are_plan_execute_pairs(tmp_path: Path) -> None:
     )
     for name in names:
         assert item.read(name).tobytes() == original.read(name).tobytes()
+
+
+@pytest.mark.parametrize(("old", "new"), [("export", "plan_export"), ("import_", "plan_import")])
+def test_the_old_names_of_plan_export_and_plan_import_warn(old: str, new: str) -> None:
+    with pytest.warns(DeprecationWarning, match=f"ckpt_cli.{new}"):
+        alias = getattr(ckpt_cli, old)
+    assert alias is getattr(ckpt_cli, new)
+    assert old not in ckpt_cli.__all__ and new in ckpt_cli.__all__
+
+
+def test_dir_lists_the_public_api_only() -> None:
+    names = dir(ckpt_cli)
+    assert names == sorted(ckpt_cli.__all__)
+    assert "plan_export" in names and "Policy" in names
+    assert not {"importlib", "os", "warnings", "annotations", "TYPE_CHECKING"} & set(names)
+
+
+def test_public_functions_take_typed_keywords_not_options() -> None:
+    """Every option of a public function is a named, annotated parameter: an IDE and mypy
+    see them, and a misspelt one is a TypeError, not a silently ignored key."""
+    functions = [
+        getattr(ckpt_cli, name)
+        for name in ckpt_cli.__all__
+        if inspect.isfunction(getattr(ckpt_cli, name))
+    ]
+    assert {f.__name__ for f in functions} >= {"plan_prune", "plan_export", "plan_import"}
+    for f in functions:
+        for p in inspect.signature(f).parameters.values():
+            assert p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL), f"{f.__name__}: {p}"
+            assert p.annotation is not p.empty, f"{f.__name__}: {p.name} has no type"
+    with pytest.raises(TypeError):
+        ckpt_cli.plan_prune(FIXTURES / "seed_mlp", keep_lats=2)  # type: ignore[call-arg]
+
+
+def test_plan_prune_takes_the_rules_as_keywords_or_a_policy() -> None:
+    by_keywords = ckpt_cli.plan_prune(FIXTURES / "seed_mlp", keep_last=1, keep_steps=[300])
+    assert [d.step for d in by_keywords.delete] == [400]
+    policy = ckpt_cli.Policy(keep_last=1, keep_steps=frozenset({300}))
+    assert ckpt_cli.plan_prune(FIXTURES / "seed_mlp", policy).delete == by_keywords.delete
+    with pytest.raises(UsageError, match="not both"):
+        ckpt_cli.plan_prune(FIXTURES / "seed_mlp", policy, keep_last=1)
+
+
+def test_the_types_ship_with_the_package() -> None:
+    """PEP 561: ``py.typed`` is in the package and in the built distribution's package data."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the package supports 3.10
+    assert (REPO / "ckpt_cli" / "py.typed").is_file()
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["ckpt_cli"]

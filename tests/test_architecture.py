@@ -66,7 +66,7 @@ GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
 
 # Layers, lowest first: a module imports only its own layer or lower ones, and within a layer
 # only its own group (the read operations, verify and write do not lean on one another).
-READ_OPS = ("listing", "inspect", "inspection", "state", "stats", "diff", "compare", "checkpoint")
+READ_OPS = ("listing", "inspect", "state", "stats", "diff", "checkpoint")
 UTILITIES = ("progress", "schema", "units", "executor", "textfiles", "regex")
 
 
@@ -198,20 +198,77 @@ def test_commands_import_the_core_through_functions_only() -> None:
         "checks", "inventory", "ocdbt", "deep", "problems", "scale_verify", "writer",
         "pipeline", "steps", "rewrite", "scale", "memory", "retention", "deletion", "objstore",
         "remote", "migrate_spec", "migrate_rules", "migrate_ops", "migrate_tree",
-        "migrate_layout", "migrate_target", "initializers",
+        "migrate_layout", "migrate_target", "initializers", "inspection", "compare",
     ],
 )  # fmt: skip
 def test_the_old_flat_modules_are_gone(old: str) -> None:
     assert importlib.util.find_spec(f"ckpt_cli.core.{old}") is None
 
 
-def test_core_modules_stay_small() -> None:
-    sizes = {
-        n: len(p.read_text().splitlines())
-        for n, p in MODULES.items()
-        if n.startswith("ckpt_cli.core")
-    }
-    assert sizes and max(sizes.values()) <= 420, sorted(sizes.items(), key=lambda x: -x[1])[:3]
+def _typeddicts(tree: ast.Module) -> list[str]:
+    """Names of the TypedDicts a module defines: ``class X(TypedDict)``, a subclass of one
+    defined in the package (``class X(PlanJSON)``), and the functional ``X = TypedDict(...)``."""
+    names = []
+    for node in tree.body:
+        if (isinstance(node, ast.ClassDef) and node.name.endswith("JSON")) or (
+            isinstance(node, ast.ClassDef)
+            and any(isinstance(b, ast.Name) and b.id == "TypedDict" for b in node.bases)
+        ):
+            names.append(node.name)
+        elif (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id == "TypedDict"
+        ):
+            names.extend(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def test_no_typeddict_is_defined_twice() -> None:
+    """One description of each JSON object: a second copy drifts from the first."""
+    where: dict[str, list[str]] = {}
+    for name, path in MODULES.items():
+        for td in _typeddicts(ast.parse(path.read_text())):
+            where.setdefault(td, []).append(name)
+    assert len(where) > 40  # the documents' types were really found
+    assert {td: mods for td, mods in where.items() if len(mods) > 1} == {}
+
+
+#: ``to_json`` methods allowed an open annotation, and why.
+OPEN_TO_JSON = {
+    # The protocol every printed result satisfies: any document at all.
+    ("ckpt_cli.commands._output", "Document"),
+}
+
+_OPEN = {"Any", "object", "dict", "Mapping"}
+
+
+def _is_open(annotation: ast.expr | None) -> bool:
+    """No annotation, ``Any``/``object``, or a plain mapping (``dict[str, Any]``)."""
+    if annotation is None:
+        return True
+    if isinstance(annotation, ast.Subscript):
+        annotation = annotation.value
+    return isinstance(annotation, ast.Name) and annotation.id in _OPEN
+
+
+def test_every_to_json_returns_its_typeddict() -> None:
+    """mypy ties a ``to_json`` to the TypedDict it is annotated with; ``dict[str, Any]`` ties it
+    to nothing, and the published schema could drift from what is printed."""
+    found, open_ = [], []
+    for name, path in MODULES.items():
+        for cls in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            for fn in cls.body:
+                if isinstance(fn, ast.FunctionDef) and fn.name == "to_json":
+                    found.append((name, cls.name))
+                    if _is_open(fn.returns) and (name, cls.name) not in OPEN_TO_JSON:
+                        open_.append(f"{name}.{cls.name}")
+    assert len(found) > 40
+    assert open_ == []
+    assert set(found) >= OPEN_TO_JSON  # an exception that no longer applies is removed
 
 
 # --- the command registry: one record per command, and every list of commands follows it ---
@@ -321,27 +378,9 @@ def test_shell_completion_offers_every_command() -> None:
 # --- functions stay short: 60 lines at most (decorators and docstring included) ---
 
 MAX_FUNCTION_LINES = 60
-#: Core functions still over the cap (shrinking one removes it from this list; none is added).
+#: Functions still over the cap, and why (each is to be shrunk; the list only shrinks).
 LONG_FUNCTIONS = {
-    "ckpt_cli.core.copy.plan:plan_copy",
-    "ckpt_cli.core.diff:diff_items",
-    "ckpt_cli.core.format.scan:scan_leaves",
-    "ckpt_cli.core.listing:list_root",
-    "ckpt_cli.core.migrate.plan:plan_migration",
-    "ckpt_cli.core.migrate.spec:_rule",
-    "ckpt_cli.core.prune.plan:plan_prune",
-    "ckpt_cli.core.reshard.plan:plan_reshard",
-    "ckpt_cli.core.safetensors.export:plan_export_item",
-    "ckpt_cli.core.safetensors.header:parse_header",
-    "ckpt_cli.core.safetensors.import_run:execute",
-    "ckpt_cli.core.verify.checks:check_arrays",
-    "ckpt_cli.core.verify.deep:sample_items",
-    "ckpt_cli.core.verify.run:_verify",
-    "ckpt_cli.core.verify.structure:_check_tree",
-    "ckpt_cli.core.verify.targets:_check_step",
-    "ckpt_cli.core.verify.timebox:budgeted_deep",
-    "ckpt_cli.core.write.item:ItemWriter.write_metadata",
-    "ckpt_cli.core.write.rewrite:write_step",
+    "ckpt_cli.core.listing:list_root",  # the maintainer is changing listing.py
 }
 
 

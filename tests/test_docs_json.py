@@ -1,4 +1,4 @@
-"""docs/json.md shows, per command, the document `--json` prints: its top-level fields are the
+"""docs/reference/json.md shows, per command, the document `--json` prints: its top-level fields are the
 ones the command really prints on the fixtures (the doc's shapes are not JSON: ``A | B`` stands
 for the values a field takes, so the keys are read with a small scanner)."""
 
@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from ckpt_cli.app import app
+from ckpt_cli.commands._schemas import schema_version
 from tests.conftest import FIXTURES, REPO, CliResult
 
-PAGE = (REPO / "docs" / "json.md").read_text()
+PAGE = (REPO / "docs" / "reference" / "json.md").read_text()
 
 
 def top_level_keys(shape: str) -> list[str]:
@@ -39,10 +41,33 @@ def top_level_keys(shape: str) -> list[str]:
 
 def documented(command: str) -> list[str]:
     section = re.search(rf"^## `ckpt {command}`\n(.*?)(?=^## |\Z)", PAGE, re.M | re.S)
-    assert section, f"docs/json.md has no section for ckpt {command}"
+    assert section, f"docs/reference/json.md has no section for ckpt {command}"
     block = re.search(r"^```json\n(.*?)^```", section.group(1), re.M | re.S)
-    assert block, f"docs/json.md: no json block for ckpt {command}"
+    assert block, f"docs/reference/json.md: no json block for ckpt {command}"
     return top_level_keys(block.group(1))
+
+
+def test_the_version_table_is_the_code() -> None:
+    """The page's table of versions names every command once, each at the version it prints."""
+    rows = re.findall(r"^\| `([a-z]+)` \| (\d+) \|$", PAGE, re.M)
+    names = [c.name for c in app.registered_commands]
+    assert names and rows
+    assert sorted(name for name, _ in rows) == sorted(names)
+    documented = {name: int(version) for name, version in rows}
+    assert documented == {name: schema_version(name) for name in names}
+
+
+def test_each_section_shows_the_version_its_command_prints() -> None:
+    names = [c.name for c in app.registered_commands]
+    assert names
+    for name in names:
+        section = re.search(rf"^## `ckpt {name}`\n(.*?)(?=^## |\Z)", PAGE, re.M | re.S)
+        assert section, f"docs/reference/json.md has no section for ckpt {name}"
+        shown = re.search(r'"schema_version": (\d+)', section.group(1))
+        assert shown and int(shown.group(1)) == schema_version(name), (
+            f"docs/reference/json.md shows ckpt {name} at schema_version "
+            f"{shown and shown.group(1)}, it prints {schema_version(name)}"
+        )
 
 
 def test_the_scanner_reads_keys_of_the_outer_object_only() -> None:

@@ -56,7 +56,7 @@ def canonical_hash(schema: dict[str, Any]) -> str:
 
 def command_schema(command: str) -> dict[str, Any]:
     from ckpt_cli.core.schema import json_schema
-    from ckpt_cli.core.schema.documents import ErrorDocumentJSON
+    from ckpt_cli.errors import ErrorDocumentJSON
 
     document, version = _documents()[command], schema_version(command)
     schema = json_schema(

@@ -136,7 +136,7 @@ def cp(
 COMMAND = Command(
     name="cp",
     function=cp,
-    documents=("ckpt_cli.core.schema.documents_write:CpJSON",),
+    documents=("ckpt_cli.core.copy.plan:CpJSON",),
     examples=(
         "runs/exp7 s3://bucket/exp7",
         "s3://bucket/exp7 gs://other/exp7 --steps 100-300 --verify",

@@ -145,7 +145,7 @@ def diff(
 COMMAND = Command(
     name="diff",
     function=diff,
-    documents=("ckpt_cli.core.schema.documents:DiffJSON",),
+    documents=("ckpt_cli.core.diff:DiffJSON",),
     version="ckpt_cli.core.diff:DiffReport",
     examples=(
         "runs/exp7@900 runs/exp7@1000",

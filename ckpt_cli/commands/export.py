@@ -156,7 +156,7 @@ def _write(run: Run, plan: ExportPlan, dry_run: bool) -> None:
 COMMAND = Command(
     name="export",
     function=export,
-    documents=("ckpt_cli.core.schema.documents_write:ExportJSON",),
+    documents=("ckpt_cli.core.safetensors.export_run:ExportJSON",),
     examples=(
         "runs/exp7 out --step 600 --spec mlp_to_pytorch.yaml",
         "runs/llama hf --spec llama_to_hf.yaml --dtype bfloat16",

@@ -113,7 +113,7 @@ def _write(run: Run, plan: ImportPlan, dry_run: bool) -> None:
 COMMAND = Command(
     name="import",
     function=import_,
-    documents=("ckpt_cli.core.schema.documents_write:ImportJSON",),
+    documents=("ckpt_cli.core.safetensors.import_run:ImportJSON",),
     examples=(
         "out runs/back --spec pytorch_to_mlp.yaml --step 600",
         "hf runs/llama --spec hf_to_llama.yaml --target model:abstract",

@@ -58,7 +58,7 @@ def inspect(
     """
     # Rendering pulls in rich.tree/table: imported here so `ls` and `--help` do not pay for it.
     from ckpt_cli.commands.render import inspect as render
-    from ckpt_cli.core.inspection import inspect_path
+    from ckpt_cli.core.inspect import inspect_path
     from ckpt_cli.core.storage import open_location
 
     run = run_context(ctx, json_out)
@@ -86,8 +86,8 @@ COMMAND = Command(
     name="inspect",
     function=inspect,
     documents=(
-        "ckpt_cli.core.schema.documents:InspectJSON",
-        "ckpt_cli.core.schema.documents:StepInspectJSON",
+        "ckpt_cli.core.inspect:InspectJSON",
+        "ckpt_cli.core.inspect:StepInspectJSON",
     ),
     version="ckpt_cli.core.inspect:ItemReport",
     examples=(

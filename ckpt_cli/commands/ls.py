@@ -63,7 +63,8 @@ def ls(
 COMMAND = Command(
     name="ls",
     function=ls,
-    documents=("ckpt_cli.core.schema.documents:LsJSON",),
+    documents=("ckpt_cli.core.listing:LsJSON",),
+    version="ckpt_cli.core.listing:RootListing",
     examples=(
         "runs/exp7",
         "s3://bucket/runs/exp7 --json",

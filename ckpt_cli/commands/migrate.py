@@ -132,7 +132,7 @@ def _write(run: Run, plan: MigrationPlan, dry_run: bool) -> None:
 COMMAND = Command(
     name="migrate",
     function=migrate,
-    documents=("ckpt_cli.core.schema.documents_write:MigrateJSON",),
+    documents=("ckpt_cli.core.migrate.plan:MigrateJSON",),
     version="ckpt_cli.core.migrate.plan:MigrationPlan",
     examples=(
         "runs/exp7 runs/exp7-wide --spec widen.yaml --dry-run",

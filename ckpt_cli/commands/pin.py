@@ -75,13 +75,13 @@ def unpin(ctx: typer.Context, root: o.RootArg, step: StepArg, json_out: o.JsonOp
 PIN = Command(
     name="pin",
     function=pin,
-    documents=("ckpt_cli.core.schema.documents_write:PinResultJSON",),
+    documents=("ckpt_cli.core.format.pins:PinResultJSON",),
     examples=("runs/exp7 500 --note 'best eval so far'", "s3://bucket/exp7 1000 --json"),
 )
 
 UNPIN = Command(
     name="unpin",
     function=unpin,
-    documents=("ckpt_cli.core.schema.documents_write:PinResultJSON",),
+    documents=("ckpt_cli.core.format.pins:PinResultJSON",),
     examples=("runs/exp7 500", "s3://bucket/exp7 1000 --json"),
 )

@@ -353,7 +353,7 @@ def _ask(question: str) -> bool:
 COMMAND = Command(
     name="prune",
     function=prune,
-    documents=("ckpt_cli.core.schema.documents:PruneJSON",),
+    documents=("ckpt_cli.core.prune.execute:PruneJSON",),
     examples=(
         "runs/exp7 --keep-last 3 --keep-every 1000 --dry-run",
         "runs/exp7 --keep-best 2 --metric loss --keep-last 1 --yes",

@@ -112,7 +112,7 @@ def _write(run: Run, plan: ReshardPlan, dry_run: bool) -> None:
 COMMAND = Command(
     name="reshard",
     function=reshard,
-    documents=("ckpt_cli.core.schema.documents_write:ReshardJSON",),
+    documents=("ckpt_cli.core.reshard.plan:ReshardJSON",),
     version="ckpt_cli.core.reshard.plan:ReshardPlan",
     examples=(
         "runs/exp7 runs/exp7-4x2 --mesh data=4,model=2 --rules r.yaml",

@@ -232,7 +232,7 @@ def _seconds(text: str | None) -> float | None:
 COMMAND = Command(
     name="verify",
     function=verify,
-    documents=("ckpt_cli.core.schema.documents:VerifyJSON",),
+    documents=("ckpt_cli.core.verify.types:VerifyJSON",),
     version="ckpt_cli.core.verify.types:VerifyReport",
     examples=(
         "runs/exp7 --deep --json",

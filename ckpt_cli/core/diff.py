@@ -24,20 +24,23 @@ import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
-from ckpt_cli.core.compare import Compare, pair_blocks
-from ckpt_cli.core.format.arrays import ItemStore, cached_context
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context
 from ckpt_cli.core.format.blocks import (
+    block_shape,
     cache_bytes,
     decoded_chunk_bytes,
+    is_large,
+    iter_blocks,
+    stream_blocks,
 )
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.scan import OPEN_CACHE_BYTES, ScanTask, open_readers, read_block
+from ckpt_cli.core.format.sharding import Shape
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
-from ckpt_cli.core.schema import document
 from ckpt_cli.core.storage import StorageOptions, open_location
 from ckpt_cli.core.units import human_bytes
 from ckpt_cli.errors import CkptError, UsageError, first_line
@@ -63,6 +66,45 @@ STATUSES: tuple[Status, ...] = (
 )
 
 
+class SideJSON(TypedDict):
+    path: str
+    step: int | None
+    item: str
+
+
+class ToleranceJSON(TypedDict):
+    atol: float
+    rtol: float
+
+
+class LeafDiffJSON(TypedDict):
+    name: str
+    status: str
+    dtype: list[str | None]
+    shape: list[Shape | None]
+    elements: int
+    mismatched: int
+    max_abs_diff: float | None
+    max_rel_diff: float | None
+    message: str | None
+
+
+class DiffJSON(TypedDict):
+    """``ckpt diff --json``: leaf by leaf; ``ok`` is ``equal``."""
+
+    schema_version: int
+    ok: bool
+    a: SideJSON
+    b: SideJSON
+    equal: bool
+    tolerance: ToleranceJSON
+    compare_cast: bool
+    #: ``--structure``: names, kinds, dtypes, shapes, shardings compared; no array data read.
+    structure_only: bool
+    summary: dict[str, int]
+    leaves: list[LeafDiffJSON]
+
+
 @dataclass(frozen=True)
 class LeafDiff:
     name: str
@@ -81,7 +123,7 @@ class LeafDiff:
     def equal(self) -> bool:
         return self.status == "equal"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LeafDiffJSON:
         return {
             "name": self.name,
             "status": self.status,
@@ -116,25 +158,24 @@ class DiffReport:
     def count(self, status: Status) -> int:
         return sum(1 for d in self.leaves if d.status == status)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> DiffJSON:
         """The document ``ckpt diff --json`` prints."""
-        return document(
-            {
-                "a": _side(self.a),
-                "b": _side(self.b),
-                "equal": self.equal,
-                "tolerance": {"atol": self.atol, "rtol": self.rtol},
-                "compare_cast": self.compare_cast,
-                "structure_only": self.structure_only,
-                "summary": {s: self.count(s) for s in STATUSES},
-                "leaves": [d.to_json() for d in self.leaves],
-            },
-            ok=self.equal,
-            version=self.SCHEMA_VERSION,
-        )
+        return {
+            "schema_version": self.SCHEMA_VERSION,
+            "ok": self.equal,
+            "a": side_json(self.a),
+            "b": side_json(self.b),
+            "equal": self.equal,
+            "tolerance": {"atol": self.atol, "rtol": self.rtol},
+            "compare_cast": self.compare_cast,
+            "structure_only": self.structure_only,
+            "summary": {s: self.count(s) for s in STATUSES},
+            "leaves": [d.to_json() for d in self.leaves],
+        }
 
 
-def _side(ref: ItemRef) -> dict[str, Any]:
+def side_json(ref: ItemRef) -> SideJSON:
+    """One side of a comparison (and migrate's source): where the item is."""
     return {"path": str(ref.location), "step": ref.step, "item": ref.name}
 
 
@@ -241,16 +282,7 @@ def diff_items(
     for name in sorted(la.keys() | lb.keys()):
         x, y = la.get(name), lb.get(name)
         if x is None or y is None:
-            leaf = x or y
-            assert leaf is not None
-            out.append(
-                LeafDiff(
-                    name,
-                    "only_a" if y is None else "only_b",
-                    *((leaf.dtype, None) if y is None else (None, leaf.dtype)),
-                    *((leaf.shape, None) if y is None else (None, leaf.shape)),
-                )
-            )
+            out.append(_one_sided(name, x, y))
             continue
         if structure_only:
             out.append(_diff_structure(x, y))
@@ -268,6 +300,18 @@ def diff_items(
     both = {} if structure_only else {x.name: x for x, _ in common}
     leaves = [_floor_note(d, both.get(d.name), memory_limit) for d in out if d is not None]
     return DiffReport(a, b, atol, rtol, compare_cast, tuple(leaves), structure_only)
+
+
+def _one_sided(name: str, x: Leaf | None, y: Leaf | None) -> LeafDiff:
+    """A leaf only one side has."""
+    leaf = x or y
+    assert leaf is not None
+    return LeafDiff(
+        name,
+        "only_a" if y is None else "only_b",
+        *((leaf.dtype, None) if y is None else (None, leaf.dtype)),
+        *((leaf.shape, None) if y is None else (None, leaf.shape)),
+    )
 
 
 def _floor_note(d: LeafDiff, x: Leaf | None, memory_limit: int) -> LeafDiff:
@@ -413,3 +457,77 @@ def _stream(
                 consume()
     while pending:
         consume()
+
+
+# The blocks read of a pair of arrays, and the element-wise comparison applied to each pair.
+
+
+def pair_blocks(a: ArrayInfo, b: ArrayInfo, budget: int) -> Any:
+    """Blocks of at most ``budget`` bytes: slabs of A's chunks when one exceeds the budget,
+    else whole chunks aligned to both chunkings when their common multiple stays small, else
+    to A's."""
+    if is_large(a, budget):
+        return stream_blocks(a, budget)
+    lcm = tuple(
+        min(s, math.lcm(ca or 1, cb or 1))
+        for s, ca, cb in zip(a.shape, a.chunk_shape, b.chunk_shape, strict=True)
+    )
+    if math.prod(lcm) * max(a.itemsize, b.itemsize) <= 4 * budget:
+        return iter_blocks(a, block_shape(replace(a, chunk_shape=lcm), budget))
+    return iter_blocks(a, block_shape(a, budget))
+
+
+class Compare:
+    """Running totals of one pair of arrays compared block by block: elements outside the
+    tolerance, the largest absolute and relative difference."""
+
+    def __init__(self, atol: float, rtol: float, exact_ints: bool) -> None:
+        self.atol = atol
+        self.rtol = rtol
+        self.exact_ints = exact_ints
+        self.mismatched = 0
+        self.max_abs = 0.0
+        self.max_rel = 0.0
+
+    def add(self, a: Any, b: Any) -> None:
+        import numpy as np
+
+        a, b = np.asarray(a), np.asarray(b)
+        if a.dtype == b.dtype and a.dtype.itemsize in (1, 2, 4, 8) and a.shape == b.shape:
+            # Equal bits are equal values (the same NaN too): most blocks of most diffs are
+            # unchanged, and one integer comparison costs far less than the float64 pass.
+            bits = f"u{a.dtype.itemsize}"
+            if np.array_equal(a.view(bits), b.view(bits)):
+                return
+        exact = self.exact_ints and a.dtype.kind in "iub" and not (self.atol or self.rtol)
+        if exact:
+            # Integers compare in their own dtype: float64 would round int64 beyond 2**53.
+            neq = a != b
+            self.mismatched += int(np.count_nonzero(neq))
+            a, b = a[neq], b[neq]
+        if a.dtype.kind == "c" or b.dtype.kind == "c":
+            # Complex values differ in their imaginary parts too: compared as complex128, the
+            # distance is |a - b|; NaN equals NaN part by part.
+            af, bf = a.astype(np.complex128), b.astype(np.complex128)
+            same = _same(af.real, bf.real) & _same(af.imag, bf.imag)
+        else:
+            af, bf = a.astype(np.float64), b.astype(np.float64)
+            same = _same(af, bf)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            diff = np.where(same, 0.0, np.abs(af - bf))
+            if not exact:
+                ok = same | (diff <= self.atol + self.rtol * np.abs(bf))
+                self.mismatched += int(np.count_nonzero(~ok))
+            if not diff.size:
+                return
+            bad = ~np.isfinite(diff)  # NaN against a number, Inf against a finite value
+            self.max_abs = max(self.max_abs, math.inf if bad.any() else float(diff.max()))
+            rel = ~bad & (bf != 0)
+            if rel.any():
+                self.max_rel = max(self.max_rel, float((diff[rel] / np.abs(bf[rel])).max()))
+
+
+def _same(a: Any, b: Any) -> Any:
+    import numpy as np
+
+    return (a == b) | (np.isnan(a) & np.isnan(b))

@@ -1,8 +1,14 @@
-"""Read everything ``ckpt inspect`` shows about one item, without touching array data.
+"""What ``ckpt inspect`` shows for a path: one item, and what else its step holds; read without
+touching array data (unless ``--stats`` asks for it).
 
 Leaves come from ``_METADATA``; dtype, shape and chunking from each array's zarr header (one batch
 of kvstore reads); sharding from ``_sharding``; write shapes and typed-key markers from
 ``array_metadatas``; strings from ``_strings.json``.
+
+A path resolves to the item asked for (``--item``), else to its step's one state item (the only
+one besides ``metrics``, or the only PyTree among JSON and ArraySave items); the other items of
+that step are listed with it. When no item is the obvious one (two PyTree items), every item of
+the step is shown (``inspect_path``).
 """
 
 from __future__ import annotations
@@ -11,7 +17,9 @@ import functools
 import json
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, TypedDict
+
+from typing_extensions import NotRequired
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
 from ckpt_cli.core.format.layout import ItemRef
@@ -27,12 +35,103 @@ from ckpt_cli.core.format.metadata import (
     read_strings,
     read_tree_metadata,
 )
-from ckpt_cli.core.format.names import compile_filter
-from ckpt_cli.core.format.sharding import ShardingInfo, read_shardings
+from ckpt_cli.core.format.names import METRICS_ITEM, compile_filter
+from ckpt_cli.core.format.resolve import resolve_item, resolve_items
+from ckpt_cli.core.format.sharding import (
+    LayoutJSON,
+    Shape,
+    ShardingInfo,
+    ShardingJSON,
+    ShardLayout,
+    read_shardings,
+    shard_layout,
+)
+from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.regex import Regex
-from ckpt_cli.core.schema import document
-from ckpt_cli.core.state import KEY_DTYPES, StatePart, analyse_state, classify_leaf
-from ckpt_cli.errors import NotACheckpointError
+from ckpt_cli.core.schema import JSONValue
+from ckpt_cli.core.state import KEY_DTYPES, PartJSON, StatePart, analyse_state, classify_leaf
+from ckpt_cli.core.stats import LeafStats, StatsJSON, leaves_stats
+from ckpt_cli.core.storage import Location
+from ckpt_cli.errors import NotACheckpointError, NotFoundError, SeveralItemsError, UsageError
+
+#: pytree (StandardSave, PyTreeSave), array (ArraySave: the item is one array) or json.
+ItemKind = Literal["pytree", "array", "json"]
+
+
+class KeyDataJSON(TypedDict):
+    """What a typed PRNG key stores: its data (``uint32[..., 2]`` for threefry)."""
+
+    dtype: str | None
+    shape: Shape
+
+
+class LeafJSON(TypedDict):
+    name: str
+    keypath: list[str]
+    value_type: str
+    dtype: str | None  # a typed key's own: key<fry> (schema 3)
+    shape: Shape | None  # a typed key's own shape, its data's without the last dimension
+    key_data: KeyDataJSON | None
+    chunk_shape: Shape | None
+    write_shape: Shape | None
+    elements: int | None
+    size_bytes: int
+    sharding: ShardingJSON | None
+    state_part: str | None
+    value: JSONValue  # strings, and JSON-item values as JSON values (schema 2)
+    problem: str | None
+    stats: NotRequired[StatsJSON | None]
+
+
+class SubtreeJSON(TypedDict):
+    name: str
+    leaves: int
+    parameters: int
+    size_bytes: int
+
+
+class TotalsJSON(TypedDict):
+    leaves: int
+    arrays: int
+    parameters: int
+    size_bytes: int
+    subtrees: list[SubtreeJSON]
+
+
+class TrainingStateJSON(TypedDict):
+    complete: bool
+    parts: list[PartJSON]
+
+
+class InspectJSON(TypedDict):
+    """``ckpt inspect --json``: the tree of one item."""
+
+    schema_version: int
+    ok: bool
+    path: str
+    root: str | None
+    step: int | None
+    item: str
+    kind: ItemKind
+    storage: str
+    zarr_format: int
+    totals: TotalsJSON
+    training_state: TrainingStateJSON
+    custom_metadata: JSONValue
+    step_custom_metadata: JSONValue
+    leaves: list[LeafJSON]
+    layout: NotRequired[LayoutJSON]
+    other_items: NotRequired[list[OtherItemJSON]]
+
+
+class OtherItemJSON(TypedDict):
+    """Another item of the inspected step, named beside the state item."""
+
+    item: str
+    kind: ItemKind
+    path: str
+    leaves: int
+    size_bytes: int
 
 
 @dataclass(frozen=True)
@@ -82,7 +181,7 @@ class Leaf:
     def is_array(self) -> bool:
         return self.array is not None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LeafJSON:
         key_shape = self.key_shape
         shape = key_shape if key_shape is not None else self.shape
         return {
@@ -116,7 +215,7 @@ class SubtreeTotal:
     elements: int
     size_bytes: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SubtreeJSON:
         return {
             "name": self.name,
             "leaves": self.leaves,
@@ -143,7 +242,7 @@ class ItemReport:
     step_custom_metadata: dict[str, Any] | None = None
     subtrees: tuple[SubtreeTotal, ...] = field(default_factory=tuple)
     #: pytree (StandardSave, PyTreeSave), array (ArraySave: the item is one array) or json.
-    kind: str = "pytree"
+    kind: ItemKind = "pytree"
 
     @property
     def total_bytes(self) -> int:
@@ -157,34 +256,33 @@ class ItemReport:
     def problems(self) -> list[Leaf]:
         return [leaf for leaf in self.leaves if leaf.problem]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> InspectJSON:
         ref = self.ref
-        return document(
-            {
-                "path": str(ref.location),
-                "root": str(ref.root) if ref.root else None,
-                "step": ref.step,
-                "item": ref.name,
-                "kind": self.kind,
-                "storage": self.storage,
-                "zarr_format": self.zarr_format,
-                "totals": {
-                    "leaves": len(self.leaves),
-                    "arrays": sum(1 for leaf in self.leaves if leaf.is_array),
-                    "parameters": self.total_elements,
-                    "size_bytes": self.total_bytes,
-                    "subtrees": [t.to_json() for t in self.subtrees],
-                },
-                "training_state": {
-                    "complete": bool(self.state) and all(p.present for p in self.state),
-                    "parts": [p.to_json() for p in self.state],
-                },
-                "custom_metadata": self.custom_metadata,
-                "step_custom_metadata": self.step_custom_metadata,
-                "leaves": [leaf.to_json() for leaf in self.leaves],
+        return {
+            "schema_version": self.SCHEMA_VERSION,
+            "ok": True,
+            "path": str(ref.location),
+            "root": str(ref.root) if ref.root else None,
+            "step": ref.step,
+            "item": ref.name,
+            "kind": self.kind,
+            "storage": self.storage,
+            "zarr_format": self.zarr_format,
+            "totals": {
+                "leaves": len(self.leaves),
+                "arrays": sum(1 for leaf in self.leaves if leaf.is_array),
+                "parameters": self.total_elements,
+                "size_bytes": self.total_bytes,
+                "subtrees": [t.to_json() for t in self.subtrees],
             },
-            version=self.SCHEMA_VERSION,
-        )
+            "training_state": {
+                "complete": bool(self.state) and all(p.present for p in self.state),
+                "parts": [p.to_json() for p in self.state],
+            },
+            "custom_metadata": self.custom_metadata,
+            "step_custom_metadata": self.step_custom_metadata,
+            "leaves": [leaf.to_json() for leaf in self.leaves],
+        }
 
 
 def _matches(name: str, pattern: Regex | None) -> bool:
@@ -197,7 +295,7 @@ def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
     handlers = step_meta.item_handlers if step_meta else None
     handler = handlers.get(ref.name) if isinstance(handlers, dict) else None
     tree = read_tree_metadata(item)
-    kind = "pytree"
+    kind: ItemKind = "pytree"
     if tree is None:
         tree = legacy_array_tree(item)
         kind = "array"
@@ -351,3 +449,140 @@ def _subtree_totals(leaves: list[Leaf]) -> tuple[SubtreeTotal, ...]:
         t[1] += leaf.elements if leaf.is_array else 0
         t[2] += leaf.size_bytes
     return tuple(SubtreeTotal(k, *v) for k, v in totals.items())
+
+
+@dataclass(frozen=True)
+class InspectResult:
+    """What ``ckpt inspect`` shows: the item, with per-leaf statistics (``--stats``) and the
+    block layout of one leaf (``--layout``) when asked, and the step's other items."""
+
+    report: ItemReport
+    stats: dict[str, LeafStats] | None = None
+    layout: ShardLayout | None = None
+    others: tuple[ItemReport, ...] = ()
+
+    def to_json(self) -> InspectJSON:
+        doc = self.report.to_json()
+        if self.stats is not None:
+            for leaf_doc in doc["leaves"]:
+                s = self.stats.get(leaf_doc["name"])
+                leaf_doc["stats"] = s.to_json() if s else None
+        if self.layout is not None:
+            doc["layout"] = self.layout.to_json()
+        doc["other_items"] = [summary(r) for r in self.others]
+        return doc
+
+
+class StepInspectJSON(TypedDict):
+    """``ckpt inspect --json`` of a step of several items none of which is the state item (two
+    PyTree items, no ``--item``): every item, each as the one-item document."""
+
+    schema_version: int
+    ok: bool
+    path: str
+    root: str | None
+    step: int | None
+    item: None
+    items: list[InspectJSON]
+
+
+@dataclass(frozen=True)
+class StepInspection:
+    """Every item of a step none of which is the obvious one to show alone."""
+
+    items: tuple[InspectResult, ...]
+
+    def to_json(self) -> StepInspectJSON:
+        ref = self.items[0].report.ref
+        return {
+            "schema_version": ItemReport.SCHEMA_VERSION,
+            "ok": True,
+            "path": str(ref.step_location),
+            "root": str(ref.root) if ref.root else None,
+            "step": ref.step,
+            "item": None,
+            "items": [r.to_json() for r in self.items],
+        }
+
+
+def summary(report: ItemReport) -> OtherItemJSON:
+    """One line's worth of an item: what ``other_items`` lists."""
+    return {
+        "item": report.ref.name,
+        "kind": report.kind,
+        "path": str(report.ref.location),
+        "leaves": len(report.leaves),
+        "size_bytes": report.total_bytes,
+    }
+
+
+def inspect_path(
+    location: Location,
+    step: int | None = None,
+    item: str | None = None,
+    *,
+    name_filter: str | None = None,
+    stats: bool = False,
+    layout: str | None = None,
+    on_progress: ProgressFn | None = None,
+) -> InspectResult | StepInspection:
+    """Resolve ``location`` to its item and inspect it: ``stats`` reads every array (progress
+    as ``stats`` bytes), ``layout`` names the leaf whose device blocks to lay out. Without
+    ``item`` on a step of several items none of which is the state item, every item."""
+    try:
+        ref = resolve_item(location, step, item)
+    except SeveralItemsError:
+        if layout is not None:
+            raise UsageError(
+                "--layout lays out a leaf of one item, and this step holds several",
+                hint="choose the item with --item NAME",
+            ) from None
+        refs = [r for r in resolve_items(location, step) if r.name != METRICS_ITEM]
+        return StepInspection(
+            tuple(
+                _inspect(r, name_filter, stats, None, on_progress, must_match=False) for r in refs
+            )
+        )
+    result = _inspect(ref, name_filter, stats, layout, on_progress, must_match=True)
+    if item is None and ref.step_location is not None and ref.step_location != ref.location:
+        others = tuple(
+            inspect_item(r)
+            for r in resolve_items(ref.step_location)
+            if r.name not in (ref.name, METRICS_ITEM)
+        )
+        result = InspectResult(result.report, result.stats, result.layout, others)
+    return result
+
+
+def _inspect(
+    ref: ItemRef,
+    name_filter: str | None,
+    stats: bool,
+    layout: str | None,
+    on_progress: ProgressFn | None,
+    must_match: bool,
+) -> InspectResult:
+    report = inspect_item(ref, name_filter)
+    if must_match and name_filter is not None and not report.leaves:
+        raise NotFoundError(
+            f"no leaf of {ref.location} matches {name_filter!r}",
+            hint="run `ckpt inspect --flat` to see the leaf names",
+        )
+    values = None
+    if stats:
+        arrays = [(lf.name, lf.array, lf.database) for lf in report.leaves if lf.array is not None]
+        store = ItemStore(ref.location, report.zarr_format == 3)
+        values = leaves_stats(store, arrays, on_progress)
+    return InspectResult(report, values, _layout_of(report, layout) if layout else None)
+
+
+def _layout_of(report: ItemReport, name: str) -> ShardLayout:
+    leaf = next((lf for lf in report.leaves if lf.name == name), None)
+    if leaf is None:
+        raise NotFoundError(
+            f"--layout: no leaf named {name!r} in {report.ref.location}",
+            hint="run `ckpt inspect --flat` to see the leaf names",
+        )
+    if leaf.shape is None:
+        raise UsageError(f"--layout: {name!r} is a {leaf.value_type}, not an array")
+    return shard_layout(leaf.shape, leaf.sharding, name)

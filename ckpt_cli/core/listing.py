@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, ClassVar, Literal, TypedDict
 
 from ckpt_cli.core.format.layout import (
     Detected,
+    Status,
     StepRef,
     detect,
     item_location,
@@ -31,10 +32,44 @@ from ckpt_cli.core.format.names import (
     TREE_METADATA,
     parse_step_name,
 )
-from ckpt_cli.core.format.pins import PIN_FILE, Pin, read_pin
-from ckpt_cli.core.schema import document
+from ckpt_cli.core.format.pins import PIN_FILE, Pin, PinJSON, read_pin
+from ckpt_cli.core.schema import JSONValue
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import CkptError, NotACheckpointError, NotFoundError
+
+#: Where a step's commit time comes from: ``_CHECKPOINT_METADATA``, the object-store commit
+#: marker, or the newest file time.
+TimeSource = Literal["commit_metadata", "commit_marker", "mtime"]
+
+
+class StepJSON(TypedDict):
+    #: None: a checkpoint saved without a CheckpointManager (a Checkpointer's directory).
+    step: int | None
+    name: str
+    path: str
+    status: Literal["committed", "incomplete", "uncommitted"]
+    latest: bool
+    committed_at: str
+    time_source: TimeSource
+    size_bytes: int
+    items: list[str]
+    metrics: JSONValue
+    formats: dict[str, str]
+    problem: str | None
+    pinned: PinJSON | None
+
+
+class LsJSON(TypedDict):
+    """``ckpt ls --json``: the steps of a root."""
+
+    schema_version: int
+    ok: bool
+    root: str
+    root_metadata: JSONValue
+    latest_step: int | None
+    total_bytes: int
+    steps: list[StepJSON]
+    ignored: list[str]
 
 
 @dataclass(frozen=True)
@@ -42,9 +77,9 @@ class StepInfo:
     step: int
     name: str
     path: str
-    status: str
+    status: Status
     committed_at: datetime
-    time_source: str  # "commit_metadata" | "mtime"
+    time_source: TimeSource
     size_bytes: int
     items: tuple[str, ...]
     metrics: dict[str, Any] | None
@@ -55,7 +90,7 @@ class StepInfo:
     numbered: bool = True
     pinned: Pin | None = None  # ``ckpt pin``: prune always keeps the step
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> StepJSON:
         return {
             "step": self.step if self.numbered else None,
             "name": self.name,
@@ -75,6 +110,10 @@ class StepInfo:
 
 @dataclass(frozen=True)
 class RootListing:
+    #: 2: a step saved without a CheckpointManager has ``"step": null`` (1 said integer, and
+    #: printed null all the same).
+    SCHEMA_VERSION: ClassVar[int] = 2
+
     root: str
     steps: tuple[StepInfo, ...]
     root_metadata: dict[str, Any] | None
@@ -88,18 +127,18 @@ class RootListing:
     def total_bytes(self) -> int:
         return sum(s.size_bytes for s in self.steps)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LsJSON:
         """The document ``ckpt ls --json`` prints."""
-        return document(
-            {
-                "root": self.root,
-                "root_metadata": self.root_metadata,
-                "latest_step": self.latest.step if self.latest and self.latest.numbered else None,
-                "total_bytes": self.total_bytes,
-                "steps": [s.to_json() for s in self.steps],
-                "ignored": list(self.ignored),
-            }
-        )
+        return {
+            "schema_version": self.SCHEMA_VERSION,
+            "ok": True,
+            "root": self.root,
+            "root_metadata": self.root_metadata,
+            "latest_step": self.latest.step if self.latest and self.latest.numbered else None,
+            "total_bytes": self.total_bytes,
+            "steps": [s.to_json() for s in self.steps],
+            "ignored": list(self.ignored),
+        }
 
 
 def _format_of(item: Location) -> str | None:
@@ -153,7 +192,8 @@ def _step_info_from_listing(ref: StepRef) -> StepInfo:
         meta = read_step_metadata(loc)
     except CkptError as e:
         problem = e.message
-    committed_at, source = datetime.fromtimestamp(marker.mtime, tz=timezone.utc), "commit_marker"
+    source: TimeSource = "commit_marker"
+    committed_at = datetime.fromtimestamp(marker.mtime, tz=timezone.utc)
     if meta is not None and meta.committed_at is not None:
         committed_at, source = meta.committed_at, "commit_metadata"
     try:
@@ -196,7 +236,7 @@ def step_info(ref: StepRef, from_listing: bool = False) -> StepInfo:
     except CkptError as e:
         meta, problem = None, e.message
     committed_at = meta.committed_at if meta else None
-    source = "commit_metadata"
+    source: TimeSource = "commit_metadata"
     if committed_at is None:
         committed_at = datetime.fromtimestamp(loc.mtime(), tz=timezone.utc)
         source = "mtime"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeVar
+from typing import Literal, Protocol, TypedDict, TypeVar
 
 Part = Literal["params", "opt_state", "step", "rng"]
 PARTS: tuple[Part, ...] = ("params", "opt_state", "step", "rng")
@@ -79,6 +79,14 @@ class LeafLike(Protocol):
     def part(self) -> str | None: ...
 
 
+class PartJSON(TypedDict):
+    part: str
+    present: bool
+    subtrees: list[str]
+    leaves: int
+    note: str | None
+
+
 @dataclass(frozen=True)
 class StatePart:
     part: Part
@@ -91,7 +99,7 @@ class StatePart:
     def description(self) -> str:
         return DESCRIPTIONS[self.part]
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> PartJSON:
         return {
             "part": self.part,
             "present": self.present,
@@ -120,7 +128,11 @@ def _is_key(leaf: LeafLike) -> bool:
 _KEYISH = re.compile(r"(^|_)(rngs?|keys?|prng|seed)(_|$)|rng")
 
 
-def rng_state_kind(leaf: LeafLike) -> str | None:
+#: What a leaf is of a PRNG state (``rng_state_kind``).
+RngStateKind = Literal["typed PRNG key", "raw PRNG key data", "nnx RNG stream counter"]
+
+
+def rng_state_kind(leaf: LeafLike) -> RngStateKind | None:
     """What a leaf is of a PRNG state, or None: a typed key (``random_key_impl``), raw key data
     (uint32 ``[..., 2]`` threefry / ``[..., 4]`` rbg under a key-ish name such as ``rng``,
     ``rngs``, ``dropout_key``, ``key_batch``), or the counter of a flax.nnx RNG stream

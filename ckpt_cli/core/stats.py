@@ -12,7 +12,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context
 from ckpt_cli.core.format.blocks import (
@@ -27,6 +27,16 @@ from ckpt_cli.errors import StorageError
 IN_FLIGHT = 4
 
 
+class StatsJSON(TypedDict):
+    min: float | None
+    max: float | None
+    mean: float | None
+    std: float | None
+    nan: int
+    inf: int
+    finite: int
+
+
 @dataclass(frozen=True)
 class LeafStats:
     count: int  # finite values
@@ -37,7 +47,7 @@ class LeafStats:
     mean: float | None
     std: float | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> StatsJSON:
         return {
             "min": self.min,
             "max": self.max,

@@ -1,4 +1,4 @@
-"""docs/ci.md's recipes, run as written: the commands of each fenced block (less ``pip
+"""docs/how-to/ci.md's recipes, run as written: the commands of each fenced block (less ``pip
 install``) on a real checkpoint and on a damaged one, through bash, with the venv's ``ckpt``."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from tests.conftest import FIXTURES, REPO
 from tests.contract.test_schemas import validator
 from tests.prune_roots import copy_steps
 
-PAGE = REPO / "docs" / "ci.md"
+PAGE = REPO / "docs" / "how-to" / "ci.md"
 DAMAGED = FIXTURES.parent / "damaged" / "flipped-byte"  # recorded digests, one byte flipped
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from tests.contract.conftest import World, one_json_document
 
-#: error code -> exit code (README "Exit codes"; docs/json.md has the class of each code).
+#: error code -> exit code (README "Exit codes"; docs/reference/json.md has the class of each code).
 EXIT = {
     "usage": 2,
     "not-found": 3,
@@ -467,7 +467,7 @@ CASES: list[Case] = [
     Case("pin", "not-found", "path", lambda w: ["pin", str(w.missing), "500"], NOT_FOUND),
     Case("pin", "not-found", "step", lambda w: ["pin", str(w.good), "7"], "not found"),
     Case("pin", "not-a-checkpoint", "junk", lambda w: ["pin", str(w.junk), "500"], NOT_CKPT),
-    Case("pin", "usage", "step", lambda w: ["pin", str(w.good), "abc"], "valid integer"),
+    Case("pin", "usage", "step", lambda w: ["pin", str(w.good), "abc"], "valid int"),
     Case("pin", "usage", "option", lambda w: ["pin", str(w.good), "500", "--bogus"], NO_OPTION),
     Case("pin", "unreachable", "s3", _s3("pin", "500"), REFUSED_CONN),
     Case(
@@ -484,7 +484,7 @@ CASES: list[Case] = [
     Case("unpin", "not-found", "path", lambda w: ["unpin", str(w.missing), "500"], NOT_FOUND),
     Case("unpin", "not-found", "step", lambda w: ["unpin", str(w.good), "7"], "not found"),
     Case("unpin", "not-a-checkpoint", "junk", lambda w: ["unpin", str(w.junk), "500"], NOT_CKPT),
-    Case("unpin", "usage", "step", lambda w: ["unpin", str(w.good), "x"], "valid integer"),
+    Case("unpin", "usage", "step", lambda w: ["unpin", str(w.good), "x"], "valid int"),
     Case("unpin", "unreachable", "s3", _s3("unpin", "500"), REFUSED_CONN),
     Case(
         "unpin",

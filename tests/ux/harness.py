@@ -26,7 +26,7 @@ CKPT = str(Path(sys.executable).with_name("ckpt"))
 #: imports of the heaviest command (migrate, with jax) read about 21 MiB, a spawned worker ~10.
 STARTED_BYTES = 64 << 20
 #: A process still running this long after the signal has not stopped (a hang guard, not a
-#: speed check: the seconds are reported, bench/ and docs/terminal.md hold the figures).
+#: speed check: the seconds are reported, bench/ and docs/how-to/terminal.md hold the figures).
 STOP_GUARD_S = 60.0
 #: A run that has not begun its work after this long is reported as such (a loaded machine).
 START_GUARD_S = 240.0

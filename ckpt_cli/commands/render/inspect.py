@@ -17,8 +17,7 @@ from ckpt_cli.commands.render.lines import (
 )
 from ckpt_cli.commands.render.units import human_bytes, human_count, shape_str
 from ckpt_cli.core.format.sharding import ShardLayout
-from ckpt_cli.core.inspect import ItemReport, Leaf
-from ckpt_cli.core.inspection import InspectResult, StepInspection
+from ckpt_cli.core.inspect import InspectResult, ItemReport, Leaf, StepInspection
 from ckpt_cli.core.stats import LeafStats
 
 

@@ -31,10 +31,17 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from ckpt_cli.core.copy.objects import PIECE, Mismatch, Stopped, write_stream
-from ckpt_cli.core.copy.plan import CopyObject, CopyPlan, dest_entries, dest_state
+from ckpt_cli.core.copy.plan import (
+    CopyObject,
+    CopyPlan,
+    CpJSON,
+    CpOutcomeJSON,
+    StepStatus,
+    dest_entries,
+    dest_state,
+)
 from ckpt_cli.core.copy.step import StepJob, StepTally
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
-from ckpt_cli.core.schema.documents_write import CpJSON, CpOutcomeJSON
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.claim import claim_root
 from ckpt_cli.core.write.uploads import UploadCleanup, abort_under_claim
@@ -121,7 +128,7 @@ def _outcome(jobs: list[StepJob], runner: _Runner, seconds: float) -> CpOutcomeJ
     steps = []
     for j in jobs:
         t = j.tally
-        status = (
+        status: StepStatus = (
             "failed" if t.problem else "already-there" if j.step.state == "present" else "copied"
         )
         steps.append(t.to_json(status))

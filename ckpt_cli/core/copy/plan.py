@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypedDict
+
+from typing_extensions import NotRequired
 
 from ckpt_cli.core.copy.select import StepSelection
 from ckpt_cli.core.format.digests import STATE_FILE
-from ckpt_cli.core.format.layout import StepRef, detect
+from ckpt_cli.core.format.layout import Detected, StepRef, detect
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
     PRUNE_LOCK,
@@ -33,16 +35,11 @@ from ckpt_cli.core.format.names import (
     looks_like_item,
     parse_step_name,
 )
-from ckpt_cli.core.schema import document
-from ckpt_cli.core.schema.documents_write import (
-    CpJSON,
-    CpOutcomeJSON,
-    CpSkippedJSON,
-    CpStepJSON,
-)
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.claim import OWNER_FILE, WRITE_LOCK, read_owner
 from ckpt_cli.errors import (
+    CkptError,
+    ErrorJSON,
     NotACheckpointError,
     NotFoundError,
     RefusedError,
@@ -73,6 +70,75 @@ def copied(rel: str) -> bool:
     """Whether a file below a step (or the root's metadata) is copied."""
     name = rel.rsplit("/", 1)[-1]
     return name not in BOOKKEEPING and not _PARTIAL_RE.match(name)
+
+
+#: How one step's copy ended.
+StepStatus = Literal["copied", "already-there", "failed"]
+
+
+class CpStepJSON(TypedDict):
+    """One step: where it goes, what the destination held (``new``, ``resume``: an unfinished
+    ckpt write, ``present``: a committed step, checked), objects to copy and to check."""
+
+    step: int
+    name: str
+    source: str
+    destination: str
+    state: Literal["new", "resume", "present"]
+    objects: int
+    bytes: int
+    to_copy_objects: int
+    to_copy_bytes: int
+    to_check_objects: int
+    adds_commit_marker: bool
+
+
+class CpSkippedJSON(TypedDict):
+    name: str
+    reason: str
+
+
+class CpStepOutcomeJSON(TypedDict):
+    name: str
+    status: StepStatus
+    copied_objects: int
+    copied_bytes: int
+    skipped_objects: int
+    skipped_bytes: int
+    problem: str | None
+
+
+class CpOutcomeJSON(TypedDict):
+    """What the copy did: objects written, objects found whole at the destination and kept."""
+
+    copied_objects: int
+    copied_bytes: int
+    skipped_objects: int
+    skipped_bytes: int
+    verified_objects: int
+    unverified_items: list[str]
+    seconds: float
+    steps: list[CpStepOutcomeJSON]
+
+
+class CpJSON(TypedDict):
+    """``ckpt cp --json``: the plan (steps, objects, bytes) and, unless --dry-run, the outcome;
+    a step that failed ``--verify`` or was refused carries ``ok: false`` and ``error`` here."""
+
+    schema_version: int
+    ok: bool
+    source: str
+    destination: str
+    selection: str
+    verify: bool
+    total_objects: int
+    total_bytes: int
+    root_files: list[str]
+    steps: list[CpStepJSON]
+    skipped: list[CpSkippedJSON]
+    warnings: list[str]
+    outcome: NotRequired[CpOutcomeJSON]
+    error: NotRequired[ErrorJSON]
 
 
 @dataclass(frozen=True)
@@ -175,7 +241,7 @@ class CopyPlan:
         }
         if outcome is not None:
             body["outcome"] = outcome
-        return document(body, ok=ok)  # type: ignore[return-value]
+        return body
 
 
 def _split_at(src: str) -> tuple[str, str | None]:
@@ -216,51 +282,17 @@ def plan_copy(
     skipped: list[tuple[str, str]] = []
     warnings: list[str] = []
     root_files: list[CopyObject] = []
-    if found.kind == "legacy":
-        raise UnsupportedError(
-            f"{source} is a legacy Flax msgpack checkpoint, not an Orbax run",
-            hint="copy the file itself",
-        )
-    if found.kind == "item":
-        raise UsageError(
-            f"{source} is an item directory: cp copies runs and steps",
-            hint=f"pass its step {source.parent}",
-        )
+    if found.kind in ("legacy", "item"):
+        raise _not_a_run(source, found.kind)
     if found.kind == "step":
         if not selection.everything:
             raise UsageError(f"{source} is a step directory: the step options do not apply")
-        parsed = parse_step_name(source.name)
-        names = frozenset(e.name for e in found.entries)
-        if parsed is not None and parsed.tmp:
-            raise NotACheckpointError(
-                f"{source} is an unfinished save", hint="copy only committed steps"
-            )
-        if source.requires_commit_marker and COMMIT_MARKER not in names:
-            raise NotACheckpointError(
-                f"{source} is uncommitted (no {COMMIT_MARKER})",
-                hint=f"if it is whole, `ckpt verify {source} --mark-committed` first",
-            )
-        chosen = [(parsed.step if parsed else 0, source.name, source)]
+        chosen = [_lone_step(source, found)]
     else:
         all_steps = found.steps or []
         chosen = [(s.step, s.name, s.location) for s in _choose(source, all_steps, selection)]
-        for s in all_steps:
-            if not s.committed and (selection.everything or selection.matches(s.step)):
-                skipped.append(
-                    (
-                        s.name,
-                        "unfinished save"
-                        if s.status == "incomplete"
-                        else f"uncommitted (no {COMMIT_MARKER})",
-                    )
-                )
-        meta = source.child(ROOT_METADATA_DIR)
-        if meta.is_dir():
-            root_files = [
-                CopyObject(f"{ROOT_METADATA_DIR}/{rel}", e.size)
-                for rel, e in meta.walk()
-                if copied(rel)
-            ]
+        skipped = _not_copied(all_steps, selection)
+        root_files = _root_files(source)
     entries = dest_entries(destination)
     root_files = [_with_dest(o, destination) for o in root_files]
     planned = tuple(dest_state(n, name, loc, destination, entries) for n, name, loc in chosen)
@@ -271,6 +303,56 @@ def plan_copy(
         source, destination, selection, planned, tuple(root_files), tuple(skipped),
         tuple(warnings), verify, concurrency, storage,
     )  # fmt: skip
+
+
+def _not_a_run(source: Location, kind: str) -> CkptError:
+    if kind == "legacy":
+        return UnsupportedError(
+            f"{source} is a legacy Flax msgpack checkpoint, not an Orbax run",
+            hint="copy the file itself",
+        )
+    return UsageError(
+        f"{source} is an item directory: cp copies runs and steps",
+        hint=f"pass its step {source.parent}",
+    )
+
+
+def _lone_step(source: Location, found: Detected) -> tuple[int, str, Location]:
+    """A step directory given as the source: copied when committed."""
+    parsed = parse_step_name(source.name)
+    names = frozenset(e.name for e in found.entries)
+    if parsed is not None and parsed.tmp:
+        raise NotACheckpointError(
+            f"{source} is an unfinished save", hint="copy only committed steps"
+        )
+    if source.requires_commit_marker and COMMIT_MARKER not in names:
+        raise NotACheckpointError(
+            f"{source} is uncommitted (no {COMMIT_MARKER})",
+            hint=f"if it is whole, `ckpt verify {source} --mark-committed` first",
+        )
+    return (parsed.step if parsed else 0, source.name, source)
+
+
+def _not_copied(steps: list[StepRef], selection: StepSelection) -> list[tuple[str, str]]:
+    """The selected steps that are not committed, and why they are not copied."""
+    return [
+        (
+            s.name,
+            "unfinished save" if s.status == "incomplete" else f"uncommitted (no {COMMIT_MARKER})",
+        )
+        for s in steps
+        if not s.committed and (selection.everything or selection.matches(s.step))
+    ]
+
+
+def _root_files(source: Location) -> list[CopyObject]:
+    """The root's own metadata files (``_ROOT_METADATA``), copied with any step."""
+    meta = source.child(ROOT_METADATA_DIR)
+    if not meta.is_dir():
+        return []
+    return [
+        CopyObject(f"{ROOT_METADATA_DIR}/{rel}", e.size) for rel, e in meta.walk() if copied(rel)
+    ]
 
 
 def _choose(root: Location, steps: list[StepRef], sel: StepSelection) -> list[StepRef]:

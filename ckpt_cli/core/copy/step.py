@@ -17,11 +17,16 @@ from ckpt_cli.core.copy.objects import (
     recorded_sums,
     write_stream,
 )
-from ckpt_cli.core.copy.plan import COMMIT_TEXT, CopyObject, StepCopy
+from ckpt_cli.core.copy.plan import (
+    COMMIT_TEXT,
+    CopyObject,
+    CpStepOutcomeJSON,
+    StepCopy,
+    StepStatus,
+)
 from ckpt_cli.core.format.digests import DIGEST_FILE, FileSum, file_checksum, recorded_file
 from ckpt_cli.core.format.names import COMMIT_MARKER, TMP_MARKER, WRITING_MARKER
 from ckpt_cli.core.progress import ByteProgress
-from ckpt_cli.core.schema.documents_write import CpStepOutcomeJSON
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.storage.etags import TagHasher
 from ckpt_cli.core.storage.objstore import PART_BYTES
@@ -51,10 +56,10 @@ class StepTally:
                 self.skipped_bytes += size
             self.verified += int(verified)
 
-    def to_json(self, status: str) -> CpStepOutcomeJSON:
+    def to_json(self, status: StepStatus) -> CpStepOutcomeJSON:
         return {
             "name": self.name,
-            "status": status,  # type: ignore[typeddict-item]
+            "status": status,
             "copied_objects": self.copied_objects,
             "copied_bytes": self.copied_bytes,
             "skipped_objects": self.skipped_objects,

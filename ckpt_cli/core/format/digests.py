@@ -38,7 +38,7 @@ import sys
 import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypedDict
 
 from ckpt_cli._version import __version__
 from ckpt_cli.core.format.arrays import ArrayInfo
@@ -55,6 +55,30 @@ LEAF_ALGORITHM = "sha256 of values, C order, little-endian"
 FILE_ALGORITHM = "crc32 (zlib) of file bytes"
 _READ_PIECE = 8 << 20
 CHUNK_ROW_CAP = 128 << 20
+
+
+class LeafDigestJSON(TypedDict):
+    dtype: str
+    shape: list[int]
+    sha256: str
+
+
+class FileSumJSON(TypedDict):
+    size: int
+    crc32: str
+
+
+class DigestRecordJSON(TypedDict):
+    """The digest file an item carries (its own format, not a --json document)."""
+
+    format: str
+    version: int
+    tool: str
+    created_at: str
+    leaf_algorithm: str
+    file_algorithm: str
+    leaves: dict[str, LeafDigestJSON]
+    files: dict[str, FileSumJSON]
 
 
 @dataclass(frozen=True)
@@ -77,7 +101,7 @@ class DigestRecord:
     tool: str = f"ckpt {__version__}"
     created_at: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> DigestRecordJSON:
         return {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,

@@ -37,9 +37,9 @@ FORMAT_VERSION = 1
 UNREADABLE_NOTE = "pin file unreadable: still pinned; `ckpt unpin` removes it"
 
 
+# A step's pin, as ``ls --json`` shows it. No docstring: it would become the published schema's
+# description, and ls's schema (docs/schemas/ls.schema.json) has none for it.
 class PinJSON(TypedDict):
-    """A step's pin, as ``ls --json`` shows it."""
-
     note: str | None
     pinned_at: str | None
     by: str | None
@@ -89,7 +89,7 @@ def read_pin(step: Location, children: tuple[Entry, ...] | list[Entry] | None = 
 
 
 class PinResultJSON(TypedDict):
-    """What ``ckpt pin`` / ``ckpt unpin`` did."""
+    """``ckpt pin --json`` / ``ckpt unpin --json``: what changed."""
 
     schema_version: int
     ok: bool

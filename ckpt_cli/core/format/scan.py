@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -218,14 +218,44 @@ def scan_leaves(
     says so, no read is submitted any more, the reads in flight finish, and the leaf it stopped
     in is yielded incomplete (``next_block``); later tasks are not read at all.
     """
-    pending: deque[tuple[_Acc, Any, int]] = deque()  # future None marks a leaf's end
-    in_flight = [0]
+    flight = _InFlight(on_bytes)
+    tasks = list(tasks)
+    cache = cache_bytes((t.info for t in tasks if t.blocks is None), budget)
+    for task, reader in open_readers(store, tasks, cache):
+        acc = _Acc(task)
+        if isinstance(reader, CkptError):
+            acc.error = reader.message
+            flight.end_leaf(acc)
+            yield from flight.drain(IN_FLIGHT, IN_FLIGHT_BYTES)
+            continue
+        stopped = yield from _read_task(task, reader, budget, acc, flight, stop)
+        flight.end_leaf(acc)
+        if stopped:
+            break
+    yield from flight.drain(0, -1)
 
-    def consume() -> LeafScan | None:
-        acc, fut, nbytes = pending.popleft()
+
+class _InFlight:
+    """The reads submitted and not yet taken, in submission order; a leaf's end is an entry
+    without a future."""
+
+    def __init__(self, on_bytes: Callable[[int], None] | None) -> None:
+        self.pending: deque[tuple[_Acc, Any, int]] = deque()
+        self.bytes = 0
+        self.on_bytes = on_bytes
+
+    def submit(self, acc: _Acc, fut: Any, nbytes: int) -> None:
+        self.pending.append((acc, fut, nbytes))
+        self.bytes += nbytes
+
+    def end_leaf(self, acc: _Acc) -> None:
+        self.pending.append((acc, None, 0))
+
+    def _take(self) -> LeafScan | None:
+        acc, fut, nbytes = self.pending.popleft()
         if fut is None:
             return acc.result()
-        in_flight[0] -= nbytes
+        self.bytes -= nbytes
         if acc.error is None:
             try:
                 if isinstance(fut, BaseException):
@@ -235,43 +265,42 @@ def scan_leaves(
                 acc.blocks += 1
             except Exception as e:
                 acc.error = first_line(e)
-        if on_bytes is not None:
-            on_bytes(nbytes)
+        if self.on_bytes is not None:
+            self.on_bytes(nbytes)
         return None
 
-    def drain(limit_count: int, limit_bytes: int) -> Iterator[LeafScan]:
-        while pending and (len(pending) > limit_count or in_flight[0] > limit_bytes):
-            done = consume()
+    def drain(self, limit_count: int, limit_bytes: int) -> Iterator[LeafScan]:
+        """Take reads until no more than ``limit_count`` reads and ``limit_bytes`` are pending;
+        yield the leaves that completes."""
+        while self.pending and (len(self.pending) > limit_count or self.bytes > limit_bytes):
+            done = self._take()
             if done is not None:
                 yield done
 
-    tasks = list(tasks)
-    cache = cache_bytes((t.info for t in tasks if t.blocks is None), budget)
-    stopped = False
-    for task, reader in open_readers(store, tasks, cache):
-        if stopped:
-            break
-        acc = _Acc(task)
-        if isinstance(reader, CkptError):
-            acc.error = reader.message
-            pending.append((acc, None, 0))
-            yield from drain(IN_FLIGHT, IN_FLIGHT_BYTES)
+
+def _read_task(
+    task: ScanTask,
+    reader: LeafReader,
+    budget: int,
+    acc: _Acc,
+    flight: _InFlight,
+    stop: Callable[[int], bool] | None,
+) -> Generator[LeafScan, None, bool]:
+    """Submit the reads of one task's blocks, yielding the leaves completed meanwhile; returns
+    whether ``stop`` ended the scan."""
+    for index, sl in enumerate(_blocks(task, reader, budget)):
+        if index < task.start:
             continue
-        for index, sl in enumerate(_blocks(task, reader, budget)):
-            if index < task.start:
-                continue
-            if (task.stop is not None and index >= task.stop) or acc.error is not None:
-                break
-            if stop is not None and stop(in_flight[0]):
-                acc.next_block, stopped = index, True
-                break
-            nbytes = math.prod(s.stop - s.start for s in sl) * task.info.itemsize
-            try:
-                fut: Any = read_block(reader, sl)
-            except Exception as e:
-                fut = e
-            pending.append((acc, fut, nbytes))
-            in_flight[0] += nbytes
-            yield from drain(IN_FLIGHT, IN_FLIGHT_BYTES)
-        pending.append((acc, None, 0))
-    yield from drain(0, -1)
+        if (task.stop is not None and index >= task.stop) or acc.error is not None:
+            break
+        if stop is not None and stop(flight.bytes):
+            acc.next_block = index
+            return True
+        nbytes = math.prod(s.stop - s.start for s in sl) * task.info.itemsize
+        try:
+            fut: Any = read_block(reader, sl)
+        except Exception as e:
+            fut = e
+        flight.submit(acc, fut, nbytes)
+        yield from flight.drain(IN_FLIGHT, IN_FLIGHT_BYTES)
+    return False

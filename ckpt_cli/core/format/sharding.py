@@ -17,7 +17,9 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
+
+from typing_extensions import NotRequired
 
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.storage.base import loads_json
@@ -25,6 +27,18 @@ from ckpt_cli.core.units import short_repr
 from ckpt_cli.errors import InvalidMetadataError, UsageError
 
 Spec = tuple[Any, ...]  # per dimension: None, an axis name, or a tuple of axis names
+
+
+Shape = list[int]
+PartitionSpecJSON = list[str | list[str] | None]  # per dimension: not split, an axis, several axes
+
+
+class ShardingJSON(TypedDict):
+    type: str
+    mesh: NotRequired[dict[str, int]]
+    partition_spec: NotRequired[PartitionSpecJSON]
+    device_ids: NotRequired[list[int]]
+    device: NotRequired[str]
 
 
 @dataclass(frozen=True)
@@ -38,8 +52,8 @@ class ShardingInfo:
     device_ids: tuple[int, ...] | None = None  # mesh devices in mesh (C) order
     device_str: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.type}
+    def to_json(self) -> ShardingJSON:
+        out: ShardingJSON = {"type": self.type}
         if self.mesh_shape is not None and self.axis_names is not None:
             out["mesh"] = dict(zip(self.axis_names, self.mesh_shape, strict=False))
             out["partition_spec"] = [
@@ -241,6 +255,21 @@ class Block:
     devices: tuple[int, ...]
 
 
+class BlockJSON(TypedDict):
+    index: list[int]
+    bounds: list[list[int]]
+    devices: list[int]
+
+
+class LayoutJSON(TypedDict):
+    leaf: str
+    sharding: str
+    grid: list[int]
+    block_shape: list[int]
+    replicas: int
+    blocks: list[BlockJSON]
+
+
 @dataclass(frozen=True)
 class ShardLayout:
     shape: tuple[int, ...]
@@ -254,7 +283,7 @@ class ShardLayout:
     def block_shape(self) -> tuple[int, ...]:
         return tuple(-(-s // g) if g else 0 for s, g in zip(self.shape, self.grid, strict=True))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> LayoutJSON:
         return {
             "leaf": self.leaf,
             "sharding": self.description,

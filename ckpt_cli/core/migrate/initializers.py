@@ -32,7 +32,9 @@ import hashlib
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
+
+from typing_extensions import NotRequired
 
 from ckpt_cli.core.format.dtypes import EXTRA_DTYPES
 
@@ -53,6 +55,13 @@ PIECE = 1 << 20  # elements generated at once (about 8 MiB per float64 temporary
 MAX_ROUNDS = 64  # a value rejected 64 times in a row has probability 0.046**64
 
 
+class InitializerJSON(TypedDict):
+    name: str
+    value: NotRequired[float | int | bool]
+    stddev: NotRequired[float]
+    seed: NotRequired[int]
+
+
 @dataclass(frozen=True)
 class Initializer:
     """How to fill new elements. ``stddev`` for normal/truncated_normal, ``value`` for constant."""
@@ -71,8 +80,8 @@ class Initializer:
             return f"{self.kind}(seed {self.seed})"
         return self.kind
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.kind}
+    def to_json(self) -> InitializerJSON:
+        out: InitializerJSON = {"name": self.kind}
         if self.kind == "constant":
             out["value"] = self.value
         if self.kind in ("normal", "truncated_normal"):

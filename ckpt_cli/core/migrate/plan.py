@@ -17,18 +17,26 @@ import math
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
+from ckpt_cli.core.diff import SideJSON, side_json
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.layout import ItemRef, detect
 from ckpt_cli.core.format.resolve import resolve_item
-from ckpt_cli.core.format.sharding import ShardingInfo
+from ckpt_cli.core.format.sharding import Shape, ShardingInfo, ShardingJSON
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.migrate import ops, rules, stack
 from ckpt_cli.core.migrate.layout import Layout, layout_for
 from ckpt_cli.core.migrate.spec import MigrationSpec, Rule, load_spec
-from ckpt_cli.core.migrate.target import Difference, abstract_state, compare_target, import_function
+from ckpt_cli.core.migrate.target import (
+    Difference,
+    DifferenceJSON,
+    abstract_state,
+    compare_target,
+    import_function,
+)
 from ckpt_cli.core.migrate.tree import (
+    OperationJSON,
     Step,
     Work,
     check_written_leaves,
@@ -36,12 +44,65 @@ from ckpt_cli.core.migrate.tree import (
     followers,
     key_types,
 )
-from ckpt_cli.core.schema import document
-from ckpt_cli.core.state import rng_state_kind
+from ckpt_cli.core.state import RngStateKind, rng_state_kind
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.memory import bound_allocator
+from ckpt_cli.core.write.rewrite import WrittenJSON
 from ckpt_cli.core.write.types import WriteOptions
 from ckpt_cli.errors import RefusedError, UsageError
+
+
+class SpecJSON(TypedDict):
+    path: str
+    sha256: str
+    rules: int
+
+
+class MigrateLeafJSON(TypedDict):
+    name: str
+    value_type: str
+    dtype: str | None
+    shape: Shape | None
+    sources: list[str]
+    changed: bool
+    operations: list[OperationJSON]
+    streams: bool
+    chunk_shape: Shape | None
+    sharding: ShardingJSON | None
+    size_bytes: int
+    note: str | None
+
+
+class TargetJSON(TypedDict):
+    function: str
+    differences: list[DifferenceJSON]
+
+
+class SkipJSON(TypedDict):
+    """PRNG state a rule matched by pattern and left as it is (v2)."""
+
+    leaf: str
+    rule: str
+    reason: RngStateKind
+
+
+class MigratePlanJSON(TypedDict):
+    """The plan alone, as ``--dry-run`` prints it."""
+
+    schema_version: int
+    ok: bool
+    spec: SpecJSON
+    source: SideJSON
+    total_bytes: int
+    leaves: list[MigrateLeafJSON]
+    dropped: list[str]
+    skipped: list[SkipJSON]
+    unused_rules: list[str]
+    target: TargetJSON | None
+
+
+class MigrateJSON(MigratePlanJSON, WrittenJSON):
+    """``ckpt migrate --json``: the plan per destination leaf, and what was written."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +122,7 @@ class DestLeaf:
     def changed(self) -> bool:
         return bool(self.steps)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> MigrateLeafJSON:
         expr, layout = self.expr, self.layout
         sharding = layout.sharding if layout is not None else None
         return {
@@ -96,9 +157,9 @@ class Skip:
 
     leaf: str
     rule: str
-    reason: str
+    reason: RngStateKind
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SkipJSON:
         return {"leaf": self.leaf, "rule": self.rule, "reason": self.reason}
 
     def text(self) -> str:
@@ -195,31 +256,32 @@ class MigrationPlan:
             "target": self.target,
         }
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> MigratePlanJSON:
         """The plan per destination leaf, as ``ckpt migrate --dry-run --json`` prints it."""
-        ref = self.source
-        return document(
-            {
-                "spec": {
-                    "path": self.spec.path,
-                    "sha256": self.spec.sha256,
-                    "rules": len(self.spec.rules),
-                },
-                "source": {"path": str(ref.location), "step": ref.step, "item": ref.name},
-                "total_bytes": self.total_bytes,
-                "leaves": [leaf.to_json() for leaf in self.leaves],
-                "dropped": list(self.dropped),
-                "skipped": [k.to_json() for k in self.skipped],
-                "unused_rules": list(self.unused_rules),
-                "target": None
-                if self.target is None
-                else {
-                    "function": self.target,
-                    "differences": [d.to_json() for d in self.differences or ()],
-                },
+        return {
+            "schema_version": self.SCHEMA_VERSION,
+            "ok": True,
+            "spec": {
+                "path": self.spec.path,
+                "sha256": self.spec.sha256,
+                "rules": len(self.spec.rules),
             },
-            version=self.SCHEMA_VERSION,
-        )
+            "source": side_json(self.source),
+            "total_bytes": self.total_bytes,
+            "leaves": [leaf.to_json() for leaf in self.leaves],
+            "dropped": list(self.dropped),
+            "skipped": [k.to_json() for k in self.skipped],
+            "unused_rules": list(self.unused_rules),
+            "target": None
+            if self.target is None
+            else {
+                "function": self.target,
+                "differences": [d.to_json() for d in self.differences or ()],
+            },
+        }
+
+    def written_json(self, written: WrittenJSON) -> MigrateJSON:
+        return {**self.to_json(), **written}
 
 
 def plan_migration(
@@ -246,17 +308,7 @@ def plan_migration(
     bound_allocator()
     dest, out_step = resolve_destination(_open(destination, storage), step_out)
     parsed = spec if isinstance(spec, MigrationSpec) else load_spec(spec)
-    functions = {}
-    for rule in parsed.python_rules:
-        if not allow_python:
-            raise RefusedError(
-                f"spec {parsed.path}: {rule.label} runs {rule.function}: custom Python runs only "
-                "with --allow-python; nothing written",
-                hint="read the function, then rerun with --allow-python",
-            )
-        assert rule.function is not None
-        where = f"spec {parsed.path}: {rule.label}"
-        functions[rule.function] = import_function(rule.function, where)
+    functions = _python_functions(parsed, allow_python)
     ref = resolve_item(_open(source, storage), step, item)
     report = inspect_item(ref)
     skipped: list[Skip] = []
@@ -284,6 +336,23 @@ def plan_migration(
     if target is None:
         return plan
     return replace(plan, differences=compare_target(plan.abstract(), abstract_state(target)))
+
+
+def _python_functions(spec: MigrationSpec, allow_python: bool) -> dict[str, Callable[..., Any]]:
+    """The functions the spec's ``op: python`` rules call, imported; refused without
+    ``allow_python``."""
+    functions = {}
+    for rule in spec.python_rules:
+        if not allow_python:
+            raise RefusedError(
+                f"spec {spec.path}: {rule.label} runs {rule.function}: custom Python runs only "
+                "with --allow-python; nothing written",
+                hint="read the function, then rerun with --allow-python",
+            )
+        assert rule.function is not None
+        where = f"spec {spec.path}: {rule.label}"
+        functions[rule.function] = import_function(rule.function, where)
+    return functions
 
 
 def resolve_destination(location: Location, step_out: int | None) -> tuple[Location, int | None]:

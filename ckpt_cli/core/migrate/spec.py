@@ -197,6 +197,7 @@ class _Fields:
     """Typed access to one rule's fields; every error names the rule and the field."""
 
     def __init__(self, index: int, op: str, doc: dict[str, Any], where: str) -> None:
+        self.op = op
         self.doc = doc
         self.prefix = f"{where}: rule {index} ({op})"
 
@@ -290,6 +291,25 @@ class _Fields:
 
 
 def _rule(index: int, item: Any, seed: int, where: str) -> Rule:
+    f = _fields(index, item, where)
+    op = f.op
+    kw: dict[str, Any] = {"index": index, "op": op}
+    kw["follow_optimizer"] = (
+        f.boolean("follow_optimizer") if f.has("follow_optimizer") else FOLLOW_DEFAULT[op]
+    )
+    if f.has("exclude"):
+        kw["exclude"] = f.regexes("exclude")
+    # Checked in this order: the first field at fault is the one reported.
+    _pattern_fields(f, op, kw)
+    _split_fields(f, op, kw)
+    _array_fields(f, op, kw)
+    _new_value_fields(f, op, kw, seed)
+    return Rule(**kw)
+
+
+def _fields(index: int, item: Any, where: str) -> _Fields:
+    """The rule's mapping, refused unless its op is known, every field is one of that op's and
+    every required field is there."""
     if not isinstance(item, dict):
         raise RefusedError(
             f"{where}: rule {index}: expected a mapping with an `op`, got {short_repr(item)}"
@@ -312,12 +332,11 @@ def _rule(index: int, item: Any, seed: int, where: str) -> Rule:
     for key in REQUIRED[op]:
         if key not in item:
             raise f.fail(key, "missing")
-    kw: dict[str, Any] = {"index": index, "op": op}
-    kw["follow_optimizer"] = (
-        f.boolean("follow_optimizer") if f.has("follow_optimizer") else FOLLOW_DEFAULT[op]
-    )
-    if f.has("exclude"):
-        kw["exclude"] = f.regexes("exclude")
+    return f
+
+
+def _pattern_fields(f: _Fields, op: str, kw: dict[str, Any]) -> None:
+    """What the rule selects (``from``/``match``) and the names it gives (``to``)."""
     if op in ("rename", "concat", "stack"):
         kw["match"] = f.regexes("from", at_least=2 if op == "concat" else 1)
         if op == "stack" and (len(kw["match"]) != 1 or "i" not in kw["match"][0].groupindex):
@@ -344,6 +363,10 @@ def _rule(index: int, item: Any, seed: int, where: str) -> Rule:
         kw["to"] = to
     if op in ("stack", "unstack"):
         kw["axis"] = f.integer("axis", f.get("axis")) if f.has("axis") else 0
+
+
+def _split_fields(f: _Fields, op: str, kw: dict[str, Any]) -> None:
+    """split's outputs (``into``, ``sizes``), and the axis of split and concat."""
     if op == "split":
         if len(kw["match"]) != 1:
             raise f.fail("match", "split takes one pattern (its groups name the outputs)")
@@ -360,6 +383,10 @@ def _rule(index: int, item: Any, seed: int, where: str) -> Rule:
                 raise f.fail("sizes", f"{len(kw['sizes'])} sizes for {len(into)} outputs")
     if op in ("split", "concat"):
         kw["axis"] = f.integer("axis", f.get("axis"))
+
+
+def _array_fields(f: _Fields, op: str, kw: dict[str, Any]) -> None:
+    """The dtype, shape or axes an op gives an array."""
     if op == "cast":
         kw["dtype"] = f.dtype("dtype")
         if kw["dtype"] == "bool":
@@ -377,6 +404,10 @@ def _rule(index: int, item: Any, seed: int, where: str) -> Rule:
         if sorted(axes) != list(range(len(axes))):
             raise f.fail("axes", f"{list(axes)} is not a permutation of 0..{len(axes) - 1}")
         kw["axes"] = axes
+
+
+def _new_value_fields(f: _Fields, op: str, kw: dict[str, Any], seed: int) -> None:
+    """Where new values come from: add's leaf, an initializer, set's value, a python function."""
     if op in ("add", "python") and f.has("dtype"):
         kw["dtype"] = f.dtype("dtype")
     if op == "add":
@@ -400,7 +431,6 @@ def _rule(index: int, item: Any, seed: int, where: str) -> Rule:
         kw["value"] = value
     if op == "python":
         kw["function"] = _function(f)
-    return Rule(**kw)
 
 
 def _function(f: _Fields) -> str:

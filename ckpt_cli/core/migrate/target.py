@@ -14,11 +14,18 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from ckpt_cli.errors import RefusedError, UsageError
 
 Abstract = dict[str, tuple[tuple[int, ...] | None, str]]
+
+
+class DifferenceJSON(TypedDict):
+    name: str
+    kind: str
+    expected: str | None
+    planned: str | None
 
 
 @dataclass(frozen=True)
@@ -35,7 +42,7 @@ class Difference:
             return f"{self.name}: not in the target ({self.planned})"
         return f"{self.name}: {self.kind} {self.planned}, the target expects {self.expected}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> DifferenceJSON:
         return {
             "name": self.name,
             "kind": self.kind,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from ckpt_cli.core.format.names import leaf_name_problem, tree_conflict
 from ckpt_cli.core.format.sizes import shape_problem
@@ -27,6 +27,13 @@ if TYPE_CHECKING:
     from ckpt_cli.core.migrate.spec import Rule
 
 
+class OperationJSON(TypedDict):
+    rule: int
+    op: str
+    detail: str
+    follows: str | None
+
+
 @dataclass(frozen=True)
 class Step:
     """One operation on a destination leaf, for the plan's display."""
@@ -36,7 +43,7 @@ class Step:
     detail: str
     via: str | None = None  # the parameter an optimizer leaf followed
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> OperationJSON:
         return {"rule": self.rule, "op": self.op, "detail": self.detail, "follows": self.via}
 
     def text(self) -> str:

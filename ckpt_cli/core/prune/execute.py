@@ -22,7 +22,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TypedDict
+
+from typing_extensions import NotRequired
 
 from ckpt_cli.core.format.layout import Detected
 from ckpt_cli.core.format.names import (
@@ -41,8 +43,10 @@ from ckpt_cli.core.prune.plan import (
     SYMLINK_KEPT,
     TRASH_PREFIX,
     PrunePlan,
+    PrunePlanJSON,
     Removal,
     Untouched,
+    UntouchedJSON,
     is_partial_write,
     is_tombstoned,
     modified_at,
@@ -54,6 +58,7 @@ from ckpt_cli.core.write.claim import WRITE_LOCK, WriteClaim, claim_root
 from ckpt_cli.core.write.uploads import UploadCleanup, abort_leftovers
 from ckpt_cli.errors import (
     CkptError,
+    ErrorJSON,
     LockedError,
     NotFoundError,
     StorageError,
@@ -63,6 +68,22 @@ from ckpt_cli.errors import (
 
 #: The prune locks this process holds (``prune_lock``).
 _HELD: set[str] = set()
+
+
+class OutcomeJSON(TypedDict):
+    deleted: list[str]
+    skipped: list[UntouchedJSON]
+    failed: list[UntouchedJSON]
+    freed_bytes: int
+
+
+class PruneJSON(PrunePlanJSON):
+    """``ckpt prune --json``: the plan and, unless a dry run or a refusal, its outcome; a refusal
+    or a failed deletion carries ``ok: false`` and ``error`` in this same document."""
+
+    dry_run: bool
+    outcome: OutcomeJSON | None
+    error: NotRequired[ErrorJSON]
 
 
 @dataclass(frozen=True)
@@ -85,7 +106,7 @@ class PruneOutcome:
             hint="fix the cause and run the prune again: it removes the leftover trash",
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> OutcomeJSON:
         return {
             "deleted": [r.name for r in self.deleted],
             "skipped": [u.to_json() for u in self.skipped],
@@ -106,9 +127,19 @@ class PruneResult:
     #: or in a dry run those that would be); not part of the JSON document.
     uploads: UploadCleanup | None = field(default=None, compare=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PruneJSON:
+        # Key by key, not ``**plan``: mypy cannot tell that the plan's document has no ``error``.
+        plan = self.plan.to_json()
         return {
-            **self.plan.to_json(),
+            "schema_version": plan["schema_version"],
+            "ok": plan["ok"],
+            "root": plan["root"],
+            "policy": plan["policy"],
+            "keep": plan["keep"],
+            "delete": plan["delete"],
+            "clean": plan["clean"],
+            "untouched": plan["untouched"],
+            "freed_bytes": plan["freed_bytes"],
             "dry_run": self.dry_run,
             "outcome": self.outcome.to_json() if self.outcome else None,
         }

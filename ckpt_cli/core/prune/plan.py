@@ -12,7 +12,9 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal
+from typing import Literal, TypedDict
+
+from typing_extensions import NotRequired
 
 from ckpt_cli.core.format.layout import Detected, detect
 from ckpt_cli.core.format.names import (
@@ -24,14 +26,16 @@ from ckpt_cli.core.format.names import (
 )
 from ckpt_cli.core.listing import StepInfo, list_root
 from ckpt_cli.core.prune.policy import (
+    MetricJSON,
     MetricRank,
     Policy,
+    PolicyRulesJSON,
     format_duration,
     keep_reasons,
     metric_ranks,
     rough_duration,
 )
-from ckpt_cli.core.schema import document
+from ckpt_cli.core.schema import SCHEMA_VERSION
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
 
@@ -68,6 +72,51 @@ class RootScan:
     unknown: tuple[str, ...] = ()  # directories that are neither steps nor tmp dirs
 
 
+class PolicyJSON(PolicyRulesJSON):
+    clean_tmp: bool
+    tmp_min_age: str | None
+
+
+class KeptJSON(TypedDict):
+    step: int
+    name: str
+    path: str
+    committed_at: str | None
+    reasons: list[str]
+    metric: MetricJSON | None
+
+
+class RemovalJSON(TypedDict):
+    step: int | None
+    name: str
+    path: str
+    committed_at: NotRequired[str | None]
+    metric: NotRequired[MetricJSON | None]
+    kind: NotRequired[Literal["tmp", "trash"]]
+    size_bytes: int
+
+
+class UntouchedJSON(TypedDict):
+    name: str
+    path: str
+    why: str
+
+
+class PrunePlanJSON(TypedDict):
+    """A plan as ``ckpt prune --dry-run`` shows it; ``PruneJSON`` (beside ``PruneResult``) adds
+    what was done."""
+
+    schema_version: int
+    ok: bool
+    root: str
+    policy: PolicyJSON
+    keep: list[KeptJSON]
+    delete: list[RemovalJSON]
+    clean: list[RemovalJSON]
+    untouched: list[UntouchedJSON]
+    freed_bytes: int
+
+
 @dataclass(frozen=True)
 class KeptStep:
     step: int
@@ -77,7 +126,7 @@ class KeptStep:
     committed_at: datetime | None = None
     metric: MetricRank | None = None  # with --keep-best: the value it was ranked by
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> KeptJSON:
         return {
             "step": self.step,
             "name": self.name,
@@ -100,14 +149,25 @@ class Removal:
     committed_at: datetime | None = None  # steps only
     metric: MetricRank | None = None  # steps, with --keep-best: the value it was ranked by
 
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"step": self.step, "name": self.name, "path": self.path}
+    def to_json(self) -> RemovalJSON:
+        # A step shows when it was committed and its metric, a leftover its kind: before
+        # size_bytes, the order the documents have always had.
         if self.kind == "step":
-            doc["committed_at"] = _iso(self.committed_at)
-            doc["metric"] = self.metric.to_json() if self.metric else None
-        else:
-            doc["kind"] = self.kind
-        return {**doc, "size_bytes": self.size_bytes}
+            return {
+                "step": self.step,
+                "name": self.name,
+                "path": self.path,
+                "committed_at": _iso(self.committed_at),
+                "metric": self.metric.to_json() if self.metric else None,
+                "size_bytes": self.size_bytes,
+            }
+        return {
+            "step": self.step,
+            "name": self.name,
+            "path": self.path,
+            "kind": self.kind,
+            "size_bytes": self.size_bytes,
+        }
 
 
 def _iso(t: datetime | None) -> str | None:
@@ -122,7 +182,7 @@ class Untouched:
     path: str
     why: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> UntouchedJSON:
         return {"name": self.name, "path": self.path, "why": self.why}
 
 
@@ -146,23 +206,23 @@ class PrunePlan:
     def is_noop(self) -> bool:
         return not self.delete and not self.clean
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PrunePlanJSON:
         """The plan as ``ckpt prune --dry-run --json`` prints it."""
-        return document(
-            {
-                "root": self.root,
-                "policy": {
-                    **self.policy.to_json(),
-                    "clean_tmp": self.tmp_min_age is not None,
-                    "tmp_min_age": format_duration(self.tmp_min_age) if self.tmp_min_age else None,
-                },
-                "keep": [k.to_json() for k in self.keep],
-                "delete": [r.to_json() for r in self.delete],
-                "clean": [r.to_json() for r in self.clean],
-                "untouched": [u.to_json() for u in self.untouched],
-                "freed_bytes": self.freed_bytes,
-            }
-        )
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "ok": True,
+            "root": self.root,
+            "policy": {
+                **self.policy.to_json(),
+                "clean_tmp": self.tmp_min_age is not None,
+                "tmp_min_age": format_duration(self.tmp_min_age) if self.tmp_min_age else None,
+            },
+            "keep": [k.to_json() for k in self.keep],
+            "delete": [r.to_json() for r in self.delete],
+            "clean": [r.to_json() for r in self.clean],
+            "untouched": [u.to_json() for u in self.untouched],
+            "freed_bytes": self.freed_bytes,
+        }
 
 
 def plan_prune(
@@ -180,6 +240,32 @@ def plan_prune(
             hint="add --keep-last N, --keep-every N, --keep-within 7d, --keep-daily N, "
             "--keep-best N --metric NAME ...; see `ckpt prune --help`",
         )
+    keep, delete = _steps_fate(scan, policy, now)
+    untouched = [
+        Untouched(s.name, s.path, "uncommitted: a save may still be in progress")
+        for s in scan.steps
+        if s.status != "committed"
+    ]
+    clean = _leftovers(scan, now, clean_tmp, tmp_min_age, untouched)
+    untouched += [
+        Untouched(n, posixpath.join(scan.root, n), "not a step directory") for n in scan.unknown
+    ]
+    return PrunePlan(
+        root=scan.root,
+        policy=policy,
+        keep=tuple(keep),
+        delete=tuple(delete),
+        clean=tuple(clean),
+        untouched=tuple(untouched),
+        tmp_min_age=tmp_min_age if clean_tmp else None,
+    )
+
+
+def _steps_fate(
+    scan: RootScan, policy: Policy, now: datetime
+) -> tuple[list[KeptStep], list[Removal]]:
+    """The committed steps kept, each with its reasons (a pin, a rule, a symlink), and the
+    others, deleted."""
     committed = [s for s in scan.steps if s.status == "committed"]
     reasons: dict[str, tuple[str, ...]]
     if policy.is_empty:
@@ -202,11 +288,17 @@ def plan_prune(
             delete.append(
                 Removal("step", s.name, s.path, s.size_bytes, s.step, s.committed_at, rank)
             )
-    untouched = [
-        Untouched(s.name, s.path, "uncommitted: a save may still be in progress")
-        for s in scan.steps
-        if s.status != "committed"
-    ]
+    return keep, delete
+
+
+def _leftovers(
+    scan: RootScan,
+    now: datetime,
+    clean_tmp: bool,
+    tmp_min_age: timedelta,
+    untouched: list[Untouched],
+) -> list[Removal]:
+    """The trash and unfinished saves removed; those left alone go to ``untouched``."""
     clean: list[Removal] = []
     for t in scan.trash:
         if t.symlink:
@@ -230,18 +322,7 @@ def plan_prune(
             )
         else:
             clean.append(Removal("tmp", t.name, t.path, t.size_bytes, t.step))
-    untouched += [
-        Untouched(n, posixpath.join(scan.root, n), "not a step directory") for n in scan.unknown
-    ]
-    return PrunePlan(
-        root=scan.root,
-        policy=policy,
-        keep=tuple(keep),
-        delete=tuple(delete),
-        clean=tuple(clean),
-        untouched=tuple(untouched),
-        tmp_min_age=tmp_min_age if clean_tmp else None,
-    )
+    return clean
 
 
 def plan_prune_root(

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict
 
 from ckpt_cli.errors import UsageError
 
@@ -99,6 +99,23 @@ _COUNTS = (
 )
 
 
+class PolicyRulesJSON(TypedDict):
+    """The rules of a policy; the plan adds its clean-up of unfinished saves (``PolicyJSON``)."""
+
+    keep_last: int | None
+    keep_every: int | None
+    keep_hourly: int | None
+    keep_daily: int | None
+    keep_weekly: int | None
+    keep_monthly: int | None
+    keep_best: int | None
+    keep_steps: list[int]
+    keep_within: str | None
+    metric: str | None
+    mode: Literal["min", "max"] | None
+    keep_missing_metric: bool | None
+
+
 @dataclass(frozen=True)
 class Policy:
     """What to keep. Counts of 0 and ``None`` mean the rule is off."""
@@ -143,20 +160,69 @@ class Policy:
         if self.mode is not None and self.mode not in ("min", "max"):
             raise UsageError(f"--mode must be min or max, not {self.mode!r}")
 
+    @classmethod
+    def from_rules(
+        cls,
+        *,
+        keep_last: int | None = None,
+        keep_every: int | None = None,
+        keep_steps: Iterable[int] | None = None,
+        keep_within: timedelta | None = None,
+        keep_hourly: int | None = None,
+        keep_daily: int | None = None,
+        keep_weekly: int | None = None,
+        keep_monthly: int | None = None,
+        keep_best: int | None = None,
+        metric: str | None = None,
+        mode: Mode | None = None,
+        keep_missing_metric: bool | None = None,
+    ) -> Policy:
+        """The policy of the rules given, as options arrive (a rule not given is None: off,
+        ``keep_missing_metric`` at its default)."""
+        return cls(
+            keep_last=keep_last or 0,
+            keep_every=keep_every or 0,
+            keep_steps=frozenset(keep_steps or ()),
+            keep_within=keep_within,
+            keep_hourly=keep_hourly or 0,
+            keep_daily=keep_daily or 0,
+            keep_weekly=keep_weekly or 0,
+            keep_monthly=keep_monthly or 0,
+            keep_best=keep_best or 0,
+            metric=metric,
+            mode=mode,
+            keep_missing_metric=True if keep_missing_metric is None else keep_missing_metric,
+        )
+
     @property
     def is_empty(self) -> bool:
         return not any(getattr(self, name) for name in (*_COUNTS, "keep_steps", "keep_within"))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PolicyRulesJSON:
         best = bool(self.keep_best)
+        # The counts in _COUNTS' order; 0 (off) shows as null.
         return {
-            **{name: getattr(self, name) or None for name in _COUNTS},
+            "keep_last": self.keep_last or None,
+            "keep_every": self.keep_every or None,
+            "keep_hourly": self.keep_hourly or None,
+            "keep_daily": self.keep_daily or None,
+            "keep_weekly": self.keep_weekly or None,
+            "keep_monthly": self.keep_monthly or None,
+            "keep_best": self.keep_best or None,
             "keep_steps": sorted(self.keep_steps),
             "keep_within": format_duration(self.keep_within) if self.keep_within else None,
             "metric": self.metric,
             "mode": self.mode if best else None,
             "keep_missing_metric": self.keep_missing_metric if best else None,
         }
+
+
+class MetricJSON(TypedDict):
+    """The value ``--keep-best`` ranked a step by, and its rank (1 = best; null: no value)."""
+
+    name: str
+    value: float | None
+    rank: int | None
 
 
 @dataclass(frozen=True)
@@ -167,7 +233,7 @@ class MetricRank:
     value: float | None
     rank: int | None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> MetricJSON:
         return {"name": self.name, "value": self.value, "rank": self.rank}
 
 

@@ -14,21 +14,57 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.names import unsafe_as_path
 from ckpt_cli.core.format.resolve import resolve_item
-from ckpt_cli.core.format.sharding import MeshSpec, ShardingInfo, Spec, shard_shape, split_chunk
+from ckpt_cli.core.format.sharding import (
+    MeshSpec,
+    PartitionSpecJSON,
+    Shape,
+    ShardingInfo,
+    Spec,
+    shard_shape,
+    split_chunk,
+)
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.reshard.rules import Rule, inline_rule, load_rules, parse_rules
-from ckpt_cli.core.schema import document
 from ckpt_cli.core.state import mirrored, parameter_index
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.memory import bound_allocator
+from ckpt_cli.core.write.rewrite import WrittenJSON
 from ckpt_cli.core.write.types import WriteOptions
 from ckpt_cli.errors import NotFoundError, RefusedError, UsageError
+
+
+class ReshardLeafJSON(TypedDict):
+    name: str
+    dtype: str | None
+    shape: Shape | None
+    old_chunk_shape: Shape | None
+    new_chunk_shape: Shape | None
+    partition_spec: PartitionSpecJSON | None
+    rule: str | None
+    follows: str | None  # the parameter an optimizer moment takes its sharding from (v2)
+    size_bytes: int
+    problem: str | None
+
+
+class ReshardPlanJSON(TypedDict):
+    """The plan alone, as ``--dry-run`` prints it."""
+
+    schema_version: int
+    ok: bool
+    mesh: dict[str, int] | None
+    total_bytes: int
+    unused_rules: list[str]
+    leaves: list[ReshardLeafJSON]
+
+
+class ReshardJSON(ReshardPlanJSON, WrittenJSON):
+    """``ckpt reshard --json``: the plan per leaf, and what was written (not with --dry-run)."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +84,7 @@ class LeafPlan:
     def nbytes(self) -> int:
         return self.leaf.size_bytes
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ReshardLeafJSON:
         leaf = self.leaf
         return {
             "name": leaf.name,
@@ -125,18 +161,20 @@ class ReshardPlan:
     def warnings(self) -> tuple[str, ...]:
         return tuple(f"rule {pattern!r} matched no leaf" for pattern in self.layout.unused_rules)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ReshardPlanJSON:
         """The plan per leaf, as ``ckpt reshard --dry-run --json`` prints it."""
         mesh = self.layout.mesh
-        return document(
-            {
-                "mesh": dict(zip(mesh.axis_names, mesh.shape, strict=True)) if mesh else None,
-                "total_bytes": self.total_bytes,
-                "unused_rules": list(self.layout.unused_rules),
-                "leaves": [p.to_json() for p in self.leaves],
-            },
-            version=self.SCHEMA_VERSION,
-        )
+        return {
+            "schema_version": self.SCHEMA_VERSION,
+            "ok": True,
+            "mesh": dict(zip(mesh.axis_names, mesh.shape, strict=True)) if mesh else None,
+            "total_bytes": self.total_bytes,
+            "unused_rules": list(self.layout.unused_rules),
+            "leaves": [p.to_json() for p in self.leaves],
+        }
+
+    def written_json(self, written: WrittenJSON) -> ReshardJSON:
+        return {**self.to_json(), **written}
 
 
 def plan_reshard(
@@ -175,12 +213,7 @@ def plan_reshard(
     else:
         assert mesh is not None
         target = mesh if isinstance(mesh, MeshSpec) else MeshSpec.parse(mesh)
-        rule_list = parse_rules(load_rules(rules_file), target, rules_file) if rules_file else []
-        if isinstance(rules, Mapping):
-            rule_list += parse_rules(dict(rules), target, "rules")
-        else:
-            for text in rules:
-                rule_list += parse_rules(inline_rule(text), target, f"--rule {text!r}")
+        rule_list = _rules(target, rules_file, rules)
         layout = plan_from_rules(report, target, rule_list, write.max_chunk_bytes)
     if not write.ocdbt:
         layout = _without_unsafe_paths(layout)
@@ -203,6 +236,19 @@ def plan_reshard(
             "rules": rules_file,
         },
     )
+
+
+def _rules(
+    target: MeshSpec, rules_file: str | None, rules: Sequence[str] | Mapping[str, Any]
+) -> list[Rule]:
+    """The partition rules in the order they are tried: the file's, then the given ones."""
+    rule_list = parse_rules(load_rules(rules_file), target, rules_file) if rules_file else []
+    if isinstance(rules, Mapping):
+        rule_list += parse_rules(dict(rules), target, "rules")
+    else:
+        for text in rules:
+            rule_list += parse_rules(inline_rule(text), target, f"--rule {text!r}")
+    return rule_list
 
 
 def _like_item(like: Location, name: str) -> ItemRef:

@@ -13,17 +13,18 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal, TypedDict
 
 from ckpt_cli.core.format.layout import ItemRef
+from ckpt_cli.core.format.sharding import Shape
 from ckpt_cli.core.inspect import ItemReport
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.migrate.plan import DestLeaf, apply_spec
 from ckpt_cli.core.migrate.spec import MigrationSpec
-from ckpt_cli.core.migrate.tree import Step
+from ckpt_cli.core.migrate.tree import OperationJSON, Step
 from ckpt_cli.core.safetensors.dtypes import safetensors_dtype
 from ckpt_cli.core.safetensors.plan import FilesPlan, TensorSpec, plan_files
-from ckpt_cli.core.schema import document
+from ckpt_cli.core.schema import SCHEMA_VERSION
 from ckpt_cli.core.storage import StorageOptions
 from ckpt_cli.errors import RefusedError
 
@@ -31,6 +32,57 @@ FRAMEWORKS = ("pt", "np", "flax", "tf", "mlx")
 CAST_DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
 #: transformers' default for ``save_pretrained(max_shard_size=...)``: 5 GB (decimal).
 DEFAULT_MAX_SHARD = 5 * 10**9
+
+
+class ExportSourceJSON(TypedDict):
+    path: str
+    item: str
+    step: int | None
+    orbax_format: str
+
+
+class ExportFileJSON(TypedDict):
+    name: str
+    bytes: int
+    tensors: int
+
+
+# "from" is a keyword: the functional form.
+ExportTensorJSON = TypedDict(
+    "ExportTensorJSON",
+    {
+        "name": str,
+        "dtype": str,
+        "shape": Shape,
+        "bytes": int,
+        "file": str,
+        "from": list[str],
+        "operations": list[OperationJSON],
+    },
+)
+
+
+class SkippedJSON(TypedDict):
+    name: str
+    reason: str
+
+
+class ExportPlanJSON(TypedDict):
+    """The plan alone, as ``--dry-run`` prints it; ``ExportJSON`` adds what was written."""
+
+    schema_version: int
+    ok: bool
+    source: ExportSourceJSON
+    out: str
+    format: Literal["safetensors"]
+    spec: str | None
+    metadata: dict[str, str]
+    total_bytes: int
+    index: str | None
+    files: list[ExportFileJSON]
+    tensors: list[ExportTensorJSON]
+    skipped: list[SkippedJSON]
+    unused_rules: list[str]
 
 
 @dataclass(frozen=True)
@@ -55,7 +107,7 @@ class ExportTensor:
 
         return dtype_itemsize(self.dtype)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ExportTensorJSON:
         return {
             "name": self.name,
             "dtype": self.dtype,
@@ -74,7 +126,7 @@ class Skipped:
     name: str
     reason: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SkippedJSON:
         return {"name": self.name, "reason": self.reason}
 
 
@@ -101,30 +153,30 @@ class ExportPlan:
     def total_bytes(self) -> int:
         return self.files.total_size
 
-    def to_json(self) -> dict[str, Any]:
-        return document(
-            {
-                "source": {
-                    "path": self.source,
-                    "item": self.item,
-                    "step": self.step,
-                    "orbax_format": self.orbax_format,
-                },
-                "out": self.out,
-                "format": "safetensors",
-                "spec": self.spec,
-                "metadata": self.metadata,
-                "total_bytes": self.total_bytes,
-                "index": self.files.index_name,
-                "files": [
-                    {"name": f.name, "bytes": f.size, "tensors": len(f.header.tensors)}
-                    for f in self.files.files
-                ],
-                "tensors": [t.to_json() for t in self.tensors],
-                "skipped": [s.to_json() for s in self.skipped],
-                "unused_rules": list(self.unused_rules),
-            }
-        )
+    def to_json(self) -> ExportPlanJSON:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "ok": True,
+            "source": {
+                "path": self.source,
+                "item": self.item,
+                "step": self.step,
+                "orbax_format": self.orbax_format,
+            },
+            "out": self.out,
+            "format": "safetensors",
+            "spec": self.spec,
+            "metadata": self.metadata,
+            "total_bytes": self.total_bytes,
+            "index": self.files.index_name,
+            "files": [
+                {"name": f.name, "bytes": f.size, "tensors": len(f.header.tensors)}
+                for f in self.files.files
+            ],
+            "tensors": [t.to_json() for t in self.tensors],
+            "skipped": [s.to_json() for s in self.skipped],
+            "unused_rules": list(self.unused_rules),
+        }
 
 
 def orbax_format(report: ItemReport) -> str:
@@ -188,27 +240,10 @@ def plan_export_item(
     allow_unused: bool = False,
 ) -> ExportPlan:
     """Everything an export writes, decided and checked; nothing is read or written."""
-    if framework not in FRAMEWORKS:
-        raise RefusedError(f"unknown framework {framework!r} (use one of {', '.join(FRAMEWORKS)})")
-    if dtype is not None and dtype not in CAST_DTYPES:
-        raise RefusedError(
-            f"--dtype {dtype}: exports cast floating leaves to one of {', '.join(CAST_DTYPES)}"
-        )
+    _check_options(framework, dtype)
     skipped: list[Skipped] = []
-    leaves = list(report.leaves)
     if params_only:
-        kept = [leaf for leaf in leaves if leaf.part == "params"]
-        if not kept:
-            raise RefusedError(
-                f"{ref.location} has no leaf `inspect` calls a model parameter; nothing to export",
-                hint="run `ckpt inspect` to see the tree, and export without --params-only or with a spec",
-            )
-        skipped += [
-            Skipped(x.name, f"--params-only ({x.part or 'not a parameter'})")
-            for x in leaves
-            if x.part != "params"
-        ]
-        report = dataclasses.replace(report, leaves=tuple(kept))
+        report = _params_only(ref, report, skipped)
     rules = spec or MigrationSpec(path="", sha256="", rules=())
     dest_leaves, dropped, unused = apply_spec(report, rules, max_chunk_bytes=1 << 62)
     if unused and not allow_unused:
@@ -217,19 +252,7 @@ def plan_export_item(
             hint="--dry-run lists the tensors; --allow-unused goes on without them",
         )
     skipped += [Skipped(name, "dropped by the spec") for name in dropped]
-    exported: list[DestLeaf] = []
-    for leaf in dest_leaves:
-        if leaf.expr is None:
-            if leaf.value_type == "string":
-                raise _refuse(leaf.name, "is a string: safetensors holds arrays only")
-            skipped.append(Skipped(leaf.name, f"no array data ({leaf.value_type})"))
-            continue
-        if leaf.random_key_impl:
-            raise _refuse(
-                leaf.name,
-                f"is a typed PRNG key ({leaf.random_key_impl}): safetensors has no key dtype",
-            )
-        exported.append(leaf)
+    exported = _arrays(dest_leaves, skipped)
     exprs = {leaf.name: _cast(leaf, dtype) for leaf in exported}
     specs = [TensorSpec(name, e.dtype, e.shape) for name, e in exprs.items()]
     for s in specs:
@@ -237,31 +260,10 @@ def plan_export_item(
     source = str(ref.root or ref.step_location or ref.location)
     metadata = {"format": framework}
     if provenance:
-        metadata.update(
-            {
-                "ckpt.source": source,
-                "ckpt.item": ref.name,
-                "ckpt.orbax_format": orbax_format(report),
-            }
-        )
-        if ref.step is not None:
-            metadata["ckpt.step"] = str(ref.step)
-        if spec is not None:
-            metadata["ckpt.spec_sha256"] = spec.sha256
+        metadata.update(_provenance(ref, report, source, spec))
     files = plan_files(specs, max_shard_size=max_shard_size, metadata=metadata)
     where = files.weight_map
-    tensors = tuple(
-        ExportTensor(
-            leaf.name,
-            exprs[leaf.name].dtype,
-            exprs[leaf.name].shape,
-            exprs[leaf.name],
-            leaf.sources,
-            leaf.steps + _cast_step(leaf, exprs[leaf.name]),
-            where[leaf.name],
-        )
-        for leaf in exported
-    )
+    tensors = tuple(_tensor(leaf, exprs[leaf.name], where[leaf.name]) for leaf in exported)
     return ExportPlan(
         source=source,
         item=ref.name,
@@ -276,6 +278,81 @@ def plan_export_item(
         unused_rules=unused,
         report=report,
     )
+
+
+def _check_options(framework: str, dtype: str | None) -> None:
+    if framework not in FRAMEWORKS:
+        raise RefusedError(f"unknown framework {framework!r} (use one of {', '.join(FRAMEWORKS)})")
+    if dtype is not None and dtype not in CAST_DTYPES:
+        raise RefusedError(
+            f"--dtype {dtype}: exports cast floating leaves to one of {', '.join(CAST_DTYPES)}"
+        )
+
+
+def _tensor(leaf: DestLeaf, expr: ops.Node, file: str) -> ExportTensor:
+    """One leaf as the tensor written to ``file``: its expression, cast by ``--dtype``."""
+    return ExportTensor(
+        leaf.name,
+        expr.dtype,
+        expr.shape,
+        expr,
+        leaf.sources,
+        leaf.steps + _cast_step(leaf, expr),
+        file,
+    )
+
+
+def _params_only(ref: ItemRef, report: ItemReport, skipped: list[Skipped]) -> ItemReport:
+    """The report narrowed to the model parameters (the others go to ``skipped``); refused
+    when there are none."""
+    leaves = list(report.leaves)
+    kept = [leaf for leaf in leaves if leaf.part == "params"]
+    if not kept:
+        raise RefusedError(
+            f"{ref.location} has no leaf `inspect` calls a model parameter; nothing to export",
+            hint="run `ckpt inspect` to see the tree, and export without --params-only or with a spec",
+        )
+    skipped += [
+        Skipped(x.name, f"--params-only ({x.part or 'not a parameter'})")
+        for x in leaves
+        if x.part != "params"
+    ]
+    return dataclasses.replace(report, leaves=tuple(kept))
+
+
+def _arrays(dest_leaves: tuple[DestLeaf, ...], skipped: list[Skipped]) -> list[DestLeaf]:
+    """The leaves that become tensors; leaves without array data go to ``skipped``, strings and
+    typed PRNG keys (safetensors has no type for them) are refused."""
+    exported: list[DestLeaf] = []
+    for leaf in dest_leaves:
+        if leaf.expr is None:
+            if leaf.value_type == "string":
+                raise _refuse(leaf.name, "is a string: safetensors holds arrays only")
+            skipped.append(Skipped(leaf.name, f"no array data ({leaf.value_type})"))
+            continue
+        if leaf.random_key_impl:
+            raise _refuse(
+                leaf.name,
+                f"is a typed PRNG key ({leaf.random_key_impl}): safetensors has no key dtype",
+            )
+        exported.append(leaf)
+    return exported
+
+
+def _provenance(
+    ref: ItemRef, report: ItemReport, source: str, spec: MigrationSpec | None
+) -> dict[str, str]:
+    """Where the tensors came from, in the files' metadata (``--no-provenance`` leaves it out)."""
+    metadata = {
+        "ckpt.source": source,
+        "ckpt.item": ref.name,
+        "ckpt.orbax_format": orbax_format(report),
+    }
+    if ref.step is not None:
+        metadata["ckpt.step"] = str(ref.step)
+    if spec is not None:
+        metadata["ckpt.spec_sha256"] = spec.sha256
+    return metadata
 
 
 def _refuse(name: str, why: str) -> RefusedError:

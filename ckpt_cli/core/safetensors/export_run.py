@@ -9,12 +9,27 @@ import math
 import os
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
+
+from typing_extensions import NotRequired
 
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
-from ckpt_cli.core.safetensors.export import ExportPlan, ExportTensor
+from ckpt_cli.core.safetensors.export import ExportPlan, ExportPlanJSON, ExportTensor
 from ckpt_cli.errors import RefusedError
+
+
+class ExportWrittenJSON(TypedDict):
+    path: str
+    files: list[str]
+    bytes: int
+    seconds: float
+
+
+class ExportJSON(ExportPlanJSON):
+    """``ckpt export --json``: the tensors and files planned, and what was written."""
+
+    written: NotRequired[ExportWrittenJSON]
 
 
 @dataclass(frozen=True)
@@ -23,7 +38,7 @@ class ExportResult:
     seconds: float
     bytes_written: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ExportJSON:
         return {
             **self.plan.to_json(),
             "written": {

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,6 +157,9 @@ def header_length(prefix: bytes, file_size: int, where: str) -> int:
     return n
 
 
+_Bad = Callable[[str], InvalidSafetensorsError]  # an error naming the file
+
+
 def parse_header(raw: bytes, file_size: int, where: str) -> Header:
     """Parse and validate the JSON header ``raw`` (the ``N`` bytes after the length prefix)
     of a file of ``file_size`` bytes. Every defect is one ``InvalidSafetensorsError``."""
@@ -164,6 +167,27 @@ def parse_header(raw: bytes, file_size: int, where: str) -> Header:
     def bad(message: str) -> InvalidSafetensorsError:
         return InvalidSafetensorsError(f"{where}: {message}", hint=_HINT)
 
+    doc = _header_object(raw, bad)
+    metadata = _metadata(doc, bad)
+    entries = [_entry(name, info, bad) for name, info in doc.items()]
+    entries.sort(key=lambda t: (t.begin, t.end))
+    expected = _check_tensor_bytes(entries, bad)
+    data_start = LENGTH_BYTES + len(raw)
+    if data_start + expected > file_size:
+        last = entries[-1].name if entries else "?"
+        raise bad(
+            f"offsets run past the end of the file: tensor {last!r} ends at byte {data_start + expected:,}, "
+            f"the file has {file_size:,} (truncated?)"
+        )
+    if data_start + expected < file_size:
+        raise bad(
+            f"{file_size - data_start - expected:,} bytes after the last tensor belong to no tensor"
+        )
+    return Header(tuple(entries), metadata, len(raw))
+
+
+def _header_object(raw: bytes, bad: _Bad) -> dict[str, Any]:
+    """The header as a JSON object: UTF-8, valid JSON, no key twice."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -180,15 +204,24 @@ def parse_header(raw: bytes, file_size: int, where: str) -> Header:
         ) from None
     if not isinstance(doc, dict):
         raise bad("header is not a JSON object")
-    metadata = doc.pop(METADATA_KEY, None)
+    return doc
+
+
+def _metadata(doc: dict[str, Any], bad: _Bad) -> dict[str, str] | None:
+    """The ``__metadata__`` map, taken out of ``doc``: strings only."""
+    metadata: dict[str, str] | None = doc.pop(METADATA_KEY, None)
     if metadata is not None:
         if not isinstance(metadata, dict):
             raise bad(f"{METADATA_KEY} is not a map of strings")
         for k, v in metadata.items():
             if not isinstance(v, str):
                 raise bad(f"{METADATA_KEY} value of {k!r} is {_kind(v)}, not a string")
-    entries = [_entry(name, info, bad) for name, info in doc.items()]
-    entries.sort(key=lambda t: (t.begin, t.end))
+    return metadata
+
+
+def _check_tensor_bytes(entries: list[TensorEntry], bad: _Bad) -> int:
+    """The tensors (in offset order) tile the buffer, each exactly its dtype and shape's bytes;
+    returns where the last one ends."""
     expected = 0
     for t in entries:
         if t.end < t.begin:
@@ -211,18 +244,7 @@ def parse_header(raw: bytes, file_size: int, where: str) -> Header:
                 f"tensor {t.name!r} holds {t.nbytes} bytes, but {t.dtype}{list(t.shape)} needs {want_bits // 8}"
             )
         expected = t.end
-    data_start = LENGTH_BYTES + len(raw)
-    if data_start + expected > file_size:
-        last = entries[-1].name if entries else "?"
-        raise bad(
-            f"offsets run past the end of the file: tensor {last!r} ends at byte {data_start + expected:,}, "
-            f"the file has {file_size:,} (truncated?)"
-        )
-    if data_start + expected < file_size:
-        raise bad(
-            f"{file_size - data_start - expected:,} bytes after the last tensor belong to no tensor"
-        )
-    return Header(tuple(entries), metadata, len(raw))
+    return expected
 
 
 def _entry(name: str, info: Any, bad: Any) -> TensorEntry:

@@ -15,13 +15,21 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from ckpt_cli.core.format.dtypes import dtype_itemsize
-from ckpt_cli.core.format.sharding import MeshSpec, ShardingInfo, shard_shape, split_chunk
+from ckpt_cli.core.format.sharding import (
+    MeshSpec,
+    Shape,
+    ShardingInfo,
+    ShardingJSON,
+    shard_shape,
+    split_chunk,
+)
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.migrate.spec import MigrationSpec
 from ckpt_cli.core.migrate.tree import (
+    OperationJSON,
     Step,
     Work,
     check_written_leaves,
@@ -31,7 +39,7 @@ from ckpt_cli.core.migrate.tree import (
 from ckpt_cli.core.reshard.rules import Rule
 from ckpt_cli.core.safetensors.dtypes import TO_NUMPY
 from ckpt_cli.core.safetensors.reader import SafetensorsReader, check_against_index, find_files
-from ckpt_cli.core.schema import document
+from ckpt_cli.core.schema import SCHEMA_VERSION
 from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.core.write.types import WriteOptions
 from ckpt_cli.errors import RefusedError, UsageError
@@ -69,6 +77,51 @@ class ImportContext(ops.EvalContext):
         self.files.clear()
 
 
+class ImportSourceJSON(TypedDict):
+    path: str
+    files: list[str]
+    index: str | None
+    metadata: dict[str, str]
+
+
+class ImportOutputJSON(TypedDict):
+    root: str
+    step: int
+    item: str
+
+
+# "from" is a keyword: the functional form.
+ImportLeafJSON = TypedDict(
+    "ImportLeafJSON",
+    {
+        "name": str,
+        "dtype": str,
+        "shape": Shape,
+        "bytes": int,
+        "from": list[str],
+        "operations": list[OperationJSON],
+        "chunk_shape": Shape,
+        "sharding": ShardingJSON,
+        "mesh_rule": str | None,
+    },
+)
+
+
+class ImportPlanJSON(TypedDict):
+    """The plan alone, as ``--dry-run`` prints it; ``ImportJSON`` adds what was written."""
+
+    schema_version: int
+    ok: bool
+    source: ImportSourceJSON
+    output: ImportOutputJSON
+    spec: str | None
+    mesh: dict[str, int] | None
+    total_bytes: int
+    leaves: list[ImportLeafJSON]
+    dropped: list[str]
+    unused_rules: list[str]
+
+
 @dataclass(frozen=True)
 class ImportLeaf:
     name: str
@@ -87,7 +140,7 @@ class ImportLeaf:
     def nbytes(self) -> int:
         return math.prod(self.expr.shape) * dtype_itemsize(self.expr.dtype)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ImportLeafJSON:
         return {
             "name": self.name,
             "dtype": self.expr.dtype,
@@ -124,26 +177,26 @@ class ImportPlan:
     def total_bytes(self) -> int:
         return sum(leaf.nbytes for leaf in self.leaves)
 
-    def to_json(self) -> dict[str, Any]:
-        return document(
-            {
-                "source": {
-                    "path": self.source,
-                    "files": list(self.files),
-                    "index": self.index,
-                    "metadata": self.source_metadata,
-                },
-                "output": {"root": self.dst, "step": self.step, "item": "default"},
-                "spec": self.spec.path if self.spec else None,
-                "mesh": dict(zip(self.mesh.axis_names, self.mesh.shape, strict=True))
-                if self.mesh
-                else None,
-                "total_bytes": self.total_bytes,
-                "leaves": [leaf.to_json() for leaf in self.leaves],
-                "dropped": list(self.dropped),
-                "unused_rules": list(self.unused_rules),
-            }
-        )
+    def to_json(self) -> ImportPlanJSON:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "ok": True,
+            "source": {
+                "path": self.source,
+                "files": list(self.files),
+                "index": self.index,
+                "metadata": self.source_metadata,
+            },
+            "output": {"root": self.dst, "step": self.step, "item": "default"},
+            "spec": self.spec.path if self.spec else None,
+            "mesh": dict(zip(self.mesh.axis_names, self.mesh.shape, strict=True))
+            if self.mesh
+            else None,
+            "total_bytes": self.total_bytes,
+            "leaves": [leaf.to_json() for leaf in self.leaves],
+            "dropped": list(self.dropped),
+            "unused_rules": list(self.unused_rules),
+        }
 
 
 def source_work(src: str) -> tuple[Any, list[Work], dict[str, str]]:

@@ -3,12 +3,32 @@ the safetensors files by positioned reads, under the plan's memory limit."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from typing_extensions import NotRequired
 
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.progress import ProgressFn
-from ckpt_cli.core.safetensors.import_ import ImportContext, ImportPlan
+from ckpt_cli.core.safetensors.import_ import ImportContext, ImportPlan, ImportPlanJSON
+
+if TYPE_CHECKING:
+    from ckpt_cli.core.storage import Location
+    from ckpt_cli.core.write.types import LeafOut
+
+
+class ImportWrittenJSON(TypedDict):
+    path: str
+    bytes: int
+    seconds: float
+
+
+class ImportJSON(ImportPlanJSON):
+    """``ckpt import --json``: the leaves planned from the safetensors files, and what was
+    written."""
+
+    written: NotRequired[ImportWrittenJSON]
 
 
 @dataclass(frozen=True)
@@ -18,7 +38,7 @@ class ImportResult:
     bytes_written: int
     seconds: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ImportJSON:
         return {
             **self.plan.to_json(),
             "written": {
@@ -32,29 +52,41 @@ class ImportResult:
 def execute(plan: ImportPlan, on_progress: ProgressFn | None = None) -> ImportResult:
     """Write the plan as step ``plan.step`` of the root ``plan.dst`` (tmp name, then renamed;
     in place with the commit marker last on object stores). Progress as ``import`` bytes."""
-    from ckpt_cli.core.progress import ByteProgress
-
-    memory_limit = plan.write.memory_limit
-    zarr3 = bool(plan.write.zarr3)
-    compression = plan.write.compression
-    use_ocdbt = plan.write.ocdbt
-    on_bytes = ByteProgress(on_progress, "import", plan.total_bytes)
     import contextlib
     import time
 
+    from ckpt_cli.core.progress import ByteProgress
     from ckpt_cli.core.storage import open_location
-    from ckpt_cli.core.write.item import ItemWriter
     from ckpt_cli.core.write.rewrite import check_destination_root
     from ckpt_cli.core.write.step import StepWriter
-    from ckpt_cli.core.write.types import ArrayOut, LeafOut
     from ckpt_cli.errors import CkptError
 
+    on_bytes = ByteProgress(on_progress, "import", plan.total_bytes)
     t0 = time.perf_counter()
     root = open_location(plan.dst, plan.storage)
     check_destination_root(root)
     ctx = ImportContext()
-    comp = compression
-    outs = [
+    outs = _leaf_outs(plan, ctx)
+    writer = StepWriter(root, str(plan.step))
+    writer.begin()
+    try:
+        _write_item(writer.item("default"), plan, outs, on_bytes)
+        final = writer.commit({"ckpt_history": [_history(plan)]})
+    except BaseException:
+        with contextlib.suppress(CkptError):
+            writer.abort()
+        raise
+    finally:
+        ctx.close()
+    return ImportResult(plan, str(final), plan.total_bytes, time.perf_counter() - t0)
+
+
+def _leaf_outs(plan: ImportPlan, ctx: ImportContext) -> list[LeafOut]:
+    """Every leaf as the step writer takes it, its blocks read from the safetensors files."""
+    from ckpt_cli.core.write.types import ArrayOut, LeafOut
+
+    zarr3, comp = bool(plan.write.zarr3), plan.write.compression
+    return [
         LeafOut(
             keypath=leaf.keypath,
             key_types=leaf.key_types,
@@ -66,40 +98,40 @@ def execute(plan: ImportPlan, on_progress: ProgressFn | None = None) -> ImportRe
         )
         for leaf in plan.leaves
     ]
-    writer = StepWriter(root, str(plan.step))
-    writer.begin()
-    try:
-        dest = writer.item("default")
-        item = ItemWriter(
-            dest,
-            use_ocdbt=use_ocdbt,
-            use_zarr3=zarr3,
-            # TensorStore holds about three times each block it encodes, over the ~90 MiB the
-            # process starts with: blocks get three quarters of a writer's share, so the
-            # default limit of 256 MiB keeps peak RSS under 300 MB.
-            memory_limit=memory_limit * 3 // 4,
-            context=_write_context(),
-            fresh_sources=True,  # each block is read into a new array (SafetensorsReader)
-        )
-        item.write_arrays(outs, on_bytes)
-        sync_tree(dest)
-        item.write_metadata(outs)
-        history = {
-            "operation": "import",
-            "source": plan.source,
-            "files": list(plan.files),
-            "safetensors_metadata": plan.source_metadata,
-            "spec_file": plan.spec.path if plan.spec else None,
-            "spec_sha256": plan.spec.sha256 if plan.spec else None,
-        }
-        final = writer.commit({"ckpt_history": [history]})
-    except BaseException:
-        with contextlib.suppress(CkptError):
-            writer.abort()
-        raise
-    finally:
-        ctx.close()
-    return ImportResult(plan, str(final), plan.total_bytes, time.perf_counter() - t0)
+
+
+def _write_item(
+    dest: Location, plan: ImportPlan, outs: list[LeafOut], on_bytes: Callable[[int], None]
+) -> None:
+    """The item's arrays, then (once they are on disk) its metadata."""
+    from ckpt_cli.core.write.item import ItemWriter
+
+    item = ItemWriter(
+        dest,
+        use_ocdbt=plan.write.ocdbt,
+        use_zarr3=bool(plan.write.zarr3),
+        # TensorStore holds about three times each block it encodes, over the ~90 MiB the
+        # process starts with: blocks get three quarters of a writer's share, so the
+        # default limit of 256 MiB keeps peak RSS under 300 MB.
+        memory_limit=plan.write.memory_limit * 3 // 4,
+        context=_write_context(),
+        fresh_sources=True,  # each block is read into a new array (SafetensorsReader)
+    )
+    item.write_arrays(outs, on_bytes)
+    sync_tree(dest)
+    item.write_metadata(outs)
+
+
+def _history(plan: ImportPlan) -> dict[str, Any]:
+    """What the new step records in its ckpt_history."""
+    return {
+        "operation": "import",
+        "source": plan.source,
+        "files": list(plan.files),
+        "safetensors_metadata": plan.source_metadata,
+        "spec_file": plan.spec.path if plan.spec else None,
+        "spec_sha256": plan.spec.sha256 if plan.spec else None,
+    }
 
 
 def _write_context() -> Any:

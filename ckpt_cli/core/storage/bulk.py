@@ -31,14 +31,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
 
-from ckpt_cli.core.storage.objstore import ObjectInfo, ObjectStore, Page
+from ckpt_cli.core.storage.objstore import ObjectInfo, ObjectStore, Page, concurrently
 from ckpt_cli.errors import UnreachableError
 
-T = TypeVar("T")
 PAGE = 1000  # keys of a full listing page (S3, GCS)
 #: The last code point: ``child + AFTER`` sorts after every key below ``child`` and before the
 #: next child's keys, in byte order and in SeaweedFS's tree order alike.
@@ -274,14 +271,3 @@ def delete_all(store: ObjectStore, keys: Sequence[str]) -> dict[str, str]:
     if gone:
         raise gone[0]
     return failed
-
-
-def concurrently(fn: Callable[[T], None], items: Sequence[T], limit: int) -> None:
-    """``fn`` over ``items``, up to ``limit`` at a time (inline for a single item)."""
-    if len(items) <= 1:
-        for item in items:
-            fn(item)
-        return
-    with ThreadPoolExecutor(max(1, min(limit, len(items)))) as pool:
-        for f in [pool.submit(fn, item) for item in items]:
-            f.result()

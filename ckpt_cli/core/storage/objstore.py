@@ -26,12 +26,15 @@ of one item no longer share their OCDBT writer and every commit races the other'
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.errors import CkptError, StorageError, UnreachableError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,22 @@ class ObjectStore:
         HTTP client as the listings: no TensorStore (and no numpy) to import for them."""
         raise NotImplementedError
 
+    def read_objects(
+        self, reads: Sequence[tuple[str, int | None, int | None]]
+    ) -> list[bytes | Exception | None]:
+        """``read_object`` of every ``(key, start, end)``, ``max_requests`` in flight; each
+        answer in the order asked, a failure as its exception."""
+        out: list[bytes | Exception | None] = [None] * len(reads)
+
+        def one(i: int) -> None:
+            try:
+                out[i] = self.read_object(*reads[i])
+            except Exception as e:
+                out[i] = e
+
+        concurrently(one, range(len(reads)), self.options.max_requests)
+        return out
+
     def upload(self, key: str, parts: Iterable[bytes], size: int) -> None:
         """Put an object of ``size`` bytes from ``parts`` (each at least ``PART_BYTES`` but the
         last), one part at a time: S3 multipart, a GCS resumable upload. The object appears
@@ -199,3 +218,14 @@ def describe_error(e: BaseException, endpoint: str) -> str:
     if type(e).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
         return "no credentials found: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile"
     return first[:300]
+
+
+def concurrently(fn: Callable[[T], None], items: Sequence[T], limit: int) -> None:
+    """``fn`` over ``items``, up to ``limit`` at a time (inline for a single item)."""
+    if len(items) <= 1:
+        for item in items:
+            fn(item)
+        return
+    with ThreadPoolExecutor(max(1, min(limit, len(items)))) as pool:
+        for f in [pool.submit(fn, item) for item in items]:
+            f.result()

@@ -21,6 +21,8 @@ from typing import Any, Literal
 #: of latency there, so throughput is requests in flight / latency (TensorStore's own default
 #: is 32).
 DEFAULT_MAX_REQUESTS = 64
+#: Connections (sockets) the small-file reads of one S3 store may hold open at once.
+MAX_METADATA_REQUESTS = 512
 
 #: ``auto``: the environment's keys when AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are set in
 #: the process that opens the store, else the standard chain (profiles, instance metadata);
@@ -93,6 +95,15 @@ class StorageOptions:
             gcs_endpoint=gcs.rstrip("/") if gcs else None,
             gcs_emulator=emulator,
         )
+
+    @property
+    def metadata_requests(self) -> int:
+        """Small-file reads (metadata, metrics: kilobytes each) in flight at once on S3: four
+        times ``max_requests``, at most ``MAX_METADATA_REQUESTS``. They cost one event loop and
+        no threads (``httpmany.py``), and a bucket answers each in one round trip: ``ls`` of
+        1,000 steps makes 2,000 of them, and behind 25 ms a window 64 deep waits 0.78 s, 128
+        deep 0.39 s, 256 deep 0.2 s."""
+        return min(4 * self.max_requests, MAX_METADATA_REQUESTS)
 
     def retries(self) -> dict[str, Any]:
         """TensorStore's ``*_request_retries`` spec for both drivers."""

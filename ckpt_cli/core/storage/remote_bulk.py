@@ -4,12 +4,11 @@ batched deletes of files and of whole directories (``Location``'s bulk interface
 from __future__ import annotations
 
 import builtins
-import threading
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from ckpt_cli.core.storage.base import Location
-from ckpt_cli.core.storage.bulk import concurrently, delete_all
+from ckpt_cli.core.storage.bulk import delete_all
 from ckpt_cli.errors import NotFoundError, StorageError
 
 if TYPE_CHECKING:
@@ -49,47 +48,41 @@ class RemoteBulk:
                     wanted.append((f.key, None if whole else tail, size))
         if not wanted:
             return
-        got: dict[tuple[str, int | None], bytes] = {}
-        lock = threading.Lock()
-        store = self.store
-
-        def one(entry: tuple[str, int | None, int]) -> None:
-            k, t, size = entry
-            try:
-                data = store.read_object(k, None if t is None else size - t, size)
-            except Exception:
-                return  # the read that needs it fails again, with its own message
-            if data is not None:
-                with lock:
-                    got[(k, t)] = data
-
-        concurrently(one, wanted, store.options.max_requests)
+        answers = self.store.read_objects(
+            [(k, None if t is None else size - t, size) for k, t, size in wanted]
+        )
+        # A failed read is left out: the read that needs the file fails again, with its own
+        # message.
+        got = {
+            (k, t): data
+            for (k, t, _), data in zip(wanted, answers, strict=True)
+            if isinstance(data, bytes)
+        }
         self._listing.keep(got)
 
     def read_ranges(self, ranges: Sequence[tuple[Location, int, int]]) -> builtins.list[bytes]:
-        """One ranged GET per entry, ``max_requests`` in flight; the first failure raises (as a
-        ``StorageError`` naming the file), after the others have finished."""
-        out: builtins.list[bytes] = [b""] * len(ranges)
-        store = self.store
-
-        def one(i: int) -> None:
-            loc, start, end = ranges[i]
-            key = loc.key if isinstance(loc, RemoteBulk) else ""
-            try:
-                data = store.read_object(key, start, end) if end > start else b""
-            except Exception as e:
-                raise store.error(f"cannot read {store.url(key)}", e) from None
-            if data is None:
-                raise NotFoundError(f"{store.url(key)} does not exist")
-            if len(data) != end - start:
-                raise StorageError(
-                    f"cannot read {store.url(key)}: {len(data)} bytes at {start}, not {end - start}"
-                )
-            out[i] = data
-
+        """One ranged GET per entry (``ObjectStore.read_objects``: ``max_requests`` or more in
+        flight); the first failure in the order asked raises (as a ``StorageError`` naming the
+        file), after every read has finished."""
         if any(not isinstance(loc, RemoteBulk) for loc, _, _ in ranges):
             raise StorageError(f"read_ranges on {self} got locations of another store")
-        concurrently(one, range(len(ranges)), store.options.max_requests)
+        store = self.store
+        keys = [loc.key if isinstance(loc, RemoteBulk) else "" for loc, _, _ in ranges]
+        wanted = [i for i, (_, start, end) in enumerate(ranges) if end > start]
+        answers = store.read_objects([(keys[i], ranges[i][1], ranges[i][2]) for i in wanted])
+        out: builtins.list[bytes] = [b""] * len(ranges)
+        for i, data in zip(wanted, answers, strict=True):
+            _, start, end = ranges[i]
+            url = store.url(keys[i])
+            if isinstance(data, Exception):
+                raise store.error(f"cannot read {url}", data) from None
+            if data is None:
+                raise NotFoundError(f"{url} does not exist")
+            if len(data) != end - start:
+                raise StorageError(
+                    f"cannot read {url}: {len(data)} bytes at {start}, not {end - start}"
+                )
+            out[i] = data
         return out
 
     def write_many(self, files: Sequence[tuple[Location, bytes]]) -> None:

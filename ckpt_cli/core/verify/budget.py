@@ -20,8 +20,8 @@ import json
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import TypedDict
 
 from ckpt_cli._version import __version__
 from ckpt_cli.core.format.digests import STATE_FILE
@@ -110,6 +110,24 @@ def chunk_key(item: str, leaf: str, index: tuple[int, ...]) -> str:
     return f"{item}/{leaf}/{','.join(str(i) for i in index)}"
 
 
+class RotationStateJSON(TypedDict):
+    """The state file of ``--rotate`` (its own format, not a --json document)."""
+
+    format: str
+    version: int
+    tool: str
+    layout: str
+    record: str | None
+    cycle: int
+    cycle_started_at: str
+    cursor: int
+    covered_bytes: int
+    of_bytes: int
+    last_run_at: str
+    file_offset: int
+    file_crc: int | None
+
+
 @dataclass(frozen=True)
 class RotationState:
     """Where the last budgeted run over one item stopped."""
@@ -125,12 +143,21 @@ class RotationState:
     file_offset: int = 0  # a recorded file's CRC-32 resumes here
     file_crc: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RotationStateJSON:
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
             "tool": f"ckpt {__version__}",
-            **asdict(self),
+            "layout": self.layout,
+            "record": self.record,
+            "cycle": self.cycle,
+            "cycle_started_at": self.cycle_started_at,
+            "cursor": self.cursor,
+            "covered_bytes": self.covered_bytes,
+            "of_bytes": self.of_bytes,
+            "last_run_at": self.last_run_at,
+            "file_offset": self.file_offset,
+            "file_crc": self.file_crc,
         }
 
 

@@ -34,7 +34,21 @@ def check_arrays(
 ) -> None:
     store = facts.store
     assert store is not None
-    header = store.header_name
+    headers, parts_of = _stored_arrays(facts, tree, store.header_name)
+    facts.arrays_seen = {storage_dir(n) for n in headers}
+    _check_leaves_have_arrays(facts, tree, headers, parts_of)
+    metas = {m.name: m for m in tree.leaves}
+    names = sorted(headers & {m.name for m in tree.leaves if m.has_array})
+    if not _check_headers(facts, names, metas, shardings, array_metas, broken, parts_of):
+        return
+    if facts.record is not None:
+        _check_record_leaves(facts, tree)
+
+
+def _stored_arrays(
+    facts: ItemFacts, tree: TreeMetadata, header: str
+) -> tuple[set[str], dict[str, list[str]]]:
+    """The leaves with a stored array header, and the other keys (chunks) stored per leaf."""
     # Keys name directories (``storage_dir``), not leaves: the dict key 'trailing/' is stored
     # under trailing/, the key '' at the top of the item.
     leaf_of = {storage_dir(m.name): m.name for m in tree.leaves if m.has_array}
@@ -47,7 +61,15 @@ def check_arrays(
             headers.add(name)
         else:
             parts_of.setdefault(name, []).append(part)
-    facts.arrays_seen = {storage_dir(n) for n in headers}
+    return headers, parts_of
+
+
+def _check_leaves_have_arrays(
+    facts: ItemFacts, tree: TreeMetadata, headers: set[str], parts_of: dict[str, list[str]]
+) -> None:
+    """Every array leaf of _METADATA has its array, every stored array has its leaf."""
+    store = facts.store
+    assert store is not None
     metas = {m.name: m for m in tree.leaves}
     for m in tree.leaves:
         if m.has_array and m.name not in headers:
@@ -91,12 +113,27 @@ def check_arrays(
                 "array header: dead data that no restore reads",
                 leaf=name,
             )
-    names = sorted(headers & {m.name for m in tree.leaves if m.has_array})
+
+
+def _check_headers(
+    facts: ItemFacts,
+    names: list[str],
+    metas: dict[str, LeafMeta],
+    shardings: dict[str, ShardingInfo],
+    array_metas: dict[str, ArrayMetadata],
+    broken: set[str],
+    parts_of: dict[str, list[str]],
+) -> bool:
+    """Read the arrays' headers and check each against its leaf, its chunks and the record; the
+    sound ones go to ``facts.arrays``. False when the headers cannot be read at all."""
+    store = facts.store
+    assert store is not None
+    header = store.header_name
     try:
         raw, errors = store.read_header_bytes(names)
     except CkptError as e:
         facts.add("unreadable", f"{e.message}; {_RESTORE}")
-        return
+        return False
     for name, message in sorted(errors.items()):
         facts.add("unreadable", f"header of {name} cannot be read ({message})", leaf=name)
     rec = facts.record
@@ -127,8 +164,7 @@ def check_arrays(
             ok = _check_against_record(facts, name, info, file) and ok
         if ok and name not in broken:
             facts.arrays[name] = (info, label)
-    if rec is not None:
-        _check_record_leaves(facts, tree)
+    return True
 
 
 def _shape_str(shape: tuple[int, ...] | None) -> str:

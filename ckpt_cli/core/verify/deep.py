@@ -195,14 +195,8 @@ def sample_items(
     ]
     counts = [info.num_chunks for _, _, info in leaves]
     total_chunks, total_bytes = sum(counts), sum(info.nbytes for _, _, info in leaves)
-    chosen: dict[int, list[tuple[int, ...]]] = {}
     if spec.subset is not None:
-        n, t = spec.subset
-        for li, (i, name, info) in enumerate(leaves):
-            item_name = names[i] if names else ""
-            for index in itertools.product(*(range(g) for g in info.chunk_grid)):
-                if subset_of(chunk_key(item_name, name, index), t) == n:
-                    chosen.setdefault(li, []).append(index)
+        chosen = _subset_chunks(leaves, spec.subset, names)
         k = sum(len(v) for v in chosen.values())
         seed = None
     else:
@@ -213,14 +207,7 @@ def sample_items(
             else min(1.0, (spec.bytes or 0) / max(1, total_bytes))
         )
         k = min(total_chunks, math.ceil(total_chunks * fraction)) if total_chunks else 0
-        picks = sorted(random.Random(seed).sample(range(total_chunks), k))
-        start, p = 0, 0
-        for li, count in enumerate(counts):
-            while p < len(picks) and picks[p] < start + count:
-                grid = leaves[li][2].chunk_grid
-                chosen.setdefault(li, []).append(_unravel(picks[p] - start, grid))
-                p += 1
-            start += count
+        chosen = _random_chunks(leaves, counts, k, seed)
     progress = _Bytes(on_bytes)
     results = [DataResult([], {}, {}) for _ in items]
     sampled_bytes = 0
@@ -247,6 +234,40 @@ def sample_items(
                 _take_sums(facts, results[i], sums)
     subset = f"{spec.subset[0]}/{spec.subset[1]}" if spec.subset else None
     return results, SampleInfo(seed, k, total_chunks, sampled_bytes, total_bytes, subset)
+
+
+_Leaves = list[tuple[int, str, ArrayInfo]]  # (item index, leaf name, array) in sample order
+
+
+def _subset_chunks(
+    leaves: _Leaves, subset: tuple[int, int], names: list[str] | None
+) -> dict[int, list[tuple[int, ...]]]:
+    """leaf position -> the chunk indices in the n-th of t disjoint subsets."""
+    n, t = subset
+    chosen: dict[int, list[tuple[int, ...]]] = {}
+    for li, (i, name, info) in enumerate(leaves):
+        item_name = names[i] if names else ""
+        for index in itertools.product(*(range(g) for g in info.chunk_grid)):
+            if subset_of(chunk_key(item_name, name, index), t) == n:
+                chosen.setdefault(li, []).append(index)
+    return chosen
+
+
+def _random_chunks(
+    leaves: _Leaves, counts: list[int], k: int, seed: int
+) -> dict[int, list[tuple[int, ...]]]:
+    """leaf position -> the chunk indices of ``k`` chunks drawn with ``seed`` from all of them."""
+    total_chunks = sum(counts)
+    picks = sorted(random.Random(seed).sample(range(total_chunks), k))
+    chosen: dict[int, list[tuple[int, ...]]] = {}
+    start, p = 0, 0
+    for li, count in enumerate(counts):
+        while p < len(picks) and picks[p] < start + count:
+            grid = leaves[li][2].chunk_grid
+            chosen.setdefault(li, []).append(_unravel(picks[p] - start, grid))
+            p += 1
+        start += count
+    return chosen
 
 
 def _done(value: FileSum | str) -> Future[FileSum | str]:

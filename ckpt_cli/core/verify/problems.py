@@ -8,7 +8,7 @@ severity; ``--strict`` turns warnings into errors and ``--fail-on-nonfinite`` do
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 Severity = Literal["error", "warning"]
 
@@ -52,6 +52,16 @@ CODES: dict[str, tuple[Severity, str]] = {
 }
 
 
+class ProblemJSON(TypedDict):
+    severity: Literal["error", "warning"]
+    code: str
+    leaf: str | None
+    #: Every leaf the problem hurts (a data file holds chunks of many); ``leaf`` is the first.
+    leaves: list[str]
+    file: str | None
+    message: str
+
+
 @dataclass(frozen=True)
 class Problem:
     """One finding: where it is (leaf and/or file, relative to the checked path) and what to do."""
@@ -65,7 +75,7 @@ class Problem:
     #: is then the first of them.
     leaves: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ProblemJSON:
         return {
             "severity": self.severity,
             "code": self.code,

@@ -31,6 +31,7 @@ from ckpt_cli.core.verify.types import (
     DataResult,
     ItemCheck,
     ItemFacts,
+    Level,
     Rotation,
     SampleInfo,
     VerifyOptions,
@@ -117,11 +118,7 @@ def _verify(
 
     facts = _check_items(location, targets, on_progress)
 
-    level = (
-        "sample"
-        if options.sample is not None
-        else ("deep" if options.deep or options.record or options.mark_committed else "structure")
-    )
+    level = _level(options)
     names = [t.name for t in targets]
     coverage: Coverage | None = None
     rotation: Rotation | None = None
@@ -141,38 +138,10 @@ def _verify(
         if level != "structure":
             coverage = _full_coverage(facts, results, sample, options.clock() - started)
     recorded: list[str] = []
-    checks = []
-    for t, f, r in zip(targets, facts, results, strict=True):
-        item_problems = [escalate(p, options.strict, options.fail_on_nonfinite) for p in f.problems]
-        digests = _digest_state(f, level)
-        if options.record and r is not None:
-            if any(p.severity == "error" for p in item_problems):
-                digests = "not-recorded"
-            else:
-                assert f.inventory is not None
-                try:
-                    write_digests(f.inventory.base, DigestRecord(r.digests, r.files))
-                    recorded.append(t.shown_as)
-                    digests = "recorded"
-                except NotFoundError:
-                    digests = "not-recorded"  # the item was removed meanwhile: nothing to record
-        checks.append(
-            ItemCheck(
-                path=t.shown_as,
-                step=t.step,
-                name=t.name,
-                kind=f.kind,
-                leaves=tuple(f.leaves),
-                arrays=len(f.arrays_seen),
-                chunks=f.chunks,
-                files=len(f.inventory.sizes) if f.inventory else 0,
-                digests=digests,
-                problems=tuple(item_problems),
-                nonfinite=tuple(r.nonfinite) if r else (),
-                bytes_decoded=r.bytes_decoded if r else 0,
-                chunks_decoded=r.chunks_decoded if r else 0,
-            )
-        )
+    checks = [
+        _item_check(t, f, r, level, options, recorded)
+        for t, f, r in zip(targets, facts, results, strict=True)
+    ]
     top = [escalate(p, options.strict, options.fail_on_nonfinite) for p in problems]
     marked: tuple[str, ...] = ()
     clean = not any(p.severity == "error" for c in checks for p in (*top, *c.problems))
@@ -193,6 +162,53 @@ def _verify(
         marked_committed=marked,
         elapsed_s=options.clock() - started,
         extra={"warnings": notes} if notes else {},
+    )
+
+
+def _level(options: VerifyOptions) -> Level:
+    """How far the check reads: a sample, every chunk, or metadata and sizes only."""
+    if options.sample is not None:
+        return "sample"
+    return "deep" if options.deep or options.record or options.mark_committed else "structure"
+
+
+def _item_check(
+    t: ItemTarget,
+    f: ItemFacts,
+    r: DataResult | None,
+    level: Level,
+    options: VerifyOptions,
+    recorded: list[str],
+) -> ItemCheck:
+    """One item's result; with ``--record``, its digests written unless it has errors (what was
+    recorded is added to ``recorded``)."""
+    item_problems = [escalate(p, options.strict, options.fail_on_nonfinite) for p in f.problems]
+    digests = _digest_state(f, level)
+    if options.record and r is not None:
+        if any(p.severity == "error" for p in item_problems):
+            digests = "not-recorded"
+        else:
+            assert f.inventory is not None
+            try:
+                write_digests(f.inventory.base, DigestRecord(r.digests, r.files))
+                recorded.append(t.shown_as)
+                digests = "recorded"
+            except NotFoundError:
+                digests = "not-recorded"  # the item was removed meanwhile: nothing to record
+    return ItemCheck(
+        path=t.shown_as,
+        step=t.step,
+        name=t.name,
+        kind=f.kind,
+        leaves=tuple(f.leaves),
+        arrays=len(f.arrays_seen),
+        chunks=f.chunks,
+        files=len(f.inventory.sizes) if f.inventory else 0,
+        digests=digests,
+        problems=tuple(item_problems),
+        nonfinite=tuple(r.nonfinite) if r else (),
+        bytes_decoded=r.bytes_decoded if r else 0,
+        chunks_decoded=r.chunks_decoded if r else 0,
     )
 
 

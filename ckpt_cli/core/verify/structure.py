@@ -150,6 +150,32 @@ def _metadata_files_parse(item: Location, facts: ItemFacts) -> bool:
     )
 
 
+def _scan_databases(
+    item: Location, facts: ItemFacts, store: ItemStore, leaf_of: dict[str, str]
+) -> tuple[list[OcdbtScan], set[str], set[str], bool]:
+    """Walk the item's OCDBT databases: their problems and keys go to ``facts``; returns the
+    scans, the data files they reference, the leaves whose chunks point past a file's end, and
+    whether the keys were all read."""
+    inv = facts.inventory
+    assert inv is not None
+    scans: list[OcdbtScan] = []
+    referenced: set[str] = set()
+    if MANIFEST in inv.sizes or any(rel.startswith("d/") for rel in inv.sizes):
+        scans.append(scan_database(item, "", inv.size))
+    scans.extend(scan_database(item, db, inv.size) for db in store.process_dbs)
+    for scan in scans:
+        facts.problems.extend(_shown(facts, p) for p in scan.problems)
+        referenced.update(r.file for r, _ in scan.refs)
+    bounds, broken = check_ref_bounds(
+        scans, inv.size, lambda k: _leaf_of_key(k, leaf_of, facts.zarr3)
+    )
+    facts.problems.extend(_shown(facts, p) for p in bounds)
+    key_scans = [s for s in scans if s.db == ""] if MANIFEST in inv.sizes else scans
+    for scan in reversed(key_scans):
+        facts.keys.update(scan.keys)
+    return scans, referenced, broken, all(s.complete for s in key_scans) and bool(key_scans)
+
+
 def _check_tree(
     item: Location, facts: ItemFacts, known: set[str], tree: TreeMetadata, meta_ok: bool
 ) -> None:
@@ -187,20 +213,7 @@ def _check_tree(
             if "/" in rel or (top_array and _array_file("", rel, store.header_name, tree.use_zarr3))
         }
     else:
-        if MANIFEST in inv.sizes or any(rel.startswith("d/") for rel in inv.sizes):
-            scans.append(scan_database(item, "", inv.size))
-        scans.extend(scan_database(item, db, inv.size) for db in store.process_dbs)
-        for scan in scans:
-            facts.problems.extend(_shown(facts, p) for p in scan.problems)
-            referenced.update(r.file for r, _ in scan.refs)
-        bounds, broken = check_ref_bounds(
-            scans, inv.size, lambda k: _leaf_of_key(k, leaf_of, facts.zarr3)
-        )
-        facts.problems.extend(_shown(facts, p) for p in bounds)
-        key_scans = [s for s in scans if s.db == ""] if MANIFEST in inv.sizes else scans
-        for scan in reversed(key_scans):
-            facts.keys.update(scan.keys)
-        complete = all(s.complete for s in key_scans) and bool(key_scans)
+        scans, referenced, broken, complete = _scan_databases(item, facts, store, leaf_of)
     if complete:
         checks.check_arrays(facts, tree, shardings, array_metas, broken)
     known_dirs = {db for db in store.process_dbs}

@@ -30,7 +30,7 @@ from ckpt_cli.core.format.pins import PIN_FILE
 from ckpt_cli.core.format.resolve import find_step
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.core.verify.problems import Problem, problem
-from ckpt_cli.core.verify.types import VerifyOptions
+from ckpt_cli.core.verify.types import CheckedKind, VerifyOptions
 from ckpt_cli.errors import CkptError, InvalidMetadataError, UnsupportedError, UsageError
 
 
@@ -49,7 +49,7 @@ class ItemTarget:
 class Targets:
     """What a path holds to check, and what was found wrong on the way to its items."""
 
-    kind: str  # root | step | item
+    kind: CheckedKind
     items: list[ItemTarget] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)
@@ -205,28 +205,7 @@ def _check_step(
     step_loc: Location, shown: str, step: int | None, entries: list[Entry], problems: list[Problem]
 ) -> list[ItemTarget]:
     names = {e.name for e in entries}
-    meta_file = _join(shown, STEP_METADATA)
-    handlers: dict[str, str] | str | None = None
-    if STEP_METADATA not in names:
-        if not _before_step_metadata(step_loc, entries):  # Orbax 0.4 wrote none
-            problems.append(
-                problem(
-                    "step-metadata-missing",
-                    f"{shown if shown != '.' else step_loc.name} has no {STEP_METADATA}: Orbax "
-                    "writes it with every step since 0.5; if this step is that recent, its save "
-                    "did not finish; run `ckpt inspect` on it and compare with the step before",
-                    file=meta_file,
-                )
-            )
-    elif _check_json(step_loc.child(STEP_METADATA), meta_file, problems) is not None:
-        try:
-            handlers = read_step_metadata(step_loc).item_handlers
-        except InvalidMetadataError as err:
-            problems.append(
-                problem(
-                    "metadata-invalid", f"{err.message}: restore it from a copy", file=meta_file
-                )
-            )
+    handlers = _step_handlers(step_loc, shown, names, entries, problems)
     if looks_like_item(names):
         # A single-item Checkpointer writes the item straight into the step directory.
         return [ItemTarget(step_loc, shown, step, "default", is_step=True)]
@@ -235,17 +214,7 @@ def _check_step(
     for e in entries:
         rel = _join(shown, e.name)
         if not e.is_dir:
-            # PIN_FILE: ckpt pin; V1_MARKER: the v1 API's own file
-            known = (STEP_METADATA, COMMIT_MARKER, PIN_FILE, V1_MARKER, *CKPT_STEP_FILES)
-            if e.name not in known:
-                problems.append(
-                    problem(
-                        "unknown-file",
-                        f"{rel} is not a file Orbax writes into a step: Orbax ignores it; "
-                        "move it out of the checkpoint",
-                        file=rel,
-                    )
-                )
+            _check_step_file(e.name, rel, problems)
             continue
         if e.is_symlink:
             problems.append(
@@ -270,7 +239,58 @@ def _check_step(
                     file=rel,
                 )
             )
-    for name in sorted(expected - names):
+    _check_listed_items(shown, expected - names, problems)
+    return targets
+
+
+def _step_handlers(
+    step_loc: Location, shown: str, names: set[str], entries: list[Entry], problems: list[Problem]
+) -> dict[str, str] | str | None:
+    """The step's item handlers from its step metadata (None: missing or unreadable, reported
+    unless the step predates step metadata)."""
+    meta_file = _join(shown, STEP_METADATA)
+    handlers: dict[str, str] | str | None = None
+    if STEP_METADATA not in names:
+        if not _before_step_metadata(step_loc, entries):  # Orbax 0.4 wrote none
+            problems.append(
+                problem(
+                    "step-metadata-missing",
+                    f"{shown if shown != '.' else step_loc.name} has no {STEP_METADATA}: Orbax "
+                    "writes it with every step since 0.5; if this step is that recent, its save "
+                    "did not finish; run `ckpt inspect` on it and compare with the step before",
+                    file=meta_file,
+                )
+            )
+    elif _check_json(step_loc.child(STEP_METADATA), meta_file, problems) is not None:
+        try:
+            handlers = read_step_metadata(step_loc).item_handlers
+        except InvalidMetadataError as err:
+            problems.append(
+                problem(
+                    "metadata-invalid", f"{err.message}: restore it from a copy", file=meta_file
+                )
+            )
+    return handlers
+
+
+def _check_step_file(name: str, rel: str, problems: list[Problem]) -> None:
+    """A file in a step directory: one Orbax or ckpt writes, or an unknown one."""
+    # PIN_FILE: ckpt pin; V1_MARKER: the v1 API's own file
+    known = (STEP_METADATA, COMMIT_MARKER, PIN_FILE, V1_MARKER, *CKPT_STEP_FILES)
+    if name not in known:
+        problems.append(
+            problem(
+                "unknown-file",
+                f"{rel} is not a file Orbax writes into a step: Orbax ignores it; "
+                "move it out of the checkpoint",
+                file=rel,
+            )
+        )
+
+
+def _check_listed_items(shown: str, missing: set[str], problems: list[Problem]) -> None:
+    """Items the step metadata lists that have no directory."""
+    for name in sorted(missing):
         if not is_plain_name(name):
             problems.append(
                 problem(
@@ -290,7 +310,6 @@ def _check_step(
                 file=_join(shown, name),
             )
         )
-    return targets
 
 
 def _check_markable(location: Location, kind: str, options: VerifyOptions) -> None:

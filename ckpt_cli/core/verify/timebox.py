@@ -63,20 +63,53 @@ def budgeted_deep(
     or kept for other arrays; a state file not written)."""
     deadline = Deadline(options.max_duration, clock, started)
     deadline.start_data()
-
-    def stop(in_flight: int) -> bool:
-        return deadline.should_stop(in_flight)
-
-    def progress(n: int) -> None:
-        deadline.done(n)
-        if on_bytes is not None:
-            on_bytes(n)
-
     bases = [f.inventory.base if f.inventory else None for f in facts]
     wants = [options.record or f.record is not None for f in facts]
     layouts = [_layout(f, options.budget, w) for f, w in zip(facts, wants, strict=True)]
     records = [_record_hash(b) if b and options.rotate else None for b in bases]
     sizes = [sum(info.nbytes for info, _ in f.arrays.values()) for f in facts]
+    states, warnings = _load_states(facts, options, bases, layouts, records)
+    results = _read_items(facts, states, sizes, wants, options, deadline, on_bytes)
+    coverage = Coverage(
+        bytes=sum(r.bytes_decoded for r in results if r),
+        of_bytes=sum(sizes),
+        leaves=sum(r.leaves_complete for r in results if r),
+        of_leaves=sum(len(f.arrays) for f in facts),
+        stopped="max-duration" if deadline.stopped else None,
+        budget_s=options.max_duration,
+        elapsed_s=deadline.elapsed(),
+    )
+    if not options.rotate:
+        return results, coverage, None, []
+    files, covered, cycles, complete = [], 0, [], True
+    for i, (facts_i, r) in enumerate(zip(facts, results, strict=True)):
+        base, st = bases[i], states[i]
+        if base is None or r is None:
+            continue
+        new, read = _next_state(st, r, layouts[i], records[i], sizes[i])
+        covered += read
+        complete = complete and r.resume_at is None
+        cycles.append(new.cycle)
+        try:
+            write_state(base, new)
+            files.append(f"{facts_i.shown_as}/{STATE_FILE}".lstrip("./") or STATE_FILE)
+        except CkptError as e:
+            warnings.append(f"rotation state not written for {facts_i.shown_as}: {e.message}")
+    rotation = Rotation(
+        tuple(files), covered, sum(sizes), min(cycles, default=0), complete, tuple(warnings)
+    )
+    return results, coverage, rotation, warnings
+
+
+def _load_states(
+    facts: list[ItemFacts],
+    options: VerifyOptions,
+    bases: list[Location | None],
+    layouts: list[str],
+    records: list[str | None],
+) -> tuple[list[RotationState | None], list[str]]:
+    """Each item's rotation state, where the last run stopped (None: start a new cycle), and a
+    warning for each state file not used."""
     warnings: list[str] = []
     states: list[RotationState | None] = []
     for f, base, layout, record in zip(facts, bases, layouts, records, strict=True):
@@ -92,6 +125,28 @@ def budgeted_deep(
             warnings.append(f"{shown} not used, a new rotation cycle starts: {why}")
             st = None
         states.append(st)
+    return states, warnings
+
+
+def _read_items(
+    facts: list[ItemFacts],
+    states: list[RotationState | None],
+    sizes: list[int],
+    wants: list[bool],
+    options: VerifyOptions,
+    deadline: Deadline,
+    on_bytes: Callable[[int], None] | None,
+) -> list[DataResult | None]:
+    """Read the items, the least covered first when rotating, each from where its state says,
+    until the deadline; an item not reached resumes at its start (or its state's cursor)."""
+
+    def stop(in_flight: int) -> bool:
+        return deadline.should_stop(in_flight)
+
+    def progress(n: int) -> None:
+        deadline.done(n)
+        if on_bytes is not None:
+            on_bytes(n)
 
     def covered_share(i: int) -> float:
         st = states[i]
@@ -106,50 +161,28 @@ def budgeted_deep(
             results[i] = DataResult([], {}, {}, resume_at=start or (0, 0))
             continue
         results[i] = deep_item(facts[i], wants[i], options.budget, progress, stop, start)
-    leaves = sum(len(f.arrays) for f in facts)
-    coverage = Coverage(
-        bytes=sum(r.bytes_decoded for r in results if r),
-        of_bytes=sum(sizes),
-        leaves=sum(r.leaves_complete for r in results if r),
-        of_leaves=leaves,
-        stopped="max-duration" if deadline.stopped else None,
-        budget_s=options.max_duration,
-        elapsed_s=deadline.elapsed(),
+    return results
+
+
+def _next_state(
+    st: RotationState | None, r: DataResult, layout: str, record: str | None, size: int
+) -> tuple[RotationState, int]:
+    """The item's rotation state after this run, and the bytes its current cycle has covered."""
+    done_before = st.covered_bytes if st else 0
+    cycle = st.cycle if st else 0
+    if r.resume_at is None:  # read to the end: the cycle is complete
+        new = RotationState(layout, record, cycle + 1, _now(), 0, 0, size, _now())
+        # What this cycle read, never what the state claims: a stale cursor covers less.
+        return new, min(size, done_before + r.bytes_decoded)
+    li, block = r.resume_at
+    new = RotationState(
+        layout,
+        record,
+        cycle,
+        st.cycle_started_at if st else _now(),
+        (li << 32) + block,
+        done_before + r.bytes_decoded,
+        size,
+        _now(),
     )
-    if not options.rotate:
-        return results, coverage, None, []
-    files, covered, cycles, complete = [], 0, [], True
-    for i, (facts_i, r) in enumerate(zip(facts, results, strict=True)):
-        base, st = bases[i], states[i]
-        if base is None or r is None:
-            continue
-        done_before = st.covered_bytes if st else 0
-        cycle = st.cycle if st else 0
-        if r.resume_at is None:  # read to the end: the cycle is complete
-            new = RotationState(layouts[i], records[i], cycle + 1, _now(), 0, 0, sizes[i], _now())
-            # What this cycle read, never what the state claims: a stale cursor covers less.
-            covered += min(sizes[i], done_before + r.bytes_decoded)
-        else:
-            complete = False
-            li, block = r.resume_at
-            new = RotationState(
-                layouts[i],
-                records[i],
-                cycle,
-                st.cycle_started_at if st else _now(),
-                (li << 32) + block,
-                done_before + r.bytes_decoded,
-                sizes[i],
-                _now(),
-            )
-            covered += new.covered_bytes
-        cycles.append(new.cycle)
-        try:
-            write_state(base, new)
-            files.append(f"{facts_i.shown_as}/{STATE_FILE}".lstrip("./") or STATE_FILE)
-        except CkptError as e:
-            warnings.append(f"rotation state not written for {facts_i.shown_as}: {e.message}")
-    rotation = Rotation(
-        tuple(files), covered, sum(sizes), min(cycles, default=0), complete, tuple(warnings)
-    )
-    return results, coverage, rotation, warnings
+    return new, new.covered_bytes

@@ -10,16 +10,92 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, TypedDict
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
 from ckpt_cli.core.format.digests import DigestRecord, FileSum, LeafDigest
 from ckpt_cli.core.format.names import chunk_key
 from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES
-from ckpt_cli.core.schema import document
 from ckpt_cli.core.verify.inventory import Inventory
 from ckpt_cli.core.verify.ocdbt import Ref
-from ckpt_cli.core.verify.problems import Problem, problem
+from ckpt_cli.core.verify.problems import Problem, ProblemJSON, problem
+
+Level = Literal["structure", "deep", "sample"]
+CheckedKind = Literal["root", "step", "item"]
+
+
+class SampleJSON(TypedDict):
+    seed: int | None
+    chunks: int
+    of_chunks: int
+    bytes: int
+    of_bytes: int
+    subset: str | None
+
+
+class CoverageJSON(TypedDict):
+    bytes: int
+    of_bytes: int
+    leaves: int
+    of_leaves: int
+    complete: bool
+    stopped: Literal["max-duration"] | None
+    budget_s: float | None
+
+
+class RotationJSON(TypedDict):
+    state_files: list[str]
+    covered_bytes: int
+    of_bytes: int
+    cycles_completed: int
+    cycle_complete: bool
+    #: A state file not used (damaged, or not the item's: a new cycle starts) or not written.
+    warnings: list[str]
+
+
+class CheckedJSON(TypedDict):
+    level: Level
+    steps: list[int]
+    items: int
+    leaves: int
+    arrays: int
+    chunks: int
+    files: int
+    chunks_decoded: int
+    bytes_decoded: int
+    digests: dict[str, str]
+    unfinished_saves: list[str]
+    coverage: CoverageJSON | None
+    rotation: RotationJSON | None
+    sample: SampleJSON | None
+
+
+class NonFiniteJSON(TypedDict):
+    item: str
+    leaf: str
+    nan: int
+    inf: int
+
+
+class SummaryJSON(TypedDict):
+    errors: int
+    warnings: int
+
+
+class VerifyJSON(TypedDict):
+    """``ckpt verify --json``: what one run checked and found."""
+
+    schema_version: int
+    ok: bool
+    path: str
+    kind: CheckedKind
+    checked: CheckedJSON
+    summary: SummaryJSON
+    nonfinite: list[NonFiniteJSON]
+    recorded: list[str]
+    marked_committed: list[str]
+    elapsed_s: float
+    problems: list[ProblemJSON]
 
 
 @dataclass(frozen=True)
@@ -111,7 +187,7 @@ class Coverage:
     of_bytes: int
     leaves: int
     of_leaves: int
-    stopped: str | None  # "max-duration" when the budget ran out
+    stopped: Literal["max-duration"] | None  # when the budget ran out
     budget_s: float | None
     elapsed_s: float
 
@@ -119,7 +195,7 @@ class Coverage:
     def complete(self) -> bool:
         return self.stopped is None and self.bytes >= self.of_bytes
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CoverageJSON:
         return {
             "bytes": self.bytes,
             "of_bytes": self.of_bytes,
@@ -143,7 +219,7 @@ class Rotation:
     #: State files not used (damaged, or not this item's) or not written; one line each.
     warnings: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RotationJSON:
         return {
             "state_files": list(self.state_files),
             "covered_bytes": self.covered_bytes,
@@ -197,8 +273,8 @@ class VerifyReport:
     path: str
     #: 2: problems name every leaf they hurt (leaves); 3: rotation.warnings.
     SCHEMA_VERSION: ClassVar[int] = 3
-    kind: str  # root | step | item
-    level: str  # structure | deep | sample
+    kind: CheckedKind
+    level: Level
     items: tuple[ItemCheck, ...]
     problems: tuple[Problem, ...]  # all of them: root, step and item problems
     steps: tuple[int, ...] = ()
@@ -223,7 +299,7 @@ class VerifyReport:
     def ok(self) -> bool:
         return self.errors == 0
 
-    def checked_json(self) -> dict[str, Any]:
+    def checked_json(self) -> CheckedJSON:
         return {
             "level": self.level,
             "steps": list(self.steps),
@@ -250,24 +326,22 @@ class VerifyReport:
             },
         }
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> VerifyJSON:
         """The document ``ckpt verify --json`` prints."""
-        return document(
-            {
-                "path": self.path,
-                "kind": self.kind,
-                "ok": self.ok,
-                "checked": self.checked_json(),
-                "summary": {"errors": self.errors, "warnings": self.warnings},
-                "nonfinite": [
-                    {"item": i.path, "leaf": n.leaf, "nan": n.nan, "inf": n.inf}
-                    for i in self.items
-                    for n in i.nonfinite
-                ],
-                "recorded": list(self.recorded),
-                "marked_committed": list(self.marked_committed),
-                "elapsed_s": round(self.elapsed_s, 3),
-                "problems": [p.to_json() for p in self.problems],
-            },
-            version=self.SCHEMA_VERSION,
-        )
+        return {
+            "schema_version": self.SCHEMA_VERSION,
+            "ok": self.ok,
+            "path": self.path,
+            "kind": self.kind,
+            "checked": self.checked_json(),
+            "summary": {"errors": self.errors, "warnings": self.warnings},
+            "nonfinite": [
+                {"item": i.path, "leaf": n.leaf, "nan": n.nan, "inf": n.inf}
+                for i in self.items
+                for n in i.nonfinite
+            ],
+            "recorded": list(self.recorded),
+            "marked_committed": list(self.marked_committed),
+            "elapsed_s": round(self.elapsed_s, 3),
+            "problems": [p.to_json() for p in self.problems],
+        }

@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.format.arrays import ItemStore, cached_context
@@ -91,6 +91,15 @@ class UnitDone:
     worker: str  # host:pid
 
 
+class ScaleJSON(TypedDict):
+    executor: str
+    workers: int
+    units: int
+    databases: int
+    worker_seconds: float
+    merge_seconds: float
+
+
 @dataclass(frozen=True)
 class ScaleStats:
     executor: str
@@ -100,7 +109,7 @@ class ScaleStats:
     worker_seconds: float  # summed time inside units
     merge_seconds: float
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ScaleJSON:
         return {
             "executor": self.executor,
             "workers": self.workers,

@@ -18,7 +18,7 @@ from ckpt_cli.core.format.names import COMMIT_MARKER, TREE_METADATA, array_prefi
 from ckpt_cli.core.format.sharding import sharding_json
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.pipeline import Pipeline, block_budget, leaf_regions
-from ckpt_cli.core.write.types import LeafOut, Region
+from ckpt_cli.core.write.types import ArrayOut, LeafOut, Region
 from ckpt_cli.errors import RefusedError
 
 STANDARD_HANDLER = (
@@ -142,35 +142,14 @@ class ItemWriter:
         array_metas = []
         strings: dict[str, str] = {}
         for leaf in leaves:
-            value: dict[str, Any] = {
-                "value_type": leaf.value_type,
-                "skip_deserialize": leaf.array is None and leaf.string_value is None,
-            }
-            if leaf.value_type == "jax.Array" and leaf.write_shape is not None:
-                value["write_shape"] = list(leaf.write_shape)
-            tree[str(tuple(leaf.keypath))] = {
-                "key_metadata": [
-                    {"key": k, "key_type": t}
-                    for k, t in zip(leaf.keypath, leaf.key_types, strict=True)
-                ],
-                "value_metadata": value,
-            }
+            tree[str(tuple(leaf.keypath))] = _tree_entry(leaf)
             if leaf.string_value is not None:
                 strings[leaf.name] = leaf.string_value
             if leaf.value_type == "jax.Array" and leaf.array is not None:
                 if leaf.sharding is not None:
                     key = base64.urlsafe_b64encode(leaf.name.encode()).decode()
                     shardings[key] = json.dumps(sharding_json(leaf.sharding))
-                array_metas.append(
-                    {
-                        "array_metadata": {
-                            "param_name": leaf.name,
-                            "write_shape": list(leaf.write_shape or leaf.array.chunk_shape),
-                            "chunk_shape": list(leaf.array.chunk_shape),
-                            "ext_metadata": leaf.ext_metadata,
-                        }
-                    }
-                )
+                array_metas.append({"array_metadata": _array_metadata(leaf, leaf.array)})
         files = [
             (
                 self.dest.child(TREE_METADATA),
@@ -201,3 +180,29 @@ class ItemWriter:
         self.dest.child(COMMIT_MARKER).write_bytes(
             f"Checkpoint commit was successful to {self.dest}".encode()
         )
+
+
+def _tree_entry(leaf: LeafOut) -> dict[str, Any]:
+    """The leaf's entry in ``_METADATA``: its keypath and what its value is."""
+    value: dict[str, Any] = {
+        "value_type": leaf.value_type,
+        "skip_deserialize": leaf.array is None and leaf.string_value is None,
+    }
+    if leaf.value_type == "jax.Array" and leaf.write_shape is not None:
+        value["write_shape"] = list(leaf.write_shape)
+    return {
+        "key_metadata": [
+            {"key": k, "key_type": t} for k, t in zip(leaf.keypath, leaf.key_types, strict=True)
+        ],
+        "value_metadata": value,
+    }
+
+
+def _array_metadata(leaf: LeafOut, array: ArrayOut) -> dict[str, Any]:
+    """The leaf's entry in ``array_metadatas``: how it was written."""
+    return {
+        "param_name": leaf.name,
+        "write_shape": list(leaf.write_shape or array.chunk_shape),
+        "chunk_shape": list(array.chunk_shape),
+        "ext_metadata": leaf.ext_metadata,
+    }

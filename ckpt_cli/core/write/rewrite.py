@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypedDict
+
+from typing_extensions import NotRequired, TypeVar
 
 from ckpt_cli.core.executor import Executor, open_executor
 from ckpt_cli.core.format.arrays import ItemStore
@@ -28,6 +30,7 @@ from ckpt_cli.core.format.layout import ItemRef, detect, step_items
 from ckpt_cli.core.format.metadata import (
     ARRAY_ITEM_LEAF,
     KEY_TYPE_DICT,
+    StepMetadata,
     legacy_array_tree,
     read_step_metadata,
     read_tree_metadata,
@@ -35,7 +38,12 @@ from ckpt_cli.core.format.metadata import (
 from ckpt_cli.core.format.names import STEP_METADATA, TREE_METADATA, check_plain_name
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.storage import Location
-from ckpt_cli.core.write.distributed import DEFAULT_UNIT_BYTES, ScaleStats, write_arrays_scaled
+from ckpt_cli.core.write.distributed import (
+    DEFAULT_UNIT_BYTES,
+    ScaleJSON,
+    ScaleStats,
+    write_arrays_scaled,
+)
 from ckpt_cli.core.write.item import (
     ARRAY_HANDLER,
     HANDLERS,
@@ -57,21 +65,39 @@ class StepOutput:
     scale: ScaleStats | None = None  # how a scaled-out run split the work
 
 
-class WritePlan(Protocol):
+class WrittenJSON(TypedDict):
+    """What a writer adds to its plan's document once the step is written."""
+
+    output: NotRequired[str]
+    step: NotRequired[int]
+    item: NotRequired[str]
+    bytes_written: NotRequired[int]
+    seconds: NotRequired[float]
+    scale: NotRequired[ScaleJSON | None]
+    digests: NotRequired[str]
+
+
+#: The document of a written step (``ReshardJSON``, ``MigrateJSON``): the writer's plan knows it.
+DocumentT = TypeVar("DocumentT", covariant=True, default=Mapping[str, Any])
+
+
+class WritePlan(Protocol[DocumentT]):
     """A frozen plan of a writer (``ReshardPlan``, ``MigrationPlan``)."""
 
     @property
     def kind(self) -> str: ...
 
-    def to_json(self) -> dict[str, Any]: ...
+    def written_json(self, written: WrittenJSON) -> DocumentT:
+        """The plan's document with ``written`` added."""
+        ...
 
 
 @dataclass(frozen=True)
-class WriteResult:
+class WriteResult(Generic[DocumentT]):
     """A written step: the plan it carried out, where it went, how long it took; ``digests``
     says whether the new step's digests were recorded (migrate), None when not asked."""
 
-    plan: WritePlan
+    plan: WritePlan[DocumentT]
     output: StepOutput
     seconds: float
     digests: str | None = None
@@ -81,11 +107,10 @@ class WriteResult:
         """Bytes written per second."""
         return self.output.bytes_written / self.seconds if self.seconds > 0 else 0.0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> DocumentT:
         """The plan's document, with what was written added."""
         out = self.output
-        doc = {
-            **self.plan.to_json(),
+        written: WrittenJSON = {
             "output": out.path,
             "step": out.step,
             "item": out.item,
@@ -94,8 +119,8 @@ class WriteResult:
             "scale": out.scale.to_json() if out.scale else None,
         }
         if self.digests is not None:
-            doc["digests"] = self.digests
-        return doc
+            written["digests"] = self.digests
+        return self.plan.written_json(written)
 
 
 def run_write(
@@ -197,9 +222,7 @@ def write_step(
     if step is None:
         step = src.step if src.step is not None else 0
     if src.step_location is not None:
-        handlers = read_step_metadata(src.step_location).item_handlers
-        for name in handlers if isinstance(handlers, dict) else ():
-            check_plain_name(name, "item name", src.step_location.child(STEP_METADATA))
+        _check_item_names(src.step_location)
     writer = StepWriter(dst, str(step), str(operation.get("operation", "ckpt")))
     writer.begin()
     try:
@@ -221,13 +244,7 @@ def write_step(
             _copy_other_items(
                 src, writer, source_meta.item_handlers if source_meta else None, memory_limit
             )
-        custom = dict(source_meta.custom_metadata or {}) if source_meta else {}
-        history = (
-            list(custom.get("ckpt_history", []))
-            if isinstance(custom.get("ckpt_history"), list)
-            else []
-        )
-        custom["ckpt_history"] = [*history, {**operation, "source": str(src.location)}]
+        custom = _with_history(source_meta, {**operation, "source": str(src.location)})
         final = writer.commit(custom, source_meta.metrics if source_meta else None)
     except BaseException:
         # Interrupts included: a dead run must leave no tmp step that a retry trips over.
@@ -236,6 +253,23 @@ def write_step(
         raise
     written = sum(leaf.array.nbytes for leaf in leaves if leaf.array is not None)
     return StepOutput(str(final), step, src.name, written, stats)
+
+
+def _check_item_names(step_location: Location) -> None:
+    """Refuse a source step whose metadata names an item that is no plain directory name."""
+    handlers = read_step_metadata(step_location).item_handlers
+    for name in handlers if isinstance(handlers, dict) else ():
+        check_plain_name(name, "item name", step_location.child(STEP_METADATA))
+
+
+def _with_history(source_meta: StepMetadata | None, entry: dict[str, Any]) -> dict[str, Any]:
+    """The source step's custom metadata, ``entry`` added to its ``ckpt_history``."""
+    custom = dict(source_meta.custom_metadata or {}) if source_meta else {}
+    history = (
+        list(custom.get("ckpt_history", [])) if isinstance(custom.get("ckpt_history"), list) else []
+    )
+    custom["ckpt_history"] = [*history, entry]
+    return custom
 
 
 def _file_sums(item_dir: Location) -> dict[str, FileSum]:
