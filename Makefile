@@ -47,7 +47,7 @@ demo: $(STAMP)
 	@echo "== ckpt diff: what changed between two steps (exit 1: they differ)"
 	$(CKPT) diff $(DEMO)@500 $(DEMO)@600 --filter 'params.*' || true
 	@echo "== Ctrl-C in the middle of verify --deep (a 256 MiB leaf): exit 130, no verdict on unread data"
-	test -d demo_runs/big || $(PY) tests/ux/make_big.py demo_runs/big 256
+	test -d demo_runs/big || $(PY) tests/support/make_big.py demo_runs/big 256
 	timeout --preserve-status -s INT 3 $(CKPT) verify demo_runs/big --deep; echo "exit $$?"
 	@echo "== the same with SIGTERM, as timeout and schedulers stop jobs: exit 143"
 	timeout --preserve-status 3 $(CKPT) verify demo_runs/big --deep; echo "exit $$?"

@@ -38,8 +38,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO)]
 
-from tests.prune_roots import copy_steps  # noqa: E402
-from tests.remote_servers import BUCKET, S3Server, local_files, s3_environment  # noqa: E402
+from tests.support.prune_roots import copy_steps  # noqa: E402
+from tests.support.remote_servers import BUCKET, S3Server, local_files, s3_environment  # noqa: E402
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ Run from the repository root::
 The checkpoints are the ones ``bench_ls_inspect.py`` builds with real Orbax (cached under
 ``bench/out/ls_inspect/``): a root of ``--steps`` steps and a step whose item holds ``--leaves``
 leaves. They are uploaded as plain objects to moto's S3 server, started in this process on a
-free port of 127.0.0.1 (``tests/remote_servers.py``), which counts every request it serves.
+free port of 127.0.0.1 (``tests/support/remote_servers.py``), which counts every request it serves.
 
 Each command runs ``--repeat`` times in a fresh subprocess (import time counts) after a warm-up
 whose output is checked, against the bucket and against the same files on local disk; the median
@@ -17,7 +17,7 @@ ms here) stands in for network latency, so request counts matter more than secon
 Results: a table on stdout and the same as JSON in ``bench/out/remote.json``.
 
 With ``--latency 25ms`` (and ``--bandwidth 32MiB/s``) every command runs behind
-``tests/latency_proxy.py`` instead, moto in a process of its own: see ``remote_latency.py``::
+``tests/support/latency_proxy.py`` instead, moto in a process of its own: see ``remote_latency.py``::
 
     .venv/bin/python bench/bench_remote.py --latency 25ms --bandwidth 32MiB/s [--only ls,prune]
 
@@ -47,8 +47,8 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 import bench_ls_inspect as base  # noqa: E402
 import remote_latency  # noqa: E402
 
-from tests.latency_proxy import parse_bandwidth, parse_delay  # noqa: E402
-from tests.remote_servers import BUCKET, S3Server, local_files, s3_environment  # noqa: E402
+from tests.support.latency_proxy import parse_bandwidth, parse_delay  # noqa: E402
+from tests.support.remote_servers import BUCKET, S3Server, local_files, s3_environment  # noqa: E402
 
 
 def upload(client: Any, src: Path, prefix: str) -> int:

@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.contract.big import make_big  # noqa: E402
+from tests.support.gib_checkpoint import make_big  # noqa: E402
 
 OUT = REPO / "bench" / "out" / "verify_budget"
 CKPT = [str(Path(sys.executable).parent / "ckpt")]

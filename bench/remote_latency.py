@@ -1,8 +1,8 @@
 """Every command behind a set latency: ``bench_remote.py --latency 25ms [--bandwidth 32MiB/s]``.
 
-moto's S3 server runs in a process of its own (``tests/moto_server.py``: moto with ranged GETs
+moto's S3 server runs in a process of its own (``tests/support/moto_server.py``: moto with ranged GETs
 that cost the range, on a free port of 127.0.0.1), and
-``tests/latency_proxy.py`` runs in this process in front of it: every request waits ``--latency``
+``tests/support/latency_proxy.py`` runs in this process in front of it: every request waits ``--latency``
 before it reaches moto, and bodies are held to ``--bandwidth`` per client process (None: no
 cap). ckpt runs in a fresh subprocess per command (import time counts), pointed at the proxy.
 For each command the table gives the requests the proxy relayed (by kind), the most in flight at
@@ -48,9 +48,9 @@ from bench_reshard import BUILD as BUILD_DATA  # noqa: E402
 from bench_reshard import LEAVES  # noqa: E402
 
 from ckpt_cli.core.storage.options import DEFAULT_MAX_REQUESTS  # noqa: E402
-from tests.latency_proxy import LatencyProxy, Stats  # noqa: E402
-from tests.moto_server import spawn  # noqa: E402
-from tests.remote_servers import CREDENTIALS, SeaweedServer, local_files  # noqa: E402
+from tests.support.latency_proxy import LatencyProxy, Stats  # noqa: E402
+from tests.support.moto_server import spawn  # noqa: E402
+from tests.support.remote_servers import CREDENTIALS, SeaweedServer, local_files  # noqa: E402
 
 TIMEOUT_S = 300  # a command still running then is reported as timed out (exit -1)
 MIGRATE_SPEC = "rules:\n  - {op: cast, match: '.*', dtype: bfloat16}\n"
@@ -65,7 +65,7 @@ class Moto:
 
     def __init__(self) -> None:
         self.log = open(OUT / "moto_server.log", "w")  # noqa: SIM115
-        # tests/moto_server.py: moto with ranged GETs that read only their range (moto itself
+        # tests/support/moto_server.py: moto with ranged GETs that read only their range (moto itself
         # reads the whole object for each: a 512 KiB chunk of a 44 MiB OCDBT data file would
         # cost it 44 MiB), objects kept in memory; it binds a free port and says which.
         self.proc, self.endpoint = spawn(self.log)
@@ -112,7 +112,7 @@ class Moto:
 
 class Seaweed(Moto):
     """SeaweedFS (``--server seaweedfs``): a real S3 server, Go, in its own process
-    (``tests.remote_servers.SeaweedServer``), with Moto's interface."""
+    (``tests.support.remote_servers.SeaweedServer``), with Moto's interface."""
 
     def __init__(self) -> None:
         self.server = SeaweedServer().start()

@@ -8,7 +8,7 @@ Run from the repository root::
 Each page is rendered from the app itself: the command's help (its docstring), its usage line,
 every argument and option with its type, default and help, and its exit codes (the sentence
 "Exit codes: ..." of the command's help when it has one, and the table of the app's help). The
-pages are committed; ``tests/test_docs_reference.py`` regenerates them and fails when one differs,
+pages are committed; ``tests/docs/test_reference.py`` regenerates them and fails when one differs,
 so a changed option cannot leave its reference page behind.
 
 It reads the Click objects Typer builds (``typer.main.get_command``) through their attributes

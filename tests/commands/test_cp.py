@@ -1,7 +1,7 @@
 """``ckpt cp`` between local directories: selection, plan, markers last, resume, refusals.
 
 The bucket cases (S3 and GCS servers on 127.0.0.1, the kill mid-copy, the order of writes) are
-in ``tests/remote/test_remote_cp.py``.
+in ``tests/commands/test_cp_bucket.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from ckpt_cli.core.copy.select import parse_steps
 from ckpt_cli.errors import UsageError
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 
 def tree(root: Path) -> dict[str, bytes]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 
 def leaves_by_name(doc: dict) -> dict[str, dict]:  # type: ignore[type-arg]

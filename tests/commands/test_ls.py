@@ -6,7 +6,7 @@ from datetime import datetime
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 
 def test_ls_json_shape_seed(cli) -> None:  # type: ignore[no-untyped-def]

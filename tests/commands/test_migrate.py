@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.conftest import FIXTURES, REPO
-from tests.slow.test_reshard import read_values
+from tests.support.paths import FIXTURES, REPO
+from tests.support.sharded import read_values
 
 SEED = FIXTURES / "seed_mlp"
 K0, K1 = "params.Dense_0.kernel", "params.Dense_1.kernel"

@@ -16,9 +16,18 @@ from ckpt_cli.core.prune.execute import prune_lock
 from ckpt_cli.core.prune.plan import LOCK_NAME, SYMLINK_KEPT, TRASH_PREFIX
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.errors import StorageError
-from tests.conftest import FIXTURES, REPO
-from tests.prune_roots import SMALL_STEP, age_tree, copy_steps, entries, step_dirs, tree_digest
-from tests.test_startup import PROBE
+from tests.support.paths import FIXTURES, REPO
+from tests.support.prune_roots import (
+    KILLER,
+    SMALL_STEP,
+    age_tree,
+    copy_steps,
+    entries,
+    run_script,
+    step_dirs,
+    tree_digest,
+)
+from tests.support.startup_probe import PROBE
 
 TMP_SRC = FIXTURES / "with_tmp" / "3.orbax-checkpoint-tmp"
 
@@ -27,16 +36,6 @@ TMP_SRC = FIXTURES / "with_tmp" / "3.orbax-checkpoint-tmp"
 def root(tmp_path: Path) -> Path:
     """Steps 100..500, each a copy of a real Orbax step."""
     return copy_steps(tmp_path / "run", range(100, 600, 100))
-
-
-def run_script(script: str, *args: str, **kw: object) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen(
-        [sys.executable, "-c", script, *args],
-        env=env,
-        text=True,
-        **kw,  # type: ignore[call-overload]
-    )
 
 
 def test_dry_run_changes_nothing(cli, root: Path) -> None:  # type: ignore[no-untyped-def]
@@ -240,34 +239,6 @@ def test_failed_deletion_exits_3_and_the_next_prune_finishes(
     r = cli("prune", root, "--keep-last", "2", "--yes", "--json")
     assert r.code == 0 and r.json()["outcome"]["deleted"] == trash
     assert entries(root) == ["400", "500"]
-
-
-KILLER = """
-import os, signal, sys
-from ckpt_cli.core import storage
-point, root, victim = sys.argv[1:4]
-def die():
-    os.kill(os.getpid(), signal.SIGKILL)
-if point == "rename":
-    original = storage.LocalLocation.rename
-    def rename(self, new_name):
-        moved = original(self, new_name)
-        if new_name.startswith(f".ckpt-trash-{victim}-"):
-            die()
-        return moved
-    storage.LocalLocation.rename = rename
-else:
-    original_unlink, count = os.unlink, [0]
-    def unlink(*args, **kwargs):
-        count[0] += 1
-        if count[0] == 4:
-            die()
-        return original_unlink(*args, **kwargs)
-    os.unlink = unlink
-sys.argv = ["ckpt", "prune", root, "--keep-last", "2", "--clean-tmp", "--yes"]
-from ckpt_cli.app import main
-main()
-"""
 
 
 @pytest.mark.parametrize("point", ["rename", "unlink"])

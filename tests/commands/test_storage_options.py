@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES, REPO
-from tests.remote_servers import dead_endpoint
+from tests.support.paths import FIXTURES, REPO
+from tests.support.remote_servers import dead_endpoint
 
 URL = "s3://ckpt-nowhere/run"
 

@@ -1,11 +1,11 @@
 """Two commands at once on one bucket root: every pair that may meet there, each forced into
 its worst interleaving by holding one request of one command at the S3 test server
-(``tests/race_harness.py``) while the other runs to its end.
+(``tests/support/race_harness.py``) while the other runs to its end.
 
 The invariants, whatever the interleaving: no committed step missing a file, no pin reported on
 a step that is gone (nor a pin object left as the only object of a dead step), no deleted step
 the user wanted, and a refused or failed command says in one line what happened (exit 3).
-(Local-disk pairs: tests/faults/test_races.py and tests/hostile/test_1_two_writers.py.)
+(Local-disk pairs: tests/hostile/test_writer_races.py and tests/hostile/test_two_writers_one_root.py.)
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES
-from tests.hostile.helpers import (
+from tests.support.ckpt_process import (
     INTERNAL_ERROR,
     Run,
     ckpt,
@@ -29,8 +28,9 @@ from tests.hostile.helpers import (
     start,
     wait_stopped_or_exited,
 )
-from tests.race_harness import hold
-from tests.remote_servers import BUCKET, keys
+from tests.support.paths import FIXTURES
+from tests.support.race_harness import hold
+from tests.support.remote_servers import BUCKET, keys
 
 SRC = FIXTURES / "seed_mlp"
 STEP = "500"
@@ -299,7 +299,7 @@ def test_verify_record_strict_passes_on_a_clean_root_while_a_writer_holds_it(
     running writer's ``.ckpt-write.lock`` beside clean steps pass ``--record --strict``."""
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.write.claim import claim_root
-    from tests.prune_roots import copy_steps
+    from tests.support.prune_roots import copy_steps
 
     root = copy_steps(tmp_path / "R", [1, 2])
     claim = claim_root(open_location(str(root)), "cp")

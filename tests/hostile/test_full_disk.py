@@ -20,7 +20,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.hostile.helpers import INTERNAL_ERROR, Run, ckpt, command, copy_fixture, env, snapshot
+from tests.support.ckpt_process import (
+    INTERNAL_ERROR,
+    Run,
+    ckpt,
+    command,
+    copy_fixture,
+    env,
+    snapshot,
+)
 
 FILLER = "filler"
 SPEC = (

@@ -31,8 +31,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES
-from tests.hostile.fuzz_child import LETHAL, dumps, fuzz_settings, mutate, strategies
+from tests.support.fuzz_child import LETHAL, dumps, fuzz_settings, mutate, strategies
+from tests.support.paths import FIXTURES
 
 #: Examples per target: more where a run only parses (a dry run), fewer where it reads arrays.
 EXAMPLES = 40

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
-from tests.hostile.helpers import env
+from tests.support.ckpt_process import env
+from tests.support.paths import REPO
 
-CHILD = Path(__file__).with_name("fuzz_child.py")
+CHILD = Path(__file__).resolve().parents[1] / "support" / "fuzz_child.py"
 TARGETS = [
     "_METADATA",
     "_CHECKPOINT_METADATA",

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 
 def reference_file(path: Path, names: tuple[str, ...] = ("w",)) -> Path:

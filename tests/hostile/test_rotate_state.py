@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ckpt_cli.core.format.digests import STATE_FILE
-from tests.contract.conftest import one_json_document
+from tests.support.world import one_json_document
 
 RAW = "__RAW__"
 

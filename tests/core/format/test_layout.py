@@ -11,7 +11,7 @@ from ckpt_cli.core.format.names import parse_step_name
 from ckpt_cli.core.format.resolve import resolve_item, resolve_items
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.errors import NotACheckpointError, NotFoundError, SeveralItemsError
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 
 from ckpt_cli.core.format import codecs
 from ckpt_cli.core.format.ocdbt import Fetch, OcdbtFormatError, Value, read_values
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 ROOT = FIXTURES.parent
 DATABASES = sorted(

@@ -28,7 +28,14 @@ from ckpt_cli.core.prune.plan import (
 from ckpt_cli.core.prune.policy import Policy
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.errors import LockedError, NotACheckpointError, StorageError, UsageError
-from tests.prune_roots import SMALL_STEP, age_tree, copy_steps, entries, step_dirs, tree_digest
+from tests.support.prune_roots import (
+    SMALL_STEP,
+    age_tree,
+    copy_steps,
+    entries,
+    step_dirs,
+    tree_digest,
+)
 
 NOW = datetime(2024, 3, 15, 12, 0, tzinfo=timezone.utc)
 HOUR = timedelta(hours=1)

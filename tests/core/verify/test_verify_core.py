@@ -19,7 +19,7 @@ from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.core.verify.ocdbt import scan_database
 from ckpt_cli.core.verify.run import verify_path
 from ckpt_cli.core.verify.types import VerifyOptions
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 
 def _codes(path: Path, **options: object) -> set[str]:

@@ -1,0 +1,114 @@
+"""``--help`` of every command on an 80-column terminal: real examples, intact text, plain
+metavars (issue 12)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ckpt_cli.commands import COMMANDS as REGISTRY
+from tests.support.terminal import run_on_terminal
+
+COMMANDS = [c.name for c in REGISTRY]
+
+
+def _help(*command: str, columns: int = 80) -> str:
+    screen = run_on_terminal([*command, "--help"], columns)
+    assert screen.code == 0, screen.stderr
+    assert not screen.too_wide()
+    # The panels' frame is decoration: keep what is inside it.
+    return "\n".join(line.strip().strip("│").strip() for line in screen.lines)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_shows_real_examples_that_render_whole(command: str) -> None:
+    from ckpt_cli.commands import command as find
+
+    examples = [f"$ ckpt {command} {example}" for example in find(command).examples]
+    assert 2 <= len(examples) <= 4, command
+    lines = _help(command).splitlines()
+    for example in examples:
+        assert example in lines, f"{example!r} not whole on one line of the help"
+
+
+def _every_command() -> list[str]:
+    from ckpt_cli.app import app
+
+    names = [c.name for c in app.registered_commands if c.name]
+    assert names == COMMANDS
+    return ["", *names]  # "": `ckpt --help` itself
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+@pytest.mark.parametrize("command", _every_command())
+def test_help_metavars_are_plain(command: str, columns: int) -> None:
+    text = _help(*([command] if command else []), columns=columns)
+    assert not re.search(r"<(bool|str|int|float|list\[str\]|int range)>|\{\w+\}", text), text
+    assert "…" not in text  # nothing cut off
+
+
+def test_long_option_names_are_whole_on_a_narrow_terminal() -> None:
+    """prune's negative flag pair, reshard's and migrate's long names: whole at 80 columns
+    (options laid out as blocks where Typer's table would cut them)."""
+    for command, names in {
+        "prune": ["--keep-missing-metric", "--drop-missing-metric", "--clean-tmp"],
+        "reshard": ["--max-chunk-bytes", "--scheduler"],
+        "migrate": ["--allow-mismatch", "--max-chunk-bytes", "--record-digests"],
+    }.items():
+        words = set(_help(command).split())
+        for name in names:
+            assert name in words, (command, name)
+
+
+def test_rule_examples_survive_rich_markup() -> None:
+    text = " ".join(_help("reshard").split())
+    assert "'params.*kernel: [null, model]'" in text
+    assert "'params.*kernel=[null, model]'" in text
+
+
+def test_top_level_help_lists_every_command() -> None:
+    text = _help()
+    for command in COMMANDS:
+        assert re.search(rf"^{command}\s", text, re.MULTILINE), command
+
+
+def test_help_shows_no_trailing_underscore_placeholder() -> None:
+    """Parameters named ``filter_``/``format_`` (Python keywords) show as PATTERN/FORMAT."""
+    for command in ("inspect", "diff", "export"):
+        text = _help(command)
+        assert not re.search(r"\b[A-Z]+_\b", text), (command, text)
+    assert "PATTERN" in _help("inspect")
+    assert "FORMAT" in _help("export")
+
+
+def test_every_command_has_examples_in_its_record() -> None:
+    assert REGISTRY
+    for c in REGISTRY:
+        assert 2 <= len(c.examples) <= 4, c.name
+        assert f"$ ckpt {c.name} {c.examples[0]}" in c.help()
+
+
+@pytest.mark.parametrize(
+    ("args", "phrase"),
+    [
+        (["ls", ".", "--bogus"], "No such option: --bogus"),
+        (["bogus"], "No such command 'bogus'"),
+        (["ls"], "Missing argument 'PATH'"),
+        (["prune", ".", "--mode", "avg"], "Invalid value for '--mode'"),
+    ],
+)
+def test_usage_errors_are_one_line_on_stderr(args: list[str], phrase: str) -> None:
+    """Click's usage errors: one ``ckpt: error:`` line naming the help to read, exit 2; no
+    boxed panel, nothing on stdout."""
+    import subprocess
+
+    from tests.support.interrupts import CKPT
+
+    proc = subprocess.run([CKPT, *args], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("ckpt: error: ") and phrase in lines[0], lines[0]
+    assert "--help`)" in lines[0] and "╭" not in proc.stderr

@@ -1,0 +1,194 @@
+"""Every command's text on a terminal 80 and 200 columns wide, and through a pipe (issue 12).
+
+On a pseudo-terminal of that size (``tests/support/terminal.py``) each command's output must fit:
+no line wider than the window, every leaf name and file whole on one line, every message
+whole (wrapped at spaces only) and no column of data dropped. Through a pipe: no trailing
+spaces and no escape sequences. What must appear comes from the same command's ``--json``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.support.interrupts import CKPT
+from tests.support.paths import FIXTURES, REPO
+from tests.support.terminal import run_on_terminal
+
+DAMAGED = REPO / "fixtures" / "damaged"
+SEED = FIXTURES / "seed_mlp"
+
+
+@functools.cache
+def _json_text(args: tuple[str, ...]) -> str:
+    proc = subprocess.run([CKPT, *args, "--json"], capture_output=True, text=True, check=False)
+    return proc.stdout
+
+
+def _json(args: list[str]) -> Any:
+    return json.loads(_json_text(tuple(args)))
+
+
+def _metric(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A command, what must appear whole on one line (names) and whole across lines (texts)."""
+
+    args: list[str]
+    names: Callable[[Any], list[str]] = lambda doc: []
+    texts: Callable[[Any], list[str]] = lambda doc: []
+    json_args: list[str] | None = None  # the --json command giving doc (default: args)
+    codes: tuple[int, ...] = (0,)
+    marks: dict[int, Any] = field(default_factory=dict)  # columns -> pytest mark
+
+
+def _leaf_names(doc: Any) -> list[str]:
+    return [leaf["name"] for leaf in doc["leaves"]]
+
+
+def _problem_names(doc: Any) -> list[str]:
+    return [x for p in doc["problems"] for x in (p["leaf"], p["file"]) if x]
+
+
+def _problem_texts(doc: Any) -> list[str]:
+    return [p["message"] for p in doc["problems"]]
+
+
+def _ls_names(doc: Any) -> list[str]:
+    out = []
+    for s in doc["steps"]:
+        out.append(str(s["step"]))
+        out += [f"{k}={_metric(v)}" for k, v in (s["metrics"] or {}).items()]
+    return out
+
+
+def _prune_texts(doc: Any) -> list[str]:
+    return [", ".join(k["reasons"]) for k in doc["keep"]]
+
+
+def _keypath_parts(doc: Any) -> list[str]:
+    return sorted({part for leaf in doc["leaves"] for part in leaf["name"].split(".")})
+
+
+CASES: dict[str, Case] = {
+    "ls": Case(["ls", SEED], names=_ls_names),
+    "ls-metrics": Case(["ls", FIXTURES / "composite_best"], names=_ls_names),
+    "inspect-tree": Case(["inspect", SEED], names=_keypath_parts),
+    "inspect-flat": Case(["inspect", SEED, "--flat"], names=_leaf_names),
+    "inspect-stats": Case(["inspect", SEED, "--flat", "--stats"], names=_leaf_names),
+    "inspect-state": Case(["inspect", FIXTURES / "sharded_4x2"], names=_keypath_parts),
+    "inspect-layout": Case(["inspect", FIXTURES / "sharded_4x2", "--layout", "params.w"]),
+    "diff": Case(
+        ["diff", f"{SEED}@300", f"{SEED}@500", "--all"],
+        names=_leaf_names,
+        codes=(1,),
+    ),
+    "prune-plan": Case(
+        ["prune", SEED, "--keep-last", "1", "--dry-run"], names=lambda d: [], texts=_prune_texts
+    ),
+    "reshard-plan": Case(
+        [
+            "reshard",
+            SEED,
+            "/nonexistent/out",
+            "--mesh",
+            "data=4,model=2",
+            "--rules",
+            REPO / "examples" / "mesh_4x2.yaml",
+            "--dry-run",
+        ],
+        names=lambda doc: [x["name"] for x in doc["leaves"] if x["new_chunk_shape"] is not None],
+    ),
+    "migrate-plan": Case(
+        [
+            "migrate",
+            SEED,
+            "/nonexistent/out",
+            "--spec",
+            REPO / "examples" / "widen_64_to_128.yaml",
+            "--dry-run",
+        ],
+        names=_leaf_names,
+    ),
+}
+for _name in sorted(p.name for p in DAMAGED.iterdir() if not p.name.startswith(("_", "R"))):
+    CASES[f"verify-{_name}"] = Case(
+        ["verify", DAMAGED / _name, "--deep"],
+        names=_problem_names,
+        texts=_problem_texts,
+        codes=(0, 1),
+    )
+
+
+def _params() -> list[Any]:
+    return [
+        pytest.param(name, columns, id=f"{name}-{columns}")
+        for name in CASES
+        for columns in (80, 200)
+    ]
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize(("name", "columns"), _params())
+def test_output_fits_the_terminal(name: str, columns: int) -> None:
+    case = CASES[name]
+    args = [str(a) for a in case.args]
+    screen = run_on_terminal(args, columns)
+    assert screen.code in case.codes, screen.text + screen.stderr
+    doc = _json([str(a) for a in (case.json_args or case.args)])
+    names, texts = case.names(doc), case.texts(doc)
+    assert screen.text.strip()
+    assert not screen.too_wide(), "\n".join(
+        f"{len(line)} > {columns}: {line}" for line in screen.too_wide()
+    )
+    missing = [n for n in names if not any(n in line for line in screen.lines)]
+    assert not missing, f"not whole on one line: {missing}\n{screen.text}"
+    flat = _words(screen.text)
+    cut = [t for t in texts if _words(t) not in flat]
+    assert not cut, f"not whole: {cut}\n{screen.text}"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_piped_output_is_plain(name: str) -> None:
+    case = CASES[name]
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.run(
+        [CKPT, *[str(a) for a in case.args]], capture_output=True, text=True, check=False, env=env
+    )
+    assert proc.returncode in case.codes, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines
+    padded = [line for line in lines if line != line.rstrip()]
+    assert not padded, f"{len(padded)} lines end in spaces, e.g. {padded[0]!r}"
+    assert not re.search(r"\x1b\[", proc.stdout)
+    doc = _json([str(a) for a in (case.json_args or case.args)])
+    for n in case.names(doc):
+        assert any(n in line for line in lines), n
+
+
+@pytest.mark.parametrize("columns", [40, 60, 72, 80])
+def test_diff_never_breaks_a_leaf_name(columns: int) -> None:
+    """``opt_state.1`` and every other leaf name stay whole on one line however narrow the
+    terminal: the table wraps at spaces or goes to blocks, never inside a name."""
+    args = ["diff", f"{SEED}@300", f"{SEED}@500", "--all"]
+    screen = run_on_terminal(args, columns)
+    assert screen.code == 1, screen.text + screen.stderr
+    names = _leaf_names(_json(args))
+    assert "opt_state.1" in names
+    for name in names:
+        assert any(name in line.split() for line in screen.lines), f"{name} broken:\n{screen.text}"
+    assert not screen.too_wide(), screen.too_wide()

@@ -1,0 +1,61 @@
+"""Startup stays light: ``--help``, ``ls``, ``inspect`` and ``verify`` never import jax or orbax."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.paths import FIXTURES
+from tests.support.startup_probe import PROBE
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["ls", str(FIXTURES / "seed_mlp")],
+        ["ls", str(FIXTURES / "seed_mlp"), "--json"],
+        ["inspect", str(FIXTURES / "sharded_4x2"), "--json"],
+        ["inspect", str(FIXTURES / "seed_mlp"), "--stats", "--flat"],
+        ["verify", str(FIXTURES / "seed_mlp"), "--deep", "--json"],
+        ["verify", str(FIXTURES / "multiprocess"), "--sample", "50%", "--seed", "1"],
+    ],
+)
+def test_read_paths_do_not_import_jax_or_orbax(args: list[str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True, check=True
+    )
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("HEAVY="))
+    assert json.loads(line[len("HEAVY=") :]) == []
+    assert proc.stdout  # the command really ran and printed something
+
+
+def test_help_does_not_import_tensorstore() -> None:
+    code = "import sys; sys.argv=['ckpt','--help']\nfrom ckpt_cli.app import main\ntry:\n    main()\nexcept SystemExit:\n    pass\nprint('TS' if 'tensorstore' in sys.modules else 'NOTS')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip().endswith("NOTS")
+
+
+def test_local_ls_does_not_import_bucket_clients() -> None:
+    code = (
+        f"import sys; sys.argv=['ckpt','ls',{str(FIXTURES / 'seed_mlp')!r}]\n"
+        "from ckpt_cli.app import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('botocore', 'google.auth', 'urllib.request') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_help_imports_no_core_module() -> None:
+    """Commands import the core when they run: ``--help`` loads none of it (11 modules before
+    the re-layout)."""
+    code = (
+        "import sys; sys.argv=['ckpt','--help']\nfrom ckpt_cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('ckpt_cli.core')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

@@ -1,0 +1,83 @@
+"""docs/reference/ is generated from the Typer app; a committed page that differs is stale.
+
+Regenerate with `make docs-reference` (``python docs/gen_reference.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import typer
+import yaml
+
+from ckpt_cli.app import app
+from ckpt_cli.commands import COMMANDS as REGISTRY
+from tests.support.paths import REPO
+
+
+def _generator() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "gen_reference", REPO / "docs" / "gen_reference.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GEN = _generator()
+COMMANDS = [c.name for c in REGISTRY]
+
+
+def test_the_committed_reference_pages_are_current() -> None:
+    assert COMMANDS
+    stale = GEN.stale_pages()
+    assert not stale, f"stale reference pages {stale}: run `make docs-reference` and commit them"
+
+
+def test_the_staleness_check_names_the_page_to_regenerate(tmp_path: Path) -> None:
+    out = tmp_path / "docs" / "reference"
+    assert GEN.write_pages(out)
+    assert GEN.stale_pages(out) == []
+    page = out / "reshard.md"
+    page.write_text(page.read_text().replace("--memory-limit", "--memory-cap"))
+    (out / "ls.md").unlink()
+    (out / "frobnicate.md").write_text(GEN.HEADER + "\n\n# ckpt frobnicate\n")
+    (out / "json.md").write_text("# JSON output\n")  # hand-written: not the generator's
+    assert GEN.stale_pages(out) == [
+        "docs/reference/ls.md",
+        "docs/reference/reshard.md",
+        "docs/reference/frobnicate.md (no such command)",
+    ]
+    GEN.write_pages(out)
+    assert not (out / "frobnicate.md").exists()
+    assert (out / "json.md").read_text() == "# JSON output\n"
+
+
+def test_every_option_of_every_command_is_on_its_page() -> None:
+    group = typer.main.get_command(app)
+    assert COMMANDS
+    for name in COMMANDS:
+        text = (REPO / "docs" / "reference" / f"{name}.md").read_text()
+        params = group.commands[name].params  # type: ignore[attr-defined]
+        options = [p for p in params if p.param_type_name == "option"]
+        assert options, name
+        for p in options:
+            for decl in [*p.opts, *p.secondary_opts]:
+                assert f"`{decl}`" in text, f"{name}: {decl} missing from docs/reference/{name}.md"
+        assert "## Exit codes" in text and "| 0 |" in text, name
+
+
+def test_every_reference_page_is_in_the_site_nav_and_linked_from_a_guide() -> None:
+    nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
+    flat = yaml.safe_dump(nav)
+    generated = set(GEN.render_all())
+    guides = [p for p in (REPO / "docs").rglob("*.md") if p not in generated]
+    assert guides
+    for name in COMMANDS:
+        assert f"reference/{name}.md" in flat, f"reference/{name}.md is not in mkdocs.yml's nav"
+        assert any(f"reference/{name}.md" in g.read_text() for g in guides), (
+            f"no topic page links to reference/{name}.md"
+        )

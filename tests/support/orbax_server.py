@@ -1,0 +1,78 @@
+"""Restore checkpoints with the installed Orbax (0.12.8), many per process: a line server.
+
+    python tests/support/orbax_server.py       # reads one JSON request per line on stdin
+
+Requests: ``{"op": "item", "path": P, "kind": "pytree" | "array" | "json"}`` restores one item
+without a target, as the matrix truth was made (``truth.json``); ``{"op": "steps", "path": R}``
+is ``CheckpointManager(R).all_steps()``. Each answer is one JSON line: ``{"ok": true, ...}``
+with the restored leaves described by ``fixtures/matrix/cases.py``'s own ``walk`` (keypath,
+kind, dtype, shape, sha256 of the C-order bytes, key data for typed keys), or ``{"ok": false,
+"error": FIRST_LINE}``. Importing JAX and Orbax once for a few hundred restores is what keeps
+the matrix tests fast; the process runs with 8 forced CPU devices, so sharded outputs restore
+on their mesh.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ["JAX_ENABLE_X64"] = "1"  # float64/int64 jax.Arrays restore as themselves
+
+import json
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+logging.disable(logging.WARNING)
+warnings.simplefilter("ignore")  # "Sharding info not provided": restoring without a target is meant
+
+import orbax.checkpoint as ocp  # noqa: E402
+
+# The truth's own description of restored values (fixtures/matrix/cases.py, which runs on every
+# release): the same keypaths, kinds, dtypes, shapes and digests, compared one to one.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures" / "matrix"))
+from cases import walk  # noqa: E402
+
+
+def restore_item(path: Path, kind: str) -> dict[str, Any]:
+    if kind == "json":
+        name = "metrics" if (path / "metrics").is_file() else "metadata"
+        value = ocp.Checkpointer(ocp.JsonCheckpointHandler(filename=name)).restore(path)
+        return {"value": value}
+    if kind == "array":
+        value = ocp.Checkpointer(ocp.ArrayCheckpointHandler()).restore(path)
+        return {"leaves": walk(value)}
+    return {"leaves": walk(ocp.PyTreeCheckpointer().restore(path))}
+
+
+def answer(request: dict[str, Any]) -> dict[str, Any]:
+    path = Path(request["path"]).resolve()  # Orbax wants absolute paths
+    if request["op"] == "steps":
+        mgr = ocp.CheckpointManager(path, options=ocp.CheckpointManagerOptions(create=False))
+        try:
+            return {"steps": sorted(mgr.all_steps())}
+        finally:
+            mgr.close()
+    return restore_item(path, request.get("kind", "pytree"))
+
+
+def main() -> int:
+    print(json.dumps({"ok": True, "ready": True, "orbax": ocp.__version__}), flush=True)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            out = {"ok": True, **answer(json.loads(line))}
+        except Exception as e:
+            text = str(e).strip().splitlines()
+            out = {"ok": False, "error": f"{type(e).__name__}: {text[0] if text else ''}"[:500]}
+        print(json.dumps(out, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
