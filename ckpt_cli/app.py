@@ -9,95 +9,23 @@ unreadable, refused); 70 a bug in ckpt (rerun with CKPT_DEBUG=1); 130 interrupte
 
 from __future__ import annotations
 
-import contextlib
+from ckpt_cli import signals
+
+signals.while_starting()
+
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping
-from types import FrameType
-from typing import Any
-
-
-def _exit_while_starting(signum: int, frame: FrameType | None) -> None:
-    """Ctrl-C/SIGTERM while ckpt is still importing: nothing to clean up yet, and no
-    traceback of the import that was cut short (``main`` installs the real handler)."""
-    sys.stderr.write("ckpt: interrupted\n")
-    os._exit(128 + signum)
-
-
-for _signum in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(_signum, _exit_while_starting)
-
-
-def _ignore_signals_at_exit() -> None:
-    """The last exit callback (registered first): past it the interpreter restores the default
-    action of a signal it handled while it tears down, so a late signal would kill a finished
-    run (exit -2/-15, no line). Ignored from here (process-wide, which the interpreter leaves
-    alone), it is dropped and the run's own exit code stands."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
-
-
-import atexit
-
-atexit.register(_ignore_signals_at_exit)
+from collections.abc import Mapping
 
 from ckpt_cli.errors import Interrupted
 
-
-def _from_interrupt(error: BaseException | None) -> bool:
-    """Whether ``error`` is an ``Interrupted`` or was raised while handling one (an extension
-    turns it into an ``ImportError`` of its own: its cause or context is the interrupt)."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, Interrupted):
-            return True
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return False
-
-
-def _quiet_unraisable(hook: Callable[[Any], None]) -> Callable[[Any], None]:
-    """``sys.unraisablehook`` that says nothing of an ``Interrupted`` raised where Python can
-    only print it (a destructor, a callback of an extension): the boundary reports the stop."""
-
-    def quiet(unraisable: Any) -> None:
-        if not _from_interrupt(unraisable.exc_value):
-            hook(unraisable)
-
-    return quiet
-
-
-def _quiet_excepthook(hook: Callable[..., None]) -> Callable[..., None]:
-    """``sys.excepthook`` that prints nothing for an ``Interrupted`` (or an error raised from
-    one): C code that reports an error through ``PyErr_Print`` (an extension's import of another
-    one's C API) would print its traceback; the boundary reports the stop in one line."""
-
-    def quiet(kind: type[BaseException], value: BaseException, tb: Any) -> None:
-        if not _from_interrupt(value):
-            hook(kind, value, tb)
-
-    return quiet
-
-
-# Before Typer is imported: it keeps the hook it finds as the one its own hook calls.
-sys.excepthook = _quiet_excepthook(sys.__excepthook__)
-sys.unraisablehook = _quiet_unraisable(sys.__unraisablehook__)
+signals.quiet_hooks()  # before Typer is imported: it keeps the hook it finds
 
 import typer
 
 from ckpt_cli._version import __version__
-from ckpt_cli.commands import cp as cp_cmd
-from ckpt_cli.commands import diff as diff_cmd
-from ckpt_cli.commands import export as export_cmd
-from ckpt_cli.commands import import_ as import_cmd
-from ckpt_cli.commands import inspect as inspect_cmd
-from ckpt_cli.commands import ls as ls_cmd
-from ckpt_cli.commands import migrate as migrate_cmd
-from ckpt_cli.commands import pin as pin_cmd
-from ckpt_cli.commands import prune as prune_cmd
-from ckpt_cli.commands import reshard as reshard_cmd
-from ckpt_cli.commands import verify as verify_cmd
+from ckpt_cli.commands import COMMANDS
 from ckpt_cli.commands._help import HelpCommand, HelpGroup
 from ckpt_cli.errors import (
     CODE_INTERNAL,
@@ -171,55 +99,8 @@ def _root(
     apply_request_limit(ctx.obj)  # before anything imports TensorStore
 
 
-app.command("ls", cls=HelpCommand)(ls_cmd.ls)
-app.command("inspect", cls=HelpCommand)(inspect_cmd.inspect)
-app.command("verify", cls=HelpCommand)(verify_cmd.verify)
-app.command("diff", cls=HelpCommand)(diff_cmd.diff)
-app.command("prune", cls=HelpCommand)(prune_cmd.prune)
-app.command("reshard", cls=HelpCommand)(reshard_cmd.reshard)
-app.command("migrate", cls=HelpCommand)(migrate_cmd.migrate)
-app.command("export", cls=HelpCommand)(export_cmd.export)
-app.command("import", cls=HelpCommand)(import_cmd.import_)
-app.command("cp", cls=HelpCommand)(cp_cmd.cp)
-app.command("pin", cls=HelpCommand)(pin_cmd.pin)
-app.command("unpin", cls=HelpCommand)(pin_cmd.unpin)
-
-
-_stopping: list[int] = []
-
-
-def _on_signal(signum: int, frame: FrameType | None) -> None:
-    """SIGINT/SIGTERM: stop the run through ``Interrupted`` (its cleanup runs on the way out);
-    a second signal during that cleanup stops the process at once."""
-    if _stopping:
-        sys.stderr.write(
-            "ckpt: interrupted again: stopped without cleaning up (a later run of the same "
-            "command removes the unfinished step it left)\n"
-        )
-        sys.stderr.flush()
-        os._exit(128 + signum)
-    if _importing(frame):
-        # Cut short, an extension's module init fails in its own way: numpy's C API prints the
-        # traceback of the import it could not finish to stderr before ckpt can say a word.
-        # Let the import finish and take the signal again right after it (imports take
-        # milliseconds; the repeat checks again).
-        import threading
-
-        again = threading.Timer(0.02, os.kill, (os.getpid(), signum))
-        again.daemon = True
-        again.start()
-        return
-    _stopping.append(signum)
-    raise Interrupted(signum)
-
-
-def _importing(frame: FrameType | None) -> bool:
-    """Whether the main thread is inside an import (a frame of importlib's bootstrap)."""
-    while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
-            return True
-        frame = frame.f_back
-    return False
+for _command in COMMANDS:
+    app.command(_command.name, cls=HelpCommand, help=_command.help())(_command.function)
 
 
 def _json_mode(argv: list[str]) -> bool:
@@ -236,23 +117,10 @@ def _fail(
     sys.stderr.write(line + "\n")
     if json_mode:
         from ckpt_cli.commands._output import emit_error
+        from ckpt_cli.commands._schemas import schema_version_of_argv
 
-        emit_error(sys.argv[1:], error, result)
+        emit_error(schema_version_of_argv(sys.argv[1:]), error, result)
     sys.exit(code)
-
-
-def _finished(code: int) -> None:
-    """The run is over (output written, cleanup done): a signal from now on, while the
-    interpreter joins threads and runs exit callbacks, ends the process with this code."""
-
-    def exit_now(signum: int, frame: FrameType | None) -> None:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(code)
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, exit_now)
 
 
 def _status(code: object) -> int:
@@ -266,7 +134,7 @@ def _fail_interrupted(json_mode: bool) -> None:
     """A signal came and the error on its way is what became of the ``Interrupted`` (an
     extension running Python code, its module init or a callback, turns it into an error of
     its own: ``ImportError: initialization failed``): the run was interrupted all the same."""
-    signum = _stopping[0]
+    signum = signals.stopped_by() or signal.SIGINT
     name = signal.Signals(signum).name
     error = {"code": CODE_INTERRUPTED, "message": f"interrupted by {name}", "hint": None}
     _fail(json_mode, 128 + signum, "ckpt: interrupted", error, None)
@@ -275,27 +143,37 @@ def _fail_interrupted(json_mode: bool) -> None:
 def main() -> None:
     """Run the app; turn every error into one stderr line and a documented exit code (with
     --json, also one JSON error document on stdout)."""
-    _stopping.clear()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _on_signal)
+    signals.install()
     try:
         _run()
     except SystemExit as e:
-        _finished(_status(e.code))
+        signals.finished(_status(e.code))
         raise
-    _finished(0)
+    signals.finished(0)
+
+
+def _usage_error(e: typer.TyperException, json_mode: bool) -> None:
+    """A command line Click could not parse: one line on stderr naming the help to read (with
+    --json also the error document), exit 2."""
+    message = (e.format_message().strip().splitlines() or [type(e).__name__])[0]
+    error = {"code": CODE_USAGE, "message": message, "hint": "see `ckpt COMMAND --help`"}
+    line = f"ckpt: error: {message}"
+    ctx = getattr(e, "ctx", None)  # the command whose line failed to parse
+    if not json_mode:
+        line += f" (see `{getattr(ctx, 'command_path', None) or 'ckpt'} --help`)"
+    _fail(json_mode, e.exit_code, line, error, None)
 
 
 def _run() -> None:
     debug = bool(os.environ.get("CKPT_DEBUG"))
     json_mode = _json_mode(sys.argv[1:])
     try:
-        if json_mode:
-            # Click's usage errors must reach this boundary as exceptions, not as a panel.
-            sys.exit(app(standalone_mode=False) or 0)
-        app()
+        if not sys.argv[1:]:
+            app()  # no arguments: the help, as Typer shows it (no_args_is_help), exit 2
+        # Click's usage errors reach this boundary as exceptions: one line, not a panel.
+        sys.exit(app(standalone_mode=False) or 0)
     except CkptError as e:
-        if _stopping and not debug:
+        if signals.stopped_by() is not None and not debug:
             _fail_interrupted(json_mode)
         if debug:
             raise
@@ -306,15 +184,14 @@ def _run() -> None:
         error = {"code": CODE_INTERRUPTED, "message": f"interrupted by {e}", "hint": None}
         _fail(json_mode, e.exit_code, "ckpt: interrupted", error, None)
     except BrokenPipeError:
-        # `ckpt ls | head`: the reader left; exit quietly as other Unix tools do.
+        # `ckpt ls | head`: the reader left; exit quietly (with 1 in text mode, as Typer's own
+        # handler of a closed pipe did before this boundary took it over).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
-    except typer.TyperException as e:  # Click's usage errors, in JSON mode only
-        message = (e.format_message().strip().splitlines() or [type(e).__name__])[0]
-        error = {"code": CODE_USAGE, "message": message, "hint": "see `ckpt COMMAND --help`"}
-        _fail(json_mode, e.exit_code, f"ckpt: error: {message}", error, None)
+        sys.exit(0 if json_mode else 1)
+    except typer.TyperException as e:  # Click's usage errors
+        _usage_error(e, json_mode)
     except Exception as e:
-        if _stopping and not debug:
+        if signals.stopped_by() is not None and not debug:
             _fail_interrupted(json_mode)
         if debug:
             raise

@@ -18,6 +18,7 @@ only: no terminal width, no colour, no Rich formatting, so the output is the sam
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 import sys
 from pathlib import Path
@@ -206,7 +207,9 @@ def render_command(app: Any, name: str) -> str:
     group = typer.main.get_command(app)
     cmd = group.commands[name]  # type: ignore[attr-defined]
     hints = _hints(cmd.callback)
-    paragraphs = _paragraphs(cmd.help or "")
+    record = _record(name)
+    # The docstring without the examples the help appends: they get a code block of their own.
+    paragraphs = _paragraphs(inspect.getdoc(record.function) or "")
     body, own_exit = split_exit_codes(paragraphs)
     _, app_exit = split_exit_codes(_paragraphs(group.help or ""))
     lines = [HEADER, "", f"# ckpt {name}", ""]
@@ -215,6 +218,10 @@ def render_command(app: Any, name: str) -> str:
     lines += ["```text", _usage(cmd, f"ckpt [GLOBAL OPTIONS] {name}"), "```", ""]
     for p in body[1:]:
         lines += [md(p), ""]
+    if record.examples:
+        lines += ["## Examples", "", "```console"]
+        lines += [f"$ ckpt {name} {example}" for example in record.examples]
+        lines += ["```", ""]
     lines += [
         "Global options (`--s3-endpoint`, `--version`) go before the command: see "
         "[the reference index](index.md).",
@@ -276,8 +283,18 @@ def render_index(app: Any) -> str:
     return "\n".join(lines)
 
 
+def _record(name: str) -> Any:
+    """The command's record in the registry (its function and examples)."""
+    from ckpt_cli.commands import command
+
+    return command(name)
+
+
 def command_names(app: Any) -> list[str]:
-    return [c.name for c in app.registered_commands]
+    """The registry's commands (``ckpt_cli.commands.COMMANDS``), which ``app`` registers."""
+    from ckpt_cli.commands import COMMANDS
+
+    return [c.name for c in COMMANDS]
 
 
 def render_all(out: Path = OUT) -> dict[Path, str]:

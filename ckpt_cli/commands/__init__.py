@@ -1,1 +1,48 @@
-"""One module per subcommand; they orchestrate core calls and render results, nothing more."""
+"""The one registry of subcommands: the app, the schema generator, the reference docs and the
+tests iterate ``COMMANDS``, so a command is registered in one place or not at all.
+
+Each ``commands/<x>.py`` is a vertical slice: its Typer signature with its own options, its text
+rendering (helpers in ``commands/render/``), and its ``Command`` record. Command modules import
+the core inside their functions: importing this package (``ckpt --help``) loads none of it.
+"""
+
+from __future__ import annotations
+
+from ckpt_cli.commands import (
+    cp,
+    diff,
+    export,
+    import_,
+    inspect,
+    ls,
+    migrate,
+    pin,
+    prune,
+    reshard,
+    verify,
+)
+from ckpt_cli.commands._command import Command
+
+#: Every subcommand, in the order ``ckpt --help`` lists them.
+COMMANDS: tuple[Command, ...] = (
+    ls.COMMAND,
+    inspect.COMMAND,
+    verify.COMMAND,
+    diff.COMMAND,
+    prune.COMMAND,
+    reshard.COMMAND,
+    migrate.COMMAND,
+    export.COMMAND,
+    import_.COMMAND,
+    cp.COMMAND,
+    pin.PIN,
+    pin.UNPIN,
+)
+
+
+def command(name: str) -> Command:
+    """The command called ``name`` on the command line (KeyError if there is none)."""
+    for c in COMMANDS:
+        if c.name == name:
+            return c
+    raise KeyError(name)

@@ -1,17 +1,28 @@
-"""The context every command builds from the app's global flags: the storage options.
+"""The one context every command builds (``run_context``): the storage options of the app's
+global flags, the output mode and its progress bar, the executor; and ``write_plan``, the one
+way a writer shows its plan, executes it and reports.
 
 Apart from ``_options`` so that shell completion (``_complete``), which ``_options`` imports,
-reaches the same options without an import cycle.
+reaches the same storage options without an import cycle.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
 if TYPE_CHECKING:
+    from ckpt_cli.commands._output import Document
+    from ckpt_cli.core.executor import ExecutorSpec
+    from ckpt_cli.core.progress import ProgressFn
     from ckpt_cli.core.storage import StorageOptions
+
+P = TypeVar("P", bound="Document")
+R = TypeVar("R", bound="Document")
 
 
 def storage_options(ctx: typer.Context) -> StorageOptions:
@@ -29,3 +40,74 @@ def storage_options(ctx: typer.Context) -> StorageOptions:
         s3_endpoint=endpoint if isinstance(endpoint, str) else None,
         max_requests=limit if isinstance(limit, int) else None,
     )
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a command: where it reads and writes (storage), whether it prints one JSON
+    document (no colour, no progress bar, no prompt), and where its work runs (executor)."""
+
+    storage: StorageOptions
+    json_out: bool = False
+    executor: ExecutorSpec | None = None
+
+    def progress(self, min_bytes: int = 0) -> AbstractContextManager[ProgressFn | None]:
+        """The one progress bar (stderr, a terminal, not --json); see ``progress_bar``."""
+        from ckpt_cli.commands._output import progress_bar
+
+        return progress_bar(not self.json_out, min_bytes)
+
+
+def run_context(
+    ctx: typer.Context,
+    json_out: bool = False,
+    executor: str | None = None,
+    workers: int = 1,
+    scheduler: str | None = None,
+) -> Run:
+    """The context of this run; ``executor`` given: ``--executor``/``--workers``/``--scheduler``
+    (checked here: a bad combination is a usage error)."""
+    spec = None
+    if executor is not None:
+        from ckpt_cli.core.executor import ExecutorSpec
+
+        spec = ExecutorSpec(executor, workers, scheduler)
+    return Run(storage_options(ctx), json_out, spec)
+
+
+def write_plan(
+    run: Run,
+    plan: P,
+    execute: Callable[[P, ProgressFn | None], R],
+    *,
+    dry_run: bool,
+    print_plan: Callable[[P], Any],
+    print_result: Callable[[R], Any],
+    warnings: Iterable[str] = (),
+    plan_first: bool = True,
+) -> R | None:
+    """A writer's tail: a refused plan raises its refusal (with --json the plan in the error
+    document, with --dry-run the plan printed first); its warnings; with --dry-run the plan (text or the one document) and
+    nothing else; otherwise the plan before the first byte is written (unless ``plan_first`` is
+    False: export and import show it with the result), the work under the progress bar, then
+    the result (text or the one document)."""
+    from ckpt_cli.commands._output import emit_json, warn
+
+    refusal = getattr(plan, "refusal", None)  # reshard and migrate refuse in their plan
+    if refusal is not None:
+        if run.json_out:
+            refusal.result = plan.to_json()  # the refused plan, in the one error document
+        elif dry_run:
+            print_plan(plan)
+        raise refusal
+    for message in warnings:
+        warn(message)
+    if dry_run:
+        emit_json(plan) if run.json_out else print_plan(plan)
+        return None
+    if not run.json_out and plan_first:
+        print_plan(plan)  # before the first byte is written: what will happen
+    with run.progress() as on_progress:
+        result = execute(plan, on_progress)
+    emit_json(result) if run.json_out else print_result(result)
+    return result

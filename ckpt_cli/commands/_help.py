@@ -40,7 +40,8 @@ def _plain_metavars(params: list[Any]) -> list[Any]:
             if p.metavar is None:
                 p.metavar = ""
         elif p.metavar is None and p.name not in ("help",):
-            p.metavar = (p.name or "value").upper()
+            # `filter_`, `format_`: Python's trailing underscore is no part of the name.
+            p.metavar = (p.name or "value").rstrip("_").upper()
     return params
 
 
@@ -106,6 +107,17 @@ def _panel(original: Callable[..., None]) -> Callable[..., None]:
     return panel
 
 
+def _type_shown(param: Any, ctx: Any) -> str:
+    """The type Typer's table shows for ``param`` (``display_type_rich`` where Typer has it;
+    older releases: the metavar of an option, nothing for a flag)."""
+    shown = getattr(param, "display_type_rich", None)
+    if shown is not None:
+        return str(shown(ctx=ctx) or "")
+    if isinstance(param, TyperArgument) or getattr(param, "is_flag", False):
+        return ""
+    return str(param.make_metavar(ctx=ctx) or "")
+
+
 def _print_blocks(
     *, name: str, params: list[Any], ctx: Any, markup_mode: Any, console: Any
 ) -> None:
@@ -129,8 +141,9 @@ def _print_blocks(
             if param.secondary_opts:
                 head.append(" / ")
                 head.append(", ".join(param.secondary_opts), style=ru.STYLE_NEGATIVE_OPTION)
-        kind = param.display_type_rich(ctx=ctx)
-        span = param._get_number_range_help_str()
+        kind = _type_shown(param, ctx)
+        range_help = getattr(param, "_get_number_range_help_str", None)  # newer Typer only
+        span = range_help() if range_help is not None else ""
         if kind or span:
             head.append(" ")
             head.append(" ".join(x for x in (kind, span and f"[{span}]") if x), ru.STYLE_TYPES)

@@ -70,6 +70,28 @@ def progress_bar(enabled: bool, min_bytes: int = 0) -> Iterator[ProgressFn | Non
     if not enabled or not sys.stderr.isatty():
         yield None
         return
+    from rich.progress import Progress as Bars
+
+    with Bars(*_columns(), console=stderr_console(), transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def update(event: Progress) -> None:
+            if event.unit == "bytes" and (event.total or 0) < min_bytes:
+                return
+            key = _BARS.get(event.action, event.action)
+            label = _LABELS.get(event.action, event.action)
+            if event.name and event.action in _BARS:
+                label = f"{label} {event.name}"
+            total = event.total or None
+            if key not in tasks:
+                tasks[key] = bar.add_task(label, total=total, unit=event.unit)
+            bar.update(tasks[key], description=label, completed=event.done, total=total)
+
+        yield update
+
+
+def _columns() -> list[Any]:
+    """The bar's columns: what, bar, amount, rate, time left."""
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -78,7 +100,6 @@ def progress_bar(enabled: bool, min_bytes: int = 0) -> Iterator[ProgressFn | Non
         TextColumn,
         TimeRemainingColumn,
     )
-    from rich.progress import Progress as Bars
     from rich.text import Text
 
     from ckpt_cli.core.units import human_bytes
@@ -104,39 +125,14 @@ def progress_bar(enabled: bool, min_bytes: int = 0) -> Iterator[ProgressFn | Non
                 return Text("")
             return Text("?" if speed is None else f"{human_bytes(int(speed))}/s")
 
-    with Bars(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        Amount(),
-        Rate(),
-        TimeRemainingColumn(),
-        console=stderr_console(),
-        transient=True,
-    ) as bar:
-        tasks: dict[str, Any] = {}
-
-        def update(event: Progress) -> None:
-            if event.unit == "bytes" and (event.total or 0) < min_bytes:
-                return
-            key = _BARS.get(event.action, event.action)
-            label = _LABELS.get(event.action, event.action)
-            if event.name and event.action in _BARS:
-                label = f"{label} {event.name}"
-            total = event.total or None
-            if key not in tasks:
-                tasks[key] = bar.add_task(label, total=total, unit=event.unit)
-            bar.update(tasks[key], description=label, completed=event.done, total=total)
-
-        yield update
+    return [TextColumn("{task.description}"), BarColumn(), Amount(), Rate(), TimeRemainingColumn()]
 
 
-def emit_error(argv: list[str], error: Mapping[str, Any], result: object = None) -> None:
+def emit_error(version: int, error: Mapping[str, Any], result: object = None) -> None:
     """The one document of a failed ``--json`` run: what the command computed before it failed
     (``CkptError.result``, a refused prune's plan) or nothing, with ``ok`` false and the error;
-    ``schema_version`` is the failed command's (``argv``'s first command name)."""
-    from ckpt_cli.commands._schemas import schema_version_of_argv
-
+    ``version`` is the failed command's ``schema_version``."""
     doc: dict[str, Any] = dict(result) if isinstance(result, Mapping) else {}
-    doc = {"schema_version": schema_version_of_argv(argv), **doc, "ok": False, "error": error}
+    doc = {"schema_version": version, **doc, "ok": False, "error": error}
     indent = 2 if sys.stdout.isatty() else None
     sys.stdout.write(json.dumps(doc, indent=indent, default=str) + "\n")

@@ -24,44 +24,28 @@ SCHEMA_BASE = "https://ckpt.invalid/schemas"
 
 
 def _documents() -> dict[str, Any]:
-    """command -> the TypedDict of its document. Imported here, not at module level, so that
-    ``ckpt --help`` never loads the result types."""
-    from ckpt_cli.commands._documents import documents
+    """command -> the TypedDict of its document, from the registry (resolved here, not at
+    module level, so that ``ckpt --help`` never loads the result types)."""
+    from ckpt_cli.commands import COMMANDS
 
-    return documents()
-
-
-#: Every command that prints a --json document (the app test checks the list).
-COMMANDS = (
-    "ls", "inspect", "verify", "diff", "prune", "reshard", "migrate", "pin", "unpin", "cp",
-)  # fmt: skip
+    return {c.name: c.document_type() for c in COMMANDS if c.documents}
 
 
 def schema_version(command: str) -> int:
-    """The version of ``command``'s document: its result type's ``SCHEMA_VERSION``."""
-    from ckpt_cli.core.diff import DiffReport
-    from ckpt_cli.core.inspect import ItemReport
-    from ckpt_cli.core.migrate.plan import MigrationPlan
-    from ckpt_cli.core.reshard.plan import ReshardPlan
-    from ckpt_cli.core.schema import SCHEMA_VERSION
-    from ckpt_cli.core.verify.types import VerifyReport
+    """The version of ``command``'s document (its ``Command`` record names the source)."""
+    from ckpt_cli.commands import command as find
 
-    versions = {
-        "diff": DiffReport.SCHEMA_VERSION,
-        "verify": VerifyReport.SCHEMA_VERSION,
-        "inspect": ItemReport.SCHEMA_VERSION,
-        "reshard": ReshardPlan.SCHEMA_VERSION,
-        "migrate": MigrationPlan.SCHEMA_VERSION,
-    }
-    return versions.get(command, SCHEMA_VERSION)
+    return find(command).schema_version()
 
 
 def schema_version_of_argv(argv: list[str]) -> int:
     """The version of the document the command named in ``argv`` prints (an error document
     before any result: the command line may not even parse)."""
+    from ckpt_cli.commands import COMMANDS
     from ckpt_cli.core.schema import SCHEMA_VERSION
 
-    command = next((a for a in argv if a in COMMANDS), None)
+    names = {c.name for c in COMMANDS if c.documents}
+    command = next((a for a in argv if a in names), None)
     return schema_version(command) if command else SCHEMA_VERSION
 
 

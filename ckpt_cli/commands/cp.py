@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ckpt_cli.commands import _options as o
+from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._complete import complete_root_at_step
-from ckpt_cli.commands._output import emit_json, note, progress_bar, warn
+from ckpt_cli.commands._context import run_context, write_plan
+from ckpt_cli.commands._output import note, warn
+
+if TYPE_CHECKING:
+    from ckpt_cli.core.copy.execute import CopyResult
+    from ckpt_cli.core.copy.plan import CopyPlan
+    from ckpt_cli.core.progress import ProgressFn
 
 CpSourceArg = Annotated[
     str,
@@ -89,18 +96,13 @@ def cp(
 
     Exit codes: 0 copied · 1 --verify found a file unlike its recorded digest · 2 usage ·
     3 not a checkpoint, unreadable, or refused (a different step at the destination).
-
-    Examples:
-
-        $ ckpt cp runs/exp7 s3://bucket/exp7
-        $ ckpt cp s3://bucket/exp7 gs://other/exp7 --steps 100-300 --verify
-        $ ckpt cp gs://other/exp7@300 runs/restored --dry-run
     """
     from ckpt_cli.commands.render import cp as render
     from ckpt_cli.commands.render.uploads import cleanup_notes
     from ckpt_cli.core.copy.execute import execute_copy
     from ckpt_cli.core.copy.plan import plan_copy
 
+    run = run_context(ctx, json_out)
     plan = plan_copy(
         src,
         dst,
@@ -109,22 +111,35 @@ def cp(
         latest=latest,
         verify=verify,
         concurrency=concurrency,
-        storage=o.storage_options(ctx),
+        storage=run.storage,
     )
-    for message in plan.warnings:
-        warn(message)
-    if dry_run:
-        emit_json(plan) if json_out else render.print_plan(plan)
-        return
-    if not json_out:
-        render.print_plan(plan)
-    with progress_bar(not json_out) as on_progress:
+
+    def execute(plan: CopyPlan, on_progress: ProgressFn | None) -> CopyResult:
         result = execute_copy(plan, on_progress)
-    for message in cleanup_notes(result.uploads):
-        note(message)
-    for message in result.uploads.failed:
-        warn(message)
-    if json_out:
-        emit_json(result)
-    else:
-        render.print_result(result)
+        for message in cleanup_notes(result.uploads):
+            note(message)
+        for message in result.uploads.failed:
+            warn(message)
+        return result
+
+    write_plan(
+        run,
+        plan,
+        execute,
+        dry_run=dry_run,
+        print_plan=render.print_plan,
+        print_result=render.print_result,
+        warnings=plan.warnings,
+    )
+
+
+COMMAND = Command(
+    name="cp",
+    function=cp,
+    documents=("ckpt_cli.core.copy.plan:CpJSON",),
+    examples=(
+        "runs/exp7 s3://bucket/exp7",
+        "s3://bucket/exp7 gs://other/exp7 --steps 100-300 --verify",
+        "gs://other/exp7@300 runs/restored --dry-run",
+    ),
+)

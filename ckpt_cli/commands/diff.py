@@ -2,29 +2,83 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._complete import complete_root_at_step
+from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import (
     MEMORY_LIMIT,
-    AllOpt,
-    AtolOpt,
-    BothStepsOpt,
-    CompareCastOpt,
     FilterOpt,
-    ItemAOpt,
-    ItemBOpt,
     ItemOpt,
     JsonOpt,
     MemoryLimitOpt,
-    RtolOpt,
-    SideArg,
-    StepAOpt,
-    StepBOpt,
-    StructureOpt,
-    storage_options,
 )
-from ckpt_cli.commands._output import emit_json, progress_bar
+from ckpt_cli.commands._output import emit_json
 from ckpt_cli.errors import EXIT_PROBLEMS
+
+ItemAOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--item-a", help="Item of A (also A@STEP:ITEM).", show_default=False, metavar="NAME"
+    ),
+]
+
+ItemBOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--item-b", help="Item of B (also B@STEP:ITEM).", show_default=False, metavar="NAME"
+    ),
+]
+
+SideArg = Annotated[
+    str,
+    typer.Argument(
+        help="Root, step or item; ROOT@STEP picks a step, ROOT@STEP:ITEM an item.",
+        autocompletion=complete_root_at_step,
+    ),
+]
+
+BothStepsOpt = Annotated[
+    int | None,
+    typer.Option("--step", "-s", help="Step to take from both roots.", show_default=False),
+]
+
+StepAOpt = Annotated[
+    int | None, typer.Option("--step-a", help="Step of A's root.", show_default=False)
+]
+
+StepBOpt = Annotated[
+    int | None, typer.Option("--step-b", help="Step of B's root.", show_default=False)
+]
+
+AtolOpt = Annotated[
+    float, typer.Option("--atol", help="Absolute tolerance: |a-b| <= atol + rtol*|b|.")
+]
+
+RtolOpt = Annotated[float, typer.Option("--rtol", help="Relative tolerance.")]
+
+CompareCastOpt = Annotated[
+    bool,
+    typer.Option(
+        "--compare-cast",
+        help="Compare leaves whose dtype changed as float64 instead of counting them as different.",
+    ),
+]
+
+AllOpt = Annotated[
+    bool, typer.Option("--all", help="List equal leaves too, not only the differences.")
+]
+
+StructureOpt = Annotated[
+    bool,
+    typer.Option(
+        "--structure",
+        help="Compare names, dtypes, shapes and shardings only: no array data is read.",
+    ),
+]
 
 
 def diff(
@@ -55,18 +109,13 @@ def diff(
     item unless --item (both), --item-a/--item-b or ROOT@STEP:ITEM names one.
 
     Exit codes: 0 equal within tolerance · 1 different · 2 usage · 3 not a checkpoint.
-
-    Examples:
-
-        $ ckpt diff runs/exp7@900 runs/exp7@1000
-        $ ckpt diff runs/exp7 runs/exp7-4x2 --atol 1e-6
-        $ ckpt diff runs/a runs/b --structure
     """
     # The core is imported when the command runs, not when `ckpt` starts.
     from ckpt_cli.commands.render import diff as render
     from ckpt_cli.core.diff import diff_paths
 
-    with progress_bar(not json_out) as on_progress:
+    run = run_context(ctx, json_out)
+    with run.progress() as on_progress:
         report = diff_paths(
             a,
             b,
@@ -81,7 +130,7 @@ def diff(
             compare_cast=compare_cast,
             name_filter=filter_,
             on_progress=on_progress,
-            storage=storage_options(ctx),
+            storage=run.storage,
             memory_limit=memory_limit,
             structure_only=structure,
         )
@@ -91,3 +140,16 @@ def diff(
         render.print_report(report, show_all)
     if not report.equal:
         raise typer.Exit(EXIT_PROBLEMS)
+
+
+COMMAND = Command(
+    name="diff",
+    function=diff,
+    documents=("ckpt_cli.core.diff:DiffJSON",),
+    version="ckpt_cli.core.diff:DiffReport",
+    examples=(
+        "runs/exp7@900 runs/exp7@1000",
+        "runs/exp7 runs/exp7-4x2 --atol 1e-6",
+        "runs/a runs/b --structure",
+    ),
+)

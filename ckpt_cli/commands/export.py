@@ -2,60 +2,88 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ckpt_cli.commands import _options as o
-from ckpt_cli.commands._output import emit_json, progress_bar, warn
+from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._context import run_context, write_plan
 from ckpt_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from ckpt_cli.commands._context import Run
+    from ckpt_cli.core.progress import ProgressFn
+    from ckpt_cli.core.safetensors.export import ExportPlan
+    from ckpt_cli.core.safetensors.export_run import ExportResult
+
+#: transformers' default for save_pretrained(max_shard_size=...): 5 GB, decimal.
+MAX_SHARD_SIZE = o.size_default("5GB")
+
+MaxShardSizeOpt = Annotated[
+    int,
+    o.size_option(
+        "--max-shard-size",
+        "Shard above this size (5GB = 5e9 bytes, as transformers; GiB units too).",
+    ),
+]
+
+
+ExportSourceArg = Annotated[
+    str,
+    typer.Argument(
+        help="Source: a root, step or item directory (local, s3:// or gs://).",
+        show_default=False,
+    ),
+]
+OutArg = Annotated[str, typer.Argument(help="Output directory (new or empty).", show_default=False)]
+FormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--format", help="Output format (safetensors is the one there is).", metavar="FORMAT"
+    ),
+]
+ParamsOnlyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--params-only",
+        help="Only the model parameters (the leaves `inspect` names so): no optimizer "
+        "state, step or RNG.",
+    ),
+]
+DtypeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dtype",
+        help="Cast floating leaves: bfloat16, float16, float32, float64, float8_e4m3fn, "
+        "float8_e5m2.",
+        show_default=False,
+    ),
+]
+FrameworkOpt = Annotated[
+    str,
+    typer.Option("--framework", help="`format` in `__metadata__`: pt, np, flax, tf or mlx."),
+]
+ProvenanceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--provenance/--no-provenance",
+        help="Record the source (path, item, step, Orbax format, spec hash) in `__metadata__`.",
+    ),
+]
 
 
 def export(
     ctx: typer.Context,
-    src: Annotated[
-        str,
-        typer.Argument(
-            help="Source: a root, step or item directory (local, s3:// or gs://).",
-            show_default=False,
-        ),
-    ],
-    out: Annotated[
-        str, typer.Argument(help="Output directory (new or empty).", show_default=False)
-    ],
-    format_: Annotated[
-        str, typer.Option("--format", help="Output format (safetensors is the one there is).")
-    ] = "safetensors",
+    src: ExportSourceArg,
+    out: OutArg,
+    format_: FormatOpt = "safetensors",
     spec: o.OptionalSpecOpt = None,
-    params_only: Annotated[
-        bool,
-        typer.Option(
-            "--params-only",
-            help="Only the model parameters (the leaves `inspect` names so): no optimizer "
-            "state, step or RNG.",
-        ),
-    ] = False,
-    dtype: Annotated[
-        str | None,
-        typer.Option(
-            "--dtype",
-            help="Cast floating leaves: bfloat16, float16, float32, float64, float8_e4m3fn, "
-            "float8_e5m2.",
-            show_default=False,
-        ),
-    ] = None,
-    max_shard_size: o.MaxShardSizeOpt = o.MAX_SHARD_SIZE,
-    framework: Annotated[
-        str,
-        typer.Option("--framework", help="`format` in __metadata__: pt, np, flax, tf or mlx."),
-    ] = "pt",
-    provenance: Annotated[
-        bool,
-        typer.Option(
-            "--provenance/--no-provenance",
-            help="Record the source (path, item, step, Orbax format, spec hash) in __metadata__.",
-        ),
-    ] = True,
+    params_only: ParamsOnlyOpt = False,
+    dtype: DtypeOpt = None,
+    max_shard_size: MaxShardSizeOpt = MAX_SHARD_SIZE,
+    framework: FrameworkOpt = "pt",
+    provenance: ProvenanceOpt = True,
     allow_unused: o.AllowUnusedOpt = False,
     step: o.StepOpt = None,
     item: o.ItemOpt = None,
@@ -73,11 +101,10 @@ def export(
     file is complete. Leaves safetensors cannot hold (strings, typed PRNG keys, int4) are
     refused before anything is written. No JAX.
     """
-    from ckpt_cli.commands.render import exchange as render
     from ckpt_cli.core.safetensors.export import plan_export
-    from ckpt_cli.core.safetensors.export_run import check_output, execute
     from ckpt_cli.core.write.memory import bound_allocator
 
+    run = run_context(ctx, json_out)
     if format_ != "safetensors":
         raise UsageError(f"--format {format_!r}: the format ckpt exports is safetensors")
     # Blocks of 8 MiB come from (and return to) the heap of two arenas: no page faults for a
@@ -96,18 +123,43 @@ def export(
         step=step,
         item=item,
         memory_limit=memory_limit,
-        storage=o.storage_options(ctx),
+        storage=run.storage,
     )
-    if dry_run:
-        emit_json(plan) if json_out else render.print_export_plan(plan)
-        return
-    for label in plan.unused_rules:
-        warn(f"{label} matched no leaf")
-    check_output(plan.out)
-    with progress_bar(not json_out) as on_progress:
-        result = execute(plan, on_progress)
-    if json_out:
-        emit_json(result)
-    else:
+    _write(run, plan, dry_run)
+
+
+def _write(run: Run, plan: ExportPlan, dry_run: bool) -> None:
+    """Check the output directory, stream the files; the plan is shown with the result."""
+    from ckpt_cli.commands.render import exchange as render
+    from ckpt_cli.core.safetensors.export_run import check_output, execute
+
+    def checked_execute(plan: ExportPlan, on_progress: ProgressFn | None) -> ExportResult:
+        check_output(plan.out)
+        return execute(plan, on_progress)
+
+    def print_result(result: ExportResult) -> None:
         render.print_export_plan(plan)
         render.print_written(plan.out, result.bytes_written, result.seconds)
+
+    write_plan(
+        run,
+        plan,
+        checked_execute,
+        dry_run=dry_run,
+        print_plan=render.print_export_plan,
+        print_result=print_result,
+        warnings=() if dry_run else [f"{label} matched no leaf" for label in plan.unused_rules],
+        plan_first=False,
+    )
+
+
+COMMAND = Command(
+    name="export",
+    function=export,
+    documents=("ckpt_cli.core.safetensors.export_run:ExportJSON",),
+    examples=(
+        "runs/exp7 out --step 600 --spec mlp_to_pytorch.yaml",
+        "runs/llama hf --spec llama_to_hf.yaml --dtype bfloat16",
+        "runs/exp7 out --params-only --dry-run",
+    ),
+)

@@ -2,38 +2,52 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ckpt_cli.commands import _options as o
-from ckpt_cli.commands._output import emit_json, progress_bar, warn
+from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._context import run_context, write_plan
+
+if TYPE_CHECKING:
+    from ckpt_cli.commands._context import Run
+    from ckpt_cli.core.safetensors.import_ import ImportPlan
+    from ckpt_cli.core.safetensors.import_run import ImportResult
+
+IMPORT_CHUNK_BYTES = o.size_default("16MiB")
+
+
+ImportSourceArg = Annotated[
+    str,
+    typer.Argument(
+        help="A .safetensors file, an *.safetensors.index.json, or a directory holding either.",
+        show_default=False,
+    ),
+]
+ImportDestArg = Annotated[
+    str,
+    typer.Argument(
+        help="Destination CheckpointManager root (created if missing).", show_default=False
+    ),
+]
+ImportStepOpt = Annotated[int, typer.Option("--step", "-s", help="Step number to write.", min=0)]
+ImportZarr3Opt = Annotated[bool, typer.Option("--zarr3/--zarr2", help="Output zarr version.")]
 
 
 def import_(
     ctx: typer.Context,
-    src: Annotated[
-        str,
-        typer.Argument(
-            help="A .safetensors file, an *.safetensors.index.json, or a directory holding either.",
-            show_default=False,
-        ),
-    ],
-    dst: Annotated[
-        str,
-        typer.Argument(
-            help="Destination CheckpointManager root (created if missing).", show_default=False
-        ),
-    ],
+    src: ImportSourceArg,
+    dst: ImportDestArg,
     spec: o.OptionalSpecOpt = None,
     mesh: o.MeshOpt = None,
     rules: o.RulesOpt = None,
-    step: Annotated[int, typer.Option("--step", "-s", help="Step number to write.", min=0)] = 0,
+    step: ImportStepOpt = 0,
     target: o.TargetOpt = None,
     allow_unused: o.AllowUnusedOpt = False,
-    max_chunk_bytes: o.MaxChunkBytesOpt = o.IMPORT_CHUNK_BYTES,
+    max_chunk_bytes: o.MaxChunkBytesOpt = IMPORT_CHUNK_BYTES,
     memory_limit: o.MemoryLimitOpt = o.EXCHANGE_MEMORY_LIMIT,
-    zarr3: Annotated[bool, typer.Option("--zarr3/--zarr2", help="Output zarr version.")] = False,
+    zarr3: ImportZarr3Opt = False,
     compression: o.CompressionOpt = "zstd",
     ocdbt: o.OcdbtOpt = True,
     dry_run: o.PlanOnlyOpt = False,
@@ -47,12 +61,11 @@ def import_(
     written. Streams under --memory-limit; the step is written under a tmp name and renamed when
     complete. No JAX (except --target).
     """
-    from ckpt_cli.commands.render import exchange as render
     from ckpt_cli.core.safetensors.import_ import plan_import
-    from ckpt_cli.core.safetensors.import_run import execute
     from ckpt_cli.core.write.memory import bound_allocator
     from ckpt_cli.core.write.types import Compression, WriteOptions
 
+    run = run_context(ctx, json_out)
     write = WriteOptions(
         max_chunk_bytes=max_chunk_bytes,
         memory_limit=memory_limit,
@@ -71,17 +84,39 @@ def import_(
         target=target,
         allow_unused=allow_unused,
         write=write,
-        storage=o.storage_options(ctx),
+        storage=run.storage,
     )
-    if dry_run:
-        emit_json(plan) if json_out else render.print_import_plan(plan)
-        return
-    for label in plan.unused_rules:
-        warn(f"{label} matched no tensor")
-    with progress_bar(not json_out) as on_progress:
-        result = execute(plan, on_progress)
-    if json_out:
-        emit_json(result)
-    else:
+    _write(run, plan, dry_run)
+
+
+def _write(run: Run, plan: ImportPlan, dry_run: bool) -> None:
+    """Stream the new step; the plan is shown with the result."""
+    from ckpt_cli.commands.render import exchange as render
+    from ckpt_cli.core.safetensors.import_run import execute
+
+    def print_result(result: ImportResult) -> None:
         render.print_import_plan(plan)
         render.print_written(result.path, result.bytes_written, result.seconds)
+
+    write_plan(
+        run,
+        plan,
+        execute,
+        dry_run=dry_run,
+        print_plan=render.print_import_plan,
+        print_result=print_result,
+        warnings=() if dry_run else [f"{label} matched no tensor" for label in plan.unused_rules],
+        plan_first=False,
+    )
+
+
+COMMAND = Command(
+    name="import",
+    function=import_,
+    documents=("ckpt_cli.core.safetensors.import_run:ImportJSON",),
+    examples=(
+        "out runs/back --spec pytorch_to_mlp.yaml --step 600",
+        "hf runs/llama --spec hf_to_llama.yaml --target model:abstract",
+        "model.safetensors runs/x --mesh data=8 --rules r.yaml",
+    ),
+)

@@ -2,20 +2,38 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import (
     FilterOpt,
-    FlatOpt,
     ItemOpt,
     JsonOpt,
-    LayoutOpt,
     PathArg,
-    StatsOpt,
     StepOpt,
-    storage_options,
 )
-from ckpt_cli.commands._output import emit_json, progress_bar, warn
+from ckpt_cli.commands._output import emit_json, warn
+
+FlatOpt = Annotated[bool, typer.Option("--flat", help="One line per leaf instead of a tree.")]
+
+StatsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--stats",
+        help="Add min, max, mean, std, NaN and Inf counts per leaf (reads the data, "
+        "chunk by chunk).",
+    ),
+]
+
+LayoutOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--layout", help="Draw which device holds which block of this leaf.", show_default=False
+    ),
+]
 
 
 def inspect(
@@ -37,21 +55,16 @@ def inspect(
     Says which subtrees hold the four parts of a training state (parameters, optimizer state,
     step, RNG state) and what resuming loses when one is missing. Reads only metadata unless
     --stats is given. No JAX.
-
-    Examples:
-
-        $ ckpt inspect runs/exp7 --step 1000
-        $ ckpt inspect runs/exp7 --flat --filter 'params.*kernel' --stats
-        $ ckpt inspect runs/exp7 --layout params.Dense_0.kernel
     """
     # Rendering pulls in rich.tree/table: imported here so `ls` and `--help` do not pay for it.
     from ckpt_cli.commands.render import inspect as render
     from ckpt_cli.core.inspect import inspect_path
     from ckpt_cli.core.storage import open_location
 
-    location = open_location(path, storage_options(ctx))
+    run = run_context(ctx, json_out)
+    location = open_location(path, run.storage)
     # A bar only for stats worth waiting for.
-    with progress_bar(not json_out, min_bytes=64 << 20) as on_progress:
+    with run.progress(min_bytes=64 << 20) as on_progress:
         result = inspect_path(
             location,
             step,
@@ -67,3 +80,19 @@ def inspect(
         render.print_result(result, flat)
     for message in render.warnings(result):
         warn(message)
+
+
+COMMAND = Command(
+    name="inspect",
+    function=inspect,
+    documents=(
+        "ckpt_cli.core.inspect:InspectJSON",
+        "ckpt_cli.core.inspect:StepInspectJSON",
+    ),
+    version="ckpt_cli.core.inspect:ItemReport",
+    examples=(
+        "runs/exp7 --step 1000",
+        "runs/exp7 --flat --filter 'params.*kernel' --stats",
+        "runs/exp7 --layout params.Dense_0.kernel",
+    ),
+)

@@ -6,7 +6,9 @@ from typing import Annotated
 
 import typer
 
-from ckpt_cli.commands._options import JsonOpt, PathArg, storage_options
+from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._context import run_context
+from ckpt_cli.commands._options import JsonOpt, PathArg
 from ckpt_cli.commands._output import emit_json, note, warn
 from ckpt_cli.errors import CkptError
 
@@ -31,18 +33,13 @@ def ls(
     `uncommitted` (object storage without commit_success.txt). The latest committed step is
     marked. Reads only metadata: no JAX, no array data. With -v, how a bucket root was
     listed (docs: object storage).
-
-    Examples:
-
-        $ ckpt ls runs/exp7
-        $ ckpt ls s3://bucket/runs/exp7 --json
-        $ ckpt ls s3://bucket/runs/exp7 -v
     """
     from ckpt_cli.commands.render import ls as render
     from ckpt_cli.core.listing import list_root
     from ckpt_cli.core.storage import open_location
 
-    location = open_location(path, storage_options(ctx))
+    run = run_context(ctx, json_out)
+    location = open_location(path, run.storage)
     listing = list_root(location, from_listing=True)
     if json_out:
         emit_json(listing)
@@ -61,3 +58,16 @@ def ls(
         warn(message)
     for message in location.notes() if verbose else ():
         note(message)
+
+
+COMMAND = Command(
+    name="ls",
+    function=ls,
+    documents=("ckpt_cli.core.listing:LsJSON",),
+    version="ckpt_cli.core.listing:RootListing",
+    examples=(
+        "runs/exp7",
+        "s3://bucket/runs/exp7 --json",
+        "s3://bucket/runs/exp7 -v",
+    ),
+)

@@ -2,30 +2,77 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Annotated
+
 import typer
 
 from ckpt_cli.commands import _options as o
-from ckpt_cli.commands._output import emit_json, progress_bar, warn
+from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._context import run_context, write_plan
+
+if TYPE_CHECKING:
+    from ckpt_cli.commands._context import Run
+    from ckpt_cli.core.migrate.plan import MigrationPlan
+
+MigrateDestArg = Annotated[
+    str,
+    typer.Argument(
+        help="Destination root (created if missing), or ROOT/N to name the step.",
+        show_default=False,
+    ),
+]
+
+SpecOpt = Annotated[
+    str,
+    typer.Option("--spec", help="YAML (or .toml) file of ordered rules.", show_default=False),
+]
+
+AllowMismatchOpt = Annotated[
+    bool,
+    typer.Option("--allow-mismatch", help="Write even if the result differs from --target."),
+]
+
+AllowPythonOpt = Annotated[
+    bool,
+    typer.Option("--allow-python", help="Let `op: python` rules import and run their function."),
+]
+
+StepOutOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--step-out", help="Step number to write (default: the source's).", show_default=False
+    ),
+]
+
+RecordDigestsOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--record-digests/--no-record-digests",
+        help="Read the new step back and record its digests, as `ckpt verify --record` "
+        "(default: when the source has a record).",
+        show_default=False,
+    ),
+]
 
 
 def migrate(
     ctx: typer.Context,
     src: o.SourceArg,
-    dst: o.MigrateDestArg,
-    spec: o.SpecOpt,
+    dst: MigrateDestArg,
+    spec: SpecOpt,
     target: o.TargetOpt = None,
-    allow_mismatch: o.AllowMismatchOpt = False,
+    allow_mismatch: AllowMismatchOpt = False,
     allow_unused: o.AllowUnusedOpt = False,
-    allow_python: o.AllowPythonOpt = False,
+    allow_python: AllowPythonOpt = False,
     step: o.StepOpt = None,
     item: o.ItemOpt = None,
-    step_out: o.StepOutOpt = None,
+    step_out: StepOutOpt = None,
     max_chunk_bytes: o.MaxChunkBytesOpt = o.MAX_CHUNK_BYTES,
     memory_limit: o.MemoryLimitOpt = o.MEMORY_LIMIT,
     zarr3: o.Zarr3Opt = None,
     compression: o.CompressionOpt = "zstd",
     ocdbt: o.OcdbtOpt = True,
-    record_digests: o.RecordDigestsOpt = None,
+    record_digests: RecordDigestsOpt = None,
     dry_run: o.PlanOnlyOpt = False,
     json_out: o.JsonOpt = False,
     executor: o.ExecutorOpt = "local",
@@ -40,21 +87,13 @@ def migrate(
     written (collisions, rules that match nothing, --target). The new step streams chunk by chunk
     under --memory-limit (reshape and python hold one leaf); the source is never modified; the step
     is written under a tmp name and renamed when complete, recording the spec it applied.
-
-    Examples:
-
-        $ ckpt migrate runs/exp7 runs/exp7-wide --spec widen.yaml --dry-run
-        $ ckpt migrate runs/exp7 runs/bf16 --spec cast.yaml --target model:abstract
     """
-    from ckpt_cli.commands.render import migrate as render
-    from ckpt_cli.commands.render import write as written
-    from ckpt_cli.core.migrate.execute import execute
     from ckpt_cli.core.migrate.plan import plan_migration
 
+    run = run_context(ctx, json_out, executor, workers, scheduler)
     write = o.write_options(
-        max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, executor, workers, scheduler,
-        unit_bytes,
-    )  # fmt: skip
+        run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, unit_bytes
+    )
     plan = plan_migration(
         src,
         dst,
@@ -68,25 +107,35 @@ def migrate(
         step_out=step_out,
         write=write,
         record_digests=record_digests,
-        storage=o.storage_options(ctx),
+        storage=run.storage,
     )
-    refusal = plan.refusal
-    if refusal is not None and json_out:
-        refusal.result = plan.to_json()  # the refused plan, in the one error document
-        raise refusal
-    if dry_run or refusal is not None:
-        if dry_run:
-            emit_json(plan) if json_out else render.print_plan(plan)
-        if refusal is not None:
-            raise refusal
-        return
-    for message in plan.warnings:
-        warn(message)
-    if not json_out:
-        render.print_plan(plan)  # before the first byte is written: what will happen
-    with progress_bar(not json_out) as on_progress:
-        result = execute(plan, on_progress=on_progress)
-    if json_out:
-        emit_json(result)
-    else:
-        written.print_result(result)
+    _write(run, plan, dry_run)
+
+
+def _write(run: Run, plan: MigrationPlan, dry_run: bool) -> None:
+    """The plan, then the new step streamed under the progress bar, then what was written."""
+    from ckpt_cli.commands.render import migrate as render
+    from ckpt_cli.commands.render import write as written
+    from ckpt_cli.core.migrate.execute import execute
+
+    write_plan(
+        run,
+        plan,
+        execute,
+        dry_run=dry_run,
+        print_plan=render.print_plan,
+        print_result=written.print_result,
+        warnings=() if dry_run else plan.warnings,
+    )
+
+
+COMMAND = Command(
+    name="migrate",
+    function=migrate,
+    documents=("ckpt_cli.core.migrate.plan:MigrateJSON",),
+    version="ckpt_cli.core.migrate.plan:MigrationPlan",
+    examples=(
+        "runs/exp7 runs/exp7-wide --spec widen.yaml --dry-run",
+        "runs/exp7 runs/bf16 --spec cast.yaml --target model:abstract",
+    ),
+)

@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 
 from ckpt_cli.commands import _options as o
+from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._output import emit_json
 
 StepArg = Annotated[int, typer.Argument(help="The step (a committed step of ROOT).")]
@@ -38,7 +40,7 @@ def pin(
     from ckpt_cli.core.prune.execute import prune_lock
     from ckpt_cli.core.storage import open_location
 
-    location = open_location(root, o.storage_options(ctx))
+    location = open_location(root, run_context(ctx, json_out).storage)
     with prune_lock(location, "pin") as found:
         result = pin_step(location, step, note, found.entries)
     if json_out:
@@ -60,7 +62,7 @@ def unpin(ctx: typer.Context, root: o.RootArg, step: StepArg, json_out: o.JsonOp
     from ckpt_cli.core.prune.execute import prune_lock
     from ckpt_cli.core.storage import open_location
 
-    location = open_location(root, o.storage_options(ctx))
+    location = open_location(root, run_context(ctx, json_out).storage)
     with prune_lock(location, "unpin") as found:
         result = unpin_step(location, step, found.entries)
     if json_out:
@@ -68,3 +70,18 @@ def unpin(ctx: typer.Context, root: o.RootArg, step: StepArg, json_out: o.JsonOp
         return
     verb = "unpinned" if result.changed else "was not pinned:"
     sys.stdout.write(f"{verb} step {result.step} of {result.root}\n")
+
+
+PIN = Command(
+    name="pin",
+    function=pin,
+    documents=("ckpt_cli.core.format.pins:PinResultJSON",),
+    examples=("runs/exp7 500 --note 'best eval so far'", "s3://bucket/exp7 1000 --json"),
+)
+
+UNPIN = Command(
+    name="unpin",
+    function=unpin,
+    documents=("ckpt_cli.core.format.pins:PinResultJSON",),
+    examples=("runs/exp7 500", "s3://bucket/exp7 1000 --json"),
+)

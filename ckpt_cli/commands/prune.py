@@ -3,39 +3,141 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from enum import Enum
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ckpt_cli.commands import _options as o
+from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._output import emit_json, note, progress_bar, warn
 from ckpt_cli.errors import CkptError, Interrupted, RefusedError
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
+    from ckpt_cli.commands._context import Run
     from ckpt_cli.core.format.layout import Detected
     from ckpt_cli.core.prune.execute import PruneResult
+    from ckpt_cli.core.prune.plan import PrunePlan
+    from ckpt_cli.core.prune.policy import Policy
     from ckpt_cli.core.storage import Location
+
+
+class Mode(str, Enum):
+    min = "min"
+    max = "max"
+
+
+def _count(flag: str, help_: str) -> Any:
+    return typer.Option(flag, min=1, help=help_, show_default=False, metavar="N")
+
+
+KeepLastOpt = Annotated[int | None, _count("--keep-last", "Keep the N newest steps.")]
+
+KeepEveryOpt = Annotated[
+    int | None, _count("--keep-every", "Keep steps divisible by N (Orbax keep_period).")
+]
+
+KeepStepOpt = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--keep-step", help="Keep this step (repeatable).", show_default=False, metavar="STEP"
+    ),
+]
+
+KeepWithinOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--keep-within",
+        help="Keep steps committed within this long before now: 90m, 36h, 7d, 2w.",
+        show_default=False,
+        metavar="DURATION",
+    ),
+]
+
+KeepHourlyOpt = Annotated[
+    int | None, _count("--keep-hourly", "Newest step of each of the last N hours with one.")
+]
+
+KeepDailyOpt = Annotated[
+    int | None, _count("--keep-daily", "Newest step of each of the last N days (UTC).")
+]
+
+KeepWeeklyOpt = Annotated[
+    int | None, _count("--keep-weekly", "Newest step of each of the last N ISO weeks.")
+]
+
+KeepMonthlyOpt = Annotated[
+    int | None, _count("--keep-monthly", "Newest step of each of the last N months.")
+]
+
+KeepBestOpt = Annotated[int | None, _count("--keep-best", "Keep the N best steps by --metric.")]
+
+MetricOpt = Annotated[
+    str | None,
+    typer.Option(help="Metric of metrics/metrics to rank by (--keep-best).", show_default=False),
+]
+
+ModeOpt = Annotated[
+    Mode | None,
+    typer.Option(
+        help="With --keep-best, required: best is the lowest (min, a loss) or the highest (max, "
+        "an accuracy; Orbax's best_mode default).",
+        show_default=False,
+    ),
+]
+
+KeepMissingMetricOpt = Annotated[
+    bool,
+    typer.Option(
+        "--keep-missing-metric/--drop-missing-metric",
+        help="With --keep-best: keep steps that lack the metric (Orbax's default), or let "
+        "the other rules decide.",
+    ),
+]
+
+CleanTmpOpt = Annotated[
+    bool,
+    typer.Option("--clean-tmp", help="Also remove unfinished saves (*.orbax-checkpoint-tmp*)."),
+]
+
+TmpMinAgeOpt = Annotated[
+    str,
+    typer.Option(
+        help="Only remove unfinished saves unmodified for this long (a save in progress "
+        "writes all the time).",
+        metavar="DURATION",
+    ),
+]
+
+PruneDryRunOpt = Annotated[
+    bool, typer.Option("--dry-run", "-n", help="Print the plan; change nothing.")
+]
+
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Delete without asking.")]
 
 
 def prune(
     ctx: typer.Context,
     root: o.RootArg,
-    keep_last: o.KeepLastOpt = None,
-    keep_every: o.KeepEveryOpt = None,
-    keep_step: o.KeepStepOpt = None,
-    keep_within: o.KeepWithinOpt = None,
-    keep_hourly: o.KeepHourlyOpt = None,
-    keep_daily: o.KeepDailyOpt = None,
-    keep_weekly: o.KeepWeeklyOpt = None,
-    keep_monthly: o.KeepMonthlyOpt = None,
-    keep_best: o.KeepBestOpt = None,
-    metric: o.MetricOpt = None,
-    mode: o.ModeOpt = None,
-    keep_missing_metric: o.KeepMissingMetricOpt = True,
-    clean_tmp: o.CleanTmpOpt = False,
-    tmp_min_age: o.TmpMinAgeOpt = "1h",
-    dry_run: o.PruneDryRunOpt = False,
-    yes: o.YesOpt = False,
+    keep_last: KeepLastOpt = None,
+    keep_every: KeepEveryOpt = None,
+    keep_step: KeepStepOpt = None,
+    keep_within: KeepWithinOpt = None,
+    keep_hourly: KeepHourlyOpt = None,
+    keep_daily: KeepDailyOpt = None,
+    keep_weekly: KeepWeeklyOpt = None,
+    keep_monthly: KeepMonthlyOpt = None,
+    keep_best: KeepBestOpt = None,
+    metric: MetricOpt = None,
+    mode: ModeOpt = None,
+    keep_missing_metric: KeepMissingMetricOpt = True,
+    clean_tmp: CleanTmpOpt = False,
+    tmp_min_age: TmpMinAgeOpt = "1h",
+    dry_run: PruneDryRunOpt = False,
+    yes: YesOpt = False,
     json_out: o.JsonOpt = False,
 ) -> None:
     """Delete the steps that no retention rule keeps; show the plan first.
@@ -49,19 +151,52 @@ def prune(
     needs --yes; answering no deletes nothing and exits 0. Exit codes: 0 done (or nothing to do,
     or declined), 2 bad options, 3 refused (no terminal to ask on and no --yes, another prune
     running) or a deletion failed, 130/143 interrupted.
-
-    Examples:
-
-        $ ckpt prune runs/exp7 --keep-last 3 --keep-every 1000 --dry-run
-        $ ckpt prune runs/exp7 --keep-best 2 --metric loss --keep-last 1 --yes
     """
-    from ckpt_cli.commands.render import prune as render
-    from ckpt_cli.core.prune.execute import PruneOutcome, PruneResult, execute_plan, prune_lock
-    from ckpt_cli.core.prune.plan import plan_prune_root
-    from ckpt_cli.core.prune.policy import Policy, parse_duration
+    from ckpt_cli.core.prune.policy import parse_duration
     from ckpt_cli.core.storage import open_location
 
-    policy = Policy(
+    policy = _policy(
+        keep_last, keep_every, keep_step, keep_within, keep_hourly, keep_daily, keep_weekly,
+        keep_monthly, keep_best, metric, mode, keep_missing_metric,
+    )  # fmt: skip
+    min_age = parse_duration(tmp_min_age, option="--tmp-min-age")
+    run = run_context(ctx, json_out)
+    location = open_location(root, run.storage)
+    if dry_run:
+        plan = _plan(location, policy, clean_tmp, min_age, None, json_out, dry_run=True)
+        _report(_execute(run, plan, dry_run=True), json_out)
+        sys.stderr.write("dry run: nothing was changed\n")
+        return
+    from ckpt_cli.core.prune.execute import prune_lock
+
+    # Held from the plan to the last deletion: the plan confirmed is the plan executed.
+    with prune_lock(location) as found:
+        plan = _plan(location, policy, clean_tmp, min_age, found, json_out, dry_run=False)
+        if not plan.is_noop and not yes and not _confirm(plan, json_out):
+            sys.stdout.write("nothing deleted\n")
+            return
+        result = _execute(run, plan, dry_run=False)
+    _report(result, json_out)
+
+
+def _policy(
+    keep_last: int | None,
+    keep_every: int | None,
+    keep_step: list[int] | None,
+    keep_within: str | None,
+    keep_hourly: int | None,
+    keep_daily: int | None,
+    keep_weekly: int | None,
+    keep_monthly: int | None,
+    keep_best: int | None,
+    metric: str | None,
+    mode: Mode | None,
+    keep_missing_metric: bool,
+) -> Policy:
+    """The retention policy of the command line (an option not given keeps nothing)."""
+    from ckpt_cli.core.prune.policy import Policy, parse_duration
+
+    return Policy(
         keep_last=keep_last or 0,
         keep_every=keep_every or 0,
         keep_steps=frozenset(keep_step or ()),
@@ -75,70 +210,69 @@ def prune(
         mode=mode.value if mode is not None else None,
         keep_missing_metric=keep_missing_metric,
     )
-    min_age = parse_duration(tmp_min_age, option="--tmp-min-age")
-    location = open_location(root, o.storage_options(ctx))
 
-    def make_plan(detected: Detected | None = None) -> PruneResult:
-        plan = plan_prune_root(
-            location, policy, clean_tmp=clean_tmp, tmp_min_age=min_age, detected=detected
-        )
-        if not json_out:
-            render.render_plan(plan, dry_run=dry_run)
-        for message in render.plan_warnings(plan):
+
+def _plan(
+    location: Location,
+    policy: Policy,
+    clean_tmp: bool,
+    min_age: timedelta,
+    detected: Detected | None,
+    json_out: bool,
+    *,
+    dry_run: bool,
+) -> PrunePlan:
+    """The library's plan, shown (text) with its warnings (stderr)."""
+    from ckpt_cli.commands.render import prune as render
+    from ckpt_cli.core.prune.plan import plan_prune_root
+
+    plan = plan_prune_root(
+        location, policy, clean_tmp=clean_tmp, tmp_min_age=min_age, detected=detected
+    )
+    if not json_out:
+        render.render_plan(plan, dry_run=dry_run)
+    for message in render.plan_warnings(plan):
+        warn(message)
+    return plan
+
+
+def _execute(run: Run, plan: PrunePlan, *, dry_run: bool) -> PruneResult:
+    """The library's ``execute`` (under the lock the plan was made in), with a progress bar;
+    on Ctrl-C/SIGTERM, says what is left half deleted."""
+    from ckpt_cli.core.prune.execute import execute
+
+    with progress_bar(not run.json_out and not dry_run) as on_progress:
+        try:
+            return execute(plan, on_progress, dry_run=dry_run)
+        except Interrupted:
+            assert plan.location is not None  # a plan of plan_prune_root
+            _say_what_is_left(plan.location)
+            raise
+
+
+def _report(result: PruneResult, json_out: bool) -> None:
+    """What the prune did (or, dry, would do): the uploads cleanup, the document or the text,
+    the warnings; a failed deletion ends the run as its error (the document holds the outcome)."""
+    from ckpt_cli.commands.render import prune as render
+    from ckpt_cli.commands.render.uploads import cleanup_notes
+
+    if result.uploads is not None:
+        for message in cleanup_notes(result.uploads, dry_run=result.dry_run):
+            note(message)
+        for message in result.uploads.failed:
             warn(message)
-        return PruneResult(plan, None, dry_run)
-
-    if dry_run:
-        planned = make_plan()
-        if json_out:
-            emit_json(planned)
-        if clean_tmp:
-            _clean_uploads(location, min_age.total_seconds(), dry_run=True)
-        sys.stderr.write("dry run: nothing was changed\n")
-        return
-    with prune_lock(location) as found:
-        planned = make_plan(found)
-        plan = planned.plan
-        if not plan.is_noop and not yes and not _confirm(planned, json_out):
-            sys.stdout.write("nothing deleted\n")
-            return
-        with progress_bar(not json_out) as on_progress:
-            try:
-                outcome = (
-                    PruneOutcome((), (), ())
-                    if plan.is_noop
-                    else execute_plan(plan, location, on_progress=on_progress)
-                )
-            except Interrupted:
-                _say_what_is_left(location)
-                raise
-        if clean_tmp:
-            _clean_uploads(location, min_age.total_seconds())
-    result = PruneResult(plan, outcome)
-    failure = outcome.failure
+    outcome = result.outcome
+    failure = outcome.failure if outcome is not None else None
     if failure is not None and json_out:
         failure.result = result.to_json()  # one document: the outcome so far, and the failure
     elif json_out:
         emit_json(result)
-    else:
-        render.render_outcome(plan, outcome)
-    for message in render.outcome_warnings(outcome):
+    elif outcome is not None:
+        render.render_outcome(result.plan, outcome)
+    for message in render.outcome_warnings(outcome) if outcome is not None else ():
         warn(message)
     if failure is not None:
         raise failure
-
-
-def _clean_uploads(location: Location, min_age_s: float, *, dry_run: bool = False) -> None:
-    """--clean-tmp: abort the multipart uploads a killed writer left under the root, once
-    idle for --tmp-min-age, and none while a live writer holds the root."""
-    from ckpt_cli.commands.render.uploads import cleanup_notes
-    from ckpt_cli.core.write.uploads import abort_leftovers
-
-    cleanup = abort_leftovers(location, min_age_s, dry_run=dry_run)
-    for message in cleanup_notes(cleanup, dry_run=dry_run):
-        note(message)
-    for message in cleanup.failed:
-        warn(message)
 
 
 def _say_what_is_left(location: Location) -> None:
@@ -163,7 +297,7 @@ def _interactive() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-def _confirm(planned: PruneResult, json_out: bool) -> bool:
+def _confirm(plan: PrunePlan, json_out: bool) -> bool:
     """Whether the person at the terminal said yes (no is not an error); without a terminal to
     ask on (or with --json), a refusal naming --yes."""
     from ckpt_cli.commands.render import prune as render
@@ -173,9 +307,17 @@ def _confirm(planned: PruneResult, json_out: bool) -> bool:
         raise RefusedError(
             f"refusing to delete without confirmation: {why}",
             hint="rerun with --yes to delete, or --dry-run to only print the plan",
-            result=planned.to_json() if json_out else None,  # the plan, in the one document
+            # the plan, in the one document
+            result=_planned(plan).to_json() if json_out else None,
         )
-    return _ask(render.confirm_question(planned.plan))
+    return _ask(render.confirm_question(plan))
+
+
+def _planned(plan: PrunePlan) -> PruneResult:
+    """A plan as a prune's document before anything was deleted."""
+    from ckpt_cli.core.prune.execute import PruneResult
+
+    return PruneResult(plan, None, False)
 
 
 def _ask(question: str) -> bool:
@@ -206,3 +348,14 @@ def _ask(question: str) -> bool:
         if answer in ("y", "yes"):
             return True
         sys.stderr.write("Error: answer y or n\n")
+
+
+COMMAND = Command(
+    name="prune",
+    function=prune,
+    documents=("ckpt_cli.core.prune.execute:PruneJSON",),
+    examples=(
+        "runs/exp7 --keep-last 3 --keep-every 1000 --dry-run",
+        "runs/exp7 --keep-best 2 --metric loss --keep-last 1 --yes",
+    ),
+)

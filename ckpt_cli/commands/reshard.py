@@ -2,20 +2,54 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Annotated
+
 import typer
 
 from ckpt_cli.commands import _options as o
-from ckpt_cli.commands._output import emit_json, progress_bar, warn
+from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._context import run_context, write_plan
+
+if TYPE_CHECKING:
+    from ckpt_cli.commands._context import Run
+    from ckpt_cli.core.reshard.plan import ReshardPlan
+
+ReshardDestArg = Annotated[
+    str,
+    typer.Argument(
+        help="Destination root (created if missing; the step keeps its number).",
+        show_default=False,
+    ),
+]
+
+RuleOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--rule",
+        help="PATTERN=SPEC, e.g. 'params.*kernel=[null, model]' (repeatable; after --rules).",
+        show_default=False,
+    ),
+]
+
+LikeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--like",
+        help="Copy the chunking and sharding of this "
+        "checkpoint (its latest step) instead of --mesh/--rules.",
+        show_default=False,
+    ),
+]
 
 
 def reshard(
     ctx: typer.Context,
     src: o.SourceArg,
-    dst: o.ReshardDestArg,
+    dst: ReshardDestArg,
     mesh: o.MeshOpt = None,
     rules: o.RulesOpt = None,
-    rule: o.RuleOpt = None,
-    like: o.LikeOpt = None,
+    rule: RuleOpt = None,
+    like: LikeOpt = None,
     step: o.StepOpt = None,
     item: o.ItemOpt = None,
     max_chunk_bytes: o.MaxChunkBytesOpt = o.MAX_CHUNK_BYTES,
@@ -36,22 +70,13 @@ def reshard(
     under --max-chunk-bytes), `_sharding` = the target NamedSharding (device ids 0..n-1 in mesh
     order). Streams chunk by chunk under --memory-limit; the source is never modified; the step is
     written under a tmp name and renamed when complete.
-
-    Examples:
-
-        $ ckpt reshard runs/exp7 runs/exp7-4x2 --mesh data=4,model=2 --rules r.yaml
-        $ ckpt reshard runs/exp7 out --mesh data=8 --rule 'params.*=[data, null]'
-        $ ckpt reshard runs/exp7 out --like runs/other --dry-run
     """
-    from ckpt_cli.commands.render import reshard as render
-    from ckpt_cli.commands.render import write as written
-    from ckpt_cli.core.reshard.execute import execute
     from ckpt_cli.core.reshard.plan import plan_reshard
 
+    run = run_context(ctx, json_out, executor, workers, scheduler)
     write = o.write_options(
-        max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, executor, workers, scheduler,
-        unit_bytes,
-    )  # fmt: skip
+        run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, unit_bytes
+    )
     plan = plan_reshard(
         src,
         dst,
@@ -62,25 +87,36 @@ def reshard(
         step=step,
         item=item,
         write=write,
-        storage=o.storage_options(ctx),
+        storage=run.storage,
     )
-    refusal = plan.refusal
-    if refusal is not None:
-        if json_out:
-            refusal.result = plan.to_json()  # the refused plan, in the one error document
-        elif dry_run:
-            render.print_plan(plan)
-        raise refusal
-    for message in plan.warnings:
-        warn(message)
-    if dry_run:
-        emit_json(plan) if json_out else render.print_plan(plan)
-        return
-    if not json_out:
-        render.print_plan(plan)  # before the first byte is written: what will happen
-    with progress_bar(not json_out) as on_progress:
-        result = execute(plan, on_progress=on_progress)
-    if json_out:
-        emit_json(result)
-    else:
-        written.print_result(result)
+    _write(run, plan, dry_run)
+
+
+def _write(run: Run, plan: ReshardPlan, dry_run: bool) -> None:
+    """The plan, then the new step streamed under the progress bar, then what was written."""
+    from ckpt_cli.commands.render import reshard as render
+    from ckpt_cli.commands.render import write as written
+    from ckpt_cli.core.reshard.execute import execute
+
+    write_plan(
+        run,
+        plan,
+        execute,
+        dry_run=dry_run,
+        print_plan=render.print_plan,
+        print_result=written.print_result,
+        warnings=plan.warnings,
+    )
+
+
+COMMAND = Command(
+    name="reshard",
+    function=reshard,
+    documents=("ckpt_cli.core.reshard.plan:ReshardJSON",),
+    version="ckpt_cli.core.reshard.plan:ReshardPlan",
+    examples=(
+        "runs/exp7 runs/exp7-4x2 --mesh data=4,model=2 --rules r.yaml",
+        "runs/exp7 out --mesh data=8 --rule 'params.*=[data, null]'",
+        "runs/exp7 out --like runs/other --dry-run",
+    ),
+)

@@ -2,32 +2,124 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Annotated, Any
+
 import typer
 
+from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._complete import complete_step
+from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import (
     UNIT_BYTES,
-    DeepOpt,
     ExecutorOpt,
-    FailOnNonfiniteOpt,
     JsonOpt,
-    JunitOpt,
-    LatestOpt,
-    MarkCommittedOpt,
-    MaxDurationOpt,
     PathArg,
-    RecordOpt,
-    RotateOpt,
-    SampleOpt,
     SchedulerOpt,
-    SeedOpt,
-    StrictOpt,
+    SizeParser,
     UnitBytesOpt,
-    VerifyStepOpt,
     WorkersOpt,
-    storage_options,
 )
-from ckpt_cli.commands._output import emit_json, note, progress_bar, warn
+from ckpt_cli.commands._output import emit_json, note, warn
 from ckpt_cli.errors import EXIT_PROBLEMS, UsageError
+
+if TYPE_CHECKING:
+    from ckpt_cli.core.verify.types import SampleSpec, VerifyOptions, VerifyReport
+
+VerifyStepOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--step",
+        "-s",
+        help="Check only this step of a root.",
+        show_default=False,
+        metavar="N",
+        autocompletion=complete_step,
+    ),
+]
+
+LatestOpt = Annotated[
+    bool, typer.Option("--latest", help="Check only the latest committed step of a root.")
+]
+
+DeepOpt = Annotated[
+    bool,
+    typer.Option(
+        "--deep",
+        help="Decode every chunk (streamed, in parallel): NaN/Inf per leaf, recorded "
+        "digests and file checksums.",
+    ),
+]
+
+RecordOpt = Annotated[
+    bool,
+    typer.Option(
+        "--record",
+        help="After a clean deep pass, store digests in each item (_CKPT_DIGESTS.json) "
+        "that every later verify checks. Implies --deep.",
+    ),
+]
+
+SampleOpt = Annotated[
+    Any,
+    typer.Option(
+        "--sample",
+        parser=SizeParser("--sample", sample=True),
+        metavar="SIZE|N%",
+        help="Decode a random subset of chunks: a percentage of the bytes ('5%') or an "
+        "amount ('2GiB'). Checks the files holding them against recorded digests.",
+        show_default=False,
+    ),
+]
+
+SeedOpt = Annotated[
+    int | None,
+    typer.Option("--seed", help="Seed choosing the --sample subset.", show_default=False),
+]
+
+StrictOpt = Annotated[
+    bool, typer.Option("--strict", help="Treat warnings as errors (exit 1 on any).")
+]
+
+FailOnNonfiniteOpt = Annotated[
+    bool, typer.Option("--fail-on-nonfinite", help="Treat NaN/Inf in a leaf as an error.")
+]
+
+MarkCommittedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--mark-committed",
+        help="After a clean deep check of the one step (a root with --step N, or a step), "
+        "put its commit_success.txt: for steps copied to a bucket without it (Orbax #394). "
+        "Refused (nothing written, exit 1) when the check finds errors.",
+    ),
+]
+
+MaxDurationOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-duration",
+        help="With --deep: read for at most this long (90s, 10m, 2h), counted from the start; "
+        "reports the coverage. Exit code on what was seen.",
+        metavar="DURATION",
+        show_default=False,
+    ),
+]
+
+RotateOpt = Annotated[
+    bool,
+    typer.Option(
+        "--rotate",
+        help="With --max-duration: continue where the last run stopped (state in each item's "
+        "_CKPT_VERIFY_STATE.json), so N runs cover every chunk.",
+    ),
+]
+
+JunitOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--junit", help="Also write a JUnit XML report to FILE.", metavar="FILE", show_default=False
+    ),
+]
 
 
 def verify(
@@ -62,25 +154,43 @@ def verify(
 
     Exit codes: 0 no errors (warnings allowed unless --strict) · 1 problems found · 2 usage ·
     3 not a checkpoint or unreadable.
-
-    Examples:
-
-        $ ckpt verify runs/exp7 --deep --json
-        $ ckpt verify runs/exp7 --record
-        $ ckpt verify runs/exp7 --latest --sample 5% --junit verify.xml
     """
     # The core and rich.table are imported here, so that `ckpt --help` and `ls` do not pay.
-    from ckpt_cli.commands.render import verify as render
-    from ckpt_cli.core.executor import ExecutorSpec
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.verify.run import verify_path
+
+    options = _verify_options(
+        step, latest, deep, record, sample, seed, strict, fail_on_nonfinite, mark_committed,
+        max_duration, rotate,
+    )  # fmt: skip
+    run = run_context(ctx, json_out, executor, workers, scheduler)
+    location = open_location(path, run.storage)
+    with run.progress() as on_progress:
+        report = verify_path(location, options, on_progress, run.executor, unit_bytes)
+    _report(report, junit, json_out, mark_committed)
+
+
+def _verify_options(
+    step: int | None,
+    latest: bool,
+    deep: bool,
+    record: bool,
+    sample: SampleSpec | None,
+    seed: int | None,
+    strict: bool,
+    fail_on_nonfinite: bool,
+    mark_committed: bool,
+    max_duration: str | None,
+    rotate: bool,
+) -> VerifyOptions:
+    """What to check, from the command line."""
     from ckpt_cli.core.verify.types import VerifyOptions
 
     if latest and step is not None:
         raise UsageError(
             f"--latest and --step {step} both choose the step to check: give one of them"
         )
-    options = VerifyOptions(
+    return VerifyOptions(
         step=step,
         latest=latest,
         deep=deep,
@@ -93,10 +203,12 @@ def verify(
         max_duration=_seconds(max_duration),
         rotate=rotate,
     )
-    scale = ExecutorSpec(executor, workers, scheduler)
-    location = open_location(path, storage_options(ctx))
-    with progress_bar(not json_out) as on_progress:
-        report = verify_path(location, options, on_progress, scale, unit_bytes)
+
+
+def _report(report: VerifyReport, junit: str | None, json_out: bool, mark_committed: bool) -> None:
+    """The JUnit file, the document or the text, the warnings and notes; exit 1 on problems."""
+    from ckpt_cli.commands.render import verify as render
+
     if junit is not None:  # first: a report that cannot be written is the one document
         render.write_junit(report, junit)
     if json_out:
@@ -115,3 +227,16 @@ def _seconds(text: str | None) -> float | None:
     from ckpt_cli.core.prune.policy import parse_duration
 
     return parse_duration(text, option="--max-duration").total_seconds()
+
+
+COMMAND = Command(
+    name="verify",
+    function=verify,
+    documents=("ckpt_cli.core.verify.types:VerifyJSON",),
+    version="ckpt_cli.core.verify.types:VerifyReport",
+    examples=(
+        "runs/exp7 --deep --json",
+        "runs/exp7 --record",
+        "runs/exp7 --latest --sample 5% --junit verify.xml",
+    ),
+)

@@ -7,9 +7,10 @@ import re
 
 import pytest
 
+from ckpt_cli.commands import COMMANDS as REGISTRY
 from tests.support.terminal import run_on_terminal
 
-COMMANDS = ["ls", "inspect", "verify", "diff", "prune", "reshard", "migrate"]
+COMMANDS = [c.name for c in REGISTRY]
 
 
 def _help(*command: str, columns: int = 80) -> str:
@@ -22,16 +23,10 @@ def _help(*command: str, columns: int = 80) -> str:
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_help_shows_real_examples_that_render_whole(command: str) -> None:
-    from ckpt_cli.app import app
+    from ckpt_cli.commands import command as find
 
-    callback = next(c.callback for c in app.registered_commands if c.name == command)
-    assert callback is not None
-    examples = [
-        line.strip()
-        for line in (callback.__doc__ or "").splitlines()
-        if line.strip().startswith(f"$ ckpt {command} ")
-    ]
-    assert 2 <= len(examples) <= 4, callback.__doc__
+    examples = [f"$ ckpt {command} {example}" for example in find(command).examples]
+    assert 2 <= len(examples) <= 4, command
     lines = _help(command).splitlines()
     for example in examples:
         assert example in lines, f"{example!r} not whole on one line of the help"
@@ -41,7 +36,7 @@ def _every_command() -> list[str]:
     from ckpt_cli.app import app
 
     names = [c.name for c in app.registered_commands if c.name]
-    assert set(COMMANDS) <= set(names)
+    assert names == COMMANDS
     return ["", *names]  # "": `ckpt --help` itself
 
 
@@ -76,3 +71,44 @@ def test_top_level_help_lists_every_command() -> None:
     text = _help()
     for command in COMMANDS:
         assert re.search(rf"^{command}\s", text, re.MULTILINE), command
+
+
+def test_help_shows_no_trailing_underscore_placeholder() -> None:
+    """Parameters named ``filter_``/``format_`` (Python keywords) show as PATTERN/FORMAT."""
+    for command in ("inspect", "diff", "export"):
+        text = _help(command)
+        assert not re.search(r"\b[A-Z]+_\b", text), (command, text)
+    assert "PATTERN" in _help("inspect")
+    assert "FORMAT" in _help("export")
+
+
+def test_every_command_has_examples_in_its_record() -> None:
+    assert REGISTRY
+    for c in REGISTRY:
+        assert 2 <= len(c.examples) <= 4, c.name
+        assert f"$ ckpt {c.name} {c.examples[0]}" in c.help()
+
+
+@pytest.mark.parametrize(
+    ("args", "phrase"),
+    [
+        (["ls", ".", "--bogus"], "No such option: --bogus"),
+        (["bogus"], "No such command 'bogus'"),
+        (["ls"], "Missing argument 'PATH'"),
+        (["prune", ".", "--mode", "avg"], "Invalid value for '--mode'"),
+    ],
+)
+def test_usage_errors_are_one_line_on_stderr(args: list[str], phrase: str) -> None:
+    """Click's usage errors: one ``ckpt: error:`` line naming the help to read, exit 2; no
+    boxed panel, nothing on stdout."""
+    import subprocess
+
+    from tests.support.interrupts import CKPT
+
+    proc = subprocess.run([CKPT, *args], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("ckpt: error: ") and phrase in lines[0], lines[0]
+    assert "--help`)" in lines[0] and "╭" not in proc.stderr

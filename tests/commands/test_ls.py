@@ -13,7 +13,7 @@ def test_ls_json_shape_seed(cli) -> None:  # type: ignore[no-untyped-def]
     r = cli("ls", FIXTURES / "seed_mlp", "--json")
     assert r.code == 0, r.stderr
     doc = r.json()
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     assert doc["root"] == str(FIXTURES / "seed_mlp")
     assert [s["step"] for s in doc["steps"]] == [300, 400, 500]
     assert doc["latest_step"] == 500

@@ -178,3 +178,17 @@ def test_piped_output_is_plain(name: str) -> None:
     doc = _json([str(a) for a in (case.json_args or case.args)])
     for n in case.names(doc):
         assert any(n in line for line in lines), n
+
+
+@pytest.mark.parametrize("columns", [40, 60, 72, 80])
+def test_diff_never_breaks_a_leaf_name(columns: int) -> None:
+    """``opt_state.1`` and every other leaf name stay whole on one line however narrow the
+    terminal: the table wraps at spaces or goes to blocks, never inside a name."""
+    args = ["diff", f"{SEED}@300", f"{SEED}@500", "--all"]
+    screen = run_on_terminal(args, columns)
+    assert screen.code == 1, screen.text + screen.stderr
+    names = _leaf_names(_json(args))
+    assert "opt_state.1" in names
+    for name in names:
+        assert any(name in line.split() for line in screen.lines), f"{name} broken:\n{screen.text}"
+    assert not screen.too_wide(), screen.too_wide()

@@ -1,4 +1,4 @@
-"""The signal handler of ``app.main``, in a process of its own: what the boundary relies on."""
+"""The signal handler of ``app.main`` (``ckpt_cli.signals``), in a process of its own: what the boundary relies on."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 
 PROBE = r"""
 import os, signal, sys, time
-from ckpt_cli.app import _on_signal
+from ckpt_cli.signals import on_signal
 from ckpt_cli.errors import Interrupted
 for s in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(s, _on_signal)
+    signal.signal(s, on_signal)
 caught = []
 try:
     try:
@@ -35,10 +35,10 @@ def test_signal_raises_interrupted_past_except_exception(sig: str, code: int) ->
 
 SECOND = r"""
 import os, signal, time
-from ckpt_cli.app import _on_signal
+from ckpt_cli.signals import on_signal
 from ckpt_cli.errors import Interrupted
 for s in (signal.SIGINT, signal.SIGTERM):
-    signal.signal(s, _on_signal)
+    signal.signal(s, on_signal)
 try:
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(5)
@@ -61,8 +61,8 @@ def test_errors_raised_from_an_interrupt_are_not_printed_by_the_hooks() -> None:
     PyErr_Print (sys.excepthook) or as unraisable prints nothing; other errors still print."""
     from types import SimpleNamespace
 
-    from ckpt_cli.app import _quiet_excepthook, _quiet_unraisable
     from ckpt_cli.errors import Interrupted
+    from ckpt_cli.signals import quiet_excepthook, quiet_unraisable
 
     def chained() -> ImportError:
         try:
@@ -74,8 +74,8 @@ def test_errors_raised_from_an_interrupt_are_not_printed_by_the_hooks() -> None:
             return e
 
     printed: list[object] = []
-    hook = _quiet_excepthook(lambda kind, value, tb: printed.append(value))
-    unraisable = _quiet_unraisable(lambda u: printed.append(u.exc_value))
+    hook = quiet_excepthook(lambda kind, value, tb: printed.append(value))
+    unraisable = quiet_unraisable(lambda u: printed.append(u.exc_value))
     quiet = [chained(), Interrupted(2)]
     for error in quiet:
         hook(type(error), error, None)

@@ -296,10 +296,10 @@ def test_prune_interrupted_at_its_question_deletes_nothing(
 
 _ASK_WHILE_ANOTHER_THREAD_GETS_SIGINT = """
 import signal, sys, threading, time
-from ckpt_cli import app
+from ckpt_cli import app, signals
 from ckpt_cli.commands.prune import _ask
 from ckpt_cli.errors import Interrupted
-signal.signal(signal.SIGINT, app._on_signal)
+signal.signal(signal.SIGINT, signals.on_signal)
 
 def poke():
     time.sleep(0.3)

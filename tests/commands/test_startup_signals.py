@@ -133,9 +133,9 @@ def test_a_signal_while_starting_is_one_line_or_nothing(name: str, sig: signal.S
 _IMPORTER = """
 import signal, sys, time
 sys.path.insert(0, sys.argv[1])
-from ckpt_cli import app
+from ckpt_cli import app, signals
 from ckpt_cli.errors import Interrupted
-signal.signal(signal.SIGTERM, app._on_signal)
+signal.signal(signal.SIGTERM, signals.on_signal)
 try:
     import slow_module
     for _ in range(200):  # the run goes on: the signal comes back within milliseconds

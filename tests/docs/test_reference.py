@@ -13,6 +13,7 @@ import typer
 import yaml
 
 from ckpt_cli.app import app
+from ckpt_cli.commands import COMMANDS as REGISTRY
 from tests.support.paths import REPO
 
 
@@ -27,7 +28,7 @@ def _generator() -> ModuleType:
 
 
 GEN = _generator()
-COMMANDS = [c.name for c in app.registered_commands]
+COMMANDS = [c.name for c in REGISTRY]
 
 
 def test_the_committed_reference_pages_are_current() -> None:

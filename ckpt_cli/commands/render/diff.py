@@ -3,8 +3,15 @@ and the verdict."""
 
 from __future__ import annotations
 
-from ckpt_cli.commands.render.layout import plural
-from ckpt_cli.commands.render.lines import emit, painter, say, table_lines, use_color
+from ckpt_cli.commands.render.layout import plural, wrap
+from ckpt_cli.commands.render.lines import (
+    emit,
+    painter,
+    say,
+    table_lines,
+    text_width,
+    use_color,
+)
 from ckpt_cli.commands.render.units import shape_str
 from ckpt_cli.core.diff import STATUSES, DiffReport, LeafDiff
 
@@ -58,6 +65,10 @@ def print_report(report: DiffReport, show_all: bool) -> None:
         if report.structure_only
         else (f"atol={report.atol:g}, rtol={report.rtol:g}")
     )
-    verdict = paint("EQUAL", "green") if report.equal else paint("DIFFERENT", "red")
+    word, colour = ("EQUAL", "green") if report.equal else ("DIFFERENT", "red")
     rest = f" ({tol}): {plural(len(report.leaves), 'leaf', 'leaves')}: {counts or 'none'}"
-    emit([verdict + paint(rest, "")], color)
+    # Wrapped at spaces like every other line: a narrow terminal must not fold it mid-word.
+    first, *more = wrap(word + rest, text_width(), indent="  ")
+    emit(
+        [paint(word, colour) + paint(first[len(word) :], ""), *(paint(m, "") for m in more)], color
+    )

@@ -211,47 +211,55 @@ def print_layout(layout: ShardLayout, report: ItemReport) -> None:
             )
         )
     split = [d for d, g in enumerate(layout.grid) if g > 1]
-    rank = len(layout.shape)
-    if len(split) <= 2 and rank >= 1:
-        # Rows follow the first split dimension, columns the second; a lone split of the last
-        # dimension of a matrix reads as columns, as the matrix itself would.
-        if len(split) == 2:
-            rows_dim, cols_dim = split
-        elif split and split[0] == rank - 1 and rank >= 2:
-            rows_dim, cols_dim = rank - 2, split[0]
-        else:
-            rows_dim, cols_dim = (split[0] if split else 0), None
-        n_rows = layout.grid[rows_dim]
-        n_cols = layout.grid[cols_dim] if cols_dim is not None else 1
-        grid = Table(show_lines=True)
-        grid.add_column(
-            f"dim {rows_dim} \\ dim {cols_dim}" if cols_dim is not None else f"dim {rows_dim}"
-        )
-        cells: dict[tuple[int, int], str] = {}
-        for blk in layout.blocks:
-            r = blk.index[rows_dim]
-            c = blk.index[cols_dim] if cols_dim is not None else 0
-            cells[(r, c)] = "dev " + ",".join(map(str, blk.devices))
-        for c in range(n_cols):
-            grid.add_column(
-                "" if cols_dim is None else "{}:{}".format(*_bounds(layout, cols_dim, c))
-            )
-        for r in range(n_rows):
-            lo, hi = _bounds(layout, rows_dim, r)
-            grid.add_row(f"{lo}:{hi}", *(cells.get((r, c), "") for c in range(n_cols)))
-        console.print(grid)
+    if len(split) <= 2 and len(layout.shape) >= 1:
+        console.print(_block_grid(layout, split))
     else:
-        table = Table(box=None)
-        table.add_column("block")
-        table.add_column("slice")
-        table.add_column("devices")
-        for blk in layout.blocks:
-            table.add_row(
-                str(list(blk.index)),
-                ", ".join(f"{lo}:{hi}" for lo, hi in blk.bounds),
-                ",".join(map(str, blk.devices)),
-            )
-        console.print(table)
+        console.print(_block_list(layout))
+
+
+def _block_grid(layout: ShardLayout, split: list[int]) -> Table:
+    """The blocks as a grid over the (at most two) split dimensions, devices in each cell."""
+    rank = len(layout.shape)
+    # Rows follow the first split dimension, columns the second; a lone split of the last
+    # dimension of a matrix reads as columns, as the matrix itself would.
+    if len(split) == 2:
+        rows_dim, cols_dim = split
+    elif split and split[0] == rank - 1 and rank >= 2:
+        rows_dim, cols_dim = rank - 2, split[0]
+    else:
+        rows_dim, cols_dim = (split[0] if split else 0), None
+    n_rows = layout.grid[rows_dim]
+    n_cols = layout.grid[cols_dim] if cols_dim is not None else 1
+    grid = Table(show_lines=True)
+    grid.add_column(
+        f"dim {rows_dim} \\ dim {cols_dim}" if cols_dim is not None else f"dim {rows_dim}"
+    )
+    cells: dict[tuple[int, int], str] = {}
+    for blk in layout.blocks:
+        r = blk.index[rows_dim]
+        c = blk.index[cols_dim] if cols_dim is not None else 0
+        cells[(r, c)] = "dev " + ",".join(map(str, blk.devices))
+    for c in range(n_cols):
+        grid.add_column("" if cols_dim is None else "{}:{}".format(*_bounds(layout, cols_dim, c)))
+    for r in range(n_rows):
+        lo, hi = _bounds(layout, rows_dim, r)
+        grid.add_row(f"{lo}:{hi}", *(cells.get((r, c), "") for c in range(n_cols)))
+    return grid
+
+
+def _block_list(layout: ShardLayout) -> Table:
+    """The blocks one per row (more than two split dimensions): index, slice, devices."""
+    table = Table(box=None)
+    table.add_column("block")
+    table.add_column("slice")
+    table.add_column("devices")
+    for blk in layout.blocks:
+        table.add_row(
+            str(list(blk.index)),
+            ", ".join(f"{lo}:{hi}" for lo, hi in blk.bounds),
+            ",".join(map(str, blk.devices)),
+        )
+    return table
 
 
 def _bounds(layout: ShardLayout, dim: int, i: int) -> tuple[int, int]:

@@ -15,11 +15,12 @@ refused, names the holder and says to delete the object once that prune is surel
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TypedDict
 
@@ -54,6 +55,7 @@ from ckpt_cli.core.prune.plan import (
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.core.storage.locks import holder_of, read_owner, take_lock
 from ckpt_cli.core.write.claim import WRITE_LOCK, WriteClaim, claim_root
+from ckpt_cli.core.write.uploads import UploadCleanup, abort_leftovers
 from ckpt_cli.errors import (
     CkptError,
     ErrorJSON,
@@ -63,6 +65,9 @@ from ckpt_cli.errors import (
     UnreachableError,
     UsageError,
 )
+
+#: The prune locks this process holds (``prune_lock``).
+_HELD: set[str] = set()
 
 
 class OutcomeJSON(TypedDict):
@@ -118,6 +123,9 @@ class PruneResult:
     plan: PrunePlan
     outcome: PruneOutcome | None
     dry_run: bool = False
+    #: With --clean-tmp: the multipart uploads a killed writer left under the root (aborted,
+    #: or in a dry run those that would be); not part of the JSON document.
+    uploads: UploadCleanup | None = field(default=None, compare=False)
 
     def to_json(self) -> PruneJSON:
         # Key by key, not ``**plan``: mypy cannot tell that the plan's document has no ``error``.
@@ -137,16 +145,32 @@ class PruneResult:
         }
 
 
-def execute(plan: PrunePlan, on_progress: ProgressFn | None = None) -> PruneResult:
-    """Carry out a plan of ``plan_prune_root`` under the root's lock (``execute_plan``); the
-    entries are checked again, so a plan made a while ago deletes only what is still as seen."""
+def execute(
+    plan: PrunePlan, on_progress: ProgressFn | None = None, *, dry_run: bool = False
+) -> PruneResult:
+    """Carry out a plan of ``plan_prune_root`` under the root's lock (``execute_plan``; already
+    held when the caller planned under ``prune_lock``); the entries are checked again, so a plan
+    made a while ago deletes only what is still as seen. A plan that cleans unfinished saves
+    also aborts the multipart uploads a killed writer left, once idle as long. ``dry_run``:
+    nothing deleted, the uploads that would be aborted listed."""
     root = plan.location
     if root is None:
         raise UsageError("this prune plan was not made from a root (use plan_prune_root)")
-    with prune_lock(root):
-        if plan.is_noop:
-            return PruneResult(plan, PruneOutcome((), (), ()))
-        return PruneResult(plan, execute_plan(plan, root, on_progress=on_progress))
+    if dry_run:
+        return PruneResult(plan, None, True, _clean_uploads(root, plan, dry_run=True))
+    held = str(root.child(LOCK_NAME)) in _HELD  # planned under prune_lock: still held
+    with contextlib.nullcontext() if held else prune_lock(root):
+        outcome = PruneOutcome((), (), ())
+        if not plan.is_noop:
+            outcome = execute_plan(plan, root, on_progress=on_progress)
+        return PruneResult(plan, outcome, uploads=_clean_uploads(root, plan))
+
+
+def _clean_uploads(
+    root: Location, plan: PrunePlan, *, dry_run: bool = False
+) -> UploadCleanup | None:
+    age = plan.tmp_min_age
+    return None if age is None else abort_leftovers(root, age.total_seconds(), dry_run=dry_run)
 
 
 def execute_plan(
@@ -377,8 +401,12 @@ def prune_lock(root: Location, command: str = "prune") -> Iterator[Detected]:
     if lock is None:
         raise _locked(root, lock_file, command)
     with lock:
-        root.refresh()  # what another holder changed before we got the lock
-        yield require_root(root)
+        _HELD.add(str(lock_file))  # ``execute`` of a plan made under it runs under it
+        try:
+            root.refresh()  # what another holder changed before we got the lock
+            yield require_root(root)
+        finally:
+            _HELD.discard(str(lock_file))
 
 
 def _locked(root: Location, lock_file: Location, command: str) -> LockedError:
