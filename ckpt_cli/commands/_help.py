@@ -17,6 +17,7 @@ line wrapped at spaces.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -30,12 +31,21 @@ def _no_type(ctx: Any) -> None:
     return None
 
 
+def _untyped(kind: Any) -> Any:
+    """``kind`` (a parameter type, often a shared instance) as a copy whose help metavar is
+    empty: Typer releases before 0.29 show an argument's type as ``<str>`` beside its name."""
+    shown = copy.copy(kind)
+    shown.get_metavar = lambda *args, **kwargs: ""
+    return shown
+
+
 def _plain_metavars(params: list[Any]) -> list[Any]:
     for p in params:
         if isinstance(p, TyperArgument):
             if p.metavar is None:
                 p.metavar = (p.name or "").upper()
             setattr(p, "display_type_rich", _no_type)  # noqa: B010 - per parameter
+            p.type = _untyped(p.type)
         elif getattr(p, "is_flag", False) or getattr(p, "count", False):
             if p.metavar is None:
                 p.metavar = ""
