@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	rm -rf $(DEMO) $(DEMO)-4x2 $(DEMO)-wide $(DEMO)-4x2-w2 $(DEMO)-4x2-dask $(DEMO)-copy
+	@echo "== ckpt --help: every command, listed from the one registry (commands/__init__.py)"
+	$(CKPT) --help
+	@echo "== a usage error is one line on stderr, exit 2"
+	$(CKPT) ls --bogus; echo "exit $$?"
 	@echo "== train 300 steps (saves every 100, keeps 3)"
 	$(PY) examples/train_mlp.py --workdir $(DEMO) --steps 300
 	@echo "== train again to 600: resumes from the latest step"
