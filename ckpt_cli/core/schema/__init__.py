@@ -1,9 +1,10 @@
 """JSON documents: their versions, and the JSON Schemas generated from their types.
 
-Versions. Every JSON document ckpt prints starts with its ``schema_version`` and ``ok``
-(``document``). Each result type has its own version, and any change to its generated schema,
-an added key included, takes a new one: ``tests/contract/test_schemas.py`` holds the hash of
-every published version (``docs/schemas/versions.json``).
+Versions. Every JSON document ckpt prints starts with its ``schema_version`` and ``ok``. Each
+result type has its own version (``SCHEMA_VERSION`` where it has none of its own), and any
+change to its generated schema, an added key included, takes a new one:
+``tests/commands/test_schemas.py`` checks the hash of every published version
+(``docs/schemas/versions.json``).
 
 Schemas. JSON Schemas generated from the ``TypedDict``s that the results' ``to_json()`` return.
 
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -189,15 +189,3 @@ def json_schema(
 
 
 SCHEMA_VERSION = 1
-
-
-def document(
-    body: Mapping[str, Any], *, ok: bool = True, version: int = SCHEMA_VERSION
-) -> dict[str, Any]:
-    """``body`` as a top-level JSON document: ``schema_version`` and ``ok`` first.
-
-    ``ok`` is true exactly when the command exits 0 (``verify`` and ``diff`` pass what they
-    found; a body that has its own ``ok`` keeps it). ``version`` is the result type's own: each
-    command's document is versioned on its own (``docs/schemas/versions.json``).
-    """
-    return {"schema_version": version, "ok": body.get("ok", ok), **body}
