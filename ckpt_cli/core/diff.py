@@ -350,8 +350,14 @@ def _diff_structure(x: Leaf, y: Leaf) -> LeafDiff:
     if sx != sy:
         return _result(x, y, "sharding_changed", message=f"{sx or 'none'} vs {sy or 'none'}")
     if not x.is_array and x.value != y.value:
-        return _result(x, y, "different")
+        return _result(x, y, "different", message=_both_values(x, y))
     return _result(x, y, "equal", elements=x.elements)
+
+
+def _both_values(x: Leaf, y: Leaf) -> str:
+    """The two sides of a differing JSON leaf (their JSON text), so a metric's change reads
+    at a glance."""
+    return f"{x.value} vs {y.value}"
 
 
 def _result(x: Leaf, y: Leaf, status: Status, **extra: Any) -> LeafDiff:
@@ -365,7 +371,9 @@ def _decided(x: Leaf, y: Leaf, compare_cast: bool) -> LeafDiff | None:
     if x.is_array != y.is_array or (not x.is_array and x.value_type != y.value_type):
         return _result(x, y, "kind_changed", message=f"{x.value_type} vs {y.value_type}")
     if not x.is_array:
-        return _result(x, y, "equal" if x.value == y.value else "different")
+        if x.value == y.value:
+            return _result(x, y, "equal")
+        return _result(x, y, "different", message=_both_values(x, y))
     if x.shape != y.shape:
         return _result(x, y, "shape_changed")
     if x.dtype != y.dtype and not compare_cast:
