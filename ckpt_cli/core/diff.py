@@ -352,7 +352,7 @@ def _diff_structure(x: Leaf, y: Leaf) -> LeafDiff:
     if changes:
         return _result(x, y, "sharding_changed", message="; ".join(changes))
     if not x.is_array and x.value != y.value:
-        return _result(x, y, "different")
+        return _result(x, y, "different", message=_both_values(x, y))
     return _result(x, y, "equal", elements=x.elements)
 
 
@@ -384,6 +384,12 @@ def _grid(shape: tuple[int, ...], chunk: tuple[int, ...]) -> str:
     return f"{grid or '1'} of [{','.join(map(str, chunk))}]"
 
 
+def _both_values(x: Leaf, y: Leaf) -> str:
+    """The two sides of a differing JSON leaf (their JSON text), so a metric's change reads
+    at a glance."""
+    return f"{x.value} vs {y.value}"
+
+
 def _result(x: Leaf, y: Leaf, status: Status, **extra: Any) -> LeafDiff:
     return LeafDiff(x.name, status, x.dtype, y.dtype, x.shape, y.shape, **extra)
 
@@ -395,7 +401,9 @@ def _decided(x: Leaf, y: Leaf, compare_cast: bool) -> LeafDiff | None:
     if x.is_array != y.is_array or (not x.is_array and x.value_type != y.value_type):
         return _result(x, y, "kind_changed", message=f"{x.value_type} vs {y.value_type}")
     if not x.is_array:
-        return _result(x, y, "equal" if x.value == y.value else "different")
+        if x.value == y.value:
+            return _result(x, y, "equal")
+        return _result(x, y, "different", message=_both_values(x, y))
     if x.shape != y.shape:
         return _result(x, y, "shape_changed")
     if x.dtype != y.dtype and not compare_cast:
