@@ -1,0 +1,91 @@
+"""Writers keep the source's step naming: a reshard of a ``flax.training.checkpoints`` run and
+of a CheckpointManager root with ``step_prefix``/``step_format_fixed_length`` is restored by
+the same API that saved it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _state() -> dict[str, object]:
+    return {
+        "params": {"w": np.arange(6, dtype=np.float32).reshape(2, 3)},
+        "step": np.int32(6),
+    }
+
+
+def test_reshard_of_flax_training_checkpoints_restores_with_restore_checkpoint(
+    cli, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    from flax.training import checkpoints
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    checkpoints.save_checkpoint(str(src), _state(), step=6)
+    assert [p.name for p in src.iterdir()] == ["checkpoint_6"]
+    assert cli("verify", src, "--record").code == 0
+
+    r = cli("reshard", src, dst, "--mesh", "data=1", "--json")
+    assert r.code == 0, r.stderr
+    assert r.json()["output"] == str(dst / "checkpoint_6")
+    # The step is its own item again, its digest record written after its metadata.
+    assert not (dst / "checkpoint_6" / "default").exists()
+    assert (dst / "checkpoint_6" / "_CKPT_DIGESTS.json").is_file()
+    v = cli("verify", dst, "--deep")
+    assert v.code == 0, v.stdout + v.stderr
+
+    restored = checkpoints.restore_checkpoint(str(dst), target=None)
+    assert restored is not None
+    np.testing.assert_array_equal(restored["params"]["w"], _state()["params"]["w"])  # type: ignore[index]
+    assert int(restored["step"]) == 6
+    assert checkpoints.latest_checkpoint(str(dst)) == str(dst / "checkpoint_6")
+
+
+def test_reshard_keeps_step_prefix_and_fixed_length(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import orbax.checkpoint as ocp
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    options = ocp.CheckpointManagerOptions(step_prefix="ckpt", step_format_fixed_length=5)
+    tree = {"w": np.arange(4, dtype=np.float32)}
+    with ocp.CheckpointManager(
+        str(src), options=options, item_handlers=ocp.StandardCheckpointHandler()
+    ) as mgr:
+        mgr.save(7, args=ocp.args.StandardSave(tree))
+        mgr.wait_until_finished()
+    assert (src / "ckpt_00007").is_dir()
+
+    r = cli("reshard", src, dst, "--mesh", "data=1", "--json")
+    assert r.code == 0, r.stderr
+    assert r.json()["output"] == str(dst / "ckpt_00007")
+
+    with ocp.CheckpointManager(
+        str(dst), options=options, item_handlers=ocp.StandardCheckpointHandler()
+    ) as mgr:
+        assert mgr.all_steps() == [7]
+        restored = mgr.restore(7, args=ocp.args.StandardRestore(tree))
+    np.testing.assert_array_equal(restored["w"], tree["w"])
+
+
+def test_migrate_step_out_keeps_the_flax_form_and_digests(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from flax.training import checkpoints
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    checkpoints.save_checkpoint(str(src), _state(), step=6)
+    assert cli("verify", src, "--record").code == 0
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("rules:\n  - {op: set, match: step, value: 7}\n")
+
+    r = cli("migrate", src, dst, "--spec", spec, "--step-out", "7", "--json")
+    assert r.code == 0, r.stderr
+    assert sorted(p.name for p in dst.iterdir()) == ["checkpoint_7"]
+
+    restored = checkpoints.restore_checkpoint(str(dst), target=None)
+    assert restored is not None
+    np.testing.assert_array_equal(restored["params"]["w"], _state()["params"]["w"])  # type: ignore[index]
+    assert int(restored["step"]) == 7
+    v = cli("verify", dst, "--deep")
+    assert v.code == 0, v.stdout + v.stderr
