@@ -89,3 +89,31 @@ def test_migrate_step_out_keeps_the_flax_form_and_digests(cli, tmp_path: Path) -
     assert int(restored["step"]) == 7
     v = cli("verify", dst, "--deep")
     assert v.code == 0, v.stdout + v.stderr
+
+
+def test_import_into_a_prefixed_root_names_the_step_as_its_steps(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import orbax.checkpoint as ocp
+
+    root, exported = tmp_path / "root", tmp_path / "exported"
+    options = ocp.CheckpointManagerOptions(step_prefix="ckpt", step_format_fixed_length=5)
+    tree = {"w": np.arange(4, dtype=np.float32)}
+    with ocp.CheckpointManager(
+        str(root), options=options, item_handlers=ocp.StandardCheckpointHandler()
+    ) as mgr:
+        mgr.save(7, args=ocp.args.StandardSave(tree))
+        mgr.wait_until_finished()
+    e = cli("export", root, exported)
+    assert e.code == 0, e.stderr
+    files = sorted(exported.glob("*.safetensors"))
+    assert len(files) == 1, sorted(p.name for p in exported.iterdir())
+
+    r = cli("import", files[0], root, "--step", "8")
+    assert r.code == 0, r.stderr
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["ckpt_00007", "ckpt_00008"]
+
+    with ocp.CheckpointManager(
+        str(root), options=options, item_handlers=ocp.StandardCheckpointHandler()
+    ) as mgr:
+        assert mgr.all_steps() == [7, 8]
+        restored = mgr.restore(8, args=ocp.args.StandardRestore(tree))
+    np.testing.assert_array_equal(restored["w"], tree["w"])
