@@ -5,6 +5,7 @@ the same API that saved it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,6 +18,38 @@ def _state() -> dict[str, object]:
         "params": {"w": np.arange(6, dtype=np.float32).reshape(2, 3)},
         "step": np.int32(6),
     }
+
+
+TREE = {"w": np.arange(4, dtype=np.float32)}
+
+
+def _manager(root: Path) -> Any:
+    """A CheckpointManager naming its steps ``ckpt_00007`` (prefix and fixed length)."""
+    import orbax.checkpoint as ocp
+
+    options = ocp.CheckpointManagerOptions(step_prefix="ckpt", step_format_fixed_length=5)
+    return ocp.CheckpointManager(
+        str(root), options=options, item_handlers=ocp.StandardCheckpointHandler()
+    )
+
+
+def _save_prefixed(root: Path) -> None:
+    import orbax.checkpoint as ocp
+
+    with _manager(root) as mgr:
+        mgr.save(7, args=ocp.args.StandardSave(TREE))
+        mgr.wait_until_finished()
+    assert (root / "ckpt_00007").is_dir()
+
+
+def _restore_prefixed(root: Path, steps: list[int]) -> None:
+    """The manager with the same options lists ``steps`` and restores the last one."""
+    import orbax.checkpoint as ocp
+
+    with _manager(root) as mgr:
+        assert mgr.all_steps() == steps
+        restored = mgr.restore(steps[-1], args=ocp.args.StandardRestore(TREE))
+    np.testing.assert_array_equal(restored["w"], TREE["w"])
 
 
 def test_reshard_of_flax_training_checkpoints_restores_with_restore_checkpoint(
@@ -46,28 +79,13 @@ def test_reshard_of_flax_training_checkpoints_restores_with_restore_checkpoint(
 
 
 def test_reshard_keeps_step_prefix_and_fixed_length(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    import orbax.checkpoint as ocp
-
     src, dst = tmp_path / "src", tmp_path / "dst"
-    options = ocp.CheckpointManagerOptions(step_prefix="ckpt", step_format_fixed_length=5)
-    tree = {"w": np.arange(4, dtype=np.float32)}
-    with ocp.CheckpointManager(
-        str(src), options=options, item_handlers=ocp.StandardCheckpointHandler()
-    ) as mgr:
-        mgr.save(7, args=ocp.args.StandardSave(tree))
-        mgr.wait_until_finished()
-    assert (src / "ckpt_00007").is_dir()
+    _save_prefixed(src)
 
     r = cli("reshard", src, dst, "--mesh", "data=1", "--json")
     assert r.code == 0, r.stderr
     assert r.json()["output"] == str(dst / "ckpt_00007")
-
-    with ocp.CheckpointManager(
-        str(dst), options=options, item_handlers=ocp.StandardCheckpointHandler()
-    ) as mgr:
-        assert mgr.all_steps() == [7]
-        restored = mgr.restore(7, args=ocp.args.StandardRestore(tree))
-    np.testing.assert_array_equal(restored["w"], tree["w"])
+    _restore_prefixed(dst, [7])
 
 
 def test_migrate_step_out_keeps_the_flax_form_and_digests(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -92,16 +110,8 @@ def test_migrate_step_out_keeps_the_flax_form_and_digests(cli, tmp_path: Path) -
 
 
 def test_import_into_a_prefixed_root_names_the_step_as_its_steps(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    import orbax.checkpoint as ocp
-
     root, exported = tmp_path / "root", tmp_path / "exported"
-    options = ocp.CheckpointManagerOptions(step_prefix="ckpt", step_format_fixed_length=5)
-    tree = {"w": np.arange(4, dtype=np.float32)}
-    with ocp.CheckpointManager(
-        str(root), options=options, item_handlers=ocp.StandardCheckpointHandler()
-    ) as mgr:
-        mgr.save(7, args=ocp.args.StandardSave(tree))
-        mgr.wait_until_finished()
+    _save_prefixed(root)
     e = cli("export", root, exported)
     assert e.code == 0, e.stderr
     files = sorted(exported.glob("*.safetensors"))
@@ -110,10 +120,4 @@ def test_import_into_a_prefixed_root_names_the_step_as_its_steps(cli, tmp_path: 
     r = cli("import", files[0], root, "--step", "8")
     assert r.code == 0, r.stderr
     assert sorted(p.name for p in root.iterdir() if p.is_dir()) == ["ckpt_00007", "ckpt_00008"]
-
-    with ocp.CheckpointManager(
-        str(root), options=options, item_handlers=ocp.StandardCheckpointHandler()
-    ) as mgr:
-        assert mgr.all_steps() == [7, 8]
-        restored = mgr.restore(8, args=ocp.args.StandardRestore(tree))
-    np.testing.assert_array_equal(restored["w"], tree["w"])
+    _restore_prefixed(root, [7, 8])
