@@ -201,3 +201,29 @@ def test_reshard_refuses_to_overwrite_a_bucket_step(cli: Any, s3: S3, s3_prefix:
     url = s3.put_dir(FIXTURES / "seed_mlp", s3_prefix)
     result = cli("reshard", FIXTURES / "seed_mlp", url, *WRITERS["reshard"])
     assert result.code == 3 and "already exists" in result.stderr
+
+
+def test_reshard_of_a_flax_step_to_a_bucket_keeps_its_name_and_restores(
+    cli: Any, s3: S3, s3_prefix: str, tmp_path: Path
+) -> None:
+    from flax.training import checkpoints
+
+    src = tmp_path / "src"
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    checkpoints.save_checkpoint(str(src), {"w": w}, step=6)
+    assert cli("verify", src, "--record").code == 0
+    url = f"s3://{BUCKET}/{s3_prefix}/out"
+    r = cli("reshard", src, url, "--mesh", "data=1")
+    assert r.code == 0, r.stderr
+    step = step_dirs(s3, f"{s3_prefix}/out")
+    assert list(step) == ["checkpoint_6"]
+    # The step is its own item, its digest record written before the marker, no writer object.
+    assert "commit_success.txt" in step["checkpoint_6"]
+    assert ".ckpt-writing" not in step["checkpoint_6"]
+    assert "_CKPT_DIGESTS.json" in step["checkpoint_6"]
+    verified = cli("verify", url, "--deep", "--json")
+    assert verified.code == 0 and verified.json()["summary"] == {"errors": 0, "warnings": 0}
+    local = download(s3.client, f"{s3_prefix}/out", tmp_path / "dl")
+    restored = checkpoints.restore_checkpoint(str(local), target=None)
+    assert restored is not None
+    np.testing.assert_array_equal(restored["w"], w)

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 import ckpt_cli
+from ckpt_cli.core.format.names import parse_step_name
 from ckpt_cli.core.migrate.spec import parse_spec
 from tests.support.matrix import (
     Fixture,
@@ -68,20 +69,26 @@ def _spec(shape: tuple[int, ...]) -> list[str | None]:
     return spec
 
 
-def _output_step(out: Path, step: int | None) -> Path:
-    dirs = [p for p in out.iterdir() if p.is_dir() and p.name.isdigit()]
+def _output_step(out: Path, step: int | None) -> tuple[Path, int]:
+    dirs = {
+        p: parsed.step
+        for p in out.iterdir()
+        if p.is_dir() and (parsed := parse_step_name(p.name)) and not parsed.tmp
+    }
     assert len(dirs) == 1, sorted(p.name for p in out.iterdir())
+    ((sdir, number),) = dirs.items()
     if step is not None:
-        assert int(dirs[0].name) == step
-    return dirs[0]
+        assert number == step
+    return sdir, number
 
 
 def _restore_step(
-    orbax: OrbaxRestorer, out: Path, step: int | None, sd: dict[str, Any], name: str
+    orbax: OrbaxRestorer, out: Path, step: int | None, sd: dict[str, Any], name: str, f: Fixture
 ) -> dict[str, Any]:
-    """Orbax lists the one step of ``out`` and restores every item; returns the rewritten one."""
-    sdir = _output_step(out, step)
-    assert orbax.steps(out) == [int(sdir.name)]
+    """Orbax, with the naming options the source was saved with (the output keeps its step
+    names), lists the one step of ``out`` and restores every item; returns the rewritten one."""
+    sdir, number = _output_step(out, step)
+    assert orbax.steps(out, f.truth.get("manager_options")) == [number]
     restored: dict[str, Any] = {}
     for item_name, truth in sd["items"].items():
         got = orbax.item(sdir / item_name, truth["kind"])
@@ -138,7 +145,7 @@ def test_reshard(f: Fixture, tmp_path: Path, orbax: OrbaxRestorer) -> None:
     )
     assert plan.refusal is None, plan.refusal
     ckpt_cli.execute(plan)
-    got = _restore_step(orbax, out, step, sd, item.name)
+    got = _restore_step(orbax, out, step, sd, item.name, f)
     want = array_leaves(sd["items"][item.name])
     restored = _by_keypath(got["leaves"])
     _same_values(want, restored, item.name)
@@ -203,7 +210,7 @@ def test_migrate(f: Fixture, tmp_path: Path, orbax: OrbaxRestorer) -> None:
     keys = {leaf.name for leaf in item.leaves if leaf.is_array and _key_data(leaf)}
     assert {s.leaf for s in plan.skipped} >= keys
     ckpt_cli.execute(plan)
-    got = _by_keypath(_restore_step(orbax, out, step, sd, item.name)["leaves"])
+    got = _by_keypath(_restore_step(orbax, out, step, sd, item.name, f)["leaves"])
     want = array_leaves(sd["items"][item.name])
     assert sorted(got) == sorted(want)
     skipped = {s.leaf for s in plan.skipped}

@@ -49,8 +49,9 @@ class OrbaxRestorer:
             raise AssertionError(f"Orbax 0.12.8 cannot restore {path}: {out['error']}")
         return out
 
-    def steps(self, root: Path) -> list[int]:
-        out = self.ask(op="steps", path=str(root))
+    def steps(self, root: Path, options: dict[str, Any] | None = None) -> list[int]:
+        """``CheckpointManager(root).all_steps()``, with the naming ``options`` of its saver."""
+        out = self.ask(op="steps", path=str(root), options=options or {})
         if not out["ok"]:
             raise AssertionError(f"Orbax 0.12.8 cannot list {root}: {out['error']}")
         steps: list[int] = out["steps"]

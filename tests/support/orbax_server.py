@@ -4,7 +4,8 @@
 
 Requests: ``{"op": "item", "path": P, "kind": "pytree" | "array" | "json"}`` restores one item
 without a target, as the matrix truth was made (``truth.json``); ``{"op": "steps", "path": R}``
-is ``CheckpointManager(R).all_steps()``. Each answer is one JSON line: ``{"ok": true, ...}``
+is ``CheckpointManager(R).all_steps()`` (``"options"``: its ``step_prefix`` and
+``step_format_fixed_length``, as the root was saved). Each answer is one JSON line: ``{"ok": true, ...}``
 with the restored leaves described by ``fixtures/matrix/cases.py``'s own ``walk`` (keypath,
 kind, dtype, shape, sha256 of the C-order bytes, key data for typed keys), or ``{"ok": false,
 "error": FIRST_LINE}``. Importing JAX and Orbax once for a few hundred restores is what keeps
@@ -52,7 +53,8 @@ def restore_item(path: Path, kind: str) -> dict[str, Any]:
 def answer(request: dict[str, Any]) -> dict[str, Any]:
     path = Path(request["path"]).resolve()  # Orbax wants absolute paths
     if request["op"] == "steps":
-        mgr = ocp.CheckpointManager(path, options=ocp.CheckpointManagerOptions(create=False))
+        options = ocp.CheckpointManagerOptions(create=False, **request.get("options", {}))
+        mgr = ocp.CheckpointManager(path, options=options)
         try:
             return {"steps": sorted(mgr.all_steps())}
         finally:

@@ -102,6 +102,22 @@ def parse_step_name(name: str) -> StepName | None:
     return None
 
 
+def step_dir_name(step: int, like: str | None = None) -> str:
+    """The directory name of step ``step`` in the naming form of the step directory ``like``
+    (its prefix and its zero padding, Orbax's ``step_prefix`` and ``step_format_fixed_length``:
+    ``checkpoint_6`` -> ``checkpoint_7``, ``0006`` -> ``0007``); plain ``N`` without ``like``
+    or when ``like`` is no step name. A step name shows its padding only by a leading zero
+    (``1234`` with a fixed length of 4 reads as unpadded), so only such names give a width."""
+    parsed = parse_step_name(like) if like is not None else None
+    if parsed is None or parsed.tmp:
+        return str(step)
+    assert like is not None
+    digits = like[len(parsed.prefix) + 1 :] if parsed.prefix is not None else like
+    width = len(digits) if len(digits) > 1 and digits.startswith("0") else 0
+    number = f"{step:0{width}d}" if width else str(step)
+    return f"{parsed.prefix}_{number}" if parsed.prefix is not None else number
+
+
 def looks_like_item(names: Collection[str], *, json_items: bool = False) -> bool:
     """Whether a directory holding ``names`` is an Orbax item: a PyTree item's files or
     per-process databases, or (``json_items``) the file of a JsonSave or metrics item."""

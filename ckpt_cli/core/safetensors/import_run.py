@@ -67,7 +67,7 @@ def execute(plan: ImportPlan, on_progress: ProgressFn | None = None) -> ImportRe
     check_destination_root(root)
     ctx = ImportContext()
     outs = _leaf_outs(plan, ctx)
-    writer = StepWriter(root, str(plan.step))
+    writer = StepWriter(root, _step_name(root, plan.step))
     writer.begin()
     try:
         _write_item(writer.item("default"), plan, outs, on_bytes)
@@ -180,3 +180,16 @@ def _reader(expr: ops.Node, ctx: ImportContext) -> Any:
         return expr.fetch(region, ctx)
 
     return read
+
+
+def _step_name(root: Location, step: int) -> str:
+    """``step`` named as the root's newest step is (its prefix and zero padding, one listing
+    of the root): a CheckpointManager opened with the root's naming options sees the import."""
+    from ckpt_cli.core.format.names import parse_step_name, step_dir_name
+
+    named = [
+        (parsed.step, e.name)
+        for e in (root.list() if root.exists() else [])
+        if e.is_dir and (parsed := parse_step_name(e.name)) is not None and not parsed.tmp
+    ]
+    return step_dir_name(step, max(named)[1] if named else None)

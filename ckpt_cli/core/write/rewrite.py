@@ -9,6 +9,7 @@ read.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,12 @@ from ckpt_cli.core.format.metadata import (
     read_step_metadata,
     read_tree_metadata,
 )
-from ckpt_cli.core.format.names import STEP_METADATA, TREE_METADATA, check_plain_name
+from ckpt_cli.core.format.names import (
+    STEP_METADATA,
+    TREE_METADATA,
+    check_plain_name,
+    step_dir_name,
+)
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.distributed import (
@@ -210,7 +216,8 @@ def write_step(
     check_destination: bool = True,
     item_kind: str = "pytree",
 ) -> StepOutput:
-    """Write ``leaves`` as step ``step`` (default: the source's number) of the root ``dst``;
+    """Write ``leaves`` as step ``step`` (default: the source's number) of the root ``dst``,
+    named as the source step is (its prefix and zero padding, ``step_dir_name``);
     ``leaf_digests`` (values known unchanged, e.g. by reshard) are recorded for the new item
     with freshly computed file checksums, so verify keeps checking them. With ``executor`` the
     arrays are written in units by its workers (``distributed.py``); metadata, digests and the
@@ -221,31 +228,30 @@ def write_step(
         prepare_destination(dst, src)
     if step is None:
         step = src.step if src.step is not None else 0
-    if src.step_location is not None:
-        _check_item_names(src.step_location)
-    writer = StepWriter(dst, str(step), str(operation.get("operation", "ckpt")))
+    # A step that is its own item (flax.training.checkpoints) stays one: its readers restore
+    # the step directory itself and find no tree in an item directory.
+    top = src.step is not None and src.location == src.step_location
+    writer = _step_writer(src, dst, step, operation)
     writer.begin()
     try:
         source_meta = read_step_metadata(src.step_location) if src.step_location else None
-        item_dir = writer.item(src.name, HANDLERS.get(item_kind, STANDARD_HANDLER))
-        tree = read_tree_metadata(src.location)
+        handler = HANDLERS.get(item_kind, STANDARD_HANDLER)
+        item_dir = writer.top_item(handler) if top else writer.item(src.name, handler)
         item = ItemWriter(
             item_dir, use_ocdbt=use_ocdbt, use_zarr3=use_zarr3, memory_limit=memory_limit
         )
-        stats = None
-        if executor is None:
-            item.write_arrays(leaves, on_bytes)
-        else:
-            stats = write_arrays_scaled(item, leaves, executor, unit_bytes, on_bytes)
-        item.write_metadata(leaves, tree.custom_metadata if tree else None)
-        if leaf_digests:
-            write_digests(item_dir, DigestRecord(leaf_digests, _file_sums(item_dir)))
+        stats = _write_leaves(item, src, leaves, executor, unit_bytes, on_bytes)
+        # At the step top the record covers the step's _CHECKPOINT_METADATA too: written last.
+        record = functools.partial(_record_digests, item_dir, leaf_digests)
+        if not top:
+            record()
         if src.step_location is not None and src.location != src.step_location:
             _copy_other_items(
                 src, writer, source_meta.item_handlers if source_meta else None, memory_limit
             )
         custom = _with_history(source_meta, {**operation, "source": str(src.location)})
-        final = writer.commit(custom, source_meta.metrics if source_meta else None)
+        metrics = source_meta.metrics if source_meta else None
+        final = writer.commit(custom, metrics, before_marker=record if top else None)
     except BaseException:
         # Interrupts included: a dead run must leave no tmp step that a retry trips over.
         with contextlib.suppress(CkptError):
@@ -253,6 +259,42 @@ def write_step(
         raise
     written = sum(leaf.array.nbytes for leaf in leaves if leaf.array is not None)
     return StepOutput(str(final), step, src.name, written, stats)
+
+
+def _write_leaves(
+    item: ItemWriter,
+    src: ItemRef,
+    leaves: Sequence[LeafOut],
+    executor: Executor | None,
+    unit_bytes: int,
+    on_bytes: Callable[[int], None] | None,
+) -> ScaleStats | None:
+    """The item's arrays (by ``executor``'s workers when given), then its tree metadata."""
+    stats = None
+    if executor is None:
+        item.write_arrays(leaves, on_bytes)
+    else:
+        stats = write_arrays_scaled(item, leaves, executor, unit_bytes, on_bytes)
+    tree = read_tree_metadata(src.location)
+    item.write_metadata(leaves, tree.custom_metadata if tree else None)
+    return stats
+
+
+def _record_digests(item_dir: Location, leaf_digests: dict[str, LeafDigest] | None) -> None:
+    """``leaf_digests`` recorded with the checksums of the files ``item_dir`` holds now."""
+    if leaf_digests:
+        write_digests(item_dir, DigestRecord(leaf_digests, _file_sums(item_dir)))
+
+
+def _step_writer(src: ItemRef, dst: Location, step: int, operation: dict[str, Any]) -> StepWriter:
+    """The writer of step ``step`` in ``dst``, named in the source step's form (``checkpoint_6``,
+    ``0006``): Flax's restore_checkpoint and a CheckpointManager with a ``step_prefix`` or
+    ``step_format_fixed_length`` see no other names. A source that is no step: plain ``N``.
+    Refuses first a source step whose metadata names an item that is no plain name."""
+    if src.step_location is not None:
+        _check_item_names(src.step_location)
+    like = src.step_location.name if src.step is not None and src.step_location else None
+    return StepWriter(dst, step_dir_name(step, like), str(operation.get("operation", "ckpt")))
 
 
 def _check_item_names(step_location: Location) -> None:

@@ -44,7 +44,8 @@ class StepWriter:
             else root.child(f"{step_name}{TMP_MARKER}-{time.time_ns() // 1000}")
         )
         self.init_ns = time.time_ns()
-        self.handlers: dict[str, str] = {}
+        # One handler name (a str) when the step is its own one item, as Orbax records it.
+        self.handlers: dict[str, str] | str = {}
         self._started = False
         self._claim: WriteClaim | None = None
         self._undo_dirs: Callable[[], None] = lambda: None
@@ -100,14 +101,28 @@ class StepWriter:
 
     def item(self, name: str, handler: str = STANDARD_HANDLER) -> Location:
         check_plain_name(name, "item name", self.tmp)  # every item dir lies inside the step
+        assert isinstance(self.handlers, dict), "the step is already its own one item"
         self.handlers[name] = handler
         loc = self.tmp.child(name)
         loc.make_dirs()
         return loc
 
+    def top_item(self, handler: str = STANDARD_HANDLER) -> Location:
+        """The step itself as its one item (no item directory), as a Checkpointer without a
+        CheckpointManager item name writes it (``flax.training.checkpoints``)."""
+        assert not self.handlers, "the step already has items"
+        self.handlers = handler
+        return self.tmp
+
     def commit(
-        self, custom_metadata: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None
+        self,
+        custom_metadata: dict[str, Any] | None = None,
+        metrics: dict[str, Any] | None = None,
+        *,
+        before_marker: Callable[[], None] | None = None,
     ) -> Location:
+        """Write the step's metadata, then (``before_marker``: a last write that must see it,
+        such as the digest record of a step that is its own item) the commit marker."""
         self._check_intact()
         self.tmp.child(STEP_METADATA).write_bytes(
             json.dumps(
@@ -123,6 +138,8 @@ class StepWriter:
         )
         try:
             self.tmp.child(WRITING_MARKER if self.in_place else OWNER_FILE).delete_file()
+            if before_marker is not None:
+                before_marker()
             self.tmp.child(COMMIT_MARKER).write_bytes(
                 f"Checkpoint commit was successful to {self.final}".encode()
             )
@@ -143,7 +160,8 @@ class StepWriter:
         except NotFoundError:
             names = set()
         mine = WRITING_MARKER if self.in_place else OWNER_FILE
-        gone = [n for n in (mine, *self.handlers) if n not in names]
+        items = self.handlers if isinstance(self.handlers, dict) else ()
+        gone = [n for n in (mine, *items) if n not in names]
         if gone:  # the caller's abort removes what is left and gives up the claim
             raise StorageError(
                 f"{self.tmp.child(gone[0])} is gone just before step {self.step_name} was "
