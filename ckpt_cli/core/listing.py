@@ -230,7 +230,14 @@ def step_info(ref: StepRef, from_listing: bool = False) -> StepInfo:
     listing (see ``_step_info_from_listing``); prune keeps the exact commit timestamps.
     """
     loc = ref.location
-    if from_listing and loc.requires_commit_marker and ref.status == "committed":
+    # A directory taken for a step without a marker of its own (several Checkpointer saves
+    # side by side) has no marker time to take from the listing: read it like a local step.
+    if (
+        from_listing
+        and loc.requires_commit_marker
+        and ref.status == "committed"
+        and COMMIT_MARKER in ref.child_names
+    ):
         return _step_info_from_listing(ref)
     problem = None
     try:

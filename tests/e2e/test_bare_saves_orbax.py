@@ -1,0 +1,47 @@
+"""A directory of checkpoints saved without a CheckpointManager, as the Flax NNX guide makes
+them (``ocp.StandardCheckpointer().save(ckpt_dir / 'state', state)``), with a second save
+beside it: listed and verified locally and on a bucket. Saves run the installed Orbax and Flax."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.buckets import listing_view, normalized
+from tests.support.storage_fixtures import S3
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def bare_saves(tmp_path: Path) -> Path:
+    """``ckpt_dir`` holding ``state`` (an nnx state, as the NNX guide saves it) and ``other``."""
+    import jax.numpy as jnp
+    import orbax.checkpoint as ocp
+    from flax import nnx
+
+    model = nnx.Linear(3, 4, rngs=nnx.Rngs(0))
+    _, state = nnx.split(model)
+    ckpt_dir = tmp_path / "ckpt_dir"
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(ckpt_dir / "state", state)
+    checkpointer.save(ckpt_dir / "other", {"a": jnp.ones(3)})
+    checkpointer.wait_until_finished()
+    return ckpt_dir
+
+
+def test_ls_of_bare_saves_on_a_bucket_matches_local(
+    cli: Any, s3: S3, s3_prefix: str, bare_saves: Path
+) -> None:
+    url = s3.put_dir(bare_saves, f"{s3_prefix}/ckpt_dir")
+    local = cli("ls", bare_saves, "--json")
+    remote = cli("ls", url, "--json")
+    assert local.code == 0, local.stderr
+    assert remote.code == 0, remote.stderr
+    # No marker or metadata of its own: both take the time from file mtimes, dropped here.
+    assert remote.json()["steps"][0]["time_source"] == "mtime"
+    assert listing_view(normalized(remote.json(), url, url)) == listing_view(
+        normalized(local.json(), str(bare_saves), url)
+    )
