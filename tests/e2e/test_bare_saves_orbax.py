@@ -45,3 +45,22 @@ def test_ls_of_bare_saves_on_a_bucket_matches_local(
     assert listing_view(normalized(remote.json(), url, url)) == listing_view(
         normalized(local.json(), str(bare_saves), url)
     )
+
+
+def test_verify_of_bare_saves_warns_of_nothing_orbax_wrote(
+    cli: Any, s3: S3, s3_prefix: str, bare_saves: Path
+) -> None:
+    url = s3.put_dir(bare_saves, f"{s3_prefix}/ckpt_dir")
+    for path in (bare_saves, url):
+        result = cli("verify", path, "--deep", "--json")
+        assert result.code == 0, result.stderr
+        doc = result.json()
+        assert doc["checked"]["items"] == 2
+        assert doc["problems"] == []
+
+
+def test_verify_of_bare_saves_still_flags_a_stray_file(cli: Any, bare_saves: Path) -> None:
+    (bare_saves / "state" / "notes.txt").write_text("mine")
+    result = cli("verify", bare_saves, "--json")
+    problems = result.json()["problems"]
+    assert [(p["code"], p["file"]) for p in problems] == [("unknown-file", "state/notes.txt")]
