@@ -40,11 +40,34 @@ def test_ls_of_bare_saves_on_a_bucket_matches_local(
     remote = cli("ls", url, "--json")
     assert local.code == 0, local.stderr
     assert remote.code == 0, remote.stderr
-    # No marker or metadata of its own: both take the time from file mtimes, dropped here.
-    assert remote.json()["steps"][0]["time_source"] == "mtime"
+    steps = remote.json()["steps"]
+    assert [(s["name"], s["step"], s["items"]) for s in steps] == [
+        ("other", None, ["default"]),
+        ("state", None, ["default"]),
+    ]
+    assert {s["time_source"] for s in steps} == {"commit_metadata"}
     assert listing_view(normalized(remote.json(), url, url)) == listing_view(
         normalized(local.json(), str(bare_saves), url)
     )
+
+
+def test_ls_lists_each_save_by_name_without_a_step_number(cli: Any, bare_saves: Path) -> None:
+    doc = cli("ls", bare_saves, "--json").json()
+    assert doc["root"] == str(bare_saves) and doc["latest_step"] is None
+    assert [(s["name"], s["step"], s["path"], s["latest"]) for s in doc["steps"]] == [
+        ("other", None, str(bare_saves / "other"), False),
+        ("state", None, str(bare_saves / "state"), False),
+    ]
+    text = cli("ls", bare_saves)
+    assert text.code == 0, text.stderr
+    rows = [line.split()[:2] for line in text.stdout.splitlines()[2:4]]
+    assert rows == [["other", "committed"], ["state", "committed"]]
+    assert "2 checkpoints without a step number" in text.stdout
+    assert "no committed step" not in text.stdout
+    # One save given by itself is still the one checkpoint it is.
+    one = cli("ls", bare_saves / "state")
+    assert one.stdout.splitlines()[2].split()[0] == "-"
+    assert "1 checkpoint without a step number" in one.stdout
 
 
 def test_verify_of_bare_saves_warns_of_nothing_orbax_wrote(
