@@ -1,6 +1,7 @@
 """A directory of checkpoints saved without a CheckpointManager, as the Flax NNX guide makes
 them (``ocp.StandardCheckpointer().save(ckpt_dir / 'state', state)``), with a second save
-beside it: listed and verified locally and on a bucket. Saves run the installed Orbax and Flax."""
+beside it: listed and verified locally and on a bucket, and one save copied to a bucket and back
+still restores with Orbax. Saves and restores run the installed Orbax and Flax."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.support.buckets import listing_view, normalized
+from tests.support.remote_servers import BUCKET
 from tests.support.storage_fixtures import S3
 
 pytestmark = pytest.mark.slow
@@ -87,3 +89,29 @@ def test_verify_of_bare_saves_still_flags_a_stray_file(cli: Any, bare_saves: Pat
     result = cli("verify", bare_saves, "--json")
     problems = result.json()["problems"]
     assert [(p["code"], p["file"]) for p in problems] == [("unknown-file", "state/notes.txt")]
+
+
+def test_a_save_copied_to_a_bucket_and_back_restores_with_orbax(
+    cli: Any, s3: S3, s3_prefix: str, bare_saves: Path, tmp_path: Path
+) -> None:
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+    from flax import nnx
+
+    url = f"s3://{BUCKET}/{s3_prefix}/ckpt_dir"
+    up = cli("cp", bare_saves / "state", url)
+    assert up.code == 0, up.stderr
+    listed = cli("ls", url, "--json").json()["steps"]
+    assert [(s["name"], s["step"], s["status"]) for s in listed] == [("state", None, "committed")]
+    back = tmp_path / "back"
+    down = cli("cp", url + "/state", back)
+    assert down.code == 0, down.stderr
+    abstract = nnx.eval_shape(lambda: nnx.Linear(3, 4, rngs=nnx.Rngs(0)))
+    _, abstract_state = nnx.split(abstract)
+    restored = ocp.StandardCheckpointer().restore(back / "state", abstract_state)
+    _, state = nnx.split(nnx.Linear(3, 4, rngs=nnx.Rngs(0)))
+    leaves = jax.tree.leaves(state)
+    assert leaves
+    for a, b in zip(jax.tree.leaves(restored), leaves, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
