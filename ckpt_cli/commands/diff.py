@@ -76,7 +76,10 @@ StructureOpt = Annotated[
     bool,
     typer.Option(
         "--structure",
-        help="Compare names, dtypes, shapes and shardings only: no array data is read.",
+        help=(
+            "Compare names, dtypes, shapes and layouts (mesh, partition spec, chunk grid) "
+            "only: no array data is read."
+        ),
     ),
 ]
 

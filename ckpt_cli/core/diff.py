@@ -14,7 +14,10 @@ Memory is bounded by ``memory_limit`` whatever the leaf size: blocks get a 64th 
 a block is read in slabs through a chunk cache that holds it (``format.blocks.stream_blocks``):
 decoded once per side, compared slab by slab, so progress moves from the first slab. A single
 chunk larger than the limit is the format's floor: it is decoded whole, and the leaf says so.
-``structure_only`` compares names, kinds, dtypes, shapes and shardings and reads no array data.
+``structure_only`` compares names, kinds, dtypes, shapes and layouts and reads no array data: a
+leaf whose device mesh, partition spec or chunk grid differs is ``sharding_changed``, its message
+saying what changed (``mesh data=4,model=2 -> data=2,model=4; chunks 4x2 of [2,2] -> 2x4 of
+[4,1]``). A value diff does not look at layouts: a resharded leaf of equal values is ``equal``.
 """
 
 from __future__ import annotations
@@ -345,13 +348,46 @@ def _diff_structure(x: Leaf, y: Leaf) -> LeafDiff:
         return _result(x, y, "shape_changed")
     if x.dtype != y.dtype:
         return _result(x, y, "dtype_changed")
-    sx = x.sharding.short() if x.sharding else None
-    sy = y.sharding.short() if y.sharding else None
-    if sx != sy:
-        return _result(x, y, "sharding_changed", message=f"{sx or 'none'} vs {sy or 'none'}")
+    changes = sharding_changes(x, y)
+    if changes:
+        return _result(x, y, "sharding_changed", message="; ".join(changes))
     if not x.is_array and x.value != y.value:
-        return _result(x, y, "different")
+        return _result(x, y, "different", message=_both_values(x, y))
     return _result(x, y, "equal", elements=x.elements)
+
+
+def sharding_changes(x: Leaf, y: Leaf) -> list[str]:
+    """How the layout of a leaf differs from A to B, one phrase per aspect: the device mesh
+    (axis names and sizes), the partition spec (or the device of a single-device leaf), the
+    chunk grid (chunks per dimension, and the chunk shape). Empty when laid out alike."""
+    sx, sy = x.sharding, y.sharding
+    out = []
+    mesh_a, mesh_b = (s.mesh_str() if s else None for s in (sx, sy))
+    if mesh_a != mesh_b:
+        out.append(f"mesh {mesh_a or 'none'} -> {mesh_b or 'none'}")
+    spec_a, spec_b = (s.short() if s else None for s in (sx, sy))
+    if spec_a != spec_b:
+        # A single-device leaf has no spec: its device is what changed.
+        label = "spec" if mesh_a and mesh_b else "sharding"
+        out.append(f"{label} {spec_a or 'none'} -> {spec_b or 'none'}")
+    # A reshard for another mesh rechunks even where mesh and spec print alike (a replicated
+    # leaf): the chunk grid is what readers of each device see.
+    ca, cb = x.chunk_shape, y.chunk_shape
+    if ca is not None and cb is not None and ca != cb and x.shape is not None:
+        out.append(f"chunks {_grid(x.shape, ca)} -> {_grid(x.shape, cb)}")
+    return out
+
+
+def _grid(shape: tuple[int, ...], chunk: tuple[int, ...]) -> str:
+    """``4x2 of [2,2]``: chunks per dimension, then the chunk shape."""
+    grid = "x".join(str(-(-s // c) if c else 0) for s, c in zip(shape, chunk, strict=False))
+    return f"{grid or '1'} of [{','.join(map(str, chunk))}]"
+
+
+def _both_values(x: Leaf, y: Leaf) -> str:
+    """The two sides of a differing JSON leaf (their JSON text), so a metric's change reads
+    at a glance."""
+    return f"{x.value} vs {y.value}"
 
 
 def _result(x: Leaf, y: Leaf, status: Status, **extra: Any) -> LeafDiff:
@@ -365,7 +401,9 @@ def _decided(x: Leaf, y: Leaf, compare_cast: bool) -> LeafDiff | None:
     if x.is_array != y.is_array or (not x.is_array and x.value_type != y.value_type):
         return _result(x, y, "kind_changed", message=f"{x.value_type} vs {y.value_type}")
     if not x.is_array:
-        return _result(x, y, "equal" if x.value == y.value else "different")
+        if x.value == y.value:
+            return _result(x, y, "equal")
+        return _result(x, y, "different", message=_both_values(x, y))
     if x.shape != y.shape:
         return _result(x, y, "shape_changed")
     if x.dtype != y.dtype and not compare_cast:

@@ -35,7 +35,7 @@ from ckpt_cli.core.format.metadata import (
     read_strings,
     read_tree_metadata,
 )
-from ckpt_cli.core.format.names import METRICS_ITEM, compile_filter
+from ckpt_cli.core.format.names import METRICS_ITEM, compile_filter, parse_step_name
 from ckpt_cli.core.format.resolve import resolve_item, resolve_items
 from ckpt_cli.core.format.sharding import (
     LayoutJSON,
@@ -349,7 +349,7 @@ def _inspect_json_item(ref: ItemRef, pattern: Regex | None) -> ItemReport:
             keypath=kp,
             key_types=kt,
             value_type="json",
-            value=json.dumps(v),
+            value=json.dumps(v, ensure_ascii=False),
             size_bytes=len(json.dumps(v)),
         )
         for kp, kt, v in _flatten_json(doc, (), ())
@@ -529,6 +529,30 @@ def inspect_path(
     """Resolve ``location`` to its item and inspect it: ``stats`` reads every array (progress
     as ``stats`` bytes), ``layout`` names the leaf whose device blocks to lay out. Without
     ``item`` on a step of several items none of which is the state item, every item."""
+    try:
+        return _inspect_path(location, step, item, name_filter, stats, layout, on_progress)
+    except NotACheckpointError as e:
+        parsed = parse_step_name(location.name)
+        if parsed is None or not parsed.tmp:
+            raise
+        # A save still being written (or abandoned) may have no items yet, or items half
+        # written: what the directory is says more than what it lacks. A tmp dir whose items
+        # were all written stays readable (a crashed save can be looked at before cleaning).
+        raise NotACheckpointError(
+            f"{location} is an unfinished save of step {parsed.step}",
+            hint="wait for the save to finish, or remove it with `ckpt prune --clean-tmp`",
+        ) from e
+
+
+def _inspect_path(
+    location: Location,
+    step: int | None,
+    item: str | None,
+    name_filter: str | None,
+    stats: bool,
+    layout: str | None,
+    on_progress: ProgressFn | None,
+) -> InspectResult | StepInspection:
     try:
         ref = resolve_item(location, step, item)
     except SeveralItemsError:

@@ -14,6 +14,7 @@ from ckpt_cli.core.format.layout import (
     detect,
     item_location,
     latest_committed,
+    legacy_msgpack_error,
     step_items,
     step_status,
 )
@@ -292,9 +293,7 @@ def list_root(
             hint=f"run `ckpt inspect {location}` to see its tree",
         )
     if kind == "legacy":
-        raise NotACheckpointError(
-            f"{location} is a legacy Flax msgpack checkpoint, which has no steps to list",
-        )
+        raise legacy_msgpack_error(location)
     saves = _saves_in(location, entries) if kind == "step" else None
     if saves:
         # Checkpointer saves side by side (``ckpt_dir/state``, ``ckpt_dir/other``): each its

@@ -58,10 +58,19 @@ def test_a_file_is_not_a_checkpoint(cli, tmp_path: Path) -> None:  # type: ignor
     assert "is a file" in one_error_line(r.stderr)
 
 
-def test_legacy_msgpack(cli) -> None:  # type: ignore[no-untyped-def]
-    r = cli("inspect", FIXTURES / "msgpack_legacy")
+@pytest.mark.parametrize("command", ["ls", "inspect", "verify", "diff", "cp"])
+def test_legacy_msgpack_is_one_unsupported_error(cli, tmp_path: Path, command: str) -> None:  # type: ignore[no-untyped-def]
+    legacy = FIXTURES / "msgpack_legacy"
+    args = {"diff": [legacy, legacy], "cp": [legacy, tmp_path / "copy"]}.get(command, [legacy])
+    r = cli(command, *args)
     assert r.code == 3
-    assert "legacy Flax msgpack" in one_error_line(r.stderr)
+    line = one_error_line(r.stderr)
+    assert "is a legacy Flax msgpack checkpoint (flax.training.checkpoints)" in line
+    doc = cli(command, *args, "--json").json()
+    assert doc["ok"] is False and doc["error"]["code"] == "unsupported"
+    hint = doc["error"]["hint"]
+    want = "copy the file itself" if command == "cp" else "flax.training.checkpoints.restore"
+    assert want in hint
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import tensorstore as ts
@@ -90,3 +91,71 @@ def test_diff_usage_and_missing(cli, tmp_path: Path) -> None:  # type: ignore[no
     assert cli("diff", FIXTURES / "seed_mlp", FIXTURES / "seed_mlp", "--atol", "-1").code == 2
     root = FIXTURES / "seed_mlp"
     assert cli("diff", f"{root}@400", root, "--step-a", "300").code == 2
+
+
+def _reshard(cli, src: Path, dst: Path, mesh: str, *rules: str) -> Path:  # type: ignore[no-untyped-def]
+    args = [a for rule in rules for a in ("--rule", rule)]
+    r = cli("reshard", src, dst, "--mesh", mesh, *args)
+    assert r.code == 0, r.stdout
+    return dst
+
+
+def _sharding_notes(doc: dict[str, Any]) -> dict[str, str]:
+    return {x["name"]: x["message"] for x in doc["leaves"] if x["status"] == "sharding_changed"}
+
+
+def test_structure_reports_a_reshard_for_another_mesh(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # A real 8-device Orbax save on a (data=4, model=2) mesh, resharded to (2,4) and (8,1) with
+    # the same specs: every sharded leaf is chunked differently, the replicated one too sits on
+    # another mesh; the host scalar has no sharding.
+    src = FIXTURES / "sharded_4x2"
+    rules = ("params.w=[data, model]", "params.b=[null, model]")
+    old = "mesh data=4,model=2 -> "
+    expected = {
+        "data=2,model=4": {
+            "params.b": old + "data=2,model=4; chunks 1x2 of [6,2] -> 1x4 of [6,1]",
+            "params.replicated": old + "data=2,model=4",
+            "params.w": old + "data=2,model=4; chunks 4x2 of [2,2] -> 2x4 of [4,1]",
+        },
+        "data=8,model=1": {
+            "params.b": old + "data=8,model=1; chunks 1x2 of [6,2] -> 1x1 of [6,4]",
+            "params.replicated": old + "data=8,model=1",
+            "params.w": old + "data=8,model=1; chunks 4x2 of [2,2] -> 8x1 of [1,4]",
+        },
+    }
+    for mesh, notes in expected.items():
+        dst = _reshard(cli, src, tmp_path / mesh, mesh, *rules)
+        r = cli("diff", "--structure", src, dst, "--json")
+        assert r.code == 1, r.stdout  # --structure: a layout change is a difference
+        doc = r.json()
+        assert doc["schema_version"] == 2 and doc["equal"] is False
+        assert doc["summary"]["sharding_changed"] == 3 and doc["summary"]["equal"] == 1
+        assert _sharding_notes(doc) == notes
+        text = cli("diff", "--structure", src, dst)
+        assert text.code == 1 and "3 sharding changed" in text.stdout
+        assert "chunks 4x2 of [2,2]" in text.stdout
+        # The values are the same: the value diff's verdict does not change.
+        values = cli("diff", src, dst, "--json")
+        assert values.code == 0 and values.json()["summary"]["sharding_changed"] == 0
+
+
+def test_structure_reports_spec_and_chunk_changes_on_one_mesh(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    src = FIXTURES / "sharded_4x2"
+    dst = _reshard(cli, src, tmp_path / "t", "data=4,model=2", "params.w=[model, data]")
+    notes = _sharding_notes(cli("diff", "--structure", src, dst, "--json").json())
+    assert (
+        notes["params.w"]
+        == "spec P(data,model) -> P(model,data); chunks 4x2 of [2,2] -> 2x4 of [4,1]"
+    )
+    assert (
+        notes["params.b"] == "spec P(None,model) -> replicated; chunks 1x2 of [6,2] -> 1x1 of [6,4]"
+    )
+    assert "params.replicated" not in notes
+
+
+def test_structure_of_a_step_against_itself_is_equal(cli) -> None:  # type: ignore[no-untyped-def]
+    src = FIXTURES / "sharded_4x2"
+    r = cli("diff", "--structure", src, src, "--json")
+    assert r.code == 0, r.stdout
+    doc = r.json()
+    assert doc["summary"]["sharding_changed"] == 0 and doc["summary"]["equal"] == 4

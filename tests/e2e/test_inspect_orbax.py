@@ -159,3 +159,35 @@ def test_nan_and_inf_counted(cli, tmp_path: Path) -> None:  # type: ignore[no-un
     assert s["mean"] == pytest.approx(finite.mean())
     human = cli("inspect", tmp_path / "ck", "--stats")
     assert "nan=2 inf=2" in human.stdout
+
+
+def test_unfinished_save_is_named_as_such(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A step directory still named ``*.orbax-checkpoint-tmp*``: empty (Orbax has only made it)
+    or with its item half written, ``inspect`` says what it is; fully written, it stays readable."""
+    import shutil
+
+    root = tmp_path / "run"
+    _save(root, {"w": np.ones((4, 2), np.float32), "step": 5})
+    whole = root / "5.orbax-checkpoint-tmp-1703334121930256"
+    shutil.copytree(root / "5", whole)
+    assert cli("inspect", whole).code == 0
+    half = root / "6.orbax-checkpoint-tmp-1703334121930257"
+    shutil.copytree(root / "5", half)
+    written = sorted((half / "default").iterdir())
+    assert written
+    for f in written:
+        if f.name != "d":
+            shutil.rmtree(f) if f.is_dir() else f.unlink()
+    empty = root / "7.orbax-checkpoint-tmp"
+    empty.mkdir()
+    for step, path in ((6, half), (7, empty)):
+        r = cli("inspect", path)
+        assert r.code == 3
+        lines = r.stderr.strip().splitlines()
+        assert lines == [
+            f"ckpt: error: {path} is an unfinished save of step {step} "
+            "(wait for the save to finish, or remove it with `ckpt prune --clean-tmp`)"
+        ]
+        doc = cli("inspect", path, "--json").json()
+        assert doc["error"]["code"] == "not-a-checkpoint"
+        assert doc["error"]["message"] == f"{path} is an unfinished save of step {step}"

@@ -23,7 +23,7 @@ from typing_extensions import NotRequired
 
 from ckpt_cli.core.copy.select import StepSelection
 from ckpt_cli.core.format.digests import STATE_FILE
-from ckpt_cli.core.format.layout import Detected, StepRef, detect
+from ckpt_cli.core.format.layout import Detected, StepRef, detect, legacy_msgpack_error
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
     PRUNE_LOCK,
@@ -43,7 +43,6 @@ from ckpt_cli.errors import (
     NotACheckpointError,
     NotFoundError,
     RefusedError,
-    UnsupportedError,
     UsageError,
 )
 
@@ -307,10 +306,7 @@ def plan_copy(
 
 def _not_a_run(source: Location, kind: str) -> CkptError:
     if kind == "legacy":
-        return UnsupportedError(
-            f"{source} is a legacy Flax msgpack checkpoint, not an Orbax run",
-            hint="copy the file itself",
-        )
+        return legacy_msgpack_error(source, hint="copy the file itself")
     return UsageError(
         f"{source} is an item directory: cp copies runs and steps",
         hint=f"pass its step {source.parent}",

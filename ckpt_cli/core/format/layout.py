@@ -29,7 +29,13 @@ from ckpt_cli.core.format.names import (
     parse_step_name,
 )
 from ckpt_cli.core.storage import Entry, Location
-from ckpt_cli.errors import CkptError, NotACheckpointError, NotFoundError, SeveralItemsError
+from ckpt_cli.errors import (
+    CkptError,
+    NotACheckpointError,
+    NotFoundError,
+    SeveralItemsError,
+    UnsupportedError,
+)
 
 Kind = Literal["root", "step", "item", "legacy"]
 Status = Literal["committed", "uncommitted", "incomplete"]
@@ -178,6 +184,17 @@ def detect(location: Location) -> Detected:
     if any(not e.is_dir and LEGACY_MSGPACK_RE.match(e.name) for e in entries):
         return Detected("legacy", entries)
     raise NotACheckpointError(_describe_non_checkpoint(location, entries))
+
+
+def legacy_msgpack_error(location: Location, hint: str | None = None) -> UnsupportedError:
+    """The one error every command raises for a legacy Flax msgpack checkpoint: it is a
+    checkpoint, of a format ckpt does not read (``unsupported``, exit 3)."""
+    return UnsupportedError(
+        f"{location} is a legacy Flax msgpack checkpoint (flax.training.checkpoints), "
+        "a format ckpt does not read",
+        hint=hint
+        or "restore it with flax.training.checkpoints.restore_checkpoint and save it with Orbax",
+    )
 
 
 def _describe_non_checkpoint(location: Location, entries: list[Entry]) -> str:

@@ -10,12 +10,13 @@ from ckpt_cli.core.format.layout import (
     item_kind,
     item_location,
     latest_committed,
+    legacy_msgpack_error,
     step_items,
 )
 from ckpt_cli.core.format.metadata import read_step_metadata
 from ckpt_cli.core.format.names import parse_step_name
 from ckpt_cli.core.storage import Location
-from ckpt_cli.errors import NotACheckpointError, NotFoundError, UnsupportedError, UsageError
+from ckpt_cli.errors import NotACheckpointError, NotFoundError, UsageError
 
 
 def find_step(root: Location, steps: list[StepRef], step: int | None) -> StepRef:
@@ -59,10 +60,7 @@ def _resolve(location: Location, step: int | None, item: str | None) -> ItemRef 
     found = detect(location)
     kind, entries = found.kind, found.entries
     if kind == "legacy":
-        raise UnsupportedError(
-            f"{location} is a legacy Flax msgpack checkpoint, not an Orbax one",
-            hint="restore it with flax.serialization.msgpack_restore and re-save it with Orbax",
-        )
+        raise legacy_msgpack_error(location)
     root: Location | None = None
     if kind == "item":
         if step is not None:

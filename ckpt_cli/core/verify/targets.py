@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ckpt_cli.core.format.layout import StepRef, detect, list_steps
+from ckpt_cli.core.format.layout import StepRef, detect, legacy_msgpack_error, list_steps
 from ckpt_cli.core.format.metadata import read_step_metadata
 from ckpt_cli.core.format.names import (
     CKPT_ROOT_FILES,
@@ -31,7 +31,7 @@ from ckpt_cli.core.format.resolve import find_step
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.core.verify.problems import Problem, problem
 from ckpt_cli.core.verify.types import CheckedKind, VerifyOptions
-from ckpt_cli.errors import CkptError, InvalidMetadataError, UnsupportedError, UsageError
+from ckpt_cli.errors import CkptError, InvalidMetadataError, UsageError
 
 
 @dataclass(frozen=True)
@@ -67,10 +67,7 @@ def find_targets(location: Location, options: VerifyOptions) -> Targets:
         # A JsonSave or metrics item: its commit_success.txt makes it look like a step.
         kind = "item"
     if kind == "legacy":
-        raise UnsupportedError(
-            f"{location} is a legacy Flax msgpack checkpoint: it has no structure to verify",
-            hint="restore it with flax.serialization.msgpack_restore",
-        )
+        raise legacy_msgpack_error(location)
     if kind != "root" and (options.step is not None or options.latest):
         raise UsageError(f"--step and --latest apply to a root; {location} is a {kind}")
     if options.mark_committed:
