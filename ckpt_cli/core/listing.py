@@ -32,6 +32,7 @@ from ckpt_cli.core.format.names import (
     STEP_METADATA,
     TOMBSTONE,
     TREE_METADATA,
+    looks_like_item,
     parse_step_name,
 )
 from ckpt_cli.core.format.pins import PIN_FILE, Pin, PinJSON, read_pin
@@ -231,7 +232,14 @@ def step_info(ref: StepRef, from_listing: bool = False) -> StepInfo:
     listing (see ``_step_info_from_listing``); prune keeps the exact commit timestamps.
     """
     loc = ref.location
-    if from_listing and loc.requires_commit_marker and ref.status == "committed":
+    # A directory taken for a step without a marker of its own (several Checkpointer saves
+    # side by side) has no marker time to take from the listing: read it like a local step.
+    if (
+        from_listing
+        and loc.requires_commit_marker
+        and ref.status == "committed"
+        and COMMIT_MARKER in ref.child_names
+    ):
         return _step_info_from_listing(ref)
     problem = None
     try:
@@ -286,7 +294,12 @@ def list_root(
         )
     if kind == "legacy":
         raise legacy_msgpack_error(location)
-    if kind == "step":
+    saves = _saves_in(location, entries) if kind == "step" else None
+    if saves:
+        # Checkpointer saves side by side (``ckpt_dir/state``, ``ckpt_dir/other``): each its
+        # own entry, none of them a step of the others.
+        refs, root, root_meta = saves, location, None
+    elif kind == "step":
         refs, root, root_meta = [_step_as_ref(location, entries)], location.parent, None
     else:
         refs, root, root_meta = found.steps or [], location, read_root_metadata(location)
@@ -300,16 +313,35 @@ def list_root(
     found_infos = [_info_if_present(r, from_listing) for r in refs]
     infos = [i for i in found_infos if i is not None]
     present = {i.name for i in infos}
-    latest = latest_committed([r for r in refs if r.name in present])
+    # Saves side by side have no order to them: none is the latest.
+    latest = None if saves else latest_committed([r for r in refs if r.name in present])
     if latest is not None:
         infos = [_mark_latest(i) if i.name == latest.name else i for i in infos]
-    if kind == "step" and parse_step_name(location.name) is None:
+    if saves or (kind == "step" and parse_step_name(location.name) is None):
         from dataclasses import replace
 
-        # A single checkpoint saved without a CheckpointManager (a Checkpointer's directory):
-        # it has no step number, and none is made up.
+        # Checkpoints saved without a CheckpointManager (a Checkpointer's directory): they
+        # have no step number, and none is made up.
         infos = [replace(i, numbered=False) for i in infos]
     return RootListing(str(root if kind == "root" else location), tuple(infos), root_meta, ignored)
+
+
+def _saves_in(location: Location, entries: Sequence[Entry]) -> list[StepRef] | None:
+    """The single-item Checkpointer saves a directory holds, when every subdirectory is one
+    and the directory itself is no step (it has no step metadata or marker of its own)."""
+    names = {e.name for e in entries}
+    dirs = [e for e in entries if e.is_dir and not e.name.startswith(".")]
+    if STEP_METADATA in names or COMMIT_MARKER in names or not dirs:
+        return None
+    saves = []
+    for e in sorted(dirs, key=lambda e: e.name):
+        loc = location.child(e.name)
+        children = loc.list()
+        child_names = frozenset(c.name for c in children)
+        if STEP_METADATA not in child_names or not looks_like_item(child_names):
+            return None
+        saves.append(_step_as_ref(loc, children))
+    return saves
 
 
 def _step_as_ref(location: Location, entries: Sequence[Entry]) -> StepRef:

@@ -24,7 +24,7 @@ def print_listing(listing: RootListing, extra: list[str] | None = None) -> None:
         metrics = ", ".join(f"{k}={_metric(v)}" for k, v in (s.metrics or {}).items())
         rows.append(
             [
-                (f"{s.step}{' *' if s.latest else ''}" if s.numbered else "-", ""),
+                (_label(s, listing.root), ""),
                 (s.status + (", pinned" if s.pinned else ""), _STATUS[s.status]),
                 (when, ""),
                 (human_age(s.committed_at), ""),
@@ -42,16 +42,21 @@ def print_listing(listing: RootListing, extra: list[str] | None = None) -> None:
     out = [paint(listing.root, "bold")]
     out += table_lines(headers, rows, paint, right=frozenset({0, 3, 4}), wrap_last=True)
     latest = listing.latest
-    if listing.steps and not listing.steps[0].numbered:
-        count = "1 checkpoint without a step number (saved by a Checkpointer, not a manager)"
+    unnumbered = bool(listing.steps) and not listing.steps[0].numbered
+    if unnumbered:
+        count = (
+            f"{plural(len(listing.steps), 'checkpoint')} without a step number "
+            "(saved by a Checkpointer, not a manager)"
+        )
     else:
         count = plural(len(listing.steps), "step")
+    committed = latest or (unnumbered and any(s.status == "committed" for s in listing.steps))
     texts = [
         f"{count}, {human_bytes(listing.total_bytes)}"
         + (
             f"; latest committed: {latest.step} (*)"
             if latest and latest.numbered
-            else ("" if latest else "; no committed step")
+            else ("" if committed else "; no committed step")
         )
     ]
     for s in listing.steps:
@@ -64,6 +69,14 @@ def print_listing(listing: RootListing, extra: list[str] | None = None) -> None:
     for text in texts:
         out += said(text, color)
     emit(out, color)
+
+
+def _label(s: StepInfo, root: str) -> str:
+    """The step column: the step number; ``-`` for the one checkpoint a Checkpointer's directory
+    is; a save's name when the listed directory holds several saves side by side."""
+    if s.numbered:
+        return f"{s.step}{' *' if s.latest else ''}"
+    return "-" if s.path == root else s.name
 
 
 def warnings(listing: RootListing) -> list[str]:

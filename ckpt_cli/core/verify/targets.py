@@ -170,6 +170,15 @@ def _join(prefix: str, rel: str) -> str:
     return rel if prefix in ("", ".") else f"{prefix}/{rel}"
 
 
+def _is_save(loc: Location) -> bool:
+    """Whether ``loc`` is a single-item Checkpointer save: an item with its step metadata."""
+    try:
+        names = [e.name for e in loc.list()]
+    except CkptError:
+        return False
+    return STEP_METADATA in names and looks_like_item(names)
+
+
 def _holds_an_item(loc: Location) -> bool:
     try:
         names = [e.name for e in loc.list()]
@@ -202,7 +211,14 @@ def _check_step(
     step_loc: Location, shown: str, step: int | None, entries: list[Entry], problems: list[Problem]
 ) -> list[ItemTarget]:
     names = {e.name for e in entries}
-    handlers = _step_handlers(step_loc, shown, names, entries, problems)
+    # Checkpointer saves side by side (``ckpt_dir/state``, ``ckpt_dir/other``): each save is a
+    # single-item step with its own _CHECKPOINT_METADATA, and the directory holding them has none.
+    saves = (
+        set()
+        if STEP_METADATA in names
+        else {e.name for e in entries if e.is_dir and _is_save(step_loc.child(e.name))}
+    )
+    handlers = _step_handlers(step_loc, shown, names, entries, problems, bool(saves))
     if looks_like_item(names):
         # A single-item Checkpointer writes the item straight into the step directory.
         return [ItemTarget(step_loc, shown, step, "default", is_step=True)]
@@ -226,7 +242,8 @@ def _check_step(
         elif TMP_MARKER in e.name:
             problems.append(_tmp_problem(rel, rel))
         elif e.name in expected or _holds_an_item(step_loc.child(e.name)):
-            targets.append(ItemTarget(step_loc.child(e.name), rel, step, e.name))
+            is_save = e.name in saves
+            targets.append(ItemTarget(step_loc.child(e.name), rel, step, e.name, is_step=is_save))
         else:
             problems.append(
                 problem(
@@ -241,14 +258,20 @@ def _check_step(
 
 
 def _step_handlers(
-    step_loc: Location, shown: str, names: set[str], entries: list[Entry], problems: list[Problem]
+    step_loc: Location,
+    shown: str,
+    names: set[str],
+    entries: list[Entry],
+    problems: list[Problem],
+    holds_saves: bool = False,
 ) -> dict[str, str] | str | None:
     """The step's item handlers from its step metadata (None: missing or unreadable, reported
-    unless the step predates step metadata)."""
+    unless the step predates step metadata or is a directory of saves, ``holds_saves``)."""
     meta_file = _join(shown, STEP_METADATA)
     handlers: dict[str, str] | str | None = None
     if STEP_METADATA not in names:
-        if not _before_step_metadata(step_loc, entries):  # Orbax 0.4 wrote none
+        # Orbax 0.4 wrote none; a directory of saves has its metadata in each save.
+        if not holds_saves and not _before_step_metadata(step_loc, entries):
             problems.append(
                 problem(
                     "step-metadata-missing",
