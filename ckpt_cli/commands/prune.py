@@ -196,16 +196,16 @@ def _policy(
     """The retention policy of the command line (an option not given keeps nothing)."""
     from ckpt_cli.core.prune.policy import Policy, parse_duration
 
-    return Policy(
-        keep_last=keep_last or 0,
-        keep_every=keep_every or 0,
-        keep_steps=frozenset(keep_step or ()),
+    return Policy.from_rules(
+        keep_last=keep_last,
+        keep_every=keep_every,
+        keep_steps=keep_step,
         keep_within=parse_duration(keep_within, option="--keep-within") if keep_within else None,
-        keep_hourly=keep_hourly or 0,
-        keep_daily=keep_daily or 0,
-        keep_weekly=keep_weekly or 0,
-        keep_monthly=keep_monthly or 0,
-        keep_best=keep_best or 0,
+        keep_hourly=keep_hourly,
+        keep_daily=keep_daily,
+        keep_weekly=keep_weekly,
+        keep_monthly=keep_monthly,
+        keep_best=keep_best,
         metric=metric,
         mode=mode.value if mode is not None else None,
         keep_missing_metric=keep_missing_metric,

@@ -19,6 +19,9 @@ import ssl
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from ckpt_cli.core.storage.sigv4 import host_header
 
 #: A response header block larger than this is refused (S3 sends under 2 KiB).
 HEADER_LIMIT = 64 << 10
@@ -81,16 +84,11 @@ class _Job:
         ssl_context: ssl.SSLContext | None,
     ) -> None:
         scheme, _, netloc = url_base.partition("://")
-        host, _, port = (
-            netloc.rpartition(":") if netloc.rsplit(":", 1)[-1].isdigit() else (netloc, "", "")
-        )
         self.secure = scheme == "https"
-        self.host = host.strip("[]")
-        self.port = int(port) if port else (443 if self.secure else 80)
-        default_port = (self.secure and self.port == 443) or (not self.secure and self.port == 80)
-        self.host_header = self.host if default_port else f"{self.host}:{self.port}"
-        if ":" in self.host and not default_port:  # an IPv6 literal
-            self.host_header = f"[{self.host}]:{self.port}"
+        self.host_header = host_header(scheme, netloc)
+        hostport = urlsplit(url_base)
+        self.host = hostport.hostname or ""
+        self.port = hostport.port or (443 if self.secure else 80)
         self.ssl = (ssl_context or ssl.create_default_context()) if self.secure else None
         self.requests = requests
         self.window = max(1, min(window, len(requests)))

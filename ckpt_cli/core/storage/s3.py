@@ -171,8 +171,8 @@ class S3Store(ObjectStore):
         from ckpt_cli.core.storage.httpmany import Response, fetch_all
 
         urls = [self._url(key, {}) for key, _, _ in reads]
-        base = urls[0].split("/", 3)
-        origin = f"{base[0]}//{base[2]}"
+        assert self._signer is not None  # made by the first _url
+        origin = self._signer.origin
         requests = [
             (u[len(origin) :], {} if s is None else {"Range": f"bytes={s}-{(e or s + 1) - 1}"})
             for u, (_, s, e) in zip(urls, reads, strict=True)

@@ -34,6 +34,13 @@ class Credentials:
     token: str | None = None
 
 
+def host_header(scheme: str, netloc: str) -> str:
+    """The ``Host`` header of ``scheme://netloc``: the netloc without a default port (as
+    http.client sends it, and as a SigV4 signature covers it)."""
+    default = {"http": ":80", "https": ":443"}.get(scheme, "")
+    return netloc[: -len(default)] if default and netloc.endswith(default) else netloc
+
+
 def _q(text: str) -> str:
     """RFC 3986 encoding of a query name or value, as SigV4 wants it."""
     return quote(text, safe="-_.~")
@@ -47,13 +54,16 @@ class Presigner:
     def __init__(self, base: str, region: str) -> None:
         parts = urlsplit(base.replace("{key}", ""))
         self.scheme = parts.scheme
-        default = {"http": ":80", "https": ":443"}.get(parts.scheme, "")
-        netloc = parts.netloc
         # The Host header http.client sends (and botocore signs) omits a default port.
-        self.host = netloc[: -len(default)] if default and netloc.endswith(default) else netloc
+        self.host = host_header(parts.scheme, parts.netloc)
         self.prefix = parts.path  # "/bucket/" or "/"
         self.region = region
         self._keys: dict[tuple[str, str], bytes] = {}
+
+    @property
+    def origin(self) -> str:
+        """``scheme://host``: where every URL of this signer goes."""
+        return f"{self.scheme}://{self.host}"
 
     def _signing_key(self, secret: str, day: str) -> bytes:
         cached = self._keys.get((secret, day))

@@ -59,9 +59,18 @@ def test_listing_pages_are_botocores(
         {"limit": 5, "delimiter": "/"},
         {"start": f"{s3_prefix}/a+b\U0010ffff", "limit": 9},
     ]
+    served: list[bool] = []
+    real = S3Store._lean_list
+
+    def lean_only(self: S3Store, args: dict[str, Any]) -> Any:
+        page = real(self, args)
+        served.append(page is not None)
+        return page
+
+    monkeypatch.setattr(S3Store, "_lean_list", lean_only)
     lean = [_pages(store, f"{s3_prefix}/", **a) for a in asks]
-    before = store.requests
-    assert before >= sum(len(p) for p in lean)  # every page went out on the lean path
+    # Every page went out on the lean path: none fell back to botocore.
+    assert len(served) == sum(len(p) for p in lean) and all(served), served
     monkeypatch.setattr(S3Store, "_lean_list", lambda self, args: None)
     plain = [_pages(store, f"{s3_prefix}/", **a) for a in asks]
     assert lean and all(lean)

@@ -181,3 +181,12 @@ def test_a_truncated_page_without_a_token_is_refused() -> None:
 def test_anything_but_a_listing_is_refused(body: bytes) -> None:
     with pytest.raises(ValueError):
         parse_list_page(body)
+
+
+def test_the_host_header_drops_only_a_default_port() -> None:
+    from ckpt_cli.core.storage.sigv4 import host_header
+
+    assert host_header("https", "s3.amazonaws.com:443") == "s3.amazonaws.com"
+    assert host_header("http", "[::1]:80") == "[::1]"
+    assert host_header("http", "127.0.0.1:9000") == "127.0.0.1:9000"
+    assert host_header("https", "minio:80") == "minio:80"
