@@ -11,6 +11,7 @@ from __future__ import annotations
 from ckpt_cli.commands import (
     cp,
     diff,
+    doctor,
     export,
     import_,
     inspect,
@@ -29,6 +30,7 @@ COMMANDS: tuple[Command, ...] = (
     inspect.COMMAND,
     verify.COMMAND,
     diff.COMMAND,
+    doctor.COMMAND,
     prune.COMMAND,
     reshard.COMMAND,
     migrate.COMMAND,

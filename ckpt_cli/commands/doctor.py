@@ -1,0 +1,93 @@
+"""``ckpt doctor``: why a checkpoint will not restore into your model, and the spec that fixes it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._context import run_context
+from ckpt_cli.commands._options import ItemOpt, JsonOpt, PathArg, StepOpt
+from ckpt_cli.commands._output import emit_json
+from ckpt_cli.errors import EXIT_PROBLEMS
+
+TargetOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--target",
+        help="MODULE:FUNCTION returning the abstract state you restore into (jax.eval_shape of "
+        "your init, as for migrate --target). Imports jax.",
+        show_default=False,
+    ),
+]
+LikeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--like",
+        help="Another checkpoint (its item of the same name) or safetensors file/directory whose "
+        "leaves are the ones to restore into. No JAX.",
+        show_default=False,
+    ),
+]
+WriteSpecOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--write-spec",
+        help="Write the migrate spec that closes every difference it can to FILE (YAML, each rule "
+        "under a comment saying why; what it cannot close is listed at the end).",
+        metavar="FILE",
+        show_default=False,
+    ),
+]
+
+
+def doctor(
+    ctx: typer.Context,
+    path: PathArg,
+    target: TargetOpt = None,
+    like: LikeOpt = None,
+    write_spec: WriteSpecOpt = None,
+    step: StepOpt = None,
+    item: ItemOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Say whether a checkpoint restores into your model, why not, and the spec that fixes it.
+
+    Compares the checkpoint's leaves with the state you restore into (--target or --like):
+    missing and unexpected leaves, likely renames (scored: same shape, similar names, many
+    leaves renamed the same way), shapes named as what they are (transposed, padded or
+    truncated on an axis, reshaped, scanned layers stacked or unstacked) and dtypes. The
+    verdict is `restores` (as is: a dtype alone is cast by Orbax on restore),
+    `restores-after-migrate` (the written spec closes every difference: it is checked by
+    planning the migration) or `cannot` (with the reason). Reads metadata only.
+
+    Exit codes: 0 restores as is · 1 it does not (a spec fixes it, or nothing does) · 2 usage ·
+    3 not a checkpoint or the target cannot be loaded.
+    """
+    from ckpt_cli.commands.render import doctor as render
+    from ckpt_cli.core.doctor import diagnose, spec_text
+
+    run = run_context(ctx, json_out)
+    diagnosis = diagnose(path, target=target, like=like, step=step, item=item, storage=run.storage)
+    if write_spec is not None:
+        render.write_spec(spec_text(diagnosis), write_spec)
+    if json_out:
+        emit_json(diagnosis)
+    else:
+        render.print_diagnosis(diagnosis, write_spec)
+    if diagnosis.verdict != "restores":
+        raise typer.Exit(EXIT_PROBLEMS)
+
+
+COMMAND = Command(
+    name="doctor",
+    function=doctor,
+    documents=("ckpt_cli.core.doctor:DiagnosisJSON",),
+    version="ckpt_cli.core.doctor:Diagnosis",
+    examples=(
+        "runs/exp7 --target model:abstract_state",
+        "runs/exp7 --like runs/exp8 --write-spec fix.yaml",
+        "runs/exp7 --step 1000 --like hf/llama --json",
+    ),
+)

@@ -1,0 +1,54 @@
+"""Text of ``ckpt doctor``: the verdict, one line per difference, and where the spec went."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ckpt_cli.commands._output import stdout_console
+from ckpt_cli.core.doctor import Diagnosis
+from ckpt_cli.core.storage.local import LocalLocation
+from ckpt_cli.core.units import human_bytes
+
+_VERDICT = {
+    "restores": "restores as is",
+    "restores-after-migrate": "restores after `ckpt migrate` with the spec below",
+    "cannot": "cannot restore",
+}
+
+
+def print_diagnosis(d: Diagnosis, spec_path: str | None) -> None:
+    console = stdout_console()
+    where = f"{d.checkpoint}" + (f" (step {d.step})" if d.step is not None else "")
+    console.print(f"{where} -> {d.target}: [bold]{_VERDICT[d.verdict]}[/bold]", highlight=False)
+    if d.reason:
+        console.print(f"  why: {d.reason}", highlight=False, markup=False)
+    blocking = [f for f in d.findings if f.blocks]
+    notes = [f for f in d.findings if not f.blocks]
+    for title, group in (("differences", blocking), ("notes", notes)):
+        if group:
+            console.print(f"{title} ({len(group)}):", highlight=False)
+        for f in group:
+            console.print(f"  {f.kind:<10} {f.message}", highlight=False, markup=False)
+    m = d.memory
+    if m.largest_array is not None:
+        console.print(
+            f"restore reads {human_bytes(m.total_bytes)} in {m.arrays} arrays; largest "
+            f"{m.largest_array} {human_bytes(m.largest_array_bytes)}",
+            highlight=False,
+            markup=False,
+        )
+    if d.verdict == "restores-after-migrate":
+        spec = spec_path or "fix.yaml"
+        hint = "" if spec_path else f" (add --write-spec {spec})"
+        console.print(
+            f"next: ckpt migrate {d.checkpoint} NEW_ROOT --spec {spec} --target ...{hint}",
+            highlight=False,
+            markup=False,
+        )
+    elif spec_path is not None:
+        console.print(f"spec written to {spec_path}", highlight=False, markup=False)
+
+
+def write_spec(text: str, path: str) -> None:
+    """The spec under a temporary name, renamed: no half-written spec for migrate to read."""
+    LocalLocation(str(Path(path))).write_bytes(text.encode(), create_parents=False)

@@ -1,0 +1,172 @@
+"""What ``ckpt doctor`` finds: one ``Finding`` per difference between a checkpoint and the state
+it is to be restored into, and the ``Diagnosis`` that sums them up in a verdict.
+
+A finding *blocks* when Orbax's restore into the target fails or returns arrays that do not match
+the target (Orbax 0.12 raises on a structure mismatch and on a shape mismatch of a sharded
+target, and silently returns the stored shape to an unsharded one); it does not block when Orbax
+handles it on read (a dtype: Orbax casts while it restores). ``rules`` are the migrate rules that
+close it, or empty when nothing closes it without guessing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
+
+Verdict = Literal["restores", "restores-after-migrate", "cannot"]
+Kind = Literal[
+    "missing",
+    "unexpected",
+    "rename",
+    "dtype",
+    "transposed",
+    "padded",
+    "truncated",
+    "reshaped",
+    "stacked",
+    "unstacked",
+    "shape",
+    "ambiguous",
+]
+Spec = tuple[tuple[int, ...] | None, str]
+#: Leaves by name (Orbax's dotted names): (shape, dtype); dtype "string" for string leaves.
+Leaves = dict[str, Spec]
+
+
+class FindingJSON(TypedDict):
+    kind: Kind
+    stored: list[str]
+    expected: list[str]
+    message: str
+    blocks: bool
+    score: float | None
+    rules: list[dict[str, Any]]
+
+
+class MemoryJSON(TypedDict):
+    total_bytes: int
+    arrays: int
+    largest_array: str | None
+    largest_array_bytes: int
+
+
+class DiagnosisJSON(TypedDict):
+    schema_version: int
+    checkpoint: str
+    step: int | None
+    item: str
+    target: str
+    verdict: Verdict
+    reason: str | None
+    differences: list[FindingJSON]
+    memory: MemoryJSON
+    spec_checked: bool
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One difference: which stored and expected leaves, in words, and the rules that close it.
+    ``score`` (0..1) says how sure a pairing is (renames, stacks); None where nothing is paired."""
+
+    kind: Kind
+    stored: tuple[str, ...]
+    expected: tuple[str, ...]
+    message: str
+    blocks: bool = True
+    score: float | None = None
+    rules: tuple[dict[str, Any], ...] = ()
+
+    def to_json(self) -> FindingJSON:
+        return {
+            "kind": self.kind,
+            "stored": list(self.stored),
+            "expected": list(self.expected),
+            "message": self.message,
+            "blocks": self.blocks,
+            "score": None if self.score is None else round(self.score, 3),
+            "rules": [dict(r) for r in self.rules],
+        }
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What a restore reads: every array's bytes, and the largest single array (Orbax's restore
+    holds at least one whole array per host)."""
+
+    total_bytes: int
+    arrays: int
+    largest_array: str | None
+    largest_array_bytes: int
+
+    def to_json(self) -> MemoryJSON:
+        return {
+            "total_bytes": self.total_bytes,
+            "arrays": self.arrays,
+            "largest_array": self.largest_array,
+            "largest_array_bytes": self.largest_array_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The verdict on restoring ``checkpoint`` into ``target``, the findings behind it, and the
+    spec (migrate rules) that closes every blocking finding it can; ``spec_checked`` says the
+    rules were planned against the checkpoint and the result matched the target."""
+
+    SCHEMA_VERSION = 1
+
+    checkpoint: str
+    step: int | None
+    item: str
+    target: str
+    findings: tuple[Finding, ...]
+    memory: Memory
+    spec_checked: bool = False
+    unresolved: tuple[str, ...] = field(default=())
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.reason is not None:
+            return "cannot"
+        return "restores-after-migrate" if any(f.blocks for f in self.findings) else "restores"
+
+    @property
+    def reason(self) -> str | None:
+        """Why no spec makes the checkpoint restore into the target, or None."""
+        stuck = [f for f in self.findings if f.blocks and not f.rules]
+        if stuck:
+            more = f" (and {len(stuck) - 1} more)" if len(stuck) > 1 else ""
+            return stuck[0].message + more
+        if self.unresolved:
+            return "the spec leaves a difference: " + self.unresolved[0]
+        return None
+
+    @property
+    def rules(self) -> list[dict[str, Any]]:
+        """The fix: every finding's rules, in the order migrate must apply them."""
+        return [dict(r) for f in sorted(self.findings, key=order) for r in f.rules]
+
+    def to_json(self) -> DiagnosisJSON:
+        return {
+            "schema_version": self.SCHEMA_VERSION,
+            "checkpoint": self.checkpoint,
+            "step": self.step,
+            "item": self.item,
+            "target": self.target,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "differences": [f.to_json() for f in self.findings],
+            "memory": self.memory.to_json(),
+            "spec_checked": self.spec_checked,
+        }
+
+
+#: Renames first (later rules name leaves by their new names), then what reshapes, then adds,
+#: drops and casts.
+_ORDER = ("rename", "stacked", "unstacked", "transposed", "reshaped", "padded", "truncated")
+
+
+def order(f: Finding) -> int:
+    if f.kind in _ORDER:
+        return _ORDER.index(f.kind)
+    return {"missing": 10, "unexpected": 11, "dtype": 12}.get(f.kind, 20)
