@@ -92,13 +92,17 @@ def layer(name: str) -> tuple[int, str]:
         # reshard's partition rules: one layer above them.
         if sub == "safetensors":
             return 5, sub
+        # doctor: explains a checkpoint against a target with migrate's planner, reads
+        # safetensors headers for --like: above both.
+        if sub == "doctor":
+            return 6, sub
         raise AssertionError(f"{name}: a core module outside the architecture's packages")
     if parts[:2] == ["ckpt_cli", "commands"]:
-        return 6, "commands"
+        return 7, "commands"
     if name == "ckpt_cli":
-        return 6, "api"
+        return 7, "api"
     if name in ("ckpt_cli.app", "ckpt_cli.__main__", "ckpt_cli.signals"):
-        return 7, "app"
+        return 8, "app"
     raise AssertionError(f"{name}: a module the architecture does not place")
 
 
@@ -163,7 +167,8 @@ def test_the_layers_are_populated() -> None:
         (4, "reshard"),
         (4, "migrate"),
         (5, "safetensors"),
-        (6, "commands"),
+        (6, "doctor"),
+        (7, "commands"),
     ]:
         assert expected in groups
 

@@ -134,6 +134,8 @@ SUCCESSES: list[Run] = [
     ("verify", lambda w: ["verify", str(w.with_tmp), "--latest"]),
     ("diff", lambda w: ["diff", str(w.good), str(w.good)]),
     ("diff", lambda w: ["diff", f"{w.good}@400", f"{w.good}@500"]),
+    ("doctor", lambda w: ["doctor", str(w.good), "--like", str(w.good)]),
+    ("doctor", lambda w: ["doctor", str(FIXTURES / "seed_mlp"), "--like", str(FIXTURES / "bf16")]),
     ("prune", lambda w: ["prune", str(w.good), "--keep-last", "1", "--dry-run"]),
     ("prune", lambda w: ["prune", str(w.with_tmp), "--keep-last", "1", "--clean-tmp", "--yes"]),
     (

@@ -1,4 +1,4 @@
-"""Startup stays light: ``--help``, ``ls``, ``inspect`` and ``verify`` never import jax or orbax."""
+"""Startup stays light: ``--help``, ``ls``, ``inspect``, ``verify`` and ``doctor --like`` never import jax or orbax."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from tests.support.startup_probe import PROBE
         ["inspect", str(FIXTURES / "seed_mlp"), "--stats", "--flat"],
         ["verify", str(FIXTURES / "seed_mlp"), "--deep", "--json"],
         ["verify", str(FIXTURES / "multiprocess"), "--sample", "50%", "--seed", "1"],
+        ["doctor", str(FIXTURES / "seed_mlp"), "--like", str(FIXTURES / "seed_mlp"), "--json"],
     ],
 )
 def test_read_paths_do_not_import_jax_or_orbax(args: list[str]) -> None:

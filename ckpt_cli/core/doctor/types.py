@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
+from ckpt_cli.core.schema import JSONValue
+
 Verdict = Literal["restores", "restores-after-migrate", "cannot"]
 Kind = Literal[
     "missing",
@@ -40,7 +42,7 @@ class FindingJSON(TypedDict):
     message: str
     blocks: bool
     score: float | None
-    rules: list[dict[str, Any]]
+    rules: list[JSONValue]  # migrate rules, as a spec file holds them
 
 
 class MemoryJSON(TypedDict):

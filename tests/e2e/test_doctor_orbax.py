@@ -1,0 +1,176 @@
+"""``ckpt doctor`` against what real Orbax does: for each (checkpoint, target) pair the verdict
+equals the outcome of ``CheckpointManager.restore(step, args=StandardRestore(abstract))`` (a
+restore that returns arrays of other shapes than the target's counts as failed: Orbax 0.12
+returns the stored shape to an unsharded target), and every ``restores-after-migrate`` spec,
+given to ``ckpt migrate``, yields a step that restores into the target and trains one step."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TARGETS = """
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+IN_DIM, OUT_DIM = 16, 10
+
+
+class MLP(nn.Module):
+    hidden: int = 64
+    names: tuple[str, str] = ("Dense_0", "Dense_1")
+    in_dim: int = IN_DIM
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Dense(self.hidden, name=self.names[0])(x))
+        return nn.Dense(OUT_DIM, name=self.names[1])(x)
+
+
+def init_state(hidden=64, names=("Dense_0", "Dense_1"), dtype=jnp.float32, in_dim=IN_DIM):
+    key = jax.random.key(0)
+    params = MLP(hidden, names, in_dim).init(key, jnp.zeros((1, in_dim)))["params"]
+    params = jax.tree.map(lambda p: p.astype(dtype), params)
+    return {"params": params, "opt_state": optax.adam(1e-3).init(params),
+            "step": jnp.asarray(0, jnp.int32)}
+
+
+def train_step(state, hidden=64, names=("Dense_0", "Dense_1")):
+    rs = jax.random.key(1)
+    x = jax.random.normal(rs, (32, IN_DIM))
+    y = jnp.arange(32) % OUT_DIM
+    def loss(p):
+        logits = MLP(hidden, names).apply({"params": p}, x)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+    value, grads = jax.value_and_grad(loss)(state["params"])
+    updates, opt = optax.adam(1e-3).update(grads, state["opt_state"], state["params"])
+    params = optax.apply_updates(state["params"], updates)
+    return {"params": params, "opt_state": opt, "step": state["step"] + 1}, value
+
+
+def same():
+    return jax.eval_shape(lambda: init_state(64))
+
+
+def wide():
+    return jax.eval_shape(lambda: init_state(128))
+
+
+def renamed():
+    return jax.eval_shape(lambda: init_state(64, ("encoder", "head")))
+
+
+def bf16():
+    return jax.eval_shape(lambda: init_state(64, dtype=jnp.bfloat16))
+
+
+def other_input():
+    return jax.eval_shape(lambda: init_state(128, in_dim=20))
+"""
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A narrow model's step 3 saved as the Orbax docs show, and the target module."""
+    import orbax.checkpoint as ocp
+
+    (tmp_path / "doctor_targets.py").write_text(textwrap.dedent(TARGETS))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("doctor_targets", None)
+    import doctor_targets as t
+
+    state = t.init_state(64)
+    for _ in range(3):
+        state, _ = t.train_step(state)
+    with ocp.CheckpointManager(str(tmp_path / "narrow")) as mgr:
+        mgr.save(3, args=ocp.args.StandardSave(state))
+        mgr.wait_until_finished()
+    return t
+
+
+def orbax_restores(root: Path, abstract: Any) -> tuple[bool, Any]:
+    """What the user's restore does: True when it succeeds with the target's shapes and dtypes."""
+    import jax
+    import orbax.checkpoint as ocp
+
+    try:
+        with ocp.CheckpointManager(str(root)) as mgr:
+            got = mgr.restore(mgr.latest_step(), args=ocp.args.StandardRestore(abstract))
+    except Exception:  # noqa: BLE001 - Orbax's refusal is the fact under test
+        return False, None
+    want = jax.tree.leaves(jax.tree.map(lambda a: (a.shape, a.dtype), abstract))
+    have = jax.tree.leaves(jax.tree.map(lambda a: (a.shape, a.dtype), got))
+    return want == have, got
+
+
+CASES = [
+    ("same", "restores"),
+    ("bf16", "restores"),
+    ("wide", "restores-after-migrate"),
+    ("renamed", "restores-after-migrate"),
+    ("other_input", "cannot"),
+]
+
+
+@pytest.mark.parametrize(("target", "verdict"), CASES)
+def test_the_verdict_is_what_orbax_restore_does(
+    cli, world, tmp_path: Path, target: str, verdict: str
+) -> None:  # type: ignore[no-untyped-def]
+    r = cli("doctor", tmp_path / "narrow", "--target", f"doctor_targets:{target}", "--json")
+    assert r.code == (0 if verdict == "restores" else 1), r.stderr
+    doc = r.json()
+    assert doc["verdict"] == verdict, doc["differences"]
+    abstract = getattr(world, target)()
+    ok, _ = orbax_restores(tmp_path / "narrow", abstract)
+    assert ok == (verdict == "restores")
+    if verdict == "cannot":
+        assert doc["reason"] and "no rule maps" in doc["reason"]
+
+
+@pytest.mark.parametrize("target", ["wide", "renamed"])
+def test_the_written_spec_migrates_to_a_step_that_restores_and_trains(
+    cli, world, tmp_path: Path, target: str
+) -> None:  # type: ignore[no-untyped-def]
+    ref = f"doctor_targets:{target}"
+    r = cli("doctor", tmp_path / "narrow", "--target", ref, "--write-spec", "fix.yaml")
+    assert r.code == 1 and "restores after `ckpt migrate`" in r.stdout, r.stderr
+    m = cli(
+        "migrate", tmp_path / "narrow", tmp_path / "fixed", "--spec", "fix.yaml", "--target", ref
+    )
+    assert m.code == 0, m.stderr
+    again = cli("doctor", tmp_path / "fixed", "--target", ref, "--json")
+    assert again.code == 0 and again.json()["verdict"] == "restores"
+    ok, restored = orbax_restores(tmp_path / "fixed", getattr(world, target)())
+    assert ok
+    hidden, names = (128, ("Dense_0", "Dense_1")) if target == "wide" else (64, ("encoder", "head"))
+    trained, loss = world.train_step(restored, hidden, names)
+    assert int(trained["step"]) == 4 and np.isfinite(float(loss))
+    # The spec keeps what the model computes: new inputs start at zero, renamed leaves keep values.
+    narrow = orbax_restores(tmp_path / "narrow", world.same())[1]
+    assert float(loss) == pytest.approx(float(world.train_step(narrow)[1]), rel=1e-5)
+
+
+def test_like_a_checkpoint_or_its_safetensors_needs_no_jax(cli, world, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import orbax.checkpoint as ocp
+
+    with ocp.CheckpointManager(str(tmp_path / "wide")) as mgr:
+        mgr.save(1, args=ocp.args.StandardSave(world.init_state(128)))
+        mgr.wait_until_finished()
+    assert cli("export", tmp_path / "wide", tmp_path / "wide.safetensors").code == 0
+    for like in (tmp_path / "wide", tmp_path / "wide.safetensors"):
+        r = cli("doctor", tmp_path / "narrow", "--like", like, "--json")
+        assert r.code == 1, r.stderr
+        doc = r.json()
+        assert doc["verdict"] == "restores-after-migrate"
+        padded = sorted(d["expected"][0] for d in doc["differences"] if d["kind"] == "padded")
+        assert "params.Dense_0.kernel" in padded and len(padded) == 9
