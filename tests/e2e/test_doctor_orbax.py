@@ -75,6 +75,23 @@ def bf16():
 
 def other_input():
     return jax.eval_shape(lambda: init_state(128, in_dim=20))
+
+
+def chained():
+    # The optimizer became optax.chain(clip_by_global_norm, adam): its state tree changed.
+    def build():
+        state = init_state(64)
+        tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))
+        return {**state, "opt_state": tx.init(state["params"])}
+    return jax.eval_shape(build)
+
+
+def raw_key():
+    return {"rng": jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0)))}
+
+
+def typed_key():
+    return {"rng": jax.eval_shape(lambda: jax.random.key(0))}
 """
 
 
@@ -119,6 +136,7 @@ CASES = [
     ("wide", "restores-after-migrate"),
     ("renamed", "restores-after-migrate"),
     ("other_input", "cannot"),
+    ("chained", "cannot"),
 ]
 
 
@@ -133,8 +151,11 @@ def test_the_verdict_is_what_orbax_restore_does(
     abstract = getattr(world, target)()
     ok, _ = orbax_restores(tmp_path / "narrow", abstract)
     assert ok == (verdict == "restores")
-    if verdict == "cannot":
+    if target == "other_input":
         assert doc["reason"] and "no rule maps" in doc["reason"]
+    if target == "chained":
+        kinds = {d["kind"] for d in doc["differences"]}
+        assert {"container", "rename"} <= kinds and "Orbax refuses" in doc["reason"]
 
 
 @pytest.mark.parametrize("target", ["wide", "renamed"])
@@ -174,3 +195,36 @@ def test_like_a_checkpoint_or_its_safetensors_needs_no_jax(cli, world, tmp_path:
         assert doc["verdict"] == "restores-after-migrate"
         padded = sorted(d["expected"][0] for d in doc["differences"] if d["kind"] == "padded")
         assert "params.Dense_0.kernel" in padded and len(padded) == 9
+
+
+@pytest.mark.parametrize(
+    ("saved", "target", "verdict"),
+    [
+        ("raw", "raw_key", "restores"),
+        ("raw", "typed_key", "cannot"),
+        ("typed", "typed_key", "restores"),
+        ("typed", "raw_key", "cannot"),
+    ],
+)
+def test_typed_and_raw_prng_keys_are_told_apart(
+    cli, world, tmp_path: Path, saved: str, target: str, verdict: str
+) -> None:  # type: ignore[no-untyped-def]
+    import jax
+    import orbax.checkpoint as ocp
+
+    key = jax.random.key(0)
+    root = tmp_path / saved
+    with ocp.CheckpointManager(str(root)) as mgr:
+        mgr.save(
+            1,
+            args=ocp.args.StandardSave(
+                {"rng": key if saved == "typed" else jax.random.key_data(key)}
+            ),
+        )
+        mgr.wait_until_finished()
+    r = cli("doctor", root, "--target", f"doctor_targets:{target}", "--json")
+    assert r.json()["verdict"] == verdict, r.json()
+    assert orbax_restores(root, getattr(world, target)())[0] == (verdict == "restores")
+    if verdict == "cannot":
+        [d] = r.json()["differences"]
+        assert d["kind"] == "key" and "jax.random" in d["message"]

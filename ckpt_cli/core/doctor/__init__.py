@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from ckpt_cli.core.doctor.expected import like_leaves, stored_leaves, target_leaves
+from ckpt_cli.core.doctor.expected import Tree, like_tree, stored_tree, target_tree
 from ckpt_cli.core.doctor.explain import explain
 from ckpt_cli.core.doctor.types import (
     Diagnosis,
@@ -25,6 +25,7 @@ from ckpt_cli.core.doctor.types import (
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.inspect import ItemReport, inspect_item
+from ckpt_cli.core.state import KEY_DTYPES
 from ckpt_cli.core.storage import StorageOptions, open_location
 from ckpt_cli.errors import CkptError, UsageError
 
@@ -47,19 +48,38 @@ def diagnose(
         raise UsageError("give the state to restore into: --target MODULE:FUNCTION or --like PATH")
     ref = resolve_item(open_location(checkpoint, storage), step, item)
     report = inspect_item(ref)
-    stored = stored_leaves(report)
+    stored = stored_tree(report)
     if target is not None:
-        expected = target_leaves(target)
+        expected = target_tree(target)
     else:
         assert like is not None
-        expected = like_leaves(like, None, ref.name if _named(like) else None, storage)
-    findings = tuple(explain(dict(stored), dict(expected)))
+        expected = like_tree(like, ref.name if _named(like) else None, storage)
+    findings = tuple(explain(dict(stored.leaves), dict(expected.leaves)))
+    findings += tuple(empty_nodes(stored, expected))
     diagnosis = Diagnosis(
         str(ref.location), ref.step, ref.name, target or str(like), findings, _memory(report)
     )
     if not any(f.blocks and f.rules for f in findings):
         return diagnosis
-    return replace(diagnosis, spec_checked=True, unresolved=check_spec(report, diagnosis, expected))
+    unresolved = check_spec(report, diagnosis, expected.leaves)
+    return replace(diagnosis, spec_checked=True, unresolved=unresolved)
+
+
+def empty_nodes(stored: Tree, expected: Tree) -> list[Finding]:
+    """Empty nodes (``None``, optax's ``EmptyState``) where the other side has none: Orbax refuses
+    a restore whose tree differs there, and no migrate rule adds or removes one."""
+    out: list[Finding] = []
+    if stored.empty is None or expected.empty is None:
+        return out
+    for name in sorted(expected.empty - stored.empty):
+        if name in stored.leaves:
+            continue  # a value where the target has an empty node: compare() does not see it
+        text = f"{name}: the target has an empty node (None or an empty optax state) the checkpoint lacks; Orbax refuses the different tree"
+        out.append(Finding("container", (), (name,), text))
+    for name in sorted(stored.empty - expected.empty):
+        text = f"{name}: the checkpoint has an empty node (None or an empty optax state) the target lacks; Orbax refuses the different tree"
+        out.append(Finding("container", (name,), (), text))
+    return out
 
 
 def _named(like: str) -> bool:
@@ -81,8 +101,11 @@ def check_spec(report: ItemReport, diagnosis: Diagnosis, expected: Leaves) -> tu
     except CkptError as e:
         return (e.message,)
     planned: Leaves = {}
-    for leaf in leaves:  # as MigrationPlan.abstract names them
-        if leaf.expr is not None:
+    for leaf in leaves:  # as MigrationPlan.abstract names them, typed keys as stored_tree does
+        if leaf.expr is not None and leaf.random_key_impl:
+            impl = KEY_DTYPES.get(leaf.random_key_impl, leaf.random_key_impl)
+            planned[leaf.name] = (leaf.expr.shape[:-1], f"key<{impl}>")
+        elif leaf.expr is not None:
             planned[leaf.name] = (leaf.expr.shape, leaf.expr.dtype)
         elif leaf.value_type == "string":
             planned[leaf.name] = (None, "string")

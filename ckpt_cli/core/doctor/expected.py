@@ -6,42 +6,90 @@ checkpoint (``--like CKPT``), or safetensors files (``--like DIR``: tensor names
 from __future__ import annotations
 
 import os
+from typing import Any, NamedTuple
 
 from ckpt_cli.core.doctor.types import Leaves
 from ckpt_cli.core.inspect import ItemReport, inspect_item
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
+from ckpt_cli.errors import RefusedError
 
 
-def stored_leaves(report: ItemReport) -> Leaves:
-    """An item's leaves as a restore sees them (typed keys as their stored key data)."""
+class Tree(NamedTuple):
+    """The leaves, and the empty nodes (``None``, optax's ``EmptyState``, ``()``), which hold no
+    value but which Orbax's restore wants in the same places; None where the source does not
+    say (safetensors)."""
+
+    leaves: Leaves
+    empty: frozenset[str] | None
+
+
+def stored_tree(report: ItemReport) -> Tree:
+    """An item's leaves as a restore returns them: a typed key as ``key<fry>`` of its shape."""
     out: Leaves = {}
+    empty = set()
     for leaf in report.leaves:
-        if leaf.value_type == "None":  # an empty node (optax's EmptyState): no leaf to restore
-            continue
-        if leaf.value_type in ("string", "json") or leaf.dtype is None:
+        if leaf.value_type == "None":
+            empty.add(leaf.name)
+        elif leaf.value_type in ("string", "json") or leaf.dtype is None:
             out[leaf.name] = (None, "string")
+        elif leaf.key_dtype is not None:
+            out[leaf.name] = (leaf.key_shape, leaf.key_dtype)
         else:
             out[leaf.name] = (leaf.shape, leaf.dtype)
-    return out
+    return Tree(out, frozenset(empty))
 
 
-def target_leaves(ref: str) -> Leaves:
+def target_tree(ref: str) -> Tree:
     """``--target MODULE:FN``: the function's abstract state, named as Orbax names it."""
-    from ckpt_cli.core.migrate.target import abstract_state
+    import jax
+    import numpy as np
 
-    return dict(abstract_state(ref))
+    from ckpt_cli.core.migrate.target import call_target, key_name
+
+    out: Leaves = {}
+    empty = set()
+    flat = jax.tree_util.tree_flatten_with_path(call_target(ref), is_leaf=_is_empty)[0]
+    for path, leaf in flat:
+        name = ".".join(key_name(k) for k in path)
+        if _is_empty(leaf):
+            empty.add(name)
+        elif isinstance(leaf, str):
+            out[name] = (None, "string")
+        elif hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+            out[name] = (tuple(int(d) for d in leaf.shape), _dtype_name(leaf.dtype))
+        else:
+            value = np.asarray(leaf)
+            out[name] = (tuple(value.shape), str(value.dtype.name))
+    if not out:
+        raise RefusedError(f"--target {ref} returned no arrays: expected the abstract state")
+    return Tree(out, frozenset(empty))
 
 
-def like_leaves(
-    path: str, step: int | None, item: str | None, storage: StorageOptions | None
-) -> Leaves:
+def _is_empty(x: Any) -> bool:
+    if x is None:
+        return True
+    if isinstance(x, tuple) and not x:  # () and field-less NamedTuples (optax.EmptyState)
+        return True
+    return isinstance(x, (dict, list)) and not x
+
+
+def _dtype_name(dtype: Any) -> str:
+    import jax
+    import numpy as np
+
+    if jax.numpy.issubdtype(dtype, jax.dtypes.prng_key):
+        return str(dtype)  # key<fry>, as inspect names a stored typed key
+    return str(np.dtype(dtype).name)
+
+
+def like_tree(path: str, item: str | None, storage: StorageOptions | None) -> Tree:
     """``--like``: another checkpoint's item, or a safetensors file or directory."""
     if _is_safetensors(path):
-        return _safetensors_leaves(path)
+        return Tree(_safetensors_leaves(path), None)
     from ckpt_cli.core.format.resolve import resolve_item
 
     location: Location = open_location(path, storage)
-    return stored_leaves(inspect_item(resolve_item(location, step, item)))
+    return stored_tree(inspect_item(resolve_item(location, None, item)))
 
 
 def _is_safetensors(path: str) -> bool:

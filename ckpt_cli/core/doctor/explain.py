@@ -49,6 +49,10 @@ def compare(stored_name: str, name: str, have: Spec, want: Spec) -> list[Finding
     """How one stored leaf differs from the target leaf ``name`` it restores into."""
     out = []
     (shape, dtype), (target_shape, target_dtype) = have, want
+    if dtype.startswith("key<") or target_dtype.startswith("key<"):
+        if have != want:
+            return [_key(stored_name, name, have, want)]
+        return []
     if (dtype == "string") != (target_dtype == "string"):
         what = f"{_text(have)} is stored where the target has {_text(want)}"
         return [Finding("shape", (stored_name,), (name,), f"{name}: {what}")]
@@ -121,6 +125,19 @@ def padding_init(name: str, axis: int, ndim: int) -> str:
     if leaf in ("kernel", "embedding", "weight") and ndim >= 2 and axis == ndim - 1:
         return "lecun_normal"
     return "zeros"
+
+
+def _key(stored_name: str, name: str, have: Spec, want: Spec) -> Finding:
+    """A typed PRNG key on one side, raw key data (or another key) on the other: Orbax restores
+    what is stored, whatever the target says, and no migrate rule converts one to the other."""
+    if want[1].startswith("key<") and not have[1].startswith("key<"):
+        how = "restore it as raw data and call jax.random.wrap_key_data on it"
+    elif have[1].startswith("key<") and not want[1].startswith("key<"):
+        how = "restore it as a key and call jax.random.key_data on it"
+    else:
+        how = "restore it and convert it in your code"
+    text = f"{name}: stored as {_text(have)}, the target has {_text(want)}; Orbax returns the stored kind: {how}"
+    return Finding("key", (stored_name,), (name,), text)
 
 
 def _permutation(shape: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...]:

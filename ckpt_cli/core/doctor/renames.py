@@ -144,7 +144,7 @@ def _rule(change: Change) -> dict[str, object] | None:
         after = r"(\..*)" if y else ""
         if not old:
             return None
-        to = (r"\1" if x else "") + new + ((r"\2" if x else r"\1") if y else "")
+        to = (r"\g<1>" if x else "") + new + ((r"\g<2>" if x else r"\g<1>") if y else "")
         return {
             "op": "rename",
             "from": before + re.escape(old) + after,
@@ -152,7 +152,7 @@ def _rule(change: Change) -> dict[str, object] | None:
             "follow_optimizer": False,
         }
     pattern = (re.escape(old + ".") if old else "") + "(.*)" + (re.escape("." + x) if x else "")
-    to = (new + "." if new else "") + r"\1" + ("." + y if y else "")
+    to = (new + "." if new else "") + r"\g<1>" + ("." + y if y else "")
     return {"op": "rename", "from": pattern, "to": to, "follow_optimizer": False}
 
 

@@ -29,6 +29,8 @@ Kind = Literal[
     "unstacked",
     "shape",
     "ambiguous",
+    "key",
+    "container",
 ]
 Spec = tuple[tuple[int, ...] | None, str]
 #: Leaves by name (Orbax's dotted names): (shape, dtype); dtype "string" for string leaves.

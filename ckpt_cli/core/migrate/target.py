@@ -69,11 +69,11 @@ def import_function(ref: str, what: str) -> Callable[..., Any]:
     return fn  # type: ignore[no-any-return]
 
 
-def abstract_state(ref: str) -> Abstract:
-    """Call the target function and name its leaves as Orbax does: name -> (shape, dtype)."""
+def call_target(ref: str) -> Any:
+    """Import and call the ``--target`` function: the abstract tree it returns."""
     fn = import_function(ref, "--target")
     try:
-        tree = fn()
+        return fn()
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # SystemExit too: `builtins:exit` must not end ckpt silently
@@ -81,6 +81,11 @@ def abstract_state(ref: str) -> Abstract:
             f"--target {ref} failed ({_first(e)}); it must return the abstract tree of the new "
             "model"
         ) from None
+
+
+def abstract_state(ref: str) -> Abstract:
+    """Call the target function and name its leaves as Orbax does: name -> (shape, dtype)."""
+    tree = call_target(ref)
     leaves = flatten_abstract(tree)
     if not leaves or all(name == "" for name in leaves):
         raise RefusedError(
@@ -96,7 +101,7 @@ def flatten_abstract(tree: Any) -> Abstract:
 
     out: Abstract = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        name = ".".join(_key(k) for k in path)
+        name = ".".join(key_name(k) for k in path)
         if isinstance(leaf, str):
             out[name] = (None, "string")
             continue
@@ -111,7 +116,7 @@ def flatten_abstract(tree: Any) -> Abstract:
     return out
 
 
-def _key(k: Any) -> str:
+def key_name(k: Any) -> str:
     for attr in ("key", "name", "idx"):  # DictKey / FlattenedIndexKey, GetAttrKey, SequenceKey
         if hasattr(k, attr):
             return str(getattr(k, attr))

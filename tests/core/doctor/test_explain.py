@@ -101,7 +101,18 @@ def test_linen_to_nnx_nesting_is_one_affix_rename() -> None:
     )
     [f] = explain(stored, expected)
     assert f.kind == "rename" and f.rules[0]["from"] == r"params\.(.*)"
-    assert f.rules[0]["to"] == r"\1.value"
+    assert f.rules[0]["to"] == r"\g<1>.value"
+
+
+def test_a_renamed_index_followed_by_digits_is_no_other_group() -> None:
+    stored = {"opt.0.mu.w": ((2,), F32), "opt.0.nu.w": ((2,), F32)}
+    expected = {"opt.1.0.mu.w": ((2,), F32), "opt.1.0.nu.w": ((2,), F32)}
+    [f] = explain(stored, expected)
+    [rule] = f.rules
+    for old, new in zip(sorted(stored), sorted(expected), strict=True):
+        m = re.fullmatch(str(rule["from"]), old)
+        assert m is not None and m.expand(str(rule["to"])) == new
+    spec_of([f])
 
 
 def test_a_rename_that_would_catch_other_leaves_falls_back_to_literal_rules() -> None:
