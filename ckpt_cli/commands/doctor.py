@@ -30,12 +30,23 @@ LikeOpt = Annotated[
         show_default=False,
     ),
 ]
+RestoreMeshOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--mesh",
+        help="The restore's mesh, e.g. data=4,model=2 (default: the target's shardings, else the "
+        "devices jax sees here). A checkpoint saved on more devices than the restore has, "
+        "restored into a target without shardings, needs a reshard first.",
+        show_default=False,
+    ),
+]
 WriteSpecOpt = Annotated[
     str | None,
     typer.Option(
         "--write-spec",
-        help="Write the migrate spec that closes every difference it can to FILE (YAML, each rule "
-        "under a comment saying why; what it cannot close is listed at the end).",
+        help="Write the fix to FILE: the migrate spec that closes every difference it can (YAML, "
+        "each rule under a comment saying why; what it cannot close is listed at the end), or "
+        "for `restores-after-reshard` the reshard rules that keep each leaf's partition spec.",
         metavar="FILE",
         show_default=False,
     ),
@@ -47,6 +58,7 @@ def doctor(
     path: PathArg,
     target: TargetOpt = None,
     like: LikeOpt = None,
+    mesh: RestoreMeshOpt = None,
     write_spec: WriteSpecOpt = None,
     step: StepOpt = None,
     item: ItemOpt = None,
@@ -60,18 +72,21 @@ def doctor(
     truncated on an axis, reshaped, scanned layers stacked or unstacked) and dtypes. The
     verdict is `restores` (as is: a dtype alone is cast by Orbax on restore),
     `restores-after-migrate` (the written spec closes every difference: it is checked by
-    planning the migration) or `cannot` (with the reason). Reads metadata only.
+    planning the migration), `restores-after-reshard` (saved on more devices than the restore
+    has, and the target names no shardings) or `cannot` (with the reason). Reads metadata only.
 
     Exit codes: 0 restores as is · 1 it does not (a spec fixes it, or nothing does) · 2 usage ·
     3 not a checkpoint or the target cannot be loaded.
     """
     from ckpt_cli.commands.render import doctor as render
-    from ckpt_cli.core.doctor import diagnose, spec_text
+    from ckpt_cli.core.doctor import diagnose, fix_text
 
     run = run_context(ctx, json_out)
-    diagnosis = diagnose(path, target=target, like=like, step=step, item=item, storage=run.storage)
+    diagnosis = diagnose(
+        path, target=target, like=like, step=step, item=item, mesh=mesh, storage=run.storage
+    )
     if write_spec is not None:
-        render.write_spec(spec_text(diagnosis), write_spec)
+        render.write_spec(fix_text(diagnosis), write_spec)
     if json_out:
         emit_json(diagnosis)
     else:
@@ -89,5 +104,6 @@ COMMAND = Command(
         "runs/exp7 --target model:abstract_state",
         "runs/exp7 --like runs/exp8 --write-spec fix.yaml",
         "runs/exp7 --step 1000 --like hf/llama --json",
+        "runs/exp7 --target model:abstract_state --mesh data=4,model=2",
     ),
 )

@@ -228,3 +228,83 @@ def test_typed_and_raw_prng_keys_are_told_apart(
     if verdict == "cannot":
         [d] = r.json()["differences"]
         assert d["kind"] == "key" and "jax.random" in d["message"]
+
+
+RESTORE_ON = r"""
+import json, os, sys
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=" + sys.argv[2]
+import jax, jax.numpy as jnp, orbax.checkpoint as ocp
+S = jax.ShapeDtypeStruct
+abstract = {"params": {"dense": {"kernel": S((64, 32), jnp.float32), "bias": S((32,), jnp.float32)},
+                       "embed": S((16, 8), jnp.bfloat16)}, "step": S((), jnp.int32)}
+try:
+    with ocp.CheckpointManager(sys.argv[1]) as mgr:
+        got = mgr.restore(mgr.latest_step(), args=ocp.args.StandardRestore(abstract))
+except ValueError as e:
+    print(json.dumps({"ok": False, "error": str(e).splitlines()[0]}))
+    sys.exit(0)
+kernel = got["params"]["dense"]["kernel"]
+x = jnp.ones((4, 64))
+loss, grad = jax.value_and_grad(lambda k: jnp.sum((x @ k) ** 2))(kernel)
+trained = kernel - 1e-3 * grad
+print(json.dumps({"ok": True, "spec": [str(p) for p in kernel.sharding.spec],
+                  "devices": len(kernel.sharding.device_set), "loss": float(loss),
+                  "moved": bool(jnp.any(trained != kernel))}))
+"""
+
+SHARDED_TARGET = """
+import jax, jax.numpy as jnp
+S = jax.ShapeDtypeStruct
+
+
+def unsharded():
+    return {"params": {"dense": {"kernel": S((64, 32), jnp.float32), "bias": S((32,), jnp.float32)},
+                       "embed": S((16, 8), jnp.bfloat16)}, "step": S((), jnp.int32)}
+"""
+
+
+def restore_on(root: Path, devices: int) -> dict[str, Any]:
+    import json
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-c", RESTORE_ON, str(root), str(devices)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_saved_on_8_devices_restored_on_4_needs_a_reshard_that_keeps_the_specs(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    from tests.support.sharded import save_sharded
+
+    (tmp_path / "sharded_target.py").write_text(SHARDED_TARGET)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    save_sharded(tmp_path / "run", (4, 2))
+    failed = restore_on(tmp_path / "run", 4)
+    assert not failed["ok"] and "Topology mismatch" in failed["error"]
+
+    args = ("doctor", tmp_path / "run", "--target", "sharded_target:unsharded")
+    same = cli(*args, "--mesh", "data=4,model=2", "--json")
+    assert same.code == 0 and same.json()["verdict"] == "restores", same.stdout
+    r = cli(*args, "--mesh", "data=4", "--write-spec", "rules.yaml", "--json")
+    assert r.code == 1, r.stderr
+    doc = r.json()
+    assert doc["verdict"] == "restores-after-reshard"
+    [topology] = doc["differences"]
+    assert topology["kind"] == "topology" and topology["reshard"] == "data=4"
+    assert "Topology mismatch" in topology["message"]
+
+    w = cli(
+        "reshard", tmp_path / "run", tmp_path / "run4", "--mesh", "data=4", "--rules", "rules.yaml"
+    )
+    assert w.code == 0, w.stderr
+    fixed = restore_on(tmp_path / "run4", 4)
+    assert fixed["ok"] and fixed["spec"] == ["data", "None"] and fixed["devices"] == 4
+    assert fixed["moved"] and fixed["loss"] > 0
+    again = cli("doctor", tmp_path / "run4", *args[2:], "--mesh", "data=4", "--json")
+    assert again.json()["verdict"] == "restores"

@@ -12,6 +12,7 @@ from ckpt_cli.core.units import human_bytes
 _VERDICT = {
     "restores": "restores as is",
     "restores-after-migrate": "restores after `ckpt migrate` with the spec below",
+    "restores-after-reshard": "restores after `ckpt reshard`",
     "cannot": "cannot restore",
 }
 
@@ -42,6 +43,13 @@ def print_diagnosis(d: Diagnosis, spec_path: str | None) -> None:
         hint = "" if spec_path else f" (add --write-spec {spec})"
         console.print(
             f"next: ckpt migrate {d.checkpoint} NEW_ROOT --spec {spec} --target ...{hint}",
+            highlight=False,
+            markup=False,
+        )
+    elif d.verdict == "restores-after-reshard":
+        rules = f" --rules {spec_path}" if spec_path else " (add --write-spec RULES.yaml)"
+        console.print(
+            f"next: ckpt reshard {d.checkpoint} NEW_ROOT --mesh {d.reshard}{rules}",
             highlight=False,
             markup=False,
         )

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from ckpt_cli.core.doctor.expected import Tree, like_tree, stored_tree, target_tree
 from ckpt_cli.core.doctor.explain import explain
+from ckpt_cli.core.doctor.topology import reshard_rules, topology_finding
 from ckpt_cli.core.doctor.types import (
     Diagnosis,
     DiagnosisJSON,
@@ -24,12 +25,21 @@ from ckpt_cli.core.doctor.types import (
 )
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.resolve import resolve_item
+from ckpt_cli.core.format.sharding import MeshSpec
 from ckpt_cli.core.inspect import ItemReport, inspect_item
 from ckpt_cli.core.state import KEY_DTYPES
 from ckpt_cli.core.storage import StorageOptions, open_location
 from ckpt_cli.errors import CkptError, UsageError
 
-__all__ = ["Diagnosis", "DiagnosisJSON", "Finding", "FindingJSON", "diagnose", "spec_text"]
+__all__ = [
+    "Diagnosis",
+    "DiagnosisJSON",
+    "Finding",
+    "FindingJSON",
+    "diagnose",
+    "fix_text",
+    "spec_text",
+]
 
 
 def diagnose(
@@ -39,11 +49,14 @@ def diagnose(
     like: str | None = None,
     step: int | None = None,
     item: str | None = None,
+    mesh: str | None = None,
     storage: StorageOptions | None = None,
 ) -> Diagnosis:
     """The verdict on restoring ``checkpoint`` (a root, step or item; ``step``/``item`` pick
     one) into ``target`` (``MODULE:FUNCTION``, imports jax) or ``like`` (a checkpoint, whose item
-    of the same name is taken, or safetensors). Reads metadata only."""
+    of the same name is taken, or safetensors). ``mesh`` (``data=4,model=2``) is the restore's
+    topology; by default the target's shardings, else this process's jax devices (--target).
+    Reads metadata only."""
     if (target is None) == (like is None):
         raise UsageError("give the state to restore into: --target MODULE:FUNCTION or --like PATH")
     ref = resolve_item(open_location(checkpoint, storage), step, item)
@@ -56,8 +69,18 @@ def diagnose(
         expected = like_tree(like, ref.name if _named(like) else None, storage)
     findings = tuple(explain(dict(stored.leaves), dict(expected.leaves)))
     findings += tuple(empty_nodes(stored, expected))
+    restore_mesh = MeshSpec.parse(mesh) if mesh is not None else None
+    placed = topology_finding(report, restore_mesh, expected.devices, expected.sharded)
+    findings += (placed,) if placed is not None else ()
+    rules = reshard_rules(report, placed.reshard) if placed and placed.reshard else None
     diagnosis = Diagnosis(
-        str(ref.location), ref.step, ref.name, target or str(like), findings, _memory(report)
+        str(ref.location),
+        ref.step,
+        ref.name,
+        target or str(like),
+        findings,
+        _memory(report),
+        reshard_rules=rules,
     )
     if not any(f.blocks and f.rules for f in findings):
         return diagnosis
@@ -112,21 +135,30 @@ def check_spec(report: ItemReport, diagnosis: Diagnosis, expected: Leaves) -> tu
     return tuple(d.text() for d in compare_target(planned, expected))
 
 
+def fix_text(diagnosis: Diagnosis) -> str:
+    """What ``--write-spec`` writes: the reshard rules when a reshard alone fixes the restore,
+    else the migrate spec."""
+    if diagnosis.verdict == "restores-after-reshard" and diagnosis.reshard_rules is not None:
+        return diagnosis.reshard_rules
+    return spec_text(diagnosis)
+
+
 def spec_text(diagnosis: Diagnosis) -> str:
     """The migrate spec (YAML) that closes every finding it can, each rule under a comment that
     says why; what it cannot close is listed in comments at the end."""
     lines = [
         f"# written by ckpt doctor: {diagnosis.checkpoint} -> {diagnosis.target}",
         f"# verdict: {diagnosis.verdict}",
-        "version: 1",
-        "rules:",
     ]
+    if diagnosis.reshard is not None:
+        lines.append(f"# then reshard: ckpt reshard MIGRATED NEW_ROOT --mesh {diagnosis.reshard}")
+    lines += ["version: 1", "rules:"]
     for f, rule in _ordered(diagnosis):
         lines.append(f"  # {f.message}")
         lines.append("  - " + json.dumps(rule, ensure_ascii=False))
-    if len(lines) == 4:
+    if lines[-1] == "rules:":
         lines[-1] = "rules: []  # nothing to change"
-    open_items = [f for f in diagnosis.findings if f.blocks and not f.rules]
+    open_items = [f for f in diagnosis.findings if f.blocks and not f.fixable]
     if open_items or diagnosis.unresolved:
         lines.append("# not closed by this spec (restore will still fail):")
         lines += [f"#   {f.message}" for f in open_items]

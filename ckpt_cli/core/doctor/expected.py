@@ -21,6 +21,8 @@ class Tree(NamedTuple):
 
     leaves: Leaves
     empty: frozenset[str] | None
+    sharded: bool = False  # the target names its shardings (Orbax then ignores the recorded ones)
+    devices: int | None = None  # the devices of this process (--target: jax is loaded)
 
 
 def stored_tree(report: ItemReport) -> Tree:
@@ -49,6 +51,7 @@ def target_tree(ref: str) -> Tree:
     out: Leaves = {}
     empty = set()
     flat = jax.tree_util.tree_flatten_with_path(call_target(ref), is_leaf=_is_empty)[0]
+    sharded = any(getattr(leaf, "sharding", None) is not None for _, leaf in flat)
     for path, leaf in flat:
         name = ".".join(key_name(k) for k in path)
         if _is_empty(leaf):
@@ -62,7 +65,7 @@ def target_tree(ref: str) -> Tree:
             out[name] = (tuple(value.shape), str(value.dtype.name))
     if not out:
         raise RefusedError(f"--target {ref} returned no arrays: expected the abstract state")
-    return Tree(out, frozenset(empty))
+    return Tree(out, frozenset(empty), sharded, jax.device_count())
 
 
 def _is_empty(x: Any) -> bool:

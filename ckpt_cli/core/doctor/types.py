@@ -15,7 +15,7 @@ from typing import Any, Literal, TypedDict
 
 from ckpt_cli.core.schema import JSONValue
 
-Verdict = Literal["restores", "restores-after-migrate", "cannot"]
+Verdict = Literal["restores", "restores-after-migrate", "restores-after-reshard", "cannot"]
 Kind = Literal[
     "missing",
     "unexpected",
@@ -31,6 +31,7 @@ Kind = Literal[
     "ambiguous",
     "key",
     "container",
+    "topology",
 ]
 Spec = tuple[tuple[int, ...] | None, str]
 #: Leaves by name (Orbax's dotted names): (shape, dtype); dtype "string" for string leaves.
@@ -45,6 +46,7 @@ class FindingJSON(TypedDict):
     blocks: bool
     score: float | None
     rules: list[JSONValue]  # migrate rules, as a spec file holds them
+    reshard: str | None  # the mesh to reshard to (a topology finding)
 
 
 class MemoryJSON(TypedDict):
@@ -79,6 +81,11 @@ class Finding:
     blocks: bool = True
     score: float | None = None
     rules: tuple[dict[str, Any], ...] = ()
+    reshard: str | None = None
+
+    @property
+    def fixable(self) -> bool:
+        return bool(self.rules) or self.reshard is not None
 
     def to_json(self) -> FindingJSON:
         return {
@@ -89,6 +96,7 @@ class Finding:
             "blocks": self.blocks,
             "score": None if self.score is None else round(self.score, 3),
             "rules": [dict(r) for r in self.rules],
+            "reshard": self.reshard,
         }
 
 
@@ -127,23 +135,33 @@ class Diagnosis:
     memory: Memory
     spec_checked: bool = False
     unresolved: tuple[str, ...] = field(default=())
+    reshard_rules: str | None = field(default=None, compare=False)  # --write-spec's reshard file
 
     @property
     def verdict(self) -> Verdict:
         if self.reason is not None:
             return "cannot"
-        return "restores-after-migrate" if any(f.blocks for f in self.findings) else "restores"
+        if any(f.blocks and f.rules for f in self.findings):
+            return "restores-after-migrate"
+        if any(f.blocks and f.reshard for f in self.findings):
+            return "restores-after-reshard"
+        return "restores"
 
     @property
     def reason(self) -> str | None:
         """Why no spec makes the checkpoint restore into the target, or None."""
-        stuck = [f for f in self.findings if f.blocks and not f.rules]
+        stuck = [f for f in self.findings if f.blocks and not f.fixable]
         if stuck:
             more = f" (and {len(stuck) - 1} more)" if len(stuck) > 1 else ""
             return stuck[0].message + more
         if self.unresolved:
             return "the spec leaves a difference: " + self.unresolved[0]
         return None
+
+    @property
+    def reshard(self) -> str | None:
+        """The mesh to reshard to before the restore, if the topology asks for one."""
+        return next((f.reshard for f in self.findings if f.reshard), None)
 
     @property
     def rules(self) -> list[dict[str, Any]]:
