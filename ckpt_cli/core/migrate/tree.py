@@ -20,7 +20,13 @@ from ckpt_cli.core.format.names import leaf_name_problem, tree_conflict
 from ckpt_cli.core.format.sizes import shape_problem
 from ckpt_cli.core.inspect import Leaf
 from ckpt_cli.core.migrate import ops
-from ckpt_cli.core.state import mirrored, parameter_index
+from ckpt_cli.core.state import (
+    mirror_roots,
+    mirrored,
+    parameter_index,
+    parameter_root,
+    telling_name,
+)
 from ckpt_cli.errors import RefusedError
 
 if TYPE_CHECKING:
@@ -148,27 +154,81 @@ def _mirrored(o: Work, index: dict[tuple[str, ...], list[Work]]) -> tuple[list[W
     return mirrored(o.keypath, o.expr.shape, index, lambda p: p.expr.shape if p.expr else None)
 
 
+def mirrors_by_root(work: list[Work]) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """The subtrees that mirror a parameter tree leaf for leaf (``master_params``,
+    ``ema_params``), each with the root of the parameters it mirrors (``state.mirror_roots``)."""
+    arrays = [w for w in work if w.expr is not None]
+    return mirror_roots(arrays, lambda w: w.keypath, lambda w: w.expr.shape if w.expr else None)
+
+
+def _carries(w: Work, mirrors: dict[tuple[str, ...], tuple[str, ...]]) -> bool:
+    """Whether leaves follow ``w``: a parameter, not one of a mirror's (``ema_params``: a rule
+    written for the EMA changes the EMA only)."""
+    root = parameter_root(w.keypath)
+    return root is None or root not in mirrors
+
+
 def followers(rule: Rule, direct: list[Work], work: list[Work]) -> dict[int, list[Work]]:
-    """For each parameter a rule matches (by id), the optimizer leaves that mirror it and that
-    the rule does not match itself."""
-    index = _params_by_path(work)
-    chosen = {id(w) for w in direct}
+    """For each parameter a rule matches (by id), the leaves that follow it and that the rule
+    does not match itself: with ``follow_optimizer`` the optimizer leaves that mirror it, with
+    ``follow_mirrors`` its copy in each subtree that mirrors its tree (``master_params``...)."""
+    mirrors = mirrors_by_root(work)
+    matched = {id(w) for w in direct}
+    chosen = {id(w) for w in direct if _carries(w, mirrors)}
     out: dict[int, list[Work]] = {}
-    for o in work:
-        if id(o) in chosen:
-            continue
-        found = _mirrored(o, index)
-        if found is None:
-            continue
-        params = [p for p in found[0] if id(p) in chosen]
-        if len(params) > 1:
-            raise RefusedError(
-                f"{rule.label}: optimizer leaf {o.name!r} mirrors both {params[0].name!r} and "
-                f"{params[1].name!r}; set follow_optimizer: false and match the optimizer leaves"
-            )
-        if params:
-            out.setdefault(id(params[0]), []).append(o)
+    if rule.follow_optimizer:
+        index = _params_by_path(work)
+        for o in work:
+            found = None if id(o) in matched else _mirrored(o, index)
+            params = [p for p in found[0] if id(p) in chosen] if found else []
+            if len(params) > 1:
+                raise RefusedError(
+                    f"{rule.label}: optimizer leaf {o.name!r} mirrors both {params[0].name!r} and "
+                    f"{params[1].name!r}; set follow_optimizer: false and match the optimizer leaves"
+                )
+            if params:
+                out.setdefault(id(params[0]), []).append(o)
+    if rule.follow_mirrors and mirrors:
+        by_path = {w.keypath: w for w in work if w.expr is not None}
+        for w in direct:
+            root = parameter_root(w.keypath)
+            if root is None or id(w) not in chosen:
+                continue
+            for prefix in (p for p, r in mirrors.items() if r == root):
+                m = by_path.get(prefix + w.keypath[len(root) :])
+                if m is not None and id(m) not in matched:
+                    out.setdefault(id(w), []).append(m)
     return out
+
+
+def follower_prefixes(
+    rule: Rule, first: Work, work: list[Work]
+) -> list[tuple[tuple[str, ...], str]]:
+    """The prefixes of the leaves that follow a parameter ``first`` of ``work`` under ``rule``
+    (optimizer moments, then the subtrees that mirror its tree), each with its leaves' dtype."""
+    mirrors = mirrors_by_root(work)
+    if not _carries(first, mirrors):
+        return []
+    out = moment_prefixes(work) if rule.follow_optimizer else []
+    root = parameter_root(first.keypath)
+    if rule.follow_mirrors and root is not None:
+        for prefix in (p for p, r in mirrors.items() if r == root):
+            out.append((prefix, _dtype_under(prefix, work)))
+    return out
+
+
+def _dtype_under(prefix: tuple[str, ...], work: list[Work]) -> str:
+    """The dtype of a mirror's first leaf: what a leaf added to it is written as."""
+    return next(
+        w.expr.dtype for w in work if w.expr is not None and w.keypath[: len(prefix)] == prefix
+    )
+
+
+def is_moment(w: Work | tuple[str, ...]) -> bool:
+    """Whether a leaf (or a path) is optimizer state: a moment follows a parameter with zeros
+    where it grows; a mirror is a copy."""
+    telling = telling_name(w if isinstance(w, tuple) else w.keypath)
+    return telling is not None and telling[0] == "opt_state"
 
 
 def moment_prefixes(work: list[Work]) -> list[tuple[tuple[str, ...], str]]:
