@@ -294,3 +294,42 @@ def check_written_leaves(leaves: Sequence[Planned], *, ocdbt: bool) -> None:
                 f"leaf {leaf.name!r}: shape: {problem}; nothing written",
                 hint="change the rule or the file that gives it this shape",
             )
+
+
+class Followed(Protocol):
+    """A planned leaf with the operations that made it (``plan.DestLeaf``)."""
+
+    @property
+    def keypath(self) -> tuple[str, ...]: ...
+
+    @property
+    def expr(self) -> ops.Node | None: ...
+
+    @property
+    def steps(self) -> tuple[Step, ...]: ...
+
+
+def followed_families(leaves: Sequence[Followed]) -> dict[int, dict[str, int]]:
+    """Per rule, the families of leaves that followed the parameters it changed and how many
+    leaves of each: a mirror by its root (``master_params``), a moment by its prefix
+    (``opt_state.0.mu``), in the planned tree."""
+
+    def shape_of(x: Followed) -> tuple[int, ...] | None:
+        return x.expr.shape if x.expr is not None else None
+
+    arrays = [x for x in leaves if x.expr is not None]
+    mirrors = mirror_roots(arrays, lambda x: x.keypath, shape_of)
+    index = parameter_index(arrays, lambda x: x.keypath)
+    out: dict[int, dict[str, int]] = {}
+    for x in arrays:
+        rules = {s.rule for s in x.steps if s.via is not None}
+        if not rules:
+            continue
+        family = next((p for p in mirrors if x.keypath[: len(p)] == p), None)
+        if family is None:
+            found = mirrored(x.keypath, shape_of(x), index, shape_of)
+            family = x.keypath[: found[1]] if found else x.keypath[:1]
+        for rule in rules:
+            counts = out.setdefault(rule, {})
+            counts[".".join(family)] = counts.get(".".join(family), 0) + 1
+    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.migrate.plan import apply_rules
 from ckpt_cli.core.migrate.spec import parse_spec
-from ckpt_cli.core.migrate.tree import Work, mirrors_by_root
+from ckpt_cli.core.migrate.tree import Work, followed_families, mirrors_by_root
 
 LAYERS = {"Dense_0.kernel": (4, 8), "Dense_0.bias": (8,), "Dense_1.kernel": (8, 2)}
 TREES = {
@@ -200,3 +200,14 @@ def test_follow_mirrors_defaults_to_follow_optimizer_defaults() -> None:
         "spec.yaml",
     )
     assert [r.follow_mirrors for r in spec.rules] == [True, False, True]
+
+
+def test_the_plan_counts_what_followed_each_rule_by_family() -> None:
+    out = migrate(
+        r"""  - {op: rename, from: 'params\.Dense_0\.(.*)', to: 'params.hidden.\1'}
+  - {op: cast, match: 'params\..*', dtype: float16}
+  - {op: drop, match: 'ema_params\.Dense_1\.kernel'}"""
+    )
+    assert followed_families(list(out.values())) == {
+        1: {"opt_state.0.mu": 2, "opt_state.0.nu": 2, "master_params": 2, "ema_params": 2}
+    }  # rule 3 made the EMA no mirror of the result: it counts under its first name
