@@ -8,6 +8,11 @@ parameter's shape: optax's Adam ``mu``/``nu``, SGD's ``trace``, an EMA of the pa
 scalar counts and factored second moments do not. When several relative paths end an optimizer
 leaf's path, the longest one decides which parameter it mirrors. Its *moment prefix* is the rest
 (``opt_state.0.mu``).
+
+Other subtrees can mirror a parameter tree leaf for leaf, outside the optimizer state: a float32
+``master_params``, ``ema_params`` (``state.mirror_roots``). They follow the rules written for the
+parameters as moments do (``follow_mirrors``), with the parameters' own new values where those
+grow; a rule written for a mirror changes that mirror only.
 """
 
 from __future__ import annotations
