@@ -85,6 +85,10 @@ demo: $(STAMP)
 	$(CKPT) diff $(DEMO)@600 $(DEMO)-wide@600 --filter '^(params.Dense_1.bias|opt_state.0.count|rng|step)$$'
 	$(PY) examples/train_mlp.py --workdir $(DEMO)-wide --hidden 128 --steps 700
 	$(CKPT) ls $(DEMO)-wide
+	@echo "== ckpt migrate --dry-run on a mixed-precision state: the float32 master copy and the EMA follow a rename and a widening of params; the cast to float16 leaves them float32"
+	rm -rf $(DEMO)-mixed $(DEMO)-mixed-wide
+	$(PY) examples/mixed_precision.py --workdir $(DEMO)-mixed --steps 3
+	$(CKPT) migrate $(DEMO)-mixed $(DEMO)-mixed-wide --spec examples/rename_and_widen_mixed.yaml --target examples.mixed_precision:abstract_wide --dry-run
 	@echo "== ckpt export: step 600 to PyTorch nn.Linear names and layout (safetensors), streamed"
 	rm -rf $(DEMO)-pt $(DEMO)-back $(DEMO)-pt-bad.safetensors $(DEMO)-rank40.safetensors $(DEMO)-bad $(DEMO)-llama $(DEMO)-llama-hf $(DEMO)-llama-back
 	$(CKPT) export $(DEMO) $(DEMO)-pt --step 600 --spec examples/mlp_to_pytorch.yaml

@@ -281,3 +281,56 @@ def mirrored(
         if found:
             return found, k
     return None
+
+
+#: Parameter roots named for the parameters themselves, not for a copy of them (``ema_params``):
+#: among trees that mirror each other, one named so (the shallowest) is the one rules target.
+_PRIMARY_NAMES = _PARAM_NAMES - {"ema_params"}
+
+
+def parameter_root(keypath: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The prefix of a parameter's path that ends at its parameter root (``params``,
+    ``ema.params``), or None for a leaf that is no parameter."""
+    telling = telling_name(keypath)
+    if telling is None or telling[0] != "params" or len(keypath) <= telling[1] + 1:
+        return None
+    return keypath[: telling[1] + 1]
+
+
+def mirror_roots(
+    leaves: Iterable[_T],
+    keypath_of: Callable[[_T], tuple[str, ...]],
+    shape_of: Callable[[_T], tuple[int, ...] | None],
+) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """The subtrees that mirror a parameter tree leaf for leaf, each with the root of the tree
+    it mirrors: outside the optimizer state, the same relative paths with the same shapes
+    (``master_params``, ``ema_params``, ``ema.params`` beside ``params``). Of trees that mirror
+    each other, the parameters are the tree under a root named for them (``params``, ``model``...
+    not ``ema_params``), the shallowest, the first; the others are its mirrors."""
+    arrays = [(keypath_of(x), shape_of(x)) for x in leaves]
+    trees: dict[tuple[str, ...], dict[tuple[str, ...], tuple[int, ...]]] = {}
+    for keypath, shape in arrays:
+        root = parameter_root(keypath)
+        if root is not None and shape is not None:
+            trees.setdefault(root, {})[keypath[len(root) :]] = shape
+    roots = list(trees)
+    relative = {rel for tree in trees.values() for rel in tree}
+    candidates: set[tuple[str, ...]] = set()
+    for keypath, shape in arrays:
+        telling = telling_name(keypath)
+        if telling is None and shape is not None:
+            k = next((k for k in range(1, len(keypath)) if keypath[k:] in relative), None)
+            candidates.update(() if k is None else (keypath[:k],))
+    for keypath, shape in arrays:
+        for i in range(1, len(keypath)):
+            if keypath[:i] in candidates and shape is not None:
+                trees.setdefault(keypath[:i], {})[keypath[i:]] = shape
+    out: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for root in sorted(roots, key=lambda r: (r[-1].lower() not in _PRIMARY_NAMES, len(r))):
+        if root in out:
+            continue
+        for prefix, tree in trees.items():
+            apart = prefix[: len(root)] != root and root[: len(prefix)] != prefix
+            if apart and prefix not in out and tree == trees[root]:
+                out[prefix] = root
+    return out

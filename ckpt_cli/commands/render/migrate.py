@@ -7,6 +7,7 @@ from ckpt_cli.commands.render.layout import plural
 from ckpt_cli.commands.render.lines import emit, painter, say, table_lines, use_color
 from ckpt_cli.commands.render.units import human_bytes, shape_str
 from ckpt_cli.core.migrate.plan import MigrationPlan
+from ckpt_cli.core.migrate.tree import followed_families
 
 
 def print_plan(plan: MigrationPlan) -> None:
@@ -40,6 +41,10 @@ def print_plan(plan: MigrationPlan) -> None:
         f"{human_bytes(plan.total_bytes)} to write",
         color,
     )
+    labels = {rule.index: rule.label for rule in plan.spec.rules}
+    for index, families in sorted(followed_families(plan.leaves).items()):
+        moved = ", ".join(f"{name} ({plural(n, 'leaf', 'leaves')})" for name, n in families.items())
+        say(f"{labels[index]} also changed {moved}", color)
     if plan.dropped:
         say("dropped: " + ", ".join(plan.dropped), color)
     for skip in plan.skipped:

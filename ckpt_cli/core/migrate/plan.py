@@ -438,7 +438,7 @@ def _apply(rule: Rule, work: list[Work], skipped: list[Skip]) -> tuple[list[Work
     if rule.op == "keep_only":
         keep = {id(w) for w in direct}
         return [w for w in work if id(w) in keep], bool(direct)
-    follow = followers(rule, direct, work) if rule.follow_optimizer else {}
+    follow = followers(rule, direct, work)
     changes: dict[int, list[Work]] = {}
     for w in direct:
         changes[id(w)] = change(rule, w, None)

@@ -1,4 +1,5 @@
-"""What each rule does to the leaves it matches, and to the optimizer leaves that follow them.
+"""What each rule does to the leaves it matches, and to the leaves that follow them: optimizer
+moments and the subtrees that mirror the parameters (``master_params``, ``ema_params``).
 
 Every refusal names the rule, the field and the leaf; nothing here reads array data.
 """
@@ -13,9 +14,9 @@ from ckpt_cli.core.format.names import tree_conflict
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.migrate.initializers import FAN_KINDS, Initializer, numpy_dtype
 from ckpt_cli.core.migrate.spec import Rule
-from ckpt_cli.core.migrate.tree import Step, Work, moment_prefixes
+from ckpt_cli.core.migrate.tree import Step, Work, follower_prefixes, is_moment
 from ckpt_cli.core.regex import Match
-from ckpt_cli.core.state import relative_path
+from ckpt_cli.core.state import parameter_root, relative_path
 from ckpt_cli.errors import RefusedError
 
 
@@ -77,8 +78,9 @@ def change(rule: Rule, w: Work, via: Work | None) -> list[Work]:
 
 
 def follow_change(rule: Rule, param: Work, moment: Work, param_out: list[Work]) -> list[Work]:
-    """A moment follows its parameter: renamed and split to mirror the parameter's new names,
-    resized with zeros where the parameter got new values."""
+    """A moment or a mirror follows its parameter: renamed and split to mirror the parameter's
+    new names; resized with zeros (a moment) or the parameter's own new values (a mirror: the
+    same initializer keyed by the parameter's name) where the parameter got new values."""
     if rule.op in ("rename", "split"):
         prefix = moment.keypath[: len(moment.keypath) - len(relative_path(param.keypath))]
         names = [".".join(prefix + relative_path(p.keypath)) for p in param_out]
@@ -89,7 +91,7 @@ def follow_change(rule: Rule, param: Work, moment: Work, param_out: list[Work]) 
     if rule.op == "drop":
         return []
     if rule.op == "resize":
-        return [_resize(rule, moment, param, zeros=True)]
+        return [_resize(rule, moment, param, zeros=is_moment(moment))]
     return change(rule, moment, param)
 
 
@@ -137,7 +139,9 @@ def _resize(rule: Rule, w: Work, via: Work | None, zeros: bool = False) -> Work:
             )
     if new == old:
         return w
-    node = ops.Resize(shape=new, dtype=w.expr.dtype, inner=w.expr, init=init, key_name=w.name)
+    # A mirror draws the values its parameter draws: the key is the parameter's name.
+    key = (via or w).name
+    node = ops.Resize(shape=new, dtype=w.expr.dtype, inner=w.expr, init=init, key_name=key)
     fill = (
         f" pad {init.describe()}"
         if init and any(n > o for n, o in zip(new, old, strict=True))
@@ -244,13 +248,14 @@ def merge_following(
     merge: Callable[[Rule, list[Work], str, Work | None], Work],
 ) -> list[Work]:
     """``work`` with the inputs of each group merged by ``merge`` into one leaf of the group's
-    name (concat, stack) in the place of the first; with ``follow_optimizer`` each optimizer
-    state family holding those inputs' mirrors is merged the same way beside them."""
-    prefixes = [p for p, _ in moment_prefixes(work)] if rule.follow_optimizer else []
+    name (concat, stack) in the place of the first; each family of leaves that follows them
+    (optimizer moments with ``follow_optimizer``, mirrors with ``follow_mirrors``) is merged
+    the same way beside them."""
     by_path: dict[tuple[str, ...], Work] = {}  # each mirror found in one lookup, not a scan
-    for w in work if prefixes else ():
+    for w in work:
         if w.expr is not None:
             by_path.setdefault(w.keypath, w)
+    families: dict[tuple[str, ...] | None, list[tuple[str, ...]]] = {}
     replaced: dict[int, list[Work]] = {}
 
     def replace(inputs: list[Work], result: Work) -> None:
@@ -261,14 +266,17 @@ def merge_following(
     for name, inputs in groups:
         result = merge(rule, inputs, name, None)
         replace(inputs, result)
-        for prefix in prefixes:
+        root = parameter_root(inputs[0].keypath)
+        if root not in families:
+            families[root] = [p for p, _ in follower_prefixes(rule, inputs[0], work)]
+        for prefix in families[root]:
             moments = [by_path.get(prefix + relative_path(x.keypath)) for x in inputs]
             present = [x for x in moments if x is not None]
             if not present:
                 continue
             if len(present) != len(moments):
                 raise RefusedError(
-                    f"{rule.label}: {'.'.join(prefix)} holds optimizer state for some inputs of {name!r} but not all: set follow_optimizer: false"
+                    f"{rule.label}: {'.'.join(prefix)} follows some inputs of {name!r} but not all: set follow_optimizer: false (follow_mirrors: false for a mirror)"
                 )
             moment_name = ".".join(prefix + relative_path(result.keypath))
             replace(present, merge(rule, present, moment_name, inputs[0]))
@@ -315,13 +323,14 @@ def add(rule: Rule, work: list[Work]) -> list[Work]:
     node = ops.Init(shape=shape, dtype=rule.dtype, init=init, key_name=rule.name)
     added = Work.new(rule.name, node, rule.value_type, Step(rule.index, "add", init.describe()))
     out = [*work, added]
-    if rule.follow_optimizer and relative_path(added.keypath) != added.keypath:
-        for prefix, dtype in moment_prefixes(work):
+    if relative_path(added.keypath) != added.keypath:
+        for prefix, dtype in follower_prefixes(rule, added, work):
             name = ".".join(prefix + relative_path(added.keypath))
-            zeros = ops.Init(shape=shape, dtype=dtype, init=Initializer("zeros"), key_name=name)
-            out.append(
-                Work.new(name, zeros, rule.value_type, Step(rule.index, "add", "zeros", rule.name))
-            )
+            # A moment starts at zero; a mirror holds the parameter's own values (same key).
+            fill = Initializer("zeros") if is_moment(prefix) else init
+            node = ops.Init(shape=shape, dtype=dtype, init=fill, key_name=rule.name)
+            step = Step(rule.index, "add", fill.describe(), rule.name)
+            out.append(Work.new(name, node, rule.value_type, step))
     check_unique(rule, out)
     return out
 

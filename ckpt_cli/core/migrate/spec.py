@@ -48,20 +48,28 @@ ROUNDINGS = ("nearest", "floor", "ceil", "trunc")
 VALUE_TYPES = ("jax.Array", "np.ndarray")
 _COMMON = ("op", "comment")
 FIELDS: dict[str, tuple[str, ...]] = {
-    "rename": ("from", "to", "exclude", "follow_optimizer"),
-    "drop": ("match", "exclude", "follow_optimizer"),
+    "rename": ("from", "to", "exclude", "follow_optimizer", "follow_mirrors"),
+    "drop": ("match", "exclude", "follow_optimizer", "follow_mirrors"),
     "keep_only": ("match", "exclude"),
-    "cast": ("match", "exclude", "dtype", "rounding", "follow_optimizer"),
-    "resize": ("match", "exclude", "shape", "init", "follow_optimizer"),
-    "reshape": ("match", "exclude", "shape", "follow_optimizer"),
-    "transpose": ("match", "exclude", "axes", "follow_optimizer"),
-    "split": ("match", "exclude", "into", "axis", "sizes", "follow_optimizer"),
-    "concat": ("from", "to", "axis", "follow_optimizer"),
-    "stack": ("from", "to", "axis", "follow_optimizer"),
-    "unstack": ("match", "exclude", "to", "axis", "follow_optimizer"),
-    "add": ("name", "shape", "dtype", "init", "value_type", "follow_optimizer"),
-    "set": ("match", "exclude", "value", "follow_optimizer"),
-    "python": ("match", "exclude", "function", "shape", "dtype", "follow_optimizer"),
+    "cast": ("match", "exclude", "dtype", "rounding", "follow_optimizer", "follow_mirrors"),
+    "resize": ("match", "exclude", "shape", "init", "follow_optimizer", "follow_mirrors"),
+    "reshape": ("match", "exclude", "shape", "follow_optimizer", "follow_mirrors"),
+    "transpose": ("match", "exclude", "axes", "follow_optimizer", "follow_mirrors"),
+    "split": ("match", "exclude", "into", "axis", "sizes", "follow_optimizer", "follow_mirrors"),
+    "concat": ("from", "to", "axis", "follow_optimizer", "follow_mirrors"),
+    "stack": ("from", "to", "axis", "follow_optimizer", "follow_mirrors"),
+    "unstack": ("match", "exclude", "to", "axis", "follow_optimizer", "follow_mirrors"),
+    "add": ("name", "shape", "dtype", "init", "value_type", "follow_optimizer", "follow_mirrors"),
+    "set": ("match", "exclude", "value", "follow_optimizer", "follow_mirrors"),
+    "python": (
+        "match",
+        "exclude",
+        "function",
+        "shape",
+        "dtype",
+        "follow_optimizer",
+        "follow_mirrors",
+    ),
 }
 REQUIRED: dict[str, tuple[str, ...]] = {
     "rename": ("from", "to"),
@@ -81,6 +89,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
 }
 #: Whether an op's changes reach the optimizer state of the parameters it changes, by default.
 #: A cast does not: Adam moments usually stay float32 when parameters go to bfloat16.
+#: The same defaults hold for the subtrees that mirror the parameters (``follow_mirrors``): a
+#: float32 master copy stays float32 when the parameters are cast to bfloat16.
 FOLLOW_DEFAULT = {op: op not in ("cast", "set", "python") for op in FIELDS}
 _REF = re.compile(r"\\(\d+)|\\g<(\w+)>")
 
@@ -107,6 +117,7 @@ class Rule:
     value_type: str = "jax.Array"
     function: str | None = None
     follow_optimizer: bool = True
+    follow_mirrors: bool = True
 
     @property
     def label(self) -> str:
@@ -294,9 +305,8 @@ def _rule(index: int, item: Any, seed: int, where: str) -> Rule:
     f = _fields(index, item, where)
     op = f.op
     kw: dict[str, Any] = {"index": index, "op": op}
-    kw["follow_optimizer"] = (
-        f.boolean("follow_optimizer") if f.has("follow_optimizer") else FOLLOW_DEFAULT[op]
-    )
+    for follow in ("follow_optimizer", "follow_mirrors"):
+        kw[follow] = f.boolean(follow) if f.has(follow) else FOLLOW_DEFAULT[op]
     if f.has("exclude"):
         kw["exclude"] = f.regexes("exclude")
     # Checked in this order: the first field at fault is the one reported.

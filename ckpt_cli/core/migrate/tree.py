@@ -8,6 +8,11 @@ parameter's shape: optax's Adam ``mu``/``nu``, SGD's ``trace``, an EMA of the pa
 scalar counts and factored second moments do not. When several relative paths end an optimizer
 leaf's path, the longest one decides which parameter it mirrors. Its *moment prefix* is the rest
 (``opt_state.0.mu``).
+
+Other subtrees can mirror a parameter tree leaf for leaf, outside the optimizer state: a float32
+``master_params``, ``ema_params`` (``state.mirror_roots``). They follow the rules written for the
+parameters as moments do (``follow_mirrors``), with the parameters' own new values where those
+grow; a rule written for a mirror changes that mirror only.
 """
 
 from __future__ import annotations
@@ -20,7 +25,13 @@ from ckpt_cli.core.format.names import leaf_name_problem, tree_conflict
 from ckpt_cli.core.format.sizes import shape_problem
 from ckpt_cli.core.inspect import Leaf
 from ckpt_cli.core.migrate import ops
-from ckpt_cli.core.state import mirrored, parameter_index
+from ckpt_cli.core.state import (
+    mirror_roots,
+    mirrored,
+    parameter_index,
+    parameter_root,
+    telling_name,
+)
 from ckpt_cli.errors import RefusedError
 
 if TYPE_CHECKING:
@@ -148,27 +159,81 @@ def _mirrored(o: Work, index: dict[tuple[str, ...], list[Work]]) -> tuple[list[W
     return mirrored(o.keypath, o.expr.shape, index, lambda p: p.expr.shape if p.expr else None)
 
 
+def mirrors_by_root(work: list[Work]) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """The subtrees that mirror a parameter tree leaf for leaf (``master_params``,
+    ``ema_params``), each with the root of the parameters it mirrors (``state.mirror_roots``)."""
+    arrays = [w for w in work if w.expr is not None]
+    return mirror_roots(arrays, lambda w: w.keypath, lambda w: w.expr.shape if w.expr else None)
+
+
+def _carries(w: Work, mirrors: dict[tuple[str, ...], tuple[str, ...]]) -> bool:
+    """Whether leaves follow ``w``: a parameter, not one of a mirror's (``ema_params``: a rule
+    written for the EMA changes the EMA only)."""
+    root = parameter_root(w.keypath)
+    return root is None or root not in mirrors
+
+
 def followers(rule: Rule, direct: list[Work], work: list[Work]) -> dict[int, list[Work]]:
-    """For each parameter a rule matches (by id), the optimizer leaves that mirror it and that
-    the rule does not match itself."""
-    index = _params_by_path(work)
-    chosen = {id(w) for w in direct}
+    """For each parameter a rule matches (by id), the leaves that follow it and that the rule
+    does not match itself: with ``follow_optimizer`` the optimizer leaves that mirror it, with
+    ``follow_mirrors`` its copy in each subtree that mirrors its tree (``master_params``...)."""
+    mirrors = mirrors_by_root(work)
+    matched = {id(w) for w in direct}
+    chosen = {id(w) for w in direct if _carries(w, mirrors)}
     out: dict[int, list[Work]] = {}
-    for o in work:
-        if id(o) in chosen:
-            continue
-        found = _mirrored(o, index)
-        if found is None:
-            continue
-        params = [p for p in found[0] if id(p) in chosen]
-        if len(params) > 1:
-            raise RefusedError(
-                f"{rule.label}: optimizer leaf {o.name!r} mirrors both {params[0].name!r} and "
-                f"{params[1].name!r}; set follow_optimizer: false and match the optimizer leaves"
-            )
-        if params:
-            out.setdefault(id(params[0]), []).append(o)
+    if rule.follow_optimizer:
+        index = _params_by_path(work)
+        for o in work:
+            found = None if id(o) in matched else _mirrored(o, index)
+            params = [p for p in found[0] if id(p) in chosen] if found else []
+            if len(params) > 1:
+                raise RefusedError(
+                    f"{rule.label}: optimizer leaf {o.name!r} mirrors both {params[0].name!r} and "
+                    f"{params[1].name!r}; set follow_optimizer: false and match the optimizer leaves"
+                )
+            if params:
+                out.setdefault(id(params[0]), []).append(o)
+    if rule.follow_mirrors and mirrors:
+        by_path = {w.keypath: w for w in work if w.expr is not None}
+        for w in direct:
+            root = parameter_root(w.keypath)
+            if root is None or id(w) not in chosen:
+                continue
+            for prefix in (p for p, r in mirrors.items() if r == root):
+                m = by_path.get(prefix + w.keypath[len(root) :])
+                if m is not None and id(m) not in matched:
+                    out.setdefault(id(w), []).append(m)
     return out
+
+
+def follower_prefixes(
+    rule: Rule, first: Work, work: list[Work]
+) -> list[tuple[tuple[str, ...], str]]:
+    """The prefixes of the leaves that follow a parameter ``first`` of ``work`` under ``rule``
+    (optimizer moments, then the subtrees that mirror its tree), each with its leaves' dtype."""
+    mirrors = mirrors_by_root(work)
+    if not _carries(first, mirrors):
+        return []
+    out = moment_prefixes(work) if rule.follow_optimizer else []
+    root = parameter_root(first.keypath)
+    if rule.follow_mirrors and root is not None:
+        for prefix in (p for p, r in mirrors.items() if r == root):
+            out.append((prefix, _dtype_under(prefix, work)))
+    return out
+
+
+def _dtype_under(prefix: tuple[str, ...], work: list[Work]) -> str:
+    """The dtype of a mirror's first leaf: what a leaf added to it is written as."""
+    return next(
+        w.expr.dtype for w in work if w.expr is not None and w.keypath[: len(prefix)] == prefix
+    )
+
+
+def is_moment(w: Work | tuple[str, ...]) -> bool:
+    """Whether a leaf (or a path) is optimizer state: a moment follows a parameter with zeros
+    where it grows; a mirror is a copy."""
+    telling = telling_name(w if isinstance(w, tuple) else w.keypath)
+    return telling is not None and telling[0] == "opt_state"
 
 
 def moment_prefixes(work: list[Work]) -> list[tuple[tuple[str, ...], str]]:
@@ -234,3 +299,42 @@ def check_written_leaves(leaves: Sequence[Planned], *, ocdbt: bool) -> None:
                 f"leaf {leaf.name!r}: shape: {problem}; nothing written",
                 hint="change the rule or the file that gives it this shape",
             )
+
+
+class Followed(Protocol):
+    """A planned leaf with the operations that made it (``plan.DestLeaf``)."""
+
+    @property
+    def keypath(self) -> tuple[str, ...]: ...
+
+    @property
+    def expr(self) -> ops.Node | None: ...
+
+    @property
+    def steps(self) -> tuple[Step, ...]: ...
+
+
+def followed_families(leaves: Sequence[Followed]) -> dict[int, dict[str, int]]:
+    """Per rule, the families of leaves that followed the parameters it changed and how many
+    leaves of each: a mirror by its root (``master_params``), a moment by its prefix
+    (``opt_state.0.mu``), in the planned tree."""
+
+    def shape_of(x: Followed) -> tuple[int, ...] | None:
+        return x.expr.shape if x.expr is not None else None
+
+    arrays = [x for x in leaves if x.expr is not None]
+    mirrors = mirror_roots(arrays, lambda x: x.keypath, shape_of)
+    index = parameter_index(arrays, lambda x: x.keypath)
+    out: dict[int, dict[str, int]] = {}
+    for x in arrays:
+        rules = {s.rule for s in x.steps if s.via is not None}
+        if not rules:
+            continue
+        family = next((p for p in mirrors if x.keypath[: len(p)] == p), None)
+        if family is None:
+            found = mirrored(x.keypath, shape_of(x), index, shape_of)
+            family = x.keypath[: found[1]] if found else x.keypath[:1]
+        for rule in rules:
+            counts = out.setdefault(rule, {})
+            counts[".".join(family)] = counts.get(".".join(family), 0) + 1
+    return out
