@@ -82,6 +82,12 @@ demo: $(STAMP)
 	$(CKPT) diff $(DEMO)@600 $(DEMO)-wide@600 --filter '^(params.Dense_1.bias|opt_state.0.count|rng|step)$$'
 	$(PY) examples/train_mlp.py --workdir $(DEMO)-wide --hidden 128 --steps 700
 	$(CKPT) ls $(DEMO)-wide
+	@echo "== a Flax NNX model + optimizer saved as two items of one step: reshard and migrate rewrite both, Adam's moments following the model item's parameters; diff compares item by item"
+	rm -rf $(DEMO)-nnx $(DEMO)-nnx-2x4 $(DEMO)-nnx-wide
+	$(PY) examples/nnx_model_optimizer.py --workdir $(DEMO)-nnx
+	$(CKPT) reshard $(DEMO)-nnx $(DEMO)-nnx-2x4 --mesh data=2,model=4 --rule 'linear.kernel.*=[null, model]'
+	$(CKPT) diff $(DEMO)-nnx $(DEMO)-nnx-2x4 --structure --filter 'kernel' || true
+	$(CKPT) migrate $(DEMO)-nnx $(DEMO)-nnx-wide --spec examples/nnx_widen_16_to_24.yaml --dry-run
 	@echo "== ckpt export: step 600 to PyTorch nn.Linear names and layout (safetensors), streamed"
 	rm -rf $(DEMO)-pt $(DEMO)-back $(DEMO)-pt-bad.safetensors $(DEMO)-rank40.safetensors $(DEMO)-bad $(DEMO)-llama $(DEMO)-llama-hf $(DEMO)-llama-back
 	$(CKPT) export $(DEMO) $(DEMO)-pt --step 600 --spec examples/mlp_to_pytorch.yaml

@@ -242,24 +242,14 @@ def plan_reshard(
         )
     write = write or WriteOptions()
     bound_allocator()
-    reports = [
-        (ref, inspect_item(ref)) for ref in resolve_trees(_open(source, storage), step, item)
-    ]
-    if like is not None:
-        other = _open(like, storage)
-        layouts = [
-            plan_like(report, inspect_item(_like_item(other, ref.name)), write.max_chunk_bytes)
-            for ref, report in reports
-        ]
-    else:
-        assert mesh is not None
-        target = mesh if isinstance(mesh, MeshSpec) else MeshSpec.parse(mesh)
-        rule_list = _rules(target, rules_file, rules)
-        named = [(ref.name if len(reports) > 1 else None, r) for ref, r in reports]
-        layouts = plan_items_from_rules(named, target, rule_list, write.max_chunk_bytes)
-    if not write.ocdbt:
-        layouts = [_without_unsafe_paths(layout) for layout in layouts]
-    items = [ReshardItem(ref, r, lay) for (ref, r), lay in zip(reports, layouts, strict=True)]
+    items = _plan_items(
+        resolve_trees(_open(source, storage), step, item),
+        mesh,
+        rules_file,
+        rules,
+        None if like is None else _open(like, storage),
+        write,
+    )
     ref, report, layout = items[0].source, items[0].report, items[0].layout
     mesh_text = (
         ",".join(f"{n}={k}" for n, k in zip(mesh.axis_names, mesh.shape, strict=True))
@@ -281,6 +271,33 @@ def plan_reshard(
         },
         more=tuple(items[1:]),
     )
+
+
+def _plan_items(
+    refs: list[ItemRef],
+    mesh: str | MeshSpec | None,
+    rules_file: str | None,
+    rules: Sequence[str] | Mapping[str, Any],
+    like: Location | None,
+    write: WriteOptions,
+) -> list[ReshardItem]:
+    """Each item's target layout: from the mesh and rules (the same for every item, a moment
+    following its parameter across items), or from the same-named item of ``like``."""
+    reports = [(ref, inspect_item(ref)) for ref in refs]
+    if like is not None:
+        layouts = [
+            plan_like(report, inspect_item(_like_item(like, ref.name)), write.max_chunk_bytes)
+            for ref, report in reports
+        ]
+    else:
+        assert mesh is not None
+        target = mesh if isinstance(mesh, MeshSpec) else MeshSpec.parse(mesh)
+        rule_list = _rules(target, rules_file, rules)
+        named = [(ref.name if len(reports) > 1 else None, r) for ref, r in reports]
+        layouts = plan_items_from_rules(named, target, rule_list, write.max_chunk_bytes)
+    if not write.ocdbt:
+        layouts = [_without_unsafe_paths(layout) for layout in layouts]
+    return [ReshardItem(ref, r, lay) for (ref, r), lay in zip(reports, layouts, strict=True)]
 
 
 def _rules(

@@ -239,17 +239,13 @@ def write_items(
     check_destination: bool = True,
 ) -> StepOutput:
     """Write ``items`` (of one source step) as step ``step`` (default: the source's number) of
-    the root ``dst``, named as the source step is (its prefix and zero padding,
-    ``step_dir_name``), the step's other items copied; one commit. An item's ``leaf_digests``
-    (values known unchanged, e.g. by reshard) are recorded for its new item with freshly
-    computed file checksums, so verify keeps checking them. With ``executor`` the arrays are
-    written in units by its workers (``distributed.py``); metadata, digests and the commit stay
-    here, after every unit succeeded. ``check_destination`` False: the caller already ran
-    ``prepare_destination``. An item's ``kind`` (``pytree`` or ``array``, as ``inspect`` tells
-    it) picks the handler the step records for it."""
+    the root ``dst``, named as the source step is (``step_dir_name``), its other items copied;
+    one commit. An item's ``leaf_digests`` (values known unchanged, e.g. by reshard) are
+    recorded with fresh file checksums, so verify keeps checking them; its ``kind`` picks its
+    handler. With ``executor`` the arrays are written in units by its workers; metadata,
+    digests and the commit stay here. ``check_destination`` False: the caller already did."""
     src = items[0].source
-    if any(i.source.step_location != src.step_location for i in items):
-        raise ValueError("write_items: every item must come from one source step")
+    assert all(i.source.step_location == src.step_location for i in items), "one source step"
     if check_destination:
         prepare_destination(dst, src)
     if step is None:
@@ -268,17 +264,14 @@ def write_items(
             item = ItemWriter(
                 item_dir, use_ocdbt=use_ocdbt, use_zarr3=use_zarr3, memory_limit=memory_limit
             )
-            stats.append(
-                _write_leaves(item, one.source, one.leaves, executor, unit_bytes, on_bytes)
-            )
+            stats.append(_write_leaves(item, one, executor, unit_bytes, on_bytes))
             records.append(functools.partial(_record_digests, item_dir, one.leaf_digests))
         # At the step top the record covers the step's _CHECKPOINT_METADATA too: written last.
         for record in records if not top else ():
             record()
         if src.step_location is not None and src.location != src.step_location:
             handlers = source_meta.item_handlers if source_meta else None
-            skip = {one.source.name for one in items}
-            _copy_other_items(src, writer, handlers, memory_limit, skip)
+            _copy_other_items(src, writer, handlers, memory_limit, {i.source.name for i in items})
         custom = _with_history(source_meta, {**operation, "source": str(src.location)})
         metrics = source_meta.metrics if source_meta else None
         final = writer.commit(custom, metrics, before_marker=records[0] if top else None)
@@ -288,8 +281,9 @@ def write_items(
             writer.abort()
         raise
     written = sum(_array_bytes(one.leaves) for one in items)
-    names = tuple(one.source.name for one in items)
-    return StepOutput(str(final), step, src.name, written, _merged(stats), names)
+    return StepOutput(
+        str(final), step, src.name, written, _merged(stats), tuple(i.source.name for i in items)
+    )
 
 
 def _merged(stats: list[ScaleStats | None]) -> ScaleStats | None:
@@ -308,13 +302,13 @@ def _merged(stats: list[ScaleStats | None]) -> ScaleStats | None:
 
 def _write_leaves(
     item: ItemWriter,
-    src: ItemRef,
-    leaves: Sequence[LeafOut],
+    one: ItemOut,
     executor: Executor | None,
     unit_bytes: int,
     on_bytes: Callable[[int], None] | None,
 ) -> ScaleStats | None:
     """The item's arrays (by ``executor``'s workers when given), then its tree metadata."""
+    src, leaves = one.source, one.leaves
     stats = None
     if executor is None:
         item.write_arrays(leaves, on_bytes)
