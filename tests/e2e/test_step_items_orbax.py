@@ -274,3 +274,55 @@ def test_an_added_leaf_needs_an_item(cli, tmp_path: Path) -> None:  # type: igno
     assert "adds 'extra.scale' to a step of several items" in r.stderr
     assert "--item" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "dst").exists()
+
+
+def test_migrate_stacks_moments_in_the_optimizer_item(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import orbax.checkpoint as ocp
+    from flax import nnx
+
+    from tests.support.sharded import read_values
+
+    class Two(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs) -> None:
+            self.l0 = nnx.Linear(8, 8, rngs=rngs)
+            self.l1 = nnx.Linear(8, 8, rngs=rngs)
+
+        def __call__(self, x: Any) -> Any:
+            return self.l1(self.l0(x))
+
+    model = Two(nnx.Rngs(0))
+    optimizer = _optimizer(model)
+    _train_step_on(model, optimizer)
+    src, dst, spec = tmp_path / "src", tmp_path / "dst", tmp_path / "scan.yaml"
+    with ocp.CheckpointManager(str(src)) as mgr:
+        mgr.save(
+            1,
+            args=ocp.args.Composite(
+                model=ocp.args.StandardSave(nnx.state(model)),
+                optimizer=ocp.args.StandardSave(nnx.state(optimizer)),
+            ),
+        )
+        mgr.wait_until_finished()
+    spec.write_text("rules:\n  - {op: stack, from: 'l(?P<i>\\d+)\\.(.*)', to: 'layers.\\2'}\n")
+    r = cli("migrate", src, dst, "--spec", spec)
+    assert r.code == 0, r.stderr
+    got = read_values(dst, item="optimizer")
+    was = read_values(src, item="optimizer")
+    for moment in ("mu", "nu"):
+        stacked = got[f"opt_state.0.{moment}.layers.kernel.value"]
+        assert stacked.shape == (2, 8, 8)
+        for i in (0, 1):
+            np.testing.assert_array_equal(
+                stacked[i], was[f"opt_state.0.{moment}.l{i}.kernel.value"]
+            )
+    assert "opt_state.0.mu.l0.kernel.value" not in got
+    assert read_values(dst, item="model")["layers.bias.value"].shape == (2, 8)
+
+
+def _train_step_on(model: Any, optimizer: Any) -> None:
+    """One Adam step on a square-input loss (a model 8 -> 8), so the moments are not zero."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    x = np.ones((2, 8), np.float32)
+    optimizer.update(model, nnx.grad(lambda m: jnp.sum(m(x) ** 2))(model))
