@@ -274,6 +274,9 @@ def test_an_added_leaf_needs_an_item(cli, tmp_path: Path) -> None:  # type: igno
     assert "adds 'extra.scale' to a step of several items" in r.stderr
     assert "--item" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "dst").exists()
+    target = cli("migrate", src, tmp_path / "dst", "--spec", SPEC, "--target", "x.y:z")
+    assert target.code == 2
+    assert "--target compares one item" in target.stderr and "--item" in target.stderr
 
 
 def test_migrate_stacks_moments_in_the_optimizer_item(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
