@@ -89,6 +89,12 @@ demo: $(STAMP)
 	rm -rf $(DEMO)-mixed $(DEMO)-mixed-wide
 	$(PY) examples/mixed_precision.py --workdir $(DEMO)-mixed --steps 3
 	$(CKPT) migrate $(DEMO)-mixed $(DEMO)-mixed-wide --spec examples/rename_and_widen_mixed.yaml --target examples.mixed_precision:abstract_wide --dry-run
+	@echo "== a Flax NNX model + optimizer saved as two items of one step: reshard and migrate rewrite both, Adam's moments following the model item's parameters; diff compares item by item"
+	rm -rf $(DEMO)-nnx $(DEMO)-nnx-2x4 $(DEMO)-nnx-wide
+	$(PY) examples/nnx_model_optimizer.py --workdir $(DEMO)-nnx
+	$(CKPT) reshard $(DEMO)-nnx $(DEMO)-nnx-2x4 --mesh data=2,model=4 --rule 'linear.kernel.*=[null, model]'
+	$(CKPT) diff $(DEMO)-nnx $(DEMO)-nnx-2x4 --structure --filter 'kernel' || true
+	$(CKPT) migrate $(DEMO)-nnx $(DEMO)-nnx-wide --spec examples/nnx_widen_16_to_24.yaml --dry-run
 	@echo "== ckpt export: step 600 to PyTorch nn.Linear names and layout (safetensors), streamed"
 	rm -rf $(DEMO)-pt $(DEMO)-back $(DEMO)-pt-bad.safetensors $(DEMO)-rank40.safetensors $(DEMO)-bad $(DEMO)-llama $(DEMO)-llama-hf $(DEMO)-llama-back
 	$(CKPT) export $(DEMO) $(DEMO)-pt --step 600 --spec examples/mlp_to_pytorch.yaml

@@ -109,7 +109,8 @@ def diff(
     the values are equal within --atol/--rtol, with the max absolute and relative difference.
     Reads both sides block by block (a large chunk in slabs) under --memory-limit, whatever the
     leaf size; --structure reads no array data. NaN equals NaN. Each side reads its step's state
-    item unless --item (both), --item-a/--item-b or ROOT@STEP:ITEM names one.
+    item unless --item (both), --item-a/--item-b or ROOT@STEP:ITEM names one; two steps of
+    several PyTree items are compared item by item of the same name.
 
     Exit codes: 0 equal within tolerance · 1 different · 2 usage · 3 not a checkpoint.
     """

@@ -86,7 +86,8 @@ def migrate(
     Optimizer state follows the parameters a rule changes. The plan is checked before anything is
     written (collisions, rules that match nothing, --target). The new step streams chunk by chunk
     under --memory-limit (reshape and python hold one leaf); the source is never modified; the step
-    is written under a tmp name and renamed when complete, recording the spec it applied.
+    is written under a tmp name and renamed when complete, recording the spec it applied. A step
+    of several PyTree items (model + optimizer) migrates whole unless --item names one.
     """
     from ckpt_cli.core.migrate.plan import plan_migration
 

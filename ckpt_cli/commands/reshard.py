@@ -69,7 +69,8 @@ def reshard(
     The output step is a new CheckpointManager step: chunk shape = the per-device shard (split
     under --max-chunk-bytes), `_sharding` = the target NamedSharding (device ids 0..n-1 in mesh
     order). Streams chunk by chunk under --memory-limit; the source is never modified; the step is
-    written under a tmp name and renamed when complete.
+    written under a tmp name and renamed when complete. A step of several PyTree items (model +
+    optimizer) is resharded whole unless --item names one.
     """
     from ckpt_cli.core.reshard.plan import plan_reshard
 

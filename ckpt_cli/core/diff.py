@@ -39,12 +39,12 @@ from ckpt_cli.core.format.blocks import (
     stream_blocks,
 )
 from ckpt_cli.core.format.layout import ItemRef
-from ckpt_cli.core.format.resolve import resolve_item
+from ckpt_cli.core.format.resolve import resolve_item, resolve_trees
 from ckpt_cli.core.format.scan import OPEN_CACHE_BYTES, ScanTask, open_readers, read_block
 from ckpt_cli.core.format.sharding import Shape
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
-from ckpt_cli.core.storage import StorageOptions, open_location
+from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.units import human_bytes
 from ckpt_cli.errors import CkptError, UsageError, first_line
 
@@ -92,8 +92,21 @@ class LeafDiffJSON(TypedDict):
     message: str | None
 
 
+class ItemDiffJSON(TypedDict):
+    """One pair of items of the same name compared (v3)."""
+
+    item: str
+    a: SideJSON
+    b: SideJSON
+    equal: bool
+    summary: dict[str, int]
+    leaves: list[LeafDiffJSON]
+
+
 class DiffJSON(TypedDict):
-    """``ckpt diff --json``: leaf by leaf; ``ok`` is ``equal``."""
+    """``ckpt diff --json``: leaf by leaf; ``ok`` is ``equal``. Two steps of several items
+    are compared item by item of the same name: ``leaves`` and ``summary`` of them all,
+    each pair in ``items``, the items only one side holds in ``items_only_a``/``_b``."""
 
     schema_version: int
     ok: bool
@@ -106,6 +119,9 @@ class DiffJSON(TypedDict):
     structure_only: bool
     summary: dict[str, int]
     leaves: list[LeafDiffJSON]
+    items: list[ItemDiffJSON]
+    items_only_a: list[str]
+    items_only_b: list[str]
 
 
 @dataclass(frozen=True)
@@ -152,14 +168,29 @@ class DiffReport:
     compare_cast: bool
     leaves: tuple[LeafDiff, ...]
     structure_only: bool = False
-    SCHEMA_VERSION: ClassVar[int] = 2  # 2: structure_only (--structure)
+    #: The other pairs of items of the same name (two steps of several items, no --item).
+    more: tuple[DiffReport, ...] = ()
+    items_only_a: tuple[str, ...] = ()
+    items_only_b: tuple[str, ...] = ()
+    #: 2: structure_only (--structure). 3: items, items_only_a, items_only_b.
+    SCHEMA_VERSION: ClassVar[int] = 3
+
+    @property
+    def pairs(self) -> tuple[DiffReport, ...]:
+        """Every pair of items compared, this one first, each with only its own leaves."""
+        return (replace(self, more=(), items_only_a=(), items_only_b=()), *self.more)
+
+    @property
+    def all_leaves(self) -> tuple[LeafDiff, ...]:
+        return tuple(d for pair in self.pairs for d in pair.leaves)
 
     @property
     def equal(self) -> bool:
-        return all(d.equal for d in self.leaves)
+        one_sided = self.items_only_a or self.items_only_b
+        return not one_sided and all(d.equal for d in self.all_leaves)
 
     def count(self, status: Status) -> int:
-        return sum(1 for d in self.leaves if d.status == status)
+        return sum(1 for d in self.all_leaves if d.status == status)
 
     def to_json(self) -> DiffJSON:
         """The document ``ckpt diff --json`` prints."""
@@ -173,6 +204,20 @@ class DiffReport:
             "compare_cast": self.compare_cast,
             "structure_only": self.structure_only,
             "summary": {s: self.count(s) for s in STATUSES},
+            "leaves": [d.to_json() for d in self.all_leaves],
+            "items": [pair.item_json() for pair in self.pairs],
+            "items_only_a": list(self.items_only_a),
+            "items_only_b": list(self.items_only_b),
+        }
+
+    def item_json(self) -> ItemDiffJSON:
+        """This pair of items alone (its ``more`` aside)."""
+        return {
+            "item": self.a.name,
+            "a": side_json(self.a),
+            "b": side_json(self.b),
+            "equal": all(d.equal for d in self.leaves),
+            "summary": {s: sum(d.status == s for d in self.leaves) for s in STATUSES},
             "leaves": [d.to_json() for d in self.leaves],
         }
 
@@ -204,23 +249,51 @@ def diff_paths(
     """``ckpt diff A B``: resolve both sides (``step`` for both roots unless ``step_a`` or
     ``step_b``; ``item`` for both unless ``item_a`` or ``item_b``), then compare them."""
     _check_tolerance(atol, rtol)
-    ref_a = resolve_side(
-        a, step_a if step_a is not None else step, item_a or item, "--step-a", storage
+    step_a = step_a if step_a is not None else step
+    step_b = step_b if step_b is not None else step
+    several = item is None and item_a is None and item_b is None
+    side = resolve_side_items if several else resolve_side
+    refs_a = side(a, step_a, item_a or item, "--step-a", storage)
+    refs_b = side(b, step_b, item_b or item, "--step-b", storage)
+    pairs, only_a, only_b = pair_items(
+        refs_a if isinstance(refs_a, list) else [refs_a],
+        refs_b if isinstance(refs_b, list) else [refs_b],
     )
-    ref_b = resolve_side(
-        b, step_b if step_b is not None else step, item_b or item, "--step-b", storage
-    )
-    return diff_items(
-        ref_a,
-        ref_b,
-        atol,
-        rtol,
-        compare_cast,
-        name_filter,
-        on_progress,
-        memory_limit=memory_limit,
-        structure_only=structure_only,
-    )
+    reports = [
+        diff_items(
+            ref_a,
+            ref_b,
+            atol,
+            rtol,
+            compare_cast,
+            name_filter,
+            on_progress,
+            memory_limit=memory_limit,
+            structure_only=structure_only,
+        )
+        for ref_a, ref_b in pairs
+    ]
+    return replace(reports[0], more=tuple(reports[1:]), items_only_a=only_a, items_only_b=only_b)
+
+
+def pair_items(
+    a: list[ItemRef], b: list[ItemRef]
+) -> tuple[list[tuple[ItemRef, ItemRef]], tuple[str, ...], tuple[str, ...]]:
+    """The items of two steps to compare: one with one (whatever their names), else those of
+    the same name (A's order), and the names only A, only B holds."""
+    if len(a) == 1 and len(b) == 1:
+        return [(a[0], b[0])], (), ()
+    names_b = {r.name: r for r in b}
+    pairs = [(r, names_b[r.name]) for r in a if r.name in names_b]
+    if not pairs:
+        raise UsageError(
+            f"A and B hold no item of the same name (A: {', '.join(r.name for r in a)}; "
+            f"B: {', '.join(r.name for r in b)})",
+            hint="choose one on each side with --item-a NAME --item-b NAME",
+        )
+    only_a = tuple(r.name for r in a if r.name not in names_b)
+    names_a = {r.name for r in a}
+    return pairs, only_a, tuple(r.name for r in b if r.name not in names_a)
 
 
 def _check_tolerance(atol: float, rtol: float) -> None:
@@ -237,6 +310,27 @@ def resolve_side(
 ) -> ItemRef:
     """One side of a diff: a root, step or item path, where ``ROOT@STEP`` picks a step and
     ``ROOT@STEP:ITEM`` an item of it (unless a file or directory of that very name exists)."""
+    location, step, item = _side(target, step, item, flag, storage)
+    return resolve_item(location, step, item)
+
+
+def resolve_side_items(
+    target: str,
+    step: int | None = None,
+    item: str | None = None,
+    flag: str = "--step",
+    storage: StorageOptions | None = None,
+) -> list[ItemRef]:
+    """``resolve_side``, except that a step of several PyTree items (and no item named)
+    resolves to every one of them (``resolve_trees``)."""
+    location, step, item = _side(target, step, item, flag, storage)
+    return resolve_trees(location, step, item)
+
+
+def _side(
+    target: str, step: int | None, item: str | None, flag: str, storage: StorageOptions | None
+) -> tuple[Location, int | None, str | None]:
+    """Where a side's item is looked for: its location, step and item, ``@STEP:ITEM`` read."""
     path, at, tail = target.rpartition("@")
     if at and not os.path.exists(target):
         number, colon, name = tail.partition(":")
@@ -245,8 +339,8 @@ def resolve_side(
                 raise UsageError(f"{target} names a step; do not also pass {flag} or --step")
             if colon and item is not None and item != name:
                 raise UsageError(f"{target} names the item {name!r}; --item says {item!r}")
-            return resolve_item(open_location(path, storage), int(number), name or item)
-    return resolve_item(open_location(target, storage), step, item)
+            return open_location(path, storage), int(number), name or item
+    return open_location(target, storage), step, item
 
 
 def diff_items(

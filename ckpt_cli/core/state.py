@@ -334,3 +334,12 @@ def mirror_roots(
             if apart and prefix not in out and tree == trees[root]:
                 out[prefix] = root
     return out
+
+
+def item_keypath(item: str | None, keypath: tuple[str, ...]) -> tuple[str, ...]:
+    """A leaf's path as optimizer mirrors are matched across the items of a step: its own
+    when a name on it tells its part, else under its item's name (the nnx ``model`` item of a
+    ``model`` + ``optimizer`` Composite save holds bare ``linear.kernel.value`` paths)."""
+    if item is None or telling_name(keypath) is not None:
+        return keypath
+    return (item, *keypath)

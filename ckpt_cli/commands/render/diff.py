@@ -47,14 +47,26 @@ HEADERS = ["leaf", "status", "dtype", "shape", "max abs", "max rel", "mismatched
 
 
 def print_report(report: DiffReport, show_all: bool) -> None:
+    """Both sides, the table of each pair of items (headed by the item's name when two steps
+    of several items are compared), the items one side lacks, then the verdict."""
     color = use_color()
     paint = painter(color)
+    pairs = report.pairs
     for label, ref in (("A", report.a), ("B", report.b)):
         step = f" step {ref.step}" if ref.step is not None else ""
-        say(f"{label}: {ref.location}{step} (item {ref.name})", color)
-    shown = [d for d in report.leaves if show_all or not d.equal]
-    if shown:
-        emit(table_lines(HEADERS, [_row(d) for d in shown], paint, wrap_last=True), color)
+        where = ref.step_location if len(pairs) > 1 and ref.step_location else ref.location
+        what = f"items {', '.join(p.a.name for p in pairs)}" if len(pairs) > 1 else "item"
+        say(f"{label}: {where}{step} ({what if len(pairs) > 1 else f'{what} {ref.name}'})", color)
+    for pair in pairs:
+        shown = [d for d in pair.leaves if show_all or not d.equal]
+        if len(pairs) > 1:
+            verdict = "equal" if all(d.equal for d in pair.leaves) else "different"
+            say(f"item {pair.a.name}: {verdict}", color)
+        if shown:
+            emit(table_lines(HEADERS, [_row(d) for d in shown], paint, wrap_last=True), color)
+    for label, names in (("A", report.items_only_a), ("B", report.items_only_b)):
+        for name in names:
+            say(f"item {name}: only in {label}", color)
     counts = ", ".join(
         f"{report.count(s)} {_LABEL.get(s, s.replace('_', ' '))}"
         for s in STATUSES
@@ -66,7 +78,7 @@ def print_report(report: DiffReport, show_all: bool) -> None:
         else (f"atol={report.atol:g}, rtol={report.rtol:g}")
     )
     word, colour = ("EQUAL", "green") if report.equal else ("DIFFERENT", "red")
-    rest = f" ({tol}): {plural(len(report.leaves), 'leaf', 'leaves')}: {counts or 'none'}"
+    rest = f" ({tol}): {plural(len(report.all_leaves), 'leaf', 'leaves')}: {counts or 'none'}"
     # Wrapped at spaces like every other line: a narrow terminal must not fold it mid-word.
     first, *more = wrap(word + rest, text_width(), indent="  ")
     emit(

@@ -12,7 +12,9 @@ def print_result(result: WriteResult) -> None:
     out = result.output
     console = stdout_console()
     console.print(
-        f"wrote step {out.step} to {out.path}: "
+        f"wrote step {out.step} to {out.path}"
+        + (f" (items {', '.join(out.items)})" if len(out.items) > 1 else "")
+        + ": "
         f"{human_bytes(out.bytes_written)} in {result.seconds:.1f} s "
         f"({human_bytes(int(result.rate))}/s)"
     )

@@ -16,7 +16,7 @@ from ckpt_cli.core.format.layout import (
 from ckpt_cli.core.format.metadata import read_step_metadata
 from ckpt_cli.core.format.names import parse_step_name
 from ckpt_cli.core.storage import Location
-from ckpt_cli.errors import NotACheckpointError, NotFoundError, UsageError
+from ckpt_cli.errors import NotACheckpointError, NotFoundError, SeveralItemsError, UsageError
 
 
 def find_step(root: Location, steps: list[StepRef], step: int | None) -> StepRef:
@@ -100,3 +100,27 @@ def resolve_items(location: Location, step: int | None = None) -> list[ItemRef]:
     directory resolves to, ``metrics`` included; an item directory is its one item."""
     found = _resolve(location, step, ALL_ITEMS)
     return found if isinstance(found, list) else [found]
+
+
+def resolve_trees(
+    location: Location, step: int | None = None, item: str | None = None
+) -> list[ItemRef]:
+    """``resolve_item``, except that a step of several PyTree items and no ``item`` resolves
+    to every one of them (in the step's order): what the writers rewrite together."""
+    try:
+        return [resolve_item(location, step, item)]
+    except SeveralItemsError as several:
+        if item is not None:
+            raise
+        chosen = set(several.items)
+        refs = [r for r in resolve_items(location, step) if r.name in chosen]
+        trees = [r for r in refs if r.step_location is not None and _is_tree(r)]
+        if len(trees) < 2:
+            raise
+        return trees
+
+
+def _is_tree(ref: ItemRef) -> bool:
+    assert ref.step_location is not None
+    handlers = read_step_metadata(ref.step_location).item_handlers
+    return item_kind(ref.step_location, ref.name, handlers) == "pytree"

@@ -4,7 +4,7 @@ the new step's digests recorded when asked."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,13 +13,13 @@ from ckpt_cli.core.format.blocks import decoded_chunk_bytes
 from ckpt_cli.core.format.digests import read_digests
 from ckpt_cli.core.inspect import ItemReport
 from ckpt_cli.core.migrate import ops
-from ckpt_cli.core.migrate.plan import MigrationPlan
+from ckpt_cli.core.migrate.plan import DestLeaf, MigrationPlan
 from ckpt_cli.core.migrate.target import import_function
 from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.storage import Location, open_location
 from ckpt_cli.core.verify.gate import require_sound_source
 from ckpt_cli.core.write.pipeline import source_cache_bytes
-from ckpt_cli.core.write.rewrite import WriteResult, prepare_destination, run_write
+from ckpt_cli.core.write.rewrite import ItemOut, WriteResult, prepare_destination, run_write
 from ckpt_cli.core.write.types import (
     ArrayOut,
     BlockSource,
@@ -39,24 +39,37 @@ def execute(plan: MigrationPlan, on_progress: ProgressFn | None = None) -> Write
         raise plan.refusal
     require_sound_source(plan.source)
     prepare_destination(plan.destination, plan.source)
+    for item in plan.more:
+        require_sound_source(item.source)
     write = plan.write
-    leaves = migrate_leaves(
-        plan.report, plan, plan.zarr3, write.compression, write.memory_limit, plan.functions
-    )
+    items = [
+        ItemOut(
+            item.source,
+            migrate_leaves(
+                item.report,
+                item.leaves,
+                plan.zarr3,
+                write.compression,
+                write.memory_limit,
+                plan.functions,
+            ),
+            None,
+            item.report.kind,
+        )
+        for item in plan.items
+    ]
     record = plan.record_digests
     if record is None:
         record = has_digests(plan.source.location)
     out, seconds = run_write(
-        plan.source,
+        items,
         plan.destination,
-        leaves,
         write,
         zarr3=plan.zarr3,
         label="migrate",
         operation=plan.operation,
         on_progress=on_progress,
         step=plan.step_out,
-        item_kind=plan.report.kind,
     )
     digests = None
     if record:
@@ -86,13 +99,14 @@ class ComputeLeaf:
 
 def migrate_leaves(
     report: ItemReport,
-    plan: MigrationPlan,
+    planned: Sequence[DestLeaf],
     zarr3: bool,
     compression: Compression,
     memory_limit: int,
     functions: dict[str, Callable[..., Any]] | None = None,
 ) -> list[LeafOut]:
-    """The output leaves of a plan, each array computing its regions from the source item."""
+    """The output leaves of an item's plan, each array computing its regions from the source
+    item."""
     # Source chunks that straddle output blocks (or are read in slabs) are decoded once, then
     # served from the cache.
     chunks = (decoded_chunk_bytes(leaf.array) for leaf in report.leaves if leaf.array is not None)
@@ -100,7 +114,7 @@ def migrate_leaves(
     store = ItemStore(report.ref.location, report.zarr_format == 3, cache)
     ctx = ops.EvalContext(store, functions or {})
     out = []
-    for leaf in plan.leaves:
+    for leaf in planned:
         array = source = recipe = None
         layout = leaf.layout
         if leaf.expr is not None and layout is not None:

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, TypedDict
 
 from ckpt_cli.core.diff import SideJSON, side_json
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.layout import ItemRef, detect
-from ckpt_cli.core.format.resolve import resolve_item
+from ckpt_cli.core.format.resolve import resolve_trees
 from ckpt_cli.core.format.sharding import Shape, ShardingInfo, ShardingJSON
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.migrate import ops, rules, stack
@@ -86,8 +86,19 @@ class SkipJSON(TypedDict):
     reason: RngStateKind
 
 
+class MigrateItemJSON(TypedDict):
+    """One item of the step, migrated (v3)."""
+
+    item: str
+    source: SideJSON
+    total_bytes: int
+    leaves: list[MigrateLeafJSON]
+    dropped: list[str]
+
+
 class MigratePlanJSON(TypedDict):
-    """The plan alone, as ``--dry-run`` prints it."""
+    """The plan alone, as ``--dry-run`` prints it: ``leaves`` and ``dropped`` of every item
+    migrated, and each item's own in ``items``."""
 
     schema_version: int
     ok: bool
@@ -99,6 +110,7 @@ class MigratePlanJSON(TypedDict):
     skipped: list[SkipJSON]
     unused_rules: list[str]
     target: TargetJSON | None
+    items: list[MigrateItemJSON]
 
 
 class MigrateJSON(MigratePlanJSON, WrittenJSON):
@@ -169,9 +181,31 @@ class Skip:
 
 
 @dataclass(frozen=True)
+class MigrateItem:
+    """One item of the step migrated: its source, what inspect read, its destination leaves
+    and the source leaves dropped."""
+
+    source: ItemRef
+    report: ItemReport
+    leaves: tuple[DestLeaf, ...]
+    dropped: tuple[str, ...]
+
+    def to_json(self) -> MigrateItemJSON:
+        return {
+            "item": self.source.name,
+            "source": side_json(self.source),
+            "total_bytes": sum(leaf.size_bytes for leaf in self.leaves),
+            "leaves": [leaf.to_json() for leaf in self.leaves],
+            "dropped": list(self.dropped),
+        }
+
+
+@dataclass(frozen=True)
 class MigrationPlan:
     """A migration to carry out (``execute``): the spec applied to the source item, the
-    destination leaves, and where and how the new step is written. Nothing is written yet."""
+    destination leaves, and where and how the new step is written; ``more``: the step's other
+    items migrated with it (no ``--item`` on a step of several PyTree items), their optimizer
+    leaves following the parameters of any item. Nothing is written yet."""
 
     spec: MigrationSpec
     leaves: tuple[DestLeaf, ...]
@@ -193,14 +227,20 @@ class MigrationPlan:
     functions: dict[str, Callable[..., Any]] = field(default_factory=dict, compare=False)
     #: PRNG key data (and nnx RNG counters) rules matched by pattern and left unchanged.
     skipped: tuple[Skip, ...] = ()
+    more: tuple[MigrateItem, ...] = ()
 
     kind = "migrate"
     #: 2: ``skipped``, the PRNG state rules matched by pattern and left alone.
-    SCHEMA_VERSION: ClassVar[int] = 2
+    #: 3: ``items``, every item of the step migrated (``written_items`` written).
+    SCHEMA_VERSION: ClassVar[int] = 3
+
+    @property
+    def items(self) -> tuple[MigrateItem, ...]:
+        return (MigrateItem(self.source, self.report, self.leaves, self.dropped), *self.more)
 
     @property
     def total_bytes(self) -> int:
-        return sum(leaf.size_bytes for leaf in self.leaves)
+        return sum(leaf.size_bytes for item in self.items for leaf in item.leaves)
 
     @property
     def changed(self) -> list[DestLeaf]:
@@ -268,8 +308,8 @@ class MigrationPlan:
             },
             "source": side_json(self.source),
             "total_bytes": self.total_bytes,
-            "leaves": [leaf.to_json() for leaf in self.leaves],
-            "dropped": list(self.dropped),
+            "leaves": [leaf.to_json() for item in self.items for leaf in item.leaves],
+            "dropped": [name for item in self.items for name in item.dropped],
             "skipped": [k.to_json() for k in self.skipped],
             "unused_rules": list(self.unused_rules),
             "target": None
@@ -278,6 +318,7 @@ class MigrationPlan:
                 "function": self.target,
                 "differences": [d.to_json() for d in self.differences or ()],
             },
+            "items": [item.to_json() for item in self.items],
         }
 
     def written_json(self, written: WrittenJSON) -> MigrateJSON:
@@ -309,29 +350,37 @@ def plan_migration(
     dest, out_step = resolve_destination(_open(destination, storage), step_out)
     parsed = spec if isinstance(spec, MigrationSpec) else load_spec(spec)
     functions = _python_functions(parsed, allow_python)
-    ref = resolve_item(_open(source, storage), step, item)
-    report = inspect_item(ref)
+    refs = resolve_trees(_open(source, storage), step, item)
+    if target is not None and len(refs) > 1:
+        raise UsageError(
+            f"--target compares one item; {refs[0].step_location} holds "
+            f"{', '.join(r.name for r in refs)}",
+            hint="choose the item to compare with --item NAME",
+        )
+    reports = [inspect_item(ref) for ref in refs]
     skipped: list[Skip] = []
-    leaves, dropped, unused = apply_spec(
-        report, parsed, write.max_chunk_bytes, skipped, ocdbt=write.ocdbt
+    items, unused = apply_spec_items(
+        reports, parsed, write.max_chunk_bytes, skipped, ocdbt=write.ocdbt
     )
+    first = items[0]
     plan = MigrationPlan(
         parsed,
-        leaves,
-        dropped,
+        first.leaves,
+        first.dropped,
         unused,
-        source=ref,
-        report=report,
+        source=first.source,
+        report=first.report,
         destination=dest,
         step_out=out_step,
         write=write,
-        zarr3=report.zarr_format == 3 if write.zarr3 is None else write.zarr3,
+        zarr3=first.report.zarr_format == 3 if write.zarr3 is None else write.zarr3,
         target=target,
         allow_unused=allow_unused,
         allow_mismatch=allow_mismatch,
         record_digests=record_digests,
         functions=functions,
         skipped=tuple(skipped),
+        more=tuple(items[1:]),
     )
     if target is None:
         return plan
@@ -384,6 +433,48 @@ def apply_spec(
     With ``ocdbt`` (a checkpoint is written, with or without OCDBT) the leaves are checked
     (``check_written_leaves``) before any layout is computed."""
     work, unused = apply_rules([Work.from_leaf(leaf) for leaf in report.leaves], spec, skipped)
+    leaves, dropped = _freeze_item(report, work, max_chunk_bytes, ocdbt)
+    return leaves, dropped, unused
+
+
+def apply_spec_items(
+    reports: Sequence[ItemReport],
+    spec: MigrationSpec,
+    max_chunk_bytes: int,
+    skipped: list[Skip] | None = None,
+    *,
+    ocdbt: bool | None = None,
+) -> tuple[list[MigrateItem], tuple[str, ...]]:
+    """``apply_spec`` over the items of one step at once: a rule applies to every item, by
+    the names its leaves have in their item, and an optimizer leaf of one item follows the
+    parameter of another that it mirrors (``Work.mirror_path``); then split by item. A rule
+    unused in every item is unused. One item plans as ``apply_spec``."""
+    several = len(reports) > 1
+    work = [
+        Work.from_leaf(leaf, report.ref.name if several else None)
+        for report in reports
+        for leaf in report.leaves
+    ]
+    work, unused = apply_rules(work, spec, skipped)
+    if several and (new := next((w for w in work if w.item is None), None)):
+        raise UsageError(
+            f"{new.origin} adds {new.name!r} to a step of several items "
+            f"({', '.join(r.ref.name for r in reports)}): say which item holds it",
+            hint="run migrate once per item with --item NAME",
+        )
+    items = []
+    for report in reports:
+        mine = [w for w in work if w.item == (report.ref.name if several else None)]
+        leaves, dropped = _freeze_item(report, mine, max_chunk_bytes, ocdbt)
+        items.append(MigrateItem(report.ref, report, leaves, dropped))
+    return items, unused
+
+
+def _freeze_item(
+    report: ItemReport, work: list[Work], max_chunk_bytes: int, ocdbt: bool | None
+) -> tuple[tuple[DestLeaf, ...], tuple[str, ...]]:
+    """An item's planned leaves, checked (with ``ocdbt``) and frozen, and its source leaves
+    that none of them reads."""
     if ocdbt is not None:
         check_written_leaves(work, ocdbt=ocdbt)
     default = _default_sharding(report.leaves)
@@ -392,7 +483,7 @@ def apply_spec(
     leaves = tuple(_freeze(w, kinds, default, sources, max_chunk_bytes) for w in work)
     reached = {s for leaf in leaves for s in leaf.sources}
     dropped = tuple(leaf.name for leaf in report.leaves if leaf.name not in reached)
-    return leaves, dropped, unused
+    return leaves, dropped
 
 
 def apply_rules(

@@ -355,22 +355,26 @@ def _followers_last(work: list[Work]) -> list[Work]:
 
 
 def check_unique(rule: Rule, out: list[Work]) -> None:
-    seen: dict[str, Work] = {}
+    seen: dict[tuple[str | None, str], Work] = {}
     for w in _followers_last(out):
-        other = seen.get(w.name)
+        other = seen.get((w.item, w.name))
         if other is not None:
             a, b = sorted([other.origin, w.origin])
             raise RefusedError(
                 f"{rule.label}: two leaves would be named {w.name!r} ({a} and {b})",
                 hint="two rules or two leaves write one leaf; rename one of them",
             )
-        seen[w.name] = w
+        seen[w.item, w.name] = w
 
 
 def check_tree(rule: Rule, work: list[Work]) -> None:
     """A name may not be both a leaf and a subtree (``a.b`` and ``a.b.c``)."""
-    if clash := tree_conflict([w.keypath for w in _followers_last(work)]):
-        raise RefusedError(f"{rule.label}: {clash[0]!r} would be a leaf and also hold {clash[1]!r}")
+    for item in dict.fromkeys(w.item for w in work):
+        paths = [w.keypath for w in _followers_last(work) if w.item == item]
+        if clash := tree_conflict(paths):
+            raise RefusedError(
+                f"{rule.label}: {clash[0]!r} would be a leaf and also hold {clash[1]!r}"
+            )
 
 
 def _fits(rule: Rule, dtype: str, value: Any, where: str) -> Any:

@@ -26,6 +26,7 @@ from ckpt_cli.core.format.sizes import shape_problem
 from ckpt_cli.core.inspect import Leaf
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.state import (
+    item_keypath,
     mirror_roots,
     mirrored,
     parameter_index,
@@ -75,13 +76,20 @@ class Work:
     origin: str  # for messages: the source leaf, or the rule that made it
     steps: tuple[Step, ...] = ()
     claims: dict[str, int] = field(default_factory=dict)
+    #: The item of the step it belongs to when a migration plans several items at once.
+    item: str | None = None
 
     @property
     def name(self) -> str:
         return ".".join(self.keypath)
 
+    @property
+    def mirror_path(self) -> tuple[str, ...]:
+        """The path optimizer mirrors are matched by, across items too (``item_keypath``)."""
+        return item_keypath(self.item, self.keypath)
+
     @classmethod
-    def from_leaf(cls, leaf: Leaf) -> Work:
+    def from_leaf(cls, leaf: Leaf, item: str | None = None) -> Work:
         expr = None
         if leaf.array is not None and leaf.dtype is not None and leaf.shape is not None:
             expr = ops.Source(
@@ -92,7 +100,14 @@ class Work:
                 database=leaf.database,
             )
         return cls(
-            leaf.keypath, leaf.key_types, leaf.value_type, expr, (leaf.name,), leaf, leaf.name
+            leaf.keypath,
+            leaf.key_types,
+            leaf.value_type,
+            expr,
+            (leaf.name,),
+            leaf,
+            leaf.name,
+            item=item,
         )
 
     @classmethod
@@ -149,14 +164,16 @@ class Work:
 
 
 def _params_by_path(work: list[Work]) -> dict[tuple[str, ...], list[Work]]:
-    return parameter_index((w for w in work if w.expr is not None), lambda w: w.keypath)
+    return parameter_index((w for w in work if w.expr is not None), lambda w: w.mirror_path)
 
 
 def _mirrored(o: Work, index: dict[tuple[str, ...], list[Work]]) -> tuple[list[Work], int] | None:
     """The parameters an optimizer leaf mirrors (longest relative path first) and where it starts."""
     if o.expr is None:
         return None
-    return mirrored(o.keypath, o.expr.shape, index, lambda p: p.expr.shape if p.expr else None)
+    found = mirrored(o.mirror_path, o.expr.shape, index, lambda p: p.expr.shape if p.expr else None)
+    shift = len(o.mirror_path) - len(o.keypath)  # the item name, when it leads the path
+    return None if found is None else (found[0], found[1] - shift)
 
 
 def mirrors_by_root(work: list[Work]) -> dict[tuple[str, ...], tuple[str, ...]]:

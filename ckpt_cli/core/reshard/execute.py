@@ -13,7 +13,7 @@ from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.reshard.plan import ReshardLayout, ReshardPlan
 from ckpt_cli.core.verify.gate import require_sound_source
 from ckpt_cli.core.write.pipeline import source_cache_bytes
-from ckpt_cli.core.write.rewrite import WriteResult, prepare_destination, run_write
+from ckpt_cli.core.write.rewrite import ItemOut, WriteResult, prepare_destination, run_write
 from ckpt_cli.core.write.types import (
     ArrayOut,
     BlockSource,
@@ -40,30 +40,32 @@ class ReadLeaf:
 
 
 def execute(plan: ReshardPlan, on_progress: ProgressFn | None = None) -> WriteResult:
-    """Write the planned step (refused plans raise their ``RefusedError``). Values do not
-    change, so the source's recorded digests carry over to the new item. Progress as
+    """Write the planned step, every planned item (refused plans raise their
+    ``RefusedError``). Values do not change, so the source's recorded digests carry over to
+    each new item. Progress as
     ``reshard`` bytes."""
     if plan.refusal is not None:
         raise plan.refusal
-    require_sound_source(plan.source)
+    for item in plan.items:
+        require_sound_source(item.source)
     prepare_destination(plan.destination, plan.source)
-    leaves = reshard_leaves(
-        plan.report, plan.layout, plan.zarr3, plan.write.compression, plan.write.memory_limit
-    )
-    record = read_digests(plan.source.location)
-    names = {x.name for x in leaves}
-    carried = {k: v for k, v in record.leaves.items() if k in names} if record else None
+    items = []
+    for item in plan.items:
+        leaves = reshard_leaves(
+            item.report, item.layout, plan.zarr3, plan.write.compression, plan.write.memory_limit
+        )
+        record = read_digests(item.source.location)
+        names = {x.name for x in leaves}
+        carried = {k: v for k, v in record.leaves.items() if k in names} if record else None
+        items.append(ItemOut(item.source, leaves, carried, item.report.kind))
     out, seconds = run_write(
-        plan.source,
+        items,
         plan.destination,
-        leaves,
         plan.write,
         zarr3=plan.zarr3,
         label="reshard",
         operation=plan.operation,
         on_progress=on_progress,
-        leaf_digests=carried,
-        item_kind=plan.report.kind,
     )
     return WriteResult(plan, out, seconds)
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypedDict
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.names import unsafe_as_path
-from ckpt_cli.core.format.resolve import resolve_item
+from ckpt_cli.core.format.resolve import resolve_item, resolve_trees
 from ckpt_cli.core.format.sharding import (
     MeshSpec,
     PartitionSpecJSON,
@@ -31,7 +31,7 @@ from ckpt_cli.core.format.sharding import (
 )
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.reshard.rules import Rule, inline_rule, load_rules, parse_rules
-from ckpt_cli.core.state import mirrored, parameter_index
+from ckpt_cli.core.state import item_keypath, mirrored, parameter_index
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.memory import bound_allocator
 from ckpt_cli.core.write.rewrite import WrittenJSON
@@ -52,8 +52,17 @@ class ReshardLeafJSON(TypedDict):
     problem: str | None
 
 
+class ReshardItemJSON(TypedDict):
+    """One item of the step, resharded (v3)."""
+
+    item: str
+    total_bytes: int
+    leaves: list[ReshardLeafJSON]
+
+
 class ReshardPlanJSON(TypedDict):
-    """The plan alone, as ``--dry-run`` prints it."""
+    """The plan alone, as ``--dry-run`` prints it: ``leaves`` of every item resharded, and
+    each item's own in ``items``."""
 
     schema_version: int
     ok: bool
@@ -61,6 +70,7 @@ class ReshardPlanJSON(TypedDict):
     total_bytes: int
     unused_rules: list[str]
     leaves: list[ReshardLeafJSON]
+    items: list[ReshardItemJSON]
 
 
 class ReshardJSON(ReshardPlanJSON, WrittenJSON):
@@ -120,9 +130,27 @@ class ReshardLayout:
 
 
 @dataclass(frozen=True)
+class ReshardItem:
+    """One item of the step to reshard: its source, what inspect read, its target layout."""
+
+    source: ItemRef
+    report: ItemReport
+    layout: ReshardLayout
+
+    def to_json(self) -> ReshardItemJSON:
+        return {
+            "item": self.source.name,
+            "total_bytes": self.layout.total_bytes,
+            "leaves": [p.to_json() for p in self.layout.leaves],
+        }
+
+
+@dataclass(frozen=True)
 class ReshardPlan:
     """A reshard to carry out (``execute``): the source item, its target layout, where the new
-    step goes and how it is written. Nothing has been written when a plan exists."""
+    step goes and how it is written; ``more``: the step's other items resharded with it (no
+    ``--item`` on a step of several PyTree items). Nothing has been written when a plan
+    exists."""
 
     source: ItemRef
     report: ItemReport
@@ -131,29 +159,37 @@ class ReshardPlan:
     write: WriteOptions
     zarr3: bool  # the output zarr version (``write.zarr3``, else the source's)
     operation: dict[str, Any]  # recorded in the new step's ckpt_history
+    more: tuple[ReshardItem, ...] = ()
 
     kind = "reshard"
     #: 2: ``follows`` per leaf (optimizer moments that take their parameter's sharding).
-    SCHEMA_VERSION: ClassVar[int] = 2
+    #: 3: ``items``, every item of the step resharded (``items`` written).
+    SCHEMA_VERSION: ClassVar[int] = 3
+
+    @property
+    def items(self) -> tuple[ReshardItem, ...]:
+        return (ReshardItem(self.source, self.report, self.layout), *self.more)
 
     @property
     def leaves(self) -> tuple[LeafPlan, ...]:
-        return self.layout.leaves
+        return tuple(p for item in self.items for p in item.layout.leaves)
 
     @property
     def total_bytes(self) -> int:
-        return self.layout.total_bytes
+        return sum(item.layout.total_bytes for item in self.items)
 
     @property
     def refusal(self) -> RefusedError | None:
         """Why this plan cannot be written (leaves the target layout does not fit), or None."""
-        problems = self.layout.problems
+        several = len(self.items) > 1
+        problems = [(item.source.name, p) for item in self.items for p in item.layout.problems]
         if not problems:
             return None
-        first = problems[0]
+        item, first = problems[0]
+        where = f"item {item}: " if several else ""
         return RefusedError(
             f"{len(problems)} leaves cannot take the target layout, nothing written; "
-            f"{first.leaf.name}: {first.problem}",
+            f"{where}{first.leaf.name}: {first.problem}",
             hint="change their rule or the mesh; --dry-run lists every leaf",
         )
 
@@ -171,6 +207,7 @@ class ReshardPlan:
             "total_bytes": self.total_bytes,
             "unused_rules": list(self.layout.unused_rules),
             "leaves": [p.to_json() for p in self.leaves],
+            "items": [item.to_json() for item in self.items],
         }
 
     def written_json(self, written: WrittenJSON) -> ReshardJSON:
@@ -205,18 +242,15 @@ def plan_reshard(
         )
     write = write or WriteOptions()
     bound_allocator()
-    ref = resolve_item(_open(source, storage), step, item)
-    report = inspect_item(ref)
-    if like is not None:
-        other = inspect_item(_like_item(_open(like, storage), ref.name))
-        layout = plan_like(report, other, write.max_chunk_bytes)
-    else:
-        assert mesh is not None
-        target = mesh if isinstance(mesh, MeshSpec) else MeshSpec.parse(mesh)
-        rule_list = _rules(target, rules_file, rules)
-        layout = plan_from_rules(report, target, rule_list, write.max_chunk_bytes)
-    if not write.ocdbt:
-        layout = _without_unsafe_paths(layout)
+    items = _plan_items(
+        resolve_trees(_open(source, storage), step, item),
+        mesh,
+        rules_file,
+        rules,
+        None if like is None else _open(like, storage),
+        write,
+    )
+    ref, report, layout = items[0].source, items[0].report, items[0].layout
     mesh_text = (
         ",".join(f"{n}={k}" for n, k in zip(mesh.axis_names, mesh.shape, strict=True))
         if isinstance(mesh, MeshSpec)
@@ -235,7 +269,35 @@ def plan_reshard(
             "like": _text(like),
             "rules": rules_file,
         },
+        more=tuple(items[1:]),
     )
+
+
+def _plan_items(
+    refs: list[ItemRef],
+    mesh: str | MeshSpec | None,
+    rules_file: str | None,
+    rules: Sequence[str] | Mapping[str, Any],
+    like: Location | None,
+    write: WriteOptions,
+) -> list[ReshardItem]:
+    """Each item's target layout: from the mesh and rules (the same for every item, a moment
+    following its parameter across items), or from the same-named item of ``like``."""
+    reports = [(ref, inspect_item(ref)) for ref in refs]
+    if like is not None:
+        layouts = [
+            plan_like(report, inspect_item(_like_item(like, ref.name)), write.max_chunk_bytes)
+            for ref, report in reports
+        ]
+    else:
+        assert mesh is not None
+        target = mesh if isinstance(mesh, MeshSpec) else MeshSpec.parse(mesh)
+        rule_list = _rules(target, rules_file, rules)
+        named = [(ref.name if len(reports) > 1 else None, r) for ref, r in reports]
+        layouts = plan_items_from_rules(named, target, rule_list, write.max_chunk_bytes)
+    if not write.ocdbt:
+        layouts = [_without_unsafe_paths(layout) for layout in layouts]
+    return [ReshardItem(ref, r, lay) for (ref, r), lay in zip(reports, layouts, strict=True)]
 
 
 def _rules(
@@ -287,33 +349,59 @@ def plan_from_rules(
     mirrors a parameter (Adam ``mu``/``nu``: same relative path and shape) and that no rule
     names gets its parameter's, as migrate moves moments with their parameter; the rest is
     replicated."""
+    return plan_items_from_rules([(None, report)], mesh, rules, max_chunk_bytes)[0]
+
+
+def plan_items_from_rules(
+    reports: Sequence[tuple[str | None, ItemReport]],
+    mesh: MeshSpec,
+    rules: list[Rule],
+    max_chunk_bytes: int,
+) -> list[ReshardLayout]:
+    """``plan_from_rules`` of the items of one step (name, report) by the same rules, a moment
+    following its parameter across items too (the nnx ``optimizer`` item's ``mu`` mirrors the
+    ``model`` item's parameter, ``item_keypath``); a rule is unused when no item used it."""
     used: set[str] = set()
-    chosen: dict[str, tuple[Rule, Spec]] = {}
-    for leaf in report.leaves:
-        if leaf.is_array and leaf.shape is not None:
-            rule = next((r for r in rules if r.regex.match(leaf.name)), None)
-            if rule is not None:
-                used.add(rule.pattern)
-                chosen[leaf.name] = (rule, rule.spec)
-    index = parameter_index((lf for lf in report.leaves if lf.name in chosen), lambda x: x.keypath)
-    plans = []
-    for leaf in report.leaves:
-        if not leaf.is_array or leaf.shape is None:
-            plans.append(LeafPlan(leaf, None, None, (), (), None))
-            continue
-        if leaf.name in chosen:
-            rule, spec = chosen[leaf.name]
-            plans.append(_plan_leaf(leaf, spec, mesh, rule.pattern, max_chunk_bytes))
-            continue
-        found = mirrored(leaf.keypath, leaf.shape, index, lambda p: p.shape)
-        if found is not None and len(found[0]) == 1:
-            param = found[0][0]
-            plan = _plan_leaf(leaf, chosen[param.name][1], mesh, None, max_chunk_bytes)
-            plans.append(replace(plan, follows=param.name))
-            continue
-        plans.append(_plan_leaf(leaf, (), mesh, None, max_chunk_bytes))
+    chosen: dict[tuple[str | None, str], tuple[Rule, Spec]] = {}
+    for item, report in reports:
+        for leaf in report.leaves:
+            if leaf.is_array and leaf.shape is not None:
+                rule = next((r for r in rules if r.regex.match(leaf.name)), None)
+                if rule is not None:
+                    used.add(rule.pattern)
+                    chosen[item, leaf.name] = (rule, rule.spec)
+    index = parameter_index(
+        (
+            (item, lf)
+            for item, report in reports
+            for lf in report.leaves
+            if (item, lf.name) in chosen
+        ),
+        lambda x: item_keypath(x[0], x[1].keypath),
+    )
     unused = tuple(r.pattern for r in rules if r.pattern not in used)
-    return ReshardLayout(tuple(plans), unused, mesh)
+    layouts = []
+    for item, report in reports:
+        plans = []
+        for leaf in report.leaves:
+            if not leaf.is_array or leaf.shape is None:
+                plans.append(LeafPlan(leaf, None, None, (), (), None))
+                continue
+            if (item, leaf.name) in chosen:
+                rule, spec = chosen[item, leaf.name]
+                plans.append(_plan_leaf(leaf, spec, mesh, rule.pattern, max_chunk_bytes))
+                continue
+            key = item_keypath(item, leaf.keypath)
+            found = mirrored(key, leaf.shape, index, lambda p: p[1].shape)
+            if found is not None and len(found[0]) == 1:
+                where, param = found[0][0]
+                plan = _plan_leaf(leaf, chosen[where, param.name][1], mesh, None, max_chunk_bytes)
+                name = param.name if where == item else f"{where}/{param.name}"
+                plans.append(replace(plan, follows=name))
+                continue
+            plans.append(_plan_leaf(leaf, (), mesh, None, max_chunk_bytes))
+        layouts.append(ReshardLayout(tuple(plans), unused, mesh))
+    return layouts
 
 
 def _plan_leaf(

@@ -1,4 +1,4 @@
-"""Write a new step from a source step: one item rewritten leaf by leaf, the others copied.
+"""Write a new step from a source step: some items rewritten leaf by leaf, the others copied.
 
 Shared by ``reshard`` and ``migrate``. The destination is a CheckpointManager root (created when
 missing); the step keeps its number and is written under a tmp name, renamed when complete and
@@ -12,7 +12,7 @@ import contextlib
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypedDict
 
 from typing_extensions import NotRequired, TypeVar
@@ -69,6 +69,18 @@ class StepOutput:
     item: str
     bytes_written: int
     scale: ScaleStats | None = None  # how a scaled-out run split the work
+    items: tuple[str, ...] = ()  # every item rewritten (``item`` is the first)
+
+
+@dataclass(frozen=True)
+class ItemOut:
+    """One item a writer rewrites: its source item, its output leaves, the digests of values
+    known unchanged (recorded with fresh file checksums) and its kind (``pytree``/``array``)."""
+
+    source: ItemRef
+    leaves: Sequence[LeafOut]
+    leaf_digests: dict[str, LeafDigest] | None = None
+    kind: str = "pytree"
 
 
 class WrittenJSON(TypedDict):
@@ -77,6 +89,7 @@ class WrittenJSON(TypedDict):
     output: NotRequired[str]
     step: NotRequired[int]
     item: NotRequired[str]
+    written_items: NotRequired[list[str]]
     bytes_written: NotRequired[int]
     seconds: NotRequired[float]
     scale: NotRequired[ScaleJSON | None]
@@ -120,6 +133,7 @@ class WriteResult(Generic[DocumentT]):
             "output": out.path,
             "step": out.step,
             "item": out.item,
+            "written_items": list(out.items or (out.item,)),
             "bytes_written": out.bytes_written,
             "seconds": round(self.seconds, 3),
             "scale": out.scale.to_json() if out.scale else None,
@@ -130,45 +144,43 @@ class WriteResult(Generic[DocumentT]):
 
 
 def run_write(
-    src: ItemRef,
+    items: Sequence[ItemOut],
     dst: Location,
-    leaves: Sequence[LeafOut],
     options: WriteOptions,
     *,
     zarr3: bool,
     label: str,
     operation: dict[str, Any],
     on_progress: ProgressFn | None = None,
-    leaf_digests: dict[str, LeafDigest] | None = None,
     step: int | None = None,
-    item_kind: str = "pytree",
 ) -> tuple[StepOutput, float]:
-    """``write_step`` with ``options`` (``zarr3``: the output zarr version, resolved): the
+    """``write_items`` with ``options`` (``zarr3``: the output zarr version, resolved): the
     executor opened when it scales out, progress as ``label`` bytes of the arrays. Returns the
     output and the seconds it took."""
     started = time.monotonic()
-    total = sum(leaf.array.nbytes for leaf in leaves if leaf.array is not None)
+    total = sum(_array_bytes(item.leaves) for item in items)
     with contextlib.ExitStack() as stack:
         executor = None
         if options.executor.scaled:
             executor = stack.enter_context(open_executor(options.executor))
-        out = write_step(
-            src,
+        out = write_items(
+            items,
             dst,
-            leaves,
             use_ocdbt=options.ocdbt,
             use_zarr3=zarr3,
             memory_limit=options.memory_limit,
             operation=operation,
             on_bytes=ByteProgress(on_progress, label, total),
-            leaf_digests=leaf_digests,
             step=step,
             executor=executor,
             unit_bytes=options.unit_bytes,
             check_destination=False,
-            item_kind=item_kind,
         )
     return out, time.monotonic() - started
+
+
+def _array_bytes(leaves: Sequence[LeafOut]) -> int:
+    return sum(leaf.array.nbytes for leaf in leaves if leaf.array is not None)
 
 
 def prepare_destination(dst: Location, src: ItemRef) -> None:
@@ -204,72 +216,99 @@ def write_step(
     dst: Location,
     leaves: Sequence[LeafOut],
     *,
+    leaf_digests: dict[str, LeafDigest] | None = None,
+    item_kind: str = "pytree",
+    **options: Any,
+) -> StepOutput:
+    """``write_items`` of the one item ``src`` rewritten as ``leaves``."""
+    return write_items([ItemOut(src, leaves, leaf_digests, item_kind)], dst, **options)
+
+
+def write_items(
+    items: Sequence[ItemOut],
+    dst: Location,
+    *,
     use_ocdbt: bool,
     use_zarr3: bool,
     memory_limit: int,
     operation: dict[str, Any],
     on_bytes: Callable[[int], None] | None = None,
-    leaf_digests: dict[str, LeafDigest] | None = None,
     step: int | None = None,
     executor: Executor | None = None,
     unit_bytes: int = DEFAULT_UNIT_BYTES,
     check_destination: bool = True,
-    item_kind: str = "pytree",
 ) -> StepOutput:
-    """Write ``leaves`` as step ``step`` (default: the source's number) of the root ``dst``,
-    named as the source step is (its prefix and zero padding, ``step_dir_name``);
-    ``leaf_digests`` (values known unchanged, e.g. by reshard) are recorded for the new item
-    with freshly computed file checksums, so verify keeps checking them. With ``executor`` the
-    arrays are written in units by its workers (``distributed.py``); metadata, digests and the
-    commit stay here, after every unit succeeded. ``check_destination`` False: the caller
-    already ran ``prepare_destination``. ``item_kind`` (``pytree`` or ``array``, as
-    ``inspect`` tells it) picks the handler the step records for the item."""
+    """Write ``items`` (of one source step) as step ``step`` (default: the source's number) of
+    the root ``dst``, named as the source step is (``step_dir_name``), its other items copied;
+    one commit. An item's ``leaf_digests`` (values known unchanged, e.g. by reshard) are
+    recorded with fresh file checksums, so verify keeps checking them; its ``kind`` picks its
+    handler. With ``executor`` the arrays are written in units by its workers; metadata,
+    digests and the commit stay here. ``check_destination`` False: the caller already did."""
+    src = items[0].source
+    assert all(i.source.step_location == src.step_location for i in items), "one source step"
     if check_destination:
         prepare_destination(dst, src)
     if step is None:
         step = src.step if src.step is not None else 0
     # A step that is its own item (flax.training.checkpoints) stays one: its readers restore
     # the step directory itself and find no tree in an item directory.
-    top = src.step is not None and src.location == src.step_location
+    top = len(items) == 1 and src.step is not None and src.location == src.step_location
     writer = _step_writer(src, dst, step, operation)
     writer.begin()
     try:
         source_meta = read_step_metadata(src.step_location) if src.step_location else None
-        handler = HANDLERS.get(item_kind, STANDARD_HANDLER)
-        item_dir = writer.top_item(handler) if top else writer.item(src.name, handler)
-        item = ItemWriter(
-            item_dir, use_ocdbt=use_ocdbt, use_zarr3=use_zarr3, memory_limit=memory_limit
-        )
-        stats = _write_leaves(item, src, leaves, executor, unit_bytes, on_bytes)
+        stats, records = [], []
+        for one in items:
+            handler = HANDLERS.get(one.kind, STANDARD_HANDLER)
+            item_dir = writer.top_item(handler) if top else writer.item(one.source.name, handler)
+            item = ItemWriter(
+                item_dir, use_ocdbt=use_ocdbt, use_zarr3=use_zarr3, memory_limit=memory_limit
+            )
+            stats.append(_write_leaves(item, one, executor, unit_bytes, on_bytes))
+            records.append(functools.partial(_record_digests, item_dir, one.leaf_digests))
         # At the step top the record covers the step's _CHECKPOINT_METADATA too: written last.
-        record = functools.partial(_record_digests, item_dir, leaf_digests)
-        if not top:
+        for record in records if not top else ():
             record()
         if src.step_location is not None and src.location != src.step_location:
-            _copy_other_items(
-                src, writer, source_meta.item_handlers if source_meta else None, memory_limit
-            )
+            handlers = source_meta.item_handlers if source_meta else None
+            _copy_other_items(src, writer, handlers, memory_limit, {i.source.name for i in items})
         custom = _with_history(source_meta, {**operation, "source": str(src.location)})
         metrics = source_meta.metrics if source_meta else None
-        final = writer.commit(custom, metrics, before_marker=record if top else None)
+        final = writer.commit(custom, metrics, before_marker=records[0] if top else None)
     except BaseException:
         # Interrupts included: a dead run must leave no tmp step that a retry trips over.
         with contextlib.suppress(CkptError):
             writer.abort()
         raise
-    written = sum(leaf.array.nbytes for leaf in leaves if leaf.array is not None)
-    return StepOutput(str(final), step, src.name, written, stats)
+    written = sum(_array_bytes(one.leaves) for one in items)
+    return StepOutput(
+        str(final), step, src.name, written, _merged(stats), tuple(i.source.name for i in items)
+    )
+
+
+def _merged(stats: list[ScaleStats | None]) -> ScaleStats | None:
+    """The scale-out figures of a step's items added up (None: not scaled out)."""
+    done = [s for s in stats if s is not None]
+    if len(done) <= 1:
+        return done[0] if done else None
+    return replace(
+        done[0],
+        units=sum(s.units for s in done),
+        databases=sum(s.databases for s in done),
+        worker_seconds=sum(s.worker_seconds for s in done),
+        merge_seconds=sum(s.merge_seconds for s in done),
+    )
 
 
 def _write_leaves(
     item: ItemWriter,
-    src: ItemRef,
-    leaves: Sequence[LeafOut],
+    one: ItemOut,
     executor: Executor | None,
     unit_bytes: int,
     on_bytes: Callable[[int], None] | None,
 ) -> ScaleStats | None:
     """The item's arrays (by ``executor``'s workers when given), then its tree metadata."""
+    src, leaves = one.source, one.leaves
     stats = None
     if executor is None:
         item.write_arrays(leaves, on_bytes)
@@ -331,7 +370,11 @@ def _file_sums(item_dir: Location) -> dict[str, FileSum]:
 
 
 def _copy_other_items(
-    src: ItemRef, writer: StepWriter, handlers: dict[str, str] | str | None, memory_limit: int
+    src: ItemRef,
+    writer: StepWriter,
+    handlers: dict[str, str] | str | None,
+    memory_limit: int,
+    skip: set[str],
 ) -> None:
     assert src.step_location is not None
     children = src.step_location.list()
@@ -343,7 +386,7 @@ def _copy_other_items(
             hint=f"run `ckpt verify {src.step_location}`; replace the link by the directory",
         )
     for name in step_items(src.step_location, children, handlers):
-        if name == src.name:
+        if name in skip:
             continue
         loc = src.step_location.child(name)
         inside = [rel for rel, entry in loc.walk() if entry.is_symlink]
