@@ -71,9 +71,14 @@ def import_function(ref: str, what: str) -> Callable[..., Any]:
 
 def abstract_state(ref: str) -> Abstract:
     """Call the target function and name its leaves as Orbax does: name -> (shape, dtype)."""
+    return abstract_leaves(ref, call_target(ref))
+
+
+def call_target(ref: str) -> Any:
+    """The tree the target function returns."""
     fn = import_function(ref, "--target")
     try:
-        tree = fn()
+        return fn()
     except KeyboardInterrupt:
         raise
     except BaseException as e:  # SystemExit too: `builtins:exit` must not end ckpt silently
@@ -81,6 +86,11 @@ def abstract_state(ref: str) -> Abstract:
             f"--target {ref} failed ({_first(e)}); it must return the abstract tree of the new "
             "model"
         ) from None
+
+
+def abstract_leaves(ref: str, tree: Any) -> Abstract:
+    """The leaves of the tree target ``ref`` returned, named as Orbax does; refused when it is
+    not an abstract tree."""
     leaves = flatten_abstract(tree)
     if not leaves or all(name == "" for name in leaves):
         raise RefusedError(
@@ -96,7 +106,7 @@ def flatten_abstract(tree: Any) -> Abstract:
 
     out: Abstract = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        name = ".".join(_key(k) for k in path)
+        name = ".".join(key_name(k) for k in path)
         if isinstance(leaf, str):
             out[name] = (None, "string")
             continue
@@ -111,7 +121,7 @@ def flatten_abstract(tree: Any) -> Abstract:
     return out
 
 
-def _key(k: Any) -> str:
+def key_name(k: Any) -> str:
     for attr in ("key", "name", "idx"):  # DictKey / FlattenedIndexKey, GetAttrKey, SequenceKey
         if hasattr(k, attr):
             return str(getattr(k, attr))
