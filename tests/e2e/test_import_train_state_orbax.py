@@ -1,0 +1,157 @@
+"""``export`` then ``import`` gives back a step that Orbax restores into the user's TrainState.
+
+A linen TrainState (BatchNorm statistics, ``clip_by_global_norm`` + ``inject_hyperparams(adamw)``)
+is trained one step and saved by the installed Orbax CheckpointManager. Exported to one file and
+to shards, imported with ``--target`` and without it (the ``ckpt.tree`` key export records),
+it restores with ``StandardRestore(jax.eval_shape(...))``: same tree types (tuples, optax's
+NamedTuples, ``EmptyState``), same values and dtypes, and the next training step equals the
+step taken from the original checkpoint. Files from another tool, without ``ckpt.tree``, keep
+the containers the names give unless a target is given.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.support.exchange import export, import_
+
+pytestmark = pytest.mark.slow
+
+TARGET = "tests.support.linen_train_state:abstract_state"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A root holding step 1 of the TrainState, saved by Orbax after one real training step."""
+    import orbax.checkpoint as ocp
+
+    from tests.support import linen_train_state as lts
+
+    root = tmp_path_factory.mktemp("train") / "root"
+    state, _ = lts.train_step(lts.make_state(), seed=1)
+    assert state.step == 1
+    with ocp.CheckpointManager(str(root)) as mgr:
+        mgr.save(1, args=ocp.args.StandardSave(state))
+        mgr.wait_until_finished()
+    return root
+
+
+def restore(root: Path, step: int) -> Any:
+    import orbax.checkpoint as ocp
+
+    from tests.support import linen_train_state as lts
+
+    with ocp.CheckpointManager(str(root)) as mgr:
+        return mgr.restore(step, args=ocp.args.StandardRestore(lts.abstract_state()))
+
+
+def assert_same_state(got: Any, want: Any) -> None:
+    """Same tree types (NamedTuples, EmptyState, tuples), same values, dtypes and shapes."""
+    import jax
+    import optax
+
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+    assert type(got) is type(want)
+    clip, inject = got.opt_state
+    assert type(got.opt_state) is tuple and type(clip) is optax.EmptyState
+    assert type(inject).__name__ == "InjectStatefulHyperparamsState"
+    assert type(inject.inner_state[0]) is optax.ScaleByAdamState
+    assert inject.hyperparams_states == {}
+    leaves = jax.tree_util.tree_leaves_with_path(want)
+    assert len(leaves) > 20
+    for (path, w), g in zip(leaves, jax.tree_util.tree_leaves(got), strict=True):
+        g, w = np.asarray(g), np.asarray(w)
+        assert (g.dtype, g.shape) == (w.dtype, w.shape), jax.tree_util.keystr(path)
+        assert g.tobytes() == w.tobytes(), jax.tree_util.keystr(path)
+
+
+def assert_resumes(got: Any, want: Any) -> None:
+    """One training step from the imported state equals the step from the original."""
+    from tests.support import linen_train_state as lts
+
+    ours, loss = lts.train_step(got, seed=2)
+    theirs, their_loss = lts.train_step(want, seed=2)
+    assert int(ours.step) == int(got.step) + 1 == 2
+    assert np.isfinite(float(loss)) and float(loss) == float(their_loss)
+    assert_same_state(ours, theirs)
+
+
+@pytest.mark.parametrize("shards", [None, 600], ids=["one-file", "shards"])
+@pytest.mark.parametrize("target", [TARGET, None], ids=["target", "ckpt.tree"])
+def test_export_import_restores_into_the_train_state_and_resumes(
+    saved: Path, tmp_path: Path, shards: int | None, target: str | None
+) -> None:
+    kw = {"max_shard_size": shards} if shards else {}
+    written = export(saved, tmp_path / "st", **kw)
+    files = written.plan.files.files
+    assert len(files) > 2 if shards else len(files) == 1
+    result = import_(tmp_path / "st", tmp_path / "back", step=1, target=target)
+    assert result.plan.containers == ("target" if target else "ckpt.tree")
+    empty = {n.name: n.value_type for n in result.plan.empties}
+    assert empty == {
+        "opt_state.0": "None",
+        "opt_state.1.hyperparams_states": "Dict",
+        "opt_state.1.inner_state.1": "None",
+        "opt_state.1.inner_state.2": "None",
+    }
+    want = restore(saved, 1)
+    got = restore(tmp_path / "back", 1)
+    assert_same_state(got, want)
+    assert_resumes(got, want)
+
+
+def test_standard_checkpointer_restores_the_item(saved: Path, tmp_path: Path) -> None:
+    import orbax.checkpoint as ocp
+
+    from tests.support import linen_train_state as lts
+
+    export(saved, tmp_path / "st")
+    result = import_(tmp_path / "st", tmp_path / "back", step=1)
+    with ocp.StandardCheckpointer() as ckptr:
+        got = ckptr.restore(Path(result.path) / "default", lts.abstract_state())
+    assert_same_state(got, restore(saved, 1))
+    # Without any target Orbax gives the tree it recorded: lists for tuples, a Python int step.
+    with ocp.CheckpointManager(str(tmp_path / "back")) as mgr:
+        raw = mgr.restore(1)
+    assert isinstance(raw["opt_state"], list) and raw["opt_state"][0] is None
+    assert raw["step"] == 1 and isinstance(raw["step"], int)
+
+
+def test_files_of_another_tool_take_the_target_containers(saved: Path, tmp_path: Path) -> None:
+    """No ``ckpt.tree``: the names alone give dicts (as before); ``--target`` gives the tree."""
+    import jax
+    import safetensors.numpy
+
+    from ckpt_cli.core.migrate.target import key_name
+
+    want = restore(saved, 1)
+    tensors = {
+        ".".join(key_name(k) for k in p): np.asarray(v)
+        for p, v in jax.tree_util.tree_leaves_with_path(want)
+    }
+    assert tensors["step"].dtype == np.int32 and len(tensors) > 20
+    (tmp_path / "hf").mkdir()
+    safetensors.numpy.save_file(tensors, str(tmp_path / "hf" / "model.safetensors"), metadata={"format": "pt"})  # fmt: skip
+    plain = import_(tmp_path / "hf", tmp_path / "plain", step=1)
+    assert plain.plan.containers == "names" and plain.plan.empties == ()
+    assert all(set(leaf.key_types) == {2} for leaf in plain.plan.leaves)
+    result = import_(tmp_path / "hf", tmp_path / "back", step=1, target=TARGET)
+    assert result.plan.containers == "target"
+    got = restore(tmp_path / "back", 1)
+    assert_same_state(got, want)
+    assert_resumes(got, want)
+
+
+def test_the_tree_key_is_compact_json(saved: Path, tmp_path: Path) -> None:
+    written = export(saved, tmp_path / "st")
+    doc = json.loads(written.plan.metadata["ckpt.tree"])
+    assert doc["version"] == 1
+    tree = doc["tree"]
+    assert tree["step"] == "scalar" and tree["params"]["Dense_0"]["kernel"] == 1
+    assert tree["opt_state"][0] == "None" and tree["opt_state"][1]["hyperparams_states"] == "Dict"
+    assert tree["opt_state"][1]["inner_state"][0]["mu"]["Dense_1"]["bias"] == 1
