@@ -50,6 +50,17 @@ def restore(root: Path, step: int) -> Any:
         return mgr.restore(step, args=ocp.args.StandardRestore(lts.abstract_state()))
 
 
+def tree_metadata(step: Path) -> dict[str, tuple[list[int], str]]:
+    """Each entry of the item's ``_METADATA``: its key types and value type."""
+    doc = json.loads((step / "default" / "_METADATA").read_text())
+    entries = doc["tree_metadata"]
+    assert entries
+    return {
+        k: ([x["key_type"] for x in v["key_metadata"]], v["value_metadata"]["value_type"])
+        for k, v in entries.items()
+    }
+
+
 def assert_same_state(got: Any, want: Any) -> None:
     """Same tree types (NamedTuples, EmptyState, tuples), same values, dtypes and shapes."""
     import jax
@@ -99,6 +110,7 @@ def test_export_import_restores_into_the_train_state_and_resumes(
         "opt_state.1.inner_state.1": "None",
         "opt_state.1.inner_state.2": "None",
     }
+    assert tree_metadata(tmp_path / "back" / "1") == tree_metadata(saved / "1")
     want = restore(saved, 1)
     got = restore(tmp_path / "back", 1)
     assert_same_state(got, want)
@@ -155,3 +167,56 @@ def test_the_tree_key_is_compact_json(saved: Path, tmp_path: Path) -> None:
     assert tree["step"] == "scalar" and tree["params"]["Dense_0"]["kernel"] == 1
     assert tree["opt_state"][0] == "None" and tree["opt_state"][1]["hyperparams_states"] == "Dict"
     assert tree["opt_state"][1]["inner_state"][0]["mu"]["Dense_1"]["bias"] == 1
+
+
+@pytest.mark.parametrize("target", [None, "tests.support.linen_train_state:abstract_mixed"])
+def test_every_kind_of_node_comes_back_as_orbax_saved_it(
+    tmp_path: Path, target: str | None
+) -> None:
+    import jax
+    import orbax.checkpoint as ocp
+
+    from tests.support import linen_train_state as lts
+
+    with ocp.CheckpointManager(str(tmp_path / "root")) as mgr:
+        mgr.save(0, args=ocp.args.StandardSave(lts.mixed_tree()))
+        mgr.wait_until_finished()
+    export(tmp_path / "root", tmp_path / "st")
+    import_(tmp_path / "st", tmp_path / "back", target=target)
+    assert tree_metadata(tmp_path / "back" / "0") == tree_metadata(tmp_path / "root" / "0")
+    abstract = lts.abstract_mixed()
+    with ocp.CheckpointManager(str(tmp_path / "root")) as mgr:
+        want = mgr.restore(0, args=ocp.args.StandardRestore(abstract))
+    with ocp.CheckpointManager(str(tmp_path / "back")) as mgr:
+        got = mgr.restore(0, args=ocp.args.StandardRestore(abstract))
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+    assert type(got["pair"]) is tuple and type(got["layers"]) is list
+    assert got["empty"] == {"list": [], "tuple": (), "dict": {}, "none": None}
+    leaves = jax.tree_util.tree_leaves(want)
+    assert len(leaves) == 6
+    for g, w in zip(jax.tree_util.tree_leaves(got), leaves, strict=True):
+        assert type(g) is type(w)
+        g, w = np.asarray(g), np.asarray(w)
+        assert (g.dtype, g.shape, g.tobytes()) == (w.dtype, w.shape, w.tobytes())
+
+
+def test_a_spec_moving_a_leaf_onto_an_empty_node_keeps_the_leaf(tmp_path: Path) -> None:
+    import orbax.checkpoint as ocp
+
+    from ckpt_cli.core.migrate.spec import parse_spec
+    from tests.support import linen_train_state as lts
+
+    with ocp.CheckpointManager(str(tmp_path / "root")) as mgr:
+        mgr.save(0, args=ocp.args.StandardSave(lts.mixed_tree()))
+        mgr.wait_until_finished()
+    export(tmp_path / "root", tmp_path / "st")
+    rules = b"version: 1\nrules:\n  - {op: rename, from: 'host', to: 'empty.none.host'}\n  - {op: rename, from: 'scale', to: 'empty.dict'}\n"  # fmt: skip
+    result = import_(tmp_path / "st", tmp_path / "back", spec=parse_spec(rules, "move.yaml"))
+    assert {n.name for n in result.plan.empties} == {"empty.list", "empty.tuple"}
+    meta = tree_metadata(tmp_path / "back" / "0")
+    assert meta["('empty', 'none', 'host')"] == ([2, 2, 2], "np.ndarray")
+    assert meta["('empty', 'dict')"] == ([2, 2], "scalar")
+    with ocp.CheckpointManager(str(tmp_path / "back")) as mgr:
+        raw = mgr.restore(0)
+    assert raw["empty"]["dict"] == 0.5 and raw["empty"]["list"] == []
+    assert raw["empty"]["none"]["host"].tolist() == [0, 1, 2, 3]

@@ -68,3 +68,21 @@ def train_step(state: TrainState, seed: int) -> tuple[TrainState, Any]:
     (loss, updates), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     new = state.apply_gradients(grads=grads, batch_stats=updates["batch_stats"])
     return new, loss
+
+
+def mixed_tree() -> dict[str, Any]:
+    """Every kind of node Orbax records: lists and tuples, empty ones, None, a host array and a
+    Python float beside jax arrays of several dtypes."""
+    import numpy as np
+
+    return {
+        "layers": [{"w": jnp.arange(6.0).reshape(2, 3)}, {"w": jnp.ones((2, 3), jnp.bfloat16)}],
+        "pair": (jnp.array([1, 2], jnp.int8), jnp.array([True, False])),
+        "empty": {"list": [], "tuple": (), "dict": {}, "none": None},
+        "host": np.arange(4, dtype=np.uint16),
+        "scale": 0.5,
+    }
+
+
+def abstract_mixed() -> Any:
+    return jax.eval_shape(mixed_tree)

@@ -412,12 +412,15 @@ def _layout(
 
 
 def _empties(containers: Containers, leaves: Sequence[ImportLeaf]) -> tuple[Node, ...]:
-    """The recorded empty nodes that still have a place in the tree: at its top or in a
-    container that holds a written leaf, and neither a leaf nor a container of one (a spec
-    may have moved leaves there)."""
-    prefixes = {leaf.keypath[:i] for leaf in leaves for i in range(len(leaf.keypath) + 1)}
+    """The recorded empty nodes that do not clash with a written leaf (a spec may have moved
+    one to, or under, an empty node's path)."""
+    names = {leaf.keypath for leaf in leaves}
+    prefixes = {leaf.keypath[:i] for leaf in leaves for i in range(len(leaf.keypath))}
     return tuple(
-        n for n in containers.empties if n.keypath not in prefixes and n.keypath[:-1] in prefixes
+        n
+        for n in containers.empties
+        if n.keypath not in prefixes
+        and not any(n.keypath[:i] in names for i in range(1, len(n.keypath) + 1))
     )
 
 
