@@ -220,3 +220,16 @@ def test_a_spec_moving_a_leaf_onto_an_empty_node_keeps_the_leaf(tmp_path: Path) 
         raw = mgr.restore(0)
     assert raw["empty"]["dict"] == 0.5 and raw["empty"]["list"] == []
     assert raw["empty"]["none"]["host"].tolist() == [0, 1, 2, 3]
+
+
+def test_the_command_line_round_trip_restores_and_resumes(cli, saved: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    assert cli("export", saved, tmp_path / "st", "--max-shard-size", "1KB").code == 0
+    r = cli("import", tmp_path / "st", tmp_path / "back", "--step", "1", "--target", TARGET, "--json")  # fmt: skip
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert doc["tree"]["containers"] == "target" and len(doc["tree"]["empty"]) == 4
+    assert {leaf["name"]: leaf["value_type"] for leaf in doc["leaves"]}["step"] == "scalar"
+    want = restore(saved, 1)
+    got = restore(tmp_path / "back", 1)
+    assert_same_state(got, want)
+    assert_resumes(got, want)
