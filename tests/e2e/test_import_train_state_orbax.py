@@ -1,4 +1,5 @@
 """``export`` then ``import`` gives back a step that Orbax restores into the user's TrainState.
+(an nnx model and optimizer too)
 
 A linen TrainState (BatchNorm statistics, ``clip_by_global_norm`` + ``inject_hyperparams(adamw)``)
 is trained one step and saved by the installed Orbax CheckpointManager. Exported to one file and
@@ -233,3 +234,42 @@ def test_the_command_line_round_trip_restores_and_resumes(cli, saved: Path, tmp_
     got = restore(tmp_path / "back", 1)
     assert_same_state(got, want)
     assert_resumes(got, want)
+
+
+@pytest.mark.parametrize("target", ["tests.support.nnx_train_state:abstract_state", None])
+def test_an_nnx_model_and_optimizer_restore_and_resume(tmp_path: Path, target: str | None) -> None:
+    import jax
+    import orbax.checkpoint as ocp
+    from flax import nnx
+
+    from tests.support import nnx_train_state as nts
+
+    model, optimizer = nts.make()
+    nts.train_step(model, optimizer, seed=1)
+    with ocp.CheckpointManager(str(tmp_path / "root")) as mgr:
+        mgr.save(1, args=ocp.args.StandardSave(nts.state_of(model, optimizer)))
+        mgr.wait_until_finished()
+    export(tmp_path / "root", tmp_path / "st", max_shard_size=500)
+    import_(tmp_path / "st", tmp_path / "back", step=1, target=target)
+    assert tree_metadata(tmp_path / "back" / "1") == tree_metadata(tmp_path / "root" / "1")
+    states = []
+    for root in ("root", "back"):
+        with ocp.CheckpointManager(str(tmp_path / root)) as mgr:
+            states.append(mgr.restore(1, args=ocp.args.StandardRestore(nts.abstract_state())))
+    want, got = states
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+    leaves = jax.tree_util.tree_leaves(want)
+    assert len(leaves) > 20
+    for g, w in zip(jax.tree_util.tree_leaves(got), leaves, strict=True):
+        assert np.asarray(g).dtype == np.asarray(w).dtype
+        assert np.asarray(g).tobytes() == np.asarray(w).tobytes()
+    losses, params = [], []
+    for state in (got, want):
+        m, o = nts.make()
+        nnx.update(m, state["model"])
+        nnx.update(o, state["optimizer"])
+        losses.append(float(nts.train_step(m, o, seed=2)))
+        assert int(o.step[...]) == 2
+        params.append(jax.tree_util.tree_leaves(nnx.state(m, nnx.Param)))
+    assert np.isfinite(losses[0]) and losses[0] == losses[1]
+    assert params[0] and all(np.array_equal(a, b) for a, b in zip(*params, strict=True))
