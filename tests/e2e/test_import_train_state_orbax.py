@@ -1,5 +1,4 @@
-"""``export`` then ``import`` gives back a step that Orbax restores into the user's TrainState.
-(an nnx model and optimizer too)
+"""``export`` then ``import`` gives back a step that Orbax restores into the user's state.
 
 A linen TrainState (BatchNorm statistics, ``clip_by_global_norm`` + ``inject_hyperparams(adamw)``)
 is trained one step and saved by the installed Orbax CheckpointManager. Exported to one file and
@@ -7,7 +6,8 @@ to shards, imported with ``--target`` and without it (the ``ckpt.tree`` key expo
 it restores with ``StandardRestore(jax.eval_shape(...))``: same tree types (tuples, optax's
 NamedTuples, ``EmptyState``), same values and dtypes, and the next training step equals the
 step taken from the original checkpoint. Files from another tool, without ``ckpt.tree``, keep
-the containers the names give unless a target is given.
+the containers the names give unless a target is given. An nnx model and optimizer (mappings
+with integer keys) come back the same way.
 """
 
 from __future__ import annotations
