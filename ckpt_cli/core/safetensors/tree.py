@@ -97,7 +97,7 @@ def parse_tree(text: str) -> Containers:
     newer version."""
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         doc = None
     if not isinstance(doc, dict) or "tree" not in doc:
         raise _damaged("it is not a JSON object with a tree")
@@ -108,7 +108,10 @@ def parse_tree(text: str) -> Containers:
             hint="import with a newer ckpt, or give the tree with --target MODULE:FUNCTION",
         )
     nodes: list[Node] = []
-    _walk(doc["tree"], (), (), nodes)
+    try:
+        _walk(doc["tree"], (), (), nodes)
+    except RecursionError:
+        raise _damaged("it is nested deeper than Python can follow") from None
     return Containers(tuple(nodes), TREE_KEY)
 
 

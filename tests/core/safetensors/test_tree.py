@@ -58,6 +58,8 @@ def test_a_sequence_at_the_top_and_keys_with_dots() -> None:
         '{"version": 1, "tree": {"a": 2}}',
         '{"version": 1, "tree": {"a": ""}}',
         '{"version": 1, "tree": {"a": null}}',
+        "[" * 100_000 + "]" * 100_000,
+        '{"version": 1, "tree": ' + '{"a": ' * 5000 + "1" + "}" * 5001,
     ],
 )
 def test_damaged_values_are_refused(text: str) -> None:
