@@ -103,6 +103,11 @@ demo: $(STAMP)
 	@echo "== ckpt import: back into an Orbax step 600; ckpt diff: the parameters are equal"
 	$(CKPT) import $(DEMO)-pt $(DEMO)-back --spec examples/pytorch_to_mlp.yaml --step 600
 	$(CKPT) diff $(DEMO)@600 $(DEMO)-back@600 --filter 'params.*'
+	@echo "== the whole training state there and back: its tuples and EmptyState ride along (ckpt.tree); training resumes from the import"
+	rm -rf $(DEMO)-state $(DEMO)-resumed
+	$(CKPT) export $(DEMO) $(DEMO)-state --step 600
+	$(CKPT) import $(DEMO)-state $(DEMO)-resumed --step 600
+	$(PY) examples/train_mlp.py --workdir $(DEMO)-resumed --steps 650 --save-every 50
 	@echo "== a scanned Llama-shaped Flax model to Hugging Face Llama names (sharded), and back"
 	$(PY) examples/llama_tree.py --workdir $(DEMO)-llama
 	$(CKPT) export $(DEMO)-llama $(DEMO)-llama-hf --spec examples/llama_to_hf.yaml --dtype bfloat16 --dry-run

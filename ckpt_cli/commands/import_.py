@@ -114,6 +114,7 @@ COMMAND = Command(
     name="import",
     function=import_,
     documents=("ckpt_cli.core.safetensors.import_run:ImportJSON",),
+    version="ckpt_cli.core.safetensors.import_:ImportPlan",
     examples=(
         "out runs/back --spec pytorch_to_mlp.yaml --step 600",
         "hf runs/llama --spec hf_to_llama.yaml --target model:abstract",

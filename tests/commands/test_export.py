@@ -109,3 +109,37 @@ def test_import_target_mismatch_is_refused(cli, tmp_path: Path) -> None:  # type
     r = cli("import", st, tmp_path / "root", "--target", "examples.train_mlp:abstract_state")
     assert r.code == 3 and "differs from --target" in r.stderr, r.stderr
     assert not (tmp_path / "root").exists()
+
+
+def test_import_reports_the_containers_it_writes(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    st = tmp_path / "st"
+    assert cli("export", FIXTURES / "seed_mlp", st).code == 0
+    r = cli("import", st, tmp_path / "root", "--dry-run", "--json")
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert doc["schema_version"] == 2 and "ckpt.tree" not in doc["source"]["metadata"]
+    assert doc["tree"] == {"containers": "ckpt.tree", "empty": [{"name": "opt_state.1", "value_type": "None"}]}  # fmt: skip
+    types = {leaf["name"]: leaf["value_type"] for leaf in doc["leaves"]}
+    assert types["params.Dense_0.kernel"] == "jax.Array" and len(types) == 15
+    text = cli("import", st, tmp_path / "root", "--dry-run")
+    assert "containers: from the files' ckpt.tree, 1 empty node (opt_state.1)" in text.stdout
+
+
+@pytest.mark.parametrize(
+    ("tree", "phrase"),
+    [
+        ("{not json", "ckpt.tree metadata is damaged"),
+        ('{"version": 1, "tree": {"w": 7}}', "ckpt.tree metadata is damaged (w is 7)"),
+        ('{"version": 9, "tree": {"w": 1}}', "has version 9; this ckpt reads version 1"),
+    ],
+)
+def test_import_refuses_a_damaged_tree_key(cli, tmp_path: Path, tree: str, phrase: str) -> None:  # type: ignore[no-untyped-def]
+    import numpy as np
+    import safetensors.numpy
+
+    (tmp_path / "st").mkdir()
+    path = str(tmp_path / "st" / "model.safetensors")
+    safetensors.numpy.save_file({"w": np.ones(2, np.float32)}, path, metadata={"ckpt.tree": tree})
+    r = cli("import", tmp_path / "st", tmp_path / "root")
+    assert r.code == 3 and phrase in r.stderr and "--target" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "root").exists()

@@ -74,6 +74,19 @@ def print_import_plan(plan: Any) -> None:
         f"{len(plan.leaves)} leaves, {human_bytes(plan.total_bytes)} from "
         f"{len(plan.files)} file{'s' if len(plan.files) > 1 else ''}{dropped}"
     )
+    console.print(_containers(plan))
+
+
+def _containers(plan: Any) -> str:
+    """Where the tree's containers come from, and its empty nodes."""
+    if plan.containers == "names":
+        return "containers: dicts, from the tensor names (--target gives tuples and optax states)"
+    where = "--target" if plan.containers == "target" else "the files' ckpt.tree"
+    n = len(plan.empties)
+    if not n:
+        return f"containers: from {where}"
+    names = ", ".join(e.name for e in plan.empties[:3]) + (", ..." if n > 3 else "")
+    return f"containers: from {where}, {n} empty node{'s' if n != 1 else ''} ({names})"
 
 
 def print_written(path: str, nbytes: int, seconds: float) -> None:

@@ -69,6 +69,11 @@ def import_function(ref: str, what: str) -> Callable[..., Any]:
     return fn  # type: ignore[no-any-return]
 
 
+def abstract_state(ref: str) -> Abstract:
+    """Call the target function and name its leaves as Orbax does: name -> (shape, dtype)."""
+    return abstract_leaves(ref, call_target(ref))
+
+
 def call_target(ref: str) -> Any:
     """Import and call the ``--target`` function: the abstract tree it returns."""
     fn = import_function(ref, "--target")
@@ -83,9 +88,9 @@ def call_target(ref: str) -> Any:
         ) from None
 
 
-def abstract_state(ref: str) -> Abstract:
-    """Call the target function and name its leaves as Orbax does: name -> (shape, dtype)."""
-    tree = call_target(ref)
+def abstract_leaves(ref: str, tree: Any) -> Abstract:
+    """The leaves of the tree target ``ref`` returned, named as Orbax does; refused when it is
+    not an abstract tree."""
     leaves = flatten_abstract(tree)
     if not leaves or all(name == "" for name in leaves):
         raise RefusedError(

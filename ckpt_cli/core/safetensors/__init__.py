@@ -1,10 +1,12 @@
 """The safetensors format (Hugging Face, PyTorch): header model, strict parser, shard planner,
-streaming writer and reader. Pure Python over numpy and ml_dtypes: no JAX, no Typer, no Rich.
+streaming writer and reader. Pure Python over numpy and ml_dtypes: no JAX (but for a
+``--target``, in ``tree``), no Typer, no Rich.
 
 Modules: ``dtypes`` (the dtype table), ``header`` (encode and parse a header), ``blocks`` (the
 contiguous pieces tensors stream in), ``plan`` (tensors -> shard files, the HF index),
 ``writer`` (one file, block by block, renamed when complete), ``reader`` (blocks by positioned
-reads; a Hugging Face directory through its index).
+reads; a Hugging Face directory through its index), ``tree`` (the tree's containers, recorded as
+``ckpt.tree``), ``export``/``import_`` (plans) and ``export_run``/``import_run``.
 """
 
 from __future__ import annotations

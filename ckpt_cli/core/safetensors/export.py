@@ -24,6 +24,7 @@ from ckpt_cli.core.migrate.spec import MigrationSpec
 from ckpt_cli.core.migrate.tree import OperationJSON, Step
 from ckpt_cli.core.safetensors.dtypes import safetensors_dtype
 from ckpt_cli.core.safetensors.plan import FilesPlan, TensorSpec, plan_files
+from ckpt_cli.core.safetensors.tree import EMPTY_TYPES, TREE_KEY, Node, encode_tree
 from ckpt_cli.core.schema import SCHEMA_VERSION
 from ckpt_cli.core.storage import StorageOptions
 from ckpt_cli.errors import RefusedError
@@ -258,7 +259,7 @@ def plan_export_item(
     for s in specs:
         safetensors_dtype(s.dtype, f"leaf {s.name!r}")
     source = str(ref.root or ref.step_location or ref.location)
-    metadata = {"format": framework}
+    metadata = {"format": framework, TREE_KEY: encode_tree(_tree_nodes(dest_leaves, exported))}
     if provenance:
         metadata.update(_provenance(ref, report, source, spec))
     files = plan_files(specs, max_shard_size=max_shard_size, metadata=metadata)
@@ -337,6 +338,13 @@ def _arrays(dest_leaves: tuple[DestLeaf, ...], skipped: list[Skipped]) -> list[D
             )
         exported.append(leaf)
     return exported
+
+
+def _tree_nodes(dest_leaves: tuple[DestLeaf, ...], exported: list[DestLeaf]) -> list[Node]:
+    """What ``ckpt.tree`` records: the exported tensors and the empty nodes (``None``,
+    ``optax.EmptyState()``, ``{}``) the import writes back, with their container kinds."""
+    empties = [x for x in dest_leaves if x.expr is None and x.value_type in EMPTY_TYPES]
+    return [Node(x.keypath, x.key_types, x.value_type) for x in [*exported, *empties]]
 
 
 def _provenance(

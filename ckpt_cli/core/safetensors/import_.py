@@ -15,7 +15,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, ClassVar, TypedDict
 
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.sharding import (
@@ -39,7 +39,7 @@ from ckpt_cli.core.migrate.tree import (
 from ckpt_cli.core.reshard.rules import Rule
 from ckpt_cli.core.safetensors.dtypes import TO_NUMPY
 from ckpt_cli.core.safetensors.reader import SafetensorsReader, check_against_index, find_files
-from ckpt_cli.core.schema import SCHEMA_VERSION
+from ckpt_cli.core.safetensors.tree import TREE_KEY, Containers, Node, parse_tree
 from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.core.write.types import WriteOptions
 from ckpt_cli.errors import RefusedError, UsageError
@@ -95,6 +95,7 @@ ImportLeafJSON = TypedDict(
     "ImportLeafJSON",
     {
         "name": str,
+        "value_type": str,
         "dtype": str,
         "shape": Shape,
         "bytes": int,
@@ -105,6 +106,20 @@ ImportLeafJSON = TypedDict(
         "mesh_rule": str | None,
     },
 )
+
+
+class EmptyNodeJSON(TypedDict):
+    name: str
+    value_type: str
+
+
+class ImportTreeJSON(TypedDict):
+    """Where the container kinds of the written tree come from (``target``: --target;
+    ``ckpt.tree``: the files' metadata, written by ``ckpt export``; ``names``: the tensor names
+    alone, every container a dict), and the empty nodes written (None, optax.EmptyState(), {})."""
+
+    containers: str
+    empty: list[EmptyNodeJSON]
 
 
 class ImportPlanJSON(TypedDict):
@@ -118,6 +133,7 @@ class ImportPlanJSON(TypedDict):
     mesh: dict[str, int] | None
     total_bytes: int
     leaves: list[ImportLeafJSON]
+    tree: ImportTreeJSON
     dropped: list[str]
     unused_rules: list[str]
 
@@ -127,6 +143,7 @@ class ImportLeaf:
     name: str
     keypath: tuple[str, ...]
     key_types: tuple[int, ...]
+    value_type: str
     expr: ops.Node
     sources: tuple[str, ...]
     steps: tuple[Step, ...]
@@ -143,6 +160,7 @@ class ImportLeaf:
     def to_json(self) -> ImportLeafJSON:
         return {
             "name": self.name,
+            "value_type": self.value_type,
             "dtype": self.expr.dtype,
             "shape": list(self.expr.shape),
             "bytes": self.nbytes,
@@ -170,8 +188,12 @@ class ImportPlan:
     write: WriteOptions = field(default_factory=lambda: WriteOptions(16 << 20, 256 << 20))
     #: How to reach ``dst`` on an object store (None: this process's environment).
     storage: StorageOptions | None = None
+    #: The empty nodes written (no data), and where the container kinds come from.
+    empties: tuple[Node, ...] = ()
+    containers: str = "names"
 
     kind = "import"
+    SCHEMA_VERSION: ClassVar[int] = 2  # 2: leaves' value_type, tree
 
     @property
     def total_bytes(self) -> int:
@@ -179,7 +201,7 @@ class ImportPlan:
 
     def to_json(self) -> ImportPlanJSON:
         return {
-            "schema_version": SCHEMA_VERSION,
+            "schema_version": self.SCHEMA_VERSION,
             "ok": True,
             "source": {
                 "path": self.source,
@@ -194,14 +216,19 @@ class ImportPlan:
             else None,
             "total_bytes": self.total_bytes,
             "leaves": [leaf.to_json() for leaf in self.leaves],
+            "tree": {
+                "containers": self.containers,
+                "empty": [{"name": n.name, "value_type": n.value_type} for n in self.empties],
+            },
             "dropped": list(self.dropped),
             "unused_rules": list(self.unused_rules),
         }
 
 
-def source_work(src: str) -> tuple[Any, list[Work], dict[str, str]]:
-    """The validated files of ``src`` and one leaf per tensor (``None`` expression for dtypes
-    ckpt does not convert: a spec may still drop them)."""
+def source_work(src: str) -> tuple[Any, list[Work], dict[str, str], Containers | None]:
+    """The validated files of ``src``, one leaf per tensor (``None`` expression for dtypes
+    ckpt does not convert: a spec may still drop them), the files' metadata and the containers
+    ``ckpt.tree`` records (None: not written by ``ckpt export``)."""
     files = find_files(src)
     headers = {}
     metadata: dict[str, str] = {}
@@ -210,6 +237,9 @@ def source_work(src: str) -> tuple[Any, list[Work], dict[str, str]]:
             headers[name] = r.header
             metadata = dict(metadata or r.header.metadata or {})
     where = check_against_index(files, headers)
+    text = metadata.pop(TREE_KEY, None)
+    containers = parse_tree(text) if text is not None else None
+    recorded = containers.tensors if containers else {}
     work = []
     for tensor in sorted(where):
         entry = headers[where[tensor]].entry(tensor)
@@ -227,10 +257,12 @@ def source_work(src: str) -> tuple[Any, list[Work], dict[str, str]]:
             else None
         )
         value_type = "jax.Array" if dtype else f"safetensors {entry.dtype}"
-        work.append(
-            Work(keypath, (None,) * len(keypath), value_type, expr, (tensor,), None, tensor)
-        )
-    return files, work, metadata
+        types: tuple[int | None, ...] = (None,) * len(keypath)
+        if (node := recorded.get(tensor)) is not None:
+            keypath, types = node.keypath, node.key_types
+            value_type = node.value_type if dtype else value_type
+        work.append(Work(keypath, types, value_type, expr, (tensor,), None, tensor))
+    return files, work, metadata, containers
 
 
 def plan_import(
@@ -272,7 +304,7 @@ def plan_import(
     )  # fmt: skip
     plan = dataclasses.replace(plan, write=write, storage=storage)
     if target:
-        check_target(plan, target)
+        plan = apply_target(plan, target)
     return plan
 
 
@@ -286,7 +318,7 @@ def _plan(
     write: WriteOptions,
     allow_unused: bool,
 ) -> ImportPlan:
-    files, work, metadata = source_work(src)
+    files, work, metadata, containers = source_work(src)
     names = [w.name for w in work]
     unused: tuple[str, ...] = ()
     if spec is not None:
@@ -319,6 +351,8 @@ def _plan(
             hint="--dry-run lists the leaves; --allow-unused goes on without it",
         )
     return ImportPlan(
+        empties=_empties(containers, leaves) if containers else (),
+        containers=containers.origin if containers else "names",
         source=src,
         files=files.files,
         index=None if files.index is None else src,
@@ -365,6 +399,7 @@ def _layout(
         w.name,
         w.keypath,
         types,
+        w.value_type,
         w.expr,
         w.sources,
         w.steps,
@@ -373,6 +408,19 @@ def _layout(
         chunk,
         shard,
         rule,
+    )
+
+
+def _empties(containers: Containers, leaves: Sequence[ImportLeaf]) -> tuple[Node, ...]:
+    """The recorded empty nodes that do not clash with a written leaf (a spec may have moved
+    one to, or under, an empty node's path)."""
+    names = {leaf.keypath for leaf in leaves}
+    prefixes = {leaf.keypath[:i] for leaf in leaves for i in range(len(leaf.keypath))}
+    return tuple(
+        n
+        for n in containers.empties
+        if n.keypath not in prefixes
+        and not any(n.keypath[:i] in names for i in range(1, len(n.keypath) + 1))
     )
 
 
@@ -408,18 +456,44 @@ def _largest_divisor(n: int, most: int) -> int:
     return best
 
 
-def check_target(plan: ImportPlan, target: str) -> None:
-    """Refuse a plan whose leaves differ from the abstract state ``target`` returns (names,
-    shapes, dtypes), as ``migrate --target`` does."""
-    from ckpt_cli.core.migrate.target import abstract_state, compare_target
+def apply_target(plan: ImportPlan, target: str) -> ImportPlan:
+    """The plan with the containers of the abstract state ``target`` returns (tuples, optax's
+    NamedTuples, empty nodes: what StandardRestore compares); refused when its leaves differ
+    (names, shapes, dtypes), as ``migrate --target`` is."""
+    from ckpt_cli.core.migrate.target import abstract_leaves, call_target, compare_target
+    from ckpt_cli.core.safetensors.tree import target_containers
 
+    tree = call_target(target)
+    expected = abstract_leaves(target, tree)
     planned: dict[str, tuple[tuple[int, ...] | None, str]] = {
-        leaf.name: (leaf.expr.shape, leaf.expr.dtype) for leaf in plan.leaves
+        leaf.name: (leaf.expr.shape, _planned_dtype(leaf, expected)) for leaf in plan.leaves
     }
-    diffs = compare_target(planned, abstract_state(target))
+    diffs = compare_target(planned, expected)
     if diffs:
         raise RefusedError(
             f"the result differs from --target {target} in {len(diffs)} leaves, nothing written; "
             f"{diffs[0].text()}",
             hint="--dry-run lists the leaves the import would write",
         )
+    containers = target_containers(tree)
+    nodes = containers.tensors
+    leaves = tuple(
+        dataclasses.replace(leaf, keypath=n.keypath, key_types=n.key_types)
+        if (n := nodes.get(leaf.name)) is not None
+        else leaf
+        for leaf in plan.leaves
+    )
+    return dataclasses.replace(
+        plan, leaves=leaves, empties=containers.empties, containers=containers.origin
+    )
+
+
+def _planned_dtype(
+    leaf: ImportLeaf, expected: dict[str, tuple[tuple[int, ...] | None, str]]
+) -> str:
+    """A leaf Orbax saved from a Python number (``scalar``: ``step``) is restored in the
+    dtype the target asks for: any integer or floating dtype fits it."""
+    want = expected.get(leaf.name)
+    if leaf.value_type == "scalar" and want is not None and want[0] == leaf.expr.shape:
+        return want[1]
+    return leaf.expr.dtype

@@ -86,18 +86,19 @@ def _leaf_outs(plan: ImportPlan, ctx: ImportContext) -> list[LeafOut]:
     from ckpt_cli.core.write.types import ArrayOut, LeafOut
 
     zarr3, comp = bool(plan.write.zarr3), plan.write.compression
+    empties = [LeafOut(n.keypath, n.key_types, n.value_type) for n in plan.empties]
     return [
         LeafOut(
             keypath=leaf.keypath,
             key_types=leaf.key_types,
-            value_type="jax.Array",
+            value_type=leaf.value_type,
             array=ArrayOut(leaf.expr.dtype, leaf.expr.shape, leaf.chunk_shape, zarr3, comp),
             source=_reader(leaf.expr, ctx),
             sharding=leaf.sharding,
             write_shape=leaf.write_shape,
         )
         for leaf in plan.leaves
-    ]
+    ] + empties
 
 
 def _write_item(
