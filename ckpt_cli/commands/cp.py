@@ -137,6 +137,7 @@ COMMAND = Command(
     name="cp",
     function=cp,
     documents=("ckpt_cli.core.copy.plan:CpJSON",),
+    version="ckpt_cli.core.copy.plan:CopyPlan",
     examples=(
         "runs/exp7 s3://bucket/exp7",
         "s3://bucket/exp7 gs://other/exp7 --steps 100-300 --verify",
