@@ -351,10 +351,11 @@ def _check_markable(
     saves = list_saves(location, entries) if kind == "step" else None
     if saves:
         # Orbax writes a save's commit_success.txt into the save: one here would be stray.
+        target = next((s for s in saves if not s.committed), saves[0])
         raise UsageError(
             f"{location} holds {len(saves)} saves side by side "
             f"({', '.join(s.name for s in saves)}): --mark-committed marks one save",
-            hint=f"give the save itself: `ckpt verify {saves[0].location} --mark-committed`",
+            hint=f"give the save itself: `ckpt verify {target.location} --mark-committed`",
         )
     parsed = parse_step_name(location.name) if kind == "step" else None
     if parsed is not None and parsed.tmp:
