@@ -345,3 +345,26 @@ def test_ls_kind_tells_steps_saves_and_flax_steps(
     assert [s["kind"] for s in alone] == ["save"]
     plain = cli("ls", bare_saves)
     assert "kind" not in plain.stdout.splitlines()[1].split()
+
+
+def test_an_unfinished_save_beside_the_others_is_listed_and_not_copied(
+    cli: Any, bare_saves: Path, tmp_path: Path
+) -> None:
+    """Orbax writes a save into ``<name>.orbax-checkpoint-tmp`` and renames it when done: while
+    it runs, the directory still lists and copies save by save, without the unfinished one."""
+    tmp = bare_saves / "third.orbax-checkpoint-tmp"
+    tmp.mkdir()
+    shutil.copy(bare_saves / "state" / "_CHECKPOINT_METADATA", tmp)
+    listed = cli("ls", bare_saves, "--json").json()["steps"]
+    assert [(s["name"], s["status"], s["kind"]) for s in listed] == [
+        ("other", "committed", "save"),
+        ("state", "committed", "save"),
+        ("third.orbax-checkpoint-tmp", "incomplete", "save"),
+    ]
+    r = cli("cp", bare_saves, tmp_path / "copy", "--json")
+    assert r.code == 0, r.stderr
+    assert [s["name"] for s in r.json()["steps"]] == ["other", "state"]
+    assert r.json()["skipped"] == [
+        {"name": "third.orbax-checkpoint-tmp", "reason": "unfinished save"}
+    ]
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["other", "state"]

@@ -150,8 +150,9 @@ def step_ref(location: Location, entries: Sequence[Entry]) -> StepRef:
 
 def list_saves(location: Location, entries: Sequence[Entry]) -> list[StepRef] | None:
     """The single-item Checkpointer saves a directory holds side by side (the NNX guide's
-    ``ckpt_dir/state``), sorted by name, when every subdirectory is one and the directory
-    itself is no step (it has no step metadata or marker of its own); None otherwise."""
+    ``ckpt_dir/state``), sorted by name, when every subdirectory is one or an unfinished save
+    (``state.orbax-checkpoint-tmp``, ``incomplete``), at least one is finished, and the
+    directory itself is no step (it has no step metadata or marker of its own); else None."""
     names = {e.name for e in entries}
     dirs = [e for e in entries if e.is_dir and not e.name.startswith(".")]
     if STEP_METADATA in names or COMMIT_MARKER in names or not dirs:
@@ -161,10 +162,13 @@ def list_saves(location: Location, entries: Sequence[Entry]) -> list[StepRef] | 
         loc = location.child(e.name)
         children = loc.list()
         child_names = frozenset(c.name for c in children)
-        if STEP_METADATA not in child_names or not looks_like_item(child_names):
+        if TMP_MARKER in e.name:
+            saves.append(StepRef(0, e.name, loc, "incomplete", None, tuple(children)))
+        elif STEP_METADATA not in child_names or not looks_like_item(child_names):
             return None
-        saves.append(step_ref(loc, children))
-    return saves
+        else:
+            saves.append(step_ref(loc, children))
+    return saves if any(s.status != "incomplete" for s in saves) else None
 
 
 def latest_committed(steps: list[StepRef]) -> StepRef | None:
