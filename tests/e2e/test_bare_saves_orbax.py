@@ -302,6 +302,8 @@ def test_a_save_on_a_bucket_without_its_marker_is_left_and_the_hint_marks_the_sa
     ]
     hint = f"`ckpt verify {url}/state --mark-committed`"
     assert "save state has no commit_success.txt" in listed.stderr and hint in listed.stderr
+    alone = cli("cp", f"{url}/state", tmp_path / "alone")
+    assert alone.code == 3 and "uncommitted" in alone.stderr and hint in alone.stderr
     whole = cli("verify", url, "--mark-committed")
     assert whole.code == 2 and "marks one save" in whole.stderr
     assert hint in whole.stderr
