@@ -152,6 +152,13 @@ demo: $(STAMP)
 	$(S3CKPT) ls -v s3://demo/exp7-copy
 	$(S3CKPT) cp s3://demo/exp7-copy $(DEMO)-copy
 	diff -r -x _CKPT_VERIFY_STATE.json $(DEMO) $(DEMO)-copy && echo "the copy back is byte-identical"
+	@echo "== a directory of saves as the Flax NNX guide makes them (ckpt_dir/state, ckpt_dir/other): ls says each save's kind, cp copies it save by save"
+	rm -rf demo_runs/ckpt_dir demo_runs/ckpt_dir-back
+	$(PY) -c "import pathlib, jax.numpy as jnp, orbax.checkpoint as ocp; from flax import nnx; d = pathlib.Path('demo_runs/ckpt_dir').absolute(); c = ocp.StandardCheckpointer(); c.save(d / 'state', nnx.split(nnx.Linear(3, 4, rngs=nnx.Rngs(0)))[1]); c.save(d / 'other', {'a': jnp.ones(3)}); c.wait_until_finished()"
+	$(CKPT) ls demo_runs/ckpt_dir --json | $(PY) -c "import json, sys; print([(s['name'], s['kind'], s['step']) for s in json.load(sys.stdin)['steps']])"
+	$(S3CKPT) cp demo_runs/ckpt_dir s3://demo/ckpt_dir
+	$(S3CKPT) ls s3://demo/ckpt_dir
+	$(S3CKPT) cp s3://demo/ckpt_dir demo_runs/ckpt_dir-back
 	@echo "== the same cp again: every file is already there (size, and the bucket's ETag against the source's bytes: nothing read back), nothing is written"
 	$(S3CKPT) cp $(DEMO) s3://demo/exp7-copy
 	@echo "== a root copied into the bucket without its commit markers (Orbax issue #394)"

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 CpSourceArg = Annotated[
     str,
     typer.Argument(
-        help="A root (every committed step), a step directory, or ROOT@STEP / ROOT@100-300.",
+        help="A root (every committed step), a step directory, ROOT@STEP / ROOT@100-300, or a "
+        "directory of Checkpointer saves (each committed save).",
         autocompletion=complete_root_at_step,
         show_default=False,
     ),
@@ -92,7 +93,8 @@ def cp(
     without `commit_success.txt` gets one (Orbax #394). Files stream in pieces, several at
     once. Rerun after a kill: files already at the destination with the right size and
     checksum are kept, the rest is copied; committed steps there are checked, never changed.
-    Unfinished and uncommitted source steps are not copied.
+    Unfinished and uncommitted source steps are not copied. Checkpointer saves side by side
+    (`ckpt_dir/state`) are copied save by save (`DST/state`); step options do not apply.
 
     Exit codes: 0 copied · 1 --verify found a file unlike its recorded digest · 2 usage ·
     3 not a checkpoint, unreadable, or refused (a different step at the destination).
@@ -137,6 +139,7 @@ COMMAND = Command(
     name="cp",
     function=cp,
     documents=("ckpt_cli.core.copy.plan:CpJSON",),
+    version="ckpt_cli.core.copy.plan:CopyPlan",
     examples=(
         "runs/exp7 s3://bucket/exp7",
         "s3://bucket/exp7 gs://other/exp7 --steps 100-300 --verify",

@@ -15,8 +15,9 @@ from ckpt_cli.core.format.layout import (
     item_location,
     latest_committed,
     legacy_msgpack_error,
+    list_saves,
     step_items,
-    step_status,
+    step_ref,
 )
 from ckpt_cli.core.format.metadata import (
     FLAGS_TAIL_BYTES,
@@ -44,6 +45,10 @@ from ckpt_cli.errors import CkptError, NotACheckpointError, NotFoundError
 #: Where a step's commit time comes from: ``_CHECKPOINT_METADATA``, the object-store commit
 #: marker, or the newest file time.
 TimeSource = Literal["commit_metadata", "commit_marker", "mtime"]
+#: What wrote an entry: a CheckpointManager's numbered step (``step``), a Checkpointer's save
+#: without a step number (``save``: the NNX guide's ``ckpt_dir/state``), or a numbered step
+#: that is itself its one item (``flax``: ``flax.training.checkpoints.save_checkpoint``).
+EntryKind = Literal["step", "save", "flax"]
 
 
 class StepJSON(TypedDict):
@@ -61,6 +66,7 @@ class StepJSON(TypedDict):
     formats: dict[str, str]
     problem: str | None
     pinned: PinJSON | None
+    kind: EntryKind
 
 
 class LsJSON(TypedDict):
@@ -93,6 +99,7 @@ class StepInfo:
     #: False for a checkpoint saved without a CheckpointManager: no step number (JSON null).
     numbered: bool = True
     pinned: Pin | None = None  # ``ckpt pin``: prune always keeps the step
+    kind: EntryKind = "step"
 
     def to_json(self) -> StepJSON:
         return {
@@ -109,14 +116,15 @@ class StepInfo:
             "formats": self.formats,
             "problem": self.problem,
             "pinned": self.pinned.to_json() if self.pinned else None,
+            "kind": self.kind,
         }
 
 
 @dataclass(frozen=True)
 class RootListing:
     #: 2: a step saved without a CheckpointManager has ``"step": null`` (1 said integer, and
-    #: printed null all the same).
-    SCHEMA_VERSION: ClassVar[int] = 2
+    #: printed null all the same). 3: each entry's ``kind`` (step, save, flax).
+    SCHEMA_VERSION: ClassVar[int] = 3
 
     root: str
     steps: tuple[StepInfo, ...]
@@ -222,7 +230,14 @@ def _step_info_from_listing(ref: StepRef) -> StepInfo:
         formats=formats,
         problem=problem,
         pinned=read_pin(loc, ref.children),
+        kind=_kind(ref),
     )
+
+
+def _kind(ref: StepRef) -> EntryKind:
+    """A numbered step whose directory is itself an item: flax.training.checkpoints writes one
+    Checkpointer save per step (``checkpoint_<N>/``), a manager an item directory in each."""
+    return "flax" if looks_like_item(ref.child_names) else "step"
 
 
 def step_info(ref: StepRef, from_listing: bool = False) -> StepInfo:
@@ -274,6 +289,7 @@ def step_info(ref: StepRef, from_listing: bool = False) -> StepInfo:
         formats=formats,
         problem=problem,
         pinned=read_pin(loc, ref.children),
+        kind=_kind(ref),
     )
 
 
@@ -294,13 +310,13 @@ def list_root(
         )
     if kind == "legacy":
         raise legacy_msgpack_error(location)
-    saves = _saves_in(location, entries) if kind == "step" else None
+    saves = list_saves(location, entries) if kind == "step" else None
     if saves:
         # Checkpointer saves side by side (``ckpt_dir/state``, ``ckpt_dir/other``): each its
         # own entry, none of them a step of the others.
         refs, root, root_meta = saves, location, None
     elif kind == "step":
-        refs, root, root_meta = [_step_as_ref(location, entries)], location.parent, None
+        refs, root, root_meta = [step_ref(location, entries)], location.parent, None
     else:
         refs, root, root_meta = found.steps or [], location, read_root_metadata(location)
     ignored = _ignored(location, entries, {r.name for r in refs}) if kind == "root" else ()
@@ -322,41 +338,8 @@ def list_root(
 
         # Checkpoints saved without a CheckpointManager (a Checkpointer's directory): they
         # have no step number, and none is made up.
-        infos = [replace(i, numbered=False) for i in infos]
+        infos = [replace(i, numbered=False, kind="save") for i in infos]
     return RootListing(str(root if kind == "root" else location), tuple(infos), root_meta, ignored)
-
-
-def _saves_in(location: Location, entries: Sequence[Entry]) -> list[StepRef] | None:
-    """The single-item Checkpointer saves a directory holds, when every subdirectory is one
-    and the directory itself is no step (it has no step metadata or marker of its own)."""
-    names = {e.name for e in entries}
-    dirs = [e for e in entries if e.is_dir and not e.name.startswith(".")]
-    if STEP_METADATA in names or COMMIT_MARKER in names or not dirs:
-        return None
-    saves = []
-    for e in sorted(dirs, key=lambda e: e.name):
-        loc = location.child(e.name)
-        children = loc.list()
-        child_names = frozenset(c.name for c in children)
-        if STEP_METADATA not in child_names or not looks_like_item(child_names):
-            return None
-        saves.append(_step_as_ref(loc, children))
-    return saves
-
-
-def _step_as_ref(location: Location, entries: Sequence[Entry]) -> StepRef:
-    """A step directory given by itself, as the one step of a listing."""
-    parsed = parse_step_name(location.name)
-    names = frozenset(e.name for e in entries)
-    status = step_status(location, parsed, names) if parsed else "committed"
-    return StepRef(
-        parsed.step if parsed else 0,
-        location.name,
-        location,
-        status,
-        parsed.prefix if parsed else None,
-        tuple(entries),
-    )
 
 
 def _ignored(location: Location, entries: Sequence[Entry], steps: set[str]) -> tuple[str, ...]:

@@ -28,14 +28,17 @@ def print_plan(plan: CopyPlan) -> None:
                 (str(len(s.objects) - n), ""),
             ]
         )
-    headers = ["step", "destination", "objects", "bytes", "to copy", "to check"]
+    # Checkpointer saves side by side (ckpt_dir/state) have names, no step numbers.
+    saves = bool(plan.steps) and all(s.step is None for s in plan.steps)
+    first = "save" if saves else "step"
+    headers = [first, "destination", "objects", "bytes", "to copy", "to check"]
     emit(table_lines(headers, rows, paint, right=frozenset({2, 3, 5})), color)
     for name, reason in plan.skipped:
         say(f"not copied: {name} ({reason})", color, "yellow")
     root = [o.rel for o in plan.root_files if o.dest_size is None]
     extra = f" and {len(root)} root metadata files" if root else ""
     say(
-        f"{len(plan.steps)} steps{extra}: {plan.total_objects} objects, "
+        f"{len(plan.steps)} {'saves' if saves else 'steps'}{extra}: {plan.total_objects} objects, "
         f"{human_bytes(plan.total_bytes)}, from {plan.source} to {plan.destination}",
         color,
     )

@@ -39,8 +39,9 @@ def print_listing(listing: RootListing, extra: list[str] | None = None) -> None:
     headers = ["step", "status", "committed", "age", "size", "items", "format", "metrics"]
     # Built whole, then written at once: a Ctrl-C or SIGTERM while it is built leaves nothing on
     # stdout, not the root's name alone or half a table.
+    right = _kind_column(headers, rows, listing.steps)
     out = [paint(listing.root, "bold")]
-    out += table_lines(headers, rows, paint, right=frozenset({0, 3, 4}), wrap_last=True)
+    out += table_lines(headers, rows, paint, right=right, wrap_last=True)
     latest = listing.latest
     unnumbered = bool(listing.steps) and not listing.steps[0].numbered
     if unnumbered:
@@ -71,6 +72,19 @@ def print_listing(listing: RootListing, extra: list[str] | None = None) -> None:
     emit(out, color)
 
 
+def _kind_column(
+    headers: list[str], rows: list[list[tuple[str, str]]], steps: tuple[StepInfo, ...]
+) -> frozenset[int]:
+    """A ``kind`` column after the step's, only when the root mixes kinds (a
+    flax.training.checkpoints step beside a manager's); the right-aligned columns."""
+    if len({s.kind for s in steps}) < 2:
+        return frozenset({0, 3, 4})
+    headers.insert(1, "kind")
+    for row, s in zip(rows, steps, strict=True):
+        row.insert(1, (s.kind, ""))
+    return frozenset({0, 4, 5})
+
+
 def _label(s: StepInfo, root: str) -> str:
     """The step column: the step number; ``-`` for the one checkpoint a Checkpointer's directory
     is; a save's name when the listed directory holds several saves side by side."""
@@ -91,6 +105,8 @@ def warnings(listing: RootListing) -> list[str]:
 def _uncommitted_hint(s: StepInfo, root: str) -> str:
     """An object-store step without commit_success.txt: a save in progress or interrupted, or a
     complete step copied without its marker (Orbax issue #394): say how to tell and fix."""
+    if not s.numbered:
+        return _uncommitted_save_hint(s)
     target = f"{root} --step {s.step}" if s.path != root else s.path
     why = (
         "its _CHECKPOINT_METADATA records a commit, so it may be a complete step copied "
@@ -102,6 +118,17 @@ def _uncommitted_hint(s: StepInfo, root: str) -> str:
         f"step {s.step} has no commit_success.txt: Orbax and ckpt do not treat it as a "
         f"checkpoint; {why}; if no save is writing it, check it and mark it with "
         f"`ckpt verify {target} --mark-committed`"
+    )
+
+
+def _uncommitted_save_hint(s: StepInfo) -> str:
+    """A Checkpointer's save on an object store without its commit_success.txt: Orbax writes it
+    into the save directory itself when the save is done, so marking means marking the save."""
+    return (
+        f"save {s.name} has no commit_success.txt: Orbax writes it into the save when the save "
+        "is done, so it is a save in progress or interrupted, or a copy without its marker; "
+        f"if no save is writing it, check it and mark it with "
+        f"`ckpt verify {s.path} --mark-committed`"
     )
 
 

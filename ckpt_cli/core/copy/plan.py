@@ -17,13 +17,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal, TypedDict
+from typing import ClassVar, Literal, TypedDict
 
 from typing_extensions import NotRequired
 
 from ckpt_cli.core.copy.select import StepSelection
 from ckpt_cli.core.format.digests import STATE_FILE
-from ckpt_cli.core.format.layout import Detected, StepRef, detect, legacy_msgpack_error
+from ckpt_cli.core.format.layout import (
+    Detected,
+    StepRef,
+    detect,
+    legacy_msgpack_error,
+    list_saves,
+)
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
     PRUNE_LOCK,
@@ -77,9 +83,10 @@ StepStatus = Literal["copied", "already-there", "failed"]
 
 class CpStepJSON(TypedDict):
     """One step: where it goes, what the destination held (``new``, ``resume``: an unfinished
-    ckpt write, ``present``: a committed step, checked), objects to copy and to check."""
+    ckpt write, ``present``: a committed step, checked), objects to copy and to check.
+    ``step`` is null for a save without a step number (a Checkpointer's, by its name)."""
 
-    step: int
+    step: int | None
     name: str
     source: str
     destination: str
@@ -156,7 +163,7 @@ class CopyObject:
 
 @dataclass(frozen=True)
 class StepCopy:
-    step: int
+    step: int | None  # None: a Checkpointer's save, without a step number
     name: str
     source: Location
     target: Location  # the step's final place at the destination
@@ -182,6 +189,10 @@ class StepCopy:
 
 @dataclass(frozen=True)
 class CopyPlan:
+    #: 2: a save without a step number (a Checkpointer's, copied by its name) has
+    #: ``"step": null`` (1 printed 0 for it).
+    SCHEMA_VERSION: ClassVar[int] = 2
+
     source: Location
     destination: Location
     selection: StepSelection
@@ -225,7 +236,7 @@ class CopyPlan:
             )
         skipped: list[CpSkippedJSON] = [{"name": n, "reason": r} for n, r in self.skipped]
         body: CpJSON = {
-            "schema_version": 1,
+            "schema_version": self.SCHEMA_VERSION,
             "ok": ok,
             "source": str(self.source),
             "destination": str(self.destination),
@@ -277,21 +288,8 @@ def plan_copy(
     destination = open_location(dst, storage)
     if source == destination or destination.is_within(source) or source.is_within(destination):
         raise UsageError(f"{dst} and {path} overlap: copy into a directory outside the source")
-    found = detect(source)
-    skipped: list[tuple[str, str]] = []
+    chosen, skipped, root_files = _sources(source, selection)
     warnings: list[str] = []
-    root_files: list[CopyObject] = []
-    if found.kind in ("legacy", "item"):
-        raise _not_a_run(source, found.kind)
-    if found.kind == "step":
-        if not selection.everything:
-            raise UsageError(f"{source} is a step directory: the step options do not apply")
-        chosen = [_lone_step(source, found)]
-    else:
-        all_steps = found.steps or []
-        chosen = [(s.step, s.name, s.location) for s in _choose(source, all_steps, selection)]
-        skipped = _not_copied(all_steps, selection)
-        root_files = _root_files(source)
     entries = dest_entries(destination)
     root_files = [_with_dest(o, destination) for o in root_files]
     planned = tuple(dest_state(n, name, loc, destination, entries) for n, name, loc in chosen)
@@ -304,6 +302,52 @@ def plan_copy(
     )  # fmt: skip
 
 
+#: A step of the source to copy: its number (None: a save without one), name and place.
+Chosen = tuple[int | None, str, Location]
+
+
+def _sources(
+    source: Location, selection: StepSelection
+) -> tuple[list[Chosen], list[tuple[str, str]], list[CopyObject]]:
+    """The steps (or saves) of ``source`` to copy, those selected but not copied and why, and
+    the root's own metadata files."""
+    found = detect(source)
+    if found.kind in ("legacy", "item"):
+        raise _not_a_run(source, found.kind)
+    if found.kind == "step":
+        saves = list_saves(source, found.entries)
+        if saves:
+            return _saves(source, saves, selection), _not_copied(saves, selection), []
+        if not selection.everything:
+            raise UsageError(f"{source} is a step directory: the step options do not apply")
+        return [_lone_step(source, found)], [], []
+    all_steps = found.steps or []
+    chosen: list[Chosen] = [
+        (s.step, s.name, s.location) for s in _choose(source, all_steps, selection)
+    ]
+    return chosen, _not_copied(all_steps, selection), _root_files(source)
+
+
+def _saves(source: Location, saves: list[StepRef], selection: StepSelection) -> list[Chosen]:
+    """Checkpointer saves side by side (the NNX guide's ``ckpt_dir/state``): each is copied as
+    its own entry, as a step of a root is. They have no step number to select them by."""
+    names = ", ".join(s.name for s in saves)
+    if not selection.everything:
+        raise UsageError(
+            f"{source} holds saves without step numbers ({names}): the step options do not apply",
+            hint=f"copy every save, or one save by its directory, e.g. {saves[0].location}",
+        )
+    committed: list[Chosen] = [(None, s.name, s.location) for s in saves if s.committed]
+    if not committed:
+        raise NotACheckpointError(
+            f"{source} holds no committed save: {names} have no {COMMIT_MARKER}, which Orbax "
+            "writes into a save when it is done",
+            hint="if no save is writing them and they are whole, mark each save: "
+            f"`ckpt verify {saves[0].location} --mark-committed`",
+        )
+    return committed
+
+
 def _not_a_run(source: Location, kind: str) -> CkptError:
     if kind == "legacy":
         return legacy_msgpack_error(source, hint="copy the file itself")
@@ -313,7 +357,7 @@ def _not_a_run(source: Location, kind: str) -> CkptError:
     )
 
 
-def _lone_step(source: Location, found: Detected) -> tuple[int, str, Location]:
+def _lone_step(source: Location, found: Detected) -> Chosen:
     """A step directory given as the source: copied when committed."""
     parsed = parse_step_name(source.name)
     names = frozenset(e.name for e in found.entries)
@@ -326,7 +370,7 @@ def _lone_step(source: Location, found: Detected) -> tuple[int, str, Location]:
             f"{source} is uncommitted (no {COMMIT_MARKER})",
             hint=f"if it is whole, `ckpt verify {source} --mark-committed` first",
         )
-    return (parsed.step if parsed else 0, source.name, source)
+    return (parsed.step if parsed else None, source.name, source)
 
 
 def _not_copied(steps: list[StepRef], selection: StepSelection) -> list[tuple[str, str]]:
@@ -417,7 +461,7 @@ def source_objects(step: Location) -> tuple[CopyObject, ...]:
 
 
 def dest_state(
-    number: int,
+    number: int | None,
     name: str,
     source: Location,
     destination: Location,
@@ -433,9 +477,9 @@ def dest_state(
     if not in_place:
         # Tmp dirs of this step that hold ckpt's owner record (under the root's claim their
         # writer cannot be alive): the newest is resumed, the others removed.
+        # A save's tmp dir (``state.orbax-checkpoint-tmp-<µs>``) parses as no step: by name.
         for entry_name in sorted(entries):
-            parsed = parse_step_name(entry_name)
-            if parsed is None or not parsed.tmp or entry_name.split(TMP_MARKER, 1)[0] != name:
+            if TMP_MARKER not in entry_name or entry_name.split(TMP_MARKER, 1)[0] != name:
                 continue
             loc = destination.child(entry_name)
             if entries[entry_name] and read_owner(loc.child(OWNER_FILE)) is not None:
@@ -473,7 +517,7 @@ def dest_state(
 
 
 def _resume(
-    number: int,
+    number: int | None,
     name: str,
     source: Location,
     target: Location,

@@ -7,7 +7,7 @@ markers are in ``names.py``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -128,6 +128,47 @@ def list_steps(root: Location, entries: list[Entry] | None = None) -> list[StepR
         steps.append(StepRef(parsed.step, entry.name, loc, status, parsed.prefix, tuple(children)))
     steps.sort(key=lambda s: (s.step, s.status != "committed", s.name))
     return steps
+
+
+def step_ref(location: Location, entries: Sequence[Entry]) -> StepRef:
+    """A step directory, or a save without a step number, given by itself as one entry of a
+    listing (a name that is no step name: step 0, no prefix). On an object store it is
+    committed only with its ``commit_success.txt``: Orbax writes that marker into a
+    Checkpointer's save directory as into a manager's step (``CommitFileTemporaryPath``)."""
+    parsed = parse_step_name(location.name)
+    names = frozenset(e.name for e in entries)
+    status = step_status(location, parsed or StepName(0, None, False), names)
+    return StepRef(
+        parsed.step if parsed else 0,
+        location.name,
+        location,
+        status,
+        parsed.prefix if parsed else None,
+        tuple(entries),
+    )
+
+
+def list_saves(location: Location, entries: Sequence[Entry]) -> list[StepRef] | None:
+    """The single-item Checkpointer saves a directory holds side by side (the NNX guide's
+    ``ckpt_dir/state``), sorted by name, when every subdirectory is one or an unfinished save
+    (``state.orbax-checkpoint-tmp``, ``incomplete``), at least one is finished, and the
+    directory itself is no step (it has no step metadata or marker of its own); else None."""
+    names = {e.name for e in entries}
+    dirs = [e for e in entries if e.is_dir and not e.name.startswith(".")]
+    if STEP_METADATA in names or COMMIT_MARKER in names or not dirs:
+        return None
+    saves = []
+    for e in sorted(dirs, key=lambda e: e.name):
+        loc = location.child(e.name)
+        children = loc.list()
+        child_names = frozenset(c.name for c in children)
+        if TMP_MARKER in e.name:
+            saves.append(StepRef(0, e.name, loc, "incomplete", None, tuple(children)))
+        elif STEP_METADATA not in child_names or not looks_like_item(child_names):
+            return None
+        else:
+            saves.append(step_ref(loc, children))
+    return saves if any(s.status != "incomplete" for s in saves) else None
 
 
 def latest_committed(steps: list[StepRef]) -> StepRef | None:

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ckpt_cli.core.format.layout import StepRef, detect, legacy_msgpack_error, list_steps
+from ckpt_cli.core.format.layout import (
+    StepRef,
+    detect,
+    legacy_msgpack_error,
+    list_saves,
+    list_steps,
+)
 from ckpt_cli.core.format.metadata import read_step_metadata
 from ckpt_cli.core.format.names import (
     CKPT_ROOT_FILES,
@@ -71,7 +77,7 @@ def find_targets(location: Location, options: VerifyOptions) -> Targets:
     if kind != "root" and (options.step is not None or options.latest):
         raise UsageError(f"--step and --latest apply to a root; {location} is a {kind}")
     if options.mark_committed:
-        _check_markable(location, kind, options)
+        _check_markable(location, kind, options, entries)
     out = Targets(kind)
     if kind == "root":
         selected = _select_steps(location, entries, options, out.problems, out.unfinished)
@@ -332,13 +338,24 @@ def _check_listed_items(shown: str, missing: set[str], problems: list[Problem]) 
         )
 
 
-def _check_markable(location: Location, kind: str, options: VerifyOptions) -> None:
+def _check_markable(
+    location: Location, kind: str, options: VerifyOptions, entries: list[Entry]
+) -> None:
     if options.sample is not None:
         raise UsageError("--mark-committed needs every chunk checked: drop --sample")
     if (kind == "root" and options.step is None) or kind not in ("root", "step"):
         raise UsageError(
             "--mark-committed marks one step: give a root with --step N, or the step itself",
             hint=f"{location} is a {kind}",
+        )
+    saves = list_saves(location, entries) if kind == "step" else None
+    if saves:
+        # Orbax writes a save's commit_success.txt into the save: one here would be stray.
+        target = next((s for s in saves if not s.committed), saves[0])
+        raise UsageError(
+            f"{location} holds {len(saves)} saves side by side "
+            f"({', '.join(s.name for s in saves)}): --mark-committed marks one save",
+            hint=f"give the save itself: `ckpt verify {target.location} --mark-committed`",
         )
     parsed = parse_step_name(location.name) if kind == "step" else None
     if parsed is not None and parsed.tmp:
