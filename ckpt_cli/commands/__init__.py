@@ -11,6 +11,7 @@ from __future__ import annotations
 from ckpt_cli.commands import (
     cp,
     diff,
+    digest,
     export,
     import_,
     inspect,
@@ -28,6 +29,7 @@ COMMANDS: tuple[Command, ...] = (
     ls.COMMAND,
     inspect.COMMAND,
     verify.COMMAND,
+    digest.COMMAND,
     diff.COMMAND,
     prune.COMMAND,
     reshard.COMMAND,

@@ -1,4 +1,5 @@
-"""Startup stays light: ``--help``, ``ls``, ``inspect`` and ``verify`` never import jax or orbax."""
+"""Startup stays light: ``--help``, ``ls``, ``inspect``, ``verify`` and ``digest`` never import
+jax or orbax."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from tests.support.startup_probe import PROBE
         ["inspect", str(FIXTURES / "seed_mlp"), "--stats", "--flat"],
         ["verify", str(FIXTURES / "seed_mlp"), "--deep", "--json"],
         ["verify", str(FIXTURES / "multiprocess"), "--sample", "50%", "--seed", "1"],
+        ["digest", str(FIXTURES / "sharded_4x2"), "--json"],
+        ["digest", str(FIXTURES / "composite_best")],
     ],
 )
 def test_read_paths_do_not_import_jax_or_orbax(args: list[str]) -> None:

@@ -292,7 +292,9 @@ def _fold_runs(rows: Any, starts: Any, nbytes: int) -> tuple[int, int, dict[int,
                 edge_offs.append(np.arange(p + a, p + b, dtype=np.uint64))
                 edge_bytes.append(rows[r, a:b])
     if edge_offs:
-        s1, s2 = _fold_scattered(np.concatenate(edge_offs), np.concatenate(edge_bytes), nbytes, frags)
+        s1, s2 = _fold_scattered(
+            np.concatenate(edge_offs), np.concatenate(edge_bytes), nbytes, frags
+        )
         l1, l2 = l1 + s1, l2 + s2
     return l1 & MASK, l2 & MASK, frags
 
@@ -337,7 +339,8 @@ def _fold_scattered(
     l1 = l2 = 0
     if whole.any():
         l1, l2 = _fold_indexed(words[whole], uw[whole])
-    for ui, w, mask in zip(uw[~whole].tolist(), words[~whole].tolist(), masks[~whole].tolist()):
+    cut = ~whole
+    for ui, w, mask in zip(uw[cut].tolist(), words[cut].tolist(), masks[cut].tolist(), strict=True):
         old_w, old_mask = frags.get(ui, (0, 0))
         if old_mask & mask:
             raise ValueError(f"a box holds bytes of word {ui} twice")
