@@ -47,6 +47,7 @@ CODE_BITS |= {"float6_e2m3fn": 6, "float6_e3m2fn": 6}
 #: Runs of a box at least this long are hashed as aligned words; shorter ones byte by byte.
 _RUN_MIN = 256
 _GROUP_BYTES = 1 << 20
+_ROWS_BYTES = 256 << 10
 
 
 def splitmix(x: int) -> int:
@@ -151,8 +152,12 @@ def merge(partials: Iterable[Partial]) -> Partial:
             if old_mask & mask:
                 raise ValueError(f"two boxes both hold bytes of word {u}: they overlap")
             frags[u] = (old_w | w, old_mask | mask)
-    for u in [u for u, (_, mask) in frags.items() if mask == full_mask(u, first.nbytes)]:
-        t1, t2 = word_terms(u, frags.pop(u)[0])
+    done = sorted(u for u, (_, mask) in frags.items() if mask == full_mask(u, first.nbytes))
+    if done:
+        import numpy as np
+
+        words = np.array([frags.pop(u)[0] for u in done], np.uint64)
+        t1, t2 = _fold_sorted(words, np.array(done, np.uint64))
         l1, l2 = l1 + t1, l2 + t2
     return Partial(first.dtype, first.shape, first.nbytes, l1 & MASK, l2 & MASK, covered, frags)
 
@@ -269,34 +274,89 @@ def _fold_runs(rows: Any, starts: Any, nbytes: int) -> tuple[int, int, dict[int,
     import numpy as np
 
     count, length = rows.shape
-    l1 = l2 = 0
     frags: dict[int, tuple[int, int]] = {}
     if length == 0 or count == 0:
         return 0, 0, frags
     if length < _RUN_MIN:
+        l1 = l2 = 0
         per = max(1, _GROUP_BYTES // length)
         for g in range(0, count, per):
             offs = starts[g : g + per, None] + np.arange(length, dtype=np.uint64)
             s1, s2 = _fold_scattered(offs.reshape(-1), rows[g : g + per].reshape(-1), nbytes, frags)
             l1, l2 = l1 + s1, l2 + s2
         return l1 & MASK, l2 & MASK, frags
-    edge_offs, edge_bytes = [], []
-    for r in range(count):
-        p = int(starts[r])
-        head = min(length, -p % 8)
-        words = (length - head) // 8
-        s1, s2 = fold_words(rows[r, head : head + 8 * words], (p + head) // 8)
-        l1, l2 = l1 + s1, l2 + s2
-        for a, b in ((0, head), (head + 8 * words, length)):
-            if b > a:
-                edge_offs.append(np.arange(p + a, p + b, dtype=np.uint64))
-                edge_bytes.append(rows[r, a:b])
-    if edge_offs:
-        s1, s2 = _fold_scattered(
-            np.concatenate(edge_offs), np.concatenate(edge_bytes), nbytes, frags
-        )
+    if count == 1:
+        p = int(starts[0])
+        h = min(length, -p % 8)
+        l1, l2 = fold_words(rows[0, h : h + (length - h) // 8 * 8], (p + h) // 8)
+        edges = [_edges(rows, starts, np.ones(1, bool), h, length)]
+    else:
+        l1 = l2 = 0
+        edges = []
+        per = max(1, _ROWS_BYTES // length)  # temporaries of _fold_rows stay in the cache
+        for g in range(0, count, per):
+            group, at = rows[g : g + per], starts[g : g + per]
+            phase = (at % np.uint64(8)).astype(np.int64)
+            for ph in np.unique(phase).tolist():
+                sel = phase == ph
+                h = min(length, -ph % 8)
+                s1, s2 = _fold_rows(group[sel], at[sel], h, length)
+                l1, l2 = l1 + s1, l2 + s2
+                edges.append(_edges(group, at, sel, h, length))
+    offs = np.concatenate([e[0] for e in edges])
+    if offs.size:
+        order = np.argsort(offs, kind="stable")
+        values = np.concatenate([e[1] for e in edges])
+        s1, s2 = _fold_scattered(offs[order], values[order], nbytes, frags)
         l1, l2 = l1 + s1, l2 + s2
     return l1 & MASK, l2 & MASK, frags
+
+
+def _edges(rows: Any, starts: Any, sel: Any, head: int, length: int) -> tuple[Any, Any]:
+    """The bytes of the selected runs before their first whole word and after their last."""
+    import numpy as np
+
+    tail = head + (length - head) // 8 * 8
+    cols = np.r_[np.arange(head), np.arange(tail, length)].astype(np.int64)
+    offs = starts[sel, None] + cols.astype(np.uint64)
+    return offs.reshape(-1), rows[sel][:, cols].reshape(-1)
+
+
+def _fold_rows(rows: Any, starts: Any, head: int, length: int) -> tuple[int, int]:
+    """Both sums over the whole words of runs that all start at the same offset in a word.
+
+    A run inside one block of words takes its table entries as one window of the tables (a
+    row copy, not a gather per word); the few runs that cross into the next block go word
+    range by word range (``fold_words``)."""
+    import numpy as np
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    k = (length - head) // 8
+    if k == 0:
+        return 0, 0
+    w = np.ascontiguousarray(rows[:, head : head + 8 * k]).view("<u8")
+    u0 = (starts + np.uint64(head)) >> np.uint64(3)
+    j0 = (u0 & np.uint64(BLOCK_WORDS - 1)).astype(np.int64)
+    cross = j0 + k > BLOCK_WORDS
+    l1 = l2 = 0
+    for r in np.flatnonzero(cross).tolist():
+        s1, s2 = fold_words(w[r].view(np.uint8), int(u0[r]))
+        l1, l2 = l1 + s1, l2 + s2
+    if cross.any():
+        keep = ~cross
+        w, u0, j0 = w[keep], u0[keep], j0[keep]
+    if w.size:
+        a, c = tables()
+        y = sliding_window_view(a, k)[j0]
+        y += w
+        _mix_np(y)
+        b = u0 >> np.uint64(BLOCK_BITS)
+        r1 = _splitmix_np(b + np.uint64(SEED_R1)) | np.uint64(1)
+        r2 = _splitmix_np(b + np.uint64(SEED_R2)) | np.uint64(1)
+        l1 += int((y.sum(axis=1) * r1).sum())
+        y *= sliding_window_view(c, k)[j0]
+        l2 += int((y.sum(axis=1) * r2).sum())
+    return l1 & MASK, l2 & MASK
 
 
 def fold_words(raw: Any, u0: int) -> tuple[int, int]:
@@ -338,7 +398,7 @@ def _fold_scattered(
     whole = masks == full
     l1 = l2 = 0
     if whole.any():
-        l1, l2 = _fold_indexed(words[whole], uw[whole])
+        l1, l2 = _fold_sorted(words[whole], uw[whole])
     cut = ~whole
     for ui, w, mask in zip(uw[cut].tolist(), words[cut].tolist(), masks[cut].tolist(), strict=True):
         old_w, old_mask = frags.get(ui, (0, 0))
@@ -348,8 +408,8 @@ def _fold_scattered(
     return l1, l2
 
 
-def _fold_indexed(w: Any, u: Any) -> tuple[int, int]:
-    """Both sums over whole words at arbitrary indices ``u``."""
+def _fold_sorted(w: Any, u: Any) -> tuple[int, int]:
+    """Both sums over whole words ``w`` at increasing word indices ``u``."""
     import numpy as np
 
     a, c = tables()
@@ -357,6 +417,12 @@ def _fold_indexed(w: Any, u: Any) -> tuple[int, int]:
     b = u >> np.uint64(BLOCK_BITS)
     y = w + a[j]
     _mix_np(y)
-    r1 = _splitmix_np(b + np.uint64(SEED_R1)) | np.uint64(1)
-    r2 = _splitmix_np(b + np.uint64(SEED_R2)) | np.uint64(1)
-    return int((r1 * y).sum()), int((r2 * c[j] * y).sum())
+    seg = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+    sums1 = np.add.reduceat(y, seg).tolist()
+    y *= c[j]
+    sums2 = np.add.reduceat(y, seg).tolist()
+    l1 = l2 = 0
+    for block, x1, x2 in zip(b[seg].tolist(), sums1, sums2, strict=True):
+        r1, r2 = block_keys(block)
+        l1, l2 = l1 + r1 * x1, l2 + r2 * x2
+    return l1 & MASK, l2 & MASK
