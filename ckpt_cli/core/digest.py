@@ -1,5 +1,5 @@
 """``digest``: the ``ld1`` digest of every leaf of an Orbax item or step, or of every tensor of
-a safetensors file or directory of shards.
+a safetensors file or directory of shards (``core/safetensors/digest.py``, a layer above).
 
 ``ld1`` (``core/format/ldigest.py``, docs/reference/digest-spec.md) depends on the values only,
 so a leaf resharded, rechunked, moved between zarr2 and zarr3 or in and out of OCDBT, or
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ DIGEST_BLOCK_BYTES = 32 << 20
 DIGEST_IN_FLIGHT = 8
 
 
-class LeafDigestJSON(TypedDict):
+class DigestLeafJSON(TypedDict):
     name: str
     dtype: str
     shape: list[int]
@@ -37,10 +36,10 @@ class LeafDigestJSON(TypedDict):
     problem: str | None
 
 
-class ItemDigestsJSON(TypedDict):
+class DigestItemJSON(TypedDict):
     item: str
     path: str
-    leaves: list[LeafDigestJSON]
+    leaves: list[DigestLeafJSON]
 
 
 class DigestJSON(TypedDict):
@@ -52,7 +51,7 @@ class DigestJSON(TypedDict):
     path: str
     step: int | None
     algorithm: str
-    items: list[ItemDigestsJSON]
+    items: list[DigestItemJSON]
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ class LeafDigest:
     digest: str | None
     problem: str | None = None
 
-    def to_json(self) -> LeafDigestJSON:
+    def to_json(self) -> DigestLeafJSON:
         return {
             "name": self.name,
             "dtype": self.dtype,
@@ -81,7 +80,7 @@ class ItemDigests:
     path: str
     leaves: tuple[LeafDigest, ...]
 
-    def to_json(self) -> ItemDigestsJSON:
+    def to_json(self) -> DigestItemJSON:
         return {"item": self.name, "path": self.path, "leaves": [x.to_json() for x in self.leaves]}
 
 
@@ -112,19 +111,9 @@ class DigestReport:
         }
 
 
-def is_safetensors(path: str) -> bool:
-    """Whether ``path`` names safetensors (a file, an index, or a local directory of them)."""
-    local = path.removeprefix("file://")
-    if "://" in local:
-        return False
-    if local.endswith((".safetensors", ".safetensors.index.json")):
-        return True
-    try:
-        return os.path.isdir(local) and any(
-            n.endswith((".safetensors", ".safetensors.index.json")) for n in os.listdir(local)
-        )
-    except OSError:
-        return False
+def block_budget(memory_limit: int) -> int:
+    """Bytes per block read: a 16th of ``memory_limit``, between 1 and 32 MiB."""
+    return max(1 << 20, min(DIGEST_BLOCK_BYTES, memory_limit // 16))
 
 
 def digest_path(
@@ -134,15 +123,9 @@ def digest_path(
     memory_limit: int = 1 << 30,
     on_progress: ProgressFn | None = None,
 ) -> DigestReport:
-    """The digests of an Orbax item (every leaf), a step (every item) or safetensors."""
-    budget = max(1 << 20, min(DIGEST_BLOCK_BYTES, memory_limit // 16))
-    if is_safetensors(path):
-        if step is not None:
-            from ckpt_cli.errors import UsageError
-
-            raise UsageError("--step does not apply to safetensors files")
-        item = digest_safetensors(path, budget, on_progress)
-        return DigestReport("safetensors", path, None, (item,))
+    """The digests of an Orbax item (every leaf) or a step (every item); safetensors:
+    ``core.safetensors.digest``."""
+    budget = block_budget(memory_limit)
     from ckpt_cli.core.format.resolve import resolve_items
     from ckpt_cli.core.inspect import inspect_item
 
@@ -184,10 +167,10 @@ def _digest_item(
         flight.drain(0)
         for acc in flight.leaves:
             leaves[acc.name] = acc.result()
-    return ItemDigests(report.ref.name, str(report.ref.location), _sorted(leaves))
+    return ItemDigests(report.ref.name, str(report.ref.location), sorted_leaves(leaves))
 
 
-def _sorted(leaves: dict[str, LeafDigest]) -> tuple[LeafDigest, ...]:
+def sorted_leaves(leaves: dict[str, LeafDigest]) -> tuple[LeafDigest, ...]:
     return tuple(leaves[name] for name in sorted(leaves))
 
 
@@ -273,37 +256,3 @@ def _submit_leaf(info: Any, reader: Any, budget: int, acc: _Leaf, flight: _Fligh
             acc.problem = f"a chunk cannot be read ({first_line(e)})"
             return
         flight.submit(acc, tuple(s.start for s in sl), fut, nbytes)
-
-
-def digest_safetensors(
-    path: str, budget: int = DIGEST_BLOCK_BYTES, on_progress: ProgressFn | None = None
-) -> ItemDigests:
-    """Every tensor of a safetensors file, index or directory of shards."""
-    from ckpt_cli.core.format.ldigest import partial
-    from ckpt_cli.core.safetensors.dtypes import numpy_dtype_name
-    from ckpt_cli.core.safetensors.reader import SafetensorsReader, find_files
-
-    files = find_files(path)
-    readers = [SafetensorsReader.open(os.path.join(files.directory, f)) for f in files.files]
-    try:
-        total = sum(e.nbytes for r in readers for e in r.header.tensors)
-        on_bytes = ByteProgress(on_progress, "digest", total)
-        leaves: dict[str, LeafDigest] = {}
-        for reader in readers:
-            for entry in reader.header.tensors:
-                try:
-                    dtype = numpy_dtype_name(entry.dtype, f"tensor {entry.name!r}")
-                except CkptError as e:
-                    leaves[entry.name] = LeafDigest(
-                        entry.name, entry.dtype, entry.shape, None, e.message
-                    )
-                    continue
-                acc = Partial(dtype, entry.shape, entry.nbytes)
-                for (start, _), block in reader.blocks(entry.name, budget):
-                    acc = merge([acc, partial(start, block, entry.shape, dtype)])
-                    on_bytes(int(block.nbytes))
-                leaves[entry.name] = LeafDigest(entry.name, dtype, entry.shape, finish(acc))
-    finally:
-        for reader in readers:
-            reader.close()
-    return ItemDigests(os.path.basename(path.rstrip("/")) or path, path, _sorted(leaves))
