@@ -289,20 +289,20 @@ def _fold_runs(rows: Any, starts: Any, nbytes: int) -> tuple[int, int, dict[int,
         p = int(starts[0])
         h = min(length, -p % 8)
         l1, l2 = fold_words(rows[0, h : h + (length - h) // 8 * 8], (p + h) // 8)
-        edges = [_edges(rows, starts, np.ones(1, bool), h, length)]
+        edges = [_edges(rows, starts, np.zeros(1, np.int64), h, length)]
     else:
         l1 = l2 = 0
         edges = []
         per = max(1, _ROWS_BYTES // length)  # temporaries of _fold_rows stay in the cache
-        for g in range(0, count, per):
-            group, at = rows[g : g + per], starts[g : g + per]
-            phase = (at % np.uint64(8)).astype(np.int64)
-            for ph in np.unique(phase).tolist():
-                sel = phase == ph
-                h = min(length, -ph % 8)
-                s1, s2 = _fold_rows(group[sel], at[sel], h, length)
+        phase = (starts % np.uint64(8)).astype(np.int64)
+        for ph in np.unique(phase).tolist():
+            h = min(length, -ph % 8)
+            same = np.flatnonzero(phase == ph)
+            for g in range(0, same.size, per):
+                sel = same[g : g + per]
+                s1, s2 = _fold_rows(rows[sel], starts[sel], h, length)
                 l1, l2 = l1 + s1, l2 + s2
-                edges.append(_edges(group, at, sel, h, length))
+                edges.append(_edges(rows, starts, sel, h, length))
     offs = np.concatenate([e[0] for e in edges])
     if offs.size:
         order = np.argsort(offs, kind="stable")
@@ -313,7 +313,8 @@ def _fold_runs(rows: Any, starts: Any, nbytes: int) -> tuple[int, int, dict[int,
 
 
 def _edges(rows: Any, starts: Any, sel: Any, head: int, length: int) -> tuple[Any, Any]:
-    """The bytes of the selected runs before their first whole word and after their last."""
+    """The bytes of the runs ``sel`` (indices) before their first whole word and after their
+    last."""
     import numpy as np
 
     tail = head + (length - head) // 8 * 8
