@@ -320,7 +320,7 @@ def _edges(rows: Any, starts: Any, sel: Any, head: int, length: int) -> tuple[An
     tail = head + (length - head) // 8 * 8
     cols = np.r_[np.arange(head), np.arange(tail, length)].astype(np.int64)
     offs = starts[sel, None] + cols.astype(np.uint64)
-    return offs.reshape(-1), rows[sel][:, cols].reshape(-1)
+    return offs.reshape(-1), rows[sel[:, None], cols[None, :]].reshape(-1)  # edges only
 
 
 def _fold_rows(rows: Any, starts: Any, head: int, length: int) -> tuple[int, int]:
