@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,14 +56,6 @@ def splitmix(x: int) -> int:
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
     return x ^ (x >> 31)
-
-
-def mix(x: int) -> int:
-    """``m``: the word mixer (two odd multiplies, two xorshifts: a bijection)."""
-    x = (x * M1) & MASK
-    x ^= x >> 32
-    x = (x * M2) & MASK
-    return x ^ (x >> 32)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -102,6 +94,18 @@ def tables() -> tuple[Any, Any]:
     return _splitmix_np(j + np.uint64(SEED_A)), _splitmix_np(j + np.uint64(SEED_C)) | np.uint64(1)
 
 
+#: Cut words: (word indices, their bytes in place, byte masks), uint64 arrays sorted by index.
+Fragments = tuple[Any, Any, Any]
+
+
+def _fragments(parts: list[Fragments]) -> Fragments:
+    import numpy as np
+
+    if not parts:
+        return tuple(np.zeros(0, np.uint64) for _ in range(3))  # type: ignore[return-value]
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
+
+
 @dataclass(frozen=True)
 class Partial:
     """What a box (or several, merged) contributes: both sums, the bytes it covered, and the
@@ -113,22 +117,13 @@ class Partial:
     lane1: int = 0
     lane2: int = 0
     covered: int = 0
-    fragments: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    fragments: Fragments = field(default_factory=lambda: _fragments([]))
 
 
 def full_mask(u: int, nbytes: int) -> int:
     """The byte mask of a whole word ``u`` (the last word of the stream may be short)."""
     tail = nbytes - 8 * u
     return 0xFF if tail >= 8 else (1 << tail) - 1
-
-
-def word_terms(u: int, w: int) -> tuple[int, int]:
-    """Word ``u`` holding ``w``: its terms of both sums."""
-    a, c = tables()
-    b, j = divmod(u, BLOCK_WORDS)
-    r1, r2 = block_keys(b)
-    z = mix(w + int(a[j]))
-    return (r1 * z) & MASK, (r2 * int(c[j]) * z) & MASK
 
 
 def merge(partials: Iterable[Partial]) -> Partial:
@@ -138,36 +133,53 @@ def merge(partials: Iterable[Partial]) -> Partial:
     if not parts:
         raise ValueError("nothing to merge")
     first = parts[0]
-    l1, l2, covered = 0, 0, 0
-    frags: dict[int, tuple[int, int]] = {}
     for p in parts:
         if (p.dtype, p.shape, p.nbytes) != (first.dtype, first.shape, first.nbytes):
             raise ValueError(
                 f"cannot merge a partial of {p.dtype}{list(p.shape)} into one of "
                 f"{first.dtype}{list(first.shape)}"
             )
-        l1, l2, covered = l1 + p.lane1, l2 + p.lane2, covered + p.covered
-        for u, (w, mask) in p.fragments.items():
-            old_w, old_mask = frags.get(u, (0, 0))
-            if old_mask & mask:
-                raise ValueError(f"two boxes both hold bytes of word {u}: they overlap")
-            frags[u] = (old_w | w, old_mask | mask)
-    done = sorted(u for u, (_, mask) in frags.items() if mask == full_mask(u, first.nbytes))
-    if done:
-        import numpy as np
-
-        words = np.array([frags.pop(u)[0] for u in done], np.uint64)
-        t1, t2 = _fold_sorted(words, np.array(done, np.uint64))
-        l1, l2 = l1 + t1, l2 + t2
+    l1, l2, frags = _join(_fragments([p.fragments for p in parts]), first.nbytes)
+    l1 += sum(p.lane1 for p in parts)
+    l2 += sum(p.lane2 for p in parts)
+    covered = sum(p.covered for p in parts)
     return Partial(first.dtype, first.shape, first.nbytes, l1 & MASK, l2 & MASK, covered, frags)
+
+
+def _join(frags: Fragments, nbytes: int) -> tuple[int, int, Fragments]:
+    """Fragments of the same word ORed together (their masks must be disjoint: else two boxes
+    overlap); the words now whole go into the sums, the rest stay fragments."""
+    import numpy as np
+
+    u, w, m = frags
+    if u.size == 0:
+        return 0, 0, frags
+    order = np.argsort(u, kind="stable")
+    u, w, m = u[order], w[order], m[order]
+    starts = np.flatnonzero(np.r_[True, u[1:] != u[:-1]])
+    mask = np.bitwise_or.reduceat(m, starts)
+    clash = np.flatnonzero(mask != np.add.reduceat(m, starts))
+    if clash.size:
+        raise ValueError(
+            f"two boxes both hold bytes of word {int(u[starts[clash[0]]])}: they overlap"
+        )
+    words, ug = np.bitwise_or.reduceat(w, starts), u[starts]
+    last = (nbytes - 1) // 8
+    full = np.full(ug.shape, 0xFF, np.uint64)
+    full[ug == last] = full_mask(last, nbytes)
+    whole = mask == full
+    l1, l2 = _fold_sorted(words[whole], ug[whole]) if whole.any() else (0, 0)
+    cut = ~whole
+    return l1, l2, (ug[cut], words[cut], mask[cut])
 
 
 def finish(p: Partial) -> str:
     """The digest of a leaf whose partials are all merged into ``p``: ``ld1:`` + 32 hex."""
-    if p.covered != p.nbytes or p.fragments:
+    open_words = int(p.fragments[0].size)
+    if p.covered != p.nbytes or open_words:
         raise ValueError(
             f"the partials cover {p.covered:,} of the leaf's {p.nbytes:,} bytes"
-            + (f" and leave {len(p.fragments)} words open" if p.fragments else "")
+            + (f" and leave {open_words} words open" if open_words else "")
             + ": a box is missing or counted twice"
         )
     h = header_hash(p.dtype, p.shape, p.nbytes)
@@ -222,7 +234,8 @@ def partial(
     data = canonical_bytes(block)
     starts, run = _runs(origin, block.shape, shape)
     l1, l2, frags = _fold_runs(data.reshape(len(starts), run * item), starts * item, nbytes)
-    return merge([Partial(name, tuple(shape), nbytes, l1, l2, int(data.size), frags)])
+    cut = _fragments(frags)
+    return merge([Partial(name, tuple(shape), nbytes, l1, l2, int(data.size), cut)])
 
 
 def partial_bytes(
@@ -235,7 +248,8 @@ def partial_bytes(
     raw = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data
     raw = raw.reshape(1, -1)
     l1, l2, frags = _fold_runs(raw, np.array([offset], np.uint64), nbytes)
-    return merge([Partial(dtype, tuple(shape), nbytes, l1, l2, int(raw.size), frags)])
+    cut = _fragments(frags)
+    return merge([Partial(dtype, tuple(shape), nbytes, l1, l2, int(raw.size), cut)])
 
 
 def digest_array(x: Any, dtype: str | None = None) -> str:
@@ -269,12 +283,12 @@ def _runs(origin: tuple[int, ...], box: tuple[int, ...], shape: tuple[int, ...])
     return starts.reshape(-1), box[t] * strides[t]
 
 
-def _fold_runs(rows: Any, starts: Any, nbytes: int) -> tuple[int, int, dict[int, tuple[int, int]]]:
+def _fold_runs(rows: Any, starts: Any, nbytes: int) -> tuple[int, int, list[Fragments]]:
     """Both sums and the edge fragments of byte runs (``rows[r]`` at byte ``starts[r]``)."""
     import numpy as np
 
     count, length = rows.shape
-    frags: dict[int, tuple[int, int]] = {}
+    frags: list[Fragments] = []
     if length == 0 or count == 0:
         return 0, 0, frags
     if length < _RUN_MIN:
@@ -380,11 +394,9 @@ def fold_words(raw: Any, u0: int) -> tuple[int, int]:
     return l1 & MASK, l2 & MASK
 
 
-def _fold_scattered(
-    offs: Any, values: Any, nbytes: int, frags: dict[int, tuple[int, int]]
-) -> tuple[int, int]:
+def _fold_scattered(offs: Any, values: Any, nbytes: int, frags: list[Fragments]) -> tuple[int, int]:
     """Bytes at increasing stream offsets: whole words go into the sums (returned), cut words
-    into ``frags`` (joined with any already there)."""
+    onto ``frags`` (``merge`` joins them with the other pieces of their words)."""
     import numpy as np
 
     u = offs >> np.uint64(3)
@@ -401,11 +413,8 @@ def _fold_scattered(
     if whole.any():
         l1, l2 = _fold_sorted(words[whole], uw[whole])
     cut = ~whole
-    for ui, w, mask in zip(uw[cut].tolist(), words[cut].tolist(), masks[cut].tolist(), strict=True):
-        old_w, old_mask = frags.get(ui, (0, 0))
-        if old_mask & mask:
-            raise ValueError(f"a box holds bytes of word {ui} twice")
-        frags[ui] = (old_w | w, old_mask | mask)
+    if cut.any():
+        frags.append((uw[cut], words[cut], masks[cut]))
     return l1, l2
 
 
