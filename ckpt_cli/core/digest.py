@@ -238,7 +238,7 @@ class _Flight:
                 try:
                     acc.add(origin, fut.result())
                 except Exception as e:
-                    acc.problem = f"a chunk cannot be read or decoded ({first_line(e)})"
+                    acc.problem = f"a chunk cannot be read or decoded ({first_line(e)}); restore this step from a copy"
             self.on_bytes(nbytes)
 
 
