@@ -66,6 +66,11 @@ demo: $(STAMP)
 	$(CKPT) verify $(DEMO)-4x2 --deep
 	$(CKPT) inspect $(DEMO)-4x2 --layout params.Dense_0.kernel
 	$(PY) examples/restore_on_mesh.py $(DEMO)-4x2
+	@echo "== ckpt digest: every leaf's ld1 digest (dtype, shape, values): the same on the 4x2 mesh as on one device"
+	$(CKPT) digest $(DEMO) > demo_runs/digests-1x1.txt
+	$(CKPT) digest $(DEMO)-4x2 > demo_runs/digests-4x2.txt
+	head -n 4 demo_runs/digests-4x2.txt
+	diff demo_runs/digests-1x1.txt demo_runs/digests-4x2.txt && echo "the same $$(wc -l < demo_runs/digests-4x2.txt) digests"
 	@echo "== scale out: the same reshard split into units on 2 local worker processes, then on a Dask cluster"
 	rm -rf $(DEMO)-4x2-w2 $(DEMO)-4x2-dask
 	$(CKPT) reshard $(DEMO) $(DEMO)-4x2-w2 --mesh data=4,model=2 --rules examples/mesh_4x2.yaml --workers 2 --unit-bytes 4KiB

@@ -11,6 +11,7 @@ from __future__ import annotations
 from ckpt_cli.commands import (
     cp,
     diff,
+    digest,
     doctor,
     export,
     import_,
@@ -29,6 +30,7 @@ COMMANDS: tuple[Command, ...] = (
     ls.COMMAND,
     inspect.COMMAND,
     verify.COMMAND,
+    digest.COMMAND,
     diff.COMMAND,
     doctor.COMMAND,
     prune.COMMAND,

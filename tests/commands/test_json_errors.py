@@ -45,6 +45,10 @@ NOT_APPLICABLE: dict[str, dict[str, str]] = {
         "refused": "read-only: never refuses",
         "locked": "takes no lock",
     },
+    "digest": {
+        "refused": "read-only: never refuses",
+        "locked": "takes no lock",
+    },
     "prune": {},
     "reshard": {},
     "migrate": {},

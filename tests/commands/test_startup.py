@@ -1,4 +1,5 @@
-"""Startup stays light: ``--help``, ``ls``, ``inspect``, ``verify`` and ``doctor --like`` never import jax or orbax."""
+"""Startup stays light: ``--help``, ``ls``, ``inspect``, ``verify``, ``digest`` and
+``doctor --like`` never import jax or orbax."""
 
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ from tests.support.startup_probe import PROBE
         ["verify", str(FIXTURES / "seed_mlp"), "--deep", "--json"],
         ["verify", str(FIXTURES / "multiprocess"), "--sample", "50%", "--seed", "1"],
         ["doctor", str(FIXTURES / "seed_mlp"), "--like", str(FIXTURES / "seed_mlp"), "--json"],
+        ["digest", str(FIXTURES / "sharded_4x2"), "--json"],
+        ["digest", str(FIXTURES / "composite_best")],
     ],
 )
 def test_read_paths_do_not_import_jax_or_orbax(args: list[str]) -> None:

@@ -90,6 +90,7 @@ def _cases(tmp: Path) -> dict[str, tuple[list[str], set[str]]]:
         ),
         "verify": ([str(seed), "--deep"], set()),
         "diff": ([f"{seed}@400", f"{seed}@500"], set()),
+        "digest": ([str(seed)], set()),
         "prune": ([str(tmp / "seed_mlp"), "--keep-last", "1", "--yes"], set()),
         "reshard": ([str(seed), str(tmp / "r"), "--mesh", "data=2"], set()),
         "migrate": (
@@ -101,7 +102,7 @@ def _cases(tmp: Path) -> dict[str, tuple[list[str], set[str]]]:
 
 
 @pytest.mark.parametrize(
-    "command", ["ls", "inspect", "verify", "diff", "prune", "reshard", "migrate", "cp"]
+    "command", ["ls", "inspect", "verify", "diff", "digest", "prune", "reshard", "migrate", "cp"]
 )
 def test_the_documented_fields_are_the_printed_ones(
     command: str, cli: Cli, tmp_path: Path, fixture_copy: Callable[[str], Path]

@@ -176,6 +176,12 @@ CASES: list[Case] = [
         BAD_JSON,
     ),
     Case("diff", "unreachable", "s3", _s3("diff", "{good}"), REFUSED_CONN),
+    # digest
+    Case("digest", "not-found", "path", lambda w: ["digest", str(w.missing)], NOT_FOUND),
+    Case("digest", "not-a-checkpoint", "junk", lambda w: ["digest", str(w.junk)], NOT_CKPT),
+    Case("digest", "usage", "option", lambda w: ["digest", str(w.good), "--bogus"], NO_OPTION),
+    Case("digest", "invalid-metadata", "item", lambda w: ["digest", str(w.bad_item)], BAD_JSON),
+    Case("digest", "unreachable", "s3", _s3("digest"), REFUSED_CONN),
     # prune
     Case(
         "prune",

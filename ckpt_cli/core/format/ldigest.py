@@ -1,0 +1,438 @@
+"""``ld1``: a digest of a leaf's values that does not depend on how the leaf is stored or cut.
+
+The specification is docs/reference/digest.md; this module is the fast implementation and
+``tests/docs/ldigest_reference.py`` the slow one it is checked against. In short: the leaf's
+values in C order, little-endian, are one byte stream, read as 64-bit words ``w_u``; word ``u``
+(block ``b = u >> 14``, position ``j = u & 16383``) contributes ``z_u = m(w_u + a_j)`` to two
+sums mod 2^64: ``L1 += r1_b * z_u`` and ``L2 += r2_b * c_j * z_u``. Sums commute, so any
+partition of the array into boxes, hashed by any number of processes, merges in any order to
+the same value; dtype, shape and length are folded in by ``finish``.
+
+Why this construction (rather than SHA-256 of the stream, or a Merkle tree over byte ranges):
+
+* A box of a sharded array is not a byte range of the C-order stream; a sum over positions is
+  the only shape of hash that a box, a chunk or a host's shard can compute alone.
+* ``m`` (two odd multiplies, two xorshifts) is a bijection of 64-bit words and ``r1_b``,
+  ``r2_b``, ``c_j`` are odd, so a change confined to one word changes both sums: always
+  detected, not just with high probability. Several changed words cancel only if pseudo-random
+  differences sum to zero in both lanes (about 2^-64 per lane). It is a checksum against
+  accidents (bit rot, a bad copy, a wrong shard), not a MAC: someone who wants a collision can
+  make one.
+* Words, not elements: numpy then does about ten operations per 8 bytes whatever the dtype
+  (bfloat16 costs what float32 costs), fast enough to outrun hashlib's SHA-256 here. The
+  price is a word cut by a box edge: each box keeps the bytes of its edge words as
+  *fragments* (word index, bytes, mask) that ``merge`` joins into whole words.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+TAG = "ld1"
+ALGORITHM = "ld1: additive 2x64-bit word hash of the values, C order, little-endian"
+BLOCK_BITS = 14
+BLOCK_WORDS = 1 << BLOCK_BITS
+MASK = (1 << 64) - 1
+M1, M2 = 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53
+SEED_A, SEED_C = 0x9E3779B97F4A7C15, 0xD1B54A32D192ED03
+SEED_R1, SEED_R2 = 0x8CB92BA72F3D8DD7, 0xABC98388FB8FAC03
+#: Sub-byte dtypes: one byte per element (ml_dtypes' layout), only the low bits carry the code.
+CODE_BITS = {"int2": 2, "uint2": 2, "int4": 4, "uint4": 4, "float4_e2m1fn": 4}
+CODE_BITS |= {"float6_e2m3fn": 6, "float6_e3m2fn": 6}
+#: Runs of a box at least this long are hashed as aligned words; shorter ones byte by byte.
+_RUN_MIN = 256
+_GROUP_BYTES = 1 << 20
+_ROWS_BYTES = 256 << 10
+
+
+def splitmix(x: int) -> int:
+    """SplitMix64's output function (a bijection of 64-bit words)."""
+    x &= MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK
+    return x ^ (x >> 31)
+
+
+@functools.lru_cache(maxsize=4096)
+def block_keys(b: int) -> tuple[int, int]:
+    """``(r1_b, r2_b)``: the odd keys of word block ``b``."""
+    return splitmix(b + SEED_R1) | 1, splitmix(b + SEED_R2) | 1
+
+
+def _splitmix_np(x: Any) -> Any:
+    import numpy as np
+
+    x = x.astype(np.uint64)
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    return x
+
+
+def _mix_np(y: Any) -> None:
+    import numpy as np
+
+    y *= np.uint64(M1)
+    y ^= y >> np.uint64(32)
+    y *= np.uint64(M2)
+    y ^= y >> np.uint64(32)
+
+
+@functools.cache
+def tables() -> tuple[Any, Any]:
+    """``a_j`` and ``c_j`` (odd) for the 16384 positions of a block."""
+    import numpy as np
+
+    j = np.arange(BLOCK_WORDS, dtype=np.uint64)
+    return _splitmix_np(j + np.uint64(SEED_A)), _splitmix_np(j + np.uint64(SEED_C)) | np.uint64(1)
+
+
+#: Cut words: (word indices, their bytes in place, byte masks), uint64 arrays sorted by index.
+Fragments = tuple[Any, Any, Any]
+
+
+def _fragments(parts: list[Fragments]) -> Fragments:
+    import numpy as np
+
+    if not parts:
+        return tuple(np.zeros(0, np.uint64) for _ in range(3))  # type: ignore[return-value]
+    return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Partial:
+    """What a box (or several, merged) contributes: both sums, the bytes it covered, and the
+    words its edges cut (word index -> (bytes present, byte mask)), kept for ``merge``."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+    lane1: int = 0
+    lane2: int = 0
+    covered: int = 0
+    fragments: Fragments = field(default_factory=lambda: _fragments([]))
+
+
+def full_mask(u: int, nbytes: int) -> int:
+    """The byte mask of a whole word ``u`` (the last word of the stream may be short)."""
+    tail = nbytes - 8 * u
+    return 0xFF if tail >= 8 else (1 << tail) - 1
+
+
+def merge(partials: Iterable[Partial]) -> Partial:
+    """Partials of one leaf, in any order, as one: sums added, edge words joined (a whole word
+    goes into the sums). Refuses partials of different leaves and boxes that overlap."""
+    parts = list(partials)
+    if not parts:
+        raise ValueError("nothing to merge")
+    first = parts[0]
+    for p in parts:
+        if (p.dtype, p.shape, p.nbytes) != (first.dtype, first.shape, first.nbytes):
+            raise ValueError(
+                f"cannot merge a partial of {p.dtype}{list(p.shape)} into one of "
+                f"{first.dtype}{list(first.shape)}"
+            )
+    l1, l2, frags = _join(_fragments([p.fragments for p in parts]), first.nbytes)
+    l1 += sum(p.lane1 for p in parts)
+    l2 += sum(p.lane2 for p in parts)
+    covered = sum(p.covered for p in parts)
+    return Partial(first.dtype, first.shape, first.nbytes, l1 & MASK, l2 & MASK, covered, frags)
+
+
+def _join(frags: Fragments, nbytes: int) -> tuple[int, int, Fragments]:
+    """Fragments of the same word ORed together (their masks must be disjoint: else two boxes
+    overlap); the words now whole go into the sums, the rest stay fragments."""
+    import numpy as np
+
+    u, w, m = frags
+    if u.size == 0:
+        return 0, 0, frags
+    order = np.argsort(u, kind="stable")
+    u, w, m = u[order], w[order], m[order]
+    starts = np.flatnonzero(np.r_[True, u[1:] != u[:-1]])
+    mask = np.bitwise_or.reduceat(m, starts)
+    clash = np.flatnonzero(mask != np.add.reduceat(m, starts))
+    if clash.size:
+        raise ValueError(
+            f"two boxes both hold bytes of word {int(u[starts[clash[0]]])}: they overlap"
+        )
+    words, ug = np.bitwise_or.reduceat(w, starts), u[starts]
+    last = (nbytes - 1) // 8
+    full = np.full(ug.shape, 0xFF, np.uint64)
+    full[ug == last] = full_mask(last, nbytes)
+    whole = mask == full
+    l1, l2 = _fold_sorted(words[whole], ug[whole]) if whole.any() else (0, 0)
+    cut = ~whole
+    return l1, l2, (ug[cut], words[cut], mask[cut])
+
+
+def finish(p: Partial) -> str:
+    """The digest of a leaf whose partials are all merged into ``p``: ``ld1:`` + 32 hex."""
+    open_words = int(p.fragments[0].size)
+    if p.covered != p.nbytes or open_words:
+        raise ValueError(
+            f"the partials cover {p.covered:,} of the leaf's {p.nbytes:,} bytes"
+            + (f" and leave {open_words} words open" if open_words else "")
+            + ": a box is missing or counted twice"
+        )
+    h = header_hash(p.dtype, p.shape, p.nbytes)
+    out1 = splitmix(p.lane1 + int.from_bytes(h[:8], "little"))
+    out2 = splitmix(p.lane2 + int.from_bytes(h[8:16], "little"))
+    return f"{TAG}:{out1:016x}{out2:016x}"
+
+
+def header_hash(dtype: str, shape: tuple[int, ...], nbytes: int) -> bytes:
+    text = f"{TAG}\n{dtype}\n{','.join(str(n) for n in shape)}\n{nbytes}"
+    return hashlib.sha256(text.encode()).digest()
+
+
+def dtype_name(x: Any) -> str:
+    """The name a leaf's dtype goes by in the digest: numpy's / ml_dtypes' (``bfloat16``)."""
+    return str(x.dtype.name)
+
+
+def canonical_bytes(x: Any) -> Any:
+    """A block's values as the digest's byte stream: C order, little-endian, the code bits of
+    a sub-byte element only (uint8, flat)."""
+    import numpy as np
+
+    x = np.ascontiguousarray(x)
+    if x.dtype.byteorder == ">" or (x.dtype.byteorder == "=" and not _little()):
+        x = x.byteswap().view(x.dtype.newbyteorder("<"))
+    raw = x.reshape(-1).view(np.uint8)
+    bits = CODE_BITS.get(dtype_name(x))
+    return raw & np.uint8((1 << bits) - 1) if bits else raw
+
+
+def _little() -> bool:
+    import sys
+
+    return sys.byteorder == "little"
+
+
+def partial(
+    origin: tuple[int, ...], block: Any, shape: tuple[int, ...], dtype: str | None = None
+) -> Partial:
+    """The partial of one box of a leaf of ``shape``: ``block`` (an ndarray) at ``origin``."""
+    import numpy as np
+
+    block = np.asarray(block)
+    name = dtype or dtype_name(block)
+    item = block.dtype.itemsize
+    nbytes = math.prod(shape) * item
+    if len(origin) != len(shape) or block.ndim != len(shape):
+        raise ValueError(f"a box of rank {block.ndim} at {origin} in a leaf of shape {shape}")
+    if any(o < 0 or o + n > s for o, n, s in zip(origin, block.shape, shape, strict=True)):
+        raise ValueError(f"the box {block.shape} at {origin} leaves the shape {shape}")
+    data = canonical_bytes(block)
+    starts, run = _runs(origin, block.shape, shape)
+    l1, l2, frags = _fold_runs(data.reshape(len(starts), run * item), starts * item, nbytes)
+    cut = _fragments(frags)
+    return merge([Partial(name, tuple(shape), nbytes, l1, l2, int(data.size), cut)])
+
+
+def partial_bytes(
+    data: Any, offset: int, nbytes: int, dtype: str, shape: tuple[int, ...]
+) -> Partial:
+    """The partial of a byte range of the stream already in digest form (a safetensors
+    tensor's bytes, a string's UTF-8): ``data`` (uint8) at byte ``offset`` of ``nbytes``."""
+    import numpy as np
+
+    raw = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data
+    raw = raw.reshape(1, -1)
+    l1, l2, frags = _fold_runs(raw, np.array([offset], np.uint64), nbytes)
+    cut = _fragments(frags)
+    return merge([Partial(dtype, tuple(shape), nbytes, l1, l2, int(raw.size), cut)])
+
+
+def digest_array(x: Any, dtype: str | None = None) -> str:
+    """The digest of a whole array."""
+    import numpy as np
+
+    x = np.asarray(x)
+    return finish(partial((0,) * x.ndim, x, x.shape, dtype))
+
+
+def digest_text(value: str, dtype: str = "string") -> str:
+    """The digest of a string leaf (its UTF-8 bytes, shape ``()``)."""
+    raw = value.encode()
+    return finish(partial_bytes(raw, 0, len(raw), dtype, ()))
+
+
+def _runs(origin: tuple[int, ...], box: tuple[int, ...], shape: tuple[int, ...]) -> Any:
+    """The box as runs of consecutive C-order elements: (start of each run, run length)."""
+    import numpy as np
+
+    t = len(shape) - 1
+    while t >= 0 and box[t] == shape[t]:
+        t -= 1
+    if t < 0 or math.prod(box) == 0:
+        return np.zeros(1, np.uint64), math.prod(box)
+    strides = [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+    starts = np.full((), origin[t] * strides[t], np.uint64)
+    for d in range(t):
+        axis = (np.arange(box[d], dtype=np.uint64) + np.uint64(origin[d])) * np.uint64(strides[d])
+        starts = np.add.outer(starts, axis)
+    return starts.reshape(-1), box[t] * strides[t]
+
+
+def _fold_runs(rows: Any, starts: Any, nbytes: int) -> tuple[int, int, list[Fragments]]:
+    """Both sums and the edge fragments of byte runs (``rows[r]`` at byte ``starts[r]``)."""
+    import numpy as np
+
+    count, length = rows.shape
+    frags: list[Fragments] = []
+    if length == 0 or count == 0:
+        return 0, 0, frags
+    if length < _RUN_MIN:
+        l1 = l2 = 0
+        per = max(1, _GROUP_BYTES // length)
+        for g in range(0, count, per):
+            offs = starts[g : g + per, None] + np.arange(length, dtype=np.uint64)
+            s1, s2 = _fold_scattered(offs.reshape(-1), rows[g : g + per].reshape(-1), nbytes, frags)
+            l1, l2 = l1 + s1, l2 + s2
+        return l1 & MASK, l2 & MASK, frags
+    if count == 1:
+        p = int(starts[0])
+        h = min(length, -p % 8)
+        l1, l2 = fold_words(rows[0, h : h + (length - h) // 8 * 8], (p + h) // 8)
+        edges = [_edges(rows, starts, np.zeros(1, np.int64), h, length)]
+    else:
+        l1 = l2 = 0
+        edges = []
+        per = max(1, _ROWS_BYTES // length)  # temporaries of _fold_rows stay in the cache
+        phase = (starts % np.uint64(8)).astype(np.int64)
+        for ph in np.unique(phase).tolist():
+            h = min(length, -ph % 8)
+            same = np.flatnonzero(phase == ph)
+            for g in range(0, same.size, per):
+                sel = same[g : g + per]
+                s1, s2 = _fold_rows(rows[sel], starts[sel], h, length)
+                l1, l2 = l1 + s1, l2 + s2
+                edges.append(_edges(rows, starts, sel, h, length))
+    offs = np.concatenate([e[0] for e in edges])
+    if offs.size:
+        order = np.argsort(offs, kind="stable")
+        values = np.concatenate([e[1] for e in edges])
+        s1, s2 = _fold_scattered(offs[order], values[order], nbytes, frags)
+        l1, l2 = l1 + s1, l2 + s2
+    return l1 & MASK, l2 & MASK, frags
+
+
+def _edges(rows: Any, starts: Any, sel: Any, head: int, length: int) -> tuple[Any, Any]:
+    """The bytes of the runs ``sel`` (indices) before their first whole word and after their
+    last."""
+    import numpy as np
+
+    tail = head + (length - head) // 8 * 8
+    cols = np.r_[np.arange(head), np.arange(tail, length)].astype(np.int64)
+    offs = starts[sel, None] + cols.astype(np.uint64)
+    return offs.reshape(-1), rows[sel[:, None], cols[None, :]].reshape(-1)  # edges only
+
+
+def _fold_rows(rows: Any, starts: Any, head: int, length: int) -> tuple[int, int]:
+    """Both sums over the whole words of runs that all start at the same offset in a word.
+
+    A run inside one block of words takes its table entries as one window of the tables (a
+    row copy, not a gather per word); the few runs that cross into the next block go word
+    range by word range (``fold_words``)."""
+    import numpy as np
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    k = (length - head) // 8
+    if k == 0:
+        return 0, 0
+    w = np.ascontiguousarray(rows[:, head : head + 8 * k]).view("<u8")
+    u0 = (starts + np.uint64(head)) >> np.uint64(3)
+    j0 = (u0 & np.uint64(BLOCK_WORDS - 1)).astype(np.int64)
+    cross = j0 + k > BLOCK_WORDS
+    l1 = l2 = 0
+    for r in np.flatnonzero(cross).tolist():
+        s1, s2 = fold_words(w[r].view(np.uint8), int(u0[r]))
+        l1, l2 = l1 + s1, l2 + s2
+    if cross.any():
+        keep = ~cross
+        w, u0, j0 = w[keep], u0[keep], j0[keep]
+    if w.size:
+        a, c = tables()
+        y = sliding_window_view(a, k)[j0]
+        y += w
+        _mix_np(y)
+        b = u0 >> np.uint64(BLOCK_BITS)
+        r1 = _splitmix_np(b + np.uint64(SEED_R1)) | np.uint64(1)
+        r2 = _splitmix_np(b + np.uint64(SEED_R2)) | np.uint64(1)
+        l1 += int((y.sum(axis=1) * r1).sum())
+        y *= sliding_window_view(c, k)[j0]
+        l2 += int((y.sum(axis=1) * r2).sum())
+    return l1 & MASK, l2 & MASK
+
+
+def fold_words(raw: Any, u0: int) -> tuple[int, int]:
+    """Both sums over whole words: ``raw`` (uint8, a multiple of 8 bytes) is words u0, u0+1..."""
+    import numpy as np
+
+    w = raw.view("<u8") if raw.size else np.zeros(0, np.uint64)
+    a, c = tables()
+    l1 = l2 = 0
+    pos = 0
+    while pos < w.size:
+        b, j = divmod(u0 + pos, BLOCK_WORDS)
+        m = min(BLOCK_WORDS - j, w.size - pos)
+        y = np.add(w[pos : pos + m], a[j : j + m])
+        _mix_np(y)
+        r1, r2 = block_keys(b)
+        l1 += r1 * int(y.sum())
+        l2 += r2 * int(np.dot(y, c[j : j + m]))
+        pos += m
+    return l1 & MASK, l2 & MASK
+
+
+def _fold_scattered(offs: Any, values: Any, nbytes: int, frags: list[Fragments]) -> tuple[int, int]:
+    """Bytes at increasing stream offsets: whole words go into the sums (returned), cut words
+    onto ``frags`` (``merge`` joins them with the other pieces of their words)."""
+    import numpy as np
+
+    u = offs >> np.uint64(3)
+    shift = (offs & np.uint64(7)) * np.uint64(8)
+    starts = np.flatnonzero(np.r_[True, u[1:] != u[:-1]])
+    words = np.bitwise_or.reduceat(values.astype(np.uint64) << shift, starts)
+    masks = np.bitwise_or.reduceat(np.uint64(1) << (offs & np.uint64(7)), starts)
+    uw = u[starts]
+    last = (nbytes - 1) // 8
+    full = np.full(uw.shape, 0xFF, np.uint64)
+    full[uw == last] = full_mask(last, nbytes)
+    whole = masks == full
+    l1 = l2 = 0
+    if whole.any():
+        l1, l2 = _fold_sorted(words[whole], uw[whole])
+    cut = ~whole
+    if cut.any():
+        frags.append((uw[cut], words[cut], masks[cut]))
+    return l1, l2
+
+
+def _fold_sorted(w: Any, u: Any) -> tuple[int, int]:
+    """Both sums over whole words ``w`` at increasing word indices ``u``."""
+    import numpy as np
+
+    a, c = tables()
+    j = u & np.uint64(BLOCK_WORDS - 1)
+    b = u >> np.uint64(BLOCK_BITS)
+    y = w + a[j]
+    _mix_np(y)
+    seg = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+    sums1 = np.add.reduceat(y, seg).tolist()
+    y *= c[j]
+    sums2 = np.add.reduceat(y, seg).tolist()
+    l1 = l2 = 0
+    for block, x1, x2 in zip(b[seg].tolist(), sums1, sums2, strict=True):
+        r1, r2 = block_keys(block)
+        l1, l2 = l1 + r1 * x1, l2 + r2 * x2
+    return l1 & MASK, l2 & MASK

@@ -1,0 +1,164 @@
+"""The ``ld1`` specification (docs/reference/digest-spec.md) holds: its test vectors are what the
+plain-Python reference (``tests/support/ldigest_reference.py``, written from the text) and the
+fast implementation both compute, and the fast one gives the reference's digest from any
+partition of the array into boxes, merged in any order and grouping."""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckpt_cli.core.format import ldigest
+from tests.support.ldigest_reference import reference_digest, reference_text_digest
+from tests.support.paths import REPO
+
+SPEC = REPO / "docs" / "reference" / "digest-spec.md"
+VECTOR = re.compile(r"^\| `(?P<expr>[^`]+)` \| `(?P<digest>ld1:[0-9a-f]{32})` \|$", re.M)
+STRING_VECTOR = re.compile(
+    r'^\| string `"(?P<text>[^"`]*)"` \| `(?P<digest>ld1:[0-9a-f]{32})` \|$', re.M
+)
+
+DTYPES = [
+    np.dtype(np.float32),
+    np.dtype(np.float64),
+    np.dtype(np.float16),
+    np.dtype(ml_dtypes.bfloat16),
+    np.dtype(ml_dtypes.float8_e4m3fn),
+    np.dtype(ml_dtypes.int4),
+    np.dtype(ml_dtypes.uint4),
+    np.dtype(np.bool_),
+    np.dtype(np.int8),
+    np.dtype(np.uint16),
+    np.dtype(np.int32),
+    np.dtype(np.int64),
+    np.dtype(np.complex64),
+    np.dtype(np.complex128),
+]
+
+
+def test_the_specs_test_vectors_hold() -> None:
+    text = SPEC.read_text()
+    vectors = [(m["expr"], m["digest"]) for m in VECTOR.finditer(text)]
+    assert len(vectors) >= 8
+    for expr, digest in vectors:
+        x = eval(expr, {"np": np, "ml_dtypes": ml_dtypes})
+        assert reference_digest(x) == digest, expr
+        assert ldigest.digest_array(x) == digest, expr
+    strings = [(m["text"], m["digest"]) for m in STRING_VECTOR.finditer(text)]
+    assert strings
+    for value, digest in strings:
+        assert reference_text_digest(value) == ldigest.digest_text(value) == digest
+
+
+def _values(dtype: np.dtype[Any], shape: tuple[int, ...], seed: int) -> Any:
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 256, size=int(np.prod(shape)) * dtype.itemsize, dtype=np.uint8)
+    x = raw.view(dtype).reshape(shape) if dtype.kind != "b" else (raw > 127).reshape(shape)
+    if dtype.name in ldigest.CODE_BITS:  # ml_dtypes' sub-byte values keep their code low
+        x = (raw & np.uint8(7)).astype(np.int8).astype(dtype).reshape(shape)
+    return x
+
+
+def _partition(
+    shape: tuple[int, ...], rnd: random.Random, depth: int
+) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Random boxes (origin, size) that tile ``shape``: cut along a random dim, recursively."""
+    boxes = [((0,) * len(shape), shape)]
+    for _ in range(depth):
+        origin, size = boxes.pop(rnd.randrange(len(boxes)))
+        dims = [d for d, n in enumerate(size) if n > 1]
+        if not dims:
+            boxes.append((origin, size))
+            continue
+        d = rnd.choice(dims)
+        cut = rnd.randrange(1, size[d])
+        lo = (*size[:d], cut, *size[d + 1 :])
+        hi = (*size[:d], size[d] - cut, *size[d + 1 :])
+        boxes.append((origin, lo))
+        boxes.append(((*origin[:d], origin[d] + cut, *origin[d + 1 :]), hi))
+    return boxes
+
+
+def _merge_randomly(parts: list[ldigest.Partial], rnd: random.Random) -> ldigest.Partial:
+    """Merge in a random order and grouping (a tree of merges, as hosts and workers would)."""
+    parts = list(parts)
+    while len(parts) > 1:
+        rnd.shuffle(parts)
+        k = rnd.randrange(2, len(parts) + 1)
+        parts = [ldigest.merge(parts[:k]), *parts[k:]]
+    return parts[0]
+
+
+shapes = st.lists(st.integers(0, 9), min_size=0, max_size=3).map(tuple) | st.sampled_from(
+    [(3, 700), (2, 5000), (130, 33), (9000,), (1, 1, 17000)]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    dtype=st.sampled_from(DTYPES),
+    shape=shapes,
+    seed=st.integers(0, 2**32 - 1),
+    depth=st.integers(0, 12),
+)
+def test_any_partition_merged_in_any_order_gives_the_reference_digest(
+    dtype: np.dtype[Any], shape: tuple[int, ...], seed: int, depth: int
+) -> None:
+    x = _values(dtype, shape, seed)
+    expected = reference_digest(x)
+    assert ldigest.digest_array(x) == expected
+    rnd = random.Random(seed)
+    boxes = _partition(x.shape, rnd, depth)
+    assert boxes
+    parts = [
+        ldigest.partial(o, x[tuple(slice(a, a + n) for a, n in zip(o, s, strict=True))], x.shape)
+        for o, s in boxes
+    ]
+    assert ldigest.finish(_merge_randomly(parts, rnd)) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from(DTYPES), shape=shapes, seed=st.integers(0, 2**32 - 1), data=st.data())
+def test_one_flipped_bit_changes_the_digest(
+    dtype: np.dtype[Any], shape: tuple[int, ...], seed: int, data: st.DataObject
+) -> None:
+    x = _values(dtype, shape, seed)
+    if x.size == 0:
+        return
+    code_bits = ldigest.CODE_BITS.get(dtype.name, 8 * (1 if dtype.kind == "b" else dtype.itemsize))
+    flat = np.ascontiguousarray(x).reshape(-1).copy()
+    i = data.draw(st.integers(0, flat.size - 1))
+    raw = flat.view(np.uint8).reshape(flat.size, -1)
+    bit = data.draw(st.integers(0, (1 if dtype.kind == "b" else code_bits) - 1))
+    raw[i, bit // 8] ^= np.uint8(1 << (bit % 8))
+    assert ldigest.digest_array(flat.reshape(x.shape)) != ldigest.digest_array(x)
+
+
+def test_dtype_and_shape_are_part_of_the_digest() -> None:
+    x = np.arange(12, dtype=np.int32)
+    same_bytes = [x.reshape(3, 4), x.reshape(4, 3), x.view(np.float32), x.view(np.uint8)]
+    digests = {ldigest.digest_array(y) for y in [x, *same_bytes]}
+    assert len(digests) == 5
+
+
+def test_a_missing_or_overlapping_box_is_refused() -> None:
+    x = np.arange(30, dtype=np.float32).reshape(5, 6)
+    top = ldigest.partial((0, 0), x[:2], x.shape)
+    rest = ldigest.partial((2, 0), x[2:], x.shape)
+    assert ldigest.finish(ldigest.merge([rest, top])) == ldigest.digest_array(x)
+    with pytest.raises(ValueError, match="missing or counted twice"):
+        ldigest.finish(top)
+    with pytest.raises(ValueError, match="missing or counted twice"):
+        ldigest.finish(ldigest.merge([top, rest, top]))
+    odd = ldigest.partial((0, 0), x[:, :3], x.shape)  # ends mid-word: bytes 8-11 of row 0
+    with pytest.raises(ValueError, match="overlap"):
+        ldigest.merge([odd, ldigest.partial((0, 2), x[:, 2:3], x.shape)])
+    with pytest.raises(ValueError, match="cannot merge"):
+        ldigest.merge([top, ldigest.partial((0,), x.reshape(-1), (30,))])
