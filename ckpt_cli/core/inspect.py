@@ -8,7 +8,8 @@ of kvstore reads); sharding from ``_sharding``; write shapes and typed-key marke
 A path resolves to the item asked for (``--item``), else to its step's one state item (the only
 one besides ``metrics``, or the only PyTree among JSON and ArraySave items); the other items of
 that step are listed with it. When no item is the obvious one (two PyTree items), every item of
-the step is shown (``inspect_path``).
+the step is shown (``inspect_path``). The training state is judged across every item of the
+step, even when one item is asked for (``state.training_state``): the step is its unit.
 """
 
 from __future__ import annotations
