@@ -1,4 +1,4 @@
-"""``ckpt inspect``: the tree of one item, its training-state parts, stats and shard layout."""
+"""``ckpt inspect``: the tree of one item, its step's training state, stats and shard layout."""
 
 from __future__ import annotations
 
@@ -52,9 +52,10 @@ def inspect(
     A step of several items shows its state item (the only PyTree beside JSON and ArraySave
     items) and names the others; when no item is the obvious one, it shows every item.
 
-    Says which subtrees hold the four parts of a training state (parameters, optimizer state,
-    step, RNG state) and what resuming loses when one is missing. Reads only metadata unless
-    --stats is given. No JAX.
+    Judges the training state of the step across all its items: which item and subtrees hold
+    the parameters, optimizer state and step (required), RNG state and data order (optional:
+    a note when missing), and what resuming loses when one is missing. Reads only metadata
+    unless --stats is given. No JAX.
     """
     # Rendering pulls in rich.tree/table: imported here so `ls` and `--help` do not pay for it.
     from ckpt_cli.commands.render import inspect as render

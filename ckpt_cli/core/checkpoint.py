@@ -16,7 +16,7 @@ from ckpt_cli.core.format.layout import ItemRef, detect
 from ckpt_cli.core.format.metadata import KEY_TYPE_SEQUENCE
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.scan import OPEN_CACHE_BYTES, read_block
-from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
+from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item, with_training_state
 from ckpt_cli.core.listing import StepInfo, list_root
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.storage.base import loads_json
@@ -68,13 +68,19 @@ class Item:
 
     @functools.cached_property
     def report(self) -> ItemReport:
-        """Everything ``ckpt inspect`` knows about the item (read once, on first use)."""
+        """Everything ``ckpt inspect`` knows about the item (read once, on first use), with the
+        training state of its step, across its items."""
+        return with_training_state(self._report)
+
+    @functools.cached_property
+    def _report(self) -> ItemReport:
+        # The item alone: its leaves and values need no sibling read.
         return inspect_item(self.ref)
 
     @property
     def leaves(self) -> list[Leaf]:
         """Every leaf: name, keypath, dtype, shape, chunking, sharding, value type."""
-        return list(self.report.leaves)
+        return list(self._report.leaves)
 
     def leaf(self, name: str) -> Leaf:
         found = self._by_name.get(name)
@@ -131,14 +137,14 @@ class Item:
 
     @functools.cached_property
     def _by_name(self) -> dict[str, Leaf]:
-        return {leaf.name: leaf for leaf in self.report.leaves}
+        return {leaf.name: leaf for leaf in self._report.leaves}
 
     @functools.cached_property
     def _store(self) -> ItemStore:
         # One TensorStore context for the item: reads of many leaves share its cache of the
         # OCDBT manifest and tree nodes instead of reading them again per leaf.
         return ItemStore(
-            self.ref.location, self.report.zarr_format == 3, cached_context(OPEN_CACHE_BYTES)
+            self.ref.location, self._report.zarr_format == 3, cached_context(OPEN_CACHE_BYTES)
         )
 
     def __repr__(self) -> str:

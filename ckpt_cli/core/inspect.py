@@ -8,7 +8,8 @@ of kvstore reads); sharding from ``_sharding``; write shapes and typed-key marke
 A path resolves to the item asked for (``--item``), else to its step's one state item (the only
 one besides ``metrics``, or the only PyTree among JSON and ArraySave items); the other items of
 that step are listed with it. When no item is the obvious one (two PyTree items), every item of
-the step is shown (``inspect_path``).
+the step is shown (``inspect_path``). The training state is judged across every item of the
+step, even when one item is asked for (``state.training_state``): the step is its unit.
 """
 
 from __future__ import annotations
@@ -49,10 +50,26 @@ from ckpt_cli.core.format.sharding import (
 from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.regex import Regex
 from ckpt_cli.core.schema import JSONValue
-from ckpt_cli.core.state import KEY_DTYPES, PartJSON, StatePart, analyse_state, classify_leaf
+from ckpt_cli.core.state import (
+    KEY_DTYPES,
+    ItemParts,
+    StatePart,
+    TrainingState,
+    TrainingStateJSON,
+    analyse_state,
+    classify_leaf,
+    is_data_iterator,
+    training_state,
+)
 from ckpt_cli.core.stats import LeafStats, StatsJSON, leaves_stats
 from ckpt_cli.core.storage import Location
-from ckpt_cli.errors import NotACheckpointError, NotFoundError, SeveralItemsError, UsageError
+from ckpt_cli.errors import (
+    CkptError,
+    NotACheckpointError,
+    NotFoundError,
+    SeveralItemsError,
+    UsageError,
+)
 
 #: pytree (StandardSave, PyTreeSave), array (ArraySave: the item is one array) or json.
 ItemKind = Literal["pytree", "array", "json"]
@@ -96,11 +113,6 @@ class TotalsJSON(TypedDict):
     parameters: int
     size_bytes: int
     subtrees: list[SubtreeJSON]
-
-
-class TrainingStateJSON(TypedDict):
-    complete: bool
-    parts: list[PartJSON]
 
 
 class InspectJSON(TypedDict):
@@ -230,8 +242,10 @@ class ItemReport:
 
     #: 2: JSON-item values are JSON values (they were JSON text in 1). 3: ``kind``; a typed
     #: key's ``dtype``/``shape`` are the key's (``key<fry>``), ``key_data`` what is stored;
-    #: ``other_items``; a step of several items shows them all (``items``).
-    SCHEMA_VERSION: ClassVar[int] = 3
+    #: ``other_items``; a step of several items shows them all (``items``). 4: the training
+    #: state is the step's, across its items (``scope``, ``items``, ``missing``, ``notes``; per
+    #: part ``required``, ``items``, ``source``), with the data order as an optional part.
+    SCHEMA_VERSION: ClassVar[int] = 4
 
     ref: ItemRef
     storage: str  # ocdbt | ocdbt-unmerged | zarr | json
@@ -243,6 +257,28 @@ class ItemReport:
     subtrees: tuple[SubtreeTotal, ...] = field(default_factory=tuple)
     #: pytree (StandardSave, PyTreeSave), array (ArraySave: the item is one array) or json.
     kind: ItemKind = "pytree"
+    #: The handler the step recorded for the item (``_CHECKPOINT_METADATA``), if any.
+    handler: str | None = None
+    #: The verdict on the training state of the item's step (``with_training_state``); None
+    #: until it is computed: the item's own then.
+    training: TrainingState | None = None
+
+    @property
+    def item_parts(self) -> ItemParts:
+        """What this item holds of a training state, or that it is a data iterator's state."""
+        name = self.ref.name
+        if not is_data_iterator(name, self.handler, self.state):
+            return ItemParts(name, self.state)
+        if self.kind == "json":
+            keys = list(dict.fromkeys(leaf.keypath[0] for leaf in self.leaves if leaf.keypath))
+            return ItemParts(name, self.state, "JSON item: " + ", ".join(keys[:6]))
+        return ItemParts(name, self.state, f"{self.kind} item, {len(self.leaves)} leaves")
+
+    @property
+    def training_state(self) -> TrainingState:
+        if self.training is not None:
+            return self.training
+        return training_state([self.item_parts], None, scope="item")
 
     @property
     def total_bytes(self) -> int:
@@ -275,10 +311,7 @@ class ItemReport:
                 "size_bytes": self.total_bytes,
                 "subtrees": [t.to_json() for t in self.subtrees],
             },
-            "training_state": {
-                "complete": bool(self.state) and all(p.present for p in self.state),
-                "parts": [p.to_json() for p in self.state],
-            },
+            "training_state": self.training_state.to_json(),
             "custom_metadata": self.custom_metadata,
             "step_custom_metadata": self.step_custom_metadata,
             "leaves": [leaf.to_json() for leaf in self.leaves],
@@ -303,7 +336,7 @@ def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
         kind = "array"  # ArraySave of Orbax 0.12+: a tree of one leaf named `checkpoint`
     pattern = compile_filter(name_filter)
     if tree is None:
-        return _inspect_json_item(ref, pattern)
+        return replace(_inspect_json_item(ref, pattern), handler=handler)
     metas = list(tree.leaves)
     store = ItemStore(item, tree.use_zarr3)
     headers = store.read_headers([m.name for m in metas if m.has_array])
@@ -327,6 +360,7 @@ def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
         custom_metadata=tree.custom_metadata,
         step_custom_metadata=step_meta.custom_metadata if step_meta else None,
         subtrees=_subtree_totals(leaves),
+        handler=handler,
     )
 
 
@@ -484,6 +518,7 @@ class StepInspectJSON(TypedDict):
     step: int | None
     item: None
     items: list[InspectJSON]
+    training_state: TrainingStateJSON  # schema 4: the step's, as in each item's document
 
 
 @dataclass(frozen=True)
@@ -491,6 +526,10 @@ class StepInspection:
     """Every item of a step none of which is the obvious one to show alone."""
 
     items: tuple[InspectResult, ...]
+
+    @property
+    def training_state(self) -> TrainingState:
+        return self.items[0].report.training_state
 
     def to_json(self) -> StepInspectJSON:
         ref = self.items[0].report.ref
@@ -502,6 +541,7 @@ class StepInspection:
             "step": ref.step,
             "item": None,
             "items": [r.to_json() for r in self.items],
+            "training_state": self.training_state.to_json(),
         }
 
 
@@ -562,20 +602,56 @@ def _inspect_path(
                 hint="choose the item with --item NAME",
             ) from None
         refs = [r for r in resolve_items(location, step) if r.name != METRICS_ITEM]
+        results = [_inspect(r, name_filter, stats, None, on_progress, False) for r in refs]
+        verdict = _verdict([r.report for r in results], refs[0])
         return StepInspection(
-            tuple(
-                _inspect(r, name_filter, stats, None, on_progress, must_match=False) for r in refs
-            )
+            tuple(replace(r, report=replace(r.report, training=verdict)) for r in results)
         )
     result = _inspect(ref, name_filter, stats, layout, on_progress, must_match=True)
-    if item is None and ref.step_location is not None and ref.step_location != ref.location:
-        others = tuple(
-            inspect_item(r)
-            for r in resolve_items(ref.step_location)
-            if r.name not in (ref.name, METRICS_ITEM)
-        )
-        result = InspectResult(result.report, result.stats, result.layout, others)
-    return result
+    # Without --item the step's other items are named (an unreadable one fails, as it would
+    # alone); with --item they only complete the verdict, and one that cannot be read is left
+    # out of it rather than failing the item asked for.
+    siblings = _siblings(ref, strict=item is None)
+    report = replace(result.report, training=_verdict([result.report, *siblings], ref))
+    return InspectResult(report, result.stats, result.layout, () if item else tuple(siblings))
+
+
+def with_training_state(report: ItemReport) -> ItemReport:
+    """``report`` with the verdict on its step's training state, across the step's items (what
+    ``ckpt inspect`` shows); a sibling item that cannot be read is left out of it."""
+    return replace(report, training=_verdict([report, *_siblings(report.ref, False)], report.ref))
+
+
+def _siblings(ref: ItemRef, strict: bool) -> list[ItemReport]:
+    """The other items of ``ref``'s step, ``metrics`` aside."""
+    if ref.step_location is None or ref.step_location == ref.location:
+        return []
+    try:
+        refs = resolve_items(ref.step_location)
+    except CkptError:
+        if strict:
+            raise
+        return []
+    out = []
+    for r in refs:
+        if r.name in (ref.name, METRICS_ITEM):
+            continue
+        try:
+            out.append(inspect_item(r))
+        except CkptError:
+            if strict:
+                raise
+    return out
+
+
+def _verdict(reports: list[ItemReport], ref: ItemRef) -> TrainingState:
+    """The training state of ``ref``'s step across its items' ``reports``; of ``ref``'s item
+    alone when it is no step's (a Checkpointer's save)."""
+    if ref.step is None:
+        main = next(r for r in reports if r.ref.name == ref.name)
+        return training_state([main.item_parts], None, scope="item")
+    ordered = sorted(reports, key=lambda r: r.ref.name)
+    return training_state([r.item_parts for r in ordered], ref.step, scope="step")
 
 
 def _inspect(

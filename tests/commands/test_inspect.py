@@ -16,8 +16,9 @@ def test_inspect_json_contract_seed(cli) -> None:  # type: ignore[no-untyped-def
     r = cli("inspect", FIXTURES / "seed_mlp", "--json")
     assert r.code == 0, r.stderr
     doc = r.json()
-    # 2: JSON-item values as values; 3: kind, key_data, other_items (issue 13)
-    assert doc["schema_version"] == 3 and doc["ok"] is True
+    # 2: JSON-item values as values; 3: kind, key_data, other_items; 4: the step's training
+    # state across its items
+    assert doc["schema_version"] == 4 and doc["ok"] is True
     assert (doc["step"], doc["item"]) == (500, "default")
     assert doc["path"] == str(FIXTURES / "seed_mlp" / "500" / "default")
     leaves = leaves_by_name(doc)
@@ -189,3 +190,77 @@ def test_inspect_human_tree(cli) -> None:  # type: ignore[no-untyped-def]
     assert "mesh: data=4,model=2" in r.stdout
     flat = cli("inspect", FIXTURES / "sharded_4x2", "--flat")
     assert "params.replicated" in flat.stdout and "replicated" in flat.stdout
+
+
+@pytest.fixture(scope="module")
+def saved_states(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """Real saves: an nnx model + optimizer Composite, a linen TrainState + JSON data iterator."""
+    from tests.support import training_states as ts
+
+    base = tmp_path_factory.mktemp("states")
+    ts.nnx_run(base / "nnx")
+    ts.linen_run(base / "linen")
+    ts.save_params_only(base / "params")
+    return {p.name: p for p in base.iterdir()}
+
+
+def state_lines(stdout: str) -> list[str]:
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("training state"))
+    return lines[start : start + 6]
+
+
+def test_inspect_judges_the_step_across_nnx_items(cli, saved_states) -> None:  # type: ignore[no-untyped-def]
+    r = cli("inspect", saved_states["nnx"])
+    assert r.code == 0, r.stderr
+    lines = state_lines(r.stdout)
+    assert lines[0] == "training state of the step, across items model, optimizer: complete"
+    by_part = {line.split()[1]: line for line in lines[1:]}
+    assert "model: linear1, linear2" in by_part["parameters"]
+    assert "optimizer: opt_state" in by_part["optimizer"]
+    assert "optimizer: step.value" in by_part["step"] and "step.value = 3" in by_part["step"]
+    # A missing RNG key is a note, not a failure mark.
+    assert by_part["RNG"].split()[0] == "-" and "note: no RNG key" in by_part["RNG"]
+    assert "✗" not in r.stdout and "no optimizer state" not in r.stdout
+    # Every item is shown, the verdict once.
+    assert r.stdout.count("training state") == 1
+    assert "item 'model'" in r.stdout and "item 'optimizer'" in r.stdout
+
+
+def test_inspect_one_item_names_the_parts_in_its_siblings(cli, saved_states) -> None:  # type: ignore[no-untyped-def]
+    r = cli("inspect", saved_states["nnx"], "--item", "model")
+    assert r.code == 0, r.stderr
+    lines = state_lines(r.stdout)
+    assert lines[0].endswith("across items model, optimizer: complete")
+    assert "optimizer: opt_state" in lines[2]
+    doc = cli("inspect", saved_states["nnx"], "--item", "model", "--json").json()
+    assert doc["item"] == "model" and doc["training_state"]["complete"] is True
+    assert doc["training_state"]["items"] == ["model", "optimizer"]
+
+
+def test_inspect_names_the_data_iterator_item(cli, saved_states) -> None:  # type: ignore[no-untyped-def]
+    r = cli("inspect", saved_states["linen"])
+    assert r.code == 0, r.stderr
+    lines = state_lines(r.stdout)
+    assert lines[0] == "training state of the step, across items data_iter, state: complete"
+    order = next(line for line in lines if line.split()[1:3] == ["data", "order"])
+    assert "data_iter" in order and "JSON item: epoch, index" in order
+    rng = next(line for line in lines if line.split()[1:3] == ["RNG", "state"])
+    assert "note:" in rng and "the data order is kept (data_iter)" in rng
+    doc = cli("inspect", saved_states["linen"], "--json").json()
+    ts = doc["training_state"]
+    assert (ts["missing"], ts["notes"]) == ([], ["rng"])
+    assert [o["item"] for o in doc["other_items"]] == ["data_iter"]
+
+
+def test_inspect_params_alone_still_incomplete(cli, saved_states) -> None:  # type: ignore[no-untyped-def]
+    r = cli("inspect", saved_states["params"])
+    assert r.code == 0, r.stderr
+    lines = state_lines(r.stdout)
+    assert lines[0] == "training state: incomplete"
+    optimizer = next(line for line in lines if "optimizer state" in line)
+    assert "✗" in optimizer and "no optimizer state" in optimizer
+    step = next(line for line in lines if " step " in line)
+    assert "✓" in step and "directory name" in step
+    doc = cli("inspect", saved_states["params"], "--json").json()
+    assert doc["training_state"]["missing"] == ["opt_state"]

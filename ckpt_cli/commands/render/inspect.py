@@ -18,6 +18,7 @@ from ckpt_cli.commands.render.lines import (
 from ckpt_cli.commands.render.units import human_bytes, human_count, shape_str
 from ckpt_cli.core.format.sharding import ShardLayout
 from ckpt_cli.core.inspect import InspectResult, ItemReport, Leaf, StepInspection
+from ckpt_cli.core.state import StatePart, TrainingState
 from ckpt_cli.core.stats import LeafStats
 
 
@@ -26,7 +27,9 @@ def print_result(result: InspectResult | StepInspection, flat: bool) -> None:
         for i, one in enumerate(result.items):
             if i:
                 stdout_console().print()
-            print_report(one.report, flat=flat, stats=one.stats)
+            print_report(one.report, flat=flat, stats=one.stats, state=False)
+        color = use_color()
+        _print_state(result.training_state, painter(color), color)
         return
     if result.layout is not None:
         print_layout(result.layout, result.report)
@@ -100,7 +103,9 @@ def _title(report: ItemReport) -> str:
     return f"[bold]item {ref.name!r}[/] — {where}  ({fmt}){what}"
 
 
-def print_report(report: ItemReport, flat: bool, stats: dict[str, LeafStats] | None) -> None:
+def print_report(
+    report: ItemReport, flat: bool, stats: dict[str, LeafStats] | None, state: bool = True
+) -> None:
     console = stdout_console()
     console.print(_title(report))
     meshes = sorted({m for lf in report.leaves if lf.sharding and (m := lf.sharding.mesh_str())})
@@ -143,8 +148,8 @@ def print_report(report: ItemReport, flat: bool, stats: dict[str, LeafStats] | N
             entries.append((leaf.keypath or (leaf.name,), label))
         emit(tree_lines(report.ref.name, entries, paint), color)
     _print_totals(report, paint, color)
-    if report.state:
-        _print_state(report, paint, color)
+    if state:
+        _print_state(report.training_state, paint, color)
     history = (report.step_custom_metadata or {}).get("ckpt_history")
     if isinstance(history, list) and history:
         ops = ", ".join(str(h.get("operation", "?")) for h in history if isinstance(h, dict))
@@ -174,17 +179,36 @@ def _print_totals(report: ItemReport, paint: Paint, color: bool) -> None:
     emit(table_lines(headers, rows, paint, right=frozenset({1, 2, 3})), color)
 
 
-def _print_state(report: ItemReport, paint: Paint, color: bool) -> None:
-    complete = all(p.present for p in report.state)
-    verdict = paint("complete", "green") if complete else paint("incomplete", "yellow")
-    emit([paint("training state", "bold") + ": " + verdict], color)
+def _print_state(training: TrainingState, paint: Paint, color: bool) -> None:
+    """One line per part: where it is (item: subtrees), else what resuming loses; a missing
+    optional part (RNG state, data order) reads as a note, not as a failure."""
+    if not training.parts:
+        return
+    verdict = paint("complete", "green") if training.complete else paint("incomplete", "yellow")
+    head = paint("training state", "bold")
+    if training.scope == "step" and len(training.items) > 1:
+        head += f" of the step, across items {', '.join(training.items)}"
+    emit([head + ": " + verdict], color)
     rows = []
-    for p in report.state:
-        subtrees = ", ".join(p.subtrees[:3]) + (" ..." if len(p.subtrees) > 3 else "")
-        mark = ("  ✓", "green") if p.present else ("  ✗", "red")
-        rows.append([mark, (p.description, ""), (subtrees, ""), (p.note, "dim")])
-    headers = ["", "part", "subtrees", "note"]
-    emit(table_lines(headers, rows, paint, wrap_last=True, show_header=False), color)
+    for p in training.parts:
+        missing = ("  ✗", "red") if p.required else ("  -", "dim")
+        mark = ("  ✓", "green") if p.present else missing
+        note = p.note if p.present or p.required else "note: " + p.note
+        rows.append([mark, (p.description, ""), (_where(p, training), ""), (note, "dim")])
+    emit(
+        table_lines(["", "part", "where", "note"], rows, paint, wrap_last=True, show_header=False),
+        color,
+    )
+
+
+def _where(part: StatePart, training: TrainingState) -> str:
+    """Which item holds a part, and where in it: ``optimizer: opt_state``, ``data_iter``, the
+    directory name; only the subtrees when the verdict covers one item."""
+    if part.source == "directory":
+        return "directory name"
+    subtrees = ", ".join(part.subtrees[:3]) + (" ..." if len(part.subtrees) > 3 else "")
+    items = ", ".join(part.items) if len(training.items) > 1 else ""
+    return f"{items}: {subtrees}" if items and subtrees else items or subtrees
 
 
 def print_layout(layout: ShardLayout, report: ItemReport) -> None:
