@@ -49,6 +49,7 @@ NOT_APPLICABLE: dict[str, dict[str, str]] = {
         "refused": "read-only: never refuses",
         "locked": "takes no lock",
     },
+    "doctor": {"locked": "takes no lock"},
     "prune": {},
     "reshard": {},
     "migrate": {},

@@ -182,6 +182,44 @@ CASES: list[Case] = [
     Case("digest", "usage", "option", lambda w: ["digest", str(w.good), "--bogus"], NO_OPTION),
     Case("digest", "invalid-metadata", "item", lambda w: ["digest", str(w.bad_item)], BAD_JSON),
     Case("digest", "unreachable", "s3", _s3("digest"), REFUSED_CONN),
+    # doctor
+    Case(
+        "doctor",
+        "not-found",
+        "path",
+        lambda w: ["doctor", str(w.missing), "--like", str(w.good)],
+        NOT_FOUND,
+    ),
+    Case(
+        "doctor",
+        "not-a-checkpoint",
+        "junk",
+        lambda w: ["doctor", str(w.junk), "--like", str(w.good)],
+        NOT_CKPT,
+    ),
+    Case("doctor", "usage", "option", lambda w: ["doctor", str(w.good), "--bogus"], NO_OPTION),
+    Case(
+        "doctor",
+        "usage",
+        "no-target",
+        lambda w: ["doctor", str(w.good)],
+        "--target MODULE:FUNCTION or --like PATH",
+    ),
+    Case(
+        "doctor",
+        "invalid-metadata",
+        "item",
+        lambda w: ["doctor", str(w.bad_item), "--like", str(w.good)],
+        BAD_JSON,
+    ),
+    Case(
+        "doctor",
+        "refused",
+        "target",
+        lambda w: ["doctor", str(w.good), "--target", "no_such_module_here:f"],
+        "cannot import no_such_module_here",
+    ),
+    Case("doctor", "unreachable", "s3", _s3("doctor", "--like", "{good}"), REFUSED_CONN),
     # prune
     Case(
         "prune",
