@@ -99,7 +99,8 @@ def layer(name: str) -> tuple[int, str]:
         raise AssertionError(f"{name}: a core module outside the architecture's packages")
     if parts[:2] == ["ckpt_cli", "commands"]:
         return 7, "commands"
-    if name == "ckpt_cli":
+    if name in ("ckpt_cli", "ckpt_cli.orbax"):
+        # ckpt_cli.orbax: the trainer's side (imports jax and orbax), beside the public API.
         return 7, "api"
     if name in ("ckpt_cli.app", "ckpt_cli.__main__", "ckpt_cli.signals"):
         return 8, "app"
