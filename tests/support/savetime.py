@@ -48,8 +48,8 @@ def initial_state(mesh: Any) -> dict[str, Any]:
 
     rs = np.random.RandomState(0)
     values = {
-        "w": rs.normal(size=(64, 30)).astype(np.float32),
-        "v": rs.normal(size=(30, 6)).astype(np.float32),
+        "w": rs.normal(size=(64, 1024)).astype(np.float32),
+        "v": rs.normal(size=(1024, 6)).astype(np.float32),
         "b": rs.normal(size=(6,)).astype(np.float32),
     }
     shard = shardings(mesh)
@@ -133,3 +133,50 @@ def main() -> None:
 if __name__ == "__main__":
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
     main()
+
+
+def recorded(item: Path) -> dict[str, str]:
+    """The ld1 digest of every leaf in the item's digest record."""
+    leaves = json.loads((item / "_CKPT_DIGESTS.json").read_text())["leaves"]
+    return {name: str(d["ld1"]) for name, d in leaves.items()}
+
+
+def digested(root: Path, step: int, item: str) -> dict[str, str | None] | None:
+    """What ``ckpt digest --json`` prints for every leaf of ``root/step/item`` (a fresh
+    process: TensorStore's cache in this one may hold chunks read before a flip); None when
+    it cannot read the item at all (a damaged b-tree node: an error, not a value)."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "ckpt_cli", "digest", str(root), "--step", str(step), "--json"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    run = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    doc = json.loads(run.stdout)
+    if "items" not in doc:
+        return None
+    items = [it for it in doc["items"] if it["item"] == item]
+    assert len(items) == 1, (run.stdout, run.stderr)
+    return {leaf["name"]: leaf["digest"] for leaf in items[0]["leaves"]}
+
+
+def flip_a_byte(root: Path, step: int, item: str, record: dict[str, str]) -> list[str]:
+    """One byte flipped in the middle of a data file of the item, the largest first; a file
+    whose flip changes no leaf (a b-tree node: ``ckpt digest`` fails outright, or an unused
+    one) is put back and the next tried. The leaves whose digest no longer matches ``record``."""
+    base = root / str(step) / item
+    files = sorted([*base.glob("ocdbt.process_*/d/*"), *base.glob("d/*")], key=_size)
+    assert files, f"no data file under {base}"
+    for target in reversed(files):
+        data = target.read_bytes()
+        flipped = bytearray(data)
+        flipped[len(data) // 2] ^= 0x40
+        target.write_bytes(bytes(flipped))
+        now = digested(root, step, item)
+        changed = [name for name in record if now and now.get(name) != record[name]]
+        if changed:
+            return changed
+        target.write_bytes(data)
+    raise AssertionError(f"no flipped byte under {base} changed a digest")
+
+
+def _size(p: Path) -> int:
+    return p.stat().st_size
