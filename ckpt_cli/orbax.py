@@ -9,11 +9,12 @@ command line imports it). It wraps an ``ocp.CheckpointManager`` and keeps its AP
 
 How a step is digested (docs/how-to/verify.md, "Digests taken at save time"):
 
-* In ``save``, once Orbax has accepted the step, every process copies to host memory the
+* In ``save``, once Orbax has accepted the step, every process takes host views of the
   shards it owns: each addressable shard of each ``jax.Array`` with ``replica_id == 0`` (a
-  partition of the array across all processes), plus, on the primary process only, the
-  numpy, scalar and string leaves. The copy is taken before ``save`` returns, so a train step
-  that donates the buffers cannot change what is digested.
+  partition of the array across all processes), plus, on the primary process only, copies of
+  the numpy, scalar and string leaves. On CPU devices a view is zero-copy and holds the
+  device buffer (a train step that donates it gets a new buffer instead: measured with jax
+  0.10); on an accelerator it is one device-to-host copy, taken before ``save`` returns.
 * A background thread hashes the copies into ``ld1`` partials, one box per shard in global
   coordinates, while Orbax writes.
 * When the step is finalized (``wait_until_finished``, the next ``save``, ``close``: calls
@@ -38,25 +39,41 @@ from typing import Any
 
 from ckpt_cli._version import __version__
 from ckpt_cli.core.format.digests import DIGEST_FILE, FILE_ALGORITHM, FORMAT_NAME, FORMAT_VERSION
-from ckpt_cli.core.format.ldigest import ALGORITHM, Partial, finish, merge, partial, partial_bytes
+from ckpt_cli.core.format.ldigest import (
+    ALGORITHM,
+    Fragments,
+    Partial,
+    finish,
+    merge,
+    partial,
+    partial_bytes,
+)
 from ckpt_cli.errors import CkptError
 
 __all__ = ["DigestingCheckpointManager", "leaf_partials"]
 
+#: Threads hashing a step's shards (beside Orbax's own writers).
+HASH_THREADS = 2
 #: The item name Orbax's manager gives a step saved without ``Composite``.
 DEFAULT_ITEM = "default"
 #: A box: (item, leaf name, global origin, host copy or string, global shape, dtype name).
 Box = tuple[str, str, tuple[int, ...], Any, tuple[int, ...], str]
 
 
+def _ocp() -> Any:
+    import orbax.checkpoint as ocp  # type: ignore[import-untyped]
+
+    return ocp
+
+
 def _owned_boxes(item: str, tree: Any, primary: bool) -> list[Box]:
     """The host copies this process digests for one item (see the module docstring)."""
     import jax
     import numpy as np
-    import orbax.checkpoint as ocp
 
     from ckpt_cli.core.format.ldigest import dtype_name
 
+    ocp = _ocp()
     names = jax.tree.leaves(ocp.tree.get_param_names(tree, include_empty_nodes=False))
     leaves = jax.tree.leaves(tree)
     if len(names) != len(leaves):
@@ -69,7 +86,10 @@ def _owned_boxes(item: str, tree: Any, primary: bool) -> list[Box]:
                 if shard.replica_id != 0:
                     continue
                 origin = tuple(s.start or 0 for s in shard.index)
-                host = np.array(shard.data, copy=True)
+                # A host view of the shard: on CPU devices zero-copy and read-only, and it
+                # pins the buffer (a donating train step cannot reuse it while it is hashed);
+                # on an accelerator, the one device-to-host copy.
+                host = np.asarray(shard.data)
                 boxes.append((item, name, origin, host, tuple(leaf.shape), dtype))
         elif primary and isinstance(leaf, str):
             boxes.append((item, name, (), leaf, (), "string"))
@@ -79,15 +99,26 @@ def _owned_boxes(item: str, tree: Any, primary: bool) -> list[Box]:
     return boxes
 
 
-def leaf_partials(boxes: list[Box]) -> dict[str, dict[str, Partial]]:
-    """Each item's leaves, the boxes of each leaf merged into one partial."""
+def _box_partial(box: Box) -> Partial:
+    _, _, origin, data, shape, dtype = box
+    if isinstance(data, str):
+        raw = data.encode()
+        return partial_bytes(raw, 0, len(raw), dtype, shape)
+    return partial(origin, data, shape, dtype)
+
+
+def leaf_partials(boxes: list[Box], workers: int = 1) -> dict[str, dict[str, Partial]]:
+    """Each item's leaves, the boxes of each leaf merged into one partial (``workers``
+    threads: numpy releases the GIL on the large steps)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if workers > 1 and len(boxes) > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            parts = list(pool.map(_box_partial, boxes))
+    else:
+        parts = [_box_partial(b) for b in boxes]
     out: dict[str, dict[str, Partial]] = {}
-    for item, name, origin, data, shape, dtype in boxes:
-        if isinstance(data, str):
-            raw = data.encode()
-            p = partial_bytes(raw, 0, len(raw), dtype, shape)
-        else:
-            p = partial(origin, data, shape, dtype)
+    for (item, name, *_), p in zip(boxes, parts, strict=True):
         leaves = out.setdefault(item, {})
         leaves[name] = merge([leaves[name], p]) if name in leaves else p
     return out
@@ -118,7 +149,8 @@ def _partials_from_json(raw: bytes) -> dict[str, dict[str, Partial]]:
     for item, leaves in json.loads(raw).items():
         out[item] = {}
         for name, d in leaves.items():
-            frags = tuple(np.array(a, dtype=np.uint64) for a in d["fragments"])
+            u, w, m = (np.array(a, dtype=np.uint64) for a in d["fragments"])
+            frags: Fragments = (u, w, m)
             lane1, lane2 = (int(x, 16) for x in d["lanes"])
             shape = tuple(d["shape"])
             p = Partial(d["dtype"], shape, d["nbytes"], lane1, lane2, d["covered"], frags)
@@ -173,7 +205,7 @@ class _Pending:
 
     def run(self, boxes: list[Box]) -> None:
         try:
-            self.result = leaf_partials(boxes)
+            self.result = leaf_partials(boxes, workers=HASH_THREADS)
         except BaseException as e:  # raised again, in the caller's thread, by finalize
             self.error = e
 
@@ -187,7 +219,7 @@ class _Pending:
 
 def _saved_items(args: Any) -> list[tuple[str, Any]]:
     """(item name, pytree) of every item of ``args`` that ckpt digests."""
-    import orbax.checkpoint as ocp
+    ocp = _ocp()
 
     def tree_of(arg: Any) -> Any:
         if isinstance(arg, (ocp.args.StandardSave, ocp.args.PyTreeSave)):
@@ -213,7 +245,7 @@ class DigestingCheckpointManager:
         self._manager = manager
         self._pending: _Pending | None = None
         self._on_record = on_record
-        #: Bytes this process copied and hashed for the latest save (its share of the step).
+        #: Bytes this process hashed for the latest save (its share of the step).
         self.digested_bytes = 0
 
     def __getattr__(self, name: str) -> Any:
@@ -224,6 +256,7 @@ class DigestingCheckpointManager:
 
         self._finalize()
         saved = bool(self._manager.save(step, *call_args, args=args, **kwargs))
+        self.digested_bytes = 0
         if not saved or args is None:
             return saved
         primary = jax.process_index() == 0

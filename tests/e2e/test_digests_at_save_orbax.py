@@ -27,7 +27,9 @@ def _restore(root: Path) -> dict[str, Any]:
     import jax
     import orbax.checkpoint as ocp
 
-    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, savetime.initial_state(savetime.make_mesh()))
+    abstract = jax.tree.map(
+        ocp.utils.to_shape_dtype_struct, savetime.initial_state(savetime.make_mesh())
+    )
     with ocp.CheckpointManager(root) as mngr:
         args = ocp.args.Composite(state=ocp.args.StandardRestore(abstract))
         return dict(mngr.restore(STEP, args=args)["state"])

@@ -53,7 +53,10 @@ def initial_state(mesh: Any) -> dict[str, Any]:
         "b": rs.normal(size=(6,)).astype(np.float32),
     }
     shard = shardings(mesh)
-    params = {k: jax.make_array_from_callback(a.shape, shard[k], lambda i, a=a: a[i]) for k, a in values.items()}
+    params = {
+        k: jax.make_array_from_callback(a.shape, shard[k], lambda i, a=a: a[i])
+        for k, a in values.items()
+    }
     state = {"params": params, "opt_state": optax.adam(LR).init(params), "step": jnp.int32(0)}
     return global_scalars(state, mesh)
 
