@@ -293,10 +293,14 @@ class DigestingCheckpointManager:
         per_process = _allgather(_partials_to_json(mine))
         import jax
 
-        if jax.process_index() != 0:
-            return
-        merged = merge_processes([_partials_from_json(raw) for raw in per_process])
-        self._write_records(pending.step, merged)
+        if jax.process_index() == 0:
+            merged = merge_processes([_partials_from_json(raw) for raw in per_process])
+            self._write_records(pending.step, merged)
+        if jax.process_count() > 1:
+            # Every process returns once the record exists (a `ckpt verify` run next finds it).
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices(f"ckpt_ld1_record_{pending.step}")
 
     def _write_records(self, step: int, merged: dict[str, Any]) -> None:
         from ckpt_cli.core.format.resolve import resolve_items
