@@ -260,7 +260,9 @@ def test_the_verdict_is_orbax_restore_and_the_fix_trains(
 ) -> None:  # type: ignore[no-untyped-def]
     t, root, losses = world
     ref = f"matrix_targets:{target}"
-    r = cli("doctor", root / saved, "--target", ref, "--write-spec", tmp_path / "fix.yaml", "--json")
+    r = cli(
+        "doctor", root / saved, "--target", ref, "--write-spec", tmp_path / "fix.yaml", "--json"
+    )
     assert r.code == (0 if verdict == "restores" else 1), r.stderr
     doc = r.json()
     assert doc["verdict"] == verdict, doc["differences"]
@@ -388,7 +390,9 @@ def test_saved_on_8_devices_restored_on_1_after_the_doctors_reshard(
     assert again.code == 0 and again.json()["verdict"] == "restores"
 
 
-@pytest.mark.parametrize(("target", "devices", "mesh"), [("sharded", 8, "2,4"), ("sharded_22", 4, "2,2")])
+@pytest.mark.parametrize(
+    ("target", "devices", "mesh"), [("sharded", 8, "2,4"), ("sharded_22", 4, "2,2")]
+)
 def test_a_target_that_names_its_shardings_restores_on_any_mesh(
     cli, mesh_world: Path, target: str, devices: int, mesh: str
 ) -> None:  # type: ignore[no-untyped-def]

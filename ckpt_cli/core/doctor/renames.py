@@ -191,9 +191,7 @@ def _literal(p: Pair) -> dict[str, object]:
     }
 
 
-def _finding(
-    members: list[Pair], rules: tuple[dict[str, object], ...], resized: bool
-) -> Finding:
+def _finding(members: list[Pair], rules: tuple[dict[str, object], ...], resized: bool) -> Finding:
     score = min(p.score for p in members)
     shapes = "shapes differing on one axis" if resized else "same shape"
     if len(members) == 1:
