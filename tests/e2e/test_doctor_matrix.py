@@ -315,6 +315,10 @@ def sharded(shape=(2, 4)):
 
 def sharded_22():
     return sharded((2, 2))
+
+
+def sharded_1():
+    return sharded((1, 1))
 """
 
 #: Restore in a process of N devices (argv: root, N, the target's mesh "2,4" or "" for none),
@@ -391,7 +395,8 @@ def test_saved_on_8_devices_restored_on_1_after_the_doctors_reshard(
 
 
 @pytest.mark.parametrize(
-    ("target", "devices", "mesh"), [("sharded", 8, "2,4"), ("sharded_22", 4, "2,2")]
+    ("target", "devices", "mesh"),
+    [("sharded", 8, "2,4"), ("sharded_22", 4, "2,2"), ("sharded_1", 1, "1,1")],
 )
 def test_a_target_that_names_its_shardings_restores_on_any_mesh(
     cli, mesh_world: Path, target: str, devices: int, mesh: str

@@ -2,8 +2,9 @@
 
 Order of the search: leaves of one name on both sides (dtype, transposed, padded or truncated on
 one axis, reshaped); then numbered leaves on one side that are one stacked leaf on the other
-(``nn.scan``); then renames (same shape, a similar name, scored); what is left is missing or
-unexpected. Every finding carries the migrate rules that close it (``follow_optimizer: false``:
+(``nn.scan``); then renames (same shape, a similar name, scored), then renames of leaves whose
+shapes differ on one axis (a layer renamed and widened); what is left is missing (never added
+when it is an optax hyperparameter or most of the model) or unexpected. Every finding carries the migrate rules that close it (``follow_optimizer: false``:
 the doctor sees the optimizer's leaves too and writes their rules itself).
 """
 
