@@ -374,7 +374,7 @@ def _inspect_json_item(ref: ItemRef, pattern: Regex | None) -> ItemReport:
     """A JsonSave item (``metadata`` file), the ``metrics`` item, or a grain iterator's state
     (``process_<i>-of-<n>.json``, its leaves under the file's name): JSON values as leaves."""
     item = ref.location
-    files = json_item_files(e.name for e in item.list() if not e.is_dir)
+    files = json_item_files([e.name for e in item.list() if not e.is_dir])
     if not files:
         raise NotACheckpointError(
             f"{item} has neither _METADATA (a PyTree item) nor a JSON item file",
