@@ -312,8 +312,8 @@ def test_grain_iterator_step_round_trips_a_bucket_and_resumes(
     cli: Any, s3: S3, s3_prefix: str, tmp_path: Path
 ) -> None:
     """A step of a TrainState and grain's data-iterator item (``process_0-of-1.json``, no
-    ``_METADATA``) goes up, is listed, inspected and verified on the bucket, is resharded back
-    and resumes: grain yields the next batch, one training step equals the uninterrupted one."""
+    ``_METADATA``) goes up, is listed, inspected and verified on the bucket, comes back by cp byte
+    for byte and by reshard, and resumes: grain yields the next batch, one training step equals the uninterrupted one."""
     pytest.importorskip("grain")
     from tests.support import training_states as ts
 
@@ -328,6 +328,9 @@ def test_grain_iterator_step_round_trips_a_bucket_and_resumes(
     assert next(p for p in parts if p["part"] == "data_order")["items"] == ["data_iter"]
     checked = cli("verify", url, "--json")
     assert checked.code == 0 and checked.json()["problems"] == [], checked.stdout
+    copied_back = cli("cp", url, tmp_path / "down")
+    assert copied_back.code == 0, copied_back.stderr
+    assert tree(tmp_path / "down") == tree(src)
     down = cli("reshard", url, back, "--mesh", "data=1")
     assert down.code == 0, down.stderr
     grain_file = Path("3/data_iter/process_0-of-1.json")
