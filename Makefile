@@ -42,7 +42,7 @@ demo: $(STAMP)
 	$(CKPT) ls fixtures/matrix/0.4.3/linen_trainstate/ckpt
 	$(CKPT) inspect fixtures/matrix/0.12.8/composite/ckpt --flat
 	$(CKPT) diff fixtures/matrix/0.4.3/composite/ckpt@1:arr fixtures/matrix/0.12.8/composite/ckpt@1:arr
-	@echo "== a flax.nnx step of three items (model, optimizer, data_iter): one item's tree, the step's training state"
+	@echo "== a flax.nnx step of three items (model, optimizer, and grain's data_iter): one item's tree, the step's training state"
 	rm -rf demo_runs/nnx
 	$(PY) examples/nnx_step.py demo_runs/nnx
 	$(CKPT) inspect demo_runs/nnx --item model
