@@ -8,6 +8,11 @@ written whole: memory is the block plus the slabs in flight, not the source's va
 whole block at once, and progress moves slab by slab. Progress counts half of such a block's
 bytes as its slabs are read and converted, the other half once its write is durable, so the
 total is reached when everything is written.
+
+Verify while writing: a leaf with an expected ``ld1`` (``expect``: a digest carried from the
+source's record, values unchanged) has the ``ld1`` partial of every block taken from the values
+about to be written (no second read); ``run`` compares the merged digest with the expected one
+and raises ``SourceDigestError`` on a difference, before anything is committed.
 """
 
 from __future__ import annotations
@@ -15,13 +20,17 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ckpt_cli.core.format.blocks import aligned_block, iter_blocks, region_slabs
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.write.types import ArraySink, LeafOut, Region
-from ckpt_cli.errors import StorageError, first_line
+
+if TYPE_CHECKING:
+    from ckpt_cli.core.format.ldigest import Partial
+
+from ckpt_cli.errors import SourceDigestError, StorageError, first_line
 
 
 def block_budget(memory_limit: int, in_flight: int = 8) -> int:
@@ -126,8 +135,11 @@ class Pipeline:
         writer: ArraySink,
         jobs: list[tuple[LeafOut, Iterable[Region]]],
         on_bytes: Callable[[int], None] | None,
+        expect: Mapping[str, str] | None = None,
     ) -> None:
         self.writer = writer
+        self.expect = dict(expect or {})
+        self.partials: dict[str, Partial] = {}
         self.jobs = jobs
         self.arrays = [leaf for leaf, _ in jobs]
         self.on_bytes = on_bytes
@@ -163,6 +175,33 @@ class Pipeline:
             self._start_write()
         while self.writes:
             self._finish_write()
+        self._check_digests()
+
+    def _check_digests(self) -> None:
+        from ckpt_cli.core.format.ldigest import finish
+
+        for leaf in self.arrays:
+            want = self.expect.get(leaf.name)
+            got = self.partials.get(leaf.name)
+            if want is None or got is None:
+                continue
+            if (found := finish(got)) != want:
+                raise SourceDigestError(
+                    f"leaf {leaf.name!r}: the values read from the source have ld1 {found}, "
+                    f"its record says {want}: the source is damaged; nothing was written",
+                    hint="run `ckpt verify --deep` on the source and restore it from a copy",
+                )
+
+    def _digest(self, leaf: LeafOut, region: tuple[slice, ...], values: Any) -> None:
+        """Add a block about to be written to its leaf's ``ld1`` (when one is expected)."""
+        if leaf.name not in self.expect or leaf.array is None:
+            return
+        from ckpt_cli.core.format.ldigest import merge, partial
+
+        info = leaf.array.info
+        box = partial(tuple(s.start for s in region), values, info.shape, info.dtype)
+        prev = self.partials.get(leaf.name)
+        self.partials[leaf.name] = box if prev is None else merge([prev, box])
 
     def _opened(self, i: int) -> Any:
         # Create the next few arrays ahead: each create is a round trip of its own.
@@ -198,6 +237,7 @@ class Pipeline:
         values = np.asarray(values)
         if values.dtype.name != arr.dtype.name:
             values = values.astype(arr.dtype.numpy_dtype)
+        self._digest(leaf, region, values)
         # A source that hands over fresh arrays (never modified afterwards) lets TensorStore
         # encode from them instead of copying each block first.
         if getattr(self.writer, "fresh_sources", False):

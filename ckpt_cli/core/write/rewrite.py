@@ -20,10 +20,10 @@ from typing_extensions import NotRequired, TypeVar
 from ckpt_cli.core.executor import Executor, open_executor
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.digests import (
-    DigestRecord,
     FileSum,
     LeafDigest,
     file_checksum,
+    record_of,
     recorded_file,
     write_digests,
 )
@@ -311,7 +311,8 @@ def _write_leaves(
     src, leaves = one.source, one.leaves
     stats = None
     if executor is None:
-        item.write_arrays(leaves, on_bytes)
+        expect = {k: d.ld1 for k, d in (one.leaf_digests or {}).items() if d.ld1}
+        item.write_arrays(leaves, on_bytes, expect)
     else:
         stats = write_arrays_scaled(item, leaves, executor, unit_bytes, on_bytes)
     tree = read_tree_metadata(src.location)
@@ -322,7 +323,7 @@ def _write_leaves(
 def _record_digests(item_dir: Location, leaf_digests: dict[str, LeafDigest] | None) -> None:
     """``leaf_digests`` recorded with the checksums of the files ``item_dir`` holds now."""
     if leaf_digests:
-        write_digests(item_dir, DigestRecord(leaf_digests, _file_sums(item_dir)))
+        write_digests(item_dir, record_of(leaf_digests, _file_sums(item_dir)))
 
 
 def _step_writer(src: ItemRef, dst: Location, step: int, operation: dict[str, Any]) -> StepWriter:
