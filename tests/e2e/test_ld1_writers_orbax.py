@@ -90,7 +90,7 @@ def test_reshard_refuses_a_source_changed_after_recording(cli: Any, tmp_path: Pa
     plain = tmp_path / "plain"
     assert cli("reshard", src, plain, "--mesh", "data=1", "--no-ocdbt").code == 0
     assert cli("verify", plain, "--record").code == 0
-    name = "params.params.Dense_0.kernel"
+    name = "params.Dense_0.kernel"
     item = plain / "1" / "default"
     assert (item / name).is_dir(), sorted(p.name for p in item.iterdir())
     arr = ts.open({"driver": "zarr", "kvstore": f"file://{item}/{name}/"}).result()
