@@ -36,15 +36,17 @@ import json
 import math
 import sys
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, NotRequired, TypedDict
 
 from ckpt_cli._version import __version__
 from ckpt_cli.core.format.arrays import ArrayInfo
+from ckpt_cli.core.format.ldigest import Partial
 from ckpt_cli.core.format.names import COMMIT_MARKER
 from ckpt_cli.core.storage import Location
-from ckpt_cli.errors import InvalidMetadataError
+from ckpt_cli.errors import InvalidMetadataError, SourceDigestError
 
 DIGEST_FILE = "_CKPT_DIGESTS.json"
 #: ``verify --rotate``'s state, next to the digests (``verify/budget.py``): never recorded.
@@ -299,3 +301,42 @@ def c_order_block(info: ArrayInfo, budget: int, row_cap: int = CHUNK_ROW_CAP) ->
         r = c
     r = max(1, min(r, shape[k]))
     return (1,) * k + (r,) + tuple(shape[k + 1 :])
+
+
+class BlockDigests:
+    """Verify while writing: the ``ld1`` of the blocks a writer is about to write, for the
+    leaves or tensors with an expected (carried) digest; ``check`` compares them."""
+
+    def __init__(self, expect: Mapping[str, str]) -> None:
+        self.expect = dict(expect)
+        self.partials: dict[str, Partial] = {}
+
+    def add(
+        self,
+        name: str,
+        start: tuple[int, ...],
+        block: Any,
+        shape: tuple[int, ...],
+        dtype: str | None = None,
+    ) -> None:
+        if name not in self.expect:
+            return
+        from ckpt_cli.core.format.ldigest import merge, partial
+
+        box = partial(start, block, shape, dtype)
+        prev = self.partials.get(name)
+        self.partials[name] = box if prev is None else merge([prev, box])
+
+    def check(self, noun: str = "leaf", what: str = "written") -> None:
+        """Raise ``SourceDigestError`` for the first one whose blocks' digest differs."""
+        from ckpt_cli.core.format.ldigest import finish
+
+        for name, want in sorted(self.expect.items()):
+            p = self.partials.get(name)
+            found = finish(p) if p is not None else None
+            if found != want:
+                raise SourceDigestError(
+                    f"{noun} {name!r}: the values read have ld1 {found}, the recorded digest "
+                    f"is {want}: the source is damaged; nothing was {what}",
+                    hint="run `ckpt verify --deep` on the source and restore it from a copy",
+                )

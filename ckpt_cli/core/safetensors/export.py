@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
+from ckpt_cli.core.format.digests import LeafDigest
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.sharding import Shape
 from ckpt_cli.core.inspect import ItemReport
@@ -23,6 +24,7 @@ from ckpt_cli.core.migrate.plan import DestLeaf, apply_spec
 from ckpt_cli.core.migrate.spec import MigrationSpec
 from ckpt_cli.core.migrate.tree import OperationJSON, Step
 from ckpt_cli.core.safetensors.dtypes import safetensors_dtype
+from ckpt_cli.core.safetensors.ld1 import LD1_KEY, carried, encode
 from ckpt_cli.core.safetensors.plan import FilesPlan, TensorSpec, plan_files
 from ckpt_cli.core.safetensors.tree import EMPTY_TYPES, TREE_KEY, Node, encode_tree
 from ckpt_cli.core.schema import SCHEMA_VERSION
@@ -262,6 +264,8 @@ def plan_export_item(
     metadata = {"format": framework, TREE_KEY: encode_tree(_tree_nodes(dest_leaves, exported))}
     if provenance:
         metadata.update(_provenance(ref, report, source, spec))
+    if digests := carried(_record_leaves(ref), exprs):
+        metadata[LD1_KEY] = encode(digests)
     files = plan_files(specs, max_shard_size=max_shard_size, metadata=metadata)
     where = files.weight_map
     tensors = tuple(_tensor(leaf, exprs[leaf.name], where[leaf.name]) for leaf in exported)
@@ -279,6 +283,18 @@ def plan_export_item(
         unused_rules=unused,
         report=report,
     )
+
+
+def _record_leaves(ref: ItemRef) -> dict[str, LeafDigest] | None:
+    """The source item's recorded digests (None: no record, or one ``verify`` must judge)."""
+    from ckpt_cli.core.format.digests import read_digests
+    from ckpt_cli.errors import CkptError
+
+    try:
+        record = read_digests(ref.location)
+    except CkptError:
+        return None
+    return record.leaves if record is not None else None
 
 
 def _check_options(framework: str, dtype: str | None) -> None:

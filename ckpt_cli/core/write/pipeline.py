@@ -21,16 +21,13 @@ import contextlib
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ckpt_cli.core.format.blocks import aligned_block, iter_blocks, region_slabs
+from ckpt_cli.core.format.digests import BlockDigests
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.write.types import ArraySink, LeafOut, Region
-
-if TYPE_CHECKING:
-    from ckpt_cli.core.format.ldigest import Partial
-
-from ckpt_cli.errors import SourceDigestError, StorageError, first_line
+from ckpt_cli.errors import StorageError, first_line
 
 
 def block_budget(memory_limit: int, in_flight: int = 8) -> int:
@@ -138,8 +135,8 @@ class Pipeline:
         expect: Mapping[str, str] | None = None,
     ) -> None:
         self.writer = writer
-        self.expect = dict(expect or {})
-        self.partials: dict[str, Partial] = {}
+        written = {leaf.name for leaf, _ in jobs}
+        self.digests = BlockDigests({k: v for k, v in (expect or {}).items() if k in written})
         self.jobs = jobs
         self.arrays = [leaf for leaf, _ in jobs]
         self.on_bytes = on_bytes
@@ -175,33 +172,14 @@ class Pipeline:
             self._start_write()
         while self.writes:
             self._finish_write()
-        self._check_digests()
-
-    def _check_digests(self) -> None:
-        from ckpt_cli.core.format.ldigest import finish
-
-        for leaf in self.arrays:
-            want = self.expect.get(leaf.name)
-            got = self.partials.get(leaf.name)
-            if want is None or got is None:
-                continue
-            if (found := finish(got)) != want:
-                raise SourceDigestError(
-                    f"leaf {leaf.name!r}: the values read from the source have ld1 {found}, "
-                    f"its record says {want}: the source is damaged; nothing was written",
-                    hint="run `ckpt verify --deep` on the source and restore it from a copy",
-                )
+        self.digests.check()
 
     def _digest(self, leaf: LeafOut, region: tuple[slice, ...], values: Any) -> None:
         """Add a block about to be written to its leaf's ``ld1`` (when one is expected)."""
-        if leaf.name not in self.expect or leaf.array is None:
-            return
-        from ckpt_cli.core.format.ldigest import merge, partial
-
-        info = leaf.array.info
-        box = partial(tuple(s.start for s in region), values, info.shape, info.dtype)
-        prev = self.partials.get(leaf.name)
-        self.partials[leaf.name] = box if prev is None else merge([prev, box])
+        if leaf.array is not None:
+            info = leaf.array.info
+            start = tuple(s.start for s in region)
+            self.digests.add(leaf.name, start, values, info.shape, info.dtype)
 
     def _opened(self, i: int) -> Any:
         # Create the next few arrays ahead: each create is a round trip of its own.

@@ -265,7 +265,7 @@ def write_items(
                 item_dir, use_ocdbt=use_ocdbt, use_zarr3=use_zarr3, memory_limit=memory_limit
             )
             stats.append(_write_leaves(item, one, executor, unit_bytes, on_bytes))
-            records.append(functools.partial(_record_digests, item_dir, one.leaf_digests))
+            records.append(functools.partial(record_digests, item_dir, one.leaf_digests))
         # At the step top the record covers the step's _CHECKPOINT_METADATA too: written last.
         for record in records if not top else ():
             record()
@@ -320,7 +320,7 @@ def _write_leaves(
     return stats
 
 
-def _record_digests(item_dir: Location, leaf_digests: dict[str, LeafDigest] | None) -> None:
+def record_digests(item_dir: Location, leaf_digests: dict[str, LeafDigest] | None) -> None:
     """``leaf_digests`` recorded with the checksums of the files ``item_dir`` holds now."""
     if leaf_digests:
         write_digests(item_dir, record_of(leaf_digests, _file_sums(item_dir)))
