@@ -104,3 +104,31 @@ def test_reshard_refuses_a_source_changed_after_recording(cli: Any, tmp_path: Pa
     assert name in r.json()["error"]["message"]
     assert not (dst / "1").exists()
     assert not [p for p in dst.rglob("*") if p.is_dir() and p.name.startswith("1")]
+
+
+def test_migrate_checks_the_leaves_it_leaves_unchanged(
+    cli: Any, fixture_copy: Any, tmp_path: Path
+) -> None:
+    import tensorstore as ts
+
+    src = fixture_copy("no_ocdbt")
+    assert cli("verify", src, "--record").code == 0
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("rules:\n  - {op: cast, match: 'params\\.Dense_0\\.bias', dtype: bfloat16}\n")
+    good = tmp_path / "good"
+    r = cli("migrate", src, good, "--spec", spec)
+    assert r.code == 0, r.stderr
+    source = json.loads((src / "0" / "default" / "_CKPT_DIGESTS.json").read_text())["leaves"]
+    out = json.loads((good / "0" / "default" / "_CKPT_DIGESTS.json").read_text())["leaves"]
+    assert out["params.Dense_0.kernel"] == source["params.Dense_0.kernel"]
+    assert out["params.Dense_0.bias"]["dtype"] == "bfloat16"
+    item = src / "0" / "default"
+    arr = ts.open({"driver": "zarr", "kvstore": f"file://{item}/params.Dense_0.kernel/"}).result()
+    values = arr.read().result()
+    values[0, 0] += 1.0
+    arr.write(values).result()
+    bad = tmp_path / "bad"
+    r = cli("migrate", src, bad, "--spec", spec, "--json")
+    assert r.code == 3, r.stdout + r.stderr
+    assert r.json()["error"]["code"] == "source-digest-mismatch"
+    assert not list(bad.glob("0*"))

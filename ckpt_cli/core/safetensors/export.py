@@ -15,16 +15,16 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
-from ckpt_cli.core.format.digests import LeafDigest
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.sharding import Shape
 from ckpt_cli.core.inspect import ItemReport
 from ckpt_cli.core.migrate import ops
+from ckpt_cli.core.migrate.digests import carried, recorded_leaves
 from ckpt_cli.core.migrate.plan import DestLeaf, apply_spec
 from ckpt_cli.core.migrate.spec import MigrationSpec
 from ckpt_cli.core.migrate.tree import OperationJSON, Step
 from ckpt_cli.core.safetensors.dtypes import safetensors_dtype
-from ckpt_cli.core.safetensors.ld1 import LD1_KEY, carried, encode
+from ckpt_cli.core.safetensors.ld1 import LD1_KEY, encode
 from ckpt_cli.core.safetensors.plan import FilesPlan, TensorSpec, plan_files
 from ckpt_cli.core.safetensors.tree import EMPTY_TYPES, TREE_KEY, Node, encode_tree
 from ckpt_cli.core.schema import SCHEMA_VERSION
@@ -264,7 +264,7 @@ def plan_export_item(
     metadata = {"format": framework, TREE_KEY: encode_tree(_tree_nodes(dest_leaves, exported))}
     if provenance:
         metadata.update(_provenance(ref, report, source, spec))
-    if digests := carried(_record_leaves(ref), exprs):
+    if digests := carried(recorded_leaves(ref.location), exprs):
         metadata[LD1_KEY] = encode(digests)
     files = plan_files(specs, max_shard_size=max_shard_size, metadata=metadata)
     where = files.weight_map
@@ -283,18 +283,6 @@ def plan_export_item(
         unused_rules=unused,
         report=report,
     )
-
-
-def _record_leaves(ref: ItemRef) -> dict[str, LeafDigest] | None:
-    """The source item's recorded digests (None: no record, or one ``verify`` must judge)."""
-    from ckpt_cli.core.format.digests import read_digests
-    from ckpt_cli.errors import CkptError
-
-    try:
-        record = read_digests(ref.location)
-    except CkptError:
-        return None
-    return record.leaves if record is not None else None
 
 
 def _check_options(framework: str, dtype: str | None) -> None:

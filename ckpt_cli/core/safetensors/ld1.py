@@ -15,26 +15,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from ckpt_cli.core.format.digests import LeafDigest
-from ckpt_cli.core.migrate import ops
 from ckpt_cli.errors import InvalidMetadataError
 
 LD1_KEY = "ckpt.ld1"
-
-
-def carried(
-    recorded: Mapping[str, LeafDigest] | None, exprs: Mapping[str, ops.Node]
-) -> dict[str, str]:
-    """Output name -> the recorded ``ld1`` of its source leaf, for outputs that read one leaf
-    unchanged (same dtype and shape as recorded)."""
-    out: dict[str, str] = {}
-    for name, expr in exprs.items():
-        if not isinstance(expr, ops.Source) or recorded is None:
-            continue
-        rec = recorded.get(expr.name)
-        if rec is not None and rec.ld1 and (rec.dtype, rec.shape) == (expr.dtype, expr.shape):
-            out[name] = rec.ld1
-    return out
 
 
 def encode(digests: Mapping[str, str]) -> str:

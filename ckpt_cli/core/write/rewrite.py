@@ -81,6 +81,8 @@ class ItemOut:
     leaves: Sequence[LeafOut]
     leaf_digests: dict[str, LeafDigest] | None = None
     kind: str = "pytree"
+    #: Leaf name -> ``ld1`` its written values must have (besides ``leaf_digests``' own).
+    expect: Mapping[str, str] | None = None
 
 
 class WrittenJSON(TypedDict):
@@ -312,6 +314,7 @@ def _write_leaves(
     stats = None
     if executor is None:
         expect = {k: d.ld1 for k, d in (one.leaf_digests or {}).items() if d.ld1}
+        expect |= one.expect or {}
         item.write_arrays(leaves, on_bytes, expect)
     else:
         stats = write_arrays_scaled(item, leaves, executor, unit_bytes, on_bytes)
