@@ -130,3 +130,16 @@ def test_upgrade_refuses_an_item_whose_sha256_fails(fixture_copy) -> None:  # ty
     assert not report.ok and report.recorded == ()
     assert "digest-mismatch" in _codes(report)
     assert _record_json(_item(root))["version"] == 1  # the old record stays, not re-certified
+
+
+def test_cp_keeps_a_valid_ld1_record(cli, fixture_copy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    root = fixture_copy("no_ocdbt")
+    assert _verify(root, record=True).recorded
+    dst = tmp_path / "copy"
+    r = cli("cp", root, dst, "--verify")
+    assert r.code == 0, r.stderr
+    assert _record_json(_item(dst)) == _record_json(_item(root))
+    deep = _verify(dst, deep=True)
+    assert deep.ok and deep.items[0].digests == "checked"
+    _change_values(_item(dst))
+    assert "digest-mismatch" in _codes(_verify(dst, deep=True))
