@@ -42,7 +42,7 @@ demo: $(STAMP)
 	$(CKPT) ls fixtures/matrix/0.4.3/linen_trainstate/ckpt
 	$(CKPT) inspect fixtures/matrix/0.12.8/composite/ckpt --flat
 	$(CKPT) diff fixtures/matrix/0.4.3/composite/ckpt@1:arr fixtures/matrix/0.12.8/composite/ckpt@1:arr
-	@echo "== a flax.nnx step of three items (model, optimizer, data_iter): one item's tree, the step's training state"
+	@echo "== a flax.nnx step of three items (model, optimizer, and grain's data_iter): one item's tree, the step's training state"
 	rm -rf demo_runs/nnx
 	$(PY) examples/nnx_step.py demo_runs/nnx
 	$(CKPT) inspect demo_runs/nnx --item model
@@ -84,7 +84,7 @@ demo: $(STAMP)
 	$(PY) examples/with_dask_cluster.py $(CKPT) verify $(DEMO) --deep --executor dask
 	@echo "== ckpt doctor: does the latest step restore into the wide model (hidden 128)? why not, and the spec that fixes it (exit 1: not as is)"
 	$(CKPT) doctor $(DEMO) --target examples.train_mlp:abstract_state --write-spec $(DEMO)-fix.yaml; echo "exit $$?"
-	grep -c 'op' $(DEMO)-fix.yaml
+	head -8 $(DEMO)-fix.yaml
 	@echo "== ckpt migrate --dry-run: widen the hidden layer 64 -> 128, checked against the wide model"
 	rm -rf $(DEMO)-wide
 	$(CKPT) migrate $(DEMO) $(DEMO)-wide --spec examples/widen_64_to_128.yaml --target examples.train_mlp:abstract_state --dry-run

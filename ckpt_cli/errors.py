@@ -193,6 +193,14 @@ class DigestMismatchError(CkptError):
     code = "digest-mismatch"
 
 
+class SourceDigestError(CkptError):
+    """A writer (``reshard``, ``migrate``, ``import``) computed the ``ld1`` of what it wrote and
+    it differs from the digest carried from the source: the source is damaged, nothing is
+    committed (exit 3)."""
+
+    code = "source-digest-mismatch"
+
+
 class LockedError(RefusedError):
     """Another ckpt process holds the lock of the same root."""
 

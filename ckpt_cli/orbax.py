@@ -38,9 +38,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ckpt_cli._version import __version__
-from ckpt_cli.core.format.digests import DIGEST_FILE, FILE_ALGORITHM, FORMAT_NAME, FORMAT_VERSION
+from ckpt_cli.core.format.digests import (
+    DIGEST_FILE,
+    FILE_ALGORITHM,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    LEAF_ALGORITHM_LD1,
+)
 from ckpt_cli.core.format.ldigest import (
-    ALGORITHM,
     Fragments,
     Partial,
     finish,
@@ -183,7 +188,7 @@ def record_json(leaves: dict[str, tuple[str, tuple[int, ...], str]]) -> dict[str
         "version": FORMAT_VERSION,
         "tool": f"ckpt {__version__} (ckpt_cli.orbax, at save time)",
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "leaf_algorithm": ALGORITHM,
+        "leaf_algorithm": LEAF_ALGORITHM_LD1,
         "file_algorithm": FILE_ALGORITHM,
         "leaves": {
             name: {"dtype": dtype, "shape": list(shape), "ld1": digest}

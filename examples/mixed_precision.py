@@ -10,6 +10,7 @@ them through a rename or a widening written for ``params`` (see ``rename_and_wid
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 import flax.linen as nn
@@ -93,7 +94,7 @@ def main() -> None:
     x, y = make_data()
     for _ in range(args.steps):
         state, loss = step(state, x, y)
-    with ocp.CheckpointManager(args.workdir) as mgr:
+    with ocp.CheckpointManager(os.path.abspath(args.workdir)) as mgr:  # Orbax wants absolute paths
         mgr.save(args.steps, args=ocp.args.StandardSave(state))
         mgr.wait_until_finished()
     print(f"saved step {args.steps} to {args.workdir} (loss {float(loss):.4f})")

@@ -59,6 +59,15 @@ RecordOpt = Annotated[
     ),
 ]
 
+UpgradeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--upgrade",
+        help="With --record: replace an old SHA-256 record by ld1 digests, in one read that "
+        "first checks the old digests (an item that fails them is not recorded).",
+    ),
+]
+
 SampleOpt = Annotated[
     Any,
     typer.Option(
@@ -129,6 +138,7 @@ def verify(
     latest: LatestOpt = False,
     deep: DeepOpt = False,
     record: RecordOpt = False,
+    upgrade: UpgradeOpt = False,
     sample: SampleOpt = None,
     seed: SeedOpt = None,
     strict: StrictOpt = False,
@@ -161,7 +171,7 @@ def verify(
 
     options = _verify_options(
         step, latest, deep, record, sample, seed, strict, fail_on_nonfinite, mark_committed,
-        max_duration, rotate,
+        max_duration, rotate, upgrade,
     )  # fmt: skip
     run = run_context(ctx, json_out, executor, workers, scheduler)
     location = open_location(path, run.storage)
@@ -182,6 +192,7 @@ def _verify_options(
     mark_committed: bool,
     max_duration: str | None,
     rotate: bool,
+    upgrade: bool = False,
 ) -> VerifyOptions:
     """What to check, from the command line."""
     from ckpt_cli.core.verify.types import VerifyOptions
@@ -195,6 +206,7 @@ def _verify_options(
         latest=latest,
         deep=deep,
         record=record,
+        upgrade=upgrade,
         sample=sample,
         seed=seed,
         strict=strict,

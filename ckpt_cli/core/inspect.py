@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal, TypedDict
 
@@ -36,7 +37,13 @@ from ckpt_cli.core.format.metadata import (
     read_strings,
     read_tree_metadata,
 )
-from ckpt_cli.core.format.names import METRICS_ITEM, compile_filter, parse_step_name
+from ckpt_cli.core.format.names import (
+    GRAIN_STATE_RE,
+    METRICS_ITEM,
+    compile_filter,
+    json_item_files,
+    parse_step_name,
+)
 from ckpt_cli.core.format.resolve import resolve_item, resolve_items
 from ckpt_cli.core.format.sharding import (
     LayoutJSON,
@@ -270,8 +277,7 @@ class ItemReport:
         if not is_data_iterator(name, self.handler, self.state):
             return ItemParts(name, self.state)
         if self.kind == "json":
-            keys = list(dict.fromkeys(leaf.keypath[0] for leaf in self.leaves if leaf.keypath))
-            return ItemParts(name, self.state, "JSON item: " + ", ".join(keys[:6]))
+            return ItemParts(name, self.state, _json_item_note(self.leaves))
         return ItemParts(name, self.state, f"{self.kind} item, {len(self.leaves)} leaves")
 
     @property
@@ -365,18 +371,20 @@ def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
 
 
 def _inspect_json_item(ref: ItemRef, pattern: Regex | None) -> ItemReport:
-    """A JsonSave item (``metadata`` file) or the ``metrics`` item: its JSON values as leaves."""
+    """A JsonSave item (``metadata`` file), the ``metrics`` item, or a grain iterator's state
+    (``process_<i>-of-<n>.json``, its leaves under the file's name): JSON values as leaves."""
     item = ref.location
-    doc = None
-    for fname in ("metadata", "metrics"):
-        if item.child(fname).is_file():
-            doc = item.child(fname).read_json()
-            break
-    if doc is None:
+    files = json_item_files([e.name for e in item.list() if not e.is_dir])
+    if not files:
         raise NotACheckpointError(
             f"{item} has neither _METADATA (a PyTree item) nor a JSON item file",
             hint="the item is damaged or of an unknown kind; run `ckpt verify` on it",
         )
+    grain = [f for f in files if GRAIN_STATE_RE.match(f)]
+    if grain:
+        doc = {f.removesuffix(".json"): item.child(f).read_json() for f in grain}
+    else:
+        doc = item.child(files[0]).read_json()
     leaves = [
         Leaf(
             name=".".join(kp),
@@ -398,6 +406,18 @@ def _inspect_json_item(ref: ItemRef, pattern: Regex | None) -> ItemReport:
         state=(),
         subtrees=_subtree_totals(leaves),
     )
+
+
+def _json_item_note(leaves: Sequence[Leaf]) -> str:
+    """What a data iterator's JSON item holds: its top keys, or for grain's per-process files
+    how many processes saved a state and the keys of the first."""
+    keys = list(dict.fromkeys(leaf.keypath[0] for leaf in leaves if leaf.keypath))
+    processes = [k for k in keys if GRAIN_STATE_RE.match(k + ".json")]
+    if not processes or len(processes) != len(keys):
+        return "JSON item: " + ", ".join(keys[:6])
+    first = [leaf.keypath[1] for leaf in leaves if leaf.keypath[0] == keys[0] and leaf.keypath[1:]]
+    count = f"{len(processes)} process" + ("es" if len(processes) > 1 else "")
+    return f"grain iterator state, {count}: " + ", ".join(list(dict.fromkeys(first))[:6])
 
 
 def _flatten_json(

@@ -110,16 +110,18 @@ def test_missing_step_and_item(cli) -> None:  # type: ignore[no-untyped-def]
     assert "item 'params' not found" in one_error_line(r.stderr)
 
 
-def test_ambiguous_item_is_a_usage_error(cli, fixture_copy) -> None:  # type: ignore[no-untyped-def]
+def test_several_pytree_items_each_compared_or_named_where_one_is_needed(cli, fixture_copy) -> None:  # type: ignore[no-untyped-def]
     root = fixture_copy("composite_best")
     shutil.copytree(root / "4" / "state", root / "4" / "params")  # two PyTree items
-    for args in (["diff", root, root], ["reshard", root, root.parent / "out", "--mesh", "x=1"]):
-        r = cli(*args)
-        assert r.code == 2, r.stderr
-    assert not (root.parent / "out").exists()
+    # diff and reshard act on every item (the step is the unit); export writes one item
     r = cli("diff", root, root)
+    assert r.code == 0, r.stderr
+    assert "item params: equal" in r.stdout and "item state: equal" in r.stdout
+    r = cli("export", root, root.parent / "out.safetensors")
+    assert r.code == 2, r.stderr
     assert "several items (extra, params, state)" in one_error_line(r.stderr)
     assert "--item" in r.stderr
+    assert not (root.parent / "out.safetensors").exists()
     # inspect shows them all
     r = cli("inspect", root, "--json")
     assert r.code == 0, r.stderr

@@ -306,3 +306,40 @@ def test_uncommitted_bucket_steps_are_not_copied(
     assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["300", "500"]
     asked = cli("cp", url, tmp_path / "other", "--step", "400")
     assert asked.code == 3 and "uncommitted" in asked.stderr
+
+
+def test_grain_iterator_step_round_trips_a_bucket_and_resumes(
+    cli: Any, s3: S3, s3_prefix: str, tmp_path: Path
+) -> None:
+    """A step of a TrainState and grain's data-iterator item (``process_0-of-1.json``, no
+    ``_METADATA``) goes up, is listed, inspected and verified on the bucket, comes back by cp byte
+    for byte and by reshard, and resumes: grain yields the next batch, one training step equals the uninterrupted one."""
+    pytest.importorskip("grain")
+    from tests.support import training_states as ts
+
+    src, back = tmp_path / "run", tmp_path / "back"
+    run = ts.grain_run(src)
+    url = f"s3://{BUCKET}/{s3_prefix}/run"
+    up = cli("cp", src, url)
+    assert up.code == 0, up.stderr
+    assert bucket_tree(s3, f"{s3_prefix}/run", tmp_path) == tree(src)
+    assert cli("ls", url, "--json").json()["steps"][0]["items"] == ["data_iter", "state"]
+    parts = cli("inspect", url, "--json").json()["training_state"]["parts"]
+    assert next(p for p in parts if p["part"] == "data_order")["items"] == ["data_iter"]
+    checked = cli("verify", url, "--json")
+    assert checked.code == 0 and checked.json()["problems"] == [], checked.stdout
+    copied_back = cli("cp", url, tmp_path / "down")
+    assert copied_back.code == 0, copied_back.stderr
+    assert tree(tmp_path / "down") == tree(src)
+    down = cli("reshard", url, back, "--mesh", "data=1")
+    assert down.code == 0, down.stderr
+    grain_file = Path("3/data_iter/process_0-of-1.json")
+    assert (back / grain_file).read_bytes() == (src / grain_file).read_bytes()
+
+    state, data = ts.restore_grain_run(back)
+    batch, expected_batch = next(data), next(run.data)
+    np.testing.assert_array_equal(batch[0], expected_batch[0])
+    state, loss = ts.linen_step(state, batch)
+    _, expected_loss = ts.linen_step(run.state, expected_batch)
+    assert int(state.step) == ts.SAVED_STEP + 1
+    assert np.isfinite(float(loss)) and float(loss) == pytest.approx(float(expected_loss), rel=1e-6)

@@ -165,7 +165,7 @@ def test_record_then_catch_a_flip(cli, fixture_copy) -> None:  # type: ignore[no
     assert r.code == 0
     assert sorted(r.json()["recorded"]) == ["300/default", "400/default", "500/default"]
     digest = json.loads((root / "500" / "default" / "_CKPT_DIGESTS.json").read_text())
-    assert digest["format"] == "ckpt-digests" and digest["version"] == 1
+    assert digest["format"] == "ckpt-digests" and digest["version"] == 2
     assert digest["leaves"]["params.Dense_0.kernel"]["shape"] == [16, 64]
     assert not list(root.rglob("*.tmp-*"))
     assert cli("verify", root, "--deep").code == 0

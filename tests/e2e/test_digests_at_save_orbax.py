@@ -60,17 +60,23 @@ def _total_bytes(state: dict[str, Any]) -> int:
     return sum(x.nbytes for x in jax.tree.leaves(state))
 
 
-def test_one_process_records_what_ckpt_digest_computes(tmp_path: Path) -> None:
+def test_one_process_records_what_ckpt_digest_computes(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     state, digested = savetime.train_and_save(tmp_path)
     record = savetime.recorded(tmp_path / str(STEP) / "state")
     assert len(record) == 11  # params (3), adam's mu and nu (6) and count, the step
     assert record == savetime.digested(tmp_path, STEP, "state")
     assert digested == _total_bytes(state)  # every shard once, replicas skipped
     assert not (tmp_path / str(STEP) / "meta" / "_CKPT_DIGESTS.json").exists()
+    # verify --deep checks the trainer's record: no --record pass was run
+    r = cli("verify", tmp_path, "--deep", "--json")
+    assert r.code == 0, r.stdout
+    digests = r.json()["checked"]["digests"]
+    [status] = [v for path, v in digests.items() if path.endswith("/state")]
+    assert status == "checked", digests  # values checked against the record
     _assert_resumes(tmp_path, state)
 
 
-def test_a_byte_flipped_after_the_save_no_longer_matches_the_record(tmp_path: Path) -> None:
+def test_a_byte_flipped_after_the_save_no_longer_matches_the_record(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     savetime.train_and_save(tmp_path)
     record = savetime.recorded(tmp_path / str(STEP) / "state")
     assert record == savetime.digested(tmp_path, STEP, "state")
@@ -78,6 +84,7 @@ def test_a_byte_flipped_after_the_save_no_longer_matches_the_record(tmp_path: Pa
     # that holds the byte no longer matches what the trainer saved; the others still do.
     changed = savetime.flip_a_byte(tmp_path, STEP, "state", record)
     assert 1 <= len(changed) < len(record), changed
+    assert cli("verify", tmp_path, "--deep").code == 1  # caught without a --record pass
 
 
 def _free_port() -> int:

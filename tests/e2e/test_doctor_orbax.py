@@ -291,6 +291,7 @@ def test_saved_on_8_devices_restored_on_4_needs_a_reshard_that_keeps_the_specs(
     args = ("doctor", tmp_path / "run", "--target", "sharded_target:unsharded")
     same = cli(*args, "--mesh", "data=4,model=2", "--json")
     assert same.code == 0 and same.json()["verdict"] == "restores", same.stdout
+    assert restore_on(tmp_path / "run", 8)["ok"]  # the truth of that verdict
     r = cli(*args, "--mesh", "data=4", "--write-spec", "rules.yaml", "--json")
     assert r.code == 1, r.stderr
     doc = r.json()

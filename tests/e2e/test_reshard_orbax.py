@@ -322,7 +322,7 @@ def test_diff_says_identical_and_digests_carry_over(cli, fixture_copy, tmp_path:
     assert deep.json()["checked"]["digests"] == {"500/default": "checked"}
     # And a changed value is caught through the carried digests.
     bad = json.loads((dst / "500" / "default" / "_CKPT_DIGESTS.json").read_text())
-    bad["leaves"]["params.Dense_0.bias"]["sha256"] = "0" * 64
+    bad["leaves"]["params.Dense_0.bias"]["ld1"] = "ld1:" + "0" * 32
     (dst / "500" / "default" / "_CKPT_DIGESTS.json").write_text(json.dumps(bad))
     caught = cli("verify", dst, "--deep", "--json")
     assert caught.code == 1

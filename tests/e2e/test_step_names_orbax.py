@@ -1,6 +1,7 @@
 """Writers keep the source's step naming: a reshard of a ``flax.training.checkpoints`` run and
 of a CheckpointManager root with ``step_prefix``/``step_format_fixed_length`` is restored by
-the same API that saved it."""
+the same API that saved it. The ``flax.training.checkpoints`` run is a linen ``TrainState``
+(Adam) that resumes: one training step from the restored state is the uninterrupted one."""
 
 from __future__ import annotations
 
@@ -13,11 +14,42 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-def _state() -> dict[str, object]:
-    return {
-        "params": {"w": np.arange(6, dtype=np.float32).reshape(2, 3)},
-        "step": np.int32(6),
-    }
+FLAX_STEP = 6
+
+
+def _train() -> tuple[Any, Any]:
+    """A linen TrainState trained ``FLAX_STEP`` steps with Adam, and the data that goes on."""
+    from tests.support import training_states as ts
+
+    data = ts.DataIter()
+    state = ts.linen_state(ts.LinenMLP(), next(ts.DataIter())[0])
+    for _ in range(FLAX_STEP):
+        state, _ = ts.linen_step(state, next(data))
+    return state, data
+
+
+def _restore_and_resume(root: Path, run: tuple[Any, Any], step: int) -> None:
+    """``restore_checkpoint`` into a fresh TrainState (the user's target), then one training
+    step: the step counter advances, the loss is finite and equals the uninterrupted run's."""
+    import jax
+    from flax.training import checkpoints
+
+    from tests.support import training_states as ts
+
+    state, data = run
+    target = ts.linen_state(ts.LinenMLP(), next(ts.DataIter())[0])
+    restored = checkpoints.restore_checkpoint(str(root), target=target)
+    assert restored is not None and int(restored.step) == step
+    assert int(restored.opt_state[0].count) == FLAX_STEP  # Adam's moments came back too
+    batch = next(data)
+    resumed, loss = ts.linen_step(restored, batch)
+    expected, expected_loss = ts.linen_step(state, batch)
+    assert int(resumed.step) == step + 1
+    assert np.isfinite(float(loss)) and float(loss) == pytest.approx(float(expected_loss), rel=1e-6)
+    leaves = jax.tree.leaves(resumed.params)
+    assert leaves
+    for a, b in zip(leaves, jax.tree.leaves(expected.params), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
 
 
 TREE = {"w": np.arange(4, dtype=np.float32)}
@@ -58,7 +90,8 @@ def test_reshard_of_flax_training_checkpoints_restores_with_restore_checkpoint(
     from flax.training import checkpoints
 
     src, dst = tmp_path / "src", tmp_path / "dst"
-    checkpoints.save_checkpoint(str(src), _state(), step=6)
+    run = _train()
+    checkpoints.save_checkpoint(str(src), run[0], step=FLAX_STEP)
     assert [p.name for p in src.iterdir()] == ["checkpoint_6"]
     assert cli("verify", src, "--record").code == 0
 
@@ -71,11 +104,8 @@ def test_reshard_of_flax_training_checkpoints_restores_with_restore_checkpoint(
     v = cli("verify", dst, "--deep")
     assert v.code == 0, v.stdout + v.stderr
 
-    restored = checkpoints.restore_checkpoint(str(dst), target=None)
-    assert restored is not None
-    np.testing.assert_array_equal(restored["params"]["w"], _state()["params"]["w"])  # type: ignore[index]
-    assert int(restored["step"]) == 6
     assert checkpoints.latest_checkpoint(str(dst)) == str(dst / "checkpoint_6")
+    _restore_and_resume(dst, run, FLAX_STEP)
 
 
 def test_reshard_keeps_step_prefix_and_fixed_length(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -92,7 +122,8 @@ def test_migrate_step_out_keeps_the_flax_form_and_digests(cli, tmp_path: Path) -
     from flax.training import checkpoints
 
     src, dst = tmp_path / "src", tmp_path / "dst"
-    checkpoints.save_checkpoint(str(src), _state(), step=6)
+    run = _train()
+    checkpoints.save_checkpoint(str(src), run[0], step=FLAX_STEP)
     assert cli("verify", src, "--record").code == 0
     spec = tmp_path / "spec.yaml"
     spec.write_text("rules:\n  - {op: set, match: step, value: 7}\n")
@@ -101,12 +132,10 @@ def test_migrate_step_out_keeps_the_flax_form_and_digests(cli, tmp_path: Path) -
     assert r.code == 0, r.stderr
     assert sorted(p.name for p in dst.iterdir()) == ["checkpoint_7"]
 
-    restored = checkpoints.restore_checkpoint(str(dst), target=None)
-    assert restored is not None
-    np.testing.assert_array_equal(restored["params"]["w"], _state()["params"]["w"])  # type: ignore[index]
-    assert int(restored["step"]) == 7
     v = cli("verify", dst, "--deep")
     assert v.code == 0, v.stdout + v.stderr
+    # The spec set the step counter to 7; everything else is the run's step 6.
+    _restore_and_resume(dst, run, 7)
 
 
 def test_import_into_a_prefixed_root_names_the_step_as_its_steps(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

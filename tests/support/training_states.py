@@ -5,6 +5,8 @@ training step that resumes them.
   ``StandardSave`` items (``model``, ``optimizer``);
 - ``linen_run``: a linen ``TrainState`` (item ``state``) beside a data iterator's state saved
   with ``JsonSave`` (item ``data_iter``); ``rng=True`` adds a dropout key to the TrainState;
+- ``grain_run``: the same ``TrainState`` fed by a grain ``MapDataset`` iterator, saved as item
+  ``state`` beside grain's own item ``data_iter`` (``grain.checkpoint.CheckpointSave``);
 - ``cnn_run``: a CNN without dropout as one ``TrainState`` (no RNG to lose);
 - ``save_params_only``: the parameters alone.
 
@@ -158,7 +160,7 @@ def linen_step(state: Any, batch: tuple[Any, Any]) -> tuple[Any, jax.Array]:
 @dataclass
 class LinenRun:
     state: Any
-    data: DataIter
+    data: Any  # a DataIter, or the grain iterator of `grain_run`
 
 
 def linen_run(root: Path, rng: bool = False, data_iter: bool = True) -> LinenRun:
@@ -175,6 +177,52 @@ def linen_run(root: Path, rng: bool = False, data_iter: bool = True) -> LinenRun
         mgr.save(SAVED_STEP, args=ocp.args.Composite(**items))
         mgr.wait_until_finished()
     return LinenRun(state, data)
+
+
+def grain_iterator() -> Any:
+    """A fresh grain iterator over ``DataIter``'s data: a shuffled ``MapDataset`` in batches of 4
+    (``(x, y)`` as numpy arrays), the way grain's docs build one."""
+    import grain
+
+    data = DataIter()
+    ds = grain.MapDataset.range(len(data.x)).shuffle(seed=0).repeat(4)
+    return iter(ds.map(lambda i: (data.x[i], data.y[i])).batch(4).to_iter_dataset())
+
+
+def grain_run(root: Path) -> LinenRun:
+    """The MLP's TrainState trained ``SAVED_STEP`` steps on ``grain_iterator()`` batches, saved as
+    item ``state`` beside the iterator saved by grain's handler as item ``data_iter``; the run's
+    ``data`` is the grain iterator, positioned at the next batch."""
+    import grain
+
+    data = grain_iterator()
+    state = linen_state(LinenMLP(), next(DataIter())[0])
+    for _ in range(SAVED_STEP):
+        state, _ = linen_step(state, next(data))
+    items = ocp.args.Composite(
+        state=ocp.args.StandardSave(state), data_iter=grain.checkpoint.CheckpointSave(data)
+    )
+    with ocp.CheckpointManager(root) as mgr:
+        mgr.save(SAVED_STEP, args=items)
+        mgr.wait_until_finished()
+    return LinenRun(state, data)
+
+
+def restore_grain_run(root: Path) -> tuple[Any, Any]:
+    """Restore a ``grain_run`` step as its user does: the TrainState into its abstract state
+    and a fresh grain iterator through ``grain.checkpoint.CheckpointRestore``."""
+    import grain
+
+    abstract = jax.eval_shape(lambda: linen_state(LinenMLP(), next(DataIter())[0]))
+    with ocp.CheckpointManager(root) as mgr:
+        restored = mgr.restore(
+            mgr.latest_step(),
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract),
+                data_iter=grain.checkpoint.CheckpointRestore(grain_iterator()),
+            ),
+        )
+    return restored.state, restored.data_iter
 
 
 def cnn_run(root: Path) -> LinenRun:

@@ -46,7 +46,7 @@ def print_diagnosis(d: Diagnosis, spec_path: str | None) -> None:
             highlight=False,
             markup=False,
         )
-    elif d.verdict == "restores-after-reshard":
+    elif d.reshard is not None and d.verdict in ("restores-after-reshard", "restores"):
         rules = f" --rules {spec_path}" if spec_path else " (add --write-spec RULES.yaml)"
         console.print(
             f"next: ckpt reshard {d.checkpoint} NEW_ROOT --mesh {d.reshard}{rules}",

@@ -9,6 +9,7 @@ checkpoint (no data read) and comparing the planned leaves with the target's.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 from ckpt_cli.core.doctor.expected import Tree, like_tree, stored_tree, target_tree
@@ -99,7 +100,13 @@ def empty_nodes(stored: Tree, expected: Tree) -> list[Finding]:
             continue  # a value where the target has an empty node: compare() does not see it
         text = f"{name}: the target has an empty node (None or an empty optax state) the checkpoint lacks; Orbax refuses the different tree"
         out.append(Finding("container", (), (name,), text))
+    held = {n.split(".", 1)[0] for n in (*expected.leaves, *expected.empty)}
     for name in sorted(stored.empty - expected.empty):
+        if name.split(".", 1)[0] not in held:  # under a subtree the target has none of
+            text = f"{name}: an empty node (None or an empty optax state) under a subtree the target lacks; dropped"
+            rule = {"op": "drop", "match": re.escape(name), "follow_optimizer": False}
+            out.append(Finding("unexpected", (name,), (), text, rules=(rule,)))
+            continue
         text = f"{name}: the checkpoint has an empty node (None or an empty optax state) the target lacks; Orbax refuses the different tree"
         out.append(Finding("container", (name,), (), text))
     return out
@@ -136,9 +143,10 @@ def check_spec(report: ItemReport, diagnosis: Diagnosis, expected: Leaves) -> tu
 
 
 def fix_text(diagnosis: Diagnosis) -> str:
-    """What ``--write-spec`` writes: the reshard rules when a reshard alone fixes the restore,
-    else the migrate spec."""
-    if diagnosis.verdict == "restores-after-reshard" and diagnosis.reshard_rules is not None:
+    """What ``--write-spec`` writes: the reshard rules when a reshard alone fixes the restore
+    (or lays it out on the ``--mesh`` asked for), else the migrate spec."""
+    reshard_only = diagnosis.verdict in ("restores-after-reshard", "restores")
+    if reshard_only and diagnosis.reshard_rules is not None:
         return diagnosis.reshard_rules
     return spec_text(diagnosis)
 

@@ -2,8 +2,9 @@
 
 Order of the search: leaves of one name on both sides (dtype, transposed, padded or truncated on
 one axis, reshaped); then numbered leaves on one side that are one stacked leaf on the other
-(``nn.scan``); then renames (same shape, a similar name, scored); what is left is missing or
-unexpected. Every finding carries the migrate rules that close it (``follow_optimizer: false``:
+(``nn.scan``); then renames (same shape, a similar name, scored), then renames of leaves whose
+shapes differ on one axis (a layer renamed and widened); what is left is missing (never added
+when it is an optax hyperparameter or most of the model) or unexpected. Every finding carries the migrate rules that close it (``follow_optimizer: false``:
 the doctor sees the optimizer's leaves too and writes their rules itself).
 """
 
@@ -29,20 +30,29 @@ def explain(stored: Leaves, expected: Leaves) -> list[Finding]:
     only_expected = {n: s for n, s in expected.items() if n not in stored}
     findings += _stacks(only_stored, only_expected)
     findings += _unstacks(only_stored, only_expected)
-    pairs, renames = pair_renames(only_stored, only_expected, stored)
-    findings += renames
+    findings += _renamed(only_stored, only_expected, stored, resized=False)
+    findings += _renamed(only_stored, only_expected, stored, resized=True)
+    findings += missing_leaves(only_expected, expected)
+    findings += [_unexpected(n, s) for n, s in sorted(only_stored.items())]
+    return sorted(findings, key=lambda f: (f.expected or f.stored)[0])
+
+
+def _renamed(
+    only_stored: Leaves, only_expected: Leaves, stored: Leaves, *, resized: bool
+) -> list[Finding]:
+    """Renames (then, with ``resized``, renames of leaves resized on one axis) and how each
+    renamed leaf still differs; paired and ambiguous leaves leave ``only_*``."""
+    pairs, findings = pair_renames(only_stored, only_expected, stored, resized=resized)
     for p in pairs:
         findings += compare(
             p.stored, p.expected, only_stored.pop(p.stored), only_expected.pop(p.expected)
         )
-    for f in renames:  # ambiguous leaves: neither missing nor unexpected, but undecided
+    for f in findings:  # ambiguous leaves: neither missing nor unexpected, but undecided
         for n in f.stored if f.kind == "ambiguous" else ():
             only_stored.pop(n, None)
         for n in f.expected if f.kind == "ambiguous" else ():
             only_expected.pop(n, None)
-    findings += [_missing(n, s) for n, s in sorted(only_expected.items())]
-    findings += [_unexpected(n, s) for n, s in sorted(only_stored.items())]
-    return sorted(findings, key=lambda f: (f.expected or f.stored)[0])
+    return findings
 
 
 def compare(stored_name: str, name: str, have: Spec, want: Spec) -> list[Finding]:
@@ -240,6 +250,40 @@ def _closest(name: str, templates: list[str]) -> str | None:
     if not scored or (len(scored) > 1 and scored[0][0] == scored[1][0]):
         return None
     return scored[0][1]
+
+
+#: Where ``optax.inject_hyperparams`` keeps the optimizer's settings (a learning rate...).
+_HYPERPARAMS = re.compile(r"(^|\.)hyperparams\.")
+
+
+def missing_leaves(missing: Leaves, expected: Leaves) -> list[Finding]:
+    """The target's leaves that no stored leaf becomes: added (zeros) when they are a small part
+    of the model; never when they are optax hyperparameters (their values are the user's
+    settings: a learning rate of zero trains nothing) or when most of the model's values would
+    be made up (another model altogether)."""
+    model = {n: s[0] for n, s in expected.items() if s[0] is not None and not _OPTIMIZER.search(n)}
+    new = sum(math.prod(shape) for n, shape in model.items() if n in missing)
+    total = sum(math.prod(shape) for shape in model.values())
+    out = []
+    for name, spec in sorted(missing.items()):
+        if _HYPERPARAMS.search(name):
+            text = (
+                f"{name}: a hyperparameter optax.inject_hyperparams keeps in the optimizer state; "
+                "the checkpoint does not hold it and its value is your setting, not zero: restore "
+                "this checkpoint with the optimizer it was saved with, or start the new "
+                "optimizer's state with tx.init(params)"
+            )
+            out.append(Finding("missing", (), (name,), text))
+        elif name in model and new * 2 > total:
+            text = (
+                f"{name}: the target has {_text(spec)}, the checkpoint has no such leaf; not added: "
+                f"{new} of the target's {total} model values are not in the checkpoint, it looks "
+                "like another model"
+            )
+            out.append(Finding("missing", (), (name,), text))
+        else:
+            out.append(_missing(name, spec))
+    return out
 
 
 def _missing(name: str, spec: Spec) -> Finding:

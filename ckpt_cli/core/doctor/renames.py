@@ -34,12 +34,14 @@ class Pair:
 
 
 def pair_renames(
-    only_stored: Leaves, only_expected: Leaves, every_stored: Leaves
+    only_stored: Leaves, only_expected: Leaves, every_stored: Leaves, *, resized: bool = False
 ) -> tuple[list[Pair], list[Finding]]:
     """The renames (one finding per shared change) and the ambiguous leaves, found among
     leaves on one side only; paired leaves are left in the dicts (the caller compares them).
-    A shared rule must rename none of ``every_stored``'s other leaves."""
-    candidates = _candidates(only_stored, only_expected)
+    A shared rule must rename none of ``every_stored``'s other leaves. With ``resized``, the
+    partners are arrays of the same rank whose shapes differ on one axis (a layer renamed and
+    widened): the caller then names the resize."""
+    candidates = _candidates(only_stored, only_expected, resized)
     support = Counter(p.change for p in candidates)
     ranked = sorted(candidates, key=lambda p: (support[p.change], p.score), reverse=True)
     pairs: list[Pair] = []
@@ -62,7 +64,7 @@ def pair_renames(
         pairs.append(p)
         taken_s.add(p.stored)
         taken_e.add(p.expected)
-    return pairs, _grouped(pairs, every_stored) + ambiguous
+    return pairs, _grouped(pairs, every_stored, resized) + ambiguous
 
 
 def _tie(p: Pair, q: Pair, support: Counter[Change]) -> bool:
@@ -77,21 +79,37 @@ def _ambiguous(p: Pair, rivals: list[Pair]) -> Finding:
     return Finding("ambiguous", tuple(stored), tuple(expected), text, score=p.score)
 
 
-def _candidates(only_stored: Leaves, only_expected: Leaves) -> list[Pair]:
+def _candidates(only_stored: Leaves, only_expected: Leaves, resized: bool) -> list[Pair]:
     by_shape: dict[object, list[str]] = {}
-    for name, (shape, dtype) in only_expected.items():
-        by_shape.setdefault((shape, dtype == "string"), []).append(name)
+    for name, spec in only_expected.items():
+        by_shape.setdefault(_shape_key(spec, resized), []).append(name)
     out = []
-    for name, (shape, dtype) in only_stored.items():
-        partners = by_shape.get((shape, dtype == "string"), [])
+    for name, spec in only_stored.items():
+        partners = by_shape.get(_shape_key(spec, resized), []) if spec[0] or not resized else []
         crowded = len(partners) * len(only_stored) > _MAX_PAIRS
         for other in partners:
             if crowded and name.rsplit(".", 1)[-1] != other.rsplit(".", 1)[-1]:
+                continue
+            if resized and not _one_axis(spec[0], only_expected[other][0]):
                 continue
             score = SequenceMatcher(None, name, other).ratio()
             if score >= _MIN_SCORE:
                 out.append(Pair(name, other, score, change_of(name, other)))
     return out
+
+
+def _shape_key(spec: tuple[tuple[int, ...] | None, str], resized: bool) -> object:
+    shape, dtype = spec
+    if resized:
+        return (None if shape is None else len(shape), dtype == "string")
+    return (shape, dtype == "string")
+
+
+def _one_axis(a: tuple[int, ...] | None, b: tuple[int, ...] | None) -> bool:
+    """Shapes of one rank that differ on exactly one axis."""
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return sum(x != y for x, y in zip(a, b, strict=True)) == 1
 
 
 def change_of(old: str, new: str) -> Change:
@@ -122,7 +140,7 @@ def _common_run(a: list[str], b: list[str]) -> tuple[int, int, int] | None:
     return (m.a, m.b, m.size) if m.size else None
 
 
-def _grouped(pairs: list[Pair], stored: Leaves) -> list[Finding]:
+def _grouped(pairs: list[Pair], stored: Leaves, resized: bool = False) -> list[Finding]:
     """One finding (one rule) per change shared by pairs whose pattern matches exactly them."""
     by_change: dict[Change, list[Pair]] = {}
     for p in pairs:
@@ -131,9 +149,9 @@ def _grouped(pairs: list[Pair], stored: Leaves) -> list[Finding]:
     for change, members in by_change.items():
         rule = _rule(change) if len(members) > 1 else None
         if rule is not None and _exact(rule, members, stored):
-            out.append(_finding(members, (rule,)))
+            out.append(_finding(members, (rule,), resized))
             continue
-        out += [_finding([p], (_literal(p),)) for p in members]
+        out += [_finding([p], (_literal(p),), resized) for p in members]
     return out
 
 
@@ -173,16 +191,17 @@ def _literal(p: Pair) -> dict[str, object]:
     }
 
 
-def _finding(members: list[Pair], rules: tuple[dict[str, object], ...]) -> Finding:
+def _finding(members: list[Pair], rules: tuple[dict[str, object], ...], resized: bool) -> Finding:
     score = min(p.score for p in members)
+    shapes = "shapes differing on one axis" if resized else "same shape"
     if len(members) == 1:
         p = members[0]
-        text = f"{p.stored}: likely renamed to {p.expected} (same shape; names {score:.0%} alike)"
+        text = f"{p.stored}: likely renamed to {p.expected} ({shapes}; names {score:.0%} alike)"
     else:
         first = members[0]
         text = (
             f"{len(members)} leaves likely renamed the same way, e.g. {first.stored} -> "
-            f"{first.expected} (same shapes; names at least {score:.0%} alike)"
+            f"{first.expected} ({shapes}; names at least {score:.0%} alike)"
         )
     return Finding(
         "rename",

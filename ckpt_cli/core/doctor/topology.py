@@ -47,8 +47,10 @@ def topology_finding(
     checkpoint's shardings name and the target brings no shardings of its own."""
     saved = saved_mesh(report)
     count = restore_mesh.size if restore_mesh is not None else devices
-    if target_sharded or saved is None or count is None or saved.size <= count:
+    if target_sharded or saved is None or count is None:
         return None
+    if saved.size <= count:
+        return _layout_note(saved, restore_mesh)
     mesh = restore_mesh if restore_mesh is not None else fitted_mesh(saved, count)
     text = (
         f"saved on {saved.size} devices (mesh {_mesh(saved)}), restored on {count}: Orbax "
@@ -56,6 +58,19 @@ def topology_finding(
         f"shardings, or reshard to mesh {_mesh(mesh)}"
     )
     return Finding("topology", (), (), text, reshard=_mesh(mesh))
+
+
+def _layout_note(saved: MeshSpec, restore_mesh: MeshSpec | None) -> Finding | None:
+    """A restore mesh other than the saved one, with enough devices: Orbax restores a target
+    without shardings onto the saved layout (it does not block), not onto ``restore_mesh``."""
+    if restore_mesh is None or _mesh(restore_mesh) == _mesh(saved):
+        return None
+    text = (
+        f"saved on mesh {_mesh(saved)}: a target without shardings restores onto that layout, "
+        f"not {_mesh(restore_mesh)}; give your abstract state shardings, or reshard to mesh "
+        f"{_mesh(restore_mesh)}"
+    )
+    return Finding("topology", (), (), text, blocks=False, reshard=_mesh(restore_mesh))
 
 
 def reshard_rules(report: ItemReport, mesh_text: str) -> str:

@@ -36,22 +36,29 @@ import json
 import math
 import sys
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from ckpt_cli._version import __version__
 from ckpt_cli.core.format.arrays import ArrayInfo
+from ckpt_cli.core.format.ldigest import Partial
 from ckpt_cli.core.format.names import COMMIT_MARKER
 from ckpt_cli.core.storage import Location
-from ckpt_cli.errors import InvalidMetadataError
+from ckpt_cli.errors import InvalidMetadataError, SourceDigestError
 
 DIGEST_FILE = "_CKPT_DIGESTS.json"
 #: ``verify --rotate``'s state, next to the digests (``verify/budget.py``): never recorded.
 STATE_FILE = "_CKPT_VERIFY_STATE.json"
 FORMAT_NAME = "ckpt-digests"
-FORMAT_VERSION = 1
+#: Version 1 records SHA-256 per leaf; version 2 records ``ld1`` (``ldigest.py``): written by
+#: ``verify --record`` on an item without a record (or with a version-2 one) and by
+#: ``verify --record --upgrade``. Both are read and checked.
+FORMAT_VERSION = 2
+FORMAT_VERSIONS = (1, 2)
 LEAF_ALGORITHM = "sha256 of values, C order, little-endian"
+LEAF_ALGORITHM_LD1 = "ld1 (docs/reference/digest-spec.md)"
 FILE_ALGORITHM = "crc32 (zlib) of file bytes"
 _READ_PIECE = 8 << 20
 CHUNK_ROW_CAP = 128 << 20
@@ -60,7 +67,8 @@ CHUNK_ROW_CAP = 128 << 20
 class LeafDigestJSON(TypedDict):
     dtype: str
     shape: list[int]
-    sha256: str
+    sha256: NotRequired[str]  # version 1
+    ld1: NotRequired[str]  # version 2
 
 
 class FileSumJSON(TypedDict):
@@ -83,9 +91,42 @@ class DigestRecordJSON(TypedDict):
 
 @dataclass(frozen=True)
 class LeafDigest:
+    """A leaf's recorded digests: SHA-256 (``digest``, hex; version 1), ``ld1`` (version 2),
+    or both while a run computes them (``--upgrade`` checks the one, records the other)."""
+
     dtype: str  # numpy-style name; "string" for string leaves
     shape: tuple[int, ...]
-    digest: str  # hex
+    digest: str | None  # SHA-256 hex
+    ld1: str | None = None
+
+    def to_json(self, version: int) -> LeafDigestJSON:
+        out: LeafDigestJSON = {"dtype": self.dtype, "shape": list(self.shape)}
+        if version == 1 and self.digest is not None:
+            out["sha256"] = self.digest
+        if version == 2 and self.ld1 is not None:
+            out["ld1"] = self.ld1
+        return out
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """Which leaf digests a deep pass computes: SHA-256 (a version-1 record to check or to
+    record again) and/or ``ld1`` (a version-2 record, or a record being written)."""
+
+    sha256: bool = False
+    ld1: bool = False
+
+    def __bool__(self) -> bool:
+        return self.sha256 or self.ld1
+
+
+def wanted(record: DigestRecord | None, recording: bool, upgrade: bool = False) -> Wanted:
+    """What to compute for an item: what its record holds, plus what ``--record`` writes
+    (``ld1``, except that an item with a version-1 record keeps it unless ``upgrade``)."""
+    has_sha = record is not None and any(d.digest for d in record.leaves.values())
+    has_ld1 = record is not None and any(d.ld1 for d in record.leaves.values())
+    writes_ld1 = recording and (upgrade or record is None or record.version == 2)
+    return Wanted(has_sha or (recording and not writes_ld1), has_ld1 or writes_ld1)
 
 
 @dataclass(frozen=True)
@@ -100,19 +141,17 @@ class DigestRecord:
     files: dict[str, FileSum]  # item-relative path -> size and checksum
     tool: str = f"ckpt {__version__}"
     created_at: str = ""
+    version: int = FORMAT_VERSION
 
     def to_json(self) -> DigestRecordJSON:
         return {
             "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
+            "version": self.version,
             "tool": self.tool,
             "created_at": self.created_at,
-            "leaf_algorithm": LEAF_ALGORITHM,
+            "leaf_algorithm": LEAF_ALGORITHM_LD1 if self.version == 2 else LEAF_ALGORITHM,
             "file_algorithm": FILE_ALGORITHM,
-            "leaves": {
-                name: {"dtype": d.dtype, "shape": list(d.shape), "sha256": d.digest}
-                for name, d in sorted(self.leaves.items())
-            },
+            "leaves": {name: d.to_json(self.version) for name, d in sorted(self.leaves.items())},
             "files": {
                 path: {"size": f.size, "crc32": f.crc32} for path, f in sorted(self.files.items())
             },
@@ -142,16 +181,21 @@ def read_digests(item: Location) -> DigestRecord | None:
         return None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
         raise InvalidMetadataError(f"{loc} is not a ckpt digest file")
-    if raw.get("version") != FORMAT_VERSION:
+    version = raw.get("version")
+    if version not in FORMAT_VERSIONS:
         raise InvalidMetadataError(
-            f"{loc} has digest format version {raw.get('version')!r}; this ckpt reads "
-            f"version {FORMAT_VERSION}",
+            f"{loc} has digest format version {version!r}; this ckpt reads versions "
+            f"{', '.join(str(v) for v in FORMAT_VERSIONS)}",
             hint="upgrade ckpt",
         )
     try:
+        key = "sha256" if version == 1 else "ld1"
         leaves = {
             str(name): LeafDigest(
-                str(d["dtype"]), tuple(int(x) for x in d["shape"]), str(d["sha256"])
+                str(d["dtype"]),
+                tuple(int(x) for x in d["shape"]),
+                str(d[key]) if version == 1 else None,
+                str(d[key]) if version == 2 else None,
             )
             for name, d in raw["leaves"].items()
         }
@@ -162,7 +206,18 @@ def read_digests(item: Location) -> DigestRecord | None:
         raise InvalidMetadataError(
             f"{loc} lacks the leaves/files layout of a digest file"
         ) from None
-    return DigestRecord(leaves, files, str(raw.get("tool", "")), str(raw.get("created_at", "")))
+    tool, created = str(raw.get("tool", "")), str(raw.get("created_at", ""))
+    return DigestRecord(leaves, files, tool, created, int(version))
+
+
+def record_of(
+    leaves: dict[str, LeafDigest], files: dict[str, FileSum], ld1: bool | None = None
+) -> DigestRecord:
+    """A record of ``leaves``: version 2 (``ld1``) when ``ld1`` (default: when an array leaf
+    carries one), else version 1 (SHA-256)."""
+    if ld1 is None:
+        ld1 = any(d.ld1 for d in leaves.values() if d.dtype != "string")
+    return DigestRecord(leaves, files, version=2 if ld1 else 1)
 
 
 def write_digests(item: Location, record: DigestRecord) -> Location:
@@ -172,6 +227,7 @@ def write_digests(item: Location, record: DigestRecord) -> Location:
         record.files,
         record.tool,
         record.created_at or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        record.version,
     )
     # Never create the item directory: a step deleted meanwhile (prune, an operator) must not
     # come back holding only this file.
@@ -189,7 +245,16 @@ def file_checksum(loc: Location) -> FileSum:
 
 
 def string_digest(value: str) -> LeafDigest:
-    return LeafDigest("string", (), hashlib.sha256(value.encode()).hexdigest())
+    """Both digests of a string leaf (its UTF-8 bytes)."""
+    from ckpt_cli.core.format.ldigest import digest_text
+
+    return LeafDigest("string", (), hashlib.sha256(value.encode()).hexdigest(), digest_text(value))
+
+
+def same_values(recorded: LeafDigest, got: LeafDigest) -> bool:
+    """Whether ``got`` agrees with every digest ``recorded`` holds that ``got`` has too."""
+    pairs = [(recorded.digest, got.digest), (recorded.ld1, got.ld1)]
+    return all(r == g for r, g in pairs if r is not None and g is not None)
 
 
 class ValueHasher:
@@ -236,3 +301,42 @@ def c_order_block(info: ArrayInfo, budget: int, row_cap: int = CHUNK_ROW_CAP) ->
         r = c
     r = max(1, min(r, shape[k]))
     return (1,) * k + (r,) + tuple(shape[k + 1 :])
+
+
+class BlockDigests:
+    """Verify while writing: the ``ld1`` of the blocks a writer is about to write, for the
+    leaves or tensors with an expected (carried) digest; ``check`` compares them."""
+
+    def __init__(self, expect: Mapping[str, str]) -> None:
+        self.expect = dict(expect)
+        self.partials: dict[str, Partial] = {}
+
+    def add(
+        self,
+        name: str,
+        start: tuple[int, ...],
+        block: Any,
+        shape: tuple[int, ...],
+        dtype: str | None = None,
+    ) -> None:
+        if name not in self.expect:
+            return
+        from ckpt_cli.core.format.ldigest import merge, partial
+
+        box = partial(start, block, shape, dtype)
+        prev = self.partials.get(name)
+        self.partials[name] = box if prev is None else merge([prev, box])
+
+    def check(self, noun: str = "leaf", what: str = "written") -> None:
+        """Raise ``SourceDigestError`` for the first one whose blocks' digest differs."""
+        from ckpt_cli.core.format.ldigest import finish
+
+        for name, want in sorted(self.expect.items()):
+            p = self.partials.get(name)
+            found = finish(p) if p is not None else None
+            if found != want:
+                raise SourceDigestError(
+                    f"{noun} {name!r}: the values read have ld1 {found}, the recorded digest "
+                    f"is {want}: the source is damaged; nothing was {what}",
+                    hint="run `ckpt verify --deep` on the source and restore it from a copy",
+                )

@@ -14,7 +14,6 @@ from typing import Literal
 from ckpt_cli.core.format.names import (
     ARRAY_ITEM_DIR,
     COMMIT_MARKER,
-    JSON_ITEM_FILES,
     LEGACY_MSGPACK_RE,
     METRICS_ITEM,
     ROOT_METADATA_DIR,
@@ -24,7 +23,9 @@ from ckpt_cli.core.format.names import (
     TREE_METADATA,
     WRITING_MARKER,
     StepName,
+    is_grain_handler,
     is_plain_name,
+    json_item_files,
     looks_like_item,
     parse_step_name,
 )
@@ -201,11 +202,7 @@ def detect(location: Location) -> Detected:
     if looks_like_item(names):
         # A single-item Checkpointer writes _CHECKPOINT_METADATA into the item itself.
         return Detected("step" if STEP_METADATA in names else "item", entries)
-    if (
-        names & JSON_ITEM_FILES
-        and STEP_METADATA not in names
-        and not any(e.is_dir for e in entries)
-    ):
+    if json_item_files(names) and STEP_METADATA not in names and not any(e.is_dir for e in entries):
         # A JsonSave item (`metadata`) or a step's `metrics`, its commit_success.txt aside.
         return Detected("item", entries)
     if STEP_METADATA in names or COMMIT_MARKER in names:
@@ -294,7 +291,7 @@ def item_kind(step_loc: Location, name: str, handlers: dict[str, str] | str | No
     if handler:
         if handler.endswith("ArrayCheckpointHandler"):
             return "array"
-        if handler.endswith("JsonCheckpointHandler"):
+        if handler.endswith("JsonCheckpointHandler") or is_grain_handler(handler):
             return "json"
         return "pytree"
     try:
@@ -303,7 +300,7 @@ def item_kind(step_loc: Location, name: str, handlers: dict[str, str] | str | No
         return "unknown"
     if TREE_METADATA in names:
         return "pytree"
-    if names & JSON_ITEM_FILES:
+    if json_item_files(names):
         return "json"
     if looks_like_item(names) or ARRAY_ITEM_DIR in names:
         return "array"  # ArraySave before 0.12: `checkpoint/` or a database, no _METADATA

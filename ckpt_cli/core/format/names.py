@@ -71,6 +71,9 @@ LEGACY_MSGPACK_RE = re.compile(r"^checkpoint(_\d+)?$")
 ITEM_MARKERS = frozenset({TREE_METADATA, MANIFEST, "_sharding", "_strings.json"})
 #: The one file of a JsonSave item (``metadata``) or of the ``metrics`` item.
 JSON_ITEM_FILES = frozenset({"metadata", "metrics"})
+#: The files of grain's checkpoint handler (``grain.checkpoint.CheckpointSave``,
+#: ``PyGrainCheckpointHandler``): one JSON iterator state per process, no ``_METADATA``.
+GRAIN_STATE_RE = re.compile(r"^process_\d+-of-\d+\.json$")
 
 _PLAIN_STEP_RE = re.compile(r"^(\d+)$")
 _PREFIXED_STEP_RE = re.compile(r"^(.+)_(\d+)$")
@@ -118,11 +121,24 @@ def step_dir_name(step: int, like: str | None = None) -> str:
     return f"{parsed.prefix}_{number}" if parsed.prefix is not None else number
 
 
+def json_item_files(names: Collection[str]) -> list[str]:
+    """The JSON files among ``names`` that make a directory a JSON item: a JsonSave item's
+    ``metadata``, the ``metrics`` item's file, or grain's per-process iterator states (sorted)."""
+    return sorted(n for n in names if n in JSON_ITEM_FILES or GRAIN_STATE_RE.match(n))
+
+
+def is_grain_handler(handler: str | None) -> bool:
+    """Whether a step's recorded handler is grain's (``grain._src.python.checkpoint.handler.
+    CheckpointHandler``, ``PyGrainCheckpointHandler`` of older grain releases)."""
+    return handler is not None and (handler.split(".")[0] == "grain" or "PyGrain" in handler)
+
+
 def looks_like_item(names: Collection[str], *, json_items: bool = False) -> bool:
     """Whether a directory holding ``names`` is an Orbax item: a PyTree item's files or
-    per-process databases, or (``json_items``) the file of a JsonSave or metrics item."""
-    markers = ITEM_MARKERS | JSON_ITEM_FILES if json_items else ITEM_MARKERS
-    return any(n in markers or n.startswith("ocdbt.process_") for n in names)
+    per-process databases, or (``json_items``) the file(s) of a JsonSave, metrics or grain item."""
+    if json_items and json_item_files(names):
+        return True
+    return any(n in ITEM_MARKERS or n.startswith("ocdbt.process_") for n in names)
 
 
 def compile_filter(pattern: str | None, option: str = "--filter") -> Regex | None:

@@ -19,6 +19,7 @@ from typing import Any
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader
 from ckpt_cli.core.format.blocks import cache_bytes, iter_blocks, stream_blocks
 from ckpt_cli.core.format.digests import ValueHasher, c_order_block
+from ckpt_cli.core.format.ldigest import Partial, finish, merge
 from ckpt_cli.errors import CkptError, StorageError, first_line
 
 #: Block budget of verify's reads: small blocks keep memory flat whatever the leaf sizes; TS
@@ -41,6 +42,7 @@ class ScanTask:
     info: ArrayInfo
     database: str = ""
     digest: bool = False  # hash the values (needs the whole leaf, read in C order)
+    ld1: bool = False  # the ``ld1`` partial of the blocks read (any order, any blocks)
     blocks: tuple[Block, ...] | None = None
     #: Read only blocks ``start`` <= i < ``stop`` of the leaf's block sequence (a budgeted run
     #: resuming where the last one stopped); a digest needs the whole range.
@@ -60,6 +62,16 @@ class LeafScan:
     #: Every block of the task's range was read (False: the budget stopped it at ``next_block``).
     complete: bool = True
     next_block: int | None = None
+    #: ``ld1`` of the blocks read (a partial: a leaf split over units merges them, ``ld1_of``).
+    partial: Partial | None = None
+
+
+def ld1_of(scan: LeafScan) -> str | None:
+    """The leaf's ``ld1`` when the scan's partial covers all of it (else None)."""
+    p = scan.partial
+    if p is None or scan.error is not None or p.covered != p.nbytes:
+        return None
+    return finish(p)
 
 
 class _Assembled:
@@ -112,6 +124,8 @@ class _Acc:
     def __init__(self, task: ScanTask) -> None:
         self.task = task
         self.hasher = ValueHasher() if task.digest else None
+        info = task.info
+        self.ld1 = Partial(info.dtype, info.shape, info.nbytes) if task.ld1 else None
         self.check_finite = _is_float(task.info.dtype)
         self.nan = 0
         self.inf = 0
@@ -120,10 +134,15 @@ class _Acc:
         self.blocks = 0
         self.next_block: int | None = None  # where a stopped leaf resumes
 
-    def add(self, block: Any) -> None:
+    def add(self, block: Any, origin: tuple[int, ...]) -> None:
         import numpy as np
 
         x = np.asarray(block)
+        if self.ld1 is not None:
+            from ckpt_cli.core.format.ldigest import partial
+
+            box = partial(origin, x, self.task.info.shape, self.task.info.dtype)
+            self.ld1 = merge([self.ld1, box])
         if self.check_finite and x.size and not _all_finite(x):
             finite = np.isfinite(x)
             nan = int(np.count_nonzero(np.isnan(x)))
@@ -145,6 +164,7 @@ class _Acc:
             self.blocks,
             self.next_block is None,
             self.next_block,
+            self.ld1 if self.error is None else None,
         )
 
 
@@ -240,19 +260,19 @@ class _InFlight:
     without a future."""
 
     def __init__(self, on_bytes: Callable[[int], None] | None) -> None:
-        self.pending: deque[tuple[_Acc, Any, int]] = deque()
+        self.pending: deque[tuple[_Acc, Any, int, tuple[int, ...]]] = deque()
         self.bytes = 0
         self.on_bytes = on_bytes
 
-    def submit(self, acc: _Acc, fut: Any, nbytes: int) -> None:
-        self.pending.append((acc, fut, nbytes))
+    def submit(self, acc: _Acc, fut: Any, nbytes: int, origin: tuple[int, ...] = ()) -> None:
+        self.pending.append((acc, fut, nbytes, origin))
         self.bytes += nbytes
 
     def end_leaf(self, acc: _Acc) -> None:
-        self.pending.append((acc, None, 0))
+        self.pending.append((acc, None, 0, ()))
 
     def _take(self) -> LeafScan | None:
-        acc, fut, nbytes = self.pending.popleft()
+        acc, fut, nbytes, origin = self.pending.popleft()
         if fut is None:
             return acc.result()
         self.bytes -= nbytes
@@ -260,7 +280,7 @@ class _InFlight:
             try:
                 if isinstance(fut, BaseException):
                     raise fut
-                acc.add(fut.result())
+                acc.add(fut.result(), origin)
                 acc.bytes += nbytes
                 acc.blocks += 1
             except Exception as e:
@@ -301,6 +321,6 @@ def _read_task(
             fut: Any = read_block(reader, sl)
         except Exception as e:
             fut = e
-        flight.submit(acc, fut, nbytes)
+        flight.submit(acc, fut, nbytes, tuple(s.start for s in sl))
         yield from flight.drain(IN_FLIGHT, IN_FLIGHT_BYTES)
     return False

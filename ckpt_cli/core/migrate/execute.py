@@ -13,6 +13,7 @@ from ckpt_cli.core.format.blocks import decoded_chunk_bytes
 from ckpt_cli.core.format.digests import read_digests
 from ckpt_cli.core.inspect import ItemReport
 from ckpt_cli.core.migrate import ops
+from ckpt_cli.core.migrate.digests import carried, recorded_leaves
 from ckpt_cli.core.migrate.plan import DestLeaf, MigrationPlan
 from ckpt_cli.core.migrate.target import import_function
 from ckpt_cli.core.progress import ProgressFn
@@ -42,22 +43,16 @@ def execute(plan: MigrationPlan, on_progress: ProgressFn | None = None) -> Write
     for item in plan.more:
         require_sound_source(item.source)
     write = plan.write
-    items = [
-        ItemOut(
-            item.source,
-            migrate_leaves(
-                item.report,
-                item.leaves,
-                plan.zarr3,
-                write.compression,
-                write.memory_limit,
-                plan.functions,
-            ),
-            None,
-            item.report.kind,
-        )
-        for item in plan.items
-    ]
+    items = []
+    for item in plan.items:
+        outs = migrate_leaves(
+            item.report, item.leaves, plan.zarr3, write.compression, write.memory_limit,
+            plan.functions,
+        )  # fmt: skip
+        # Unchanged leaves keep their recorded ld1: checked against the blocks written.
+        exprs = {out.name: leaf.expr for out, leaf in zip(outs, item.leaves, strict=True)}
+        expect = carried(recorded_leaves(item.source.location), exprs)
+        items.append(ItemOut(item.source, outs, None, item.report.kind, expect))
     record = plan.record_digests
     if record is None:
         record = has_digests(plan.source.location)

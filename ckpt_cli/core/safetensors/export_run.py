@@ -13,9 +13,11 @@ from typing import Any, TypedDict
 
 from typing_extensions import NotRequired
 
+from ckpt_cli.core.format.digests import BlockDigests
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.safetensors.export import ExportPlan, ExportPlanJSON, ExportTensor
+from ckpt_cli.core.safetensors.ld1 import decode
 from ckpt_cli.errors import RefusedError
 
 
@@ -130,7 +132,7 @@ def _execute(
             _context(0 if aligned else memory_limit // 8),
         )
         ctx = ops.EvalContext(store, {})
-        stream = _Stream(ctx, memory_limit, on_bytes)
+        stream = _Stream(ctx, memory_limit, on_bytes, BlockDigests(decode(plan.metadata)))
         with SafetensorsSink(tmp, plan.files) as sink, contextlib.closing(stream):
             # The writer thread stops (closing) before the sink closes its files (abort).
             by_name = {t.name: t for t in plan.tensors}
@@ -142,6 +144,7 @@ def _execute(
                     stream.tensor(by_name[entry.name], sink)
                 stream.drain(sink)
                 sink.finish_file(f.name)
+            stream.digests.check("tensor", "exported")
             sink.commit()
         try:
             if os.path.isdir(plan.out):
@@ -241,10 +244,13 @@ class _Stream:
     """Blocks of the tensors in file order: reads a few blocks ahead (TensorStore decodes on its
     own threads) while one thread writes finished blocks, all under the memory limit."""
 
-    def __init__(self, ctx: ops.EvalContext, memory_limit: int, on_bytes: Any) -> None:
+    def __init__(
+        self, ctx: ops.EvalContext, memory_limit: int, on_bytes: Any, digests: BlockDigests
+    ) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self.ctx = ctx
+        self.digests = digests  # verify while writing: tensors with a carried ld1
         self.budget = _budget(memory_limit)
         self.limit = max(2 * self.budget, memory_limit // 4)
         # Blocks in flight are bounded by bytes (``limit``), not by count: 8 blocks of 8 MiB
@@ -301,6 +307,7 @@ class _Stream:
         if values.dtype != want:
             values = values.astype(want)
         block = np.asarray(values, order="C")
+        self.digests.add(t.name, start, block, t.shape, t.dtype)
         self.writes.append((self.pool.submit(sink.write, t.name, start, block), nbytes))
 
     def _finish_write(self) -> None:

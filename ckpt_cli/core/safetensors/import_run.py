@@ -118,9 +118,32 @@ def _write_item(
         context=_write_context(),
         fresh_sources=True,  # each block is read into a new array (SafetensorsReader)
     )
-    item.write_arrays(outs, on_bytes)
+    expect = _carried(plan)
+    item.write_arrays(outs, on_bytes, expect)
     sync_tree(dest)
     item.write_metadata(outs)
+    if expect:
+        from ckpt_cli.core.format.digests import LeafDigest
+        from ckpt_cli.core.write.rewrite import record_digests
+
+        dtypes = {leaf.name: (leaf.expr.dtype, leaf.expr.shape) for leaf in plan.leaves}
+        record_digests(
+            dest, {n: LeafDigest(*dtypes[n], None, digest) for n, digest in expect.items()}
+        )
+
+
+def _carried(plan: ImportPlan) -> dict[str, str]:
+    """Leaf name -> the ``ckpt.ld1`` digest of the tensor it takes unchanged (checked as the
+    blocks are written, then recorded in the item: ``verify --deep`` checks them)."""
+    from ckpt_cli.core.safetensors.import_ import TensorSource
+    from ckpt_cli.core.safetensors.ld1 import decode
+
+    digests = decode(plan.source_metadata)
+    return {
+        leaf.name: digests[leaf.expr.tensor]
+        for leaf in plan.leaves
+        if isinstance(leaf.expr, TensorSource) and leaf.expr.tensor in digests
+    }
 
 
 def _history(plan: ImportPlan) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from ckpt_cli.core.format.arrays import ArrayInfo, parse_zarr_header
-from ckpt_cli.core.format.digests import DIGEST_FILE, recorded_file, string_digest
+from ckpt_cli.core.format.digests import DIGEST_FILE, recorded_file, same_values, string_digest
 from ckpt_cli.core.format.metadata import ArrayMetadata, LeafMeta, TreeMetadata
 from ckpt_cli.core.format.names import parse_chunk_part, split_key, storage_dir
 from ckpt_cli.core.format.sharding import ShardingInfo
@@ -312,7 +312,7 @@ def _check_record_leaves(facts: ItemFacts, tree: TreeMetadata) -> None:
         )
     for name, value in sorted(facts.strings.items()):
         rec = facts.record.leaves.get(name)
-        if rec is not None and rec.digest != string_digest(value).digest:
+        if rec is not None and not same_values(rec, string_digest(value)):
             facts.add(
                 "digest-mismatch",
                 f"string leaf {name} changed since its digest was recorded; {_RESTORE}",

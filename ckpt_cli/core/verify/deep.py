@@ -21,10 +21,12 @@ from ckpt_cli.core.format.digests import (
     DIGEST_FILE,
     FileSum,
     LeafDigest,
+    Wanted,
     file_checksum,
     recorded_file,
+    same_values,
 )
-from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES, LeafScan, ScanTask, scan_leaves
+from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES, LeafScan, ScanTask, ld1_of, scan_leaves
 from ckpt_cli.core.verify.budget import chunk_key, subset_of
 from ckpt_cli.core.verify.types import DataResult, ItemFacts, NonFinite, SampleInfo, SampleSpec
 from ckpt_cli.errors import CkptError
@@ -49,7 +51,7 @@ class _Bytes:
 
 def deep_item(
     facts: ItemFacts,
-    want_digests: bool,
+    want_digests: Wanted,
     budget: int = SCAN_BLOCK_BYTES,
     on_bytes: Callable[[int], None] | None = None,
     stop: Callable[[int], bool] | None = None,
@@ -77,7 +79,8 @@ def deep_item(
                 name,
                 facts.arrays[name][0],
                 facts.arrays[name][1],
-                digest=want_digests,
+                digest=want_digests.sha256,
+                ld1=want_digests.ld1,
                 start=first_block if i == first_leaf else 0,
             )
             for i, name in enumerate(names)
@@ -144,12 +147,13 @@ def _take_scan(facts: ItemFacts, result: DataResult, scan: LeafScan, info: Array
             "run had diverged when this step was saved; resume from an earlier step",
             leaf=scan.name,
         )
-    if scan.digest is None:
+    got = LeafDigest(info.dtype, info.shape, scan.digest, ld1_of(scan))
+    if got.digest is None and got.ld1 is None:
         return
-    result.digests[scan.name] = LeafDigest(info.dtype, info.shape, scan.digest)
+    result.digests[scan.name] = got
     rec = facts.record.leaves.get(scan.name) if facts.record else None
     same_layout = rec is not None and (rec.dtype, rec.shape) == (info.dtype, info.shape)
-    if rec is not None and same_layout and rec.digest != scan.digest:
+    if rec is not None and same_layout and not same_values(rec, got):
         facts.add(
             "digest-mismatch",
             f"{scan.name}: the values differ from the digest recorded in {DIGEST_FILE} "
@@ -291,7 +295,7 @@ def _chunk_block(info: ArrayInfo, index: tuple[int, ...]) -> tuple[slice, ...]:
     )
 
 
-def item_bytes(facts: ItemFacts, want_digests: bool) -> int:
+def item_bytes(facts: ItemFacts, want_digests: Wanted) -> int:
     """Bytes an item's deep pass reports to progress: arrays, plus files when checksummed."""
     arrays = sum(info.nbytes for info, _ in facts.arrays.values())
     files = facts.inventory.total_bytes if (want_digests and facts.inventory) else 0

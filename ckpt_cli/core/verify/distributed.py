@@ -1,12 +1,13 @@
 """``verify --deep`` over units on an executor: decoding, NaN/Inf counts, leaf digests and file
 checksums run on the workers; the driver only adds up the results and judges them.
 
-The leaf digest is SHA-256 over the values in C order (``digests.py``): a hash state cannot be
-split and joined, so a leaf whose digest is wanted (a record to check, or ``--record``) is read
-by one worker, start to end, in one unit (small leaves share a unit). Hashing there costs about
-0.6 s per GB, far below the read, and the bytes never travel to the driver. A leaf whose digest
-is not wanted (no record) is cut into chunk-aligned blocks spread over units like a write: its
-NaN/Inf counts add up. File CRC-32s are per file, grouped into units by bytes.
+A version-1 record's leaf digest is SHA-256 over the values in C order (``digests.py``): a hash
+state cannot be split and joined, so a leaf whose SHA-256 is wanted (such a record to check) is
+read by one worker, start to end, in one unit (small leaves share a unit). Hashing there costs
+about 0.6 s per GB, far below the read, and the bytes never travel to the driver. Any other
+leaf (no record, or ``ld1``: a version-2 record, ``--record``) is cut into chunk-aligned blocks
+spread over units like a write: its NaN/Inf counts add up and its ``ld1`` partials merge
+(``ldigest.merge``, any order). File CRC-32s are per file, grouped into units by bytes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from dataclasses import dataclass, field, replace
 from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.blocks import block_shape, iter_blocks
-from ckpt_cli.core.format.digests import FileSum, file_checksum, string_digest
+from ckpt_cli.core.format.digests import FileSum, Wanted, file_checksum, string_digest
+from ckpt_cli.core.format.ldigest import Partial, merge
 from ckpt_cli.core.format.scan import LeafScan, ScanTask, scan_leaves
 from ckpt_cli.core.storage import StorageOptions, open_location
 from ckpt_cli.core.verify.deep import _data_files, _done, _take_scan, _take_sums, deep_item
@@ -60,7 +62,7 @@ def _task_bytes(task: ScanTask) -> int:
 
 
 def plan_scan_units(
-    facts: ItemFacts, want_digests: bool, budget: int, unit_bytes: int
+    facts: ItemFacts, want_digests: Wanted, budget: int, unit_bytes: int
 ) -> list[ScanUnit]:
     assert facts.store is not None
     item, zarr3 = str(facts.store.item), facts.store.use_zarr3
@@ -68,6 +70,7 @@ def plan_scan_units(
     units: list[ScanUnit] = []
     tasks: list[ScanTask] = []
     size = 0
+    ld1 = want_digests.ld1
 
     def flush() -> None:
         nonlocal tasks, size
@@ -76,8 +79,10 @@ def plan_scan_units(
         tasks, size = [], 0
 
     for name, (info, label) in sorted(facts.arrays.items()):
-        if want_digests or info.nbytes <= unit_bytes:
-            tasks.append(ScanTask(name, info, label, digest=want_digests))
+        if want_digests.sha256 or info.nbytes <= unit_bytes:
+            tasks.append(
+                ScanTask(name, info, label, digest=want_digests.sha256, ld1=want_digests.ld1)
+            )
             size += info.nbytes
         else:
             blocks: list[tuple[slice, ...]] = []
@@ -85,12 +90,12 @@ def plan_scan_units(
                 nbytes = math.prod(s.stop - s.start for s in block) * info.itemsize
                 if (blocks or tasks) and size + nbytes > unit_bytes:
                     if blocks:
-                        tasks.append(ScanTask(name, info, label, blocks=tuple(blocks)))
+                        tasks.append(ScanTask(name, info, label, blocks=tuple(blocks), ld1=ld1))
                         blocks = []
                     flush()
                 blocks.append(block)
                 size += nbytes
-            tasks.append(ScanTask(name, info, label, blocks=tuple(blocks)))
+            tasks.append(ScanTask(name, info, label, blocks=tuple(blocks), ld1=ld1))
         if size >= unit_bytes:
             flush()
     flush()
@@ -128,7 +133,7 @@ def run_scan_unit(unit: ScanUnit) -> ScanDone:
 
 def deep_item_scaled(
     facts: ItemFacts,
-    want_digests: bool,
+    want_digests: Wanted,
     budget: int,
     executor: Executor,
     unit_bytes: int = DEFAULT_SCAN_UNIT_BYTES,
@@ -151,6 +156,10 @@ def deep_item_scaled(
     return result
 
 
+def _merged(a: Partial | None, b: Partial | None) -> Partial | None:
+    return None if a is None or b is None else merge([a, b])
+
+
 def _join_scans(scans: list[LeafScan]) -> list[LeafScan]:
     """One result per leaf from the parts of a leaf split over units (counts add up)."""
     joined: dict[str, LeafScan] = {}
@@ -166,6 +175,7 @@ def _join_scans(scans: list[LeafScan]) -> list[LeafScan]:
                 error=prev.error or s.error,
                 bytes=prev.bytes + s.bytes,
                 blocks=prev.blocks + s.blocks,
+                partial=_merged(prev.partial, s.partial),
             )
         )
     return sorted(joined.values(), key=lambda s: s.name)

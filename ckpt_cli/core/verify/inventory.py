@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ckpt_cli.core.format.names import GRAIN_STATE_RE
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.verify.problems import Problem, problem
 from ckpt_cli.errors import CkptError
@@ -96,7 +97,12 @@ _METADATA_NAMES = frozenset(
 
 
 def _is_metadata(rel: str) -> bool:
-    return rel.rsplit("/", 1)[-1] in _METADATA_NAMES or rel.startswith("array_metadatas/")
+    name = rel.rsplit("/", 1)[-1]
+    return (
+        name in _METADATA_NAMES
+        or rel.startswith("array_metadatas/")
+        or GRAIN_STATE_RE.match(name) is not None
+    )
 
 
 def _join(prefix: str, rel: str) -> str:

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Iterator
 
 from ckpt_cli.core.executor import Executor, ExecutorSpec, open_executor
-from ckpt_cli.core.format.digests import DigestRecord, write_digests
+from ckpt_cli.core.format.digests import record_of, wanted, write_digests
 from ckpt_cli.core.format.layout import detect
 from ckpt_cli.core.format.names import COMMIT_MARKER, PRUNE_LOCK
 from ckpt_cli.core.progress import ByteProgress, Progress, ProgressFn
@@ -60,6 +60,8 @@ def verify_path(
                 pool = stack.enter_context(open_executor(executor))
             return verify_path(location, options, on_progress, pool, unit_bytes)
     started = options.clock()
+    if options.upgrade and not options.record:
+        raise UsageError("--upgrade converts a record: use it with --record")
     if options.record and options.sample is not None:
         raise UsageError("--record needs every chunk: it cannot be combined with --sample")
     if options.sample is not None and options.deep:
@@ -124,7 +126,7 @@ def _verify(
     rotation: Rotation | None = None
     notes: list[str] = []
     if options.max_duration is not None and level == "deep":
-        wants = [options.record or f.record is not None for f in facts]
+        wants = [wanted(f.record, options.record, options.upgrade) for f in facts]
         total = sum(item_bytes(f, w) for f, w in zip(facts, wants, strict=True))
         on_bytes = ByteProgress(on_progress, "data", total)
         results, coverage, rotation, notes = budgeted_deep(
@@ -190,7 +192,8 @@ def _item_check(
         else:
             assert f.inventory is not None
             try:
-                write_digests(f.inventory.base, DigestRecord(r.digests, r.files))
+                ld1 = wanted(f.record, True, options.upgrade).ld1
+                write_digests(f.inventory.base, record_of(r.digests, r.files, ld1))
                 recorded.append(t.shown_as)
                 digests = "recorded"
             except NotFoundError:
@@ -303,7 +306,7 @@ def _data_level(
             facts, options.sample, options.seed, options.budget, on_bytes, names
         )
         return list(results), sample
-    wants = [options.record or f.record is not None for f in facts]
+    wants = [wanted(f.record, options.record, options.upgrade) for f in facts]
     on_bytes = ByteProgress(
         on_progress, "data", sum(item_bytes(f, w) for f, w in zip(facts, wants, strict=True))
     )

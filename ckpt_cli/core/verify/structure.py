@@ -23,10 +23,12 @@ from ckpt_cli.core.format.metadata import (
 )
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
+    GRAIN_STATE_RE,
     LEGACY_MSGPACK_RE,
     MANIFEST,
     STEP_METADATA,
     TREE_METADATA,
+    json_item_files,
     split_key,
     storage_dir,
 )
@@ -40,7 +42,6 @@ from ckpt_cli.core.verify.types import ItemFacts
 from ckpt_cli.errors import CkptError, InvalidMetadataError
 
 _PROCESS_FILE = re.compile(r"^process_\d+$")
-_JSON_ITEM_FILES = ("metadata", "metrics")
 
 
 def item_metadata_files(item: Location) -> list[Location]:
@@ -49,7 +50,7 @@ def item_metadata_files(item: Location) -> list[Location]:
         rels = [rel for rel, _ in item.walk()]
     except CkptError:
         return []
-    wanted = {DIGEST_FILE, TREE_METADATA, "_sharding", "_strings.json", *_JSON_ITEM_FILES}
+    wanted = {DIGEST_FILE, TREE_METADATA, "_sharding", "_strings.json", *json_item_files(rels)}
     return [item.child(*rel.split("/")) for rel in rels if rel in wanted or _is_process_file(rel)]
 
 
@@ -65,10 +66,13 @@ def check_item(
     known = {COMMIT_MARKER, DIGEST_FILE, STATE_FILE} | ({STEP_METADATA} if item_is_step else set())
     if TREE_METADATA in inv.sizes:
         _check_pytree(item, facts, known)
-    elif json_file := next((f for f in _JSON_ITEM_FILES if f in inv.sizes), None):
+    elif json_files := json_item_files(inv.sizes):
+        # A JsonSave item (`metadata`), the metrics item, or grain's one file per process.
         facts.kind = "json"
-        _parse_json(item, json_file, facts)
-        _flag_unknown(facts, known | {json_file}, lambda rel: False)
+        json_files = json_files if GRAIN_STATE_RE.match(json_files[0]) else json_files[:1]
+        for json_file in json_files:
+            _parse_json(item, json_file, facts)
+        _flag_unknown(facts, known | set(json_files), lambda rel: False)
     elif (
         tree := legacy_array_tree(item, frozenset(r.split("/")[0] for r in inv.sizes))
     ) is not None:

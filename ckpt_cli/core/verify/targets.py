@@ -21,7 +21,6 @@ from ckpt_cli.core.format.names import (
     CKPT_ROOT_FILES,
     CKPT_STEP_FILES,
     COMMIT_MARKER,
-    JSON_ITEM_FILES,
     ROOT_METADATA,
     ROOT_METADATA_DIR,
     STEP_METADATA,
@@ -29,6 +28,7 @@ from ckpt_cli.core.format.names import (
     TREE_METADATA,
     V1_MARKER,
     is_plain_name,
+    json_item_files,
     looks_like_item,
     parse_step_name,
 )
@@ -69,7 +69,7 @@ def find_targets(location: Location, options: VerifyOptions) -> Targets:
     found = detect(location)
     kind, entries = found.kind, found.entries
     names = {e.name for e in entries}
-    if kind == "step" and STEP_METADATA not in names and names & JSON_ITEM_FILES:
+    if kind == "step" and STEP_METADATA not in names and json_item_files(names):
         # A JsonSave or metrics item: its commit_success.txt makes it look like a step.
         kind = "item"
     if kind == "legacy":

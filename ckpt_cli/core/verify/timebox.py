@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from ckpt_cli.core.format.digests import DIGEST_FILE
+from ckpt_cli.core.format.digests import DIGEST_FILE, Wanted, wanted
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.verify.budget import (
     STATE_FILE,
@@ -31,8 +31,8 @@ from ckpt_cli.core.verify.types import Coverage, DataResult, ItemFacts, Rotation
 from ckpt_cli.errors import CkptError
 
 
-def _layout(facts: ItemFacts, budget: int, digests: bool) -> str:
-    parts = [f"budget={budget}", f"digests={digests}"]
+def _layout(facts: ItemFacts, budget: int, digests: Wanted) -> str:
+    parts = [f"budget={budget}", f"digests={bool(digests)}"]
     for name in sorted(facts.arrays):
         info = facts.arrays[name][0]
         parts.append(f"{name}:{info.dtype}:{info.shape}:{info.chunk_shape}")
@@ -64,7 +64,7 @@ def budgeted_deep(
     deadline = Deadline(options.max_duration, clock, started)
     deadline.start_data()
     bases = [f.inventory.base if f.inventory else None for f in facts]
-    wants = [options.record or f.record is not None for f in facts]
+    wants = [wanted(f.record, options.record, options.upgrade) for f in facts]
     layouts = [_layout(f, options.budget, w) for f, w in zip(facts, wants, strict=True)]
     records = [_record_hash(b) if b and options.rotate else None for b in bases]
     sizes = [sum(info.nbytes for info, _ in f.arrays.values()) for f in facts]
@@ -132,7 +132,7 @@ def _read_items(
     facts: list[ItemFacts],
     states: list[RotationState | None],
     sizes: list[int],
-    wants: list[bool],
+    wants: list[Wanted],
     options: VerifyOptions,
     deadline: Deadline,
     on_bytes: Callable[[int], None] | None,

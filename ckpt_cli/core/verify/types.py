@@ -111,6 +111,9 @@ class VerifyOptions:
     latest: bool = False
     deep: bool = False
     record: bool = False
+    #: --upgrade (with --record): a version-1 (SHA-256) record is checked, then replaced by
+    #: ``ld1`` digests taken in the same read.
+    upgrade: bool = False
     sample: SampleSpec | None = None
     seed: int | None = None
     strict: bool = False

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ckpt_cli.core.format.names import COMMIT_MARKER, TREE_METADATA, array_prefix, unsafe_as_path
@@ -108,26 +108,32 @@ class ItemWriter:
         return ts.open(spec, create=True, open=False, context=self.context)
 
     def write_arrays(
-        self, leaves: Sequence[LeafOut], on_bytes: Callable[[int], None] | None = None
+        self,
+        leaves: Sequence[LeafOut],
+        on_bytes: Callable[[int], None] | None = None,
+        expect: Mapping[str, str] | None = None,
     ) -> None:
         """Create every array leaf and fill it from its source, all leaves in one pipeline.
 
         Blocks are chunk-aligned in the output (whole chunks, several when small). Reads of
         upcoming blocks and writes of finished ones overlap as TensorStore futures; the bytes of
         blocks held at once stay under half the memory limit (TensorStore's cache gets a quarter).
+        ``expect``: leaf name -> ``ld1`` the written values must have (``SourceDigestError``).
         """
         arrays = [leaf for leaf in leaves if leaf.array is not None and leaf.source is not None]
         budget = block_budget(self.memory_limit, self.in_flight)
-        self.write_regions([(leaf, leaf_regions(leaf, budget)) for leaf in arrays], on_bytes)
+        jobs = [(leaf, leaf_regions(leaf, budget)) for leaf in arrays]
+        self.write_regions(jobs, on_bytes, expect)
 
     def write_regions(
         self,
         jobs: Sequence[tuple[LeafOut, Iterable[Region]]],
         on_bytes: Callable[[int], None] | None = None,
+        expect: Mapping[str, str] | None = None,
     ) -> None:
         """Fill the given chunk-aligned regions of each leaf from its source (the arrays exist,
         or are created here unless ``assume_metadata``), all in one pipeline."""
-        pipe = Pipeline(self, list(jobs), on_bytes)
+        pipe = Pipeline(self, list(jobs), on_bytes, expect)
         try:
             pipe.run()
         except BaseException:

@@ -8,6 +8,11 @@ written whole: memory is the block plus the slabs in flight, not the source's va
 whole block at once, and progress moves slab by slab. Progress counts half of such a block's
 bytes as its slabs are read and converted, the other half once its write is durable, so the
 total is reached when everything is written.
+
+Verify while writing: a leaf with an expected ``ld1`` (``expect``: a digest carried from the
+source's record, values unchanged) has the ``ld1`` partial of every block taken from the values
+about to be written (no second read); ``run`` compares the merged digest with the expected one
+and raises ``SourceDigestError`` on a difference, before anything is committed.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from ckpt_cli.core.format.blocks import aligned_block, iter_blocks, region_slabs
+from ckpt_cli.core.format.digests import BlockDigests
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.write.types import ArraySink, LeafOut, Region
 from ckpt_cli.errors import StorageError, first_line
@@ -126,8 +132,11 @@ class Pipeline:
         writer: ArraySink,
         jobs: list[tuple[LeafOut, Iterable[Region]]],
         on_bytes: Callable[[int], None] | None,
+        expect: Mapping[str, str] | None = None,
     ) -> None:
         self.writer = writer
+        written = {leaf.name for leaf, _ in jobs}
+        self.digests = BlockDigests({k: v for k, v in (expect or {}).items() if k in written})
         self.jobs = jobs
         self.arrays = [leaf for leaf, _ in jobs]
         self.on_bytes = on_bytes
@@ -163,6 +172,14 @@ class Pipeline:
             self._start_write()
         while self.writes:
             self._finish_write()
+        self.digests.check()
+
+    def _digest(self, leaf: LeafOut, region: tuple[slice, ...], values: Any) -> None:
+        """Add a block about to be written to its leaf's ``ld1`` (when one is expected)."""
+        if leaf.array is not None:
+            info = leaf.array.info
+            start = tuple(s.start for s in region)
+            self.digests.add(leaf.name, start, values, info.shape, info.dtype)
 
     def _opened(self, i: int) -> Any:
         # Create the next few arrays ahead: each create is a round trip of its own.
@@ -198,6 +215,7 @@ class Pipeline:
         values = np.asarray(values)
         if values.dtype.name != arr.dtype.name:
             values = values.astype(arr.dtype.numpy_dtype)
+        self._digest(leaf, region, values)
         # A source that hands over fresh arrays (never modified afterwards) lets TensorStore
         # encode from them instead of copying each block first.
         if getattr(self.writer, "fresh_sources", False):

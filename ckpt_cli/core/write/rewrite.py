@@ -20,10 +20,10 @@ from typing_extensions import NotRequired, TypeVar
 from ckpt_cli.core.executor import Executor, open_executor
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.digests import (
-    DigestRecord,
     FileSum,
     LeafDigest,
     file_checksum,
+    record_of,
     recorded_file,
     write_digests,
 )
@@ -81,6 +81,8 @@ class ItemOut:
     leaves: Sequence[LeafOut]
     leaf_digests: dict[str, LeafDigest] | None = None
     kind: str = "pytree"
+    #: Leaf name -> ``ld1`` its written values must have (besides ``leaf_digests``' own).
+    expect: Mapping[str, str] | None = None
 
 
 class WrittenJSON(TypedDict):
@@ -265,7 +267,7 @@ def write_items(
                 item_dir, use_ocdbt=use_ocdbt, use_zarr3=use_zarr3, memory_limit=memory_limit
             )
             stats.append(_write_leaves(item, one, executor, unit_bytes, on_bytes))
-            records.append(functools.partial(_record_digests, item_dir, one.leaf_digests))
+            records.append(functools.partial(record_digests, item_dir, one.leaf_digests))
         # At the step top the record covers the step's _CHECKPOINT_METADATA too: written last.
         for record in records if not top else ():
             record()
@@ -311,7 +313,9 @@ def _write_leaves(
     src, leaves = one.source, one.leaves
     stats = None
     if executor is None:
-        item.write_arrays(leaves, on_bytes)
+        expect = {k: d.ld1 for k, d in (one.leaf_digests or {}).items() if d.ld1}
+        expect |= one.expect or {}
+        item.write_arrays(leaves, on_bytes, expect)
     else:
         stats = write_arrays_scaled(item, leaves, executor, unit_bytes, on_bytes)
     tree = read_tree_metadata(src.location)
@@ -319,10 +323,10 @@ def _write_leaves(
     return stats
 
 
-def _record_digests(item_dir: Location, leaf_digests: dict[str, LeafDigest] | None) -> None:
+def record_digests(item_dir: Location, leaf_digests: dict[str, LeafDigest] | None) -> None:
     """``leaf_digests`` recorded with the checksums of the files ``item_dir`` holds now."""
     if leaf_digests:
-        write_digests(item_dir, DigestRecord(leaf_digests, _file_sums(item_dir)))
+        write_digests(item_dir, record_of(leaf_digests, _file_sums(item_dir)))
 
 
 def _step_writer(src: ItemRef, dst: Location, step: int, operation: dict[str, Any]) -> StepWriter:

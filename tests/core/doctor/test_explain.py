@@ -143,7 +143,10 @@ def test_numbered_layers_stack_into_a_scanned_leaf_and_back() -> None:
 
 
 def test_leaves_on_one_side_only_are_missing_or_unexpected() -> None:
-    found = explain({"a": ((2,), F32), "s": (None, "string")}, {"b": ((9, 9), "int8")})
+    kept = {"params.w": ((100, 100), F32)}  # the model the checkpoint does hold
+    found = explain(
+        {"a": ((2,), F32), "s": (None, "string"), **kept}, {"b": ((9, 9), "int8"), **kept}
+    )
     assert kinds(found) == ["unexpected", "missing", "unexpected"] or sorted(kinds(found)) == [
         "missing",
         "unexpected",
@@ -152,3 +155,38 @@ def test_leaves_on_one_side_only_are_missing_or_unexpected() -> None:
     missing = next(f for f in found if f.kind == "missing")
     assert missing.rules[0]["op"] == "add" and missing.rules[0]["shape"] == [9, 9]
     spec_of(found)
+
+
+def test_a_layer_renamed_and_widened_is_a_rename_then_a_pad() -> None:
+    stored: Leaves = {"params.Dense_0.kernel": ((16, 64), F32), "params.Dense_0.bias": ((64,), F32)}
+    target: Leaves = {
+        "params.encoder.kernel": ((16, 128), F32),
+        "params.encoder.bias": ((128,), F32),
+    }
+    found = explain(stored, target)
+    assert sorted(kinds(found)) == ["padded", "padded", "rename"]
+    [rename] = [f for f in found if f.kind == "rename"]
+    assert "shapes differing on one axis" in rename.message
+    spec_of(found)
+
+
+def test_shapes_differing_on_two_axes_are_never_renamed() -> None:
+    found = explain({"params.a.kernel": ((16, 64), F32)}, {"params.b.kernel": ((20, 128), F32)})
+    assert sorted(kinds(found)) == ["missing", "unexpected"]
+
+
+def test_an_injected_hyperparameter_is_never_added_as_zeros() -> None:
+    kept = {"params.w": ((4, 4), F32)}
+    found = explain(kept, {**kept, "opt_state.hyperparams.learning_rate": ((), F32)})
+    [f] = found
+    assert f.kind == "missing" and not f.rules and "inject_hyperparams" in f.message
+
+
+def test_a_target_mostly_absent_from_the_checkpoint_is_another_model() -> None:
+    found = explain({"params.w": ((4,), F32)}, {"params.w": ((4,), F32), "e": ((100, 32), F32)})
+    [f] = found
+    assert f.kind == "missing" and not f.rules and "another model" in f.message
+    small = explain(
+        {"params.w": ((100, 32), F32)}, {"params.w": ((100, 32), F32), "h": ((4,), F32)}
+    )
+    assert small[0].rules[0]["op"] == "add"

@@ -145,3 +145,27 @@ def test_resolve_refuses_unfinished_step_by_number() -> None:
 
 def test_choose_item_ignores_metrics() -> None:
     assert choose_item(["metrics", "state"], None, LocalLocation("/x")) == "state"
+
+
+def test_a_grain_iterator_item_is_a_json_item_beside_the_state(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """grain's handler writes ``process_<i>-of-<n>.json`` and no ``_METADATA``: the item
+    directory is an item, a JSON one, and the step's one state item stays the default."""
+    pytest.importorskip("grain")
+    from ckpt_cli.core.format.layout import item_kind
+    from ckpt_cli.core.format.metadata import read_step_metadata
+    from ckpt_cli.core.format.names import is_grain_handler, json_item_files
+    from tests.support import training_states as ts
+
+    ts.grain_run(tmp_path / "run")
+    step = LocalLocation(tmp_path / "run" / "3")
+    handlers = read_step_metadata(step).item_handlers
+    assert isinstance(handlers, dict) and is_grain_handler(handlers["data_iter"])
+    assert not is_grain_handler(handlers["state"])
+    assert detect(step.child("data_iter")).kind == "item"
+    assert item_kind(step, "data_iter", handlers) == "json"
+    assert item_kind(step, "data_iter", None) == "json"  # from its files alone
+    assert resolve_item(step).name == "state"
+    assert json_item_files(["process_1-of-2.json", "process_0-of-2.json", "_METADATA"]) == [
+        "process_0-of-2.json",
+        "process_1-of-2.json",
+    ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -19,6 +18,7 @@ from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.core.verify.ocdbt import scan_database
 from ckpt_cli.core.verify.run import verify_path
 from ckpt_cli.core.verify.types import VerifyOptions
+from tests.support.ldigest_reference import reference_digest
 from tests.support.paths import FIXTURES
 
 
@@ -36,10 +36,11 @@ def _record(path: Path, budget: int | None = None) -> dict[str, str]:
     item = path / report.recorded[0]
     record = read_digests(LocalLocation(str(item)))
     assert record is not None
-    return {name: d.digest for name, d in record.leaves.items()}
+    assert record.version == 2
+    return {name: str(d.ld1) for name, d in record.leaves.items()}
 
 
-def test_digest_is_sha256_of_the_c_order_values(fixture_copy) -> None:  # type: ignore[no-untyped-def]
+def test_recorded_digest_is_the_reference_ld1_of_the_values(fixture_copy) -> None:  # type: ignore[no-untyped-def]
     root = fixture_copy("multiprocess")
     digests = _record(root)
     assert digests
@@ -49,7 +50,7 @@ def test_digest_is_sha256_of_the_c_order_values(fixture_copy) -> None:  # type: 
             "kvstore": {"driver": "ocdbt", "base": f"file://{root}/3/default/", "path": f"{name}/"},
         }
         values = ts.open(spec).result().read().result()
-        assert hashlib.sha256(np.ascontiguousarray(values).tobytes()).hexdigest() == digest
+        assert reference_digest(np.asarray(values)) == digest
 
 
 def test_digest_ignores_layout_chunking_and_block_size(fixture_copy) -> None:  # type: ignore[no-untyped-def]

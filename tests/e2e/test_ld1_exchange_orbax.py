@@ -1,0 +1,123 @@
+"""``ld1`` digests through ``export`` and ``import`` (the ``ckpt.ld1`` metadata key): a
+TrainState saved by the installed Orbax and recorded is exported to one file and to shards;
+every file carries each tensor's digest, which ``ckpt digest`` of the files reproduces; the
+import checks them as it writes, records them in the new item (``verify --deep`` checks them),
+and the step restores into the user's state and trains on. Damage is refused before anything
+is committed: a safetensors byte changed after the export, an Orbax value changed after the
+record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ckpt_cli.errors import SourceDigestError
+from tests.support.exchange import export, import_, load_dir
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    import orbax.checkpoint as ocp
+
+    from ckpt_cli.core.storage import LocalLocation
+    from ckpt_cli.core.verify.run import verify_path
+    from ckpt_cli.core.verify.types import VerifyOptions
+    from tests.support import linen_train_state as lts
+
+    root = tmp_path_factory.mktemp("ld1") / "root"
+    state, _ = lts.train_step(lts.make_state(), seed=1)
+    with ocp.CheckpointManager(str(root)) as mgr:
+        mgr.save(1, args=ocp.args.StandardSave(state))
+        mgr.wait_until_finished()
+    assert verify_path(LocalLocation(str(root)), VerifyOptions(record=True)).recorded
+    return root, state
+
+
+def _record(item: Path) -> dict[str, str]:
+    doc = json.loads((item / "_CKPT_DIGESTS.json").read_text())
+    assert doc["version"] == 2 and doc["leaves"]
+    return {k: v["ld1"] for k, v in doc["leaves"].items() if v["dtype"] != "string"}
+
+
+@pytest.mark.parametrize("shards", [None, 600], ids=["one-file", "shards"])
+def test_digests_survive_export_and_import_and_training_resumes(
+    cli: Any, recorded: tuple[Path, Any], tmp_path: Path, shards: int | None
+) -> None:
+    import orbax.checkpoint as ocp
+
+    from tests.support import linen_train_state as lts
+
+    root, state = recorded
+    source = _record(root / "1" / "default")
+    out = tmp_path / "st"
+    export(root, out, **({"max_shard_size": shards} if shards else {}))
+    _, metadata = load_dir(out)
+    assert metadata is not None
+    carried = json.loads(metadata["ckpt.ld1"])
+    assert carried == source  # every array leaf, by its tensor name (= the leaf name)
+    printed = cli("digest", out, "--json")
+    assert printed.code == 0, printed.stderr
+    st_leaves = [x for item in printed.json()["items"] for x in item["leaves"]]
+    assert st_leaves and {x["name"]: x["digest"] for x in st_leaves} == source
+    back = tmp_path / "back"
+    import_(out, back, step=1, target="tests.support.linen_train_state:abstract_state")
+    assert _record(back / "1" / "default") == source
+    deep = cli("verify", back, "--deep", "--json")
+    assert deep.code == 0 and deep.json()["checked"]["digests"] == {"1/default": "checked"}
+    with ocp.CheckpointManager(str(back)) as mgr:
+        restored = mgr.restore(1, args=ocp.args.StandardRestore(lts.abstract_state()))
+    resumed, loss = lts.train_step(restored, seed=2)
+    expected, expected_loss = lts.train_step(state, seed=2)
+    assert int(resumed.step) == 2 and float(loss) == float(expected_loss)
+    np.testing.assert_array_equal(
+        np.asarray(resumed.params["Dense_1"]["kernel"]),
+        np.asarray(expected.params["Dense_1"]["kernel"]),
+    )
+
+
+def test_import_refuses_a_file_changed_after_export(
+    cli: Any, recorded: tuple[Path, Any], tmp_path: Path
+) -> None:
+    import safetensors
+
+    root, _ = recorded
+    out = tmp_path / "st"
+    export(root, out)
+    (path,) = out.glob("*.safetensors")
+    data = path.read_bytes()
+    header = 8 + int.from_bytes(data[:8], "little")
+    entry = json.loads(data[8:header])["params.Dense_0.kernel"]["data_offsets"]
+    blob = bytearray(data)
+    blob[header + entry[0] + 1] ^= 0x01  # a valid float still: only the digest can tell
+    path.write_bytes(bytes(blob))
+    assert safetensors.deserialize(path.read_bytes())  # the file still parses
+    r = cli("import", out, tmp_path / "back", "--step", "1", "--json")
+    assert r.code == 3, r.stdout + r.stderr
+    assert r.json()["error"]["code"] == "source-digest-mismatch"
+    assert "params.Dense_0.kernel" in r.json()["error"]["message"]
+    assert not list((tmp_path / "back").glob("1*"))
+
+
+def test_export_refuses_a_source_changed_after_recording(fixture_copy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import tensorstore as ts
+
+    from ckpt_cli.core.storage import LocalLocation
+    from ckpt_cli.core.verify.run import verify_path
+    from ckpt_cli.core.verify.types import VerifyOptions
+
+    root = fixture_copy("no_ocdbt")
+    assert verify_path(LocalLocation(str(root)), VerifyOptions(record=True)).recorded
+    item = root / "0" / "default"
+    arr = ts.open({"driver": "zarr", "kvstore": f"file://{item}/params.Dense_0.kernel/"}).result()
+    values = arr.read().result()
+    values[0, 0] += 1.0
+    arr.write(values).result()
+    with pytest.raises(SourceDigestError, match=r"params\.Dense_0\.kernel"):
+        export(root, tmp_path / "st")
+    assert not (tmp_path / "st").exists()
