@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.orbax_truth import orbax_restores
+
 pytestmark = pytest.mark.slow
 
 TARGETS = """
@@ -113,21 +115,6 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         mgr.save(3, args=ocp.args.StandardSave(state))
         mgr.wait_until_finished()
     return t
-
-
-def orbax_restores(root: Path, abstract: Any) -> tuple[bool, Any]:
-    """What the user's restore does: True when it succeeds with the target's shapes and dtypes."""
-    import jax
-    import orbax.checkpoint as ocp
-
-    try:
-        with ocp.CheckpointManager(str(root)) as mgr:
-            got = mgr.restore(mgr.latest_step(), args=ocp.args.StandardRestore(abstract))
-    except Exception:  # Orbax refusing is the fact under test
-        return False, None
-    want = jax.tree.leaves(jax.tree.map(lambda a: (a.shape, a.dtype), abstract))
-    have = jax.tree.leaves(jax.tree.map(lambda a: (a.shape, a.dtype), got))
-    return want == have, got
 
 
 CASES = [

@@ -54,3 +54,20 @@ def same_bytes(a: Any, b: Any) -> bool:
 
     a, b = np.asarray(a), np.asarray(b)
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def orbax_restores(root: Path, abstract: Any) -> tuple[bool, Any]:
+    """What the user's restore into ``abstract`` does: True when ``CheckpointManager.restore``
+    with ``StandardRestore`` succeeds with the target's shapes and dtypes (Orbax 0.12 returns the
+    stored shape to an unsharded target silently: that counts as a failure), and what it returned."""
+    import jax
+    import orbax.checkpoint as ocp
+
+    try:
+        with ocp.CheckpointManager(str(root)) as mgr:
+            got = mgr.restore(mgr.latest_step(), args=ocp.args.StandardRestore(abstract))
+    except Exception:  # Orbax refusing is the fact under test
+        return False, None
+    want = jax.tree.leaves(jax.tree.map(lambda a: (a.shape, a.dtype), abstract))
+    have = jax.tree.leaves(jax.tree.map(lambda a: (a.shape, a.dtype), got))
+    return bool(want) and want == have, got
