@@ -9,7 +9,7 @@ A path resolves to the item asked for (``--item``), else to its step's one state
 one besides ``metrics``, or the only PyTree among JSON and ArraySave items); the other items of
 that step are listed with it. When no item is the obvious one (two PyTree items), every item of
 the step is shown (``inspect_path``). The training state is judged across every item of the
-step, even when one item is asked for (``state.training_state``): the step is its unit.
+step, even when one item is asked for (``step_state.training_state``): the step is its unit.
 """
 
 from __future__ import annotations
@@ -57,18 +57,15 @@ from ckpt_cli.core.format.sharding import (
 from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.regex import Regex
 from ckpt_cli.core.schema import JSONValue
-from ckpt_cli.core.state import (
-    KEY_DTYPES,
+from ckpt_cli.core.state import KEY_DTYPES, StatePart, analyse_state, classify_leaf
+from ckpt_cli.core.stats import LeafStats, StatsJSON, leaves_stats
+from ckpt_cli.core.step_state import (
     ItemParts,
-    StatePart,
     TrainingState,
     TrainingStateJSON,
-    analyse_state,
-    classify_leaf,
     is_data_iterator,
     training_state,
 )
-from ckpt_cli.core.stats import LeafStats, StatsJSON, leaves_stats
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import (
     CkptError,

@@ -10,7 +10,8 @@ import pytest
 
 import ckpt_cli
 from ckpt_cli.core.inspect import InspectResult, StepInspection, inspect_path
-from ckpt_cli.core.state import StatePart, is_data_iterator
+from ckpt_cli.core.state import StatePart
+from ckpt_cli.core.step_state import is_data_iterator
 from ckpt_cli.core.storage import open_location
 
 

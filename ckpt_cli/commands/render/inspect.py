@@ -18,8 +18,9 @@ from ckpt_cli.commands.render.lines import (
 from ckpt_cli.commands.render.units import human_bytes, human_count, shape_str
 from ckpt_cli.core.format.sharding import ShardLayout
 from ckpt_cli.core.inspect import InspectResult, ItemReport, Leaf, StepInspection
-from ckpt_cli.core.state import StatePart, TrainingState
+from ckpt_cli.core.state import StatePart
 from ckpt_cli.core.stats import LeafStats
+from ckpt_cli.core.step_state import TrainingState
 
 
 def print_result(result: InspectResult | StepInspection, flat: bool) -> None:
