@@ -258,9 +258,10 @@ def print_coefficients(c: cm.Coefficients, per: dict[str, float]) -> None:
         m = c.memory[cmd]
         print(f"{cmd}: start {k['start']:.2f} s, per leaf {k['per_leaf'] * 1e3:.2f} ms, CPU "
               f"{1 / k['cpu_per_byte'] / MIB:.0f} MiB/s ({k['cpu_per_byte'] * MIB * 1e3:.2f} "
-              f"ms/MiB); memory base {m['base'] / MIB:.0f} MiB + {m['per_chunk_byte']:.2f} x "
-              f"chunk + {m['per_leaf'] / 1024:.1f} KiB x leaves; {per[cmd]:.2f} requests per "
-              f"chunk or leaf")  # fmt: skip
+              f"ms/MiB); memory base {m['base'] / MIB:.0f} MiB + min(1 GiB, "
+              f"{m['per_chunk_byte']:.2f} x chunk + {m['per_byte']:.3f} x bytes) + "
+              f"{m['per_leaf'] / 1024:.1f} KiB x leaves; {per[cmd]:.2f} requests per chunk or "
+              "leaf")  # fmt: skip
     sh = c.shared
     print(
         f"shared: worker start-up {sh['startup']:.2f} s (x workers / cores), requests in "

@@ -17,7 +17,14 @@ def coefficients() -> cm.Coefficients:
     return cm.Coefficients(
         time={"verify": {"start": 2.0, "per_leaf": 0.01, "cpu_per_byte": 10e-3 / MIB}},
         shared={"startup": 3.0, "window_1": 8.0, "window_w": 4.0},
-        memory={"verify": {"base": 100 * MIB, "per_chunk_byte": 3.0, "per_leaf": 1024.0}},
+        memory={
+            "verify": {
+                "base": 100 * MIB,
+                "per_chunk_byte": 3.0,
+                "per_byte": 0.5,
+                "per_leaf": 1024.0,
+            }
+        },
     )
 
 
@@ -40,12 +47,13 @@ def test_the_slowest_transfer_term_sets_the_pace() -> None:
     assert cm.predict_time(chatty, c) == pytest.approx(2.1 + 8000 * 0.025 / 8.0)
 
 
-def test_memory_takes_the_chunk_up_to_the_budget() -> None:
+def test_memory_holds_chunks_and_data_up_to_the_budget() -> None:
     c = coefficients()
-    small = cm.Setting("verify", MIB, 4 * MIB, 10)
-    huge = cm.Setting("verify", MIB, 1024 * MIB, 10, budget=64 * MIB)
-    assert cm.predict_memory(small, c) == pytest.approx(100 * MIB + 12 * MIB + 10 * 1024)
-    assert cm.predict_memory(huge, c) == pytest.approx(100 * MIB + 192 * MIB + 10 * 1024)
+    small = cm.Setting("verify", 8 * MIB, 4 * MIB, 10)
+    huge = cm.Setting("verify", 8 * MIB, 1024 * MIB, 10, budget=64 * MIB)
+    # 100 MiB + (3 x 4 MiB + 0.5 x 8 MiB) + 10 KiB; the budget caps what is held.
+    assert cm.predict_memory(small, c) == pytest.approx(100 * MIB + 16 * MIB + 10 * 1024)
+    assert cm.predict_memory(huge, c) == pytest.approx(100 * MIB + 64 * MIB + 10 * 1024)
 
 
 def test_the_fit_recovers_the_coefficients_it_was_given() -> None:
@@ -81,8 +89,9 @@ def test_the_fit_recovers_the_coefficients_it_was_given() -> None:
     assert math.isclose(fitted.shared["window_1"], 8.0, rel_tol=0.05)
     assert math.isclose(fitted.time["verify"]["cpu_per_byte"] * MIB, 10e-3, rel_tol=0.05)
     sizes = [
-        cm.Setting("verify", MIB, chunk * MIB, leaves)
+        cm.Setting("verify", mib * MIB, chunk * MIB, leaves)
         for chunk in (1, 4, 32)
+        for mib in (64, 512)
         for leaves in (16, 512)
     ]
     memory = cm.fit_memory([(s, cm.predict_memory(s, truth)) for s in sizes], fitted)

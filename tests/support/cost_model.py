@@ -19,9 +19,10 @@ pipelined), so the slowest one sets the pace.
 
 Memory (peak RSS of the largest process)::
 
-    rss = base + per_chunk_byte x min(chunk, budget) + per_leaf x leaves
+    rss = base + min(budget, per_chunk_byte x chunk + per_byte x bytes) + per_leaf x leaves
 
-where ``budget`` is the part of ``--memory-limit`` one chunk may take.
+where ``budget`` is ``--memory-limit`` (1 GiB by default): what the command holds grows with
+the chunk (decoded chunks, the codec's buffers) and the data in flight until the limit caps it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ MIB = 1 << 20
 #: The coefficients of time: per command, then shared by both commands.
 TIME_PER_COMMAND = ("start", "per_leaf", "cpu_per_byte")
 TIME_SHARED = ("startup", "window_1", "window_w")
-MEMORY_TERMS = ("base", "per_chunk_byte", "per_leaf")
+MEMORY_TERMS = ("base", "per_chunk_byte", "per_byte", "per_leaf")
 #: A window is at least one request and at most ``--max-requests``' default (64).
 MAX_WINDOW = 64.0
 
@@ -56,7 +57,7 @@ class Setting:
     net_bytes: int = 0
     hosts: int = 1
     cores: int = 2
-    budget: int = 256 * MIB
+    budget: int = 1024 * MIB
 
 
 @dataclass
@@ -89,7 +90,8 @@ def predict_time(s: Setting, c: Coefficients) -> float:
 
 def predict_memory(s: Setting, c: Coefficients) -> float:
     m = c.memory[s.command]
-    return m["base"] + m["per_chunk_byte"] * min(s.chunk, s.budget) + m["per_leaf"] * s.leaves
+    held = min(s.budget, m["per_chunk_byte"] * s.chunk + m["per_byte"] * s.nbytes)
+    return m["base"] + held + m["per_leaf"] * s.leaves
 
 
 def relative_error(predicted: float, measured: float) -> float:
@@ -176,7 +178,7 @@ def fit_time(runs: Sequence[tuple[Setting, float]], c: Coefficients) -> Coeffici
 
 
 def fit_memory(runs: Sequence[tuple[Setting, float]], c: Coefficients) -> Coefficients:
-    """Fit ``base``, ``per_chunk_byte``, ``per_leaf`` per command (setting, measured bytes)."""
+    """Fit the ``MEMORY_TERMS`` of each command in ``runs`` (setting, measured bytes)."""
     assert runs, "nothing to fit"
     out = replace(c, memory=dict(c.memory))
     for cmd in sorted({s.command for s, _ in runs}):
@@ -186,7 +188,7 @@ def fit_memory(runs: Sequence[tuple[Setting, float]], c: Coefficients) -> Coeffi
             out.memory[cmd] = dict(zip(MEMORY_TERMS, (math.exp(v) for v in x), strict=True))
             return _log_error([(predict_memory(s, out), m) for s, m in mine])
 
-        x = [math.log(200 * MIB), math.log(2.0), math.log(50e3)]
+        x = [math.log(200 * MIB), math.log(2.0), math.log(0.1), math.log(50e3)]
         for _ in range(3):
             x = nelder_mead(loss, x)
         loss(x)
