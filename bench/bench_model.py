@@ -100,6 +100,11 @@ def dataset(case: Case) -> Path:
     return path
 
 
+def unit_bytes(case: Case) -> int:
+    """Units of an eighth of the checkpoint, at least a chunk: every worker gets several."""
+    return int(max(case.chunk_mib, case.mib / 8) * MIB)
+
+
 def argv(case: Case, src: str, dst: str) -> list[str]:
     if case.command == "verify":
         cmd = ["verify", src, "--deep", "--json"]
@@ -107,9 +112,8 @@ def argv(case: Case, src: str, dst: str) -> list[str]:
         cmd = ["reshard", src, dst, "--mesh", "data=2,model=4", "--rule", "*=[data, model]"]
         cmd.append("--json")
     if case.workers > 1:
-        unit = max(case.chunk_mib, case.mib / 8)
         cmd += ["--executor", "local", "--workers", str(case.workers)]
-        cmd += ["--unit-bytes", f"{int(unit * 1024)}KiB"]
+        cmd += ["--unit-bytes", f"{unit_bytes(case) // 1024}KiB"]
     return [sys.executable, "-m", "ckpt_cli", *cmd]
 
 
@@ -117,6 +121,7 @@ def measure_local(case: Case) -> dict[str, Any]:
     src = dataset(case)
     dst = OUT / "model" / "out"
     shutil.rmtree(dst, ignore_errors=True)
+    os.sync()  # the last build's or run's writes go to disk before the clock runs, not during
     before = load()
     r = run_rss(argv(case, str(src), str(dst)))
     shutil.rmtree(dst, ignore_errors=True)
@@ -147,6 +152,7 @@ class Remote:
             self.proxies[case.latency] = proxy
         env = {**os.environ, "CKPT_S3_ENDPOINT": proxy.endpoint, "PYTHONPATH": str(REPO)}
         proxy.reset()
+        os.sync()
         before = load()
         r = run_rss(argv(case, url, f"s3://out/run-{n}"), env=env)
         proxy.wait_idle()
@@ -167,6 +173,7 @@ def setting(case: Case, m: dict[str, Any]) -> cm.Setting:
         command=case.command, nbytes=case.mib * MIB, chunk=int(case.chunk_mib * MIB),
         leaves=case.leaves, workers=case.workers, requests=m["requests"],
         latency=case.latency or 0.0, bandwidth=BW if remote else None, net_bytes=m["net_bytes"],
+        unit=unit_bytes(case),
     )  # fmt: skip
 
 

@@ -19,10 +19,12 @@ pipelined), so the slowest one sets the pace.
 
 Memory (peak RSS of the largest process)::
 
-    rss = base + min(budget, per_chunk_byte x chunk + per_byte x bytes) + per_leaf x leaves
+    rss = base + min(budget, per_chunk_byte x chunk + per_byte x held) + per_leaf x leaves
 
-where ``budget`` is ``--memory-limit`` (1 GiB by default): what the command holds grows with
-the chunk (decoded chunks, the codec's buffers) and the data in flight until the limit caps it.
+where ``budget`` is ``--memory-limit`` (1 GiB by default) and ``held`` the bytes one process
+works on: the whole checkpoint for one process, a unit (``--unit-bytes``) for a worker. What a
+process holds grows with the chunk (decoded chunks, the codec's buffers) and the data in
+flight until the limit caps it.
 """
 
 from __future__ import annotations
@@ -58,6 +60,12 @@ class Setting:
     hosts: int = 1
     cores: int = 2
     budget: int = 1024 * MIB
+    unit: int = 256 * MIB
+
+    @property
+    def held(self) -> int:
+        """Bytes one process works on: all of them, or a unit (workers)."""
+        return self.nbytes if self.workers == 1 else min(self.unit, self.nbytes)
 
 
 @dataclass
@@ -90,7 +98,7 @@ def predict_time(s: Setting, c: Coefficients) -> float:
 
 def predict_memory(s: Setting, c: Coefficients) -> float:
     m = c.memory[s.command]
-    held = min(s.budget, m["per_chunk_byte"] * s.chunk + m["per_byte"] * s.nbytes)
+    held = min(s.budget, m["per_chunk_byte"] * s.chunk + m["per_byte"] * s.held)
     return m["base"] + held + m["per_leaf"] * s.leaves
 
 
