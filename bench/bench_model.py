@@ -173,7 +173,7 @@ def setting(case: Case, m: dict[str, Any]) -> cm.Setting:
         command=case.command, nbytes=case.mib * MIB, chunk=int(case.chunk_mib * MIB),
         leaves=case.leaves, workers=case.workers, requests=m["requests"],
         latency=case.latency or 0.0, bandwidth=BW if remote else None, net_bytes=m["net_bytes"],
-        unit=unit_bytes(case),
+        unit=unit_bytes(case), local_store=remote,
     )  # fmt: skip
 
 

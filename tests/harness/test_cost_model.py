@@ -16,7 +16,7 @@ MIB = cm.MIB
 def coefficients() -> cm.Coefficients:
     return cm.Coefficients(
         time={"verify": {"start": 2.0, "per_leaf": 0.01, "cpu_per_byte": 10e-3 / MIB}},
-        shared={"startup": 3.0, "window_1": 8.0, "window_w": 4.0},
+        shared={"startup": 3.0, "window_1": 8.0, "window_w": 4.0, "store_per_byte": 20e-3 / MIB},
         memory={
             "verify": {
                 "base": 100 * MIB,
@@ -43,6 +43,10 @@ def test_the_slowest_transfer_term_sets_the_pace() -> None:
     assert terms["latency"] == pytest.approx(80 * 0.025 / (4 * 4.0))  # the worker's window
     assert terms["startup"] == pytest.approx(3.0 * 4 / 2)
     assert cm.predict_time(capped, c) == pytest.approx(2.0 + 0.1 + 6.0 + 5.0)
+    # A store on these cores charges its CPU per byte on top; a real store does not.
+    here = cm.Setting("verify", 100 * MIB, 4 * MIB, 10, net_bytes=100 * MIB, local_store=True)
+    assert cm.time_terms(here, c)["store"] == pytest.approx(2.0)
+    assert cm.time_terms(capped, c)["store"] == 0.0
     chatty = cm.Setting("verify", 100 * MIB, 4 * MIB, 10, requests=8000, latency=0.025)
     assert cm.predict_time(chatty, c) == pytest.approx(2.1 + 8000 * 0.025 / 8.0)
 
@@ -54,6 +58,10 @@ def test_memory_holds_chunks_and_data_up_to_the_budget() -> None:
     # 100 MiB + (3 x 4 MiB + 0.5 x 8 MiB) + 10 KiB; the budget caps what is held.
     assert cm.predict_memory(small, c) == pytest.approx(100 * MIB + 16 * MIB + 10 * 1024)
     assert cm.predict_memory(huge, c) == pytest.approx(100 * MIB + 64 * MIB + 10 * 1024)
+    # A worker holds its unit, not the checkpoint.
+    worker = cm.Setting("verify", 8 << 30, 4 * MIB, 10, workers=4, unit=64 * MIB)
+    assert worker.held == 64 * MIB
+    assert cm.predict_memory(worker, c) == pytest.approx(100 * MIB + 44 * MIB + 10 * 1024)
 
 
 def test_the_fit_recovers_the_coefficients_it_was_given() -> None:
@@ -69,6 +77,7 @@ def test_the_fit_recovers_the_coefficients_it_was_given() -> None:
             latency=lat,
             bandwidth=bw,
             net_bytes=mib * MIB,
+            local_store=bw is not None,
         )
         for mib, leaves, w, r, lat, bw in [
             (64, 16, 1, 0, 0.0, None),
