@@ -270,9 +270,11 @@ def print_coefficients(c: cm.Coefficients, per: dict[str, float]) -> None:
               f"{m['per_leaf'] / 1024:.1f} KiB x leaves; {per[cmd]:.2f} requests per chunk or "
               "leaf")  # fmt: skip
     sh = c.shared
+    w1, ww = (min(max(sh[k], 1.0), cm.MAX_WINDOW) for k in ("window_1", "window_w"))
     print(
         f"shared: worker start-up {sh['startup']:.2f} s (x workers / cores), requests in "
-        f"flight {sh['window_1']:.1f} for one process, {sh['window_w']:.1f} per worker"
+        f"flight {w1:.1f} for one process, {ww:.1f} per worker (held within 1-64); the local "
+        f"S3 server and proxy {sh['store_per_byte'] * MIB * 1e3:.1f} ms/MiB"
     )
 
 
@@ -329,7 +331,7 @@ def main() -> None:
     per = requests_per_unit(rows)
     table = check(rows, c)
     loads = sorted(r["load"] for r in rows)
-    print(f"runs of {when} UTC on {os.cpu_count()} cores; load average (1 min) before "
+    print(f"runs finished {when} UTC on {os.cpu_count()} cores; load average (1 min) before "
           f"{load0[0]:.2f}, during the runs {loads[0]:.1f}-{loads[-1]:.1f}")  # fmt: skip
     print_coefficients(c, per)
     print_table(table)
