@@ -12,7 +12,8 @@ varies the bytes (64-512 MiB of float32), the chunk size (``SaveArgs(chunk_byte_
 (``--executor local --workers 1/2/4``) and the store: local disk, or moto's S3 server behind
 ``tests/support/latency_proxy.py`` (25 ms or 0 ms per request, 16 MiB/s per client process),
 which counts requests and bytes. Runs marked ``fit`` fit the coefficients; every run is then
-predicted and compared (``ok``: within 25 %). ``--quick``: a tiny grid for a smoke run.
+predicted and compared (``ok``: within 25 %). ``--quick``: a tiny grid for a smoke run (too small to pin
+every coefficient: its fit is no figure to quote).
 ``--json``: the runs, coefficients and prediction also go to ``bench/out/model.json``.
 """
 
@@ -264,8 +265,7 @@ def print_coefficients(c: cm.Coefficients, per: dict[str, float]) -> None:
     for cmd, k in sorted(c.time.items()):
         m = c.memory[cmd]
         print(f"{cmd}: start {k['start']:.2f} s, per leaf {k['per_leaf'] * 1e3:.2f} ms, CPU "
-              f"{1 / k['cpu_per_byte'] / MIB:.0f} MiB/s ({k['cpu_per_byte'] * MIB * 1e3:.2f} "
-              f"ms/MiB); memory base {m['base'] / MIB:.0f} MiB + min(1 GiB, "
+              f"{k['cpu_per_byte'] * MIB * 1e3:.2f} ms/MiB; memory base {m['base'] / MIB:.0f} MiB + min(1 GiB, "
               f"{m['per_chunk_byte']:.2f} x chunk + {m['per_byte']:.3f} x bytes) + "
               f"{m['per_leaf'] / 1024:.1f} KiB x leaves; {per[cmd]:.2f} requests per chunk or "
               "leaf")  # fmt: skip
