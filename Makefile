@@ -235,6 +235,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_remote.py
 	$(PY) bench/bench_export.py
 	$(PY) bench/bench_cp.py
+	$(PY) bench/bench_model.py --json
 
 clean:
 	rm -rf $(VENV) demo_runs bench/out site .pytest_cache .mypy_cache .ruff_cache
