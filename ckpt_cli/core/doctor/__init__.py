@@ -67,7 +67,7 @@ def diagnose(
         expected = target_tree(target)
     else:
         assert like is not None
-        expected = like_tree(like, ref.name if _named(like) else None, storage)
+        expected = like_tree(like, ref.name, storage)
     findings = tuple(explain(dict(stored.leaves), dict(expected.leaves)))
     findings += tuple(empty_nodes(stored, expected))
     restore_mesh = MeshSpec.parse(mesh) if mesh is not None else None
@@ -110,11 +110,6 @@ def empty_nodes(stored: Tree, expected: Tree) -> list[Finding]:
         text = f"{name}: the checkpoint has an empty node (None or an empty optax state) the target lacks; Orbax refuses the different tree"
         out.append(Finding("container", (name,), (), text))
     return out
-
-
-def _named(like: str) -> bool:
-    """--like a checkpoint: its item named as the source's, when it has one of that name."""
-    return not like.endswith((".safetensors", ".json"))
 
 
 def check_spec(report: ItemReport, diagnosis: Diagnosis, expected: Leaves) -> tuple[str, ...]:

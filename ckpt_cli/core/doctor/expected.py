@@ -6,10 +6,11 @@ checkpoint (``--like CKPT``), or safetensors files (``--like DIR``: tensor names
 from __future__ import annotations
 
 import os
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from ckpt_cli.core.doctor.types import Leaves
 from ckpt_cli.core.inspect import ItemReport, inspect_item
+from ckpt_cli.core.safetensors.tree import EMPTY_TYPES
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.errors import RefusedError
 
@@ -30,7 +31,7 @@ def stored_tree(report: ItemReport) -> Tree:
     out: Leaves = {}
     empty = set()
     for leaf in report.leaves:
-        if leaf.value_type == "None":
+        if leaf.value_type in EMPTY_TYPES:
             empty.add(leaf.name)
         elif leaf.value_type in ("string", "json") or leaf.dtype is None:
             out[leaf.name] = (None, "string")
@@ -44,51 +45,23 @@ def stored_tree(report: ItemReport) -> Tree:
 def target_tree(ref: str) -> Tree:
     """``--target MODULE:FN``: the function's abstract state, named as Orbax names it."""
     import jax
-    import numpy as np
 
-    from ckpt_cli.core.migrate.target import call_target, key_name
+    from ckpt_cli.core.migrate.target import call_target, flatten_abstract
 
-    out: Leaves = {}
-    empty = set()
-    flat = jax.tree_util.tree_flatten_with_path(call_target(ref), is_leaf=_is_empty)[0]
-    sharded = any(getattr(leaf, "sharding", None) is not None for _, leaf in flat)
-    for path, leaf in flat:
-        name = ".".join(key_name(k) for k in path)
-        if _is_empty(leaf):
-            empty.add(name)
-        elif isinstance(leaf, str):
-            out[name] = (None, "string")
-        elif hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
-            out[name] = (tuple(int(d) for d in leaf.shape), _dtype_name(leaf.dtype))
-        else:
-            value = np.asarray(leaf)
-            out[name] = (tuple(value.shape), str(value.dtype.name))
+    tree = call_target(ref)
+    empty: set[str] = set()
+    out = flatten_abstract(tree, typed_keys=True, empty=empty)
     if not out:
         raise RefusedError(f"--target {ref} returned no arrays: expected the abstract state")
+    sharded = any(getattr(leaf, "sharding", None) is not None for leaf in jax.tree.leaves(tree))
     return Tree(out, frozenset(empty), sharded, jax.device_count())
 
 
-def _is_empty(x: Any) -> bool:
-    if x is None:
-        return True
-    if isinstance(x, tuple) and not x:  # () and field-less NamedTuples (optax.EmptyState)
-        return True
-    return isinstance(x, (dict, list)) and not x
-
-
-def _dtype_name(dtype: Any) -> str:
-    import jax
-    import numpy as np
-
-    if jax.numpy.issubdtype(dtype, jax.dtypes.prng_key):
-        return str(dtype)  # key<fry>, as inspect names a stored typed key
-    return str(np.dtype(dtype).name)
-
-
 def like_tree(path: str, item: str | None, storage: StorageOptions | None) -> Tree:
-    """``--like``: another checkpoint's item, or a safetensors file or directory."""
+    """``--like``: another checkpoint's item (named ``item``, when it has one of that name), or a
+    safetensors file or directory."""
     if _is_safetensors(path):
-        return Tree(_safetensors_leaves(path), None)
+        return _safetensors_tree(path)
     from ckpt_cli.core.format.resolve import resolve_item
 
     location: Location = open_location(path, storage)
@@ -101,14 +74,21 @@ def _is_safetensors(path: str) -> bool:
     return os.path.isdir(path) and any(n.endswith(".safetensors") for n in os.listdir(path))
 
 
-def _safetensors_leaves(path: str) -> Leaves:
+def _safetensors_tree(path: str) -> Tree:
+    """The files' tensors; their empty nodes from the ``ckpt.tree`` metadata ``ckpt export``
+    writes (None, not compared, for files of other tools)."""
     from ckpt_cli.core.safetensors.dtypes import numpy_dtype_name
     from ckpt_cli.core.safetensors.reader import SafetensorsReader, find_files
+    from ckpt_cli.core.safetensors.tree import TREE_KEY, parse_tree
 
     files = find_files(path)
     out: Leaves = {}
+    recorded: str | None = None
     for name in files.files:
         with SafetensorsReader.open(os.path.join(files.directory, name)) as reader:
+            recorded = (reader.header.metadata or {}).get(TREE_KEY, recorded)
             for t in reader.header.tensors:
                 out[t.name] = (t.shape, numpy_dtype_name(t.dtype, f"{name}: tensor {t.name}"))
-    return out
+    if recorded is None:
+        return Tree(out, None)
+    return Tree(out, frozenset(n.name for n in parse_tree(recorded).empties))

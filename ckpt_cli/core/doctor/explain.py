@@ -126,8 +126,10 @@ def padding_init(name: str, axis: int, ndim: int) -> str:
     """The values of new entries, as Flax initialises a fresh layer where it can be told: zero
     moments; a kernel's new outputs (its last axis) ``lecun_normal`` (``nn.Dense``'s default),
     its new inputs zero (so the wider model computes what the narrow one did); zero biases; unit
-    scales. ckpt cannot see the target's own initialisers: the spec says so in its comment."""
-    leaf = name.rsplit(".", 1)[-1]
+    scales. ckpt cannot see the target's own initialisers: the spec says so in its comment.
+    An nnx state names a variable's array ``<variable>.value``: the variable is the leaf."""
+    parts = name.split(".")
+    leaf = parts[-2] if parts[-1] == "value" and len(parts) > 1 else parts[-1]
     if _OPTIMIZER.search(name) or leaf in ("bias", "mean", "count"):
         return "zeros"
     if leaf in ("scale", "var"):

@@ -100,18 +100,31 @@ def abstract_leaves(ref: str, tree: Any) -> Abstract:
     return leaves
 
 
-def flatten_abstract(tree: Any) -> Abstract:
+def flatten_abstract(
+    tree: Any, *, typed_keys: bool = False, empty: set[str] | None = None
+) -> Abstract:
+    """The leaves of an abstract tree, named as Orbax names them: name -> (shape, dtype).
+
+    A typed PRNG key is its raw data (``uint32[..., 2]``, as Orbax stores it), or with
+    ``typed_keys`` itself (``key<fry>`` of its shape, as ``inspect`` names a stored one).
+    ``empty``, when given, receives the names of the empty nodes (``None``, optax's
+    ``EmptyState``, ``()``, ``{}``, ``[]``), which are then not leaves."""
     import jax
     import numpy as np
 
     out: Abstract = {}
-    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    is_leaf = _is_empty if empty is not None else None
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_leaf)[0]:
         name = ".".join(key_name(k) for k in path)
-        if isinstance(leaf, str):
+        if empty is not None and _is_empty(leaf):
+            empty.add(name)
+        elif isinstance(leaf, str):
             out[name] = (None, "string")
-            continue
-        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+        elif hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
             if jax.numpy.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                if typed_keys:  # key<fry>, as inspect names a stored typed key
+                    out[name] = (tuple(int(d) for d in leaf.shape), str(leaf.dtype))
+                    continue
                 # Orbax stores a typed key as its raw data (uint32) plus the impl name.
                 leaf = jax.eval_shape(jax.random.key_data, leaf)
             out[name] = (tuple(int(d) for d in leaf.shape), str(np.dtype(leaf.dtype).name))
@@ -119,6 +132,16 @@ def flatten_abstract(tree: Any) -> Abstract:
             value = np.asarray(leaf)
             out[name] = (tuple(value.shape), str(value.dtype.name))
     return out
+
+
+def _is_empty(x: Any) -> bool:
+    """An empty node: ``None``, ``()`` and field-less NamedTuples (``optax.EmptyState``), ``{}``,
+    ``[]``."""
+    if x is None:
+        return True
+    if isinstance(x, tuple) and not x:
+        return True
+    return isinstance(x, (dict, list)) and not x
 
 
 def key_name(k: Any) -> str:

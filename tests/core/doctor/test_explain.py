@@ -75,6 +75,13 @@ def test_padding_starts_new_outputs_random_new_inputs_and_moments_at_zero() -> N
     assert padding_init("params.LayerNorm_0.scale", 0, 1) == "constant(1.0)"
 
 
+def test_an_nnx_variable_value_is_initialised_as_its_variable() -> None:
+    assert padding_init("model.encoder.kernel.value", 1, 2) == "lecun_normal"
+    assert padding_init("model.head.kernel.value", 0, 2) == "zeros"
+    assert padding_init("optimizer.opt_state.0.mu.encoder.kernel.value", 1, 2) == "zeros"
+    assert padding_init("norm.scale.value", 0, 1) == "constant(1.0)"
+
+
 def test_a_renamed_module_is_one_rule_for_params_and_moments() -> None:
     names = ["params.{}.kernel", "params.{}.bias", "opt.mu.{}.kernel", "opt.mu.{}.bias"]
     shapes = [(4, 8), (8,), (4, 8), (8,)]
