@@ -158,7 +158,10 @@ class Pipeline:
             slabbed = slab_source(self.writer.memory_limit, leaf.source_chunk_bytes)
             for region in regions:
                 nbytes = math.prod(s.stop - s.start for s in region) * itemsize
-                if self.slab is not None and nbytes > self.slab and slabbed:
+                # A block over the budget is one output chunk over it: read in slabs. A block
+                # within it is read whole, in one read (each source chunk decoded once when
+                # the block is made of whole source chunks, no slab copies).
+                if self.slab is not None and nbytes > self.budget and slabbed:
                     read: Any = _Assembly(leaf, region, itemsize, self.slab)
                 else:
                     read = leaf.source(region)
@@ -200,6 +203,7 @@ class Pipeline:
 
         fut, arr, leaf, region, nbytes = self.reads.popleft()
         reported = 0
+        assembled = isinstance(fut, _Assembly)
         try:
             if isinstance(fut, _Assembly):
                 self.assembling = fut
@@ -216,9 +220,10 @@ class Pipeline:
         if values.dtype.name != arr.dtype.name:
             values = values.astype(arr.dtype.numpy_dtype)
         self._digest(leaf, region, values)
-        # A source that hands over fresh arrays (never modified afterwards) lets TensorStore
-        # encode from them instead of copying each block first.
-        if getattr(self.writer, "fresh_sources", False):
+        # A source that hands over fresh arrays (never modified afterwards), and a block
+        # assembled from slabs here, let TensorStore encode from them instead of copying each
+        # block first (a fresh allocation of the block's size, page faults and all).
+        if getattr(self.writer, "fresh_sources", False) or assembled:
             write = arr[region].write(values, can_reference_source_data_indefinitely=True)
         else:
             write = arr[region].write(values)
