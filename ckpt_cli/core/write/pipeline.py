@@ -1,10 +1,12 @@
 """The block pipeline behind ``ItemWriter``: chunk-aligned regions of many leaves in flight,
 source reads and destination writes overlapping as TensorStore futures, under a byte budget.
 
-A block is whole output chunks, so each chunk is encoded and written once. A block larger than
-the slab budget (one output chunk over it: ``--max-chunk-bytes`` above a quarter of the block
-budget) whose source chunks fit the source cache (``slab_source``) is read from its source in slabs, a few in flight, assembled into one buffer and
-written whole: memory is the block plus the slabs in flight, not the source's values of the
+A block is whole output chunks, so each chunk is encoded and written once; a block within the
+block budget is read in one read (when it is whole source chunks too, as ``aligned_block``
+makes it where it fits, each source chunk is decoded once and copied once). A block larger than
+the block budget (one output chunk over it) whose source chunks fit the source cache
+(``slab_source``) is read from its source in slabs, a few in flight, assembled into one buffer
+that TensorStore encodes from without a copy, and written whole: memory is the block plus the slabs in flight, not the source's values of the
 whole block at once, and progress moves slab by slab. Progress counts half of such a block's
 bytes as its slabs are read and converted, the other half once its write is durable, so the
 total is reached when everything is written.
