@@ -7,7 +7,8 @@ Run from the repository root::
 The source (built once with real Orbax, cached in the work directory) is a CheckpointManager step
 of ``--gib`` GiB of parameters: pairs of leaves ``params.layer_NN.kernel`` float32[4096, 4096]
 and ``params.layer_NN.kernel_bf16`` bfloat16[4096, 4096], saved from 8 (forced CPU) devices with
-rows sharded, so a chunk is one device's shard (8 MiB) and a bigger model has more leaves. Each
+rows sharded, so a chunk is one device's shard (8 MiB; ``--chunk-mib 32``: 2 devices, 32 MiB
+chunks) and a bigger model has more leaves. Each
 contender runs in a fresh subprocess whose wall time and peak RSS (``ru_maxrss``) are measured,
 in the same run, with its CPU time (user + system, which the load of a shared machine stretches
 far less than wall time):
@@ -55,8 +56,8 @@ BUILD = (
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 import jax, ml_dtypes, numpy as np, orbax.checkpoint as ocp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-root, pairs = sys.argv[1], int(sys.argv[2])
-mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
+root, pairs, devices = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+mesh = Mesh(np.array(jax.devices()[:devices]), ("data",))
 rows = NamedSharding(mesh, P("data", None))
 rs = np.random.RandomState(0)
 def leaf(i):
@@ -177,17 +178,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gib", type=float, default=1.0)
     ap.add_argument("--workdir", default=str(REPO / "bench" / "out" / "export"))
+    ap.add_argument(
+        "--chunk-mib",
+        type=int,
+        choices=(8, 16, 32, 64),
+        default=8,
+        help="float32 chunk size: the leaves saved from 64/N devices (bfloat16 chunks half)",
+    )
     args = ap.parse_args()
     work = Path(args.workdir)
     pairs = max(1, round(args.gib * 2**30 / PAIR_BYTES))
-    src = work / f"src_{pairs}pairs"
+    devices = 64 // args.chunk_mib
+    src = work / f"src_{pairs}pairs" if devices == 8 else work / f"src_{pairs}pairs_{devices}dev"
     if not (src / "1").is_dir():
         shutil.rmtree(src, ignore_errors=True)
         work.mkdir(parents=True, exist_ok=True)
         print(
-            f"building {pairs} x (float32 + bfloat16)[{ROWS},{COLS}] on 8 devices ...", flush=True
+            f"building {pairs} x (float32 + bfloat16)[{ROWS},{COLS}] on {devices} devices ...",
+            flush=True,
         )
-        run(BUILD, str(src), str(pairs))
+        run(BUILD, str(src), str(pairs), str(devices))
     size = sum(f.stat().st_size for f in src.rglob("*") if f.is_file())
     tensor_bytes = pairs * PAIR_BYTES
     print(
@@ -246,6 +256,7 @@ def main() -> None:
         "tensor_bytes": tensor_bytes,
         "source_bytes_on_disk": size,
         "leaves": pairs * 2,
+        "chunk_mib": args.chunk_mib,
         "loadavg": Path("/proc/loadavg").read_text().split()[:3],
         "results": {
             k: {"seconds": v[0], "cpu_seconds": v[2], "peak_rss_bytes": v[1]}
@@ -254,7 +265,8 @@ def main() -> None:
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     (REPO / "bench" / "out").mkdir(parents=True, exist_ok=True)
-    target = REPO / "bench" / "out" / f"export_{args.gib:g}gib.json"
+    suffix = "" if args.chunk_mib == 8 else f"_{args.chunk_mib}mib"
+    target = REPO / "bench" / "out" / f"export_{args.gib:g}gib{suffix}.json"
     target.write_text(json.dumps(out, indent=2))
     print(f"wrote {target.relative_to(REPO)}")
 

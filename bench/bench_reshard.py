@@ -6,7 +6,8 @@ Run from the repository root::
 
 The source (built once with real Orbax, cached in the work directory) is a checkpoint of ``--gib``
 GiB of float32 in 16 leaves, saved on 8 forced CPU devices with mesh (8, 1) and ``P('data', None)``
-(chunks of 1/8 of the rows, all columns). Every contender rewrites it for mesh (2, 4) with
+(chunks of 1/8 of the rows, all columns; ``--chunk-mib 32``: saved from fewer devices, so a
+chunk is 32 MiB). CPU time (user + system) of every contender is measured too. Every contender rewrites it for mesh (2, 4) with
 ``P('data', 'model')`` (chunks of 1/2 of the rows, 1/4 of the columns), each in a fresh
 subprocess whose wall time and peak RSS (``ru_maxrss``) are measured, in the same run:
 
@@ -32,7 +33,7 @@ import shutil
 import time
 from pathlib import Path
 
-from _harness import REPO, run  # bench/ is on sys.path when a script runs
+from _harness import REPO, run, run_usage  # bench/ is on sys.path when a script runs
 
 LEAVES = 16
 PRELUDE = """
@@ -47,12 +48,12 @@ BUILD = (
     + """
 import jax, numpy as np, orbax.checkpoint as ocp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-root, rows = sys.argv[1], int(sys.argv[2])
-mesh = Mesh(np.array(jax.devices()).reshape(8, 1), ("data", "model"))
+root, rows, devices = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+mesh = Mesh(np.array(jax.devices()[:devices]).reshape(devices, 1), ("data", "model"))
 sh = NamedSharding(mesh, P("data", None))
 rs = np.random.RandomState(0)
 tree = {f"layer_{i:02d}": jax.make_array_from_callback(
-    (rows, 4096), sh, lambda idx: rs.standard_normal((rows // 8, 4096)).astype(np.float32))
+    (rows, 4096), sh, lambda idx: rs.standard_normal((rows // devices, 4096)).astype(np.float32))
     for i in range(LEAVES)}
 mgr = ocp.CheckpointManager(root)
 mgr.save(1, args=ocp.args.StandardSave(tree))
@@ -143,17 +144,27 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gib", type=float, default=2.0)
     ap.add_argument("--workdir", default=str(REPO / "bench" / "out" / "reshard"))
+    ap.add_argument(
+        "--chunk-mib",
+        type=int,
+        default=None,
+        help="source chunk size: the leaves saved from as many devices (of 8) as give it "
+        "(default: 8 devices, 1/8 of the rows per chunk)",
+    )
     args = ap.parse_args()
     work = Path(args.workdir)
     rows = int(args.gib * 2**30 / (LEAVES * 4096 * 4)) // 8 * 8
-    src = work / f"src_{rows}rows"
+    leaf_mib = rows * 4096 * 4 / 2**20
+    devices = 8 if args.chunk_mib is None else max(1, min(8, round(leaf_mib / args.chunk_mib)))
+    src = work / (f"src_{rows}rows" if devices == 8 else f"src_{rows}rows_{devices}dev")
     if not (src / "1").is_dir():
         shutil.rmtree(src, ignore_errors=True)
         work.mkdir(parents=True, exist_ok=True)
-        print(f"building {LEAVES} x float32[{rows},4096] on mesh (8,1) ...", flush=True)
-        run(BUILD, str(src), str(rows))
+        print(f"building {LEAVES} x float32[{rows},4096] on mesh ({devices},1) ...", flush=True)
+        run(BUILD, str(src), str(rows), str(devices))
     size = sum(f.stat().st_size for f in src.rglob("*") if f.is_file())
-    print(f"source: {src} ({size / 2**30:.2f} GiB on disk)")
+    chunk_mib = leaf_mib / devices
+    print(f"source: {src} ({size / 2**30:.2f} GiB on disk, {chunk_mib:g} MiB chunks)")
     results = {}
     for name, script in (
         ("ckpt reshard", CKPT_ROUTE),
@@ -163,14 +174,16 @@ def main() -> None:
         dst = work / ("dst_" + name.split()[0])
         shutil.rmtree(dst, ignore_errors=True)
         print(f"running {name} ...", flush=True)
-        results[name] = run(script, str(src), str(dst))
+        results[name] = run_usage(script, str(src), str(dst))
     print("restoring on mesh (2,4) ...", flush=True)
     restore_old = run(RESTORE, str(src))
     restore_new = run(RESTORE, str(work / "dst_ckpt"))
     ours = results["ckpt reshard"]
-    print(f"\n{'contender':<26}{'wall s':>9}{'peak RSS':>12}{'vs ckpt time':>14}")
-    for name, (secs, rss) in results.items():
-        print(f"{name:<26}{secs:>9.2f}{rss / 2**30:>10.2f} G{secs / ours[0]:>13.2f}x")
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    print(f"\nload: {load} (1, 5, 15 min)")
+    print(f"{'contender':<26}{'wall s':>9}{'CPU s':>8}{'peak RSS':>12}{'vs ckpt CPU':>13}")
+    for name, (secs, rss, cpu) in results.items():
+        print(f"{name:<26}{secs:>9.2f}{cpu:>8.2f}{rss / 2**30:>10.2f} G{cpu / ours[2]:>12.2f}x")
     print(
         f"\nrestore on (2,4): old layout {restore_old[0]:.2f} s, resharded {restore_new[0]:.2f} s "
         f"({restore_old[0] / restore_new[0]:.2f}x)"
@@ -179,13 +192,19 @@ def main() -> None:
         "source_bytes": size,
         "rows": rows,
         "leaves": LEAVES,
-        "results": {k: {"seconds": v[0], "peak_rss_bytes": v[1]} for k, v in results.items()},
+        "chunk_mib": chunk_mib,
+        "loadavg": load,
+        "results": {
+            k: {"seconds": v[0], "cpu_seconds": v[2], "peak_rss_bytes": v[1]}
+            for k, v in results.items()
+        },
         "restore_seconds": {"old_layout": restore_old[0], "resharded": restore_new[0]},
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     (REPO / "bench" / "out").mkdir(parents=True, exist_ok=True)
-    (REPO / "bench" / "out" / "reshard.json").write_text(json.dumps(out, indent=2))
-    print("wrote bench/out/reshard.json")
+    name = "reshard.json" if devices == 8 else f"reshard_{chunk_mib:g}mib.json"
+    (REPO / "bench" / "out" / name).write_text(json.dumps(out, indent=2))
+    print(f"wrote bench/out/{name}")
 
 
 if __name__ == "__main__":

@@ -121,15 +121,8 @@ def _execute(
     except OSError as e:
         raise StorageError.from_error(f"cannot create {tmp}", e) from None
     try:
-        # Blocks of plain copies are whole source chunks (``contiguous_blocks`` aligns them):
-        # each chunk is decoded once, so a chunk cache would only hold memory. Transposes and
-        # slices read chunks that several blocks share: those get an eighth of the limit.
-        budget = _budget(memory_limit)
-        aligned = all(_aligned(t, budget) for t in plan.tensors)
         store = ItemStore(
-            report.ref.location,
-            report.zarr_format == 3,
-            _context(0 if aligned else memory_limit // 8),
+            report.ref.location, report.zarr_format == 3, _context(_cache_bytes(plan))
         )
         ctx = ops.EvalContext(store, {})
         stream = _Stream(ctx, memory_limit, on_bytes, BlockDigests(decode(plan.metadata)))
@@ -158,6 +151,23 @@ def _execute(
     return ExportResult(plan, time.perf_counter() - t0, stream.done)
 
 
+def _cache_bytes(plan: ExportPlan) -> int:
+    """The source's chunk cache. Blocks of plain copies are whole source chunks
+    (``contiguous_blocks`` aligns them, ``block_bytes`` widens them to a band of chunks): each
+    chunk is decoded once, so a cache would only hold memory. Transposes, slices and chunks
+    larger than a band read chunks that several blocks share: an eighth of the limit, plus two
+    of the largest such chunks when they fit (``source_cache_bytes``), so each is decoded once."""
+    from ckpt_cli.core.format.blocks import decoded_chunk_bytes
+    from ckpt_cli.core.write.pipeline import source_cache_bytes
+
+    budget, limit = _budget(plan.memory_limit), _limit(plan.memory_limit)
+    shared = [t for t in plan.tensors if not _aligned(t, budget, limit)]
+    if not shared:
+        return 0
+    sources = [n for t in shared for n in t.expr.walk() if isinstance(n, ops.Source)]
+    return source_cache_bytes(plan.memory_limit, (decoded_chunk_bytes(n.info) for n in sources))
+
+
 def _context(cache_bytes: int) -> Any:
     """TensorStore's context for the source: a chunk cache of ``cache_bytes``, and four
     decoding threads (TensorStore's default is one per core) so the blocks in flight decode
@@ -181,9 +191,9 @@ def _budget(memory_limit: int) -> int:
     return min(block_budget(memory_limit), 8 << 20)
 
 
-def _aligned(t: ExportTensor, budget: int) -> bool:
+def _aligned(t: ExportTensor, budget: int, limit: int) -> bool:
     """Whether every block of ``t`` is made of whole chunks of one source leaf (each decoded
-    once), as ``contiguous_blocks`` cuts it."""
+    once), as ``contiguous_blocks`` cuts it with ``block_bytes``."""
     from ckpt_cli.core.format.dtypes import dtype_itemsize
 
     expr = t.expr
@@ -192,8 +202,27 @@ def _aligned(t: ExportTensor, budget: int) -> bool:
     if not isinstance(expr, ops.Source) or not t.shape:
         return isinstance(expr, ops.Source)
     row = math.prod(t.shape[1:]) * dtype_itemsize(t.dtype)
-    rows = budget // max(1, row)
-    return row <= budget and (rows >= t.shape[0] or rows >= expr.info.chunk_shape[0])
+    rows = block_bytes(t, budget, limit) // max(1, row)
+    return rows >= 1 and (rows >= t.shape[0] or rows >= expr.info.chunk_shape[0])
+
+
+def block_bytes(t: ExportTensor, budget: int, limit: int) -> int:
+    """Bytes of the blocks ``t`` is read in: ``budget``, or a band of whole source chunks along
+    the first axis when blocks of ``budget`` would cut a source chunk (TensorStore decodes a
+    chunk whole for every read that touches it) and the band fits ``limit``. The writer gets
+    the band as one block: each source chunk is decoded once."""
+    from ckpt_cli.core.format.dtypes import dtype_itemsize
+
+    chunks = ops.source_chunks(t.expr)
+    if chunks is None or len(chunks) != len(t.shape) or not t.shape:
+        return budget
+    band = max(1, chunks[0]) * math.prod(t.shape[1:]) * dtype_itemsize(t.dtype)
+    return band if budget < band <= limit else budget
+
+
+def _limit(memory_limit: int) -> int:
+    """Bytes of the blocks in flight at once."""
+    return max(2 * _budget(memory_limit), memory_limit // 4)
 
 
 class _Opener:
@@ -252,7 +281,7 @@ class _Stream:
         self.ctx = ctx
         self.digests = digests  # verify while writing: tensors with a carried ld1
         self.budget = _budget(memory_limit)
-        self.limit = max(2 * self.budget, memory_limit // 4)
+        self.limit = _limit(memory_limit)
         # Blocks in flight are bounded by bytes (``limit``), not by count: 8 blocks of 8 MiB
         # under the default limit keep TensorStore's decoding threads and the writer busy.
         self.depth = max(4, self.limit // self.budget)
@@ -273,7 +302,8 @@ class _Stream:
         whole = frozenset(id(n) for n in t.expr.walk() if n.whole)
         itemsize = dtype_itemsize(t.dtype)
         chunks = ops.source_chunks(t.expr)
-        for start, shape in contiguous_blocks(t.shape, itemsize, self.budget, chunks):
+        size = block_bytes(t, self.budget, self.limit)
+        for start, shape in contiguous_blocks(t.shape, itemsize, size, chunks):
             self.ctx.begin(whole)
             region = tuple(slice(s, s + n) for s, n in zip(start, shape, strict=True))
             nbytes = math.prod(shape) * itemsize

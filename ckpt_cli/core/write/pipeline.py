@@ -1,10 +1,12 @@
 """The block pipeline behind ``ItemWriter``: chunk-aligned regions of many leaves in flight,
 source reads and destination writes overlapping as TensorStore futures, under a byte budget.
 
-A block is whole output chunks, so each chunk is encoded and written once. A block larger than
-the slab budget (one output chunk over it: ``--max-chunk-bytes`` above a quarter of the block
-budget) whose source chunks fit the source cache (``slab_source``) is read from its source in slabs, a few in flight, assembled into one buffer and
-written whole: memory is the block plus the slabs in flight, not the source's values of the
+A block is whole output chunks, so each chunk is encoded and written once; a block within the
+block budget is read in one read (when it is whole source chunks too, as ``aligned_block``
+makes it where it fits, each source chunk is decoded once and copied once). A block larger than
+the block budget (one output chunk over it) whose source chunks fit the source cache
+(``slab_source``) is read from its source in slabs, a few in flight, assembled into one buffer
+that TensorStore encodes from without a copy, and written whole: memory is the block plus the slabs in flight, not the source's values of the
 whole block at once, and progress moves slab by slab. Progress counts half of such a block's
 bytes as its slabs are read and converted, the other half once its write is durable, so the
 total is reached when everything is written.
@@ -158,7 +160,10 @@ class Pipeline:
             slabbed = slab_source(self.writer.memory_limit, leaf.source_chunk_bytes)
             for region in regions:
                 nbytes = math.prod(s.stop - s.start for s in region) * itemsize
-                if self.slab is not None and nbytes > self.slab and slabbed:
+                # A block over the budget is one output chunk over it: read in slabs. A block
+                # within it is read whole, in one read (each source chunk decoded once when
+                # the block is made of whole source chunks, no slab copies).
+                if self.slab is not None and nbytes > self.budget and slabbed:
                     read: Any = _Assembly(leaf, region, itemsize, self.slab)
                 else:
                     read = leaf.source(region)
@@ -200,6 +205,7 @@ class Pipeline:
 
         fut, arr, leaf, region, nbytes = self.reads.popleft()
         reported = 0
+        assembled = isinstance(fut, _Assembly)
         try:
             if isinstance(fut, _Assembly):
                 self.assembling = fut
@@ -216,9 +222,10 @@ class Pipeline:
         if values.dtype.name != arr.dtype.name:
             values = values.astype(arr.dtype.numpy_dtype)
         self._digest(leaf, region, values)
-        # A source that hands over fresh arrays (never modified afterwards) lets TensorStore
-        # encode from them instead of copying each block first.
-        if getattr(self.writer, "fresh_sources", False):
+        # A source that hands over fresh arrays (never modified afterwards), and a block
+        # assembled from slabs here, let TensorStore encode from them instead of copying each
+        # block first (a fresh allocation of the block's size, page faults and all).
+        if getattr(self.writer, "fresh_sources", False) or assembled:
             write = arr[region].write(values, can_reference_source_data_indefinitely=True)
         else:
             write = arr[region].write(values)

@@ -1,0 +1,70 @@
+"""Reshard reads each stored source chunk once when its output blocks are smaller than a source
+chunk (counted with TensorStore's own ``bytes_read`` metric, not by timing), and Orbax restores
+the resharded step to the same values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ckpt_cli.core.write.pipeline import block_budget
+from tests.support.cli import run_cli
+from tests.support.read_count import counting_reads, save_one_chunk_leaves, stored_data_bytes
+
+
+def _orbax_restore(root: Path) -> dict[str, np.ndarray]:
+    import jax
+    import orbax.checkpoint as ocp
+
+    with ocp.CheckpointManager(root, item_handlers=ocp.PyTreeCheckpointHandler()) as mgr:
+        meta = mgr.item_metadata(0)
+        args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), meta)
+        state = mgr.restore(0, args=ocp.args.PyTreeRestore(restore_args=args))
+    return dict(state["params"])
+
+
+def _reads_once_then_restores(
+    tmp_path: Path, args: list[str], capsys: pytest.CaptureFixture[str]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Save the source, run ``ckpt ARGS SRC OUT ...`` counting TensorStore's bytes read (each
+    stored data file once), then the source's params and Orbax's restore of the output."""
+    state = save_one_chunk_leaves(tmp_path / "src")
+    stored = stored_data_bytes(tmp_path / "src" / "0" / "default")
+    command, *rest = args
+    with counting_reads() as read:
+        result = run_cli([command, str(tmp_path / "src"), str(tmp_path / "out"), *rest], capsys)
+    assert result.code == 0, result.stderr
+    # Each data file once (plus manifests and b-tree nodes); twice would be about 1.8x.
+    assert stored * 0.95 <= read[0] < stored * 1.1, (read[0], stored)
+    params = state["params"]
+    assert isinstance(params, dict) and params
+    return params, _orbax_restore(tmp_path / "out")
+
+
+def test_reshard_reads_each_source_chunk_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Output chunks of 1 MiB and blocks of 1 MiB: the 8 MiB source chunk spans 8 blocks.
+    assert block_budget(32 << 20) < (8 << 20)
+    args = ["reshard", "--mesh", "data=8", "--rule", "params.*=[data, null]"]
+    args += ["--max-chunk-bytes", "1MiB", "--memory-limit", "32MiB"]
+    params, restored = _reads_once_then_restores(tmp_path, args, capsys)
+    for name, value in params.items():
+        assert np.array_equal(restored[name], value), name
+
+
+def test_migrate_reads_each_source_chunk_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ml_dtypes
+
+    spec = tmp_path / "cast.yaml"
+    spec.write_text("rules:\n  - {op: cast, match: 'params\\..*', dtype: bfloat16}\n")
+    args = ["migrate", "--spec", str(spec), "--memory-limit", "32MiB", "--max-chunk-bytes", "1MiB"]
+    params, restored = _reads_once_then_restores(tmp_path, args, capsys)
+    for name, value in params.items():
+        want = np.asarray(value).astype(ml_dtypes.bfloat16)
+        assert restored[name].dtype == want.dtype, name
+        assert np.array_equal(restored[name].view(np.uint16), want.view(np.uint16)), name

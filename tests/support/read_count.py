@@ -1,0 +1,52 @@
+"""How many bytes TensorStore read from local files while a block of code ran, against the bytes
+a checkpoint's array data takes on disk: a reader that decodes each stored chunk once reads each
+data file once (plus small OCDBT manifests and b-tree nodes)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def file_bytes_read() -> int:
+    """TensorStore's process-wide count of bytes read by its ``file`` kvstore so far."""
+    import tensorstore as ts
+
+    metrics = ts.experimental_collect_matching_metrics("/tensorstore/kvstore/file/bytes_read")
+    return sum(int(v.get("value", 0)) for m in metrics for v in m.get("values", []))
+
+
+@contextlib.contextmanager
+def counting_reads() -> Iterator[list[int]]:
+    """Yields a list that holds, once the block ends, the bytes read inside it."""
+    box: list[int] = []
+    before = file_bytes_read()
+    yield box
+    box.append(file_bytes_read() - before)
+
+
+def stored_data_bytes(item: Path) -> int:
+    """Bytes of the OCDBT data files (``d/``) of an item: every stored chunk once."""
+    files = [p for p in item.rglob("*") if p.is_file() and p.parent.name == "d"]
+    assert files, f"no OCDBT data files under {item}"
+    return sum(p.stat().st_size for p in files)
+
+
+def save_one_chunk_leaves(root: Path) -> dict[str, object]:
+    """A CheckpointManager step 0 saved by the installed Orbax: numpy leaves, each one stored
+    chunk (8 MiB and 2 MiB), random values (zstd leaves them about that size)."""
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    rng = np.random.default_rng(0)
+    state: dict[str, object] = {
+        "params": {
+            "w": rng.standard_normal((1024, 2048), dtype=np.float32),
+            "b": rng.standard_normal((512, 1024), dtype=np.float32),
+        }
+    }
+    with ocp.CheckpointManager(root) as mgr:
+        mgr.save(0, args=ocp.args.StandardSave(state))
+        mgr.wait_until_finished()
+    return state
