@@ -26,6 +26,7 @@ Why this construction (rather than SHA-256 of the stream, or a Merkle tree over 
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import math
@@ -48,6 +49,10 @@ CODE_BITS |= {"float6_e2m3fn": 6, "float6_e3m2fn": 6}
 _RUN_MIN = 256
 _GROUP_BYTES = 1 << 20
 _ROWS_BYTES = 256 << 10
+#: Words per chunk of evenly spaced runs (cache-sized); fewer than ``_STRIDED_MIN``: grouped.
+_STRIDED_WORDS = 16 << 10
+_STRIDED_MIN = 2048
+_EXT_BLOCKS = 10
 
 
 def splitmix(x: int) -> int:
@@ -307,16 +312,13 @@ def _fold_runs(rows: Any, starts: Any, nbytes: int) -> tuple[int, int, list[Frag
     else:
         l1 = l2 = 0
         edges = []
-        per = max(1, _ROWS_BYTES // length)  # temporaries of _fold_rows stay in the cache
         phase = (starts % np.uint64(8)).astype(np.int64)
         for ph in np.unique(phase).tolist():
             h = min(length, -ph % 8)
-            same = np.flatnonzero(phase == ph)
-            for g in range(0, same.size, per):
-                sel = same[g : g + per]
-                s1, s2 = _fold_rows(rows[sel], starts[sel], h, length)
-                l1, l2 = l1 + s1, l2 + s2
-                edges.append(_edges(rows, starts, sel, h, length))
+            sel = np.flatnonzero(phase == ph)
+            s1, s2 = _fold_phase(rows, starts, sel, h, length)
+            l1, l2 = l1 + s1, l2 + s2
+            edges.append(_edges(rows, starts, sel, h, length))
     offs = np.concatenate([e[0] for e in edges])
     if offs.size:
         order = np.argsort(offs, kind="stable")
@@ -324,6 +326,158 @@ def _fold_runs(rows: Any, starts: Any, nbytes: int) -> tuple[int, int, list[Frag
         s1, s2 = _fold_scattered(offs[order], values[order], nbytes, frags)
         l1, l2 = l1 + s1, l2 + s2
     return l1 & MASK, l2 & MASK, frags
+
+
+def _fold_phase(rows: Any, starts: Any, sel: Any, head: int, length: int) -> tuple[int, int]:
+    """Both sums over the whole words of the runs ``sel`` (indices, increasing), which all
+    start at the same offset in a word: evenly spaced runs (a box of a sharded leaf) in one
+    strided pass (``_fold_strided``), others in groups that stay in the cache."""
+    import numpy as np
+
+    k = (length - head) // 8
+    if k == 0:
+        return 0, 0
+    u0 = (starts[sel] + np.uint64(head)) >> np.uint64(3)
+    gaps = np.diff(sel)
+    steps = np.diff(u0.astype(np.int64))
+    if gaps.size == 0 or (np.all(gaps == gaps[0]) and np.all(steps == steps[0])):
+        gap = int(gaps[0]) if gaps.size else 1
+        view = rows[int(sel[0]) : int(sel[-1]) + 1 : gap, head : head + 8 * k]
+        step = int(steps[0]) if steps.size else 0
+        done = _fold_strided(view, int(u0[0]), step, k)
+        if done is not None:
+            return done
+    l1 = l2 = 0
+    per = max(1, _ROWS_BYTES // length)  # temporaries of _fold_rows stay in the cache
+    for g in range(0, sel.size, per):
+        part = sel[g : g + per]
+        s1, s2 = _fold_rows(rows[part], starts[part], head, length)
+        l1, l2 = l1 + s1, l2 + s2
+    return l1 & MASK, l2 & MASK
+
+
+@functools.cache
+def _tables_ext() -> tuple[Any, Any]:
+    """``a`` and ``c`` repeated ``_EXT_BLOCKS`` times (read-only): windows of ``k`` positions
+    that start in the first block and step at most ``_EXT_BLOCKS - 2`` blocks in all are one
+    strided view."""
+    import numpy as np
+
+    a, c = tables()
+    out = np.tile(a, _EXT_BLOCKS), np.tile(c, _EXT_BLOCKS)
+    for t in out:
+        t.flags.writeable = False
+    return out
+
+
+def _windows(table: Any, j: int, step: int, rows: int, k: int) -> Any:
+    """``table[(j + r * step + i) mod BLOCK_WORDS]`` for ``r < rows``, ``i < k``: a view of
+    the repeated table (``step`` reduced to ``|step| <= BLOCK_WORDS / 2`` by the caller)."""
+    import numpy as np
+
+    if step < 0:  # the first row's window shifted up whole blocks, the others below it
+        j += -((rows - 1) * step // BLOCK_WORDS) * BLOCK_WORDS
+    return np.ndarray((rows, k), np.uint64, buffer=table, offset=8 * j, strides=(8 * step, 8))
+
+
+def _fold_strided(words: Any, u_first: int, step: int, k: int) -> tuple[int, int] | None:
+    """Both sums over evenly spaced runs of ``k`` whole words: ``words`` (uint8 rows of 8k
+    bytes), run ``r`` at word ``u_first + r * step``. Per chunk of rows (sized for the cache)
+    the table entries are one strided view (no gather); each row's sums are then weighted by
+    its block keys (``_weigh``). ``None``: the runs are too far apart in their blocks for
+    chunks worth the numpy calls."""
+    import numpy as np
+
+    n = words.shape[0]
+    red = step % BLOCK_WORDS
+    red = red - BLOCK_WORDS if red > BLOCK_WORDS // 2 else red
+    per = max(1, _STRIDED_WORDS // k)
+    if red:
+        per = min(per, ((_EXT_BLOCKS - 2) * BLOCK_WORDS - k) // abs(red) + 1)
+    if k > BLOCK_WORDS // 2 or (per * k < _STRIDED_MIN and n > per):
+        return None
+    a_ext, c_ext = _tables_ext()
+    u = np.uint64(u_first) + np.arange(n, dtype=np.uint64) * np.uint64(step)
+    split = (np.uint64(BLOCK_WORDS) - (u & np.uint64(BLOCK_WORDS - 1))).astype(np.int64)
+    cross = np.flatnonzero(split < k).tolist()  # rows that run into the next block
+    sums = np.empty((2, n), np.uint64)
+    tails = np.zeros((2, len(cross)), np.uint64)
+    y = np.empty((per, k), np.uint64)
+    tmp = np.empty((per, k), np.uint64)
+    for g in range(0, n, per):
+        m = min(per, n - g)
+        j = (u_first + g * step) % BLOCK_WORDS
+        yg, tg = y[:m], tmp[:m]
+        np.add(_as_words(words[g : g + m]), _windows(a_ext, j, red, m, k), out=yg)
+        _mix_into(yg, tg)
+        lo, hi = bisect.bisect_left(cross, g), bisect.bisect_left(cross, g + m)
+        _chunk_sums(yg, _windows(c_ext, j, red, m, k), sums[:, g : g + m], k)
+        if hi > lo:
+            rows = np.array(cross[lo:hi]) - g
+            _tail_sums(yg, _windows(c_ext, j, red, m, k), rows, split[rows + g], tails[:, lo:hi])
+    return _weigh(u >> np.uint64(BLOCK_BITS), sums, np.array(cross, np.int64), tails)
+
+
+def _mix_into(y: Any, tmp: Any) -> None:
+    """``_mix_np`` with a scratch array for the shifts (no temporaries)."""
+    import numpy as np
+
+    for mult in (M1, M2):
+        y *= np.uint64(mult)
+        np.right_shift(y, np.uint64(32), out=tmp)
+        y ^= tmp
+
+
+def _chunk_sums(y: Any, cwin: Any, out: Any, k: int) -> None:
+    """Each row's sum of mixed words and of mixed words times ``c_j`` (into ``out[0]``,
+    ``out[1]``); ``y`` is left as it was."""
+    import numpy as np
+
+    y.sum(axis=1, out=out[0])
+    np.einsum("ij,ij->i", y, cwin, out=out[1])
+
+
+def _tail_sums(y: Any, cwin: Any, rows: Any, split: Any, out: Any) -> None:
+    """The same two sums over the words of ``rows`` from ``split`` on (past their block)."""
+    import numpy as np
+
+    tail = np.arange(y.shape[1])[None, :] >= split[:, None]
+    part = np.where(tail, y[rows], 0)
+    part.sum(axis=1, out=out[0])
+    np.einsum("ij,ij->i", part, cwin[rows], out=out[1])
+
+
+def _weigh(b: Any, sums: Any, cross: Any, tails: Any) -> tuple[int, int]:
+    """Both lanes: row ``r``'s sums times its block's keys, plus its tail (if any) times the
+    difference of the next block's keys."""
+    import numpy as np
+
+    r1, r2 = _keys(b)
+    l1 = int((sums[0] * r1).sum())
+    l2 = int((sums[1] * r2).sum())
+    if cross.size:
+        n1, n2 = _keys(b[cross] + np.uint64(1))
+        l1 += int((tails[0] * (n1 - r1[cross])).sum())
+        l2 += int((tails[1] * (n2 - r2[cross])).sum())
+    return l1 & MASK, l2 & MASK
+
+
+def _as_words(rows: Any) -> Any:
+    """uint8 rows of whole words as ``<u8`` (a view when numpy can, else a copy)."""
+    import numpy as np
+
+    try:
+        return rows.view("<u8")
+    except ValueError:
+        return np.ascontiguousarray(rows).view("<u8")
+
+
+def _keys(b: Any) -> tuple[Any, Any]:
+    """``(r1_b, r2_b)`` of an array of block indices."""
+    import numpy as np
+
+    one = np.uint64(1)
+    return _splitmix_np(b + np.uint64(SEED_R1)) | one, _splitmix_np(b + np.uint64(SEED_R2)) | one
 
 
 def _edges(rows: Any, starts: Any, sel: Any, head: int, length: int) -> tuple[Any, Any]:
