@@ -410,11 +410,14 @@ def _fold_strided(words: Any, u_first: int, step: int, k: int) -> tuple[int, int
         yg, tg = y[:m], tmp[:m]
         np.add(_as_words(words[g : g + m]), _windows(a_ext, j, red, m, k), out=yg)
         _mix_into(yg, tg)
+        cwin = _windows(c_ext, j, red, m, k)
         lo, hi = bisect.bisect_left(cross, g), bisect.bisect_left(cross, g + m)
-        _chunk_sums(yg, _windows(c_ext, j, red, m, k), sums[:, g : g + m], k)
         if hi > lo:
             rows = np.array(cross[lo:hi]) - g
-            _tail_sums(yg, _windows(c_ext, j, red, m, k), rows, split[rows + g], tails[:, lo:hi])
+            _tail_sums(yg, cwin, rows, split[rows + g], tails[:, lo:hi])
+        yg.sum(axis=1, out=sums[0, g : g + m])
+        yg *= cwin
+        yg.sum(axis=1, out=sums[1, g : g + m])
     return _weigh(u >> np.uint64(BLOCK_BITS), sums, np.array(cross, np.int64), tails)
 
 
@@ -426,15 +429,6 @@ def _mix_into(y: Any, tmp: Any) -> None:
         y *= np.uint64(mult)
         np.right_shift(y, np.uint64(32), out=tmp)
         y ^= tmp
-
-
-def _chunk_sums(y: Any, cwin: Any, out: Any, k: int) -> None:
-    """Each row's sum of mixed words and of mixed words times ``c_j`` (into ``out[0]``,
-    ``out[1]``); ``y`` is left as it was."""
-    import numpy as np
-
-    y.sum(axis=1, out=out[0])
-    np.einsum("ij,ij->i", y, cwin, out=out[1])
 
 
 def _tail_sums(y: Any, cwin: Any, rows: Any, split: Any, out: Any) -> None:
