@@ -11,7 +11,10 @@ half sharded over both axes, half over ``model`` only (so replicas are skipped).
 is ``save`` + ``wait_until_finished`` of an async ``CheckpointManager`` into a fresh directory
 (the record is written by the wrapper's ``wait_until_finished``); plain and digesting saves
 alternate, ``--repeat`` rounds, the median of each is reported with the load average (the
-machine may be shared: wall time counts the neighbours too).
+machine may be shared: wall time counts the neighbours too). Beside it, the CPU time of
+hashing the same shards once in this thread (``leaf_partials``, what the wrapper's background
+thread does): the overhead's bound when no core is free, and a figure the neighbours' load
+hardly moves, as wall-time differences on a shared machine are easily noise.
 
 Results: a table on stdout and JSON in ``bench/out/savetime.json``.
 """
@@ -72,6 +75,16 @@ def timed_save(root: Path, state: dict[str, Any], digesting: bool) -> float:
     return wall
 
 
+def digest_cpu(state: dict[str, Any]) -> float:
+    """CPU seconds of hashing this process's shards of ``state`` into ``ld1`` partials."""
+    from ckpt_cli.orbax import _owned_boxes, leaf_partials
+
+    boxes = _owned_boxes("default", state, primary=True)
+    t = time.process_time()
+    leaf_partials(boxes)
+    return time.process_time() - t
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mib", type=int, default=1024)
@@ -92,6 +105,7 @@ def main() -> None:
     finally:
         shutil.rmtree(base, ignore_errors=True)
     plain, dig = (statistics.median(times[k]) for k in ("plain", "digesting"))
+    cpu = digest_cpu(state)
     result = {
         "bytes": nbytes,
         "repeat": opts.repeat,
@@ -100,6 +114,8 @@ def main() -> None:
         "median_plain_s": plain,
         "median_digesting_s": dig,
         "overhead": dig / plain - 1,
+        "digest_cpu_s": cpu,
+        "digest_cpu_share": cpu / plain,
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
         "cpus": os.cpu_count(),
@@ -108,6 +124,7 @@ def main() -> None:
     print(f"  plain       {plain:7.2f} s   {times['plain']}")
     print(f"  digesting   {dig:7.2f} s   {times['digesting']}")
     print(f"  overhead    {100 * (dig / plain - 1):+6.1f} %")
+    print(f"  hashing     {cpu:7.2f} s CPU ({100 * cpu / plain:.1f} % of the plain save)")
     print(f"  load avg    before {load_before}, after {result['loadavg_after']}")
     out = REPO / "bench" / "out"
     out.mkdir(exist_ok=True)

@@ -162,3 +162,50 @@ def test_a_missing_or_overlapping_box_is_refused() -> None:
         ldigest.merge([odd, ldigest.partial((0, 2), x[:, 2:3], x.shape)])
     with pytest.raises(ValueError, match="cannot merge"):
         ldigest.merge([top, ldigest.partial((0,), x.reshape(-1), (30,))])
+
+
+#: Leaves cut along their last axis (a shard of a leaf sharded on it): many short rows per box,
+#: hashed by the strided kernel. (dtype, shape, column cuts, row cuts); the row strides cover a
+#: step that stays in its block, a negative and a zero step modulo a block, rows that cross
+#: into the next block, cut words (odd widths) and a box taken in several chunks.
+SHORT_ROWS = [
+    (np.dtype(np.float32), (160, 1024), 4, 1),
+    (np.dtype(ml_dtypes.bfloat16), (48, 3000), 3, 2),
+    (np.dtype(np.float64), (6, 12000), 4, 2),
+    (np.dtype(ml_dtypes.int4), (64, 700), 2, 1),
+    (np.dtype(np.float32), (6, 32768), 2, 3),
+    (np.dtype(np.float16), (4, 6, 1030), 2, 2),
+    (np.dtype(np.float32), (33, 4099), 8, 1),
+]
+
+
+@pytest.mark.parametrize(("dtype", "shape", "col_cuts", "row_cuts"), SHORT_ROWS)
+def test_boxes_of_short_rows_give_the_reference_digest(
+    dtype: np.dtype[Any],
+    shape: tuple[int, ...],
+    col_cuts: int,
+    row_cuts: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    x = _values(dtype, shape, seed=sum(shape))
+    strided: list[bool] = []
+    kernel = ldigest._fold_strided
+
+    def counted(*args: Any) -> Any:
+        out = kernel(*args)
+        strided.append(out is not None)
+        return out
+
+    monkeypatch.setattr(ldigest, "_fold_strided", counted)
+    rows, cols = shape[0], shape[-1]
+    parts = []
+    for i in range(row_cuts):
+        for j in range(col_cuts):
+            r0, r1 = rows * i // row_cuts, rows * (i + 1) // row_cuts
+            c0 = cols * j // col_cuts + (j % 2)  # odd widths: edges cut words
+            c1 = cols * (j + 1) // col_cuts + ((j + 1) % 2)
+            c1 = cols if j == col_cuts - 1 else c1
+            origin = (r0, *(0,) * (len(shape) - 2), c0)
+            parts.append(ldigest.partial(origin, x[r0:r1, ..., c0:c1], x.shape))
+    assert strided and all(strided)
+    assert ldigest.finish(_merge_randomly(parts, random.Random(len(parts)))) == reference_digest(x)
