@@ -128,7 +128,6 @@ COMMAND = Command(
         "runs/exp7 --target model:abstract_state",
         "runs/exp7 --like runs/exp8 --write-spec fix.yaml",
         "runs/exp7 --step 1000 --like hf/llama --json",
-        "runs/exp7 --target model:abstract_state --mesh data=4,model=2",
-        "runs/exp7 --target model:abstract_state --mesh data=8,model=4 --hosts 4",
+        "runs/exp7 --target model:abstract_state --hosts 4",
     ),
 )

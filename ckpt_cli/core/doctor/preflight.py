@@ -94,6 +94,7 @@ class _Host:
     kept_bytes: int = 0
     read_bytes: int = 0
     assembled_bytes: int = 0  # distinct shards pieced together from more than one chunk
+    single_bytes: int = 0  # distinct shards that are one chunk each
     largest_chunk: int = 0
     per_device: dict[int, int] | None = None
 
@@ -134,7 +135,10 @@ def _tally(report: ItemReport, placements: dict[str, Placement], hosts: int) -> 
             seen[host_of(device, per_host)].add(box)
             h.kept_bytes += nbytes
             h.read_bytes += chunk_rounded(box, chunks) * item
-            h.assembled_bytes += nbytes if _pieces(box, chunks) > 1 else 0
+            if _pieces(box, chunks) > 1:
+                h.assembled_bytes += nbytes
+            else:
+                h.single_bytes += nbytes
             h.largest_chunk = max(h.largest_chunk, math.prod(chunks) * item)
     return out
 
@@ -155,22 +159,29 @@ def orbax_peak(h: _Host, concurrent_bytes: int = ORBAX_RESTORE_CONCURRENT_BYTES)
 
     - the host's device arrays, replicas each their own copy (``device_put`` copies the host
       buffer onto each device);
-    - the host buffers of distinct shards pieced together from several chunks: every read of an
-      array starts at once and such a buffer fills chunk by chunk until the last one arrives,
-      so at the peak they are all resident next to the device copies (a shard that is one chunk
-      is filled, copied and freed at once). At most what ``restore_concurrent_gb`` lets in
-      flight (it counts chunk-rounded bytes);
-    - a working set: TensorStore's decoded chunks in flight (``_DECODING`` of the largest) and
-      the runtime's allocations (``_RUNTIME``).
+    - the host buffers (``np.zeros`` of the shard, one per distinct shard) still alive at the
+      peak. A buffer lives from its shard's read until its device copies are done. All reads
+      start at once, so a shard pieced together from several chunks fills chunk by chunk with
+      every other one and completes near the end: half of those buffers (``_ASSEMBLED``) are
+      resident at the peak, next to the copies made so far. A shard that is one chunk is
+      filled, copied and freed in turn, the copies lagging the reads: a quarter
+      (``_SINGLE``). Both at most what ``restore_concurrent_gb`` lets in flight (it counts
+      chunk-rounded bytes);
+    - a working set: TensorStore's decoded chunks in flight (``_DECODING`` times the largest)
+      and the runtime's own allocations (``_RUNTIME``).
     """
     amplification = h.read_bytes / h.kept_bytes if h.kept_bytes else 1.0
-    buffers = min(h.assembled_bytes, concurrent_bytes / amplification)
+    buffers = _ASSEMBLED * h.assembled_bytes + _SINGLE * h.single_bytes
+    buffers = min(buffers, concurrent_bytes / amplification)
     return round(h.device_bytes + buffers + _DECODING * h.largest_chunk + _RUNTIME)
 
 
-#: Decoded chunks in flight, in units of the largest stored chunk, and the restore's own working
-#: set (thread pools, XLA's CPU client): calibrated on bench/bench_doctor.py's 256 MiB and 1 GiB
-#: restores (same and changed mesh); the 2 GiB ones check it.
+#: The fractions of host buffers resident at the peak, the decoded chunks in flight (in units
+#: of the largest stored chunk) and the restore's own working set (thread pools, XLA's CPU
+#: client), from the lifetimes above and bench/bench_doctor.py's measurements (256 MiB .. 2 GiB,
+#: same and changed mesh; from run to run the buffers alive at the peak differ by up to 20 %).
+_ASSEMBLED = 0.5
+_SINGLE = 0.25
 _DECODING = 4
 _RUNTIME = 128 << 20
 
