@@ -248,6 +248,8 @@ def placements(
         s = leaf.sharding
         if s is None or s.mesh_shape is None or s.axis_names is None or s.device_ids is None:
             continue
+        if len(s.device_ids) != math.prod(s.mesh_shape):
+            continue  # a recorded sharding ckpt cannot lay out: counted on device 0
         spec = tuple(s.partition_spec or ())
         out[leaf.name] = Placement(MeshSpec(s.axis_names, s.mesh_shape), spec, s.device_ids)
     return out
