@@ -40,6 +40,17 @@ RestoreMeshOpt = Annotated[
         show_default=False,
     ),
 ]
+HostsOpt = Annotated[
+    int,
+    typer.Option(
+        "--hosts",
+        help="The restore's processes: its devices split evenly over N hosts in JAX's device "
+        "order (device i on host i // (devices / N)); the preflight gives each host's bytes, "
+        "reads and predicted peak RAM.",
+        metavar="N",
+        min=1,
+    ),
+]
 WriteSpecOpt = Annotated[
     str | None,
     typer.Option(
@@ -59,6 +70,7 @@ def doctor(
     target: TargetOpt = None,
     like: LikeOpt = None,
     mesh: RestoreMeshOpt = None,
+    hosts: HostsOpt = 1,
     write_spec: WriteSpecOpt = None,
     step: StepOpt = None,
     item: ItemOpt = None,
@@ -75,6 +87,11 @@ def doctor(
     planning the migration), `restores-after-reshard` (saved on more devices than the restore
     has, and the target names no shardings) or `cannot` (with the reason). Reads metadata only.
 
+    The preflight (`memory` in the JSON) sizes the restore on its mesh and --hosts: bytes per
+    device and per host, the largest array, the predicted peak host RAM of Orbax's restore and
+    of `ckpt reshard` to that mesh, and each host's read amplification (bytes read given the
+    stored chunking / bytes kept), advising a reshard first when it exceeds 2.
+
     Exit codes: 0 restores as is · 1 it does not (a spec fixes it, or nothing does) · 2 usage ·
     3 not a checkpoint or the target cannot be loaded.
     """
@@ -83,7 +100,14 @@ def doctor(
 
     run = run_context(ctx, json_out)
     diagnosis = diagnose(
-        path, target=target, like=like, step=step, item=item, mesh=mesh, storage=run.storage
+        path,
+        target=target,
+        like=like,
+        step=step,
+        item=item,
+        mesh=mesh,
+        hosts=hosts,
+        storage=run.storage,
     )
     if write_spec is not None:
         render.write_spec(fix_text(diagnosis), write_spec)
@@ -104,6 +128,6 @@ COMMAND = Command(
         "runs/exp7 --target model:abstract_state",
         "runs/exp7 --like runs/exp8 --write-spec fix.yaml",
         "runs/exp7 --step 1000 --like hf/llama --json",
-        "runs/exp7 --target model:abstract_state --mesh data=4,model=2",
+        "runs/exp7 --target model:abstract_state --hosts 4",
     ),
 )

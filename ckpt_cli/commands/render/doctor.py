@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ckpt_cli.commands._output import stdout_console
 from ckpt_cli.core.doctor import Diagnosis
+from ckpt_cli.core.doctor.types import Memory
 from ckpt_cli.core.storage.local import LocalLocation
 from ckpt_cli.core.units import human_bytes
 
@@ -30,14 +31,8 @@ def print_diagnosis(d: Diagnosis, spec_path: str | None) -> None:
             console.print(f"{title} ({len(group)}):", highlight=False)
         for f in group:
             console.print(f"  {f.kind:<10} {f.message}", highlight=False, markup=False)
-    m = d.memory
-    if m.largest_array is not None:
-        console.print(
-            f"restore reads {human_bytes(m.total_bytes)} in {m.arrays} arrays; largest "
-            f"{m.largest_array} {human_bytes(m.largest_array_bytes)}",
-            highlight=False,
-            markup=False,
-        )
+    for line in preflight_lines(d.memory):
+        console.print(line, highlight=False, markup=False)
     if d.verdict == "restores-after-migrate":
         spec = spec_path or "fix.yaml"
         hint = "" if spec_path else f" (add --write-spec {spec})"
@@ -55,6 +50,33 @@ def print_diagnosis(d: Diagnosis, spec_path: str | None) -> None:
         )
     elif spec_path is not None:
         console.print(f"spec written to {spec_path}", highlight=False, markup=False)
+
+
+def preflight_lines(m: Memory) -> list[str]:
+    """The short Preflight block: totals, then one line per host (the first and the worst
+    when there are many), ckpt reshard's peak, and the advice."""
+    if m.largest_array is None:
+        return []
+    on = f" on mesh {m.mesh}" if m.mesh else ""
+    lines = [
+        f"preflight{on}, {len(m.hosts)} host(s): {human_bytes(m.total_bytes)} in {m.arrays} "
+        f"arrays; largest {m.largest_array} {human_bytes(m.largest_array_bytes)}; "
+        f"at most {human_bytes(m.max_device_bytes)} per device"
+    ]
+    shown = list(m.hosts)
+    if len(shown) > 2:
+        worst = max(shown, key=lambda h: h.orbax_restore_peak_bytes)
+        shown = [shown[0]] if worst is shown[0] else [shown[0], worst]
+    for h in shown:
+        lines.append(
+            f"  host {h.host}: devices keep {human_bytes(h.device_bytes)}, reads "
+            f"{human_bytes(h.read_bytes)} ({h.read_amplification:.1f}x), Orbax restore peak "
+            f"~{human_bytes(h.orbax_restore_peak_bytes)}"
+        )
+    lines.append(f"  ckpt reshard to this layout holds ~{human_bytes(m.reshard_peak_bytes)}")
+    if m.advice:
+        lines.append(f"  advice: {m.advice}")
+    return lines
 
 
 def write_spec(text: str, path: str) -> None:

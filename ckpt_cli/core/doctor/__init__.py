@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from ckpt_cli.core.doctor.expected import Tree, like_tree, stored_tree, target_tree
 from ckpt_cli.core.doctor.explain import explain
+from ckpt_cli.core.doctor.preflight import placements, preflight
 from ckpt_cli.core.doctor.topology import reshard_rules, topology_finding
 from ckpt_cli.core.doctor.types import (
     Diagnosis,
@@ -21,10 +22,8 @@ from ckpt_cli.core.doctor.types import (
     Finding,
     FindingJSON,
     Leaves,
-    Memory,
     order,
 )
-from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.sharding import MeshSpec
 from ckpt_cli.core.inspect import ItemReport, inspect_item
@@ -51,12 +50,14 @@ def diagnose(
     step: int | None = None,
     item: str | None = None,
     mesh: str | None = None,
+    hosts: int = 1,
     storage: StorageOptions | None = None,
 ) -> Diagnosis:
     """The verdict on restoring ``checkpoint`` (a root, step or item; ``step``/``item`` pick
     one) into ``target`` (``MODULE:FUNCTION``, imports jax) or ``like`` (a checkpoint, whose item
     of the same name is taken, or safetensors). ``mesh`` (``data=4,model=2``) is the restore's
-    topology; by default the target's shardings, else this process's jax devices (--target).
+    topology; by default the target's shardings, else this process's jax devices (--target);
+    ``hosts`` splits its devices over that many processes for the preflight (``memory``).
     Reads metadata only."""
     if (target is None) == (like is None):
         raise UsageError("give the state to restore into: --target MODULE:FUNCTION or --like PATH")
@@ -80,7 +81,7 @@ def diagnose(
         ref.name,
         target or str(like),
         findings,
-        _memory(report),
+        preflight(report, placements(report, target, expected.sharded, restore_mesh), hosts, mesh),
         reshard_rules=rules,
     )
     if not any(f.blocks and f.rules for f in findings):
@@ -171,12 +172,3 @@ def spec_text(diagnosis: Diagnosis) -> str:
 
 def _ordered(diagnosis: Diagnosis) -> list[tuple[Finding, dict[str, object]]]:
     return [(f, dict(r)) for f in sorted(diagnosis.findings, key=order) for r in f.rules]
-
-
-def _memory(report: ItemReport) -> Memory:
-    arrays = [leaf for leaf in report.leaves if leaf.is_array and leaf.shape is not None]
-    if not arrays:
-        return Memory(0, 0, None, 0)
-    sizes = {leaf.name: leaf.elements * dtype_itemsize(leaf.dtype or "uint8") for leaf in arrays}
-    largest = max(sizes, key=lambda name: sizes[name])
-    return Memory(sum(sizes.values()), len(arrays), largest, sizes[largest])

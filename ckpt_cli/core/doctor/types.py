@@ -49,11 +49,27 @@ class FindingJSON(TypedDict):
     reshard: str | None  # the mesh to reshard to (a topology finding)
 
 
+class HostMemoryJSON(TypedDict):
+    host: int  # JAX's process_index: device i is on host i // (devices / hosts)
+    devices: list[int]
+    device_bytes: int  # sum over its devices of the shards each keeps (replicas counted)
+    max_device_bytes: int
+    kept_bytes: int  # the distinct shards it keeps (replicas on the host once)
+    read_bytes: int  # what it reads given the stored chunking (boxes widened to chunks)
+    read_amplification: float  # read_bytes / kept_bytes
+    orbax_restore_peak_bytes: int  # predicted peak host RAM Orbax's restore adds on this host
+
+
 class MemoryJSON(TypedDict):
     total_bytes: int
     arrays: int
     largest_array: str | None
     largest_array_bytes: int
+    mesh: str | None  # the restore's mesh (--mesh), or None: the target's / the saved shardings
+    max_device_bytes: int
+    hosts: list[HostMemoryJSON]
+    reshard_peak_bytes: int  # ckpt reshard to that mesh: array bytes held at once
+    advice: str | None
 
 
 class DiagnosisJSON(TypedDict):
@@ -101,14 +117,66 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class HostMemory:
+    """One host of the restore: its devices, what they keep, what it reads, its predicted peak."""
+
+    host: int
+    devices: tuple[int, ...]
+    device_bytes: int
+    max_device_bytes: int
+    kept_bytes: int
+    read_bytes: int
+    orbax_restore_peak_bytes: int
+
+    @property
+    def read_amplification(self) -> float:
+        return self.read_bytes / self.kept_bytes if self.kept_bytes else 1.0
+
+    def to_json(self) -> HostMemoryJSON:
+        return {
+            "host": self.host,
+            "devices": list(self.devices),
+            "device_bytes": self.device_bytes,
+            "max_device_bytes": self.max_device_bytes,
+            "kept_bytes": self.kept_bytes,
+            "read_bytes": self.read_bytes,
+            "read_amplification": round(self.read_amplification, 3),
+            "orbax_restore_peak_bytes": self.orbax_restore_peak_bytes,
+        }
+
+
+#: Read amplification above which the preflight advises a reshard first.
+AMPLIFICATION_ADVICE = 2.0
+
+
+@dataclass(frozen=True)
 class Memory:
-    """What a restore reads: every array's bytes, and the largest single array (Orbax's restore
-    holds at least one whole array per host)."""
+    """The restore's preflight: every array's bytes, the largest single array, and per host
+    (``hosts``, in JAX's device order) what its devices keep, what it reads given the stored
+    chunking, and the predicted peak host RAM of Orbax's restore; ``reshard_peak_bytes`` is what
+    ``ckpt reshard`` to that mesh holds at once."""
 
     total_bytes: int
     arrays: int
     largest_array: str | None
     largest_array_bytes: int
+    mesh: str | None = None
+    hosts: tuple[HostMemory, ...] = ()
+    reshard_peak_bytes: int = 0
+
+    @property
+    def max_device_bytes(self) -> int:
+        return max((h.max_device_bytes for h in self.hosts), default=0)
+
+    @property
+    def advice(self) -> str | None:
+        worst = max(self.hosts, key=lambda h: h.read_amplification, default=None)
+        if worst is None or worst.read_amplification <= AMPLIFICATION_ADVICE:
+            return None
+        return (
+            f"reshard first: host {worst.host} reads {worst.read_amplification:.1f}x the bytes "
+            "it keeps (stored chunks straddle its shards)"
+        )
 
     def to_json(self) -> MemoryJSON:
         return {
@@ -116,6 +184,11 @@ class Memory:
             "arrays": self.arrays,
             "largest_array": self.largest_array,
             "largest_array_bytes": self.largest_array_bytes,
+            "mesh": self.mesh,
+            "max_device_bytes": self.max_device_bytes,
+            "hosts": [h.to_json() for h in self.hosts],
+            "reshard_peak_bytes": self.reshard_peak_bytes,
+            "advice": self.advice,
         }
 
 
@@ -125,7 +198,7 @@ class Diagnosis:
     spec (migrate rules) that closes every blocking finding it can; ``spec_checked`` says the
     rules were planned against the checkpoint and the result matched the target."""
 
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2
 
     checkpoint: str
     step: int | None

@@ -1,0 +1,47 @@
+"""The preflight's arithmetic: boxes as JAX lays out a NamedSharding, chunk rounding as Orbax
+estimates a read, hosts in JAX's device order."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckpt_cli.core.doctor.preflight import (
+    Placement,
+    _Host,
+    chunk_rounded,
+    device_boxes,
+    hosts_split,
+    orbax_peak,
+)
+from ckpt_cli.core.format.sharding import MeshSpec
+from ckpt_cli.errors import UsageError
+
+
+def test_boxes_follow_the_mesh_order_and_the_partition_spec() -> None:
+    p = Placement(MeshSpec(("data", "model"), (2, 4)), (None, "model"), tuple(range(8)))
+    boxes = dict(device_boxes((64, 256), p))
+    assert boxes[0] == ((0, 64), (0, 64)) and boxes[3] == ((0, 64), (192, 256))
+    assert boxes[4] == boxes[0]  # replicated over data
+    both = Placement(MeshSpec(("a", "b"), (2, 2)), (("a", "b"),), (3, 2, 1, 0))
+    assert [b for _, b in device_boxes((8,), both)] == [((0, 2),), ((2, 4),), ((4, 6),), ((6, 8),)]
+    assert [d for d, _ in device_boxes((8,), both)] == [3, 2, 1, 0]
+
+
+def test_a_box_is_widened_to_the_chunks_it_touches() -> None:
+    assert chunk_rounded(((0, 64), (0, 64)), (8, 256)) == 64 * 256
+    assert chunk_rounded(((0, 8), (0, 256)), (8, 256)) == 8 * 256
+    assert chunk_rounded(((4, 12), (0, 10)), (8, 256)) == 16 * 256
+
+
+def test_hosts_must_divide_the_devices() -> None:
+    assert hosts_split(8, 4) == 2
+    with pytest.raises(UsageError, match="--hosts 3"):
+        hosts_split(8, 3)
+
+
+def test_the_peak_counts_device_arrays_and_the_buffers_in_flight() -> None:
+    h = _Host({0}, device_bytes=1 << 30, kept_bytes=1 << 29, read_bytes=1 << 31)
+    h.assembled_bytes, h.largest_chunk = 1 << 29, 1 << 20
+    assert orbax_peak(h) == (1 << 30) + (1 << 28) + (4 << 20) + (128 << 20)
+    # restore_concurrent_gb caps the buffers at what it lets in flight (chunk-rounded: x4)
+    assert orbax_peak(h, concurrent_bytes=1 << 28) == (1 << 30) + (1 << 26) + (132 << 20)
