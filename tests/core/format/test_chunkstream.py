@@ -169,3 +169,73 @@ def test_verify_deep_peak_memory_does_not_follow_the_chunk_size(tmp_path: Path) 
         subprocess.run([sys.executable, str(builder), str(root), str(mib)], check=True, env=env)
         peaks.append(_peak_kib(root))
     assert peaks[1] - peaks[0] < 16 << 10, f"peak RSS {peaks} KiB for 16 and 64 MiB chunks"
+
+
+@pytest.mark.parametrize(
+    "codecs",
+    [
+        {"driver": "zarr", "metadata": {"compressor": {"id": "zstd", "level": 1}}},
+        {"driver": "zarr", "metadata": {"compressor": None}},
+        {
+            "driver": "zarr3",
+            "metadata": {
+                "codecs": [
+                    {
+                        "name": "sharding_indexed",
+                        "configuration": {
+                            "chunk_shape": [64, 16],
+                            "codecs": [{"name": "bytes"}, {"name": "zstd"}],
+                        },
+                    }
+                ]
+            },
+        },
+    ],
+    ids=["zarr2-zstd", "zarr2-raw", "zarr3-shard"],
+)
+def test_chunk_slabs_rebuild_edge_chunks_of_every_layout(
+    tmp_path: Path, codecs: dict[str, Any]
+) -> None:
+    """Edge chunks are stored padded: the slabs, clipped and put together, are the array."""
+    from ckpt_cli.core.format.arrays import ArrayInfo
+    from ckpt_cli.core.format.chunkstream import chunk_layout, chunk_slabs
+
+    x = np.random.default_rng(1).standard_normal((100, 30), dtype=np.float32)
+    meta = {**codecs["metadata"], "shape": [100, 30]}
+    if codecs["driver"] == "zarr":
+        meta.update(chunks=[64, 16], dtype="<f4")
+    else:
+        meta.update(chunk_grid={"name": "regular", "configuration": {"chunk_shape": [64, 16]}})
+        meta.update(data_type="float32")
+    spec = {"driver": codecs["driver"], "kvstore": f"file://{tmp_path}/a/", "metadata": meta}
+    arr = ts.open(spec, create=True).result()
+    arr.write(x).result()
+    info = ArrayInfo("float32", (100, 30), (64, 16), 2 if codecs["driver"] == "zarr" else 3, None)
+    layout = chunk_layout(arr.spec().to_json()["metadata"], info)
+    assert layout is not None
+    out = np.full_like(x, np.nan)
+    slabs = list(chunk_slabs(arr.kvstore, layout, info, np.float32, 16 * 4 * 5))
+    assert len(slabs) > info.num_chunks  # several slabs a chunk
+    for origin, values in slabs:
+        out[tuple(slice(o, o + n) for o, n in zip(origin, values.shape, strict=True))] = values
+    assert np.array_equal(out, x)
+
+
+def test_a_truncated_chunk_is_a_storage_error(tmp_path: Path) -> None:
+    from ckpt_cli.core.format.arrays import ArrayInfo
+    from ckpt_cli.core.format.chunkstream import chunk_layout, chunk_slabs
+    from ckpt_cli.errors import StorageError
+
+    x = np.random.default_rng(2).standard_normal((64, 64), dtype=np.float32)
+    meta = {"compressor": {"id": "zstd"}, "shape": [64, 64], "chunks": [64, 64], "dtype": "<f4"}
+    arr = ts.open(
+        {"driver": "zarr", "kvstore": f"file://{tmp_path}/", "metadata": meta}, create=True
+    ).result()
+    arr.write(x).result()
+    chunk = tmp_path / "0.0"
+    chunk.write_bytes(chunk.read_bytes()[: chunk.stat().st_size // 2])
+    info = ArrayInfo("float32", (64, 64), (64, 64), 2, "zstd")
+    layout = chunk_layout(arr.spec().to_json()["metadata"], info)
+    assert layout is not None
+    with pytest.raises(StorageError, match="ends early"):
+        list(chunk_slabs(arr.kvstore, layout, info, np.float32, 1024))
