@@ -30,6 +30,11 @@ cat (b)
 
 Then ``verify --deep``'s peak RSS on the smaller checkpoint, to show that memory does not grow
 with the checkpoint. Results: a table on stdout and JSON in ``bench/out/verify.json``.
+
+``--chunk-mib 8,32`` instead: peak RSS of ``verify --deep`` (with a record) and of ``diff``
+(step 1 against step 2) on a ``--gib`` root whose leaves are each one chunk of that size (a
+single-device save, as Orbax writes a whole shard), to show that memory does not follow the
+chunk size; one run each, the load average printed beside each figure.
 """
 
 from __future__ import annotations
@@ -97,6 +102,66 @@ print(f"RESTORE {t2 - t1:.4f} {n}")
 """
 
 
+CHUNKED = r"""
+import sys
+import jax, numpy as np, orbax.checkpoint as ocp
+root, total, chunk = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = np.random.default_rng(0)
+rows = chunk // (1024 * 4)
+tree = {f"w{i:03d}": rng.standard_normal((rows, 1024), dtype=np.float32) for i in range(total // chunk)}
+with ocp.CheckpointManager(root) as mgr:
+    for step in (1, 2):
+        tree["w000"][:4] += 1.0
+        mgr.save(step, args=ocp.args.StandardSave({k: jax.device_put(v) for k, v in tree.items()}))
+        mgr.wait_until_finished()
+"""
+
+
+def chunk_sizes(chunks: list[int], gib: float) -> None:
+    """Peak RSS of verify --deep and diff on one-chunk leaves of each size (one run each)."""
+    total = int(gib * GIB)
+    env = {**ENV, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)  # one device: each leaf is one chunk
+    result = []
+    for mib in chunks:
+        root = WORKDIR.with_name(f"verify_chunks_{gib:g}GiB_{mib}MiB")
+        if not (root / "1" / "default" / "_CKPT_DIGESTS.json").exists():
+            print(f"building {root.name} with Orbax ...", flush=True)
+            cmd = [PYTHON, "-c", CHUNKED, str(root), str(total), str(mib << 20)]
+            subprocess.run(cmd, check=True, env=env, stdout=sys.stderr)
+            run_rss([*CKPT, "verify", str(root), "--step", "1", "--record"])
+        warm(root)
+        deep = run_rss([*CKPT, "verify", str(root), "--step", "1", "--deep", "--json"])
+        load_v = os.getloadavg()[0]
+        doc = json.loads(deep.out)
+        assert set(doc["checked"]["digests"].values()) == {"checked"}, doc
+        diff = run_rss([*CKPT, "diff", f"{root}@1", f"{root}@2"], ok=(0, 1))
+        load_d = os.getloadavg()[0]
+        result.append(
+            {
+                "chunk_mib": mib,
+                "verify_deep": {
+                    "wall_s": round(deep.wall_s, 2),
+                    "peak_rss_mib": round(deep.rss_mib),
+                    "load": load_v,
+                },
+                "diff": {
+                    "wall_s": round(diff.wall_s, 2),
+                    "peak_rss_mib": round(diff.rss_mib),
+                    "load": load_d,
+                },
+            }
+        )
+        print(
+            f"{gib:g} GiB, {mib} MiB chunks: verify --deep {deep.wall_s:.1f} s "
+            f"{deep.rss_mib:.0f} MiB (load {load_v:.1f}); diff {diff.wall_s:.1f} s "
+            f"{diff.rss_mib:.0f} MiB (load {load_d:.1f})",
+            flush=True,
+        )
+    out = RESULT_JSON.with_name("verify_chunks.json")
+    out.write_text(json.dumps(result, indent=2) + "\n")
+
+
 def run_rss(cmd: list[str], ok: tuple[int, ...] = (0,)) -> Run:
     return _run_rss(cmd, ok, ENV)
 
@@ -141,7 +206,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--full", action="store_true", help="1 GiB and 3 GiB instead of 0.25 and 0.75")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--chunk-mib", help="e.g. 8,32: peak RSS by chunk size instead")
+    ap.add_argument("--gib", type=float, default=1.0, help="size for --chunk-mib")
     args = ap.parse_args()
+    if args.chunk_mib:
+        chunk_sizes([int(c) for c in args.chunk_mib.split(",")], args.gib)
+        return
     small, large = (1 * GIB, 3 * GIB) if args.full else (GIB // 4, 3 * GIB // 4)
     WORKDIR.mkdir(parents=True, exist_ok=True)
     roots = {s: ensure(WORKDIR / f"ckpt_{s / GIB:g}GiB", s) for s in (small, large)}

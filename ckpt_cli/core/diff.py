@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypedDict
 
-from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader, cached_context
 from ckpt_cli.core.format.blocks import (
     block_shape,
     cache_bytes,
@@ -40,7 +40,13 @@ from ckpt_cli.core.format.blocks import (
 )
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.resolve import resolve_item, resolve_trees
-from ckpt_cli.core.format.scan import OPEN_CACHE_BYTES, ScanTask, open_readers, read_block
+from ckpt_cli.core.format.scan import (
+    OPEN_CACHE_BYTES,
+    ScanTask,
+    open_readers,
+    read_block,
+    streamed_slabs,
+)
 from ckpt_cli.core.format.sharding import Shape
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
@@ -395,7 +401,12 @@ def diff_items(
     for job in jobs:
         out[job.index] = _compared(job)
     both = {} if structure_only else {x.name: x for x, _ in common}
-    leaves = [_floor_note(d, both.get(d.name), memory_limit) for d in out if d is not None]
+    streamed = {job.x.name for job in jobs if job.streamed}
+    leaves = [
+        d if d.name in streamed else _floor_note(d, both.get(d.name), memory_limit)
+        for d in out
+        if d is not None
+    ]
     return DiffReport(a, b, atol, rtol, compare_cast, tuple(leaves), structure_only)
 
 
@@ -519,6 +530,7 @@ class _Job:
     y: Leaf
     acc: Compare
     error: str | None = None
+    streamed: bool = False  # compared slab by slab from streamed chunks (no whole decode)
 
 
 def _compared(job: _Job) -> LeafDiff:
@@ -577,6 +589,8 @@ def _stream(
         if isinstance(ra, CkptError) or isinstance(rb, CkptError):
             job.error = (ra if isinstance(ra, CkptError) else rb).message  # type: ignore[union-attr]
             continue
+        if _compare_streamed(job, ra, rb, budget, on_bytes):
+            continue
         for sl in pair_blocks(x, y, budget):
             nbytes = math.prod(s.stop - s.start for s in sl) * x.itemsize
             try:
@@ -589,6 +603,30 @@ def _stream(
                 consume()
     while pending:
         consume()
+
+
+def _compare_streamed(
+    job: _Job, ra: LeafReader, rb: LeafReader, budget: int, on_bytes: Callable[[int], None]
+) -> bool:
+    """Compare a pair whose chunks exceed the budget slab by slab, both sides streamed
+    (``format.chunkstream``: memory does not follow the chunk size); False when either side
+    cannot be streamed or the two are chunked differently (then TensorStore reads them)."""
+    x, y = job.x.array, job.y.array
+    assert x is not None and y is not None
+    if (x.shape, x.chunk_shape, x.itemsize) != (y.shape, y.chunk_shape, y.itemsize):
+        return False
+    slabs_a = streamed_slabs(x, ra, budget)
+    slabs_b = streamed_slabs(y, rb, budget) if slabs_a is not None else None
+    if slabs_a is None or slabs_b is None:
+        return False
+    job.streamed = True
+    try:
+        for (_, a), (_, b) in zip(slabs_a, slabs_b, strict=True):
+            job.acc.add(a, b)
+            on_bytes(a.nbytes)
+    except Exception as e:
+        job.error = first_line(e)
+    return True
 
 
 # The blocks read of a pair of arrays, and the element-wise comparison applied to each pair.
@@ -654,7 +692,9 @@ class Compare:
                 return
             bad = ~np.isfinite(diff)  # NaN against a number, Inf against a finite value
             self.max_abs = max(self.max_abs, math.inf if bad.any() else float(diff.max()))
-            rel = ~bad & (bf != 0)
+            # Equal values have no relative difference: a NaN or Inf on both sides would make
+            # 0 / |b| NaN and hide the block's largest relative difference.
+            rel = ~bad & ~same & (bf != 0)
             if rel.any():
                 self.max_rel = max(self.max_rel, float((diff[rel] / np.abs(bf[rel])).max()))
 

@@ -9,6 +9,7 @@ checkpoint's size. Blocks are consumed in submission order, which keeps each dig
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections import deque
@@ -17,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader
-from ckpt_cli.core.format.blocks import cache_bytes, iter_blocks, stream_blocks
+from ckpt_cli.core.format.blocks import cache_bytes, is_large, iter_blocks, stream_blocks
+from ckpt_cli.core.format.chunkstream import chunk_layout, chunk_slabs
 from ckpt_cli.core.format.digests import ValueHasher, c_order_block
 from ckpt_cli.core.format.ldigest import Partial, finish, merge
 from ckpt_cli.errors import CkptError, StorageError, first_line
@@ -298,6 +300,64 @@ class _InFlight:
                 yield done
 
 
+class _Done:
+    """A read that already happened (a slab streamed here), in place of a TensorStore future."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self) -> Any:
+        if isinstance(self.value, BaseException):
+            raise self.value
+        return self.value
+
+
+def streamed_slabs(
+    info: ArrayInfo, reader: LeafReader | CkptError, budget: int, c_order: bool = False
+) -> Iterator[tuple[Any, Any]] | None:
+    """(origin, values) of a leaf whose chunks exceed ``budget`` and can be streamed here
+    (``chunkstream``), in C order when ``c_order`` (a digest); None: read through TensorStore."""
+    if type(reader) is not LeafReader or not is_large(info, budget):
+        return None
+    if c_order and any(g > 1 for g in info.chunk_grid[1:]):
+        return None  # chunk after chunk would not be the leaf's C order
+    try:
+        layout = chunk_layout(reader.array.spec().to_json()["metadata"], info)
+        kv = reader.array.kvstore
+    except Exception:
+        return None
+    if layout is None or kv is None:
+        return None
+    return chunk_slabs(kv, layout, info, reader.array.dtype.numpy_dtype, budget)
+
+
+_Read = tuple[Callable[[], Any], tuple[int, ...], int]
+
+
+def _reads(task: ScanTask, reader: LeafReader, budget: int) -> Iterator[_Read]:
+    """(submit the read, block origin, bytes) of every block of the task, in order."""
+    streamed = None
+    if task.blocks is None:
+        streamed = streamed_slabs(task.info, reader, budget, c_order=task.digest)
+    if streamed is not None:
+        try:
+            for origin, values in streamed:
+                yield functools.partial(_Done, values), origin, values.nbytes
+        except Exception as e:
+            yield functools.partial(_Done, e), (), 0
+        return
+    for sl in _blocks(task, reader, budget):
+        nbytes = math.prod(s.stop - s.start for s in sl) * task.info.itemsize
+        yield functools.partial(_submit, reader, sl), tuple(s.start for s in sl), nbytes
+
+
+def _submit(reader: LeafReader, sl: Block) -> Any:
+    try:
+        return read_block(reader, sl)
+    except Exception as e:
+        return e
+
+
 def _read_task(
     task: ScanTask,
     reader: LeafReader,
@@ -308,7 +368,7 @@ def _read_task(
 ) -> Generator[LeafScan, None, bool]:
     """Submit the reads of one task's blocks, yielding the leaves completed meanwhile; returns
     whether ``stop`` ended the scan."""
-    for index, sl in enumerate(_blocks(task, reader, budget)):
+    for index, (read, origin, nbytes) in enumerate(_reads(task, reader, budget)):
         if index < task.start:
             continue
         if (task.stop is not None and index >= task.stop) or acc.error is not None:
@@ -316,11 +376,9 @@ def _read_task(
         if stop is not None and stop(flight.bytes):
             acc.next_block = index
             return True
-        nbytes = math.prod(s.stop - s.start for s in sl) * task.info.itemsize
-        try:
-            fut: Any = read_block(reader, sl)
-        except Exception as e:
-            fut = e
-        flight.submit(acc, fut, nbytes, tuple(s.start for s in sl))
-        yield from flight.drain(IN_FLIGHT, IN_FLIGHT_BYTES)
+        fut = read()
+        flight.submit(acc, fut, nbytes, origin)
+        # A streamed slab is decoded already: holding it would only hold memory.
+        done = isinstance(fut, _Done)
+        yield from flight.drain(0 if done else IN_FLIGHT, 0 if done else IN_FLIGHT_BYTES)
     return False
