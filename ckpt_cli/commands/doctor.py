@@ -114,7 +114,7 @@ def doctor(
     if json_out:
         emit_json(diagnosis)
     else:
-        render.print_diagnosis(diagnosis, write_spec)
+        render.print_diagnosis(diagnosis, write_spec, target=target)
     if diagnosis.verdict != "restores":
         raise typer.Exit(EXIT_PROBLEMS)
 

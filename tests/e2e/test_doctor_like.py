@@ -248,6 +248,8 @@ def test_the_params_of_an_export_take_the_optimizers_empty_node_out(
     assert r.code == 1 and r.json()["verdict"] == "restores-after-migrate", r.stdout
     dropped = {d["stored"][0] for d in r.json()["differences"] if d["kind"] == "unexpected"}
     assert "opt_state.1" in dropped
+    text = cli("doctor", root / "narrow", "--like", params)  # the spec needs no --target
+    assert "next: ckpt migrate" in text.stdout and "--target" not in text.stdout, text.stdout
     abstract = {"params": t.abstract("narrow")["params"]}
     assert not orbax_restores(root / "narrow", abstract)[0]
     assert cli("migrate", root / "narrow", tmp_path / "fixed", "--spec", fix).code == 0

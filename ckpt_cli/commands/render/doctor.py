@@ -18,7 +18,7 @@ _VERDICT = {
 }
 
 
-def print_diagnosis(d: Diagnosis, spec_path: str | None) -> None:
+def print_diagnosis(d: Diagnosis, spec_path: str | None, target: str | None = None) -> None:
     console = stdout_console()
     where = f"{d.checkpoint}" + (f" (step {d.step})" if d.step is not None else "")
     console.print(f"{where} -> {d.target}: [bold]{_VERDICT[d.verdict]}[/bold]", highlight=False)
@@ -36,8 +36,10 @@ def print_diagnosis(d: Diagnosis, spec_path: str | None) -> None:
     if d.verdict == "restores-after-migrate":
         spec = spec_path or "fix.yaml"
         hint = "" if spec_path else f" (add --write-spec {spec})"
+        # With --like the spec was checked against OTHER's leaves: migrate needs no target.
+        tail = f" --target {target}" if target else ""
         console.print(
-            f"next: ckpt migrate {d.checkpoint} NEW_ROOT --spec {spec} --target ...{hint}",
+            f"next: ckpt migrate {d.checkpoint} NEW_ROOT --spec {spec}{tail}{hint}",
             highlight=False,
             markup=False,
         )
