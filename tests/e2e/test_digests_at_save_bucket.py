@@ -38,7 +38,8 @@ def test_trainer_record_is_checked_in_a_bucket(
     assert record == savetime.digested(run, STEP, "state")
     url = f"s3://{BUCKET}/{s3_prefix}/run"
     assert cli("cp", run, url).code == 0
-    assert _checked(cli, url)["state"] == "checked"  # the trainer's record, in the bucket
+    checked = _checked(cli, url)  # the trainer's records, in the bucket
+    assert checked == {"state": "checked", "meta": "checked"}, checked
     printed = cli("digest", url, "--step", str(STEP), "--json")
     assert printed.code == 0, printed.stderr
     [state] = [it for it in printed.json()["items"] if it["item"] == "state"]
@@ -48,8 +49,11 @@ def test_trainer_record_is_checked_in_a_bucket(
     shutil.copytree(run, damaged)
     changed = savetime.flip_a_byte(damaged, STEP, "state", record)
     assert changed
+    [meta] = [p for p in (damaged / str(STEP) / "meta").iterdir() if '"lr"' in p.read_text()]
+    meta.write_text(meta.read_text().replace("0.", "9.", 1))  # the JSON item's value changed
     bad = f"s3://{BUCKET}/{s3_prefix}/damaged"
     assert cli("cp", damaged, bad).code == 0
     r = cli("verify", bad, "--deep", "--json")
     assert r.code == 1, r.stdout
     assert any(name in r.stdout for name in changed)
+    assert f"{STEP}/meta" in r.stdout  # the JSON item against the checksum of its file
