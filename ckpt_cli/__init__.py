@@ -11,6 +11,8 @@ The Python API (everything in ``__all__``)::
     item.read("params.Dense_0.kernel", index=np.s_[0:16, :])  # only that region is read
     item.read_tree()                          # nested dicts of numpy arrays (small checkpoints)
     ckpt_cli.verify("runs/exp7", deep=True)   # VerifyReport, as `ckpt verify --json`
+    ckpt_cli.digest("runs/exp7").digests()    # {leaf: "ld1:..."}: item, step or safetensors
+    ckpt_cli.digest_array(x)                  # the same digest of a numpy array
 
 Writers plan first and write on ``execute``; a plan is frozen, its ``to_json()`` is what
 ``--dry-run --json`` prints, and ``refusal`` says why it would not be written::
@@ -47,7 +49,10 @@ if TYPE_CHECKING:
     from ckpt_cli.core.checkpoint import Checkpoint, Item
     from ckpt_cli.core.copy.execute import CopyResult
     from ckpt_cli.core.copy.plan import CopyPlan, plan_copy
+    from ckpt_cli.core.digest import DigestReport
     from ckpt_cli.core.executor import ExecutorSpec
+    from ckpt_cli.core.format.ldigest import Partial as DigestPartial
+    from ckpt_cli.core.format.ldigest import digest_array
     from ckpt_cli.core.inspect import Leaf
     from ckpt_cli.core.listing import StepInfo
     from ckpt_cli.core.migrate.plan import MigrationPlan, plan_migration
@@ -75,6 +80,8 @@ __all__ = [
     "Compression",
     "CopyPlan",
     "CopyResult",
+    "DigestPartial",
+    "DigestReport",
     "ExecutorSpec",
     "ExportPlan",
     "ExportResult",
@@ -96,7 +103,11 @@ __all__ = [
     "WriteOptions",
     "WriteResult",
     "__version__",
+    "digest",
+    "digest_array",
+    "digest_partial",
     "execute",
+    "merge_digest",
     "open",
     "plan_copy",
     "plan_export",
@@ -114,6 +125,8 @@ _LAZY = {
     "CopyPlan": "ckpt_cli.core.copy.plan",
     "plan_copy": "ckpt_cli.core.copy.plan",
     "CopyResult": "ckpt_cli.core.copy.execute",
+    "DigestReport": "ckpt_cli.core.digest",
+    "digest_array": "ckpt_cli.core.format.ldigest",
     "ExecutorSpec": "ckpt_cli.core.executor",
     "Leaf": "ckpt_cli.core.inspect",
     "StepInfo": "ckpt_cli.core.listing",
@@ -150,6 +163,11 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
+    if name == "DigestPartial":
+        from ckpt_cli.core.format.ldigest import Partial
+
+        globals()[name] = Partial
+        return Partial
     if name in _DEPRECATED:
         new = _DEPRECATED[name]
         warnings.warn(
@@ -219,6 +237,47 @@ def verify(
         mark_committed=mark_committed,
     )
     return verify_path(open_location(os.fspath(path), storage), options, on_progress, executor)
+
+
+def digest(
+    path: str | os.PathLike[str],
+    *,
+    step: int | None = None,
+    memory_limit: int = 1 << 30,
+    on_progress: ProgressFn | None = None,
+    storage: StorageOptions | None = None,
+) -> DigestReport:
+    """The ``ld1`` digest of every leaf of an Orbax item, of every item of a step (``step``: of
+    a root), or of every tensor of a safetensors file, index or directory, as ``ckpt digest``
+    (``report.to_json()`` = ``--json``; ``report.digests()`` = {leaf: digest}). The digest
+    depends on dtype, shape and values only: it is the same after a reshard, zarr2/zarr3,
+    OCDBT or not, an export to safetensors (docs/reference/digest-spec.md). A leaf that cannot
+    be read has ``digest`` None and a ``problem`` (``report.problems``): never raised.
+    Example: ``ckpt_cli.digest("runs/exp7").digests() == ckpt_cli.digest("hf/").digests()``.
+    """
+    from ckpt_cli.core.safetensors.digest import digest_any
+
+    return digest_any(os.fspath(path), step, storage, memory_limit, on_progress)
+
+
+def digest_partial(
+    origin: tuple[int, ...], block: Any, shape: tuple[int, ...], dtype: str | None = None
+) -> DigestPartial:
+    """The ``ld1`` partial of one box of a leaf of ``shape``: ``block`` (a numpy array) at
+    ``origin`` (a shard, a slab). Partials of the boxes of one leaf, taken in any order by any
+    number of processes (they pickle), give its digest with ``merge_digest``. ``dtype``: the
+    leaf's dtype name when the array's is not it (default: ``block.dtype.name``)."""
+    from ckpt_cli.core.format.ldigest import partial
+
+    return partial(tuple(origin), block, tuple(shape), dtype)
+
+
+def merge_digest(partials: Iterable[DigestPartial]) -> str:
+    """The ``ld1`` digest (``"ld1:"`` + 32 hex) of a leaf from the partials of boxes that cover
+    it exactly once; raises ``ValueError`` for a box missing, counted twice or of another leaf."""
+    from ckpt_cli.core.format.ldigest import finish, merge
+
+    return finish(merge(partials))
 
 
 def plan_prune(

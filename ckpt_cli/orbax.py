@@ -25,7 +25,10 @@ How a step is digested (docs/how-to/verify.md, "Digests taken at save time"):
   checksums (taking them would read the step again).
 
 Items saved with ``StandardSave`` or ``PyTreeSave`` (alone or in ``ocp.args.Composite``) are
-digested; other items (JSON, datasets) are left without a record.
+digested. Other items (``JsonSave``, a dataset iterator's state: no ``_METADATA``) are recorded
+after the commit as ``verify --record`` records them, by the size and CRC-32 of their files
+(read once more by the primary, up to ``SMALL_ITEM_BYTES``; a larger one is left without a
+record).
 """
 
 from __future__ import annotations
@@ -181,6 +184,27 @@ def _finished(parts: list[Partial]) -> tuple[str, tuple[int, ...], str]:
     return whole.dtype, whole.shape, finish(whole)
 
 
+#: A non-array item (JSON, a grain iterator's state) is recorded by its files' checksums when
+#: they total at most this: read once more by the primary process after the commit.
+SMALL_ITEM_BYTES = 16 << 20
+
+
+def record_small_item(item: Any) -> Any:
+    """Record an item ckpt does not digest while saving (no ``_METADATA``: a ``JsonSave``
+    item, a dataset iterator's state) as ``verify --record`` does: the size and CRC-32 of each
+    of its files, no leaves. None (nothing written) for an array item or a large one."""
+    from ckpt_cli.core.format.digests import file_checksum, record_of, recorded_file, write_digests
+    from ckpt_cli.core.format.names import TREE_METADATA
+
+    rels = [rel for rel, entry in item.walk() if recorded_file(rel) and not entry.is_dir]
+    if not rels or TREE_METADATA in rels:
+        return None
+    sums = {rel: file_checksum(item.child(*rel.split("/"))) for rel in rels}
+    if sum(s.size for s in sums.values()) > SMALL_ITEM_BYTES:
+        return None
+    return write_digests(item, record_of({}, sums, ld1=True))
+
+
 def record_json(leaves: dict[str, tuple[str, tuple[int, ...], str]]) -> dict[str, Any]:
     """An item's digest record: ``verify --record``'s format, each leaf with its ``ld1``."""
     return {
@@ -321,6 +345,11 @@ class DigestingCheckpointManager:
             loc.write_bytes(doc.encode(), create_parents=False)
             if self._on_record is not None:
                 self._on_record(str(loc))
+        small = [record_small_item(ref.location) for n, ref in refs.items() if n not in merged]
+        on_record = self._on_record
+        for written in small:
+            if written is not None and on_record is not None:
+                on_record(str(written))
 
 
 def _allgather(raw: bytes) -> list[bytes]:

@@ -10,7 +10,7 @@ from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import MEMORY_LIMIT, JsonOpt, MemoryLimitOpt, StepOpt
 from ckpt_cli.commands._output import emit_json, warn
-from ckpt_cli.errors import EXIT_PROBLEMS, UsageError
+from ckpt_cli.errors import EXIT_PROBLEMS
 
 DigestPathArg = Annotated[
     str,
@@ -40,24 +40,11 @@ def digest(
     Exit codes: 0 every leaf digested · 1 a leaf could not be read (its problem is printed) ·
     2 usage · 3 not a checkpoint or unreadable.
     """
-    from ckpt_cli.core.digest import digest_path
-    from ckpt_cli.core.safetensors.digest import digest_safetensors_path, is_safetensors
+    from ckpt_cli.core.safetensors.digest import digest_any
 
     run = run_context(ctx, json_out)
-    safetensors = is_safetensors(path)
-    if safetensors and step is not None:
-        raise UsageError("--step does not apply to safetensors files")
     with run.progress() as on_progress:
-        if safetensors:
-            report = digest_safetensors_path(path, memory_limit, on_progress)
-        else:
-            report = digest_path(
-                path,
-                step=step,
-                storage=run.storage,
-                memory_limit=memory_limit,
-                on_progress=on_progress,
-            )
+        report = digest_any(path, step, run.storage, memory_limit, on_progress)
     if json_out:
         emit_json(report)
     else:

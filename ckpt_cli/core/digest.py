@@ -99,6 +99,17 @@ class DigestReport:
     def problems(self) -> list[LeafDigest]:
         return [leaf for item in self.items for leaf in item.leaves if leaf.problem]
 
+    def digests(self, item: str | None = None) -> dict[str, str | None]:
+        """Leaf name -> ``ld1`` (None: unreadable) of ``item``, or of the only item (a step of
+        several items names one)."""
+        names = [i.name for i in self.items]
+        if item is None and len(names) == 1:
+            item = names[0]
+        found = [i for i in self.items if i.name == item]
+        if not found:
+            raise KeyError(f"name one item of {self.path}: {', '.join(names) or 'none'}")
+        return {leaf.name: leaf.digest for leaf in found[0].leaves}
+
     def to_json(self) -> DigestJSON:
         return {
             "schema_version": self.SCHEMA_VERSION,

@@ -66,13 +66,17 @@ def test_one_process_records_what_ckpt_digest_computes(cli, tmp_path: Path) -> N
     assert len(record) == 11  # params (3), adam's mu and nu (6) and count, the step
     assert record == savetime.digested(tmp_path, STEP, "state")
     assert digested == _total_bytes(state)  # every shard once, replicas skipped
-    assert not (tmp_path / str(STEP) / "meta" / "_CKPT_DIGESTS.json").exists()
+    # The JSON item is recorded by its files' checksums, as `verify --record` records it.
+    meta = json.loads((tmp_path / str(STEP) / "meta" / "_CKPT_DIGESTS.json").read_text())
+    assert meta["leaves"] == {} and meta["files"]
     # verify --deep checks the trainer's record: no --record pass was run
     r = cli("verify", tmp_path, "--deep", "--json")
     assert r.code == 0, r.stdout
     digests = r.json()["checked"]["digests"]
     [status] = [v for path, v in digests.items() if path.endswith("/state")]
     assert status == "checked", digests  # values checked against the record
+    [status] = [v for path, v in digests.items() if path.endswith("/meta")]
+    assert status == "checked", digests  # the JSON item's file, against its checksum
     _assert_resumes(tmp_path, state)
 
 

@@ -121,3 +121,46 @@ def test_export_refuses_a_source_changed_after_recording(fixture_copy, tmp_path:
     with pytest.raises(SourceDigestError, match=r"params\.Dense_0\.kernel"):
         export(root, tmp_path / "st")
     assert not (tmp_path / "st").exists()
+
+
+@pytest.mark.parametrize("shards", [None, 600], ids=["one-file", "shards"])
+def test_export_of_an_unrecorded_step_writes_ld1_and_import_keeps_it(
+    cli: Any, tmp_path: Path, shards: int | None
+) -> None:
+    """No record in the source: export computes every tensor's ``ld1`` from the blocks it
+    writes; the import checks and records them; ``ckpt digest`` of the imported step equals
+    ``ckpt digest`` of the source."""
+    import orbax.checkpoint as ocp
+
+    from tests.support import linen_train_state as lts
+
+    root = tmp_path / "root"
+    state, _ = lts.train_step(lts.make_state(), seed=1)
+    with ocp.CheckpointManager(str(root)) as mgr:
+        mgr.save(1, args=ocp.args.StandardSave(state))
+        mgr.wait_until_finished()
+    assert not (root / "1" / "default" / "_CKPT_DIGESTS.json").exists()
+    source = cli("digest", root, "--json")
+    assert source.code == 0, source.stderr
+    want = {x["name"]: x["digest"] for x in source.json()["items"][0]["leaves"] if x["digest"]}
+    assert want
+    out = tmp_path / "st"
+    export(root, out, **({"max_shard_size": shards} if shards else {}))
+    files = sorted(out.glob("*.safetensors"))
+    assert len(files) == 1 if shards is None else len(files) > 1
+    _, metadata = load_dir(out)
+    assert metadata is not None
+    written = json.loads(metadata["ckpt.ld1"])
+    assert written and set(written.items()) <= set(want.items())
+    back = tmp_path / "back"
+    import_(out, back, step=1, target="tests.support.linen_train_state:abstract_state")
+    assert _record(back / "1" / "default") == written  # checked while importing, recorded
+    again = cli("digest", back, "--json")
+    assert again.code == 0, again.stderr
+    got = {x["name"]: x["digest"] for x in again.json()["items"][0]["leaves"] if x["digest"]}
+    assert got == want
+    with ocp.CheckpointManager(str(back)) as mgr:
+        restored = mgr.restore(1, args=ocp.args.StandardRestore(lts.abstract_state()))
+    resumed, loss = lts.train_step(restored, seed=2)
+    _, expected_loss = lts.train_step(state, seed=2)
+    assert int(resumed.step) == 2 and float(loss) == float(expected_loss)

@@ -36,7 +36,7 @@ import json
 import math
 import sys
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, NotRequired, TypedDict
@@ -303,13 +303,74 @@ def c_order_block(info: ArrayInfo, budget: int, row_cap: int = CHUNK_ROW_CAP) ->
     return (1,) * k + (r,) + tuple(shape[k + 1 :])
 
 
+def c_range(
+    start: tuple[int, ...], box: tuple[int, ...], shape: tuple[int, ...]
+) -> tuple[int, int] | None:
+    """The (first element, element count) of a box that is one range of the C-order stream
+    (leading dims 1, then one partial dim, then whole dims), None for any other box."""
+    dims = [d for d, n in enumerate(box) if n != 1]
+    j = dims[0] if dims else len(box)
+    whole = all(start[d] == 0 and box[d] == shape[d] for d in range(j + 1, len(box)))
+    if not whole:
+        return None
+    offset = 0
+    for s, n in zip(start, shape, strict=True):
+        offset = offset * n + s
+    return offset, math.prod(box)
+
+
+class _OrderedHasher:
+    """SHA-256 of a leaf fed blocks in write order: exact only while every block is the next
+    range of the C-order stream; ``hexdigest`` is None once one is not (order lost)."""
+
+    def __init__(self) -> None:
+        self.hasher: ValueHasher | None = ValueHasher()
+        self.next = 0
+
+    def add(self, start: tuple[int, ...], block: Any, shape: tuple[int, ...]) -> None:
+        span = c_range(start, tuple(block.shape), shape)
+        if self.hasher is None or span is None or span[0] != self.next:
+            self.hasher = None
+            return
+        self.hasher.update(block)
+        self.next += span[1]
+
+    def hexdigest(self, shape: tuple[int, ...]) -> str | None:
+        if self.hasher is None or self.next != math.prod(shape):
+            return None
+        return self.hasher.hexdigest()
+
+
 class BlockDigests:
     """Verify while writing: the ``ld1`` of the blocks a writer is about to write, for the
-    leaves or tensors with an expected (carried) digest; ``check`` compares them."""
+    leaves or tensors with an expected (carried) digest; ``check`` compares them.
 
-    def __init__(self, expect: Mapping[str, str]) -> None:
+    ``collect``: more leaves to take the ``ld1`` partials of without a digest to compare (a
+    worker's share of a leaf: its driver merges and compares). ``sha256``: leaves to take the
+    SHA-256 of (a version-1 record), the expected hex or None (collect only); a leaf whose
+    blocks are not written in C order (output chunks that split rows, or a leaf spread over
+    several units) gets none and stays unchecked (``unchecked``)."""
+
+    def __init__(
+        self,
+        expect: Mapping[str, str],
+        collect: Iterable[str] = (),
+        sha256: Mapping[str, str | None] | None = None,
+    ) -> None:
         self.expect = dict(expect)
+        self.collect = set(collect) | set(self.expect)
         self.partials: dict[str, Partial] = {}
+        self.sha256 = dict(sha256 or {})
+        self.hashers = {name: _OrderedHasher() for name in self.sha256}
+        self.hashes: dict[str, str | None] = {}
+        self.shapes: dict[str, tuple[int, ...]] = {}
+
+    def restrict(self, names: set[str]) -> BlockDigests:
+        """The same digests for the leaves in ``names`` only (those actually written)."""
+        sha = {k: v for k, v in self.sha256.items() if k in names}
+        out = BlockDigests({k: v for k, v in self.expect.items() if k in names}, (), sha)
+        out.collect = {k for k in self.collect if k in names}
+        return out
 
     def add(
         self,
@@ -319,13 +380,32 @@ class BlockDigests:
         shape: tuple[int, ...],
         dtype: str | None = None,
     ) -> None:
-        if name not in self.expect:
+        if name in self.hashers:
+            self.hashers[name].add(start, block, shape)
+            self.shapes[name] = shape
+        if name not in self.collect:
             return
-        from ckpt_cli.core.format.ldigest import merge, partial
+        from ckpt_cli.core.format.ldigest import partial
 
-        box = partial(start, block, shape, dtype)
+        self.absorb(name, partial(start, block, shape, dtype))
+
+    def absorb(self, name: str, box: Partial) -> None:
+        """Merge a partial taken elsewhere (a worker's) into ``name``'s."""
+        from ckpt_cli.core.format.ldigest import merge
+
         prev = self.partials.get(name)
         self.partials[name] = box if prev is None else merge([prev, box])
+
+    def sha256_found(self) -> dict[str, str | None]:
+        """Leaf -> the SHA-256 of its values written in C order (None: not in C order)."""
+        found = {k: h.hexdigest(self.shapes.get(k, ())) for k, h in self.hashers.items()}
+        return found | self.hashes
+
+    @property
+    def unchecked(self) -> list[str]:
+        """Leaves with a version-1 digest that could not be checked (not written in C order)."""
+        found = self.sha256_found()
+        return sorted(k for k, v in self.sha256.items() if v and found.get(k) is None)
 
     def check(self, noun: str = "leaf", what: str = "written") -> None:
         """Raise ``SourceDigestError`` for the first one whose blocks' digest differs."""
@@ -335,8 +415,17 @@ class BlockDigests:
             p = self.partials.get(name)
             found = finish(p) if p is not None else None
             if found != want:
-                raise SourceDigestError(
-                    f"{noun} {name!r}: the values read have ld1 {found}, the recorded digest "
-                    f"is {want}: the source is damaged; nothing was {what}",
-                    hint="run `ckpt verify --deep` on the source and restore it from a copy",
-                )
+                _mismatch(noun, name, "ld1", found, want, what)
+        found_sha = self.sha256_found()
+        for name, want_sha in sorted(self.sha256.items()):
+            got = found_sha.get(name)
+            if want_sha and got is not None and got != want_sha:
+                _mismatch(noun, name, "SHA-256", got, want_sha, what)
+
+
+def _mismatch(noun: str, name: str, algo: str, found: str | None, want: str, what: str) -> None:
+    raise SourceDigestError(
+        f"{noun} {name!r}: the values read have {algo} {found}, the recorded digest "
+        f"is {want}: the source is damaged; nothing was {what}",
+        hint="run `ckpt verify --deep` on the source and restore it from a copy",
+    )

@@ -11,7 +11,8 @@ from ckpt_cli.core.format.ldigest import Partial, finish, merge, partial
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.safetensors.dtypes import numpy_dtype_name
 from ckpt_cli.core.safetensors.reader import SafetensorsReader, find_files
-from ckpt_cli.errors import CkptError
+from ckpt_cli.core.storage import StorageOptions
+from ckpt_cli.errors import CkptError, UsageError
 
 
 def is_safetensors(path: str) -> bool:
@@ -27,6 +28,24 @@ def is_safetensors(path: str) -> bool:
         )
     except OSError:
         return False
+
+
+def digest_any(
+    path: str,
+    step: int | None = None,
+    storage: StorageOptions | None = None,
+    memory_limit: int = 1 << 30,
+    on_progress: ProgressFn | None = None,
+) -> DigestReport:
+    """``ckpt digest PATH``: a safetensors file, index or directory of shards, else an Orbax
+    root, step or item (``step`` applies to Orbax only)."""
+    from ckpt_cli.core.digest import digest_path
+
+    if is_safetensors(path):
+        if step is not None:
+            raise UsageError("--step does not apply to safetensors files")
+        return digest_safetensors_path(path, memory_limit, on_progress)
+    return digest_path(path, step, storage, memory_limit, on_progress)
 
 
 def digest_safetensors_path(

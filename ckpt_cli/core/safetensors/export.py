@@ -24,7 +24,7 @@ from ckpt_cli.core.migrate.plan import DestLeaf, apply_spec
 from ckpt_cli.core.migrate.spec import MigrationSpec
 from ckpt_cli.core.migrate.tree import OperationJSON, Step
 from ckpt_cli.core.safetensors.dtypes import safetensors_dtype
-from ckpt_cli.core.safetensors.ld1 import LD1_KEY, encode
+from ckpt_cli.core.safetensors.ld1 import LD1_KEY, planned
 from ckpt_cli.core.safetensors.plan import FilesPlan, TensorSpec, plan_files
 from ckpt_cli.core.safetensors.tree import EMPTY_TYPES, TREE_KEY, Node, encode_tree
 from ckpt_cli.core.schema import SCHEMA_VERSION
@@ -264,8 +264,7 @@ def plan_export_item(
     metadata = {"format": framework, TREE_KEY: encode_tree(_tree_nodes(dest_leaves, exported))}
     if provenance:
         metadata.update(_provenance(ref, report, source, spec))
-    if digests := carried(recorded_leaves(ref.location), exprs):
-        metadata[LD1_KEY] = encode(digests)
+    metadata[LD1_KEY] = planned(exprs, carried(recorded_leaves(ref.location), exprs))
     files = plan_files(specs, max_shard_size=max_shard_size, metadata=metadata)
     where = files.weight_map
     tensors = tuple(_tensor(leaf, exprs[leaf.name], where[leaf.name]) for leaf in exported)

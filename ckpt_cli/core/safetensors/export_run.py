@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
 from typing_extensions import NotRequired
@@ -17,7 +17,7 @@ from ckpt_cli.core.format.digests import BlockDigests
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.safetensors.export import ExportPlan, ExportPlanJSON, ExportTensor
-from ckpt_cli.core.safetensors.ld1 import decode
+from ckpt_cli.core.safetensors.ld1 import LD1_KEY, encode, expected, fill_headers
 from ckpt_cli.errors import RefusedError
 
 
@@ -125,7 +125,8 @@ def _execute(
             report.ref.location, report.zarr_format == 3, _context(_cache_bytes(plan))
         )
         ctx = ops.EvalContext(store, {})
-        stream = _Stream(ctx, memory_limit, on_bytes, BlockDigests(decode(plan.metadata)))
+        digests = BlockDigests(expected(plan.metadata), [t.name for t in plan.tensors])
+        stream = _Stream(ctx, memory_limit, on_bytes, digests)
         with SafetensorsSink(tmp, plan.files) as sink, contextlib.closing(stream):
             # The writer thread stops (closing) before the sink closes its files (abort).
             by_name = {t.name: t for t in plan.tensors}
@@ -139,6 +140,8 @@ def _execute(
                 sink.finish_file(f.name)
             stream.digests.check("tensor", "exported")
             sink.commit()
+        plan = replace(plan, metadata={**plan.metadata, LD1_KEY: encode(_found(plan, digests))})
+        fill_headers(tmp, plan.files, plan.metadata)
         try:
             if os.path.isdir(plan.out):
                 os.rmdir(plan.out)  # empty (checked): replaced by the complete directory
@@ -166,6 +169,21 @@ def _cache_bytes(plan: ExportPlan) -> int:
         return 0
     sources = [n for t in shared for n in t.expr.walk() if isinstance(n, ops.Source)]
     return source_cache_bytes(plan.memory_limit, (decoded_chunk_bytes(n.info) for n in sources))
+
+
+def _found(plan: ExportPlan, digests: BlockDigests) -> dict[str, str]:
+    """Every exported tensor's ``ld1`` from the blocks written (an empty one: no block)."""
+    import numpy as np
+
+    from ckpt_cli.core.format.ldigest import digest_array, finish
+    from ckpt_cli.core.safetensors.dtypes import numpy_dtype
+
+    out = {}
+    for t in plan.tensors:
+        p = digests.partials.get(t.name)
+        empty = np.empty(t.shape, numpy_dtype(t.dtype))
+        out[t.name] = finish(p) if p is not None else digest_array(empty, t.dtype)
+    return out
 
 
 def _context(cache_bytes: int) -> Any:

@@ -30,12 +30,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
 from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.format.arrays import ItemStore, cached_context
+from ckpt_cli.core.format.digests import BlockDigests
 from ckpt_cli.core.format.dtypes import dtype_itemsize
+from ckpt_cli.core.format.ldigest import Partial
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.item import OCDBT_CONFIG, ItemWriter
 from ckpt_cli.core.write.pipeline import block_budget, leaf_regions
@@ -57,6 +59,14 @@ class UnitLeaf:
     plan: SourcePlan
     source_chunks: tuple[int, ...] | None
     regions: tuple[Region, ...]
+    #: Take the ``ld1`` partials of these regions (a carried digest the driver checks).
+    ld1: bool = False
+    #: Take the SHA-256 of the leaf (a carried version-1 digest: the whole leaf is in this unit).
+    sha256: bool = False
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.keypath)
 
     @property
     def nbytes(self) -> int:
@@ -89,6 +99,10 @@ class UnitDone:
     nbytes: int
     seconds: float
     worker: str  # host:pid
+    #: Leaf -> the ``ld1`` partial of the unit's regions (leaves with a carried digest).
+    partials: tuple[tuple[str, Partial], ...] = ()
+    #: Leaf -> SHA-256 of its values in C order (None: not written in C order).
+    sha256: tuple[tuple[str, str | None], ...] = ()
 
 
 class ScaleJSON(TypedDict):
@@ -240,13 +254,20 @@ def run_write_unit(unit: WriteUnit) -> UnitDone:
             source_chunks=part.source_chunks,
         )
         jobs.append((leaf, part.regions))
-    state.writer.write_regions(jobs)
+    wanted = BlockDigests(
+        {},
+        [p.name for p in unit.leaves if p.ld1],
+        {p.name: None for p in unit.leaves if p.sha256},
+    )
+    taken = state.writer.write_regions(jobs, expect=wanted)
     return UnitDone(
         unit.index,
         state.database,
         unit.nbytes,
         time.monotonic() - started,
         f"{socket.gethostname()}:{os.getpid()}",
+        tuple(sorted(taken.partials.items())),
+        tuple(sorted(taken.sha256_found().items())),
     )
 
 
@@ -259,19 +280,30 @@ def write_arrays_scaled(
     executor: Executor,
     unit_bytes: int = DEFAULT_UNIT_BYTES,
     on_bytes: Callable[[int], None] | None = None,
+    expect: BlockDigests | None = None,
 ) -> ScaleStats:
     """Create every array (headers, by the driver), run the units on ``executor``, then merge
     the worker databases into the item's root database. Raises if any unit failed: the caller
-    then deletes the tmp step, so nothing valid-looking is left."""
-    units = plan_write_units(
-        leaves,
-        item.dest,
-        use_ocdbt=item.use_ocdbt,
-        memory_limit=item.memory_limit,
-        unit_bytes=unit_bytes,
+    then deletes the tmp step, so nothing valid-looking is left.
+
+    ``expect``: carried digests. The workers take the ``ld1`` partials of their regions (and the
+    SHA-256 of a version-1 leaf written whole by one unit); the driver merges them per leaf and
+    raises ``SourceDigestError`` on a difference, before the databases are merged."""
+    written = {leaf.name for leaf in leaves if leaf.array is not None and leaf.source}
+    digests = (expect or BlockDigests({})).restrict(written)
+    units = _with_digests(
+        plan_write_units(
+            leaves,
+            item.dest,
+            use_ocdbt=item.use_ocdbt,
+            memory_limit=item.memory_limit,
+            unit_bytes=unit_bytes,
+        ),
+        digests,
     )
     _create_arrays(item, [leaf for leaf in leaves if leaf.array is not None and leaf.source])
     done = executor.map(run_write_unit, units, (lambda d: on_bytes(d.nbytes)) if on_bytes else None)
+    _check_digests(digests, done)
     databases = sorted({d.database for d in done if d.database})
     started = time.monotonic()
     if item.use_ocdbt:
@@ -284,6 +316,32 @@ def write_arrays_scaled(
         sum(d.seconds for d in done),
         time.monotonic() - started,
     )
+
+
+def _with_digests(units: list[WriteUnit], digests: BlockDigests) -> list[WriteUnit]:
+    """The units, told which leaves' digests to take: ``ld1`` partials of every carried leaf,
+    the SHA-256 of a version-1 leaf only where one unit writes all of it."""
+    spread: dict[str, int] = {}
+    for unit in units:
+        for part in unit.leaves:
+            spread[part.name] = spread.get(part.name, 0) + 1
+
+    def told(part: UnitLeaf) -> UnitLeaf:
+        ld1 = part.name in digests.collect
+        sha = part.name in digests.sha256 and spread[part.name] == 1
+        return replace(part, ld1=ld1, sha256=sha) if ld1 or sha else part
+
+    return [replace(u, leaves=tuple(told(p) for p in u.leaves)) for u in units]
+
+
+def _check_digests(digests: BlockDigests, done: Sequence[UnitDone]) -> None:
+    """Merge the workers' partials (one result per unit, whatever retries ran) and compare."""
+    by_unit = {d.index: d for d in done}
+    for result in by_unit.values():
+        for name, box in result.partials:
+            digests.absorb(name, box)
+        digests.hashes.update(result.sha256)
+    digests.check()
 
 
 def _create_arrays(item: ItemWriter, arrays: list[LeafOut]) -> None:

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ckpt_cli.core.format.digests import BlockDigests
 from ckpt_cli.core.format.names import COMMIT_MARKER, TREE_METADATA, array_prefix, unsafe_as_path
 from ckpt_cli.core.format.sharding import sharding_json
 from ckpt_cli.core.storage import Location
@@ -111,31 +112,33 @@ class ItemWriter:
         self,
         leaves: Sequence[LeafOut],
         on_bytes: Callable[[int], None] | None = None,
-        expect: Mapping[str, str] | None = None,
-    ) -> None:
+        expect: Mapping[str, str] | BlockDigests | None = None,
+    ) -> BlockDigests:
         """Create every array leaf and fill it from its source, all leaves in one pipeline.
 
         Blocks are chunk-aligned in the output (whole chunks, several when small). Reads of
         upcoming blocks and writes of finished ones overlap as TensorStore futures; the bytes of
         blocks held at once stay under half the memory limit (TensorStore's cache gets a quarter).
-        ``expect``: leaf name -> ``ld1`` the written values must have (``SourceDigestError``).
+        ``expect``: leaf name -> ``ld1`` the written values must have (``SourceDigestError``),
+        or the ``BlockDigests`` to take; returns the digests taken.
         """
         arrays = [leaf for leaf in leaves if leaf.array is not None and leaf.source is not None]
         budget = block_budget(self.memory_limit, self.in_flight)
         jobs = [(leaf, leaf_regions(leaf, budget)) for leaf in arrays]
-        self.write_regions(jobs, on_bytes, expect)
+        return self.write_regions(jobs, on_bytes, expect)
 
     def write_regions(
         self,
         jobs: Sequence[tuple[LeafOut, Iterable[Region]]],
         on_bytes: Callable[[int], None] | None = None,
-        expect: Mapping[str, str] | None = None,
-    ) -> None:
+        expect: Mapping[str, str] | BlockDigests | None = None,
+    ) -> BlockDigests:
         """Fill the given chunk-aligned regions of each leaf from its source (the arrays exist,
         or are created here unless ``assume_metadata``), all in one pipeline."""
         pipe = Pipeline(self, list(jobs), on_bytes, expect)
         try:
             pipe.run()
+            return pipe.digests
         except BaseException:
             pipe.drain_quietly()
             raise

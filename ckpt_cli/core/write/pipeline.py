@@ -14,7 +14,10 @@ total is reached when everything is written.
 Verify while writing: a leaf with an expected ``ld1`` (``expect``: a digest carried from the
 source's record, values unchanged) has the ``ld1`` partial of every block taken from the values
 about to be written (no second read); ``run`` compares the merged digest with the expected one
-and raises ``SourceDigestError`` on a difference, before anything is committed.
+and raises ``SourceDigestError`` on a difference, before anything is committed. A version-1
+(SHA-256) digest is checked the same way when the leaf's blocks are written in C order (each
+the next range of the stream: output chunks of whole trailing rows, or one block); otherwise
+the leaf is carried unchecked (``BlockDigests.unchecked``).
 """
 
 from __future__ import annotations
@@ -134,11 +137,12 @@ class Pipeline:
         writer: ArraySink,
         jobs: list[tuple[LeafOut, Iterable[Region]]],
         on_bytes: Callable[[int], None] | None,
-        expect: Mapping[str, str] | None = None,
+        expect: Mapping[str, str] | BlockDigests | None = None,
     ) -> None:
         self.writer = writer
         written = {leaf.name for leaf, _ in jobs}
-        self.digests = BlockDigests({k: v for k, v in (expect or {}).items() if k in written})
+        given = expect if isinstance(expect, BlockDigests) else BlockDigests(expect or {})
+        self.digests = given.restrict(written)
         self.jobs = jobs
         self.arrays = [leaf for leaf, _ in jobs]
         self.on_bytes = on_bytes

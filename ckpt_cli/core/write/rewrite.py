@@ -20,6 +20,7 @@ from typing_extensions import NotRequired, TypeVar
 from ckpt_cli.core.executor import Executor, open_executor
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.digests import (
+    BlockDigests,
     FileSum,
     LeafDigest,
     file_checksum,
@@ -312,15 +313,24 @@ def _write_leaves(
     """The item's arrays (by ``executor``'s workers when given), then its tree metadata."""
     src, leaves = one.source, one.leaves
     stats = None
+    expect = carried_digests(one)
     if executor is None:
-        expect = {k: d.ld1 for k, d in (one.leaf_digests or {}).items() if d.ld1}
-        expect |= one.expect or {}
         item.write_arrays(leaves, on_bytes, expect)
     else:
-        stats = write_arrays_scaled(item, leaves, executor, unit_bytes, on_bytes)
+        stats = write_arrays_scaled(item, leaves, executor, unit_bytes, on_bytes, expect)
     tree = read_tree_metadata(src.location)
     item.write_metadata(leaves, tree.custom_metadata if tree else None)
     return stats
+
+
+def carried_digests(one: ItemOut) -> BlockDigests:
+    """What the writer checks while writing: every carried ``ld1``, and the SHA-256 of a leaf
+    whose record is version 1 (checked where its blocks are written in C order)."""
+    recorded = one.leaf_digests or {}
+    expect = {k: d.ld1 for k, d in recorded.items() if d.ld1}
+    expect |= one.expect or {}
+    sha = {k: d.digest for k, d in recorded.items() if d.digest and k not in expect}
+    return BlockDigests(expect, (), sha)
 
 
 def record_digests(item_dir: Location, leaf_digests: dict[str, LeafDigest] | None) -> None:
