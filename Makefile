@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	rm -rf $(DEMO) $(DEMO)-4x2 $(DEMO)-wide $(DEMO)-4x2-w2 $(DEMO)-4x2-dask $(DEMO)-copy
+	rm -rf $(DEMO) $(DEMO)-rec $(DEMO)-4x2 $(DEMO)-wide $(DEMO)-4x2-w2 $(DEMO)-4x2-dask $(DEMO)-copy
 	@echo "== ckpt --help: every command, listed from the one registry (commands/__init__.py)"
 	$(CKPT) --help
 	@echo "== a usage error is one line on stderr, exit 2"
@@ -50,6 +50,14 @@ demo: $(STAMP)
 	$(CKPT) verify $(DEMO) --record
 	@echo "== ckpt verify --deep: every chunk decoded and checked against the recorded digests"
 	$(CKPT) verify $(DEMO) --deep
+	@echo "== digests taken while the trainer saves (examples/train_mlp.py --digests: ckpt_cli.orbax.DigestingCheckpointManager): verify --deep checks them with no --record pass"
+	rm -rf $(DEMO)-rec
+	$(PY) examples/train_mlp.py --workdir $(DEMO)-rec --steps 200 --digests
+	$(CKPT) verify $(DEMO)-rec --deep
+	@echo "== the same digests from Python (ckpt_cli.digest), and a byte flipped after the save: caught (exit 1)"
+	$(PY) -c "import ckpt_cli; d = ckpt_cli.digest('$(DEMO)-rec', step=200).digests(); print(len(d), 'leaves;', next(iter(d.items())))"
+	$(PY) -c "import pathlib; f = max((p for p in pathlib.Path('$(DEMO)-rec/200').rglob('d/*') if p.is_file()), key=lambda p: p.stat().st_size); b = bytearray(f.read_bytes()); b[len(b) // 2] ^= 1; f.write_bytes(bytes(b))"
+	$(CKPT) verify $(DEMO)-rec --step 200 --deep; echo "exit $$?"
 	@echo "== ckpt verify --latest --sample 25% --seed 1 --json (a nightly partial check)"
 	$(CKPT) verify $(DEMO) --latest --sample 25% --seed 1 --json | $(PY) -m json.tool | head -n 30
 	@echo "== ckpt diff: what changed between two steps (exit 1: they differ)"

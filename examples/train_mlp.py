@@ -7,6 +7,11 @@ second run with a larger ``--steps`` resumes from the latest step instead of sta
 
     python examples/train_mlp.py --workdir demo_runs/exp7 --steps 300
     python examples/train_mlp.py --workdir demo_runs/exp7 --steps 600   # resumes at 300
+    python examples/train_mlp.py --workdir demo_runs/rec --digests      # ld1 digests at save time
+
+``--digests`` wraps the manager in ``ckpt_cli.orbax.DigestingCheckpointManager``: each saved
+step gets its digest record while Orbax writes it, so ``ckpt verify --deep`` checks the values
+against what the trainer held, with no ``verify --record`` pass.
 """
 
 from __future__ import annotations
@@ -94,6 +99,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--save-every", type=int, default=100)
     ap.add_argument("--keep", type=int, default=3)
+    ap.add_argument("--digests", action="store_true", help="record ld1 digests at save time")
     args = ap.parse_args()
 
     mgr = ocp.CheckpointManager(
@@ -102,6 +108,10 @@ def main() -> None:
             max_to_keep=args.keep, save_interval_steps=args.save_every
         ),
     )
+    if args.digests:
+        from ckpt_cli.orbax import DigestingCheckpointManager
+
+        mgr = DigestingCheckpointManager(mgr)
     state = init_state(args.hidden)
     latest = mgr.latest_step()
     if latest is not None:

@@ -72,6 +72,8 @@ def test_one_process_records_what_ckpt_digest_computes(cli, tmp_path: Path) -> N
     # verify --deep checks the trainer's record: no --record pass was run
     r = cli("verify", tmp_path, "--deep", "--json")
     assert r.code == 0, r.stdout
+    # The record holds values, not file checksums: no file reads as "appeared after" it.
+    assert not r.json()["problems"], r.json()["problems"]
     digests = r.json()["checked"]["digests"]
     [status] = [v for path, v in digests.items() if path.endswith("/state")]
     assert status == "checked", digests  # values checked against the record
