@@ -13,7 +13,7 @@ spread over units like a write: its NaN/Inf counts add up and its ``ld1`` partia
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from ckpt_cli.core.executor import Executor
@@ -63,11 +63,33 @@ def _task_bytes(task: ScanTask) -> int:
 
 def plan_scan_units(
     facts: ItemFacts, want_digests: Wanted, budget: int, unit_bytes: int
-) -> list[ScanUnit]:
+) -> Iterator[ScanUnit]:
+    """The units of ``facts``'s deep pass, yielded as they are cut (the executor submits each
+    at once): array units in leaf order, then the file checksum units."""
+    assert facts.store is not None
+    yield from _array_units(facts, want_digests, budget, unit_bytes)
+    if want_digests and facts.inventory is not None:
+        base, zarr3 = str(facts.inventory.base), facts.store.use_zarr3
+        storage = facts.store.item.options
+        group: list[tuple[str, int]] = []
+        size = 0
+        for rel in _data_files(facts):
+            group.append((rel, facts.inventory.sizes.get(rel) or 0))
+            size += group[-1][1]
+            if size >= unit_bytes:
+                yield ScanUnit(base, zarr3, budget, (), tuple(group), storage)
+                group, size = [], 0
+        if group:
+            yield ScanUnit(base, zarr3, budget, (), tuple(group), storage)
+
+
+def _array_units(
+    facts: ItemFacts, want_digests: Wanted, budget: int, unit_bytes: int
+) -> Iterator[ScanUnit]:
     assert facts.store is not None
     item, zarr3 = str(facts.store.item), facts.store.use_zarr3
     storage = facts.store.item.options
-    units: list[ScanUnit] = []
+    units: list[ScanUnit] = []  # cut but not yet yielded
     tasks: list[ScanTask] = []
     size = 0
     ld1 = want_digests.ld1
@@ -93,25 +115,17 @@ def plan_scan_units(
                         tasks.append(ScanTask(name, info, label, blocks=tuple(blocks), ld1=ld1))
                         blocks = []
                     flush()
+                    yield from units
+                    units.clear()
                 blocks.append(block)
                 size += nbytes
             tasks.append(ScanTask(name, info, label, blocks=tuple(blocks), ld1=ld1))
         if size >= unit_bytes:
             flush()
+        yield from units
+        units.clear()
     flush()
-    if want_digests and facts.inventory is not None:
-        base = str(facts.inventory.base)
-        group: list[tuple[str, int]] = []
-        size = 0
-        for rel in _data_files(facts):
-            group.append((rel, facts.inventory.sizes.get(rel) or 0))
-            size += group[-1][1]
-            if size >= unit_bytes:
-                units.append(ScanUnit(base, zarr3, budget, (), tuple(group), storage))
-                group, size = [], 0
-        if group:
-            units.append(ScanUnit(base, zarr3, budget, (), tuple(group), storage))
-    return units
+    yield from units
 
 
 def run_scan_unit(unit: ScanUnit) -> ScanDone:

@@ -29,7 +29,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -128,13 +128,15 @@ def plan_write_units(
     memory_limit: int,
     unit_bytes: int,
     run: str | None = None,
-) -> list[WriteUnit]:
-    """Cut the blocks of every array leaf into units of about ``unit_bytes``, in leaf order.
-    A leaf whose plan cannot be split (a whole-leaf migrate expression) stays in one unit."""
+) -> Iterator[WriteUnit]:
+    """Cut the blocks of every array leaf into units of about ``unit_bytes``, in leaf order,
+    each yielded as it is cut (the executor submits it at once). A leaf whose plan cannot be
+    split (a whole-leaf migrate expression) stays in one unit."""
     run = run or uuid.uuid4().hex
     # Blocks no bigger than a unit (when the chunks allow), so units stay near ``unit_bytes``.
     budget = min(block_budget(memory_limit), max(1, unit_bytes))
-    units: list[WriteUnit] = []
+    units: list[WriteUnit] = []  # cut, the ones not yet yielded after ``sent``
+    sent = 0
     current: list[UnitLeaf] = []
     size = 0
 
@@ -165,13 +167,17 @@ def plan_write_units(
                     current.append(_unit_leaf(leaf, regions))
                     regions = []
                 flush()
+                yield from units[sent:]
+                sent = len(units)
             regions.append(region)
             size += nbytes
         current.append(_unit_leaf(leaf, regions))
         if size >= unit_bytes:
             flush()
+        yield from units[sent:]
+        sent = len(units)
     flush()
-    return units
+    yield from units[sent:]
 
 
 def _unit_leaf(leaf: LeafOut, regions: list[Region]) -> UnitLeaf:
@@ -271,6 +277,7 @@ def write_arrays_scaled(
         unit_bytes=unit_bytes,
     )
     _create_arrays(item, [leaf for leaf in leaves if leaf.array is not None and leaf.source])
+    # Units are submitted as they are cut: the first runs while the planner cuts the rest.
     done = executor.map(run_write_unit, units, (lambda d: on_bytes(d.nbytes)) if on_bytes else None)
     databases = sorted({d.database for d in done if d.database})
     started = time.monotonic()
@@ -279,7 +286,7 @@ def write_arrays_scaled(
     return ScaleStats(
         executor.name,
         executor.workers,
-        len(units),
+        len(done),
         len(databases),
         sum(d.seconds for d in done),
         time.monotonic() - started,
