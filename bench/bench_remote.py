@@ -126,6 +126,9 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--scale", action="store_true", help="1/2/4/8 workers and Dask")
     parser.add_argument("--unit-bytes", default="4MiB", help="with --scale")
+    parser.add_argument(
+        "--scale-workers", default="4", help="with --scale: local worker counts, e.g. 1,2,4,8"
+    )
     opts = parser.parse_args()
     if opts.scale:
         opts.latency = 0.025 if opts.latency is None else opts.latency
