@@ -71,11 +71,12 @@ def run_context(
     executor, so its workers are started now, before the command lists and plans."""
     spec = None
     if executor is not None:
-        from ckpt_cli.core.executor import ExecutorSpec, start_early
+        from ckpt_cli.core.executor import ExecutorSpec, release_early, start_early
 
         spec = ExecutorSpec(executor, workers, scheduler)
         if start:
             start_early(spec)
+            ctx.call_on_close(lambda: release_early(spec))
     return Run(storage_options(ctx), json_out, spec)
 
 

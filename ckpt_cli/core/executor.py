@@ -417,6 +417,14 @@ def start_early(spec: ExecutorSpec) -> None:
     atexit.register(_close_unused)
 
 
+def release_early(spec: ExecutorSpec) -> None:
+    """Close ``spec``'s early-started executor if the run never opened it (a refused plan, a
+    usage error): the command's end, so that no pool outlives it."""
+    started = _STARTED.pop(spec, None)
+    if started is not None:
+        started.close()
+
+
 def _close_unused() -> None:
     while _STARTED:
         _STARTED.popitem()[1].close()

@@ -15,6 +15,7 @@ from ckpt_cli.core.executor import (
     ExecutorSpec,
     LocalExecutor,
     open_executor,
+    release_early,
     start_early,
     worker_state,
 )
@@ -82,6 +83,10 @@ def test_the_early_started_pool_is_the_one_the_run_opens() -> None:
     assert spec not in ex_mod._STARTED
     start_early(ExecutorSpec("local", workers=1))  # nothing to start for one process
     assert not ex_mod._STARTED
+    start_early(spec)  # a run that never opens it (a refused plan) closes it at its end
+    unused = ex_mod._STARTED[spec]
+    release_early(spec)
+    assert spec not in ex_mod._STARTED and unused._pool is None
 
 
 def test_dask_workers_hold_the_imports_before_their_first_task() -> None:
