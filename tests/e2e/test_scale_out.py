@@ -158,7 +158,11 @@ def test_local_worker_processes_equal_single_process(cli: Any, src: Path, tmp_pa
     assert cli(*args[:2], single, *args[2:]).code == 0
     r = cli(*args[:2], scaled, *args[2:], "--workers", "2", "--unit-bytes", "1MiB", "--json")
     assert r.code == 0, r.stderr
-    assert r.json()["scale"]["executor"] == "local" and r.json()["scale"]["databases"] == 2
+    scale = r.json()["scale"]
+    # Workers start with their imports done, so one may take every unit before the other is
+    # up: one database per worker that completed units (two merged: the Dask test above).
+    assert scale["executor"] == "local" and scale["units"] >= 2
+    assert 1 <= scale["databases"] <= 2
     assert cli("diff", single, scaled).code == 0
     assert_same_values(read_values(single), read_values(scaled))
 
