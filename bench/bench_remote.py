@@ -125,7 +125,13 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="ls,inspect,verify,deep,sample,diff,...")
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--scale", action="store_true", help="1/2/4/8 workers and Dask")
-    parser.add_argument("--unit-bytes", default="4MiB", help="with --scale")
+    # 32 MiB: a unit is read with all its chunks in flight at once and the window drains at its
+    # end, so a unit smaller than the single process's window (scan.IN_FLIGHT_BYTES, 32 MiB)
+    # caps a worker's requests in flight at unit bytes / chunk bytes (4 MiB units: 3-4).
+    parser.add_argument("--unit-bytes", default="32MiB", help="with --scale")
+    parser.add_argument(
+        "--scale-workers", default="4", help="with --scale: local worker counts, e.g. 1,2,4,8"
+    )
     opts = parser.parse_args()
     if opts.scale:
         opts.latency = 0.025 if opts.latency is None else opts.latency

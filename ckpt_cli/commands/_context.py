@@ -64,14 +64,19 @@ def run_context(
     executor: str | None = None,
     workers: int = 1,
     scheduler: str | None = None,
+    start: bool = False,
 ) -> Run:
     """The context of this run; ``executor`` given: ``--executor``/``--workers``/``--scheduler``
-    (checked here: a bad combination is a usage error)."""
+    (checked here: a bad combination is a usage error). ``start``: the run will use the
+    executor, so its workers are started now, before the command lists and plans."""
     spec = None
     if executor is not None:
-        from ckpt_cli.core.executor import ExecutorSpec
+        from ckpt_cli.core.executor import ExecutorSpec, release_early, start_early
 
         spec = ExecutorSpec(executor, workers, scheduler)
+        if start:
+            start_early(spec)
+            ctx.call_on_close(lambda: release_early(spec))
     return Run(storage_options(ctx), json_out, spec)
 
 

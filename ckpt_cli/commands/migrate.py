@@ -91,7 +91,7 @@ def migrate(
     """
     from ckpt_cli.core.migrate.plan import plan_migration
 
-    run = run_context(ctx, json_out, executor, workers, scheduler)
+    run = run_context(ctx, json_out, executor, workers, scheduler, start=not dry_run)
     write = o.write_options(
         run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, unit_bytes
     )

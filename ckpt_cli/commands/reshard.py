@@ -74,7 +74,7 @@ def reshard(
     """
     from ckpt_cli.core.reshard.plan import plan_reshard
 
-    run = run_context(ctx, json_out, executor, workers, scheduler)
+    run = run_context(ctx, json_out, executor, workers, scheduler, start=not dry_run)
     write = o.write_options(
         run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, unit_bytes
     )

@@ -173,7 +173,7 @@ def verify(
         step, latest, deep, record, sample, seed, strict, fail_on_nonfinite, mark_committed,
         max_duration, rotate, upgrade,
     )  # fmt: skip
-    run = run_context(ctx, json_out, executor, workers, scheduler)
+    run = run_context(ctx, json_out, executor, workers, scheduler, start=deep or record)
     location = open_location(path, run.storage)
     with run.progress() as on_progress:
         report = verify_path(location, options, on_progress, run.executor, unit_bytes)

@@ -12,6 +12,12 @@ the results in unit order. Units are idempotent, so re-running one is always saf
   ``distributed.scheduler.allowed-failures``, 3 by default); a task that raised is retried once
   more here (a transient storage error), then fails the run.
 
+Workers are ready when the work is: a command starts its executor (``start_early``) before it
+lists and plans, every worker process is spawned at once and imports TensorStore and the unit
+modules (``WORKER_PRELOAD``) in its initializer (Dask: a worker plugin registered on connect),
+the pool lives for the whole run (rebuilt only after a worker died), and ``map`` takes the units
+as an iterable: each unit is submitted as the planner yields it.
+
 Why Dask and not Ray: the workers do I/O and numpy through TensorStore, which needs no actor
 state, no object store and no GPU scheduling; Dask's ``distributed`` is two pure-Python wheels
 (Ray is a ~70 MB native wheel that starts a GCS, a raylet and an object store per node), its
@@ -21,8 +27,12 @@ handled by the scheduler with no code here (``client.map`` + ``as_completed``).
 
 from __future__ import annotations
 
+import atexit
 import os
-from collections.abc import Callable, Sequence
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -35,6 +45,15 @@ R = TypeVar("R")
 EXECUTORS = ("local", "dask")
 #: Times the local pool is rebuilt after a worker process died, before the run fails.
 _POOL_RESTARTS = 3
+#: What a worker imports before its first unit: TensorStore (1.5-3 s of wall time on a loaded
+#: machine) and the modules the units run in.
+WORKER_PRELOAD = (
+    "tensorstore",
+    "ckpt_cli.core.write.distributed",
+    "ckpt_cli.core.verify.distributed",
+)
+#: Times this process ran the worker initializer (1 in a pool worker, 0 in the driver).
+_WORKER_STARTS = 0
 
 
 @dataclass(frozen=True)
@@ -68,7 +87,7 @@ class Executor:
     def map(
         self,
         fn: Callable[[T], R],
-        units: Sequence[T],
+        units: Iterable[T],
         on_done: Callable[[R], None] | None = None,
     ) -> list[R]:
         raise NotImplementedError
@@ -91,7 +110,7 @@ class InlineExecutor(Executor):
     def map(
         self,
         fn: Callable[[T], R],
-        units: Sequence[T],
+        units: Iterable[T],
         on_done: Callable[[R], None] | None = None,
     ) -> list[R]:
         out = []
@@ -104,23 +123,40 @@ class InlineExecutor(Executor):
 
 
 class LocalExecutor(Executor):
-    """``workers`` spawned processes on this machine."""
+    """``workers`` spawned processes on this machine, all started (and importing
+    ``WORKER_PRELOAD``) as the executor is created; ``ready_seconds``: how long until every
+    one of them could take a unit (None while some are still starting)."""
 
     name = "local"
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
+        self.ready_seconds: float | None = None
         self._pool: Any = None
+        self._pool = self._new_pool()
 
     def _new_pool(self) -> Any:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        return ProcessPoolExecutor(
+        pool = ProcessPoolExecutor(
             self.workers,
             mp_context=multiprocessing.get_context("spawn"),
-            initializer=_ignore_ctrl_c,
+            initializer=_start_worker,
+            initargs=(WORKER_PRELOAD,),
         )
+        # Python spawns a worker per submit that finds none idle: one no-op task per worker
+        # starts them all now, not one by one as the first units arrive.
+        started, waiting = time.monotonic(), [self.workers]
+
+        def ready(_: object) -> None:
+            waiting[0] -= 1
+            if not waiting[0] and self.ready_seconds is None:
+                self.ready_seconds = time.monotonic() - started
+
+        for _ in range(self.workers):
+            pool.submit(_ready).add_done_callback(ready)
+        return pool
 
     def _stop_workers(self) -> None:
         """Kill the worker processes now (units are idempotent and the caller discards their
@@ -144,27 +180,26 @@ class LocalExecutor(Executor):
     def map(
         self,
         fn: Callable[[T], R],
-        units: Sequence[T],
+        units: Iterable[T],
         on_done: Callable[[R], None] | None = None,
     ) -> list[R]:
+        """Submit each unit as ``units`` yields it; the results in unit order."""
         from concurrent.futures.process import BrokenProcessPool
 
         results: dict[int, R] = {}
+        submitted: list[T] = []  # every unit taken from ``units``, to resubmit after a death
+        source = iter(units)
         restarts = 0
-        while len(results) < len(units):
+        while True:
             if self._pool is None:
                 self._pool = self._new_pool()
-            pending: dict[Future[R], int] = {
-                self._pool.submit(fn, u): i for i, u in enumerate(units) if i not in results
-            }
+            pending: dict[Future[R], int] = {}
             try:
-                while pending:
-                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for fut in done:
-                        i = pending.pop(fut)
-                        results[i] = fut.result()
-                        if on_done is not None:
-                            on_done(results[i])
+                for i, u in enumerate(submitted):
+                    if i not in results:
+                        pending[self._pool.submit(fn, u)] = i
+                self._stream(fn, source, submitted, pending, results, on_done)
+                return [results[i] for i in range(len(submitted))]
             except BrokenProcessPool:
                 # A worker process died (killed, out of memory): units are idempotent, so the
                 # unfinished ones simply run again on a fresh pool.
@@ -174,14 +209,31 @@ class LocalExecutor(Executor):
                 if restarts > _POOL_RESTARTS:
                     raise StorageError(
                         f"local worker processes died {restarts} times; "
-                        f"{len(units) - len(results)} units unfinished, nothing written",
+                        f"{len(submitted) - len(results)} units unfinished, nothing written",
                         hint="lower --memory-limit or --workers",
                     ) from None
             except BaseException:
                 # Interrupted (Ctrl-C, SIGTERM) or a unit failed: the run ends here.
                 self._stop_workers()
                 raise
-        return [results[i] for i in range(len(units))]
+
+    def _stream(
+        self,
+        fn: Callable[[T], R],
+        source: Iterator[T],
+        submitted: list[T],
+        pending: dict[Future[R], int],
+        results: dict[int, R],
+        on_done: Callable[[R], None] | None,
+    ) -> None:
+        """Submit the rest of ``source`` unit by unit (taking the results that arrived
+        meanwhile), then wait for every pending unit."""
+        for unit in source:
+            submitted.append(unit)
+            pending[self._pool.submit(fn, unit)] = len(submitted) - 1
+            _collect(pending, results, on_done, block=False)
+        while pending:
+            _collect(pending, results, on_done, block=True)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -223,20 +275,39 @@ class DaskExecutor(Executor):
                 f"the Dask scheduler at {address} has no workers",
                 hint="start some with `dask worker ADDRESS`",
             )
+        # Every worker (and any that joins later) imports WORKER_PRELOAD now, while the driver
+        # plans; ``map`` waits for it before the first task, so no task pays the import.
+        self._preloading = threading.Thread(target=self._preload, daemon=True)
+        self._preloading.start()
+
+    def _preload(self) -> None:
+        import contextlib
+
+        from ckpt_cli.core.dask_preload import register
+
+        # An optimisation only: if it fails, a task imports what it needs anyway.
+        with contextlib.suppress(Exception):
+            register(self.client, WORKER_PRELOAD)
 
     def map(
         self,
         fn: Callable[[T], R],
-        units: Sequence[T],
+        units: Iterable[T],
         on_done: Callable[[R], None] | None = None,
     ) -> list[R]:
         from distributed import as_completed
 
-        futures = self.client.map(fn, list(units), pure=False, retries=1)
-        index = {f.key: i for i, f in enumerate(futures)}
+        self._preloading.join()
+        futures: list[Any] = []
+        index: dict[Any, int] = {}
         results: dict[int, R] = {}
+        arrived = as_completed()
         try:
-            for fut in as_completed(futures):
+            for unit in units:  # each submitted as the planner yields it
+                futures.append(self.client.submit(fn, unit, pure=False, retries=1))
+                index[futures[-1].key] = len(futures) - 1
+                arrived.add(futures[-1])
+            for fut in arrived:
                 try:
                     value = fut.result()
                 except CkptError:
@@ -257,7 +328,7 @@ class DaskExecutor(Executor):
             self.client.cancel([f for f in futures if not f.done()])
             self._wait_stopped({f.key for f in futures})
             raise
-        return [results[i] for i in range(len(units))]
+        return [results[i] for i in range(len(futures))]
 
     def _wait_stopped(self, keys: set[Any], timeout_s: float = 60) -> None:
         import time
@@ -277,19 +348,96 @@ class DaskExecutor(Executor):
             time.sleep(0.1)
 
     def close(self) -> None:
+        self._preloading.join(30)
         self.client.close()
 
 
-def _ignore_ctrl_c() -> None:
-    """Worker processes ignore SIGINT: Ctrl-C reaches the whole process group, and the driver,
-    which stops them, decides how the run ends (no traceback from each worker)."""
+def _collect(
+    pending: dict[Future[R], int],
+    results: dict[int, R],
+    on_done: Callable[[R], None] | None,
+    *,
+    block: bool,
+) -> None:
+    """Move the finished futures of ``pending`` into ``results`` (waiting for one if
+    ``block``); a unit's exception (or a broken pool) is raised here."""
+    done, _ = wait(pending, timeout=None if block else 0, return_when=FIRST_COMPLETED)
+    for fut in done:
+        i = pending.pop(fut)
+        results[i] = fut.result()
+        if on_done is not None:
+            on_done(results[i])
+
+
+def preload(modules: Iterable[str]) -> None:
+    """Import ``modules`` (a worker, before its first unit)."""
+    import importlib
+
+    for name in modules:
+        importlib.import_module(name)
+
+
+def _start_worker(modules: tuple[str, ...]) -> None:
+    """A local worker's initializer: ignore SIGINT (Ctrl-C reaches the whole process group, and
+    the driver, which stops the workers, decides how the run ends: no traceback from each
+    worker), then import ``modules``."""
     import signal
 
+    global _WORKER_STARTS
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WORKER_STARTS += 1
+    preload(modules)
 
 
-def open_executor(spec: ExecutorSpec) -> Executor:
-    """The executor ``spec`` asks for, started (a pool, or a connection to the scheduler)."""
+def _ready() -> None:
+    """The no-op task that makes a pool spawn its workers at once."""
+
+
+def worker_state(_: object = None) -> tuple[int, int, tuple[str, ...]]:
+    """This process's id, how many times it ran the worker initializer, and which modules of
+    ``WORKER_PRELOAD`` it holds (a task for tests and the bench)."""
+    held = tuple(m for m in WORKER_PRELOAD if m in sys.modules)
+    return os.getpid(), _WORKER_STARTS, held
+
+
+#: Executors a command started before it listed and planned, taken by ``open_executor``.
+_STARTED: dict[ExecutorSpec, Executor] = {}
+
+
+def start_early(spec: ExecutorSpec) -> None:
+    """Start ``spec``'s workers now (a command, before it lists and plans): spawn and imports
+    overlap the planning. ``open_executor(spec)`` then returns this executor. A Dask scheduler
+    that cannot be reached is left to ``open_executor``, which reports it when it is needed."""
+    if not spec.scaled or spec in _STARTED:
+        return
+    try:
+        _STARTED[spec] = _new_executor(spec)
+    except CkptError:
+        return
+    atexit.register(_close_unused)
+
+
+def release_early(spec: ExecutorSpec) -> None:
+    """Close ``spec``'s early-started executor if the run never opened it (a refused plan, a
+    usage error): the command's end, so that no pool outlives it."""
+    started = _STARTED.pop(spec, None)
+    if started is not None:
+        started.close()
+
+
+def _close_unused() -> None:
+    while _STARTED:
+        _STARTED.popitem()[1].close()
+
+
+def _new_executor(spec: ExecutorSpec) -> Executor:
     if spec.kind == "dask":
         return DaskExecutor(spec.scheduler)
     return InlineExecutor() if spec.workers == 1 else LocalExecutor(spec.workers)
+
+
+def open_executor(spec: ExecutorSpec) -> Executor:
+    """The executor ``spec`` asks for, started (a pool, or a connection to the scheduler): the
+    one ``start_early`` started, if any."""
+    started = _STARTED.pop(spec, None)
+    return started if started is not None else _new_executor(spec)

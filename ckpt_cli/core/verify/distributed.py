@@ -13,7 +13,9 @@ spread over units like a write: its NaN/Inf counts add up and its ``ld1`` partia
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import threading
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from ckpt_cli.core.executor import Executor
@@ -22,7 +24,7 @@ from ckpt_cli.core.format.blocks import block_shape, iter_blocks
 from ckpt_cli.core.format.digests import FileSum, Wanted, file_checksum, string_digest
 from ckpt_cli.core.format.ldigest import Partial, merge
 from ckpt_cli.core.format.scan import LeafScan, ScanTask, scan_leaves
-from ckpt_cli.core.storage import StorageOptions, open_location
+from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.verify.deep import _data_files, _done, _take_scan, _take_sums, deep_item
 from ckpt_cli.core.verify.types import DataResult, ItemFacts
 from ckpt_cli.errors import CkptError
@@ -39,6 +41,8 @@ class ScanUnit:
     files: tuple[tuple[str, int], ...]  # (item-relative path, size)
     #: How the worker reaches the item (the driver's options).
     storage: StorageOptions = field(default_factory=StorageOptions)
+    #: The deep pass the unit belongs to: a worker reuses the item's opened store for it.
+    run: str = ""
 
     @property
     def nbytes(self) -> int:
@@ -63,11 +67,35 @@ def _task_bytes(task: ScanTask) -> int:
 
 def plan_scan_units(
     facts: ItemFacts, want_digests: Wanted, budget: int, unit_bytes: int
-) -> list[ScanUnit]:
+) -> Iterator[ScanUnit]:
+    """The units of ``facts``'s deep pass, yielded as they are cut (the executor submits each
+    at once): array units in leaf order, then the file checksum units."""
+    assert facts.store is not None
+    run = uuid.uuid4().hex
+    for unit in _array_units(facts, want_digests, budget, unit_bytes):
+        yield replace(unit, run=run)
+    if want_digests and facts.inventory is not None:
+        base, zarr3 = str(facts.inventory.base), facts.store.use_zarr3
+        storage = facts.store.item.options
+        group: list[tuple[str, int]] = []
+        size = 0
+        for rel in _data_files(facts):
+            group.append((rel, facts.inventory.sizes.get(rel) or 0))
+            size += group[-1][1]
+            if size >= unit_bytes:
+                yield ScanUnit(base, zarr3, budget, (), tuple(group), storage)
+                group, size = [], 0
+        if group:
+            yield ScanUnit(base, zarr3, budget, (), tuple(group), storage)
+
+
+def _array_units(
+    facts: ItemFacts, want_digests: Wanted, budget: int, unit_bytes: int
+) -> Iterator[ScanUnit]:
     assert facts.store is not None
     item, zarr3 = str(facts.store.item), facts.store.use_zarr3
     storage = facts.store.item.options
-    units: list[ScanUnit] = []
+    units: list[ScanUnit] = []  # cut but not yet yielded
     tasks: list[ScanTask] = []
     size = 0
     ld1 = want_digests.ld1
@@ -93,25 +121,37 @@ def plan_scan_units(
                         tasks.append(ScanTask(name, info, label, blocks=tuple(blocks), ld1=ld1))
                         blocks = []
                     flush()
+                    yield from units
+                    units.clear()
                 blocks.append(block)
                 size += nbytes
             tasks.append(ScanTask(name, info, label, blocks=tuple(blocks), ld1=ld1))
         if size >= unit_bytes:
             flush()
+        yield from units
+        units.clear()
     flush()
-    if want_digests and facts.inventory is not None:
-        base = str(facts.inventory.base)
-        group: list[tuple[str, int]] = []
-        size = 0
-        for rel in _data_files(facts):
-            group.append((rel, facts.inventory.sizes.get(rel) or 0))
-            size += group[-1][1]
-            if size >= unit_bytes:
-                units.append(ScanUnit(base, zarr3, budget, (), tuple(group), storage))
-                group, size = [], 0
-        if group:
-            units.append(ScanUnit(base, zarr3, budget, (), tuple(group), storage))
-    return units
+    yield from units
+
+
+#: Opened stores a worker keeps, by (run, item URL, zarr3): the units of one deep pass after
+#: the first skip the listing, the OCDBT manifest and the headers (round trips, each a full
+#: latency with nothing else in flight). Keyed by run: a later pass sees a changed item.
+_STORES: dict[tuple[str, str, bool], ItemStore] = {}
+_STORES_LOCK = threading.Lock()
+_KEPT_STORES = 4
+
+
+def _store(unit: ScanUnit, location: Location) -> ItemStore:
+    key = (unit.run, unit.item, unit.zarr3)
+    with _STORES_LOCK:
+        if not unit.run:
+            return ItemStore(location, unit.zarr3)
+        if key not in _STORES:
+            while len(_STORES) >= _KEPT_STORES:
+                del _STORES[next(iter(_STORES))]
+            _STORES[key] = ItemStore(location, unit.zarr3)
+        return _STORES[key]
 
 
 def run_scan_unit(unit: ScanUnit) -> ScanDone:
@@ -120,8 +160,7 @@ def run_scan_unit(unit: ScanUnit) -> ScanDone:
     location = open_location(unit.item, unit.storage)
     scans: tuple[LeafScan, ...] = ()
     if unit.tasks:
-        store = ItemStore(location, unit.zarr3)
-        scans = tuple(scan_leaves(store, unit.tasks, unit.budget))
+        scans = tuple(scan_leaves(_store(unit, location), unit.tasks, unit.budget))
     sums: list[tuple[str, FileSum | str]] = []
     for rel, _ in unit.files:
         try:

@@ -29,7 +29,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
@@ -142,13 +142,15 @@ def plan_write_units(
     memory_limit: int,
     unit_bytes: int,
     run: str | None = None,
-) -> list[WriteUnit]:
-    """Cut the blocks of every array leaf into units of about ``unit_bytes``, in leaf order.
-    A leaf whose plan cannot be split (a whole-leaf migrate expression) stays in one unit."""
+) -> Iterator[WriteUnit]:
+    """Cut the blocks of every array leaf into units of about ``unit_bytes``, in leaf order,
+    each yielded as it is cut (the executor submits it at once). A leaf whose plan cannot be
+    split (a whole-leaf migrate expression) stays in one unit."""
     run = run or uuid.uuid4().hex
     # Blocks no bigger than a unit (when the chunks allow), so units stay near ``unit_bytes``.
     budget = min(block_budget(memory_limit), max(1, unit_bytes))
-    units: list[WriteUnit] = []
+    units: list[WriteUnit] = []  # cut, the ones not yet yielded after ``sent``
+    sent = 0
     current: list[UnitLeaf] = []
     size = 0
 
@@ -179,13 +181,17 @@ def plan_write_units(
                     current.append(_unit_leaf(leaf, regions))
                     regions = []
                 flush()
+                yield from units[sent:]
+                sent = len(units)
             regions.append(region)
             size += nbytes
         current.append(_unit_leaf(leaf, regions))
         if size >= unit_bytes:
             flush()
+        yield from units[sent:]
+        sent = len(units)
     flush()
-    return units
+    yield from units[sent:]
 
 
 def _unit_leaf(leaf: LeafOut, regions: list[Region]) -> UnitLeaf:
@@ -302,6 +308,7 @@ def write_arrays_scaled(
         digests,
     )
     _create_arrays(item, [leaf for leaf in leaves if leaf.array is not None and leaf.source])
+    # Units are submitted as they are cut: the first runs while the planner cuts the rest.
     done = executor.map(run_write_unit, units, (lambda d: on_bytes(d.nbytes)) if on_bytes else None)
     _check_digests(digests, done)
     databases = sorted({d.database for d in done if d.database})
@@ -311,27 +318,29 @@ def write_arrays_scaled(
     return ScaleStats(
         executor.name,
         executor.workers,
-        len(units),
+        len(done),
         len(databases),
         sum(d.seconds for d in done),
         time.monotonic() - started,
     )
 
 
-def _with_digests(units: list[WriteUnit], digests: BlockDigests) -> list[WriteUnit]:
-    """The units, told which leaves' digests to take: ``ld1`` partials of every carried leaf,
-    the SHA-256 of a version-1 leaf only where one unit writes all of it."""
-    spread: dict[str, int] = {}
-    for unit in units:
-        for part in unit.leaves:
-            spread[part.name] = spread.get(part.name, 0) + 1
+def _with_digests(units: Iterable[WriteUnit], digests: BlockDigests) -> Iterator[WriteUnit]:
+    """The units as they are cut, told which leaves' digests to take: ``ld1`` partials of every
+    carried leaf, the SHA-256 of a version-1 leaf only where one unit writes all of it (its
+    regions, disjoint, hold every element: known without waiting for the rest of the plan)."""
+
+    def whole(part: UnitLeaf) -> bool:
+        held = sum(math.prod(int(s.stop) - int(s.start) for s in r) for r in part.regions)
+        return held == math.prod(part.array.shape)
 
     def told(part: UnitLeaf) -> UnitLeaf:
         ld1 = part.name in digests.collect
-        sha = part.name in digests.sha256 and spread[part.name] == 1
+        sha = part.name in digests.sha256 and whole(part)
         return replace(part, ld1=ld1, sha256=sha) if ld1 or sha else part
 
-    return [replace(u, leaves=tuple(told(p) for p in u.leaves)) for u in units]
+    for u in units:
+        yield replace(u, leaves=tuple(told(p) for p in u.leaves))
 
 
 def _check_digests(digests: BlockDigests, done: Sequence[UnitDone]) -> None:
