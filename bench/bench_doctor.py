@@ -1,8 +1,9 @@
-"""Check ``ckpt doctor``'s preflight: predicted vs measured peak host RAM of Orbax's restore.
+"""Check ``ckpt doctor``'s preflight: predicted vs measured peak host RAM of Orbax's restore and
+of ``ckpt reshard`` to the same layout.
 
 Run from the repository root::
 
-    .venv/bin/python bench/bench_doctor.py [--sizes 256M,1G,2G] [--workdir bench/out/doctor]
+    .venv/bin/python bench/bench_doctor.py [--sizes 256M,1G,2G] [--only orbax|reshard]
 
 For each size, a checkpoint of 8 float32 leaves ``[rows, 4096]`` is saved by the installed Orbax
 on 8 forced CPU devices, mesh ``(8,)`` and ``P('x', None)`` (each device's chunk: 1/8 of the
@@ -22,6 +23,12 @@ For each (size, target): ``ckpt doctor SRC --target bench_doctor:target_<name> -
 imports, the manager and the abstract target are built). That increase is what the prediction
 claims; the baseline (Python, jax, orbax: ~0.5 GiB) is the same for any checkpoint. The CPU
 "devices" are host memory, so the restored arrays are part of the figure.
+
+Then ``ckpt reshard SRC OUT --mesh M`` to that layout (*same*: ``--mesh x=8``, the recorded
+``P('x', None)`` kept; *changed*: ``--mesh data=2,model=4 --rule '*=[null, model]'``) runs in a
+fresh process at the default ``--memory-limit``; its ``ru_maxrss`` (``os.wait4``: the whole
+process, interpreter and imports included) is compared with ``memory.reshard_peak_bytes``, which
+predicts exactly that.
 Every run is one process at a time; the load average is printed next to each row.
 """
 
@@ -36,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from _harness import REPO, run  # bench/ is on sys.path when a script runs
+from _harness import REPO, run, run_rss  # bench/ is on sys.path when a script runs
 
 LEAVES, COLS = 8, 4096
 ENV_SRC = "CKPT_BENCH_DOCTOR_SRC"
@@ -111,6 +118,11 @@ def target_changed():
 
 
 TARGETS = ("same", "changed")
+#: ``ckpt reshard``'s arguments for the layout of each target.
+RESHARD = {
+    "same": ["--mesh", "x=8"],
+    "changed": ["--mesh", "data=2,model=4", "--rule", "*=[null, model]"],
+}
 
 
 def _predict(src: Path, which: str) -> dict[str, int | float]:
@@ -129,6 +141,37 @@ def _predict(src: Path, which: str) -> dict[str, int | float]:
     return {
         "orbax": host["orbax_restore_peak_bytes"],
         "amplification": host["read_amplification"],
+        "reshard": json.loads(out.stdout)["memory"]["reshard_peak_bytes"],
+    }
+
+
+def _reshard(src: Path, which: str, work: Path) -> tuple[float, int]:
+    """``ckpt reshard`` to the target's layout in a fresh process: wall seconds, peak RSS."""
+    out = work / f"resharded_{which}"
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [sys.executable, "-m", "ckpt_cli", "reshard", str(src), str(out), *RESHARD[which]]
+    done = run_rss([*cmd, "--json"])
+    shutil.rmtree(out, ignore_errors=True)
+    return done.wall_s, round(done.rss_mib * 2**20)
+
+
+def _row(size: str, which: str, kind: str, predicted: int, measured: int, ampl: float) -> dict:
+    error = (predicted - measured) / measured
+    load = os.getloadavg()[0]
+    print(
+        f"{size:>6} {which:<8}{kind:<8}{predicted / 2**30:>9.2f} G{measured / 2**30:>9.2f} G"
+        f"{error:>+8.1%}{ampl:>6.1f}  {load:.2f}",
+        flush=True,
+    )
+    return {
+        "size": size,
+        "target": which,
+        "what": kind,
+        "predicted_bytes": predicted,
+        "measured_bytes": measured,
+        "relative_error": error,
+        "read_amplification": ampl,
+        "load_average": load,
     }
 
 
@@ -141,15 +184,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="256M,1G,2G")
     ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--only", choices=("orbax", "reshard"), default=None)
     ap.add_argument("--workdir", default=str(REPO / "bench" / "out" / "doctor"))
     args = ap.parse_args()
     work = Path(args.workdir)
     rows_out = []
     print(
-        f"{'size':>6} {'target':<8}{'predicted':>11}{'measured':>11}{'error':>8}{'ampl':>6}  load"
+        f"{'size':>6} {'target':<8}{'what':<8}{'predicted':>11}{'measured':>11}{'error':>8}", end=""
     )
+    print(f"{'ampl':>6}  load")
     for size in args.sizes.split(","):
-        rows = _size(size) // (LEAVES * COLS * 4) // 8 * 8
+        rows = max(8, _size(size) // (LEAVES * COLS * 4) // 8 * 8)
         src = work / f"src_{size}"
         if not (src / "1").is_dir():
             shutil.rmtree(src, ignore_errors=True)
@@ -157,27 +202,16 @@ def main() -> None:
             run(BUILD, str(src), str(rows))
         for which in args.targets.split(","):
             predicted = _predict(src, which)
-            seconds, measured = run(RESTORE, str(src), which)
-            error = (predicted["orbax"] - measured) / measured
-            load = os.getloadavg()[0]
-            print(
-                f"{size:>6} {which:<8}{predicted['orbax'] / 2**30:>9.2f} G"
-                f"{measured / 2**30:>9.2f} G{error:>+8.1%}{predicted['amplification']:>6.1f}"
-                f"  {load:.2f}",
-                flush=True,
-            )
-            rows_out.append(
-                {
-                    "size": size,
-                    "target": which,
-                    "predicted_bytes": predicted["orbax"],
-                    "measured_bytes": measured,
-                    "relative_error": error,
-                    "read_amplification": predicted["amplification"],
-                    "restore_seconds": seconds,
-                    "load_average": load,
-                }
-            )
+            ampl = float(predicted["amplification"])
+            if args.only != "reshard":
+                seconds, measured = run(RESTORE, str(src), which)
+                rows_out.append(_row(size, which, "orbax", int(predicted["orbax"]), measured, ampl))
+                rows_out[-1]["seconds"] = seconds
+            if args.only != "orbax":
+                seconds, measured = _reshard(src, which, work)
+                predicted_bytes = int(predicted["reshard"])
+                rows_out.append(_row(size, which, "reshard", predicted_bytes, measured, ampl))
+                rows_out[-1]["seconds"] = seconds
         shutil.rmtree(src, ignore_errors=True)
     out = {"results": rows_out, "when": time.strftime("%Y-%m-%d %H:%M:%S")}
     (REPO / "bench" / "out").mkdir(parents=True, exist_ok=True)

@@ -75,7 +75,7 @@ def preflight_lines(m: Memory) -> list[str]:
             f"{human_bytes(h.read_bytes)} ({h.read_amplification:.1f}x), Orbax restore peak "
             f"~{human_bytes(h.orbax_restore_peak_bytes)}"
         )
-    lines.append(f"  ckpt reshard to this layout holds ~{human_bytes(m.reshard_peak_bytes)}")
+    lines.append(f"  ckpt reshard to this layout: peak RAM ~{human_bytes(m.reshard_peak_bytes)}")
     if m.advice:
         lines.append(f"  advice: {m.advice}")
     return lines

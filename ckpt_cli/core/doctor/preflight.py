@@ -27,6 +27,7 @@ from ckpt_cli.core.doctor.types import HostMemory, Memory
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.sharding import MeshSpec
 from ckpt_cli.core.inspect import ItemReport, Leaf
+from ckpt_cli.core.write.pipeline import block_budget, source_cache_bytes
 from ckpt_cli.errors import UsageError
 
 #: Orbax 0.12.8's default ``restore_concurrent_gb`` (StandardCheckpointHandler): 96 * 10**9.
@@ -186,10 +187,39 @@ _DECODING = 4
 _RUNTIME = 128 << 20
 
 
-def reshard_peak(total_bytes: int, memory_limit: int = RESHARD_MEMORY_LIMIT) -> int:
-    """``ckpt reshard``'s array bytes held at once: its ``--memory-limit`` (blocks in flight and
-    TensorStore's cache), or less when the whole item is smaller."""
-    return min(total_bytes, memory_limit)
+def reshard_peak(
+    total_bytes: int,
+    chunk_bytes: Iterable[int] = (),
+    memory_limit: int = RESHARD_MEMORY_LIMIT,
+) -> int:
+    """Peak host RAM (the whole process's RSS) of ``ckpt reshard`` of an item of ``total_bytes``
+    whose stored chunks decode to ``chunk_bytes``, under ``--memory-limit``.
+
+    - the process itself: the interpreter and the imports (``RESHARD_BASELINE``);
+    - the blocks in flight: the pipeline holds up to a quarter of the limit of values
+      (``Pipeline.limit``), with the decoded source chunks and the encoded output beside them
+      (``_BLOCK_COPIES`` times the values at the peak, the reads and writes interleaving);
+    - TensorStore's source cache (``source_cache_bytes``: an eighth of the limit, plus two
+      decoded source chunks when they are read in slabs).
+
+    An item smaller than that is in flight whole: each of its bytes about ``_ITEM_COPIES``
+    times (values, decoded source, encoded output, partly overlapping), so
+    ``min(_ITEM_COPIES x total, blocks in flight + cache)``: it grows with a small item and
+    the limit caps it.
+    """
+    blocks = _BLOCK_COPIES * max(block_budget(memory_limit), memory_limit // 4)
+    held = blocks + source_cache_bytes(memory_limit, chunk_bytes)
+    return RESHARD_BASELINE + min(round(_ITEM_COPIES * total_bytes), held)
+
+
+#: ``ckpt reshard``'s process before any array: Python, ckpt, TensorStore (no jax): the peak RSS
+#: of a reshard of a 1 MiB checkpoint measured 75-76 MiB (bench/bench_doctor.py, ``--sizes 1M``).
+RESHARD_BASELINE = 74 << 20
+#: The bytes held per byte of values in flight (a large item) and per byte of a small item
+#: (in flight whole), fitted on bench/bench_doctor.py (256 MiB .. 2 GiB, two meshes, 1 GiB limit;
+#: the same reshard measured up to a third apart from run to run).
+_BLOCK_COPIES = 2
+_ITEM_COPIES = 2.5
 
 
 def preflight(
@@ -224,7 +254,9 @@ def preflight(
         sizes[largest],
         mesh=mesh,
         hosts=tuple(per_host),
-        reshard_peak_bytes=reshard_peak(sum(sizes.values())),
+        reshard_peak_bytes=reshard_peak(
+            sum(sizes.values()), (leaf.array.decoded_chunk_bytes for leaf in arrays if leaf.array)
+        ),
     )
 
 

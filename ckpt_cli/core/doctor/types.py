@@ -68,7 +68,7 @@ class MemoryJSON(TypedDict):
     mesh: str | None  # the restore's mesh (--mesh), or None: the target's / the saved shardings
     max_device_bytes: int
     hosts: list[HostMemoryJSON]
-    reshard_peak_bytes: int  # ckpt reshard to that mesh: array bytes held at once
+    reshard_peak_bytes: int  # ckpt reshard to that mesh: predicted peak RSS of the process
     advice: str | None
 
 
@@ -153,8 +153,9 @@ AMPLIFICATION_ADVICE = 2.0
 class Memory:
     """The restore's preflight: every array's bytes, the largest single array, and per host
     (``hosts``, in JAX's device order) what its devices keep, what it reads given the stored
-    chunking, and the predicted peak host RAM of Orbax's restore; ``reshard_peak_bytes`` is what
-    ``ckpt reshard`` to that mesh holds at once."""
+    chunking, and the predicted peak host RAM of Orbax's restore; ``reshard_peak_bytes`` is the
+    predicted peak RSS of ``ckpt reshard`` to that mesh (the whole process, at its default
+    ``--memory-limit``)."""
 
     total_bytes: int
     arrays: int

@@ -3,15 +3,19 @@ estimates a read, hosts in JAX's device order."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from ckpt_cli.core.doctor.preflight import (
+    RESHARD_BASELINE,
     Placement,
     _Host,
     chunk_rounded,
     device_boxes,
     hosts_split,
     orbax_peak,
+    reshard_peak,
 )
 from ckpt_cli.core.format.sharding import MeshSpec
 from ckpt_cli.errors import UsageError
@@ -45,3 +49,19 @@ def test_the_peak_counts_device_arrays_and_the_buffers_in_flight() -> None:
     assert orbax_peak(h) == (1 << 30) + (1 << 28) + (4 << 20) + (128 << 20)
     # restore_concurrent_gb caps the buffers at what it lets in flight (chunk-rounded: x4)
     assert orbax_peak(h, concurrent_bytes=1 << 28) == (1 << 30) + (1 << 26) + (132 << 20)
+
+
+def test_the_reshard_peak_grows_with_a_small_item_and_the_limit_caps_it() -> None:
+    mib = 1 << 20
+    # below the limit: the process plus the item 2.5 times (decoded/encoded beside the values)
+    assert reshard_peak(64 * mib) == RESHARD_BASELINE + 160 * mib
+    sizes = [mib * 2**k for k in range(16)]  # 1 MiB .. 32 GiB
+    peaks = [reshard_peak(n, (16 * mib,)) for n in sizes]
+    assert peaks and all(a <= b for a, b in itertools.pairwise(peaks))
+    assert peaks[0] < peaks[1] < peaks[2]  # a small item: it grows with the item
+    # above it: blocks in flight (a quarter of the 1 GiB limit, twice) + the source cache
+    # (an eighth, plus two 16 MiB chunks read in slabs), whatever the item's size
+    capped = RESHARD_BASELINE + 512 * mib + 128 * mib + 32 * mib
+    assert peaks[-1] == peaks[-2] == capped
+    assert reshard_peak(1 << 40, (), memory_limit=256 * mib) == RESHARD_BASELINE + 160 * mib
+    assert reshard_peak(1 << 40, (), memory_limit=256 * mib) < reshard_peak(1 << 40, ())
