@@ -334,10 +334,12 @@ def streamed_slabs(
 _Read = tuple[Callable[[], Any], tuple[int, ...], int]
 
 
-def _reads(task: ScanTask, reader: LeafReader, budget: int) -> Iterator[_Read]:
-    """(submit the read, block origin, bytes) of every block of the task, in order."""
+def _reads(task: ScanTask, reader: LeafReader, budget: int, whole: bool) -> Iterator[_Read]:
+    """(submit the read, block origin, bytes) of every block of the task, in order. A chunk
+    larger than the budget is streamed only in a ``whole`` pass of the leaf: a budgeted run
+    (``--max-duration``, ``--rotate``) counts its cursor in the leaf's blocks, not in slabs."""
     streamed = None
-    if task.blocks is None:
+    if task.blocks is None and whole:
         streamed = streamed_slabs(task.info, reader, budget, c_order=task.digest)
     if streamed is not None:
         try:
@@ -368,7 +370,8 @@ def _read_task(
 ) -> Generator[LeafScan, None, bool]:
     """Submit the reads of one task's blocks, yielding the leaves completed meanwhile; returns
     whether ``stop`` ended the scan."""
-    for index, (read, origin, nbytes) in enumerate(_reads(task, reader, budget)):
+    whole = stop is None and task.start == 0 and task.stop is None
+    for index, (read, origin, nbytes) in enumerate(_reads(task, reader, budget, whole)):
         if index < task.start:
             continue
         if (task.stop is not None and index >= task.stop) or acc.error is not None:
