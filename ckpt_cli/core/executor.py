@@ -478,6 +478,15 @@ def start_early(spec: ExecutorSpec) -> None:
     atexit.register(_close_unused)
 
 
+def decline(spec: ExecutorSpec) -> None:
+    """The run stays in one process: close ``spec``'s early-started executor. A Dask executor
+    that could not be started still fails the run (no scheduler address, none reachable): what
+    was asked for is wrong, whether or not it is used."""
+    if spec.kind == "dask" and spec not in _STARTED:
+        _new_executor(spec).close()
+    release_early(spec)
+
+
 def release_early(spec: ExecutorSpec) -> None:
     """Close ``spec``'s early-started executor if the run never opened it (a refused plan, a
     usage error): the command's end, so that no pool outlives it."""

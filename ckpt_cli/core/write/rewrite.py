@@ -17,7 +17,7 @@ from typing import Any, Generic, Protocol, TypedDict
 
 from typing_extensions import NotRequired, TypeVar
 
-from ckpt_cli.core.executor import Executor, open_executor, release_early, should_split
+from ckpt_cli.core.executor import Executor, decline, open_executor, should_split
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.digests import (
     BlockDigests,
@@ -200,7 +200,7 @@ def _declined_split(
     decision = should_split(spec, total, remote=any(isinstance(p, RemoteLocation) for p in places))
     if decision.split:
         return None
-    release_early(spec)
+    decline(spec)
     return ScaleStats(spec.kind, spec.workers, 0, 0, 0.0, 0.0, False, decision.reason)
 
 
