@@ -516,6 +516,7 @@ def scale_main(opts: argparse.Namespace) -> None:
                             "--rule",
                             "*=[data, model]",
                             *extra,
+                            *(["--force-split"] if extra else []),  # measure the split itself
                             "--json",
                         ]
                     else:

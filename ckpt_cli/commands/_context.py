@@ -65,15 +65,16 @@ def run_context(
     workers: int = 1,
     scheduler: str | None = None,
     start: bool = False,
+    force_split: bool = False,
 ) -> Run:
     """The context of this run; ``executor`` given: ``--executor``/``--workers``/``--scheduler``
-    (checked here: a bad combination is a usage error). ``start``: the run will use the
+    (checked here: a bad combination is a usage error; ``force_split``: ``--force-split``). ``start``: the run will use the
     executor, so its workers are started now, before the command lists and plans."""
     spec = None
     if executor is not None:
         from ckpt_cli.core.executor import ExecutorSpec, release_early, start_early
 
-        spec = ExecutorSpec(executor, workers, scheduler)
+        spec = ExecutorSpec(executor, workers, scheduler, force_split)
         if start:
             start_early(spec)
             ctx.call_on_close(lambda: release_early(spec))

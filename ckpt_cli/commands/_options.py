@@ -243,6 +243,14 @@ UnitBytesOpt = Annotated[
         "Array bytes per unit of work when scaled out (whole chunks; small leaves share one).",
     ),
 ]
+ForceSplitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force-split",
+        help="Split into units even when the transfer is too short for the workers' start-up "
+        "to pay (otherwise such a run stays in one process and says why).",
+    ),
+]
 
 # --- a layout for a mesh (reshard, import) --------------------------------------------------------
 

@@ -79,6 +79,7 @@ def migrate(
     workers: o.WorkersOpt = 1,
     scheduler: o.SchedulerOpt = None,
     unit_bytes: o.UnitBytesOpt = o.UNIT_BYTES,
+    force_split: o.ForceSplitOpt = False,
 ) -> None:
     """Migrate a checkpoint to a changed model with a spec of rules: rename, drop, keep_only, cast,
     resize, reshape, transpose, split, concat, add, set (and python, behind --allow-python).
@@ -91,7 +92,9 @@ def migrate(
     """
     from ckpt_cli.core.migrate.plan import plan_migration
 
-    run = run_context(ctx, json_out, executor, workers, scheduler, start=not dry_run)
+    run = run_context(
+        ctx, json_out, executor, workers, scheduler, start=not dry_run, force_split=force_split
+    )
     write = o.write_options(
         run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, unit_bytes
     )

@@ -63,6 +63,7 @@ def reshard(
     workers: o.WorkersOpt = 1,
     scheduler: o.SchedulerOpt = None,
     unit_bytes: o.UnitBytesOpt = o.UNIT_BYTES,
+    force_split: o.ForceSplitOpt = False,
 ) -> None:
     """Rewrite a checkpoint for another device mesh: each device's shard becomes whole chunks.
 
@@ -74,7 +75,9 @@ def reshard(
     """
     from ckpt_cli.core.reshard.plan import plan_reshard
 
-    run = run_context(ctx, json_out, executor, workers, scheduler, start=not dry_run)
+    run = run_context(
+        ctx, json_out, executor, workers, scheduler, start=not dry_run, force_split=force_split
+    )
     write = o.write_options(
         run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, unit_bytes
     )

@@ -63,6 +63,8 @@ class ExecutorSpec:
     kind: str = "local"
     workers: int = 1
     scheduler: str | None = None
+    #: ``--force-split``: split into units even where ``should_split`` says it does not pay.
+    force_split: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in EXECUTORS:
@@ -400,6 +402,65 @@ def worker_state(_: object = None) -> tuple[int, int, tuple[str, ...]]:
     return os.getpid(), _WORKER_STARTS, held
 
 
+#: What one process moves a second (read, decode, encode, write) on a local file system and
+#: against an object store: deliberately low, so that a split is declined only where it cannot
+#: pay (ckpt bench's single-process reshard runs at 150-400 MiB/s locally).
+LOCAL_RATE = 128 << 20
+OBJECT_STORE_RATE = 32 << 20
+#: Start-up of local workers (spawn, import TensorStore) until the pool reports its measured
+#: ``ready_seconds``, and of a Dask run (connect, preload, the first task's round trip).
+LOCAL_STARTUP_SECONDS = 2.0
+DASK_STARTUP_SECONDS = 2.0
+#: A run splits when its estimated single-process time is at least this many start-ups.
+SPLIT_FACTOR = 4
+
+
+@dataclass(frozen=True)
+class SplitDecision:
+    """Whether a scaled-out run splits into units; ``reason`` says why not (None: it splits)."""
+
+    split: bool
+    reason: str | None = None
+
+
+def decide_split(
+    nbytes: int,
+    rate: float,
+    startup_seconds: float,
+    *,
+    force: bool = False,
+    factor: float = SPLIT_FACTOR,
+) -> SplitDecision:
+    """Split when ``nbytes`` at ``rate`` (bytes a second, one process) take at least ``factor``
+    times the workers' start-up, or when ``force``."""
+    from ckpt_cli.core.units import human_bytes
+
+    alone = nbytes / rate
+    if force or alone >= factor * startup_seconds:
+        return SplitDecision(True)
+    return SplitDecision(
+        False,
+        f"{human_bytes(nbytes)} take about {alone:.2f} s in one process, under {factor:g} x "
+        f"the workers' start-up ({startup_seconds:.1f} s): ran in one process "
+        "(--force-split splits anyway)",
+    )
+
+
+def startup_seconds(spec: ExecutorSpec) -> float:
+    """The workers' start-up: the early-started local pool's measured ``ready_seconds`` once
+    it is ready, else the documented constant."""
+    started = _STARTED.get(spec)
+    if isinstance(started, LocalExecutor) and started.ready_seconds is not None:
+        return started.ready_seconds
+    return DASK_STARTUP_SECONDS if spec.kind == "dask" else LOCAL_STARTUP_SECONDS
+
+
+def should_split(spec: ExecutorSpec, nbytes: int, *, remote: bool) -> SplitDecision:
+    """``decide_split`` for ``spec`` moving ``nbytes`` (``remote``: through an object store)."""
+    rate = OBJECT_STORE_RATE if remote else LOCAL_RATE
+    return decide_split(nbytes, rate, startup_seconds(spec), force=spec.force_split)
+
+
 #: Executors a command started before it listed and planned, taken by ``open_executor``.
 _STARTED: dict[ExecutorSpec, Executor] = {}
 
@@ -415,6 +476,15 @@ def start_early(spec: ExecutorSpec) -> None:
     except CkptError:
         return
     atexit.register(_close_unused)
+
+
+def decline(spec: ExecutorSpec) -> None:
+    """The run stays in one process: close ``spec``'s early-started executor. A Dask executor
+    that could not be started still fails the run (no scheduler address, none reachable): what
+    was asked for is wrong, whether or not it is used."""
+    if spec.kind == "dask" and spec not in _STARTED:
+        _new_executor(spec).close()
+    release_early(spec)
 
 
 def release_early(spec: ExecutorSpec) -> None:

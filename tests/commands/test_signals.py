@@ -101,7 +101,7 @@ def test_verify_record_stops_without_recording(
         pytest.param(RESHARD_BIG, id="reshard"),
         pytest.param(MIGRATE_BIG, id="migrate"),
         pytest.param(
-            [*RESHARD_BIG, "--workers", "2", "--unit-bytes", "32MiB"],
+            [*RESHARD_BIG, "--workers", "2", "--unit-bytes", "32MiB", "--force-split"],
             id="reshard-workers",
         ),
     ],
@@ -131,7 +131,7 @@ def test_reshard_on_dask_stops_its_tasks(
     with local_cluster() as cluster:
         args = [a.format(root=big_root, dst=dst) for a in RESHARD_BIG]
         args += ["--executor", "dask", "--scheduler", cluster.scheduler_address]
-        args += ["--unit-bytes", "16MiB"]
+        args += ["--unit-bytes", "16MiB", "--force-split"]
         # The workers read, not the driver: wait for the first data they write.
         run = interrupt(args, sig, started=lambda pid: _written(dst) >= 16 << 20)
         assert_stopped_cleanly(run)

@@ -37,7 +37,7 @@ def test_s3_endpoint_reaches_local_and_dask_workers(
 
     local = cli(
         "--s3-endpoint", endpoint, "reshard", src, f"{base}/local", *MESH,
-        "--workers", "2", "--unit-bytes", "4KiB", "--json",
+        "--workers", "2", "--unit-bytes", "4KiB", "--force-split", "--json",
     )  # fmt: skip
     assert local.code == 0, local.stderr
     assert local.json()["scale"]["workers"] == 2 and local.json()["scale"]["units"] > 1
@@ -51,7 +51,7 @@ def test_s3_endpoint_reaches_local_and_dask_workers(
         dask = ("--executor", "dask", "--scheduler", cluster.scheduler_address)
         on_dask = cli(
             "--s3-endpoint", endpoint, "reshard", src, f"{base}/dask", *MESH, *dask,
-            "--unit-bytes", "4KiB", "--json",
+            "--unit-bytes", "4KiB", "--force-split", "--json",
         )  # fmt: skip
         assert on_dask.code == 0, on_dask.stderr
         assert on_dask.json()["scale"]["executor"] == "dask"

@@ -81,8 +81,8 @@ def cluster() -> Iterator[Any]:
 
 def _executors(cluster: Any) -> dict[str, list[str]]:
     return {
-        "local": ["--workers", "2"],
-        "dask": ["--executor", "dask", "--scheduler", cluster.scheduler_address],
+        "local": ["--workers", "2", "--force-split"],
+        "dask": ["--executor", "dask", "--scheduler", cluster.scheduler_address, "--force-split"],
     }
 
 
@@ -190,7 +190,10 @@ def test_v1_record_checked_where_a_leaf_is_written_in_c_order(
     assert cli("reshard", plain, clean, "--mesh", "data=1").code == 0
     assert _record(clean) == recorded
     _damage_keeping_v1(item, recorded)
-    runs = {"one process": [], "2 workers, whole leaf in one unit": ["--workers", "2"]}
+    runs = {
+        "one process": [],
+        "2 workers, whole leaf in one unit": ["--workers", "2", "--force-split"],
+    }
     for label, args in runs.items():
         dst = tmp_path / label.replace(" ", "-").replace(",", "")
         r = cli("reshard", plain, dst, "--mesh", "data=1", *args, "--json")
@@ -213,7 +216,18 @@ def test_v1_record_of_a_leaf_spread_over_units_is_carried_unchecked(
     recorded = _record(plain)
     _damage_keeping_v1(item, recorded)
     dst = tmp_path / "dst"
-    r = cli("reshard", plain, dst, "--mesh", "data=1", *SMALL, "--workers", "2", "--json")
+    r = cli(
+        "reshard",
+        plain,
+        dst,
+        "--mesh",
+        "data=1",
+        *SMALL,
+        "--workers",
+        "2",
+        "--force-split",
+        "--json",
+    )
     assert r.code == 0, r.stderr
     assert r.json()["scale"]["units"] >= 3
     assert _record(dst) == recorded

@@ -88,7 +88,7 @@ def test_reshard_on_dask_equals_single_process(
     r = cli(
         *args[:2], scaled, *args[2:],
         "--executor", "dask", "--scheduler", cluster.scheduler_address,
-        "--unit-bytes", "1MiB", "--json",
+        "--unit-bytes", "1MiB", "--force-split", "--json",
     )  # fmt: skip
     assert r.code == 0, r.stderr
     scale = r.json()["scale"]
@@ -144,7 +144,8 @@ def test_migrate_on_dask_equals_single_process(
     assert cli("migrate", src, single, "--spec", spec).code == 0
     r = cli(
         "migrate", src, scaled, "--spec", spec, "--executor", "dask",
-        "--scheduler", cluster.scheduler_address, "--unit-bytes", "1MiB", "--json",
+        "--scheduler", cluster.scheduler_address, "--unit-bytes", "1MiB", "--force-split",
+        "--json",
     )  # fmt: skip
     assert r.code == 0, r.stderr
     assert r.json()["scale"]["units"] >= 2
@@ -156,7 +157,17 @@ def test_local_worker_processes_equal_single_process(cli: Any, src: Path, tmp_pa
     single, scaled = tmp_path / "single", tmp_path / "scaled"
     args = ["reshard", src, "--mesh", "data=2", "--rule", RULES, "--zarr3"]
     assert cli(*args[:2], single, *args[2:]).code == 0
-    r = cli(*args[:2], scaled, *args[2:], "--workers", "2", "--unit-bytes", "1MiB", "--json")
+    r = cli(
+        *args[:2],
+        scaled,
+        *args[2:],
+        "--workers",
+        "2",
+        "--unit-bytes",
+        "1MiB",
+        "--force-split",
+        "--json",
+    )
     assert r.code == 0, r.stderr
     scale = r.json()["scale"]
     # Workers start with their imports done, so one may take every unit before the other is
@@ -181,7 +192,7 @@ def test_the_pool_is_started_before_the_command_plans(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(plan_module, "plan_reshard", spy)
-    args = [src, "--mesh", "data=2", "--rule", RULES, "--workers", "2", "--json"]
+    args = [src, "--mesh", "data=2", "--rule", RULES, "--workers", "2", "--force-split", "--json"]
     assert cli("reshard", args[0], tmp_path / "dry", *args[1:], "--dry-run").code == 0
     r = cli("reshard", args[0], tmp_path / "out", *args[1:])
     assert r.code == 0, r.stderr

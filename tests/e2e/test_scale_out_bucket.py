@@ -35,6 +35,7 @@ def test_reshard_migrate_verify_on_dask_in_a_bucket(
         s3_cluster.scheduler_address,
         "--unit-bytes",
         "4KiB",
+        "--force-split",  # a tiny checkpoint: split although it does not pay
     )
     mesh = ("--mesh", "data=2,model=2", "--rule", "params.Dense_0.kernel=[null, model]")
 

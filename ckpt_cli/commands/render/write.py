@@ -18,7 +18,9 @@ def print_result(result: WriteResult) -> None:
         f"{human_bytes(out.bytes_written)} in {result.seconds:.1f} s "
         f"({human_bytes(int(result.rate))}/s)"
     )
-    if out.scale is not None:
+    if out.scale is not None and not out.scale.split:
+        console.print(f"not split: {out.scale.reason}")
+    elif out.scale is not None:
         s = out.scale
         console.print(
             f"{s.units} units on {s.workers} {s.executor} workers "

@@ -232,7 +232,7 @@ class MigrationPlan:
     kind = "migrate"
     #: 2: ``skipped``, the PRNG state rules matched by pattern and left alone.
     #: 3: ``items``, every item of the step migrated (``written_items`` written).
-    SCHEMA_VERSION: ClassVar[int] = 3
+    SCHEMA_VERSION: ClassVar[int] = 4
 
     @property
     def items(self) -> tuple[MigrateItem, ...]:

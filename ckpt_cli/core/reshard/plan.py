@@ -164,7 +164,7 @@ class ReshardPlan:
     kind = "reshard"
     #: 2: ``follows`` per leaf (optimizer moments that take their parameter's sharding).
     #: 3: ``items``, every item of the step resharded (``items`` written).
-    SCHEMA_VERSION: ClassVar[int] = 3
+    SCHEMA_VERSION: ClassVar[int] = 4
 
     @property
     def items(self) -> tuple[ReshardItem, ...]:

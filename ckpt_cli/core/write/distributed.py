@@ -112,6 +112,8 @@ class ScaleJSON(TypedDict):
     databases: int
     worker_seconds: float
     merge_seconds: float
+    split: bool
+    reason: str | None
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,8 @@ class ScaleStats:
     databases: int
     worker_seconds: float  # summed time inside units
     merge_seconds: float
+    split: bool = True  # False: the run stayed in one process (``reason`` says why)
+    reason: str | None = None
 
     def to_json(self) -> ScaleJSON:
         return {
@@ -131,6 +135,8 @@ class ScaleStats:
             "databases": self.databases,
             "worker_seconds": round(self.worker_seconds, 3),
             "merge_seconds": round(self.merge_seconds, 3),
+            "split": self.split,
+            "reason": self.reason,
         }
 
 

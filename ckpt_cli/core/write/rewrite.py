@@ -17,7 +17,7 @@ from typing import Any, Generic, Protocol, TypedDict
 
 from typing_extensions import NotRequired, TypeVar
 
-from ckpt_cli.core.executor import Executor, open_executor
+from ckpt_cli.core.executor import Executor, decline, open_executor, should_split
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.digests import (
     BlockDigests,
@@ -162,9 +162,10 @@ def run_write(
     output and the seconds it took."""
     started = time.monotonic()
     total = sum(_array_bytes(item.leaves) for item in items)
+    declined = _declined_split(items, dst, options, total)
     with contextlib.ExitStack() as stack:
         executor = None
-        if options.executor.scaled:
+        if options.executor.scaled and declined is None:
             executor = stack.enter_context(open_executor(options.executor))
         out = write_items(
             items,
@@ -179,7 +180,28 @@ def run_write(
             unit_bytes=options.unit_bytes,
             check_destination=False,
         )
+    if declined is not None:
+        out = replace(out, scale=declined)
     return out, time.monotonic() - started
+
+
+def _declined_split(
+    items: Sequence[ItemOut], dst: Location, options: WriteOptions, total: int
+) -> ScaleStats | None:
+    """The scale block of a scaled-out run that stays in one process (``should_split``: the
+    transfer is too short for the workers' start-up to pay), its early pool released; None
+    when the run is not scaled out or splits."""
+    from ckpt_cli.core.storage.remote import RemoteLocation
+
+    spec = options.executor
+    if not spec.scaled:
+        return None
+    places = [dst, *(i.source.location for i in items)]
+    decision = should_split(spec, total, remote=any(isinstance(p, RemoteLocation) for p in places))
+    if decision.split:
+        return None
+    decline(spec)
+    return ScaleStats(spec.kind, spec.workers, 0, 0, 0.0, 0.0, False, decision.reason)
 
 
 def _array_bytes(leaves: Sequence[LeafOut]) -> int:
