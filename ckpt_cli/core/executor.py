@@ -134,8 +134,7 @@ class LocalExecutor(Executor):
     def __init__(self, workers: int) -> None:
         self.workers = workers
         self.ready_seconds: float | None = None
-        self._pool: Any = None
-        self._pool = self._new_pool()
+        self._pool: Any = self._new_pool()
 
     def _new_pool(self) -> Any:
         import multiprocessing

@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from ckpt_cli.errors import SourceDigestError
@@ -23,7 +22,6 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    import orbax.checkpoint as ocp
 
     from ckpt_cli.core.storage import LocalLocation
     from ckpt_cli.core.verify.run import verify_path
@@ -31,10 +29,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     from tests.support import linen_train_state as lts
 
     root = tmp_path_factory.mktemp("ld1") / "root"
-    state, _ = lts.train_step(lts.make_state(), seed=1)
-    with ocp.CheckpointManager(str(root)) as mgr:
-        mgr.save(1, args=ocp.args.StandardSave(state))
-        mgr.wait_until_finished()
+    state = lts.save_trained(root)
     assert verify_path(LocalLocation(str(root)), VerifyOptions(record=True)).recorded
     return root, state
 
@@ -49,7 +44,6 @@ def _record(item: Path) -> dict[str, str]:
 def test_digests_survive_export_and_import_and_training_resumes(
     cli: Any, recorded: tuple[Path, Any], tmp_path: Path, shards: int | None
 ) -> None:
-    import orbax.checkpoint as ocp
 
     from tests.support import linen_train_state as lts
 
@@ -70,15 +64,7 @@ def test_digests_survive_export_and_import_and_training_resumes(
     assert _record(back / "1" / "default") == source
     deep = cli("verify", back, "--deep", "--json")
     assert deep.code == 0 and deep.json()["checked"]["digests"] == {"1/default": "checked"}
-    with ocp.CheckpointManager(str(back)) as mgr:
-        restored = mgr.restore(1, args=ocp.args.StandardRestore(lts.abstract_state()))
-    resumed, loss = lts.train_step(restored, seed=2)
-    expected, expected_loss = lts.train_step(state, seed=2)
-    assert int(resumed.step) == 2 and float(loss) == float(expected_loss)
-    np.testing.assert_array_equal(
-        np.asarray(resumed.params["Dense_1"]["kernel"]),
-        np.asarray(expected.params["Dense_1"]["kernel"]),
-    )
+    lts.assert_resumes(back, state)
 
 
 def test_import_refuses_a_file_changed_after_export(
@@ -130,15 +116,11 @@ def test_export_of_an_unrecorded_step_writes_ld1_and_import_keeps_it(
     """No record in the source: export computes every tensor's ``ld1`` from the blocks it
     writes; the import checks and records them; ``ckpt digest`` of the imported step equals
     ``ckpt digest`` of the source."""
-    import orbax.checkpoint as ocp
 
     from tests.support import linen_train_state as lts
 
     root = tmp_path / "root"
-    state, _ = lts.train_step(lts.make_state(), seed=1)
-    with ocp.CheckpointManager(str(root)) as mgr:
-        mgr.save(1, args=ocp.args.StandardSave(state))
-        mgr.wait_until_finished()
+    state = lts.save_trained(root)
     assert not (root / "1" / "default" / "_CKPT_DIGESTS.json").exists()
     source = cli("digest", root, "--json")
     assert source.code == 0, source.stderr
@@ -159,8 +141,4 @@ def test_export_of_an_unrecorded_step_writes_ld1_and_import_keeps_it(
     assert again.code == 0, again.stderr
     got = {x["name"]: x["digest"] for x in again.json()["items"][0]["leaves"] if x["digest"]}
     assert got == want
-    with ocp.CheckpointManager(str(back)) as mgr:
-        restored = mgr.restore(1, args=ocp.args.StandardRestore(lts.abstract_state()))
-    resumed, loss = lts.train_step(restored, seed=2)
-    _, expected_loss = lts.train_step(state, seed=2)
-    assert int(resumed.step) == 2 and float(loss) == float(expected_loss)
+    lts.assert_resumes(back, state)

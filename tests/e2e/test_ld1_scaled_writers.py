@@ -30,14 +30,10 @@ SMALL = ["--max-chunk-bytes", "16", "--unit-bytes", "64"]
 
 
 def _save(root: Path) -> Any:
-    import orbax.checkpoint as ocp
 
     from tests.support import linen_train_state as lts
 
-    state, _ = lts.train_step(lts.make_state(), seed=1)
-    with ocp.CheckpointManager(str(root)) as mgr:
-        mgr.save(1, args=ocp.args.StandardSave(state))
-        mgr.wait_until_finished()
+    state = lts.save_trained(root)
     return state
 
 
@@ -89,7 +85,6 @@ def _executors(cluster: Any) -> dict[str, list[str]]:
 def test_scaled_reshard_checks_carried_ld1_and_training_resumes(
     cli: Any, saved: tuple[Path, Any], cluster: Any, tmp_path: Path
 ) -> None:
-    import orbax.checkpoint as ocp
 
     from tests.support import linen_train_state as lts
 
@@ -105,16 +100,7 @@ def test_scaled_reshard_checks_carried_ld1_and_training_resumes(
         assert scale["workers"] == 2 and scale["units"] >= 3, scale
         assert _record(dst) == recorded, name
         assert cli("verify", dst, "--deep").code == 0
-    with ocp.CheckpointManager(str(tmp_path / "dask")) as mgr:
-        restored = mgr.restore(1, args=ocp.args.StandardRestore(lts.abstract_state()))
-    resumed, loss = lts.train_step(restored, seed=2)
-    expected, expected_loss = lts.train_step(state, seed=2)
-    assert int(resumed.step) == 2 and np.isfinite(float(loss))
-    assert float(loss) == float(expected_loss)
-    np.testing.assert_array_equal(
-        np.asarray(resumed.params["Dense_0"]["kernel"]),
-        np.asarray(expected.params["Dense_0"]["kernel"]),
-    )
+    lts.assert_resumes(tmp_path / "dask", state)
 
 
 def test_scaled_writers_refuse_a_source_changed_after_recording(

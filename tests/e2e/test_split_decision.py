@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -18,15 +17,11 @@ WORKER_DB = "ocdbt.process_w"
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    import orbax.checkpoint as ocp
 
     from tests.support import linen_train_state as lts
 
     root = tmp_path_factory.mktemp("split") / "src"
-    state, _ = lts.train_step(lts.make_state(), seed=1)
-    with ocp.CheckpointManager(str(root)) as mgr:
-        mgr.save(1, args=ocp.args.StandardSave(state))
-        mgr.wait_until_finished()
+    state = lts.save_trained(root)
     return root, state
 
 
@@ -73,7 +68,6 @@ def test_force_split_splits_a_tiny_checkpoint(
 def test_the_single_process_output_restores_and_trains_on(
     cli: Any, saved: tuple[Path, Any], tmp_path: Path
 ) -> None:
-    import orbax.checkpoint as ocp
 
     from tests.support import linen_train_state as lts
 
@@ -81,13 +75,4 @@ def test_the_single_process_output_restores_and_trains_on(
     dst = tmp_path / "out"
     r = cli("reshard", src, dst, "--mesh", "data=1", "--workers", "2", "--json")
     assert r.code == 0 and r.json()["scale"]["split"] is False, r.stdout + r.stderr
-    with ocp.CheckpointManager(str(dst)) as mgr:
-        restored = mgr.restore(1, args=ocp.args.StandardRestore(lts.abstract_state()))
-    resumed, loss = lts.train_step(restored, seed=2)
-    expected, expected_loss = lts.train_step(state, seed=2)
-    assert int(resumed.step) == 2 and np.isfinite(float(loss))
-    assert float(loss) == float(expected_loss)
-    np.testing.assert_array_equal(
-        np.asarray(resumed.params["Dense_0"]["kernel"]),
-        np.asarray(expected.params["Dense_0"]["kernel"]),
-    )
+    lts.assert_resumes(dst, state)

@@ -86,3 +86,36 @@ def mixed_tree() -> dict[str, Any]:
 
 def abstract_mixed() -> Any:
     return jax.eval_shape(mixed_tree)
+
+
+def save_trained(root: Any) -> TrainState:
+    """One step trained (batch 1) and saved as step 1 of a ``CheckpointManager`` root at
+    ``root``, as a training loop saves it; the state saved."""
+    import orbax.checkpoint as ocp
+
+    state, _ = train_step(make_state(), seed=1)
+    with ocp.CheckpointManager(str(root)) as mgr:
+        mgr.save(1, args=ocp.args.StandardSave(state))
+        mgr.wait_until_finished()
+    return state
+
+
+def assert_resumes(root: Any, saved: TrainState) -> None:
+    """Step 1 of ``root`` restores into ``abstract_state`` and trains one step (batch 2) to
+    the loss and parameters of the uninterrupted run from ``saved``."""
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    with ocp.CheckpointManager(str(root)) as mgr:
+        restored = mgr.restore(1, args=ocp.args.StandardRestore(abstract_state()))
+    resumed, loss = train_step(restored, seed=2)
+    expected, expected_loss = train_step(saved, seed=2)
+    assert int(resumed.step) == 2 and np.isfinite(float(loss))
+    assert float(loss) == float(expected_loss)
+    got, want = (
+        jax.tree_util.tree_leaves(resumed.params),
+        jax.tree_util.tree_leaves(expected.params),
+    )
+    assert got and len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -18,6 +18,7 @@ is left to TensorStore (``chunk_layout`` returns None) and its whole-chunk decod
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -93,7 +94,9 @@ class _Buf(ctypes.Structure):
     _fields_ = (("ptr", ctypes.c_void_p), ("size", ctypes.c_size_t), ("pos", ctypes.c_size_t))
 
 
+@functools.lru_cache(maxsize=1)
 def _zstd_stream_lib() -> Any:
+    """libzstd with its streaming decoder's signatures declared (once)."""
     lib = codecs._libzstd()
     lib.ZSTD_createDStream.restype = ctypes.c_void_p
     lib.ZSTD_freeDStream.argtypes = [ctypes.c_void_p]
