@@ -48,7 +48,8 @@ BUILD = (
     + """
 import jax, numpy as np, orbax.checkpoint as ocp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-root, rows, devices = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+root, rows = sys.argv[1], int(sys.argv[2])
+devices = int(sys.argv[3]) if len(sys.argv) > 3 else 8  # bench_scale, remote_latency: 8
 mesh = Mesh(np.array(jax.devices()[:devices]).reshape(devices, 1), ("data", "model"))
 sh = NamedSharding(mesh, P("data", None))
 rs = np.random.RandomState(0)
