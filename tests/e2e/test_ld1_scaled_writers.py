@@ -6,7 +6,8 @@ each unit writes, the driver merges them per leaf and compares them with the rec
 run records the same digests as the source (and restores; the next training step equals the
 uninterrupted run's), a source value changed after recording is refused (exit 3,
 ``source-digest-mismatch``, no output step). A version-1 record is checked where a leaf is
-written in C order by one process and carried unchecked where it is not (docs/reference/digest.md).
+written in C order by one process and carried unchecked where it is not (docs/reference/digest.md),
+and the run says which (``unchecked_digests``, a text line): on local workers and on Dask.
 """
 
 from __future__ import annotations
@@ -165,21 +166,25 @@ def _damage_keeping_v1(item: Path, recorded: dict[str, Any]) -> None:
 
 
 def test_v1_record_checked_where_a_leaf_is_written_in_c_order(
-    cli: Any, saved: tuple[Path, Any], tmp_path: Path
+    cli: Any, saved: tuple[Path, Any], cluster: Any, tmp_path: Path
 ) -> None:
     plain = _plain(cli, saved[0], tmp_path / "plain")
     item = plain / "1" / "default"
     _v1_record(item, V1_LEAVES)
     recorded = _record(plain)
     assert recorded["version"] == 1 and set(recorded["leaves"]) == set(V1_LEAVES)
-    clean = tmp_path / "clean"
-    assert cli("reshard", plain, clean, "--mesh", "data=1").code == 0
-    assert _record(clean) == recorded
-    _damage_keeping_v1(item, recorded)
     runs = {
         "one process": [],
-        "2 workers, whole leaf in one unit": ["--workers", "2", "--force-split"],
+        "2 workers, whole leaf in one unit": _executors(cluster)["local"],
+        "2 dask workers, whole leaf in one unit": _executors(cluster)["dask"],
     }
+    for label, args in runs.items():
+        clean = tmp_path / ("clean " + label).replace(" ", "-").replace(",", "")
+        r = cli("reshard", plain, clean, "--mesh", "data=1", *args, "--json")
+        assert r.code == 0, (label, r.stderr)
+        assert r.json()["unchecked_digests"] == [], label
+        assert _record(clean) == recorded, label
+    _damage_keeping_v1(item, recorded)
     for label, args in runs.items():
         dst = tmp_path / label.replace(" ", "-").replace(",", "")
         r = cli("reshard", plain, dst, "--mesh", "data=1", *args, "--json")
@@ -190,33 +195,30 @@ def test_v1_record_checked_where_a_leaf_is_written_in_c_order(
         assert not [p for p in dst.rglob("*") if p.name.startswith("1")], label
 
 
-def test_v1_record_of_a_leaf_spread_over_units_is_carried_unchecked(
-    cli: Any, saved: tuple[Path, Any], tmp_path: Path
+@pytest.mark.parametrize("executor", ["local", "dask"])
+def test_v1_record_of_a_leaf_spread_over_units_is_carried_unchecked_and_reported(
+    cli: Any, saved: tuple[Path, Any], cluster: Any, tmp_path: Path, executor: str
 ) -> None:
     """Row order: SHA-256 needs the C-order stream from one process; a leaf cut into units is
-    written by several. Documented: such a leaf is carried unchecked, ``verify --deep`` of the
-    output catches the damage."""
+    written by several. Such a leaf is carried unchecked, the run names it (JSON and text),
+    ``verify --deep`` of the output catches the damage."""
     plain = _plain(cli, saved[0], tmp_path / "plain")
     item = plain / "1" / "default"
     _v1_record(item, V1_LEAVES)
     recorded = _record(plain)
     _damage_keeping_v1(item, recorded)
+    args = ["--mesh", "data=1", *SMALL, *_executors(cluster)[executor]]
     dst = tmp_path / "dst"
-    r = cli(
-        "reshard",
-        plain,
-        dst,
-        "--mesh",
-        "data=1",
-        *SMALL,
-        "--workers",
-        "2",
-        "--force-split",
-        "--json",
-    )
+    r = cli("reshard", plain, dst, *args, "--json")
     assert r.code == 0, r.stderr
-    assert r.json()["scale"]["units"] >= 3
+    out = r.json()
+    assert out["schema_version"] == 5 and out["scale"]["units"] >= 3, out["scale"]
+    assert out["unchecked_digests"] == [{"item": "default", "leaf": KERNEL}]
     assert _record(dst) == recorded
     deep = cli("verify", dst, "--deep", "--json")
     assert deep.code == 1, deep.stdout
     assert KERNEL in deep.stdout
+    text = cli("reshard", plain, tmp_path / "text", *args)
+    assert text.code == 0, text.stderr
+    line = "1 version-1 (SHA-256) digests carried unchecked (not written as one C-order stream)"
+    assert f"{line}: {KERNEL};" in text.stdout and "ckpt verify --deep" in text.stdout

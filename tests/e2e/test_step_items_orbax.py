@@ -142,7 +142,7 @@ def test_reshard_writes_both_items_and_training_resumes(cli, tmp_path: Path) -> 
     r = cli("reshard", src, dst, "--mesh", "data=2,model=4", *RULES, "--json")
     assert r.code == 0, r.stderr
     out = r.json()
-    assert out["schema_version"] == 4
+    assert out["schema_version"] == 5
     assert out["written_items"] == ["model", "optimizer"]
     assert [i["item"] for i in out["items"]] == ["model", "optimizer"]
     moments = {x["name"]: x for x in out["items"][1]["leaves"]}
@@ -180,7 +180,7 @@ def test_migrate_renames_and_resizes_moments_in_the_optimizer_item(cli, tmp_path
     r = cli("migrate", src, dst, "--spec", SPEC, "--json")
     assert r.code == 0, r.stderr
     out = r.json()
-    assert out["schema_version"] == 4 and out["written_items"] == ["model", "optimizer"]
+    assert out["schema_version"] == 5 and out["written_items"] == ["model", "optimizer"]
     opt_leaves = {x["name"]: x for x in out["items"][1]["leaves"]}
     assert opt_leaves["opt_state.0.mu.hidden.kernel.value"]["shape"] == [8, 24]
     assert opt_leaves["opt_state.0.nu.out.kernel.value"]["shape"] == [24, 4]

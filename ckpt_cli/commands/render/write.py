@@ -26,5 +26,13 @@ def print_result(result: WriteResult) -> None:
             f"{s.units} units on {s.workers} {s.executor} workers "
             f"({s.databases} worker databases merged in {s.merge_seconds:.2f} s)"
         )
+    if out.unchecked:
+        several = len(out.items) > 1
+        names = [f"{item}/{leaf}" if several else leaf for item, leaf in out.unchecked]
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        console.print(
+            f"{len(names)} version-1 (SHA-256) digests carried unchecked (not written as one "
+            f"C-order stream): {shown}; `ckpt verify --deep {out.path}` checks them"
+        )
     if result.digests is not None:
         console.print(f"digests: {result.digests}")

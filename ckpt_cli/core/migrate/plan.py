@@ -232,7 +232,9 @@ class MigrationPlan:
     kind = "migrate"
     #: 2: ``skipped``, the PRNG state rules matched by pattern and left alone.
     #: 3: ``items``, every item of the step migrated (``written_items`` written).
-    SCHEMA_VERSION: ClassVar[int] = 4
+    #: 4: ``scale.split`` and ``scale.reason`` (a scaled-out run that stays in one process).
+    #: 5: ``unchecked_digests``, leaves whose version-1 digest was carried unchecked.
+    SCHEMA_VERSION: ClassVar[int] = 5
 
     @property
     def items(self) -> tuple[MigrateItem, ...]:

@@ -164,7 +164,9 @@ class ReshardPlan:
     kind = "reshard"
     #: 2: ``follows`` per leaf (optimizer moments that take their parameter's sharding).
     #: 3: ``items``, every item of the step resharded (``items`` written).
-    SCHEMA_VERSION: ClassVar[int] = 4
+    #: 4: ``scale.split`` and ``scale.reason`` (a scaled-out run that stays in one process).
+    #: 5: ``unchecked_digests``, leaves whose version-1 digest was carried unchecked.
+    SCHEMA_VERSION: ClassVar[int] = 5
 
     @property
     def items(self) -> tuple[ReshardItem, ...]:

@@ -293,14 +293,15 @@ def write_arrays_scaled(
     unit_bytes: int = DEFAULT_UNIT_BYTES,
     on_bytes: Callable[[int], None] | None = None,
     expect: BlockDigests | None = None,
-) -> ScaleStats:
+) -> tuple[ScaleStats, BlockDigests]:
     """Create every array (headers, by the driver), run the units on ``executor``, then merge
     the worker databases into the item's root database. Raises if any unit failed: the caller
     then deletes the tmp step, so nothing valid-looking is left.
 
     ``expect``: carried digests. The workers take the ``ld1`` partials of their regions (and the
     SHA-256 of a version-1 leaf written whole by one unit); the driver merges them per leaf and
-    raises ``SourceDigestError`` on a difference, before the databases are merged."""
+    raises ``SourceDigestError`` on a difference, before the databases are merged. Returns the
+    figures and the digests taken (``unchecked``: version-1 ones no unit could take)."""
     written = {leaf.name for leaf in leaves if leaf.array is not None and leaf.source}
     digests = (expect or BlockDigests({})).restrict(written)
     units = _with_digests(
@@ -321,7 +322,7 @@ def write_arrays_scaled(
     started = time.monotonic()
     if item.use_ocdbt:
         merge_databases(item.dest, databases)
-    return ScaleStats(
+    stats = ScaleStats(
         executor.name,
         executor.workers,
         len(done),
@@ -329,6 +330,7 @@ def write_arrays_scaled(
         sum(d.seconds for d in done),
         time.monotonic() - started,
     )
+    return stats, digests
 
 
 def _with_digests(units: Iterable[WriteUnit], digests: BlockDigests) -> Iterator[WriteUnit]:

@@ -71,6 +71,9 @@ class StepOutput:
     bytes_written: int
     scale: ScaleStats | None = None  # how a scaled-out run split the work
     items: tuple[str, ...] = ()  # every item rewritten (``item`` is the first)
+    #: (item, leaf) whose version-1 (SHA-256) digest was carried without being checked: its
+    #: values were not written as one C-order stream (chunks that split rows, several units).
+    unchecked: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,13 @@ class ItemOut:
     expect: Mapping[str, str] | None = None
 
 
+class UncheckedJSON(TypedDict):
+    """A leaf whose version-1 (SHA-256) digest was carried to the new step unchecked."""
+
+    item: str
+    leaf: str
+
+
 class WrittenJSON(TypedDict):
     """What a writer adds to its plan's document once the step is written."""
 
@@ -96,6 +106,7 @@ class WrittenJSON(TypedDict):
     bytes_written: NotRequired[int]
     seconds: NotRequired[float]
     scale: NotRequired[ScaleJSON | None]
+    unchecked_digests: NotRequired[list[UncheckedJSON]]
     digests: NotRequired[str]
 
 
@@ -140,6 +151,7 @@ class WriteResult(Generic[DocumentT]):
             "bytes_written": out.bytes_written,
             "seconds": round(self.seconds, 3),
             "scale": out.scale.to_json() if out.scale else None,
+            "unchecked_digests": [{"item": i, "leaf": leaf} for i, leaf in out.unchecked],
         }
         if self.digests is not None:
             written["digests"] = self.digests
@@ -282,14 +294,16 @@ def write_items(
     writer.begin()
     try:
         source_meta = read_step_metadata(src.step_location) if src.step_location else None
-        stats, records = [], []
+        stats, records, unchecked = [], [], []
         for one in items:
             handler = HANDLERS.get(one.kind, STANDARD_HANDLER)
             item_dir = writer.top_item(handler) if top else writer.item(one.source.name, handler)
             item = ItemWriter(
                 item_dir, use_ocdbt=use_ocdbt, use_zarr3=use_zarr3, memory_limit=memory_limit
             )
-            stats.append(_write_leaves(item, one, executor, unit_bytes, on_bytes))
+            scale, not_checked = _write_leaves(item, one, executor, unit_bytes, on_bytes)
+            stats.append(scale)
+            unchecked += [(one.source.name, leaf) for leaf in not_checked]
             records.append(functools.partial(record_digests, item_dir, one.leaf_digests))
         # At the step top the record covers the step's _CHECKPOINT_METADATA too: written last.
         for record in records if not top else ():
@@ -307,7 +321,13 @@ def write_items(
         raise
     written = sum(_array_bytes(one.leaves) for one in items)
     return StepOutput(
-        str(final), step, src.name, written, _merged(stats), tuple(i.source.name for i in items)
+        str(final),
+        step,
+        src.name,
+        written,
+        _merged(stats),
+        tuple(i.source.name for i in items),
+        tuple(unchecked),
     )
 
 
@@ -331,18 +351,19 @@ def _write_leaves(
     executor: Executor | None,
     unit_bytes: int,
     on_bytes: Callable[[int], None] | None,
-) -> ScaleStats | None:
-    """The item's arrays (by ``executor``'s workers when given), then its tree metadata."""
+) -> tuple[ScaleStats | None, list[str]]:
+    """The item's arrays (by ``executor``'s workers when given), then its tree metadata.
+    Returns the scale-out figures and the leaves whose version-1 digest went unchecked."""
     src, leaves = one.source, one.leaves
     stats = None
     expect = carried_digests(one)
     if executor is None:
-        item.write_arrays(leaves, on_bytes, expect)
+        taken = item.write_arrays(leaves, on_bytes, expect)
     else:
-        stats = write_arrays_scaled(item, leaves, executor, unit_bytes, on_bytes, expect)
+        stats, taken = write_arrays_scaled(item, leaves, executor, unit_bytes, on_bytes, expect)
     tree = read_tree_metadata(src.location)
     item.write_metadata(leaves, tree.custom_metadata if tree else None)
-    return stats
+    return stats, taken.unchecked
 
 
 def carried_digests(one: ItemOut) -> BlockDigests:
