@@ -1,7 +1,9 @@
 """The ``ld1`` specification (docs/reference/digest-spec.md) holds: its test vectors are what the
 plain-Python reference (``tests/support/ldigest_reference.py``, written from the text) and the
-fast implementation both compute, and the fast one gives the reference's digest from any
-partition of the array into boxes, merged in any order and grouping."""
+fast implementation both compute, the spec's own vectorised numpy implementation (its "In
+numpy" block, run as written) agrees with both on every dtype, and the fast one gives the
+reference's digest from any partition of the array into boxes, merged in any order and
+grouping."""
 
 from __future__ import annotations
 
@@ -122,6 +124,41 @@ def test_any_partition_merged_in_any_order_gives_the_reference_digest(
         for o, s in boxes
     ]
     assert ldigest.finish(_merge_randomly(parts, rnd)) == expected
+
+
+def _numpy_reference() -> dict[str, Any]:
+    """The spec's vectorised numpy implementation (its "In numpy" block), run as written."""
+    section = SPEC.read_text().split("\n## In numpy\n", 1)[1].split("\n## ", 1)[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(code, str(SPEC), "exec"), namespace)  # its own asserts: the test vectors
+    return namespace
+
+
+NUMPY_REFERENCE = _numpy_reference()
+
+
+@settings(max_examples=150, deadline=None)
+@given(dtype=st.sampled_from(DTYPES), shape=shapes, seed=st.integers(0, 2**32 - 1))
+def test_the_specs_numpy_implementation_is_the_reference(
+    dtype: np.dtype[Any], shape: tuple[int, ...], seed: int
+) -> None:
+    x = _values(dtype, shape, seed)
+    assert NUMPY_REFERENCE["ld1"](x) == reference_digest(x) == ldigest.digest_array(x)
+    y = x.T  # not C-contiguous: the stream is still the C order of the values
+    assert NUMPY_REFERENCE["ld1"](y) == reference_digest(y)
+
+
+def test_the_specs_numpy_implementation_takes_the_vectors_and_strings() -> None:
+    text = SPEC.read_text()
+    ld1, of_bytes = NUMPY_REFERENCE["ld1"], NUMPY_REFERENCE["ld1_of_bytes"]
+    vectors = [(m["expr"], m["digest"]) for m in VECTOR.finditer(text)]
+    assert len(vectors) >= 8
+    for expr, digest in vectors:
+        assert ld1(eval(expr, {"np": np, "ml_dtypes": ml_dtypes})) == digest, expr
+    for m in STRING_VECTOR.finditer(text):
+        data = np.frombuffer(m["text"].encode(), np.uint8)
+        assert of_bytes(data, "string", ()) == m["digest"]
 
 
 @settings(max_examples=60, deadline=None)
