@@ -223,3 +223,35 @@ def test_verify_refuses_a_step_unlike_its_record(cli: Any, tmp_path: Path) -> No
     assert [s["status"] for s in body["outcome"]["steps"]] == ["copied", "copied", "failed"]
     # Without --verify the bytes are copied as they are.
     assert cli("cp", src, tmp_path / "plain").code == 0
+
+
+def test_verify_copies_a_values_only_record_and_names_its_item_unchecked(
+    cli: Any, tmp_path: Path
+) -> None:
+    """A record of values only (what ``ckpt_cli.orbax`` writes at save time: no file
+    checksums) makes no claim about the files: ``--verify`` copies the item, names it in
+    ``unverified_items`` (it was refused as damaged before), and ``verify --deep`` of the copy
+    checks its values."""
+    import ckpt_cli
+    from ckpt_cli.core.format.digests import DigestRecord, LeafDigest, write_digests
+    from ckpt_cli.core.storage import LocalLocation
+
+    src = tmp_path / "src"
+    shutil.copytree(FIXTURES / "seed_mlp", src)
+    item = src / "500" / "default"
+    leaves = {
+        leaf["name"]: LeafDigest(leaf["dtype"], tuple(leaf["shape"]), None, ld1=leaf["digest"])
+        for leaf in ckpt_cli.digest(item).to_json()["items"][0]["leaves"]
+    }
+    write_digests(LocalLocation(str(item)), DigestRecord(leaves, {}, version=2))
+    r = cli("cp", src, tmp_path / "dst", "--step", "500", "--verify", "--json")
+    assert r.code == 0, r.stderr
+    assert r.json()["outcome"]["unverified_items"] == ["500/default"]
+    assert r.json()["outcome"]["verified_objects"] == 0
+    text = cli("cp", src, tmp_path / "text", "--step", "500", "--verify")
+    assert text.code == 0, text.stderr
+    assert "no recorded file checksums in 500/default" in text.stdout + text.stderr
+    deep = cli("verify", tmp_path / "dst", "--deep", "--json")
+    assert deep.code == 0, deep.stdout
+    statuses = set(deep.json()["checked"]["digests"].values())
+    assert statuses == {"checked"}, deep.json()["checked"]["digests"]

@@ -59,4 +59,4 @@ def print_result(result: CopyResult) -> None:
     if o["verified_objects"]:
         say(f"{o['verified_objects']} files matched their recorded digests", color)
     for item in o["unverified_items"]:
-        say(f"no recorded digests in {item}: its files were not checked", color, "yellow")
+        say(f"no recorded file checksums in {item}: its files were not checked", color, "yellow")

@@ -57,7 +57,8 @@ def recorded_sums(
     step: Location, objects: tuple[CopyObject, ...], strict: bool
 ) -> tuple[dict[str, FileSum], list[str], list[str]]:
     """The recorded size and CRC-32 of each file below the step (step-relative paths), the
-    item prefixes that have a record, and the items that have none."""
+    item prefixes that have a record of their files, and the items that have none (a record of
+    values only, as ``ckpt_cli.orbax`` writes at save time, makes no claim about the files)."""
     sums: dict[str, FileSum] = {}
     prefixes = []
     for o in objects:
@@ -71,7 +72,7 @@ def recorded_sums(
             if strict:
                 raise
             continue  # copied as it is; the resume check reads the source file instead
-        if record is None:
+        if record is None or not record.files:
             continue
         prefixes.append(prefix)
         sums.update({prefix + rel: s for rel, s in record.files.items()})
