@@ -38,6 +38,17 @@ def test_text_and_json_print_the_same_digests(cli) -> None:  # type: ignore[no-u
     assert {x["name"]: x["digest"] for x in leaves} == text
 
 
+def test_an_item_a_step_and_the_root_print_the_same_digests(cli) -> None:  # type: ignore[no-untyped-def]
+    root = FIXTURES / "seed_mlp"
+    latest = _text(cli, root)
+    assert _text(cli, root / "500") == latest
+    item = cli("digest", root / "500" / "default", "--json")
+    assert item.code == 0, item.stderr
+    [printed] = item.json()["items"]
+    assert {x["name"]: x["digest"] for x in printed["leaves"]} == latest
+    assert _text(cli, root, "--step", "300") != latest  # another step: other values
+
+
 def test_a_step_prints_every_item_under_its_name(cli) -> None:  # type: ignore[no-untyped-def]
     r = cli("digest", FIXTURES / "composite_best")
     assert r.code == 0, r.stderr

@@ -100,7 +100,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_two_processes_each_digest_their_shards_into_one_record(tmp_path: Path) -> None:
+def test_two_processes_each_digest_their_shards_into_one_record(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO), "XLA_FLAGS": ""}
     cmd = [sys.executable, "-m", "tests.support.savetime", str(tmp_path), str(port)]
@@ -121,3 +121,13 @@ def test_two_processes_each_digest_their_shards_into_one_record(tmp_path: Path) 
     assert len(record) == 11
     assert record == savetime.digested(tmp_path, STEP, "state")
     _assert_resumes(tmp_path, want, exact=False)
+    # verify --deep checks the two processes' record with no --record pass; a flipped byte shows.
+    r = cli("verify", tmp_path, "--deep", "--json")
+    assert r.code == 0 and not r.json()["problems"], r.stdout
+    [status] = [v for path, v in r.json()["checked"]["digests"].items() if path.endswith("/state")]
+    assert status == "checked"
+    changed = savetime.flip_a_byte(tmp_path, STEP, "state", record)
+    assert 1 <= len(changed) < len(record), changed
+    r = cli("verify", tmp_path, "--deep", "--json")
+    assert r.code == 1, r.stdout
+    assert any(name in r.stdout for name in changed), r.stdout
