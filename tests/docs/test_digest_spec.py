@@ -18,7 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ckpt_cli.core.format import ldigest
-from tests.support.ldigest_reference import reference_digest, reference_text_digest
+from tests.support.ldigest_reference import (
+    reference_digest,
+    reference_text_digest,
+    spec_numpy_reference,
+)
 from tests.support.paths import REPO
 
 SPEC = REPO / "docs" / "reference" / "digest-spec.md"
@@ -126,16 +130,7 @@ def test_any_partition_merged_in_any_order_gives_the_reference_digest(
     assert ldigest.finish(_merge_randomly(parts, rnd)) == expected
 
 
-def _numpy_reference() -> dict[str, Any]:
-    """The spec's vectorised numpy implementation (its "In numpy" block), run as written."""
-    section = SPEC.read_text().split("\n## In numpy\n", 1)[1].split("\n## ", 1)[0]
-    code = section.split("```python\n", 1)[1].split("```", 1)[0]
-    namespace: dict[str, Any] = {}
-    exec(compile(code, str(SPEC), "exec"), namespace)  # its own asserts: the test vectors
-    return namespace
-
-
-NUMPY_REFERENCE = _numpy_reference()
+NUMPY_REFERENCE = spec_numpy_reference()
 
 
 @settings(max_examples=150, deadline=None)

@@ -16,22 +16,13 @@ import numpy as np
 import pytest
 
 import ckpt_cli
+from tests.support.ldigest_reference import spec_numpy_reference
 from tests.support.matrix import Fixture, all_fixtures, array_leaves
-from tests.support.paths import REPO
 
 FIXTURES = all_fixtures()
-SPEC = REPO / "docs" / "reference" / "digest-spec.md"
 
 
-def _numpy_reference() -> Any:
-    section = SPEC.read_text().split("\n## In numpy\n", 1)[1].split("\n## ", 1)[0]
-    code = section.split("```python\n", 1)[1].split("```", 1)[0]
-    namespace: dict[str, Any] = {}
-    exec(compile(code, str(SPEC), "exec"), namespace)
-    return namespace["ld1"]
-
-
-LD1 = _numpy_reference()
+LD1 = spec_numpy_reference()["ld1"]
 
 
 def _sha256(x: Any) -> str:

@@ -67,3 +67,17 @@ def reference_digest(x: Any) -> str:
 
 def reference_text_digest(value: str) -> str:
     return digest_stream(value.encode(), "string", ())
+
+
+def spec_numpy_reference() -> dict[str, Any]:
+    """The spec's vectorised numpy implementation (its "In numpy" block), run as written: a
+    namespace with ``ld1(array)`` and ``ld1_of_bytes(data, dtype, shape)``. Its own asserts
+    check the spec's test vectors as it loads."""
+    from pathlib import Path
+
+    spec = Path(__file__).resolve().parents[2] / "docs" / "reference" / "digest-spec.md"
+    section = spec.read_text().split("\n## In numpy\n", 1)[1].split("\n## ", 1)[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(code, str(spec), "exec"), namespace)
+    return namespace
