@@ -115,8 +115,7 @@ def argv(case: Case, src: str, dst: str) -> list[str]:
     if case.workers > 1:
         cmd += ["--executor", "local", "--workers", str(case.workers)]
         cmd += ["--unit-bytes", f"{unit_bytes(case) // 1024}KiB"]
-        if case.command != "verify":
-            cmd.append("--force-split")  # the model fits the split run, whatever it would decide
+        cmd.append("--force-split")  # the model fits the split run, whatever it would decide
     return [sys.executable, "-m", "ckpt_cli", *cmd]
 
 

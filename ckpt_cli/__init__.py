@@ -218,7 +218,8 @@ def verify(
 
     ``deep`` decodes every chunk; ``record`` stores digests after a clean deep pass;
     ``sample=SampleSpec(percent=5)`` (or ``bytes=...``) checks a random subset, ``seed`` fixes
-    it; ``executor=ExecutorSpec("local", workers=4)`` runs the deep pass on worker processes.
+    it; ``executor=ExecutorSpec("local", workers=4)`` runs the deep pass on worker processes
+    when the split pays (``report.scale`` says; ``force_split=True`` splits anyway).
     Example: ``assert ckpt_cli.verify("runs/exp7", deep=True).ok``.
     """
     from ckpt_cli.core.storage import open_location

@@ -12,6 +12,7 @@ from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import (
     UNIT_BYTES,
     ExecutorOpt,
+    ForceSplitOpt,
     JsonOpt,
     PathArg,
     SchedulerOpt,
@@ -152,6 +153,7 @@ def verify(
     workers: WorkersOpt = 1,
     scheduler: SchedulerOpt = None,
     unit_bytes: UnitBytesOpt = UNIT_BYTES,
+    force_split: ForceSplitOpt = False,
 ) -> None:
     """Check a checkpoint for damage: a root (all committed steps), a step or an item.
 
@@ -173,7 +175,9 @@ def verify(
         step, latest, deep, record, sample, seed, strict, fail_on_nonfinite, mark_committed,
         max_duration, rotate, upgrade,
     )  # fmt: skip
-    run = run_context(ctx, json_out, executor, workers, scheduler, start=deep or record)
+    run = run_context(
+        ctx, json_out, executor, workers, scheduler, start=deep or record, force_split=force_split
+    )
     location = open_location(path, run.storage)
     with run.progress() as on_progress:
         report = verify_path(location, options, on_progress, run.executor, unit_bytes)

@@ -54,7 +54,9 @@ def _ids(sig: signal.Signals) -> str:
         pytest.param(["verify", "{root}", "--deep", "--json"], id="verify-deep-json"),
         pytest.param(["diff", "{root}@1", "{root}@2", "--filter", "embed"], id="diff"),
         pytest.param(["inspect", "{root}", "--stats", "--flat"], id="inspect-stats"),
-        pytest.param(["verify", "{root}", "--deep", "--workers", "2"], id="verify-workers"),
+        pytest.param(
+            ["verify", "{root}", "--deep", "--workers", "2", "--force-split"], id="verify-workers"
+        ),
     ],
 )
 def test_read_command_stops(big_root: Path, args: list[str], sig: signal.Signals) -> None:

@@ -55,9 +55,10 @@ def test_s3_endpoint_reaches_local_and_dask_workers(
         )  # fmt: skip
         assert on_dask.code == 0, on_dask.stderr
         assert on_dask.json()["scale"]["executor"] == "dask"
-        deep = cli("--s3-endpoint", endpoint, "verify", f"{base}/dask", "--deep", *dask, "--json")
+        deep = cli("--s3-endpoint", endpoint, "verify", f"{base}/dask", "--deep", *dask,
+                   "--force-split", "--json")  # fmt: skip
         assert deep.code == 0, deep.stdout
-        assert deep.json()["problems"] == []
+        assert deep.json()["problems"] == [] and deep.json()["scale"]["units"] >= 1
 
     for out in ("local", "dask"):
         same = cli("--s3-endpoint", endpoint, "diff", str(FIXTURES / "seed_mlp"), f"{base}/{out}")

@@ -372,11 +372,13 @@ def test_verify_deep_on_dask_equals_single_process(
 ) -> None:
     import shutil
 
-    dask = ["--executor", "dask", "--scheduler", cluster.scheduler_address, "--unit-bytes", "1MiB"]
+    dask = ["--executor", "dask", "--scheduler", cluster.scheduler_address, "--unit-bytes", "1MiB",
+            "--force-split"]  # fmt: skip
     # No record: the 4 MiB leaf is split over units; NaN counts add up.
     code_a, single = _verify_json(cli, src, "--deep")
     code_b, scaled = _verify_json(cli, src, "--deep", *dask)
     assert code_a == code_b == 0
+    assert single["scale"] is None and scaled["scale"]["split"] and scaled["scale"]["units"] > 1
     _same_findings(single, scaled)
     assert [(n["leaf"], n["nan"], n["inf"]) for n in scaled["nonfinite"]] == [
         ("params.embed", 1, 0)

@@ -20,6 +20,10 @@ pipelined), so the slowest one sets the pace. ``store_per_byte`` is the CPU the 
 the latency proxy spend per byte when they share this machine's cores with ckpt (the bench's
 moto): it slows every remote run here and is not charged to a cluster reading a real store.
 
+Workers above 1 mean a split run: ``verify`` and ``reshard`` decline a split whose estimate
+says the start-up would not pay (``executor.should_split``), and the bench passes
+``--force-split`` to measure the split; a declined run is the one-process run (workers = 1).
+
 Memory (peak RSS of the largest process)::
 
     rss = base + min(budget, per_chunk_byte x chunk + per_byte x held) + per_leaf x leaves

@@ -146,6 +146,13 @@ def messages(report: VerifyReport, json_out: bool, mark_committed: bool) -> list
     if report.rotation is not None:
         out += [("warning", w) for w in report.rotation.warnings]
     out += [("note", f"marked {m} committed (commit_success.txt)") for m in report.marked_committed]
+    scale = report.scale
+    if scale is not None and not json_out:
+        out.append(
+            ("note", f"not split: {scale.reason}")
+            if not scale.split
+            else ("note", f"{scale.units} units on {scale.workers} {scale.executor} workers")
+        )
     if mark_committed and not report.marked_committed:
         out.append(("warning", "not marked committed: the check found errors; nothing was written"))
     return out

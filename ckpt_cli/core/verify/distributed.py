@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -55,6 +56,7 @@ class ScanDone:
     scans: tuple[LeafScan, ...]
     sums: tuple[tuple[str, FileSum | str], ...]
     nbytes: int
+    seconds: float = 0.0  # spent in the unit, on its worker
 
 
 def _task_bytes(task: ScanTask) -> int:
@@ -157,6 +159,7 @@ def _store(unit: ScanUnit, location: Location) -> ItemStore:
 def run_scan_unit(unit: ScanUnit) -> ScanDone:
     """Decode a unit's blocks and checksum its files (runs on a worker; never raises for
     damage: errors travel back as results, as in the single-process pass)."""
+    started = time.monotonic()
     location = open_location(unit.item, unit.storage)
     scans: tuple[LeafScan, ...] = ()
     if unit.tasks:
@@ -167,7 +170,7 @@ def run_scan_unit(unit: ScanUnit) -> ScanDone:
             sums.append((rel, file_checksum(location.child(*rel.split("/")))))
         except CkptError as e:
             sums.append((rel, e.message))
-    return ScanDone(scans, tuple(sums), unit.nbytes)
+    return ScanDone(scans, tuple(sums), unit.nbytes, time.monotonic() - started)
 
 
 def deep_item_scaled(
@@ -190,6 +193,8 @@ def deep_item_scaled(
         for scan in _join_scans([s for d in done for s in d.scans]):
             _take_scan(facts, result, scan, facts.arrays[scan.name][0])
         _take_sums(facts, result, [(rel, _done(got)) for d in done for rel, got in d.sums])
+        result.units = len(done)
+        result.worker_seconds = sum(d.seconds for d in done)
     for name, value in facts.strings.items():
         result.digests[name] = string_digest(value)
     return result

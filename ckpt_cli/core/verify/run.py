@@ -12,8 +12,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
-from ckpt_cli.core.executor import Executor, ExecutorSpec, open_executor
+from ckpt_cli.core.executor import (
+    Executor,
+    ExecutorSpec,
+    decline,
+    open_executor,
+    should_split,
+)
 from ckpt_cli.core.format.digests import record_of, wanted, write_digests
 from ckpt_cli.core.format.layout import detect
 from ckpt_cli.core.format.names import COMMIT_MARKER, PRUNE_LOCK
@@ -34,6 +41,7 @@ from ckpt_cli.core.verify.types import (
     Level,
     Rotation,
     SampleInfo,
+    Scale,
     VerifyOptions,
     VerifyReport,
 )
@@ -49,16 +57,17 @@ def verify_path(
 ) -> VerifyReport:
     """Check ``location``; with ``executor`` the deep pass runs in units on its workers
     (``distributed``), everything else stays here. An ``ExecutorSpec`` that scales out is
-    opened (and closed) here, for a deep pass or ``record`` only.
+    used for a deep pass or ``record`` only, and only when the split pays (``should_split``:
+    the bytes to read against the workers' start-up; the report's ``scale`` says which): it is
+    opened (and closed) here, or declined (its early-started workers released). An
+    ``Executor`` given is always used.
 
     Progress: ``structure`` counts items, ``data`` bytes decoded (and checksummed).
     """
-    if isinstance(executor, ExecutorSpec):
-        with contextlib.ExitStack() as stack:
-            pool = None
-            if executor.scaled and (options.deep or options.record):
-                pool = stack.enter_context(open_executor(executor))
-            return verify_path(location, options, on_progress, pool, unit_bytes)
+    if isinstance(executor, ExecutorSpec) and not (
+        executor.scaled and (options.deep or options.record)
+    ):
+        executor = None
     started = options.clock()
     if options.upgrade and not options.record:
         raise UsageError("--upgrade converts a record: use it with --record")
@@ -111,7 +120,7 @@ def _verify(
     location: Location,
     options: VerifyOptions,
     on_progress: ProgressFn | None,
-    executor: Executor | None,
+    executor: Executor | ExecutorSpec | None,
     unit_bytes: int,
     started: float,
 ) -> VerifyReport:
@@ -124,6 +133,7 @@ def _verify(
     names = [t.name for t in targets]
     coverage: Coverage | None = None
     rotation: Rotation | None = None
+    scale: Scale | None = None
     notes: list[str] = []
     if options.max_duration is not None and level == "deep":
         wants = [wanted(f.record, options.record, options.upgrade) for f in facts]
@@ -134,8 +144,8 @@ def _verify(
         )
         sample = None
     else:
-        results, sample = _data_level(
-            facts, options, level, on_progress, executor, unit_bytes, names
+        results, sample, scale = _data_level(
+            facts, options, level, on_progress, _Scaling(executor, location, unit_bytes), names
         )
         if level != "structure":
             coverage = _full_coverage(facts, results, sample, options.clock() - started)
@@ -164,6 +174,7 @@ def _verify(
         marked_committed=marked,
         elapsed_s=options.clock() - started,
         extra={"warnings": notes} if notes else {},
+        scale=scale,
     )
 
 
@@ -282,17 +293,26 @@ def _full_coverage(
     return Coverage(done, sizes, leaves, whole, None, None, elapsed)
 
 
+@dataclass(frozen=True)
+class _Scaling:
+    """What a deep pass may scale out on: an executor (always used), a spec (used when the
+    split pays) or None, and where it reads (``location``: a bucket or a file system)."""
+
+    executor: Executor | ExecutorSpec | None = None
+    location: Location | None = None
+    unit_bytes: int = DEFAULT_SCAN_UNIT_BYTES
+
+
 def _data_level(
     facts: list[ItemFacts],
     options: VerifyOptions,
     level: str,
     on_progress: ProgressFn | None,
-    executor: Executor | None = None,
-    unit_bytes: int = DEFAULT_SCAN_UNIT_BYTES,
+    scaling: _Scaling | None = None,
     names: list[str] | None = None,
-) -> tuple[list[DataResult | None], SampleInfo | None]:
+) -> tuple[list[DataResult | None], SampleInfo | None, Scale | None]:
     if level == "structure":
-        return [None] * len(facts), None
+        return [None] * len(facts), None, None
     if options.sample is not None:
         total = sum(sum(i.nbytes for i, _ in f.arrays.values()) for f in facts)
         if options.sample.subset is not None:
@@ -305,21 +325,51 @@ def _data_level(
         results, sample = sample_items(
             facts, options.sample, options.seed, options.budget, on_bytes, names
         )
-        return list(results), sample
+        return list(results), sample, None
+    scaling = scaling or _Scaling()
     wants = [wanted(f.record, options.record, options.upgrade) for f in facts]
-    on_bytes = ByteProgress(
-        on_progress, "data", sum(item_bytes(f, w) for f, w in zip(facts, wants, strict=True))
-    )
+    total = sum(item_bytes(f, w) for f, w in zip(facts, wants, strict=True))
+    on_bytes = ByteProgress(on_progress, "data", total)
     out: list[DataResult | None] = []
-    for f, want in zip(facts, wants, strict=True):
-        if executor is None:
-            r = deep_item(f, want, options.budget, on_bytes)
-        else:
-            r = deep_item_scaled(f, want, options.budget, executor, unit_bytes, on_bytes)
-            r.chunks_decoded = sum(info.num_chunks for info, _ in f.arrays.values())
-            r.leaves_complete = len(f.arrays)
-        out.append(r)
-    return out, None
+    with contextlib.ExitStack() as stack:
+        executor, scale = _deep_executor(stack, scaling, total)
+        for f, want in zip(facts, wants, strict=True):
+            if executor is None:
+                r = deep_item(f, want, options.budget, on_bytes)
+            else:
+                r = deep_item_scaled(
+                    f, want, options.budget, executor, scaling.unit_bytes, on_bytes
+                )
+                r.chunks_decoded = sum(info.num_chunks for info, _ in f.arrays.values())
+                r.leaves_complete = len(f.arrays)
+            out.append(r)
+    if scale is not None and scale.split:
+        units = sum(r.units for r in out if r)
+        seconds = sum(r.worker_seconds for r in out if r)
+        scale = replace(scale, units=units, worker_seconds=seconds)
+    return out, None, scale
+
+
+def _deep_executor(
+    stack: contextlib.ExitStack, scaling: _Scaling, nbytes: int
+) -> tuple[Executor | None, Scale | None]:
+    """The executor a deep pass reading ``nbytes`` runs on (entered on ``stack``), and its
+    ``Scale`` (None: not asked to scale out). A spec whose split does not pay is declined: its
+    early-started workers are released and the pass stays in this process."""
+    executor = scaling.executor
+    if executor is None:
+        return None, None
+    if isinstance(executor, Executor):
+        return executor, Scale(executor.name, executor.workers)
+    from ckpt_cli.core.storage.remote import RemoteLocation
+
+    remote = isinstance(scaling.location, RemoteLocation)
+    decision = should_split(executor, nbytes, remote=remote, reads_only=True)
+    if not decision.split:
+        decline(executor)
+        return None, Scale(executor.kind, executor.workers, split=False, reason=decision.reason)
+    pool = stack.enter_context(open_executor(executor))
+    return pool, Scale(pool.name, pool.workers)
 
 
 def _digest_state(f: ItemFacts, level: str) -> str:

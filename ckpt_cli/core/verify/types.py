@@ -82,6 +82,18 @@ class SummaryJSON(TypedDict):
     warnings: int
 
 
+class VerifyScaleJSON(TypedDict):
+    """How a ``--workers``/``--executor dask`` deep pass ran: split into units on the workers,
+    or kept in one process (``split`` false, ``reason`` says why; no unit ran)."""
+
+    executor: str
+    workers: int
+    units: int
+    worker_seconds: float  # summed time inside units
+    split: bool
+    reason: str | None
+
+
 class VerifyJSON(TypedDict):
     """``ckpt verify --json``: what one run checked and found."""
 
@@ -95,6 +107,8 @@ class VerifyJSON(TypedDict):
     recorded: list[str]
     marked_committed: list[str]
     elapsed_s: float
+    #: None unless a deep pass (--deep, --record) was asked to scale out.
+    scale: VerifyScaleJSON | None
     problems: list[ProblemJSON]
 
 
@@ -180,6 +194,9 @@ class DataResult:
     #: (leaf index in name order, block index); None when the item was read to its end.
     leaves_complete: int = 0
     resume_at: tuple[int, int] | None = None
+    #: A scaled-out pass: the units its workers ran and the seconds they spent in them.
+    units: int = 0
+    worker_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -270,12 +287,35 @@ class SampleInfo:
 
 
 @dataclass(frozen=True)
+class Scale:
+    """How a deep pass asked to scale out ran (``VerifyScaleJSON``)."""
+
+    executor: str
+    workers: int
+    units: int = 0
+    worker_seconds: float = 0.0
+    split: bool = True
+    reason: str | None = None
+
+    def to_json(self) -> VerifyScaleJSON:
+        return {
+            "executor": self.executor,
+            "workers": self.workers,
+            "units": self.units,
+            "worker_seconds": round(self.worker_seconds, 3),
+            "split": self.split,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
 class VerifyReport:
     """Everything one ``verify`` run found, ready to render as a table, JSON or JUnit."""
 
     path: str
-    #: 2: problems name every leaf they hurt (leaves); 3: rotation.warnings.
-    SCHEMA_VERSION: ClassVar[int] = 3
+    #: 2: problems name every leaf they hurt (leaves); 3: rotation.warnings; 4: scale (the
+    #: split decision of a scaled-out deep pass).
+    SCHEMA_VERSION: ClassVar[int] = 4
     kind: CheckedKind
     level: Level
     items: tuple[ItemCheck, ...]
@@ -289,6 +329,7 @@ class VerifyReport:
     marked_committed: tuple[str, ...] = ()  # steps given commit_success.txt (--mark-committed)
     elapsed_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    scale: Scale | None = None
 
     @property
     def errors(self) -> int:
@@ -346,5 +387,6 @@ class VerifyReport:
             "recorded": list(self.recorded),
             "marked_committed": list(self.marked_committed),
             "elapsed_s": round(self.elapsed_s, 3),
+            "scale": self.scale.to_json() if self.scale else None,
             "problems": [p.to_json() for p in self.problems],
         }
