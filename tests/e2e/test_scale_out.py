@@ -324,6 +324,52 @@ def test_failed_unit_leaves_no_step(src: Path, tmp_path: Path) -> None:
     assert not dest.exists()  # no step, no tmp step, not even the root the write made
 
 
+class TwoSlotInline:
+    """Runs units here, one after another, but declares two units per worker, as the pools do,
+    and keeps every unit it ran."""
+
+    name = "local"
+    workers = 1
+    units_per_worker = 2
+
+    def __init__(self) -> None:
+        self.units: list[Any] = []
+
+    def map(self, fn: Any, units: Any, on_done: Any = None) -> list[Any]:
+        out = []
+        for unit in units:
+            self.units.append(unit)
+            out.append(fn(unit))
+            if on_done is not None:
+                on_done(out[-1])
+        return out
+
+
+def test_a_worker_running_two_units_holds_no_more_than_the_memory_limit(
+    src: Path, tmp_path: Path
+) -> None:
+    from ckpt_cli.core.storage import LocalLocation
+    from ckpt_cli.core.write.rewrite import write_step
+
+    limit = 64 << 20
+    ref, leaves = _reshard_parts(src, limit)
+    executor = TwoSlotInline()
+    write_step(
+        ref, LocalLocation(str(tmp_path / "out")), leaves, use_ocdbt=True, use_zarr3=False,
+        memory_limit=limit, operation={"operation": "reshard"}, executor=executor,
+        unit_bytes=1 << 20,
+    )  # fmt: skip
+    assert len(executor.units) >= 2
+    # Each unit plans its blocks within half the limit: two at once fit in the whole.
+    assert {u.memory_limit for u in executor.units} == {limit // 2}
+    single = tmp_path / "single"
+    write_step(
+        ref, LocalLocation(str(single)), leaves, use_ocdbt=True, use_zarr3=False,
+        memory_limit=limit, operation={"operation": "reshard"},
+    )  # fmt: skip
+    assert_same_values(read_values(single), read_values(tmp_path / "out"))
+
+
 def test_a_unit_rewritten_gives_the_same_bytes(src: Path, tmp_path: Path) -> None:
     import tensorstore as ts
 
