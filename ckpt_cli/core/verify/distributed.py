@@ -10,8 +10,8 @@ spread over units like a write: its NaN/Inf counts add up and its ``ld1`` partia
 (``ldigest.merge``, any order). File CRC-32s: small files grouped into units by bytes; a file
 larger than a unit (an OCDBT data file often holds most of an item) is cut into byte ranges of
 about a unit, each unit reads and checksums one, and the driver joins the CRC-32s of the ranges
-(``crc32_combine``, zlib's algorithm): one worker reading a whole large file alone at its
-per-process bandwidth would otherwise set the run's time.
+(``format/filesums.py``): one worker reading a whole large file alone at its per-process
+bandwidth would otherwise set the run's time.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 import threading
 import uuid
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
@@ -27,6 +26,7 @@ from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.blocks import block_shape, iter_blocks
 from ckpt_cli.core.format.digests import FileSum, Wanted, file_checksum, string_digest
+from ckpt_cli.core.format.filesums import Piece, join_ranges, range_checksum
 from ckpt_cli.core.format.ldigest import Partial, merge
 from ckpt_cli.core.format.scan import LeafScan, ScanTask, scan_leaves
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
@@ -63,8 +63,8 @@ class ScanDone:
     scans: tuple[LeafScan, ...]
     sums: tuple[tuple[str, FileSum | str], ...]
     nbytes: int
-    #: (path, start, bytes read, CRC-32 of them) of each range, or (path, start, 0, error).
-    pieces: tuple[tuple[str, int, int, int | str], ...] = ()
+    #: The checksums of the unit's ranges (``filesums.Piece``).
+    pieces: tuple[Piece, ...] = ()
 
 
 def _task_bytes(task: ScanTask) -> int:
@@ -183,89 +183,8 @@ def run_scan_unit(unit: ScanUnit) -> ScanDone:
             sums.append((rel, file_checksum(location.child(*rel.split("/")))))
         except CkptError as e:
             sums.append((rel, e.message))
-    pieces = tuple(_range_checksum(location, *r) for r in unit.ranges)
+    pieces = tuple(range_checksum(location, *r) for r in unit.ranges)
     return ScanDone(scans, tuple(sums), unit.nbytes, pieces)
-
-
-#: A range is read in reads of this size, ``_RANGE_READS`` at once (memory: their product).
-_RANGE_READ_BYTES = 4 << 20
-_RANGE_READS = 8
-
-
-def _range_checksum(
-    location: Location, rel: str, start: int, end: int
-) -> tuple[str, int, int, int | str]:
-    """CRC-32 of bytes ``[start, end)`` of a file, read in ranged reads, several at once."""
-    target = location.child(*rel.split("/"))
-    crc = 0
-    step = _RANGE_READ_BYTES * _RANGE_READS
-    try:
-        for a in range(start, end, step):
-            cuts = range(a, min(end, a + step), _RANGE_READ_BYTES)
-            wanted = [(target, c, min(end, c + _RANGE_READ_BYTES)) for c in cuts]
-            for data in location.read_ranges(wanted):
-                crc = zlib.crc32(data, crc)
-    except CkptError as e:
-        return rel, start, 0, e.message
-    return rel, start, end - start, crc
-
-
-def _join_ranges(
-    pieces: list[tuple[str, int, int, int | str]],
-) -> list[tuple[str, FileSum | str]]:
-    """Each cut file's size and CRC-32 from its ranges (the first error, if a range failed)."""
-    out: list[tuple[str, FileSum | str]] = []
-    by_file: dict[str, list[tuple[int, int, int | str]]] = {}
-    for rel, start, nbytes, got in pieces:
-        by_file.setdefault(rel, []).append((start, nbytes, got))
-    for rel, parts in sorted(by_file.items()):
-        crc, size, error = 0, 0, None
-        for _, nbytes, got in sorted(parts):
-            if isinstance(got, str):
-                error = error or got
-                continue
-            crc, size = crc32_combine(crc, got, nbytes), size + nbytes
-        out.append((rel, error if error is not None else FileSum(size, f"{crc:08x}")))
-    return out
-
-
-def _gf2_times(matrix: list[int], vector: int) -> int:
-    total, i = 0, 0
-    while vector:
-        if vector & 1:
-            total ^= matrix[i]
-        vector >>= 1
-        i += 1
-    return total
-
-
-def _gf2_square(matrix: list[int]) -> list[int]:
-    return [_gf2_times(matrix, matrix[n]) for n in range(32)]
-
-
-def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
-    """The CRC-32 of ``A + B`` from ``crc32(A)``, ``crc32(B)`` and ``len(B)``: zlib's
-    ``crc32_combine`` (not exposed by Python's ``zlib``), applying ``len2`` zero bytes to
-    ``crc1`` by squaring the one-zero-bit operator in GF(2)."""
-    if len2 <= 0:
-        return crc1
-    odd = [0xEDB88320] + [1 << n for n in range(31)]  # one zero bit
-    even = _gf2_square(odd)  # two zero bits
-    odd = _gf2_square(even)  # four zero bits
-    while True:
-        even = _gf2_square(odd)  # the first pass: one zero byte
-        if len2 & 1:
-            crc1 = _gf2_times(even, crc1)
-        len2 >>= 1
-        if not len2:
-            break
-        odd = _gf2_square(even)
-        if len2 & 1:
-            crc1 = _gf2_times(odd, crc1)
-        len2 >>= 1
-        if not len2:
-            break
-    return crc1 ^ crc2
 
 
 def deep_item_scaled(
@@ -288,7 +207,7 @@ def deep_item_scaled(
         for scan in _join_scans([s for d in done for s in d.scans]):
             _take_scan(facts, result, scan, facts.arrays[scan.name][0])
         sums = [(rel, got) for d in done for rel, got in d.sums]
-        sums += _join_ranges([p for d in done for p in d.pieces])
+        sums += join_ranges([p for d in done for p in d.pieces])
         _take_sums(facts, result, [(rel, _done(got)) for rel, got in sums])
     for name, value in facts.strings.items():
         result.digests[name] = string_digest(value)

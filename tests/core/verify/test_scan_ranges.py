@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from ckpt_cli.core.executor import InlineExecutor
+from ckpt_cli.core.format.digests import FileSum
+from ckpt_cli.core.format.filesums import crc32_combine, cut_ranges, join_ranges
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.core.verify import distributed as dist
-from ckpt_cli.core.verify.distributed import crc32_combine
 from ckpt_cli.core.verify.run import verify_path
 from ckpt_cli.core.verify.types import VerifyOptions
 
@@ -86,13 +87,19 @@ def test_a_record_taken_over_ranges_equals_the_single_process_record(tmp_path: P
 
 def test_ranges_cover_each_cut_file_once() -> None:
     pieces = [("d/x", 8, 4, zlib.crc32(b"cdef")), ("d/x", 0, 8, zlib.crc32(b"01234567"))]
-    assert dist._join_ranges(pieces) == [
-        ("d/x", dist.FileSum(12, f"{zlib.crc32(b'01234567cdef'):08x}"))
-    ]
+    assert join_ranges(pieces) == [("d/x", FileSum(12, f"{zlib.crc32(b'01234567cdef'):08x}"))]
     failed = [*pieces, ("d/x", 12, 0, "cannot read d/x")]
-    assert dist._join_ranges(failed) == [("d/x", "cannot read d/x")]
+    assert join_ranges(failed) == [("d/x", "cannot read d/x")]
 
 
 @pytest.fixture(autouse=True)
 def _no_kept_stores() -> None:
     dist._STORES.clear()
+
+
+def test_cut_ranges_cover_every_byte_once() -> None:
+    files = [("a", 10), ("b", 0), ("c", 3)]
+    units = list(cut_ranges(files, 4))
+    assert all(sum(e - s for _, s, e in u) <= 4 for u in units)
+    covered = sorted(r for u in units for r in u)
+    assert covered == [("a", 0, 4), ("a", 4, 8), ("a", 8, 10), ("b", 0, 0), ("c", 0, 3)]
