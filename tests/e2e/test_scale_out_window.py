@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.support.latency_proxy import LatencyProxy, Request
+from tests.support.latency_proxy import LatencyProxy, windows_by_pid
 from tests.support.remote_servers import s3_environment
 from tests.support.storage_fixtures import S3
 
@@ -71,20 +71,6 @@ def proxy(s3: S3, monkeypatch: pytest.MonkeyPatch) -> Iterator[LatencyProxy]:
         yield p
 
 
-def windows(log: tuple[Request, ...]) -> dict[int, int]:
-    """Client pid -> the most of its requests in flight at once."""
-    out: dict[int, int] = {}
-    for pid in {r.pid for r in log if r.pid}:
-        events = sorted(
-            (t, d) for r in log if r.pid == pid for t, d in ((r.started, 1), (r.ended, -1)) if t
-        )
-        now = 0
-        for _, d in events:
-            now += d
-            out[pid] = max(out.get(pid, 0), now)
-    return out
-
-
 def test_each_worker_keeps_a_single_process_window_in_verify_deep(
     bucket_src: str, proxy: LatencyProxy
 ) -> None:
@@ -97,7 +83,7 @@ def test_each_worker_keeps_a_single_process_window_in_verify_deep(
         proxy.reset()
         options = VerifyOptions(deep=True)
         report = verify_path(open_location(bucket_src), options, None, executor, UNIT)
-        return report, windows(proxy.stats().log)
+        return report, windows_by_pid(proxy.stats().log)
 
     single, one = deep()
     with LocalExecutor(2) as pool:  # started after the proxy's environment: its workers use it
@@ -147,7 +133,7 @@ def test_each_worker_keeps_a_single_process_window_in_reshard(
             memory_limit=limit, operation={"operation": "reshard"}, executor=executor,
             unit_bytes=UNIT,
         )  # fmt: skip
-        return windows(proxy.stats().log)
+        return windows_by_pid(proxy.stats().log)
 
     one = reshard(f"{base}/single")
     with LocalExecutor(2) as pool:

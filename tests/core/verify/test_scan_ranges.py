@@ -8,34 +8,21 @@ from __future__ import annotations
 import json
 import os
 import zlib
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ckpt_cli.core.executor import InlineExecutor
 from ckpt_cli.core.format.digests import FileSum
 from ckpt_cli.core.format.filesums import crc32_combine, cut_ranges, join_ranges
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.core.verify import distributed as dist
 from ckpt_cli.core.verify.run import verify_path
 from ckpt_cli.core.verify.types import VerifyOptions
+from tests.support.spy_executor import Spy
 
 DAMAGED = Path(__file__).resolve().parents[3] / "fixtures" / "damaged"
 UNIT = 4096  # the fixtures' largest data file (17 KiB) spans five units
-
-
-class Spy(InlineExecutor):
-    """Runs the units here and keeps them."""
-
-    def __init__(self) -> None:
-        self.units: list[Any] = []
-
-    def map(self, fn: Callable[[Any], Any], units: Iterable[Any], on_done: Any = None) -> Any:
-        taken = list(units)
-        self.units.extend(taken)
-        return super().map(fn, taken, on_done)
 
 
 @pytest.mark.parametrize("sizes", [(0, 5), (7, 0), (1, 1), (1000, 12345), (3, 1 << 20)])
