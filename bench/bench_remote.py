@@ -125,10 +125,12 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="ls,inspect,verify,deep,sample,diff,...")
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--scale", action="store_true", help="1/2/4/8 workers and Dask")
-    # 32 MiB: a unit is read with all its chunks in flight at once and the window drains at its
-    # end, so a unit smaller than the single process's window (scan.IN_FLIGHT_BYTES, 32 MiB)
-    # caps a worker's requests in flight at unit bytes / chunk bytes (4 MiB units: 3-4).
-    parser.add_argument("--unit-bytes", default="32MiB", help="with --scale")
+    # 64 MiB: a unit is read with all its chunks in flight at once, so its requests in flight
+    # are at most unit bytes / chunk bytes; a worker runs two units at once (the next starts
+    # while the previous drains). The checkpoint's chunks are --data-mib / 128 (4 MiB at 512
+    # MiB): 64 MiB units keep 16 reads per unit, 32 per worker, the single process's reads in
+    # flight (reshard: 41 with its writes). With --data-mib 128 give 16MiB (1 MiB chunks).
+    parser.add_argument("--unit-bytes", default="64MiB", help="with --scale")
     parser.add_argument(
         "--scale-workers", default="4", help="with --scale: local worker counts, e.g. 1,2,4,8"
     )

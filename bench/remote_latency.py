@@ -48,7 +48,7 @@ from bench_reshard import BUILD as BUILD_DATA  # noqa: E402
 from bench_reshard import LEAVES  # noqa: E402
 
 from ckpt_cli.core.storage.options import DEFAULT_MAX_REQUESTS  # noqa: E402
-from tests.support.latency_proxy import LatencyProxy, Stats  # noqa: E402
+from tests.support.latency_proxy import LatencyProxy, Stats, windows_by_pid  # noqa: E402
 from tests.support.moto_server import spawn  # noqa: E402
 from tests.support.remote_servers import CREDENTIALS, SeaweedServer, local_files  # noqa: E402
 
@@ -561,16 +561,7 @@ def scale_main(opts: argparse.Namespace) -> None:
 def _window(log: Any) -> int:
     """The deepest request window one client process kept (the most of its requests in flight
     at once), over the processes of a run: the issue's 3-4 per worker against 7 for one."""
-    deepest = 0
-    for pid in {r.pid for r in log if r.pid}:
-        events = sorted(
-            (t, d) for r in log if r.pid == pid for t, d in ((r.started, 1), (r.ended, -1)) if t
-        )
-        now = 0
-        for _, d in events:
-            now += d
-            deepest = max(deepest, now)
-    return deepest
+    return max(windows_by_pid(log).values(), default=0)
 
 
 def _same_output(what: str, out: str, reference: dict[str, Any], dst: str, env: Any) -> bool:

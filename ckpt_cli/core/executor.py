@@ -18,6 +18,16 @@ modules (``WORKER_PRELOAD``) in its initializer (Dask: a worker plugin registere
 the pool lives for the whole run (rebuilt only after a worker died), and ``map`` takes the units
 as an iterable: each unit is submitted as the planner yields it.
 
+Windows full across unit boundaries: a unit's reads drain at its end, and a worker that waits for
+its last read before it takes the next unit sends nothing for a round trip or more. So every
+worker process runs up to ``UNITS_PER_WORKER`` (2) units at once, on threads: it takes its next
+unit while the previous one drains. Local: the pool's worker loop takes a call whenever fewer than
+that many run (``_threaded_worker``). Dask: each task holds one of the worker's
+``UNITS_PER_WORKER`` slots and secedes from the worker's thread pool (``distributed.secede``), so
+the worker starts its next task; a third waits for a slot. Memory stays bounded: a writer gives
+each unit ``1 / units_per_worker`` of ``--memory-limit``, so a worker holds no more than one
+single-process writer.
+
 Why Dask and not Ray: the workers do I/O and numpy through TensorStore, which needs no actor
 state, no object store and no GPU scheduling; Dask's ``distributed`` is two pure-Python wheels
 (Ray is a ~70 MB native wheel that starts a GCS, a raylet and an object store per node), its
@@ -54,6 +64,12 @@ WORKER_PRELOAD = (
 )
 #: Times this process ran the worker initializer (1 in a pool worker, 0 in the driver).
 _WORKER_STARTS = 0
+#: Units one worker process runs at once: the next one starts while the previous one drains.
+UNITS_PER_WORKER = 2
+#: Units running in this process now, and the most that ever ran at once (tests, the bench).
+_RUNNING = [0, 0]
+_RUNNING_LOCK = threading.Lock()
+_SLOTS = threading.BoundedSemaphore(UNITS_PER_WORKER)
 
 
 @dataclass(frozen=True)
@@ -85,6 +101,8 @@ class Executor:
 
     name = "executor"
     workers = 1
+    #: Units one worker process runs at once (what a unit's share of ``--memory-limit`` is).
+    units_per_worker = 1
 
     def map(
         self,
@@ -130,6 +148,7 @@ class LocalExecutor(Executor):
     one of them could take a unit (None while some are still starting)."""
 
     name = "local"
+    units_per_worker = UNITS_PER_WORKER
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
@@ -138,9 +157,8 @@ class LocalExecutor(Executor):
 
     def _new_pool(self) -> Any:
         import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
 
-        pool = ProcessPoolExecutor(
+        pool = _threaded_pool()(
             self.workers,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_start_worker,
@@ -246,6 +264,7 @@ class DaskExecutor(Executor):
     """Tasks on a running Dask ``distributed`` scheduler."""
 
     name = "dask"
+    units_per_worker = UNITS_PER_WORKER
 
     def __init__(self, address: str | None) -> None:
         try:
@@ -305,7 +324,7 @@ class DaskExecutor(Executor):
         arrived = as_completed()
         try:
             for unit in units:  # each submitted as the planner yields it
-                futures.append(self.client.submit(fn, unit, pure=False, retries=1))
+                futures.append(self.client.submit(_in_slot, fn, unit, pure=False, retries=1))
                 index[futures[-1].key] = len(futures) - 1
                 arrived.add(futures[-1])
             for fut in arrived:
@@ -351,6 +370,101 @@ class DaskExecutor(Executor):
     def close(self) -> None:
         self._preloading.join(30)
         self.client.close()
+
+
+def _threaded_pool() -> Any:
+    """A ``ProcessPoolExecutor`` whose worker processes run ``_threaded_worker`` (made when a
+    local pool is first wanted: ``concurrent.futures.process`` loads ``multiprocessing``)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    class ThreadedPool(ProcessPoolExecutor):
+        # The one change to Python's pool: the loop each worker process runs. Everything else
+        # (submission, results, a dead worker breaking the pool, shutdown) is Python's own.
+        def _spawn_process(self) -> None:
+            pool: Any = self  # Python's private pool attributes, untyped
+            p = pool._mp_context.Process(
+                target=_threaded_worker,
+                args=(pool._call_queue, pool._result_queue, pool._initializer, pool._initargs),
+            )
+            p.start()
+            pool._processes[p.pid] = p
+
+    return ThreadedPool
+
+
+def _threaded_worker(call_queue: Any, result_queue: Any, initializer: Any, initargs: Any) -> None:
+    """A local worker process: Python's worker loop, except that it takes the next call while
+    up to ``UNITS_PER_WORKER`` run, each on a thread of its own."""
+    from concurrent.futures import process
+
+    wrap: Any = process._ExceptionWithTraceback
+    send: Any = process._sendback_result
+
+    if initializer is not None:
+        try:
+            initializer(*initargs)
+        except BaseException:
+            return  # the pool sees the process gone and breaks, as Python's own loop does
+
+    def run(item: Any) -> None:
+        try:
+            r = _counted(item.fn, *item.args, **item.kwargs)
+        except BaseException as e:
+            send(result_queue, item.work_id, exception=wrap(e, e.__traceback__))
+        else:
+            send(result_queue, item.work_id, result=r)
+        finally:
+            _SLOTS.release()
+
+    threads: list[threading.Thread] = []
+    while True:
+        _SLOTS.acquire()
+        item = call_queue.get(block=True)
+        if item is None:  # shutdown: finish the units running, then wake the pool's manager
+            for t in threads:
+                t.join()
+            result_queue.put(os.getpid())
+            return
+        threads = [t for t in threads if t.is_alive()]
+        threads.append(threading.Thread(target=run, args=(item,), daemon=True))
+        threads[-1].start()
+        del item
+
+
+def _counted(fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+    """``fn(*args)``, counted in ``_RUNNING`` while it runs."""
+    with _RUNNING_LOCK:
+        _RUNNING[0] += 1
+        _RUNNING[1] = max(_RUNNING)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING[0] -= 1
+
+
+def _in_slot(fn: Callable[[T], R], unit: T) -> R:
+    """A Dask task: run ``unit`` in one of this worker's ``UNITS_PER_WORKER`` slots, seceded
+    from the worker's thread pool so that the worker starts its next task meanwhile (the task
+    after that waits here for a slot, holding its thread: at most ``UNITS_PER_WORKER`` units
+    run in a worker process, and each of its threads holds at most one more)."""
+    _SLOTS.acquire()
+    try:
+        try:
+            from distributed import secede
+
+            secede()
+        except Exception:  # not on a Dask worker's thread (a test calling it directly)
+            pass
+        return _counted(fn, unit)
+    finally:
+        _SLOTS.release()
+
+
+def units_running(_: object = None) -> tuple[int, int, int]:
+    """This process's id, the units it runs now and the most it ran at once (tests, bench)."""
+    with _RUNNING_LOCK:
+        return os.getpid(), _RUNNING[0], _RUNNING[1]
 
 
 def _collect(

@@ -1,7 +1,8 @@
 """The worker pool is ready when the work is, proven by counts (never by time): units are
 submitted as the planner yields them, every worker is spawned at once and runs its initializer
 (the TensorStore + unit-module imports) exactly once per run, a command's early-started pool is
-the one its run uses, and Dask workers hold the same imports before their first task."""
+the one its run uses, Dask workers hold the same imports before their first task, and every
+worker process (local or Dask) runs two units at once, never more."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from ckpt_cli.core import executor as ex_mod
 from ckpt_cli.core.executor import (
+    UNITS_PER_WORKER,
     WORKER_PRELOAD,
     DaskExecutor,
     ExecutorSpec,
@@ -17,12 +19,31 @@ from ckpt_cli.core.executor import (
     open_executor,
     release_early,
     start_early,
+    units_running,
     worker_state,
 )
 
 
 def square(i: int) -> int:
     return i * i
+
+
+def held(_: int) -> tuple[int, int, int]:
+    """A unit that lasts long enough for the worker to take its next one meanwhile; it reports
+    how many units its process runs (itself included) and the most it ran at once."""
+    import time
+
+    time.sleep(0.4)
+    return units_running()
+
+
+def assert_two_units_per_worker(states: list[tuple[int, int, int]], workers: int) -> None:
+    peaks: dict[int, int] = {}
+    for pid, now, peak in states:
+        assert 1 <= now <= peak <= UNITS_PER_WORKER
+        peaks[pid] = max(peaks.get(pid, 0), peak)
+    # Every worker took its next unit while one ran; none ever ran a third.
+    assert len(peaks) == workers and set(peaks.values()) == {UNITS_PER_WORKER}, peaks
 
 
 def test_units_are_submitted_as_the_planner_yields_them() -> None:
@@ -96,3 +117,21 @@ def test_dask_workers_hold_the_imports_before_their_first_task() -> None:
         states = dask.map(worker_state, range(4))
     assert len(states) == 4
     assert {held for _, _, held in states} == {WORKER_PRELOAD}
+
+
+def test_each_local_worker_runs_two_units_at_once_never_more() -> None:
+    with LocalExecutor(2) as pool:
+        states = pool.map(held, range(12))
+        assert len(pool._pool._processes) == 2  # two processes, each with two units running
+    assert UNITS_PER_WORKER == 2
+    assert_two_units_per_worker(states, 2)
+
+
+def test_each_dask_worker_runs_two_units_at_once_never_more() -> None:
+    from tests.support.cluster import local_cluster
+
+    # One thread per worker (the cluster's setting): the second unit runs because the first
+    # seceded from the worker's thread pool, the third waits for a slot.
+    with local_cluster() as cluster, DaskExecutor(cluster.scheduler_address) as dask:
+        states = dask.map(held, range(12))
+    assert_two_units_per_worker(states, 2)

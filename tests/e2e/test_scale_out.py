@@ -324,6 +324,78 @@ def test_failed_unit_leaves_no_step(src: Path, tmp_path: Path) -> None:
     assert not dest.exists()  # no step, no tmp step, not even the root the write made
 
 
+class TwoSlotInline:
+    """Runs units here, one after another, but declares two units per worker, as the pools do,
+    and keeps every unit it ran."""
+
+    name = "local"
+    workers = 1
+    units_per_worker = 2
+
+    def __init__(self) -> None:
+        self.units: list[Any] = []
+
+    def map(self, fn: Any, units: Any, on_done: Any = None) -> list[Any]:
+        out = []
+        for unit in units:
+            self.units.append(unit)
+            out.append(fn(unit))
+            if on_done is not None:
+                on_done(out[-1])
+        return out
+
+
+def test_a_worker_running_two_units_holds_no_more_than_the_memory_limit(
+    src: Path, tmp_path: Path
+) -> None:
+    from ckpt_cli.core.storage import LocalLocation
+    from ckpt_cli.core.write.rewrite import write_step
+
+    limit = 64 << 20
+    ref, leaves = _reshard_parts(src, limit)
+    executor = TwoSlotInline()
+    write_step(
+        ref, LocalLocation(str(tmp_path / "out")), leaves, use_ocdbt=True, use_zarr3=False,
+        memory_limit=limit, operation={"operation": "reshard"}, executor=executor,
+        unit_bytes=1 << 20,
+    )  # fmt: skip
+    assert len(executor.units) >= 2
+    # Each unit plans its blocks within half the limit: two at once fit in the whole.
+    assert {u.memory_limit for u in executor.units} == {limit // 2}
+    single = tmp_path / "single"
+    write_step(
+        ref, LocalLocation(str(single)), leaves, use_ocdbt=True, use_zarr3=False,
+        memory_limit=limit, operation={"operation": "reshard"},
+    )  # fmt: skip
+    assert_same_values(read_values(single), read_values(tmp_path / "out"))
+
+
+def test_workers_read_the_written_files_back_in_ranges_for_the_record(
+    cli: Any, src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from ckpt_cli.core.format.digests import file_checksum
+    from ckpt_cli.core.storage import LocalLocation
+    from ckpt_cli.core.write import rewrite
+
+    monkeypatch.setattr(rewrite, "RANGE_UNIT_BYTES", 64 << 10)  # the 4 MiB data file: 64 ranges
+    recorded = tmp_path / "src"
+    shutil.copytree(src, recorded)
+    assert cli("verify", recorded, "--record").code == 0
+    out = tmp_path / "out"
+    args = ["reshard", recorded, out, "--mesh", "data=2", "--rule", RULES]
+    r = cli(*args, "--workers", "2", "--unit-bytes", "1MiB", "--force-split")
+    assert r.code == 0, r.stderr
+    item = out / "7" / "default"
+    files = json.loads((item / "_CKPT_DIGESTS.json").read_text())["files"]
+    assert max(size for size in (f["size"] for f in files.values())) > 64 << 10
+    for rel, got in files.items():
+        want = file_checksum(LocalLocation(str(item / rel)))
+        assert (got["size"], got["crc32"]) == (want.size, want.crc32), rel
+    assert cli("verify", out, "--deep").code == 0
+
+
 def test_a_unit_rewritten_gives_the_same_bytes(src: Path, tmp_path: Path) -> None:
     import tensorstore as ts
 

@@ -115,6 +115,21 @@ class Stats:
         }
 
 
+def windows_by_pid(log: tuple[Request, ...]) -> dict[int, int]:
+    """Client pid -> the most of its requests that were in flight at once (its deepest request
+    window), over the requests whose client process was found."""
+    out: dict[int, int] = {}
+    for pid in {r.pid for r in log if r.pid}:
+        events = sorted(
+            (t, d) for r in log if r.pid == pid for t, d in ((r.started, 1), (r.ended, -1)) if t
+        )
+        now = 0
+        for _, d in events:
+            now += d
+            out[pid] = max(out.get(pid, 0), now)
+    return out
+
+
 def request_kind(method: str, path: str, query: str) -> str:
     """What a request does, in object-store terms (S3 path-style and the GCS JSON API)."""
     if path.startswith("/batch/storage/"):

@@ -7,7 +7,11 @@ read by one worker, start to end, in one unit (small leaves share a unit). Hashi
 about 0.6 s per GB, far below the read, and the bytes never travel to the driver. Any other
 leaf (no record, or ``ld1``: a version-2 record, ``--record``) is cut into chunk-aligned blocks
 spread over units like a write: its NaN/Inf counts add up and its ``ld1`` partials merge
-(``ldigest.merge``, any order). File CRC-32s are per file, grouped into units by bytes.
+(``ldigest.merge``, any order). File CRC-32s: small files grouped into units by bytes; a file
+larger than a unit (an OCDBT data file often holds most of an item) is cut into byte ranges of
+about a unit, each unit reads and checksums one, and the driver joins the CRC-32s of the ranges
+(``format/filesums.py``): one worker reading a whole large file alone at its per-process
+bandwidth would otherwise set the run's time.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.blocks import block_shape, iter_blocks
 from ckpt_cli.core.format.digests import FileSum, Wanted, file_checksum, string_digest
+from ckpt_cli.core.format.filesums import Piece, join_ranges, range_checksum
 from ckpt_cli.core.format.ldigest import Partial, merge
 from ckpt_cli.core.format.scan import LeafScan, ScanTask, scan_leaves
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
@@ -44,11 +49,14 @@ class ScanUnit:
     storage: StorageOptions = field(default_factory=StorageOptions)
     #: The deep pass the unit belongs to: a worker reuses the item's opened store for it.
     run: str = ""
+    #: Byte ranges of a file larger than a unit: (item-relative path, start, end).
+    ranges: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def nbytes(self) -> int:
         arrays = sum(_task_bytes(t) for t in self.tasks)
-        return arrays + sum(size for _, size in self.files)
+        pieces = sum(end - start for _, start, end in self.ranges)
+        return arrays + sum(size for _, size in self.files) + pieces
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,8 @@ class ScanDone:
     sums: tuple[tuple[str, FileSum | str], ...]
     nbytes: int
     seconds: float = 0.0  # spent in the unit, on its worker
+    #: The checksums of the unit's ranges (``filesums.Piece``).
+    pieces: tuple[Piece, ...] = ()
 
 
 def _task_bytes(task: ScanTask) -> int:
@@ -82,8 +92,14 @@ def plan_scan_units(
         group: list[tuple[str, int]] = []
         size = 0
         for rel in _data_files(facts):
-            group.append((rel, facts.inventory.sizes.get(rel) or 0))
-            size += group[-1][1]
+            nbytes = facts.inventory.sizes.get(rel) or 0
+            if nbytes > unit_bytes:
+                for start in range(0, nbytes, unit_bytes):
+                    piece = ((rel, start, min(nbytes, start + unit_bytes)),)
+                    yield ScanUnit(base, zarr3, budget, (), (), storage, ranges=piece)
+                continue
+            group.append((rel, nbytes))
+            size += nbytes
             if size >= unit_bytes:
                 yield ScanUnit(base, zarr3, budget, (), tuple(group), storage)
                 group, size = [], 0
@@ -170,7 +186,8 @@ def run_scan_unit(unit: ScanUnit) -> ScanDone:
             sums.append((rel, file_checksum(location.child(*rel.split("/")))))
         except CkptError as e:
             sums.append((rel, e.message))
-    return ScanDone(scans, tuple(sums), unit.nbytes, time.monotonic() - started)
+    pieces = tuple(range_checksum(location, *r) for r in unit.ranges)
+    return ScanDone(scans, tuple(sums), unit.nbytes, time.monotonic() - started, pieces)
 
 
 def deep_item_scaled(
@@ -192,7 +209,9 @@ def deep_item_scaled(
         )
         for scan in _join_scans([s for d in done for s in d.scans]):
             _take_scan(facts, result, scan, facts.arrays[scan.name][0])
-        _take_sums(facts, result, [(rel, _done(got)) for d in done for rel, got in d.sums])
+        sums = [(rel, got) for d in done for rel, got in d.sums]
+        sums += join_ranges([p for d in done for p in d.pieces])
+        _take_sums(facts, result, [(rel, _done(got)) for rel, got in sums])
         result.units = len(done)
         result.worker_seconds = sum(d.seconds for d in done)
     for name, value in facts.strings.items():

@@ -309,7 +309,8 @@ def write_arrays_scaled(
             leaves,
             item.dest,
             use_ocdbt=item.use_ocdbt,
-            memory_limit=item.memory_limit,
+            # A worker runs ``units_per_worker`` units at once: each gets its share.
+            memory_limit=max(1 << 20, item.memory_limit // executor.units_per_worker),
             unit_bytes=unit_bytes,
         ),
         digests,

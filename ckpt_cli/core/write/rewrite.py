@@ -60,7 +60,7 @@ from ckpt_cli.core.write.item import (
 )
 from ckpt_cli.core.write.step import StepWriter
 from ckpt_cli.core.write.types import ArrayOut, LeafOut, WriteOptions
-from ckpt_cli.errors import CkptError, NotACheckpointError, RefusedError, UsageError
+from ckpt_cli.errors import CkptError, NotACheckpointError, RefusedError, StorageError, UsageError
 
 
 @dataclass(frozen=True)
@@ -304,7 +304,7 @@ def write_items(
             scale, not_checked = _write_leaves(item, one, executor, unit_bytes, on_bytes)
             stats.append(scale)
             unchecked += [(one.source.name, leaf) for leaf in not_checked]
-            records.append(functools.partial(record_digests, item_dir, one.leaf_digests))
+            records.append(functools.partial(record_digests, item_dir, one.leaf_digests, executor))
         # At the step top the record covers the step's _CHECKPOINT_METADATA too: written last.
         for record in records if not top else ():
             record()
@@ -376,10 +376,16 @@ def carried_digests(one: ItemOut) -> BlockDigests:
     return BlockDigests(expect, (), sha)
 
 
-def record_digests(item_dir: Location, leaf_digests: dict[str, LeafDigest] | None) -> None:
-    """``leaf_digests`` recorded with the checksums of the files ``item_dir`` holds now."""
+def record_digests(
+    item_dir: Location,
+    leaf_digests: dict[str, LeafDigest] | None,
+    executor: Executor | None = None,
+) -> None:
+    """``leaf_digests`` recorded with the checksums of the files ``item_dir`` holds now (read
+    back by ``executor``'s workers in byte ranges, when given)."""
     if leaf_digests:
-        write_digests(item_dir, record_of(leaf_digests, _file_sums(item_dir)))
+        sums = _file_sums(item_dir) if executor is None else _file_sums_on(item_dir, executor)
+        write_digests(item_dir, record_of(leaf_digests, sums))
 
 
 def _step_writer(src: ItemRef, dst: Location, step: int, operation: dict[str, Any]) -> StepWriter:
@@ -424,6 +430,29 @@ def _file_sums(item_dir: Location) -> dict[str, FileSum]:
 
     with ThreadPoolExecutor(min(4, len(rels))) as pool:
         return dict(zip(rels, pool.map(one, rels), strict=True))
+
+
+#: Bytes of a file-checksum unit when the workers read the written files back.
+RANGE_UNIT_BYTES = 32 << 20
+
+
+def _file_sums_on(item_dir: Location, executor: Executor) -> dict[str, FileSum]:
+    """``_file_sums`` by the workers: the written files cut into byte ranges of
+    ``RANGE_UNIT_BYTES``, checksummed by any worker, joined here (one driver reading a step's
+    data files back alone would take longer than the workers took to write them)."""
+    from ckpt_cli.core.format.filesums import RangeUnit, checksum_ranges, cut_ranges, join_ranges
+
+    files = sorted((rel, e.size) for rel, e in item_dir.walk() if recorded_file(rel))
+    units = (
+        RangeUnit(str(item_dir), ranges, item_dir.options)
+        for ranges in cut_ranges(files, RANGE_UNIT_BYTES)
+    )
+    pieces = [p for done in executor.map(checksum_ranges, units) for p in done]
+    sums = dict(join_ranges(pieces))
+    failed = next(((rel, got) for rel, got in sums.items() if isinstance(got, str)), None)
+    if failed is not None:
+        raise StorageError(f"cannot read back {failed[0]} in {item_dir}: {failed[1]}")
+    return {rel: got for rel, got in sums.items() if isinstance(got, FileSum)}
 
 
 def _copy_other_items(

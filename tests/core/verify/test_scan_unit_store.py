@@ -4,28 +4,15 @@ it again (it may have changed). Counted, never timed."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
 
-from ckpt_cli.core.executor import InlineExecutor
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.core.verify import distributed as dist
 from ckpt_cli.core.verify.run import verify_path
 from ckpt_cli.core.verify.types import VerifyOptions
-
-
-class Spy(InlineExecutor):
-    """Runs the units here and keeps them."""
-
-    def __init__(self) -> None:
-        self.units: list[Any] = []
-
-    def map(self, fn: Callable[[Any], Any], units: Iterable[Any], on_done: Any = None) -> Any:
-        taken = list(units)
-        self.units.extend(taken)
-        return super().map(fn, taken, on_done)
+from tests.support.spy_executor import Spy
 
 
 def test_a_worker_opens_the_item_once_per_deep_pass(fixture_copy, monkeypatch) -> None:  # type: ignore[no-untyped-def]
