@@ -107,9 +107,9 @@ def export(
     run = run_context(ctx, json_out)
     if format_ != "safetensors":
         raise UsageError(f"--format {format_!r}: the format ckpt exports is safetensors")
-    # Blocks of 8 MiB come from (and return to) the heap of two arenas: no page faults for a
-    # fresh mapping per block, and what the heap keeps is bounded by the blocks in flight.
-    bound_allocator(arenas=2, mmap_threshold=32 << 20)
+    # Blocks under 32 MiB come from (and return to) one heap that keeps freed memory for the
+    # next block: no page faults for a fresh mapping per block (core/write/memory.py).
+    bound_allocator()
     plan = plan_export(
         src,
         out,

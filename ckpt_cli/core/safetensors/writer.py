@@ -4,6 +4,15 @@ The file is written under a temporary name in its final directory, sized up fron
 positioned writes in any order, and renamed to its final name only once every byte of every
 tensor was written (tracked per tensor as element ranges). Anything else leaves no file under
 the final name: an exception inside the ``with`` block, or a missing block at ``commit``.
+
+Blocks that arrive in file order (as ``export`` writes them) go to the disk without the page
+cache (``O_DIRECT``, where the file system takes it): copied into one reused, page-aligned
+staging buffer and written from it in whole pages. Copying a GiB into the page cache cost more
+system time than everything else an export does (fresh cache pages to allocate and fill; see
+docs/explanation/performance.md), and the cache only held pages the export never reads again.
+The first block out of order, or a file system that refuses ``O_DIRECT``, switches the file to
+positioned writes through the page cache for the rest. Either way one ``fsync`` before the
+rename makes the file durable.
 """
 
 from __future__ import annotations
@@ -28,6 +37,10 @@ TMP_MARK = ".ckpt-tmp-"
 #: wait): the kernel writes back as the export goes, so dirty pages stay bounded and the final
 #: ``fsync`` before the rename is short, without the writer ever blocking on the disk midway.
 SYNC_EVERY = 64 << 20
+#: The staging buffer of direct writes: written out whenever full (a multiple of ``PAGE``).
+STAGE_BYTES = 8 << 20
+#: Alignment of direct writes (offsets, lengths, buffer addresses): the file systems' block.
+PAGE = 4096
 
 
 class SafetensorsWriter:
@@ -43,6 +56,9 @@ class SafetensorsWriter:
         self.bytes_written = 0
         self._unsynced = 0
         self._synced_to = 0  # file offset below which writeback was requested
+        self._direct: _DirectStream | None = None
+        #: Bytes that went to the file through the direct stream (the rest: the page cache).
+        self.direct_bytes = 0
 
     def __enter__(self) -> SafetensorsWriter:
         self.open()
@@ -61,7 +77,9 @@ class SafetensorsWriter:
         try:
             self._fd = os.open(self.tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             _reserve(self._fd, self.shard.size)
-            _pwrite_all(self._fd, memoryview(self.shard.encoded_header), 0)
+            self._direct = _DirectStream.open(self.tmp_path, self.shard.encoded_header)
+            if self._direct is None:
+                _pwrite_all(self._fd, memoryview(self.shard.encoded_header), 0)
         except OSError as e:
             self.abort()
             raise StorageError.from_error(f"cannot write {self.tmp_path}", e) from None
@@ -88,7 +106,16 @@ class SafetensorsWriter:
         if self._fd is None:
             raise ValueError(f"{self.path}: the writer is not open")
         try:
-            _pwrite_all(self._fd, raw.data, offset)
+            done = 0
+            if self._direct is not None:
+                try:
+                    if self._direct.append(raw.data, offset):
+                        self.bytes_written += raw.nbytes
+                        return
+                except _Refused as e:
+                    done = e.done
+                self._leave_direct()
+            _pwrite_all(self._fd, raw.data[done:], offset + done)
             self._unsynced += raw.nbytes
             if self._unsynced >= SYNC_EVERY:
                 end = offset + raw.nbytes
@@ -121,6 +148,13 @@ class SafetensorsWriter:
             raise ValueError(f"{self.path}: {len(missing)} tensor(s) not fully written: {names}")
         assert self._fd is not None
         try:
+            if self._direct is not None:
+                try:
+                    self.direct_bytes = self._direct.finish()
+                    self._direct = None
+                    os.ftruncate(self._fd, self.shard.size)  # the last page was written whole
+                except _Refused:
+                    self._leave_direct()
             os.fsync(self._fd)
             os.close(self._fd)
             self._fd = None
@@ -129,7 +163,19 @@ class SafetensorsWriter:
             self.abort()
             raise StorageError.from_error(f"cannot write {self.path}", e) from None
 
+    def _leave_direct(self) -> None:
+        """A block out of file order: what is staged goes through the page cache, and so does
+        everything after it."""
+        assert self._direct is not None and self._fd is not None
+        direct, self._direct = self._direct, None
+        pos, staged = direct.close()
+        self.direct_bytes = pos
+        _pwrite_all(self._fd, staged, pos)
+
     def abort(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
+            self._direct = None
         if self._fd is not None:
             try:
                 os.close(self._fd)
@@ -177,6 +223,97 @@ def start_writeback(fd: int, start: int, end: int) -> None:
                 pass
     if _sync_file_range and end > start:
         _sync_file_range(fd, start, end - start, _SYNC_FILE_RANGE_WRITE)  # a hint: errors ignored
+
+
+class _Refused(Exception):
+    """The file system refused a direct write; ``done`` bytes of the block were staged."""
+
+    def __init__(self, done: int) -> None:
+        self.done = done
+
+
+class _DirectStream:
+    """The file's bytes in order from offset 0, written in whole pages with ``O_DIRECT`` from
+    one staging buffer of ``STAGE_BYTES`` (allocated once per file, page-aligned)."""
+
+    def __init__(self, fd: int, header: bytes) -> None:
+        import mmap
+
+        self.fd = fd
+        self.stage = mmap.mmap(-1, STAGE_BYTES)
+        self.view = memoryview(self.stage)
+        self.pos = 0  # file offset of stage[0]: a multiple of PAGE
+        self.fill = 0
+        self.stage_writes = 0
+        self._copy(memoryview(header))
+
+    @classmethod
+    def open(cls, path: str, header: bytes) -> _DirectStream | None:
+        """A second descriptor on ``path`` for direct writes; None where there is no
+        ``O_DIRECT`` or the file system refuses it (tmpfs and others)."""
+        flag = getattr(os, "O_DIRECT", 0)
+        if not flag or os.environ.get("CKPT_NO_DIRECT_IO"):
+            return None
+        try:
+            fd = os.open(path, os.O_WRONLY | flag)
+        except OSError:
+            return None
+        return cls(fd, header)
+
+    @property
+    def end(self) -> int:
+        return self.pos + self.fill
+
+    def append(self, data: memoryview, offset: int) -> bool:
+        """Stage ``data`` (bytes) when it starts where the file so far ends, writing the stage
+        out whenever full; False when it starts elsewhere (nothing staged). ``_Refused`` when
+        the file system refuses a direct write (``done``: the bytes of ``data`` staged)."""
+        if offset != self.end:
+            return False
+        done = 0
+        while done < len(data):
+            done += self._copy(data[done:])
+            if self.fill == STAGE_BYTES:
+                self._flush(STAGE_BYTES, done)
+        return True
+
+    def _copy(self, data: memoryview) -> int:
+        n = min(len(data), STAGE_BYTES - self.fill)
+        self.view[self.fill : self.fill + n] = data[:n]
+        self.fill += n
+        return n
+
+    def _flush(self, nbytes: int, done: int = 0) -> None:
+        """Write ``stage[:nbytes]`` (whole pages) at ``pos``; keep what follows."""
+        try:
+            _pwrite_all(self.fd, self.view[:nbytes], self.pos)
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+            raise _Refused(done) from None  # no direct writes of this alignment here
+        self.stage_writes += 1
+        rest = max(0, self.fill - nbytes)
+        if rest:
+            self.view[:rest] = self.view[nbytes : self.fill]
+        self.pos += nbytes
+        self.fill = rest
+
+    def finish(self) -> int:
+        """Write what is staged (its last page whole: the caller truncates the file to its
+        size) and close; the file's length so far. ``_Refused`` as ``append``."""
+        end = self.end
+        if self.fill:
+            self._flush(-(-self.fill // PAGE) * PAGE)
+        self.close()
+        return end
+
+    def close(self) -> tuple[int, memoryview]:
+        """Close the descriptor; the file offset and bytes still staged (valid until the
+        stream is collected)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        return self.pos, self.view[: self.fill]
 
 
 def _reserve(fd: int, size: int) -> None:

@@ -129,6 +129,13 @@ class _Assembly:
         return [fut for _, fut in self.pending]
 
 
+class _Copy:
+    """A block TensorStore copies from the source array into the output array by itself."""
+
+    def __init__(self, write: Any) -> None:
+        self.write = write
+
+
 class Pipeline:
     """Blocks of many leaves in flight: source reads, then writes, under a byte budget."""
 
@@ -155,6 +162,7 @@ class Pipeline:
         self.writes: deque[tuple[Any, LeafOut, int, int]] = deque()
         self.held = 0
         self.assembling: _Assembly | None = None  # the large block being read, for a drain
+        self.copied = 0  # blocks TensorStore copied from the source by itself (``_Copy``)
 
     def run(self) -> None:
         for i, (leaf, regions) in enumerate(self.jobs):
@@ -169,6 +177,9 @@ class Pipeline:
                 # the block is made of whole source chunks, no slab copies).
                 if self.slab is not None and nbytes > self.budget and slabbed:
                     read: Any = _Assembly(leaf, region, itemsize, self.slab)
+                elif (copy_from := self._copy_source(leaf, arr)) is not None:
+                    read = _Copy(arr[region].write(copy_from[region]))
+                    self.copied += 1
                 else:
                     read = leaf.source(region)
                 self.reads.append((read, arr, leaf, region, nbytes))
@@ -190,6 +201,20 @@ class Pipeline:
             start = tuple(s.start for s in region)
             self.digests.add(leaf.name, start, values, info.shape, info.dtype)
 
+    def _copy_source(self, leaf: LeafOut, arr: Any) -> Any:
+        """The source array, when TensorStore may copy a block from it into ``arr`` itself
+        (decoded source chunks straight into the output's chunks, no values array in between):
+        a stored leaf read as it is, of the same dtype, whose values nobody needs to see here
+        (no digest to take); else None."""
+        from ckpt_cli.core.format.arrays import LeafReader
+
+        reader = getattr(leaf.source, "__self__", None)
+        if type(reader) is not LeafReader or leaf.name in self.digests.collect:
+            return None
+        if leaf.name in self.digests.hashers or reader.array.dtype != arr.dtype:
+            return None
+        return reader.array
+
     def _opened(self, i: int) -> Any:
         # Create the next few arrays ahead: each create is a round trip of its own.
         for j in range(i, min(i + 32, len(self.arrays))):
@@ -209,6 +234,9 @@ class Pipeline:
 
         fut, arr, leaf, region, nbytes = self.reads.popleft()
         reported = 0
+        if isinstance(fut, _Copy):
+            self.writes.append((fut.write.commit, leaf, nbytes, reported))
+            return
         assembled = isinstance(fut, _Assembly)
         try:
             if isinstance(fut, _Assembly):
@@ -253,7 +281,11 @@ class Pipeline:
         write landing after the deletion would re-create the directory."""
         reads = [f[0] for f in self.reads] + ([self.assembling] if self.assembling else [])
         pending = [f for r in reads if isinstance(r, _Assembly) for f in r.futures()]
-        pending += [r for r in reads if not isinstance(r, _Assembly)]
+        pending += [
+            r.write.commit if isinstance(r, _Copy) else r
+            for r in reads
+            if not isinstance(r, _Assembly)
+        ]
         pending += [f[0] for f in self.writes] + list(self.opens.values())
         for fut in pending:
             if hasattr(fut, "result"):

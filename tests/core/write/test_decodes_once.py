@@ -68,3 +68,36 @@ def test_migrate_reads_each_source_chunk_once(
         want = np.asarray(value).astype(ml_dtypes.bfloat16)
         assert restored[name].dtype == want.dtype, name
         assert np.array_equal(restored[name].view(np.uint16), want.view(np.uint16)), name
+
+
+def test_reshard_blocks_are_copied_inside_tensorstore(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A plain reshard (no digest to take, same dtype): TensorStore copies each block from the
+    # source array into the output array itself, no values array in between; same values.
+    from ckpt_cli.core.write import pipeline
+
+    seen: list[pipeline.Pipeline] = []
+    written: list[int] = []
+    run, finish = pipeline.Pipeline.run, pipeline.Pipeline._finish_write
+
+    def spy(self: pipeline.Pipeline) -> None:
+        seen.append(self)
+        run(self)
+
+    def spy_finish(self: pipeline.Pipeline) -> None:
+        written.append(self.writes[0][2])  # the block's bytes
+        finish(self)
+
+    monkeypatch.setattr(pipeline.Pipeline, "run", spy)
+    monkeypatch.setattr(pipeline.Pipeline, "_finish_write", spy_finish)
+    args = ["reshard", "--mesh", "data=8", "--rule", "params.*=[data, null]"]
+    args += ["--max-chunk-bytes", "1MiB", "--memory-limit", "32MiB"]
+    params, restored = _reads_once_then_restores(tmp_path, args, capsys)
+    for name, value in params.items():
+        assert np.array_equal(restored[name], value), name
+    assert sum(written) == sum(np.asarray(v).nbytes for v in params.values())
+    # Every block within the block budget; a larger one (an output chunk over it) is still
+    # assembled from slabs, which keeps its memory at the slabs in flight.
+    within = [n for n in written if n <= block_budget(32 << 20)]
+    assert sum(p.copied for p in seen) == len(within) > len(params)
