@@ -294,17 +294,10 @@ def write_items(
     writer.begin()
     try:
         source_meta = read_step_metadata(src.step_location) if src.step_location else None
-        stats, records, unchecked = [], [], []
-        for one in items:
-            handler = HANDLERS.get(one.kind, STANDARD_HANDLER)
-            item_dir = writer.top_item(handler) if top else writer.item(one.source.name, handler)
-            item = ItemWriter(
-                item_dir, use_ocdbt=use_ocdbt, use_zarr3=use_zarr3, memory_limit=memory_limit
-            )
-            scale, not_checked = _write_leaves(item, one, executor, unit_bytes, on_bytes)
-            stats.append(scale)
-            unchecked += [(one.source.name, leaf) for leaf in not_checked]
-            records.append(functools.partial(record_digests, item_dir, one.leaf_digests, executor))
+        layout = {"use_ocdbt": use_ocdbt, "use_zarr3": use_zarr3, "memory_limit": memory_limit}
+        stats, records, unchecked = _write_each(
+            items, writer, top, layout, executor, unit_bytes, on_bytes
+        )
         # At the step top the record covers the step's _CHECKPOINT_METADATA too: written last.
         for record in records if not top else ():
             record()
@@ -320,15 +313,34 @@ def write_items(
             writer.abort()
         raise
     written = sum(_array_bytes(one.leaves) for one in items)
-    return StepOutput(
-        str(final),
-        step,
-        src.name,
-        written,
-        _merged(stats),
-        tuple(i.source.name for i in items),
-        tuple(unchecked),
-    )
+    names = tuple(i.source.name for i in items)
+    return StepOutput(str(final), step, src.name, written, _merged(stats), names, tuple(unchecked))
+
+
+def _write_each(
+    items: Sequence[ItemOut],
+    writer: Any,
+    top: bool,
+    layout: dict[str, Any],
+    executor: Executor | None,
+    unit_bytes: int,
+    on_bytes: Callable[[int], None] | None,
+) -> tuple[list[ScaleStats | None], list[Callable[[], None]], list[tuple[str, str]]]:
+    """Write each item's arrays into ``writer``'s step: the scale figures per item, the digest
+    records to write once every item is written, and the (item, leaf) pairs whose version-1
+    digest was carried unchecked."""
+    stats: list[ScaleStats | None] = []
+    records: list[Callable[[], None]] = []
+    unchecked: list[tuple[str, str]] = []
+    for one in items:
+        handler = HANDLERS.get(one.kind, STANDARD_HANDLER)
+        item_dir = writer.top_item(handler) if top else writer.item(one.source.name, handler)
+        item = ItemWriter(item_dir, **layout)
+        scale, not_checked = _write_leaves(item, one, executor, unit_bytes, on_bytes)
+        stats.append(scale)
+        unchecked += [(one.source.name, leaf) for leaf in not_checked]
+        records.append(functools.partial(record_digests, item_dir, one.leaf_digests, executor))
+    return stats, records, unchecked
 
 
 def _merged(stats: list[ScaleStats | None]) -> ScaleStats | None:
