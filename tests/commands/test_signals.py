@@ -211,7 +211,7 @@ def test_prune_in_a_bucket_stops_and_says_what_is_left(
     def slow(kind: str, path: str) -> None:
         if kind in ("DELETE", "POST"):
             deleting.set()
-            time.sleep(0.03)
+            time.sleep(0.5)  # held long enough that the signal lands while it is in flight
 
     server.before_request = slow
     env = s3_environment(server.endpoint)
