@@ -497,7 +497,10 @@ def _copy_other_items(
         if name in skip:
             continue
         loc = src.step_location.child(name)
-        inside = [rel for rel, entry in loc.walk() if entry.is_symlink]
+        walked = list(loc.walk())
+        if not walked:
+            writer.empty_items.add(name)  # a no-op handler's item: an empty directory
+        inside = [rel for rel, entry in walked if entry.is_symlink]
         if inside:
             raise RefusedError(
                 f"the source item {loc} holds a symlink ({inside[0]}): ckpt never copies a "
