@@ -193,6 +193,7 @@ def test_reshard_loads_in_the_v1_loader(cli, fixture: Path, tmp_path: Path, wher
     assert cli("reshard", fixture / where, out, "--mesh", "data=1").code == 0
     if where == "training":
         steps, leaves, _ = _load_root(out, LATEST)
+        assert steps == [LATEST]
         assert leaves == _truth_leaves(TRUTH["training"]["steps"][str(LATEST)]["items"]["state"])
     else:
         assert _load_pytree(out / "0") == _truth_leaves(TRUTH["pytree_zarr3"]["items"]["state"])
