@@ -75,6 +75,7 @@ def _junit(path: Path) -> tuple[int, int]:
     return int(suites.get("tests", "0")), int(suites.get("failures", "0"))
 
 
+@pytest.mark.slow  # in a venv of the built wheel
 @pytest.mark.parametrize("recipe", [github, gitlab], ids=["github", "gitlab"])
 def test_verify_recipe_passes_a_good_checkpoint(
     recipe, tmp_path: Path, wheel_venv: WheelVenv
@@ -88,6 +89,7 @@ def test_verify_recipe_passes_a_good_checkpoint(
     assert doc["checked"]["coverage"]["complete"] is True
 
 
+@pytest.mark.slow  # in a venv of the built wheel
 @pytest.mark.parametrize("recipe", [github, gitlab], ids=["github", "gitlab"])
 def test_verify_recipe_fails_a_damaged_checkpoint(
     recipe, tmp_path: Path, wheel_venv: WheelVenv
@@ -101,6 +103,7 @@ def test_verify_recipe_fails_a_damaged_checkpoint(
     assert {"digest-mismatch", "datafile-checksum-mismatch"} & {p["code"] for p in doc["problems"]}
 
 
+@pytest.mark.slow  # in a venv of the built wheel
 def test_gitlab_recipe_rotates(tmp_path: Path, wheel_venv: WheelVenv) -> None:
     root = Path(shutil.copytree(FIXTURES / "seed_mlp", tmp_path / "run"))
     assert run(gitlab(), root, tmp_path, wheel_venv) == 0
@@ -109,6 +112,7 @@ def test_gitlab_recipe_rotates(tmp_path: Path, wheel_venv: WheelVenv) -> None:
     assert (root / "500" / "default" / "_CKPT_VERIFY_STATE.json").is_file()
 
 
+@pytest.mark.slow  # in a venv of the built wheel
 def test_cron_prune_logs_one_json_line_per_run(tmp_path: Path, wheel_venv: WheelVenv) -> None:
     root = copy_steps(tmp_path / "run", range(1, 7))
     assert run(cron(), root, tmp_path, wheel_venv) == 0

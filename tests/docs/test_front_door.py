@@ -65,6 +65,6 @@ def test_the_changelog_is_linked_and_on_the_site() -> None:
     assert "](CHANGELOG.md)" in README.read_text()
     config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
     assert {"Changelog": "changelog.md"} in config["nav"]
-    assert config["hooks"] == ["docs/hooks.py"]  # makes changelog.md from CHANGELOG.md
+    assert "docs/hooks.py" in config["hooks"]  # makes changelog.md from CHANGELOG.md
     assert not (REPO / "docs" / "changelog.md").exists()  # one text, not a copy to keep equal
     assert "](changelog.md)" in INDEX.read_text()

@@ -20,6 +20,9 @@ from tests.support.paths import FIXTURES
 from tests.support.startup_probe import PROBE
 from tests.support.wheel import DIST_NAME, Dists, WheelVenv
 
+#: Builds the wheel and installs it in new venvs (pip): in `make test` and CI, not `make check`.
+pytestmark = pytest.mark.slow
+
 SEED = FIXTURES / "seed_mlp"
 DAMAGED = FIXTURES.parent / "damaged" / "flipped-byte"  # recorded digests, one byte flipped
 
