@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,8 @@ from tests.support.schemas import validator
 from tests.support.wheel import WheelVenv, install_from
 
 PAGE = REPO / "docs" / "how-to" / "ci.md"
+#: A recipe: the shell commands of one fenced block of the page.
+Recipe = Callable[[], list[str]]
 DAMAGED = FIXTURES.parent / "damaged" / "flipped-byte"  # recorded digests, one byte flipped
 
 
@@ -78,8 +81,8 @@ def _junit(path: Path) -> tuple[int, int]:
 @pytest.mark.slow  # in a venv of the built wheel
 @pytest.mark.parametrize("recipe", [github, gitlab], ids=["github", "gitlab"])
 def test_verify_recipe_passes_a_good_checkpoint(
-    recipe, tmp_path: Path, wheel_venv: WheelVenv
-) -> None:  # type: ignore[no-untyped-def]
+    recipe: Recipe, tmp_path: Path, wheel_venv: WheelVenv
+) -> None:
     root = Path(shutil.copytree(FIXTURES / "seed_mlp", tmp_path / "run"))
     assert run(recipe(), root, tmp_path, wheel_venv) == 0
     tests, failures = _junit(tmp_path / "ckpt-verify.xml")
@@ -92,8 +95,8 @@ def test_verify_recipe_passes_a_good_checkpoint(
 @pytest.mark.slow  # in a venv of the built wheel
 @pytest.mark.parametrize("recipe", [github, gitlab], ids=["github", "gitlab"])
 def test_verify_recipe_fails_a_damaged_checkpoint(
-    recipe, tmp_path: Path, wheel_venv: WheelVenv
-) -> None:  # type: ignore[no-untyped-def]
+    recipe: Recipe, tmp_path: Path, wheel_venv: WheelVenv
+) -> None:
     root = Path(shutil.copytree(DAMAGED, tmp_path / "run"))
     assert run(recipe(), root, tmp_path, wheel_venv) == 1
     _, failures = _junit(tmp_path / "ckpt-verify.xml")
@@ -137,7 +140,7 @@ def test_cron_prune_logs_one_json_line_per_run(tmp_path: Path, wheel_venv: Wheel
 
 
 @pytest.mark.parametrize("recipe", [github, gitlab], ids=["github", "gitlab"])
-def test_verify_recipes_install_this_project_first(recipe) -> None:  # type: ignore[no-untyped-def]
+def test_verify_recipes_install_this_project_first(recipe: Recipe) -> None:
     assert recipe()[0] == "pip install ckpt-orbax"
 
 
