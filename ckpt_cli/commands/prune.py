@@ -77,7 +77,13 @@ KeepBestOpt = Annotated[int | None, _count("--keep-best", "Keep the N best steps
 
 MetricOpt = Annotated[
     str | None,
-    typer.Option(help="Metric of metrics/metrics to rank by (--keep-best).", show_default=False),
+    typer.Option(
+        help="With --keep-best: the key of each step's metrics to rank by, e.g. loss (read "
+        "from the step's metrics/metrics, else the metrics of _CHECKPOINT_METADATA); --mode says "
+        "whether lower (min) or higher (max) is better.",
+        show_default=False,
+        metavar="NAME",
+    ),
 ]
 
 ModeOpt = Annotated[
@@ -356,6 +362,6 @@ COMMAND = Command(
     documents=("ckpt_cli.core.prune.execute:PruneJSON",),
     examples=(
         "runs/exp7 --keep-last 3 --keep-every 1000 --dry-run",
-        "runs/exp7 --keep-best 2 --metric loss --keep-last 1 --yes",
+        "runs/exp7 --keep-best 2 --metric loss --mode min --yes",
     ),
 )

@@ -163,3 +163,19 @@ def test_help_layout_is_the_same_for_every_command(command: str, columns: int) -
         assert narrowest >= 40, (title, narrowest, "\n".join(inside))
         if columns < 120:
             assert _laid_out_as_blocks(inside), (title, "\n".join(inside))
+
+
+@pytest.mark.parametrize(
+    ("command", "example"), [(c.name, e) for c in REGISTRY for e in c.examples]
+)
+def test_every_help_example_parses(command: str, example: str) -> None:
+    """Every option of every example exists and takes the value given (the examples are run
+    end to end by the docs tests)."""
+    import shlex
+
+    from typer.main import get_command
+
+    from ckpt_cli.app import app
+
+    click_command = get_command(app).commands[command]  # type: ignore[attr-defined]
+    click_command.make_context(command, shlex.split(example))
