@@ -11,7 +11,7 @@ import typer
 from ckpt_cli.commands import _options as o
 from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._context import run_context
-from ckpt_cli.commands._output import emit_json, note, progress_bar, warn
+from ckpt_cli.commands._output import dry_run_note, emit_json, note, progress_bar, warn
 from ckpt_cli.errors import CkptError, Interrupted, RefusedError
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ def prune(
     if dry_run:
         plan = _plan(location, policy, clean_tmp, min_age, None, json_out, dry_run=True)
         _report(_execute(run, plan, dry_run=True), json_out)
-        sys.stderr.write("dry run: nothing was changed\n")
+        dry_run_note()
         return
     from ckpt_cli.core.prune.execute import prune_lock
 

@@ -143,3 +143,12 @@ def test_import_refuses_a_damaged_tree_key(cli, tmp_path: Path, tree: str, phras
     r = cli("import", tmp_path / "st", tmp_path / "root")
     assert r.code == 3 and phrase in r.stderr and "--target" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "root").exists()
+
+
+def test_unused_rule_hints_the_command_that_lists_the_leaves(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("rules: [{op: drop, match: 'nothing\\..*'}]\n")
+    r = cli("export", FIXTURES / "seed_mlp", tmp_path / "out", "--spec", spec, "--dry-run")
+    assert r.code == 3 and "matched no leaf" in r.stderr
+    assert "--dry-run lists" not in r.stderr
+    assert "`ckpt inspect " in r.stderr and " --flat` lists the leaf names" in r.stderr

@@ -152,6 +152,17 @@ class MigrationSpec:
         return [r for r in self.rules if r.op == "python"]
 
 
+def unused_rules_hint(source: object) -> str:
+    """The hint of a refusal for rules that matched no leaf of ``source`` (an item): the
+    command that lists the names the rules are matched against (a dry run would refuse too)."""
+    import shlex
+
+    return (
+        f"`ckpt inspect {shlex.quote(str(source))} --flat` lists the leaf names; "
+        "--allow-unused goes on without them"
+    )
+
+
 def load_spec(path: str) -> MigrationSpec:
     """Read, parse and validate a spec file."""
     return parse_spec(read_limited(path, "spec"), path)
