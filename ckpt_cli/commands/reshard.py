@@ -26,7 +26,8 @@ RuleOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--rule",
-        help="PATTERN=SPEC, e.g. 'params.*kernel=[null, model]' (repeatable; after --rules).",
+        help="PATTERN=SPEC, e.g. 'params.*kernel=[null, model]' (repeatable; after --rules). "
+        "Patterns: docs/reference/layouts.md#leaf-patterns.",
         show_default=False,
     ),
 ]
