@@ -368,6 +368,23 @@ def diff_items(
     if "unknown" in (ra.kind, rb.kind):
         files = () if structure_only else _diff_files(a, b, name_filter)
         return DiffReport(a, b, atol, rtol, compare_cast, files, structure_only)
+    leaves = _diff_leaves(
+        ra, rb, atol, rtol, compare_cast, on_progress, memory_limit, structure_only
+    )
+    return DiffReport(a, b, atol, rtol, compare_cast, leaves, structure_only)
+
+
+def _diff_leaves(
+    ra: ItemReport,
+    rb: ItemReport,
+    atol: float,
+    rtol: float,
+    compare_cast: bool,
+    on_progress: ProgressFn | None,
+    memory_limit: int,
+    structure_only: bool,
+) -> tuple[LeafDiff, ...]:
+    """``diff_items`` of two items ckpt reads, leaf by leaf."""
     la = {leaf.name: leaf for leaf in ra.leaves}
     lb = {leaf.name: leaf for leaf in rb.leaves}
     common = [(la[n], lb[n]) for n in sorted(la.keys() & lb.keys())]
@@ -405,12 +422,11 @@ def diff_items(
         out[job.index] = _compared(job)
     both = {} if structure_only else {x.name: x for x, _ in common}
     streamed = {job.x.name for job in jobs if job.streamed}
-    leaves = [
+    return tuple(
         d if d.name in streamed else _floor_note(d, both.get(d.name), memory_limit)
         for d in out
         if d is not None
-    ]
-    return DiffReport(a, b, atol, rtol, compare_cast, tuple(leaves), structure_only)
+    )
 
 
 def _diff_files(a: ItemRef, b: ItemRef, name_filter: str | None) -> tuple[LeafDiff, ...]:
