@@ -152,7 +152,7 @@ COMMAND = Command(
     documents=("ckpt_cli.core.diff:DiffJSON",),
     version="ckpt_cli.core.diff:DiffReport",
     examples=(
-        "runs/exp7@900 runs/exp7@1000",
+        "runs/exp7@900 runs/exp7@1000  # exit 1: the values differ",
         "runs/exp7 runs/exp7-4x2 --atol 1e-6",
         "runs/a runs/b --structure",
     ),

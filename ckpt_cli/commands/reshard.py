@@ -120,7 +120,7 @@ COMMAND = Command(
     version="ckpt_cli.core.reshard.plan:ReshardPlan",
     examples=(
         "runs/exp7 runs/exp7-4x2 --mesh data=4,model=2 --rules r.yaml",
-        "runs/exp7 out --mesh data=8 --rule 'params.*=[data, null]'",
+        "runs/exp7 out --mesh data=8 --rule 'params.*kernel=[data, null]'",
         "runs/exp7 out --like runs/other --dry-run",
     ),
 )

@@ -175,6 +175,37 @@ def console_commands(page: Path, section: str | None = None) -> list[Command]:
     return commands
 
 
+SHELL_INFOS = ("sh", "bash", "shell")
+#: A ``ckpt`` line of a shell block, environment assignments before it allowed.
+_CKPT_LINE = re.compile(r"^(\w+=\S+\s+)*ckpt\s")
+
+
+def shell_commands(page: Path) -> list[Command]:
+    """The ``ckpt`` lines of the page's ``sh``/``bash`` blocks (``NAME=value ckpt ...`` too),
+    continuation lines included; the other lines of those blocks (``pip install``, ``make``) are
+    not ``ckpt``'s. They show no output."""
+    lines = page.read_text().splitlines()
+    found: list[Command] = []
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        i += 1
+        if not m or m.group("info").strip() not in SHELL_INFOS:
+            continue
+        while i < len(lines) and lines[i].strip() != "```":
+            number, text = i + 1, lines[i].strip()
+            while text.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                text += "\n" + lines[i]
+            i += 1
+            if _CKPT_LINE.match(text):
+                m_exit = EXIT.search(text.splitlines()[-1])
+                code = int(m_exit.group("code")) if m_exit else 0
+                found.append(Command(page, number, text, code, ()))
+        i += 1
+    return found
+
+
 def _commands_of(page: Path, body: list[tuple[int, str]]) -> list[Command]:
     found: list[Command] = []
     j = 0
