@@ -274,6 +274,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "docs/how-to/reshard.md": ("runs/exp7", "runs/nnx"),
     "docs/how-to/retention.md": ("demo_runs/exp7",),
     "docs/how-to/verify.md": ("runs/exp7", "mesh_4x2.yaml"),
+    "docs/reference/layouts.md": ("runs/exp7",),
     "docs/index.md": ("runs/first",),
 }  # fmt: skip
 
