@@ -9,7 +9,10 @@ written. Each must exit 0, or the code its trailing comment states (``# exit 1: 
 the one way a page or an example says that a command is meant to fail (tests/README.md).
 
 A line this test does not run is in :data:`RUN_ELSEWHERE` (another test runs it, with its
-output) or :data:`NOT_RUN` (why it cannot run here), and both are counted.
+output) or :data:`NOT_RUN` (why it cannot run here), and both are counted. Not collected at all:
+docs/how-to/ci.md's recipes (``yaml`` and ``cron`` blocks: tests/docs/test_ci_recipes.py runs
+them), and the ``pip install`` lines of ``sh`` blocks, which the install tests run against the
+built wheel (never the public index).
 """
 
 from __future__ import annotations
