@@ -64,19 +64,19 @@ NOT_RUN: dict[tuple[str, str], str] = {
         "docs/explanation/scale-out.md",
         "ckpt reshard run/ run-4x2/ --mesh data=4,model=2 --rules rules.yaml \\\n"
         "      --executor dask --scheduler tcp://10.0.0.5:8786          # or DASK_SCHEDULER_ADDRESS",
-    ): "needs the Dask cluster at 10.0.0.5; tests/e2e runs reshard on a local Dask cluster",
+    ): "needs the Dask cluster at 10.0.0.5; tests/e2e/test_scale_out.py runs reshard on a local one",
     (
         "docs/explanation/scale-out.md",
         "ckpt migrate run/ run-wide/ --spec widen.yaml --executor dask --unit-bytes 512MiB",
-    ): "starts a Dask cluster (seconds); tests/e2e runs migrate on a local Dask cluster",
+    ): "starts a Dask cluster (seconds); tests/e2e/test_scale_out.py runs migrate on one",
     (
         "docs/explanation/scale-out.md",
         "ckpt verify run/ --deep --executor dask",
-    ): "starts a Dask cluster (seconds); tests/e2e runs verify on a local Dask cluster",
+    ): "starts a Dask cluster (seconds); tests/e2e/test_scale_out.py runs verify on one",
     (
         "docs/how-to/doctor.md",
         "ckpt doctor runs/big --target model:sharded_state --hosts 2",
-    ): "needs the 1 GiB checkpoint of tests/support/make_big.py; tests/commands/test_doctor.py",
+    ): "a 1 GiB checkpoint (make_big.py); tests/core/doctor/test_preflight.py checks --hosts",
 }
 
 
