@@ -101,6 +101,33 @@ def test_the_runner_catches_a_wrong_exit_code_or_output(tmp_path: Path) -> None:
     assert silent and "printed" in silent and "CKPT_UPDATE_DOCS=1" in silent
 
 
+def test_a_regenerated_block_keeps_its_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With CKPT_UPDATE_DOCS=1 a stale block is rewritten with what the command prints, as
+    many lines before and after its ``...`` as it had; the test then passes on the page."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```console\n$ ckpt ls fixtures/ckpts/seed_mlp\nstale head\n...\nstale tail\n```\n"
+        "\n```console\n$ ckpt --version\nckpt 0.0.0\n```\n"
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    prepare_workdir(work)
+    assert first_mismatch(console_commands(page), work, READER_DIR) is not None
+    monkeypatch.setenv("CKPT_UPDATE_DOCS", "1")
+    assert first_mismatch(console_commands(page), work, READER_DIR) is None
+    lines = page.read_text().splitlines()
+    assert lines[1:5] == [
+        "$ ckpt ls fixtures/ckpts/seed_mlp",
+        "/home/you/ckpt/fixtures/ckpts/seed_mlp",
+        "...",
+        lines[4],
+    ]
+    assert lines[4].startswith("3 steps, ") and lines[5] == "```"
+    assert lines[9].startswith("ckpt ") and lines[9] != "ckpt 0.0.0"
+    monkeypatch.delenv("CKPT_UPDATE_DOCS")
+    assert first_mismatch(console_commands(page), work, READER_DIR) is None
+
+
 def test_an_ellipsis_line_stands_for_lines_left_out_and_only_there() -> None:
     printed = ["head", "a", "b", "c", "tail"]
     assert shows(printed, printed)

@@ -17,7 +17,8 @@ With ``CKPT_UPDATE_DOCS=1`` in the environment, :func:`first_mismatch` does not 
 output that differs: it writes what the command printed into the page instead (the run's
 directory written as the page writes it, trailing spaces dropped) and goes on; a wrong exit code
 still fails. A block that still matches once masked is left as it is, so regenerating a page
-does not churn its dates and sizes.
+does not churn its dates and sizes; a block cut with ``...`` keeps as many lines before the
+first ``...`` and after the last as it had.
 """
 
 from __future__ import annotations
@@ -260,14 +261,16 @@ _VOLATILE = [
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d"), "YYYY-MM-DD hh:mm"),
     (re.compile(r"\b\d+[smhd] ago\b"), "N ago"),
     (re.compile(r"\d+(\.\d+)? s \([\d.]+ [KMG]?i?B/s\)"), "T s (R/s)"),
+    # A loss after training: its last digits depend on the CPU's vector instructions.
+    (re.compile(r"\bloss \d+\.\d+"), "loss L"),
     # Sizes on disk: OCDBT packs the same values into files of slightly different sizes.
     (re.compile(r"\b\d+(\.\d+)? [KMG]?i?B\b"), "SIZE"),
 ]
 
 
 def normalized(text: str, workdir: Path, documented_dir: str) -> list[str]:
-    """Lines with what changes from run to run masked (times, ages, speeds, sizes), the run's directory
-    written as the page writes it, and runs of spaces (column widths) collapsed."""
+    """Lines with what changes from run to run masked (times, ages, speeds, sizes, losses), the
+    run's directory written as the page writes it, and runs of spaces (column widths) collapsed."""
     text = text.replace(str(workdir), documented_dir)
     for pattern, mask in _VOLATILE:
         text = pattern.sub(mask, text)
@@ -300,11 +303,24 @@ def first_mismatch(
                         f"(rerun with {UPDATE_DOCS}=1 to write it into the page)"
                     )
                 lines = result.stdout.replace(str(workdir), documented_dir).rstrip().splitlines()
-                rewrites.setdefault(command.page, {})[command] = [x.rstrip() for x in lines]
+                lines = _cut_as_before([x.rstrip() for x in lines], list(command.output))
+                rewrites.setdefault(command.page, {})[command] = lines
         return None
     finally:
         for page, outputs in rewrites.items():
             rewrite_outputs(page, outputs)
+
+
+def _cut_as_before(printed: list[str], shown: list[str]) -> list[str]:
+    """A block the page had cut with ``...`` stays cut: as many lines before its first ``...``
+    and after its last as it had, the rest left out."""
+    cuts = [i for i, line in enumerate(shown) if line.strip() == "..."]
+    if not cuts:
+        return printed
+    head, tail = cuts[0], len(shown) - 1 - cuts[-1]
+    if head + tail >= len(printed):
+        return printed
+    return [*printed[:head], shown[cuts[0]], *(printed[len(printed) - tail :] if tail else [])]
 
 
 def rewrite_outputs(page: Path, outputs: dict[Command, list[str]]) -> None:

@@ -204,6 +204,7 @@ THINGS: dict[str, Thing] = {
     for t in (
         Thing("runs/exp7", "the demo's MLP run, steps 100-1000, a loss each", _steps("runs/exp7", EXP7_STEPS, True)),
         Thing("demo_runs/exp7", "the run `make demo` trains: steps 400 500 600", _steps("demo_runs/exp7", DEMO_STEPS)),
+        Thing("runs/exp7 (demo)", "examples/train_mlp.py's run as fixtures/ckpts/seed_mlp holds it: steps 300 400 500", _copy(FIXTURES / "seed_mlp", "runs/exp7")),
         Thing("runs/first", "the run the tutorial's script saves (tutorial_run)", _tutorial_run),
         Thing("runs/exp7 (sharded_4x2)", "fixtures/ckpts/sharded_4x2: a (4,2) mesh", _copy(FIXTURES / "sharded_4x2", "runs/exp7")),
         Thing("runs/exp7-2x4 (sharded_4x2)", "it resharded for a (2,4) mesh, each spec kept", _sh(_RESHARD_2X4)),
@@ -264,14 +265,14 @@ NEEDS: dict[str, tuple[str, ...]] = {
     # The pages.
     "docs/explanation/scale-out.md": ("run", "rules.yaml"),
     "docs/how-to/diff.md": ("runs/exp7 (sharded_4x2)", "runs/exp7-2x4 (sharded_4x2)"),
-    "docs/how-to/doctor.md": ("runs/exp7",),
+    "docs/how-to/doctor.md": ("runs/exp7 (demo)",),
     "docs/how-to/export.md": ("runs/exp7",),
     "docs/how-to/inspecting.md": ("ckpt_dir", "demo_runs/exp7"),
-    "docs/how-to/migrate.md": ("runs/exp7",),
+    "docs/how-to/migrate.md": ("runs/exp7 (demo)",),
     "docs/how-to/object-storage.md": (
         "runs/exp7", "mesh.yaml", "ckpt_dir", "s3://ckpts/exp7", "gs://ckpts/exp7",
     ),
-    "docs/how-to/reshard.md": ("runs/exp7", "runs/nnx"),
+    "docs/how-to/reshard.md": ("runs/exp7 (demo)", "runs/nnx"),
     "docs/how-to/retention.md": ("demo_runs/exp7",),
     "docs/how-to/verify.md": ("runs/exp7", "mesh_4x2.yaml"),
     "docs/reference/layouts.md": ("runs/exp7",),
