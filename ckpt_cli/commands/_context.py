@@ -101,10 +101,15 @@ def write_plan(
 
     refusal = getattr(plan, "refusal", None)  # reshard and migrate refuse in their plan
     if refusal is not None:
+        shown = None  # where the refused plan is shown, if it is
         if run.json_out:
             refusal.result = plan.to_json()  # the refused plan, in the one error document
+            shown = "the plan in the JSON document"
         elif dry_run:
             print_plan(plan)
+            shown = "the plan above"
+        if shown and refusal.hint:  # no "--dry-run lists ..." when the list is there already
+            refusal.hint = refusal.hint.replace("--dry-run lists", f"{shown} lists")
         raise refusal
     for message in warnings:
         warn(message)

@@ -79,7 +79,7 @@ class HelpCommand(TyperCommand):
         return _plain_metavars(super().get_params(ctx))
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
-        with _options_as_blocks_when_cut():
+        with _options_as_blocks_when_cut(), _unpadded_when_piped():
             super().format_help(ctx, formatter)
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
@@ -97,8 +97,26 @@ class HelpGroup(TyperGroup):
         return _plain_metavars(super().get_params(ctx))
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
-        with _options_as_blocks_when_cut():
+        with _options_as_blocks_when_cut(), _unpadded_when_piped():
             super().format_help(ctx, formatter)
+
+
+@contextlib.contextmanager
+def _unpadded_when_piped() -> Iterator[None]:
+    """Through a pipe, the help without the spaces Rich pads each line with to the width
+    (``ckpt verify --help | grep``, a pager, a file): written whole once formatted. On a
+    terminal it is printed as Typer prints it."""
+    import sys
+
+    if sys.stdout.isatty():
+        yield
+        return
+    shown = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(shown):
+            yield
+    finally:
+        sys.stdout.write("".join(line.rstrip() + "\n" for line in shown.getvalue().splitlines()))
 
 
 @contextlib.contextmanager

@@ -64,3 +64,30 @@ def test_every_dry_run_says_nothing_was_changed(  # type: ignore[no-untyped-def]
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     if json:
         assert "schema_version" in r.json()  # the plan, one document
+
+
+@pytest.mark.parametrize(
+    ("extra", "hint"),
+    [
+        ([], "--dry-run lists every leaf"),
+        (["--dry-run"], "the plan above lists every leaf"),
+        (["--dry-run", "--json"], "the plan in the JSON document lists every leaf"),
+    ],
+)
+def test_a_refused_plan_hints_dry_run_only_when_it_was_not_given(  # type: ignore[no-untyped-def]
+    cli, tmp_path: Path, extra: list[str], hint: str
+) -> None:
+    """A rank-2 spec on the biases: the plan is refused; with --dry-run it is shown already."""
+    args = [
+        "reshard",
+        SEED,
+        tmp_path / "out",
+        "--mesh",
+        "data=8",
+        "--rule",
+        "params.*=[data, null]",
+    ]
+    r = cli(*args, *extra)
+    assert r.code == 3 and "cannot take the target layout" in r.stderr
+    assert hint in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()

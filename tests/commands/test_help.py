@@ -181,3 +181,20 @@ def test_every_help_example_parses(command: str, example: str) -> None:
     click_command.make_context(
         command, shlex.split(example, comments=True)
     )  # a trailing `# exit N` is a comment
+
+
+@pytest.mark.parametrize("command", _every_command())
+def test_piped_help_ends_no_line_in_whitespace(command: str) -> None:
+    """`ckpt verify --help | grep ...`: no line padded to the width (docs/how-to/terminal.md)."""
+    import os
+    import subprocess
+
+    from tests.support.interrupts import CKPT
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    args = [CKPT, *([command] if command else []), "--help"]
+    proc = subprocess.run(args, capture_output=True, text=True, check=False, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage:" in proc.stdout and "--help" in proc.stdout
+    padded = [line for line in proc.stdout.splitlines() if line != line.rstrip()]
+    assert not padded, padded
