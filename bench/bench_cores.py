@@ -20,7 +20,7 @@ Every contender runs in a fresh process (imports count, as at a shell), with a h
 ``JAX_PLATFORMS=cpu`` (on the TPU host the chip stays free), in the caller's environment with
 this checkout first on ``PYTHONPATH``. Per thread count: ``verify --deep`` (digests recorded
 once beforehand: every leaf's ld1 and every file's CRC-32 checked), ``digest``, ``export``
-(safetensors), ``reshard`` to mesh (2, 4) and ``migrate`` (cast every leaf to bfloat16). Once:
+(safetensors; again at ``--memory-limit 1GiB``), ``reshard`` to mesh (2, 4) and ``migrate`` (cast every leaf to bfloat16). Once:
 Orbax restore to host memory (``restore_type=np.ndarray``; whole process, and the restore call
 alone), Orbax restore + save (the writers' route) and ``cat`` of the item's files. Printed: wall
 and CPU seconds (user + system, ``wait4``), cores used (CPU / wall), peak RSS, GiB/s of array
@@ -136,6 +136,11 @@ def contenders(root: Path, work: Path, spec: Path) -> dict[str, Any]:
         "verify --deep": (["verify", r, "--deep"], None),
         "digest": (["digest", r], None),
         "export": (["export", r, str(out / "export")], out / "export"),
+        # At the default 256MiB, blocks in flight are a quarter of it: two 32 MiB chunks.
+        "export 1GiB": (
+            ["export", r, str(out / "export"), "--memory-limit", "1GiB"],
+            out / "export",
+        ),
         "reshard (2,4)": (
             [
                 "reshard",
@@ -167,7 +172,7 @@ def sweep(root: Path, work: Path, counts: list[int], repeat: int) -> tuple[list[
             rows.append({"contender": f"ckpt {name}", "threads": n, "run": run})
             if name == "digest":
                 same["digest"].add(hashlib.sha256(run.out.encode()).hexdigest())
-            if name == "export" and out is not None:
+            if name.startswith("export") and out is not None:
                 same["export"].add(tree_hash(out))
             if out is not None:
                 shutil.rmtree(out, ignore_errors=True)
