@@ -10,8 +10,11 @@ A leaf whose chunks are larger than the budget and stream here (``chunkstream``:
 zstd decoded as a stream, a slab at a time) is one job on a pool of ``threads()`` threads: the
 job reads, decodes, counts and hashes the whole leaf slab by slab (its ``ld1`` in parts on the
 hashing pool, ``ldranges``), so as many such leaves as threads stream at once (a checkpoint
-saved from one device is only such leaves). A job holds a slab and a read range: the
-in-flight bytes count ``2 x budget`` for it.
+saved from one device is only such leaves). A job holds a slab and a read range only while
+it runs, and the pool runs ``threads()`` at once: ``threads() x 2 x budget`` (8 MiB a thread
+at verify's 4 MiB), beside the TensorStore reads in flight (``2 x threads()`` blocks, at most
+``max(IN_FLIGHT_BYTES, 2 x threads() x budget)``). Jobs queued or done hold nothing, so they
+count in the reads in flight but not in their bytes.
 """
 
 from __future__ import annotations
@@ -253,7 +256,8 @@ def scan_leaves(
     from concurrent.futures import ThreadPoolExecutor
 
     n = threads()
-    flight = _InFlight(on_bytes, max(IN_FLIGHT, 2 * n), max(IN_FLIGHT_BYTES, 4 * n * budget))
+    # Two blocks (or streaming jobs) per thread, at least the old window.
+    flight = _InFlight(on_bytes, max(IN_FLIGHT, 2 * n), max(IN_FLIGHT_BYTES, 2 * n * budget))
     tasks = list(tasks)
     cache = cache_bytes((t.info for t in tasks if t.blocks is None), budget)
     with ThreadPoolExecutor(n, thread_name_prefix="ckpt-stream") as pool:
@@ -428,7 +432,7 @@ def _read_task(
         slabs = streamed_slabs(task.info, reader, budget, c_order=task.digest)
         if slabs is not None:
             job = _Streaming(pool.submit(_stream_leaf, acc, slabs, flight))
-            flight.submit(acc, job, 2 * min(budget, task.info.nbytes))
+            flight.submit(acc, job, 0)  # its memory is the pool's: see the module's docstring
             yield from flight.drain(flight.count, flight.limit)
             return False
     for index, (read, origin, nbytes) in enumerate(_reads(task, reader, budget, whole)):
