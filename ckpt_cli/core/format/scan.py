@@ -29,7 +29,7 @@ from typing import Any
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader
 from ckpt_cli.core.format.blocks import cache_bytes, is_large, iter_blocks, stream_blocks
-from ckpt_cli.core.format.chunkstream import chunk_layout, chunk_slabs
+from ckpt_cli.core.format.chunkstream import Place, chunk_layout, chunk_slabs
 from ckpt_cli.core.format.digests import ValueHasher, c_order_block
 from ckpt_cli.core.format.ldigest import Partial, finish, merge
 from ckpt_cli.core.threads import threads
@@ -45,6 +45,8 @@ OPEN_CACHE_BYTES = 16 << 20
 _FLOAT_PREFIXES = ("bfloat16", "float")
 
 Block = tuple[slice, ...]
+#: Where a leaf's chunk (leaf name, chunk key) lies in a local file, when the caller knows.
+Locate = Callable[[str, str], Place | None]
 
 
 @dataclass(frozen=True)
@@ -246,8 +248,10 @@ def scan_leaves(
     budget: int = SCAN_BLOCK_BYTES,
     on_bytes: Callable[[int], None] | None = None,
     stop: Callable[[int], bool] | None = None,
+    locate: Locate | None = None,
 ) -> Iterator[LeafScan]:
     """Read the tasks' blocks with bounded concurrency; yield each leaf once it is done.
+    ``locate``: where streamed chunks lie in local files (``chunkstream.FileValue``).
 
     ``stop(bytes_in_flight)`` is asked before every read (``verify --max-duration``): once it
     says so, no read is submitted any more, the reads in flight finish, and the leaf it stopped
@@ -269,7 +273,10 @@ def scan_leaves(
                     flight.end_leaf(acc)
                     yield from flight.drain(flight.count, flight.limit)
                     continue
-                stopped = yield from _read_task(task, reader, budget, acc, flight, stop, pool)
+                where = functools.partial(locate, task.name) if locate else None
+                stopped = yield from _read_task(
+                    task, reader, budget, acc, flight, stop, pool, where
+                )
                 flight.end_leaf(acc)
                 if stopped:
                     break
@@ -345,7 +352,11 @@ class _Done:
 
 
 def streamed_slabs(
-    info: ArrayInfo, reader: LeafReader | CkptError, budget: int, c_order: bool = False
+    info: ArrayInfo,
+    reader: LeafReader | CkptError,
+    budget: int,
+    c_order: bool = False,
+    locate: Callable[[str], Place | None] | None = None,
 ) -> Iterator[tuple[Any, Any]] | None:
     """(origin, values) of a leaf whose chunks exceed ``budget`` and can be streamed here
     (``chunkstream``), in C order when ``c_order`` (a digest); None: read through TensorStore."""
@@ -360,7 +371,7 @@ def streamed_slabs(
         return None
     if layout is None or kv is None:
         return None
-    return chunk_slabs(kv, layout, info, reader.array.dtype.numpy_dtype, budget)
+    return chunk_slabs(kv, layout, info, reader.array.dtype.numpy_dtype, budget, locate)
 
 
 class _Streaming:
@@ -424,12 +435,13 @@ def _read_task(
     flight: _InFlight,
     stop: Callable[[int], bool] | None,
     pool: Any = None,
+    locate: Callable[[str], Place | None] | None = None,
 ) -> Generator[LeafScan, None, bool]:
     """Submit the reads of one task's blocks, yielding the leaves completed meanwhile; returns
     whether ``stop`` ended the scan. A leaf streamed here whole is one job on ``pool``."""
     whole = stop is None and task.start == 0 and task.stop is None
     if pool is not None and whole and task.blocks is None:
-        slabs = streamed_slabs(task.info, reader, budget, c_order=task.digest)
+        slabs = streamed_slabs(task.info, reader, budget, task.digest, locate)
         if slabs is not None:
             job = _Streaming(pool.submit(_stream_leaf, acc, slabs, flight))
             flight.submit(acc, job, 0)  # its memory is the pool's: see the module's docstring

@@ -51,3 +51,45 @@ def test_a_large_file_checksummed_in_ranges(
     assert isinstance(sums[0][1], deep._Joined)
     assert len(sums[0][1].pieces) == -(-len(data) // range_bytes)
     assert sum(seen) == len(data) + 10  # progress counts every byte once
+
+
+def test_streamed_chunks_are_read_from_the_data_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local OCDBT item's large chunks are read from its data files at the places the
+    structure pass found (not through the kvstore), with the same values; a place past the
+    end of its file is an error, not a short read."""
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    from ckpt_cli.core.format import chunkstream, scan
+    from ckpt_cli.core.format.resolve import resolve_items
+    from ckpt_cli.core.verify.structure import check_item
+
+    rng = np.random.default_rng(9)
+    state = {f"w{i}": rng.standard_normal((1280, 1024), dtype=np.float32) for i in range(2)}
+    with ocp.CheckpointManager(tmp_path / "root") as mgr:
+        mgr.save(0, args=ocp.args.StandardSave(state))
+        mgr.wait_until_finished()
+    loc = open_location(str(tmp_path / "root"))
+    facts = check_item(resolve_items(loc, None)[0].location, "x", loc, True)
+    locate = deep._locator(facts)
+    assert locate is not None
+    opened: list[tuple[str, int, int]] = []
+    real = chunkstream.FileValue
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def __init__(self, place: tuple[str, int, int]) -> None:
+            opened.append(place)
+            super().__init__(place)
+
+    monkeypatch.setattr(chunkstream, "FileValue", Spy)
+    tasks = [scan.ScanTask(n, facts.arrays[n][0], facts.arrays[n][1], ld1=True) for n in state]
+    direct = [scan.ld1_of(s) for s in scan.scan_leaves(facts.store, tasks, locate=locate)]
+    assert len(opened) == 2 and all(Path(p).is_file() for p, _, _ in opened)
+    through_kv = [scan.ld1_of(s) for s in scan.scan_leaves(facts.store, tasks)]
+    assert len(opened) == 2
+    assert direct == through_kv and all(direct)
+    path, offset, _ = opened[0]
+    with pytest.raises(Exception, match="shorter than the chunk"):
+        real((path, offset, Path(path).stat().st_size - offset + 1))
