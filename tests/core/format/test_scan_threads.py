@@ -68,3 +68,25 @@ def test_the_same_scans_at_1_and_4_threads(item: Any, monkeypatch: pytest.Monkey
         got.append([(s.name, s.nan, s.inf, s.bytes, scan.ld1_of(s)) for s in _scan(item)])
     assert got[0] == got[1]
     assert all(ld1 and ld1.startswith("ld1:") for *_, ld1 in got[0])
+
+
+@pytest.mark.parametrize(("n", "count", "limit_mib"), [(1, 8, 32), (4, 8, 32), (13, 26, 104)])
+def test_reads_in_flight_follow_the_threads(
+    item: Any, monkeypatch: pytest.MonkeyPatch, n: int, count: int, limit_mib: int
+) -> None:
+    """Two blocks of the 4 MiB budget per thread, never under the one-thread window; a
+    streaming job counts as a read but holds no bytes of the window."""
+    monkeypatch.setattr(threads, "_chosen", n)
+    seen: list[Any] = []
+    real = scan._InFlight
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            seen.append(self)
+
+    monkeypatch.setattr(scan, "_InFlight", Spy)
+    _scan(item)
+    (flight,) = seen
+    assert (flight.count, flight.limit) == (count, limit_mib << 20)
+    assert flight.bytes == 0 and not flight.pending
