@@ -163,14 +163,10 @@ def _write_context() -> Any:
     ``fsync`` after each of its writes (``file_io_sync``): every OCDBT commit would otherwise
     wait for the disk, hundreds of times for a large model. ``sync_tree`` syncs them all once
     the arrays are written, before the step is committed and renamed."""
-    import tensorstore as ts
+    from ckpt_cli.core.threads import WRITE_FILE_IO, ts_context
 
-    return ts.Context(
-        {
-            "file_io_concurrency": {"limit": 32},
-            "file_io_sync": False,
-            "cache_pool": {"total_bytes_limit": 0},
-        }
+    return ts_context(
+        file_io=WRITE_FILE_IO, file_io_sync=False, cache_pool={"total_bytes_limit": 0}
     )
 
 
