@@ -52,6 +52,7 @@ TUTORIAL = "docs/tutorials/first-checkpoint.md"
 RUN_ELSEWHERE: dict[tuple[str, str | None], str] = {
     (TUTORIAL, None): "tests/docs/test_tutorial.py runs the tutorial on its own script's run",
     ("README.md", "Quick start"): "tests/docs/test_readme.py runs the quick start likewise",
+    ("docs/index.md", "Quick start"): "the README's quick start (tests/docs/test_front_door.py)",
     **{
         (f"docs/reference/{c.name}.md", None): "the --help examples, run here as such (generated)"
         for c in COMMANDS
@@ -142,14 +143,13 @@ SHOWN_OUTPUT = {
     "docs/how-to/export.md",
     "docs/how-to/inspecting.md",
     "docs/how-to/retention.md",
-    "docs/index.md",
 }
 #: Where the pages say the reader's directory is.
 READER_DIR = "/home/you/ckpt"
 #: Groups whose setup or commands import JAX (a model module, the Llama example): slow.
 SLOW = {
     *("doctor", "migrate", "export", "import"),
-    *("docs/how-to/doctor.md", "docs/how-to/migrate.md", "docs/how-to/reshard.md", "docs/index.md"),
+    *("docs/how-to/doctor.md", "docs/how-to/migrate.md", "docs/how-to/reshard.md"),
 }
 
 
@@ -201,11 +201,8 @@ def test_the_command_lines_run_with_the_exit_code_they_state(
 ) -> None:
     """Plain ``ckpt`` lines run through ``main()`` in this process, the others through bash."""
     _start_buckets(group, request)
-    tutorial = (
-        request.getfixturevalue("tutorial_run").root if "runs/first" in NEEDS[group] else None
-    )
     try:
-        ctx = make_world(group, tmp_path, tutorial, capsys)
+        ctx = make_world(group, tmp_path, capsys)
         if group in SHOWN_OUTPUT:
             commands = [substituted(c, ctx) for c in GROUPS[group]]
             mismatch = first_mismatch(commands, tmp_path, READER_DIR)

@@ -75,13 +75,11 @@ rules:
 
 @dataclass(frozen=True)
 class Ctx:
-    """Where a group runs: its directory, the unique prefix its bucket paths get, and the run
-    the tutorial's script saved (``tutorial_run``), for a group that needs it. With ``capsys``,
-    a plain ``ckpt ...`` line runs in this process (:func:`run_line`)."""
+    """Where a group runs: its directory and the unique prefix its bucket paths get. With
+    ``capsys``, a plain ``ckpt ...`` line runs in this process (:func:`run_line`)."""
 
     workdir: Path
     prefix: str
-    tutorial: Path | None = None
     capsys: pytest.CaptureFixture[str] | None = None
 
     def sh(self, text: str) -> None:
@@ -135,11 +133,6 @@ class Thing:
     path: str  # as the docs write it; ``runs/exp7 (sharded_4x2)`` is what one page means by it
     means: str  # what it stands for
     make: Callable[[Ctx], None]
-
-
-def _tutorial_run(ctx: Ctx) -> None:
-    assert ctx.tutorial is not None, "the group needs the tutorial_run fixture"
-    shutil.copytree(ctx.tutorial, ctx.workdir / "runs" / "first", symlinks=True)
 
 
 def _steps(dst: str, steps: dict[int, int], metrics: bool = False) -> Callable[[Ctx], None]:
@@ -205,7 +198,6 @@ THINGS: dict[str, Thing] = {
         Thing("runs/exp7", "the demo's MLP run, steps 100-1000, a loss each", _steps("runs/exp7", EXP7_STEPS, True)),
         Thing("demo_runs/exp7", "the run `make demo` trains: steps 400 500 600", _steps("demo_runs/exp7", DEMO_STEPS)),
         Thing("runs/exp7 (demo)", "examples/train_mlp.py's run as fixtures/ckpts/seed_mlp holds it: steps 300 400 500", _copy(FIXTURES / "seed_mlp", "runs/exp7")),
-        Thing("runs/first", "the run the tutorial's script saves (tutorial_run)", _tutorial_run),
         Thing("runs/exp7 (sharded_4x2)", "fixtures/ckpts/sharded_4x2: a (4,2) mesh", _copy(FIXTURES / "sharded_4x2", "runs/exp7")),
         Thing("runs/exp7-2x4 (sharded_4x2)", "it resharded for a (2,4) mesh, each spec kept", _sh(_RESHARD_2X4)),
         Thing("runs/nnx", "a Flax NNX model and optimizer, items model and optimizer", _sh("python examples/nnx_model_optimizer.py --workdir runs/nnx")),
@@ -276,7 +268,6 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "docs/how-to/retention.md": ("demo_runs/exp7",),
     "docs/how-to/verify.md": ("runs/exp7", "mesh_4x2.yaml"),
     "docs/reference/layouts.md": ("runs/exp7",),
-    "docs/index.md": ("runs/first",),
 }  # fmt: skip
 
 
@@ -310,16 +301,11 @@ def substituted(command: Command, ctx: Ctx) -> Command:
     return replace(command, text=text)
 
 
-def make_world(
-    group: str,
-    workdir: Path,
-    tutorial: Path | None = None,
-    capsys: pytest.CaptureFixture[str] | None = None,
-) -> Ctx:
+def make_world(group: str, workdir: Path, capsys: pytest.CaptureFixture[str] | None = None) -> Ctx:
     """``workdir`` as the reader's directory before the group's first command: fixtures/,
     examples/ and what :data:`NEEDS` names for the group."""
     prepare_workdir(workdir)
-    ctx = Ctx(workdir, f"docs-{uuid.uuid4().hex[:8]}", tutorial, capsys)
+    ctx = Ctx(workdir, f"docs-{uuid.uuid4().hex[:8]}", capsys)
     for path in NEEDS[group]:
         THINGS[path].make(ctx)
     return ctx
