@@ -10,6 +10,6 @@ try:
     main()
 except SystemExit:
     pass
-heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("jax", "jaxlib", "orbax", "flax"))
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("jax", "jaxlib", "orbax", "flax", "keras"))
 sys.stderr.write("HEAVY=" + json.dumps(heavy) + "\\n")
 """
