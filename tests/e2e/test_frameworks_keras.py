@@ -20,27 +20,25 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+import yaml
 
 import ckpt_cli
 from tests.support.cli import run_cli
+from tests.support.docs_examples import console_commands, first_mismatch, prepare_workdir
 from tests.support.keras_loader import KERAS_FIXTURES, KerasLoader, keras_truth
 from tests.support.ldigest_reference import reference_digest
 from tests.support.matrix import value_sha256s
+from tests.support.paths import REPO
 
 FIXTURES = ("epochs", "weights_bf16_ema")
+#: The Keras section of the frameworks how-to (docs/how-to/frameworks.md once merged there).
+DOCS = REPO / "docs" / "how-to" / "_keras_section.md"
+SPEC = REPO / "examples" / "keras_kernels_bf16.yaml"
 Keypath = tuple[str, ...]
-#: The cast of the how-to (docs/how-to/frameworks.md): every kernel to bfloat16, with its Adam
-#: slots, which Keras names after the variable's path (``hidden_kernel_momentum``).
-CAST_RULES = {
-    "epochs": [
-        {"op": "cast", "match": r"trainable_variables\..*\.kernel", "dtype": "bfloat16"},
-        {"op": "cast", "match": r"optimizer_variables\.adam\..*_kernel_(momentum|velocity)"}
-        | {"dtype": "bfloat16"},
-    ],
-    "weights_bf16_ema": [
-        {"op": "cast", "match": r"trainable_variables\..*\.kernel", "dtype": "bfloat16"},
-    ],
-}
+#: The cast of the how-to: every kernel to bfloat16, with its Adam slots, which Keras names after
+#: the variable's path (``hidden_kernel_momentum``). A weights-only step has no optimizer slots.
+SPEC_RULES: list[dict[str, Any]] = yaml.safe_load(SPEC.read_text())["rules"]
+CAST_RULES = {"epochs": SPEC_RULES, "weights_bf16_ema": SPEC_RULES[:1]}
 
 
 def truth(name: str) -> dict[str, Any]:
@@ -80,6 +78,8 @@ def copy(name: str, tmp_path: Path) -> Path:
 
 
 def spec(tmp_path: Path, name: str) -> Path:
+    if CAST_RULES[name] == SPEC_RULES:
+        return SPEC
     path = tmp_path / f"cast-{name}.json"  # JSON is YAML
     path.write_text(json.dumps({"version": 1, "rules": CAST_RULES[name]}))
     return path
@@ -371,3 +371,23 @@ def test_doctor_like_a_migrated_step_says_it_restores(
         ["doctor", str(KERAS_FIXTURES / "weights_bf16_ema"), "--like", src, "--json"], capsys
     )
     assert r.code == 1 and r.json()["verdict"] != "restores", r.stdout
+
+
+@slow
+def test_the_how_to_runs_as_written(tmp_path: Path) -> None:
+    """The console block of the Keras section: ls, verify, the bfloat16 migration with
+    examples/keras_kernels_bf16.yaml, and Keras's load_model of its output."""
+    commands = console_commands(DOCS, section="Keras")
+    assert [c.text.split()[:2] for c in commands] == [
+        ["ckpt", "ls"],
+        ["ckpt", "verify"],
+        ["ckpt", "migrate"],
+        ["python", "-c"],
+    ]
+    prepare_workdir(tmp_path)
+    mismatch = first_mismatch(commands, tmp_path, ".")
+    assert mismatch is None, mismatch
+    got = ckpt_cli.open(tmp_path / "runs" / "keras-bf16").item(item="pytree").report.to_json()
+    dtypes = {".".join(leaf["keypath"]): leaf["dtype"] for leaf in got["leaves"]}
+    cast = {name for name, dtype in dtypes.items() if dtype == "bfloat16"}
+    assert cast == cast_names("epochs")
