@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,9 @@ def keras_truth() -> dict[str, Any]:
 class KerasLoader(OrbaxRestorer):
     """A running ``keras_server.py``: loads the latest step of a root as a Keras user does."""
 
-    def __init__(self) -> None:
-        super().__init__(SERVER)
+    def __init__(self, devices: int = 8) -> None:
+        flags = f"--xla_force_host_platform_device_count={devices}"
+        super().__init__(SERVER, env={**os.environ, "XLA_FLAGS": flags})
 
     def load(self, root: Path, model_json: str | None = None) -> dict[str, Any]:
         """``keras.saving.load_model(root)``, or ``model_from_json(model_json).load_weights``;

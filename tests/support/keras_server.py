@@ -18,7 +18,9 @@ import os
 import sys
 
 os.environ["KERAS_BACKEND"] = "jax"
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+# 8 CPU devices unless the caller says otherwise (a machine with one device, for a checkpoint
+# saved on 8).
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import hashlib

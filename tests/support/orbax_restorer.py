@@ -17,9 +17,10 @@ SERVER = Path(__file__).with_name("orbax_server.py")
 class OrbaxRestorer:
     """A running ``orbax_server.py``: restores items and lists steps with the installed Orbax."""
 
-    def __init__(self, server: Path = SERVER) -> None:
+    def __init__(self, server: Path = SERVER, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(server)],
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
