@@ -39,6 +39,7 @@ from ckpt_cli.core.format.metadata import (
     read_tree_metadata,
 )
 from ckpt_cli.core.format.names import (
+    ROOT_METADATA_DIR,
     STEP_METADATA,
     TREE_METADATA,
     check_plain_name,
@@ -314,9 +315,25 @@ def write_items(
         with contextlib.suppress(CkptError):
             writer.abort()
         raise
+    carry_root_metadata(src.root, dst)
     written = sum(_array_bytes(one.leaves) for one in items)
     names = tuple(i.source.name for i in items)
     return StepOutput(str(final), step, src.name, written, _merged(stats), names, tuple(unchecked))
+
+
+def carry_root_metadata(src_root: Location | None, dst: Location) -> None:
+    """The source root's ``metadata/`` (``_ROOT_METADATA``: a manager's or the v1
+    Checkpointer's custom metadata) copied as it is into a destination root that has none;
+    written after the step, so a failed write leaves no root behind for it."""
+    if src_root is None:
+        return
+    source = src_root.child(ROOT_METADATA_DIR)
+    target = dst.child(ROOT_METADATA_DIR)
+    if source.is_symlink() or not source.is_dir() or target.exists():
+        return
+    if any(entry.is_symlink for _, entry in source.walk()):
+        return  # never a link or what it points to (verify reports it)
+    source.copy_tree(target)
 
 
 def _write_each(

@@ -74,3 +74,23 @@ def test_a_tree_of_strings_holds_no_arrays() -> None:
     assert not holds_arrays(["_METADATA", "_strings.json", COMMIT_MARKER])
     assert holds_arrays(["_METADATA", "manifest.ocdbt", "d", "ocdbt.process_0"])
     assert holds_arrays(["_METADATA", "params.w", "array_metadatas"])  # plain zarr
+
+
+def test_the_v1_checkpointables_are_told_by_their_recorded_handlers() -> None:
+    """The v1 API's ``state`` (PyTreeHandler) and ``metrics`` (MetricsHandler) checkpointables,
+    as its training.Checkpointer wrote them (``fixtures/frameworks/orbax_v1``)."""
+    from ckpt_cli.core.format.items import item_kind, step_handler
+    from ckpt_cli.core.format.metadata import read_step_metadata
+    from ckpt_cli.core.format.resolve import resolve_item, resolve_items
+    from ckpt_cli.core.storage import LocalLocation
+    from tests.support.paths import REPO
+
+    root = LocalLocation(REPO / "fixtures" / "frameworks" / "orbax_v1" / "training")
+    step = root.child("5")
+    handlers = read_step_metadata(step).item_handlers
+    assert handler_kind(step_handler(handlers, "state")) == "pytree"
+    assert handler_kind(step_handler(handlers, "metrics")) == "json"
+    assert item_kind(step, "state", handlers) == "pytree"
+    assert item_kind(step, "metrics", handlers) == "json"
+    assert resolve_item(root).name == "state"
+    assert [r.name for r in resolve_items(root)] == ["metrics", "state"]
