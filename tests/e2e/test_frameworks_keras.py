@@ -32,8 +32,8 @@ from tests.support.paths import REPO
 from tests.support.savetime import flip_a_byte, recorded
 
 FIXTURES = ("epochs", "weights_bf16_ema", "model_parallel")
-#: The Keras section of the frameworks how-to (docs/how-to/frameworks.md once merged there).
-DOCS = REPO / "docs" / "how-to" / "_keras_section.md"
+#: The how-to whose Keras section shows the command lines this module runs.
+DOCS = REPO / "docs" / "how-to" / "frameworks.md"
 SPEC = REPO / "examples" / "keras_kernels_bf16.yaml"
 Keypath = tuple[str, ...]
 #: The cast of the how-to: every kernel to bfloat16, with its Adam slots, which Keras names after
@@ -390,7 +390,7 @@ def test_the_how_to_runs_as_written(tmp_path: Path) -> None:
     """The console blocks of the Keras section, as written: the model-parallel step resharded
     for one device, ls, verify, the bfloat16 migration with examples/keras_kernels_bf16.yaml,
     and Keras's load_model of each output (on a machine of one device: the test above)."""
-    commands = console_commands(DOCS, section="Keras")
+    commands = console_commands(DOCS, section="Keras 3 OrbaxCheckpoint")
     assert [c.text.split()[:2] for c in commands] == [
         ["ckpt", "reshard"],
         ["python", "-c"],
