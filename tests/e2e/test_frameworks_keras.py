@@ -448,3 +448,29 @@ def test_reshard_lets_one_device_load_a_model_parallel_step(
     got["source"] = load(keras_loader, "model_parallel", src)
     assert_keras_reads_the_source(got, "model_parallel", set())
     assert_same_prediction(got, "model_parallel")
+
+
+@slow
+def test_export_params_only_keeps_the_weights_keras_loads(
+    tmp_path: Path, keras_loader: KerasLoader, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--params-only keeps Keras's trainable and non-trainable variables (BatchNorm's
+    statistics too), not the optimizer, the metrics or the seed-generator state; imported
+    back, ``load_weights`` gives the model every weight of the step."""
+    src = KERAS_FIXTURES / "epochs"
+    r = run_cli(["export", str(src), str(tmp_path / "st"), "--params-only"], capsys)
+    assert r.code == 0, r.stderr
+    out = tmp_path / "weights"
+    assert run_cli(["import", str(tmp_path / "st"), str(out), "--step", "3"], capsys).code == 0
+    want = {
+        kp: leaf
+        for kp, leaf in truth_leaves("epochs", 3).items()
+        if kp[0] in ("trainable_variables", "non_trainable_variables")
+        and kp[-1] != "seed_generator_state"
+    }
+    assert len(want) == 8
+    got = load(keras_loader, "epochs", out)
+    read = {kp: leaf["sha256"] for kp, leaf in by_keypath(got["read"]).items()}
+    assert read == {kp: leaf["sha256"] for kp, leaf in want.items()}
+    state = by_keypath(got["state"])
+    assert all(state[kp]["sha256"] == leaf["sha256"] for kp, leaf in want.items())
