@@ -17,9 +17,10 @@ SERVER = Path(__file__).with_name("orbax_server.py")
 class OrbaxRestorer:
     """A running ``orbax_server.py``: restores items and lists steps with the installed Orbax."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: Path = SERVER, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(SERVER)],
+            [sys.executable, str(server)],
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -32,7 +33,7 @@ class OrbaxRestorer:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"the Orbax restore process died (exit {self.proc.poll()})")
+            raise RuntimeError(f"the restore process died (exit {self.proc.poll()})")
         doc: dict[str, Any] = json.loads(line)
         return doc
 

@@ -22,7 +22,6 @@ os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ["JAX_ENABLE_X64"] = "1"  # float64/int64 jax.Arrays restore as themselves
 
-import json
 import logging
 import warnings
 from pathlib import Path
@@ -36,7 +35,10 @@ import orbax.checkpoint as ocp  # noqa: E402
 # The truth's own description of restored values (fixtures/matrix/cases.py, which runs on every
 # release): the same keypaths, kinds, dtypes, shapes and digests, compared one to one.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures" / "matrix"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from cases import walk  # noqa: E402
+
+from tests.support.line_server import serve  # noqa: E402
 
 
 def restore_item(path: Path, kind: str) -> dict[str, Any]:
@@ -63,17 +65,7 @@ def answer(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> int:
-    print(json.dumps({"ok": True, "ready": True, "orbax": ocp.__version__}), flush=True)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            out = {"ok": True, **answer(json.loads(line))}
-        except Exception as e:
-            text = str(e).strip().splitlines()
-            out = {"ok": False, "error": f"{type(e).__name__}: {text[0] if text else ''}"[:500]}
-        print(json.dumps(out, default=str), flush=True)
-    return 0
+    return serve(answer, {"orbax": ocp.__version__})
 
 
 if __name__ == "__main__":
