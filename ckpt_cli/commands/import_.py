@@ -33,6 +33,17 @@ ImportDestArg = Annotated[
 ]
 ImportStepOpt = Annotated[int, typer.Option("--step", "-s", help="Step number to write.", min=0)]
 ImportZarr3Opt = Annotated[bool, typer.Option("--zarr3/--zarr2", help="Output zarr version.")]
+ImportItemOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--item",
+        "-i",
+        help="Item to write (default: the item ckpt export recorded, ckpt.item, else default): "
+        "the name the loader asks for (Keras pytree, MaxText items).",
+        show_default=False,
+        metavar="NAME",
+    ),
+]
 
 
 def import_(
@@ -43,6 +54,7 @@ def import_(
     mesh: o.MeshOpt = None,
     rules: o.RulesOpt = None,
     step: ImportStepOpt = 0,
+    item: ImportItemOpt = None,
     target: o.TargetOpt = None,
     allow_unused: o.AllowUnusedOpt = False,
     max_chunk_bytes: o.MaxChunkBytesOpt = IMPORT_CHUNK_BYTES,
@@ -85,6 +97,7 @@ def import_(
         allow_unused=allow_unused,
         write=write,
         storage=run.storage,
+        item=item,
     )
     _write(run, plan, dry_run)
 
@@ -119,5 +132,6 @@ COMMAND = Command(
         "out runs/back --spec pytorch_to_mlp.yaml --step 600",
         "hf runs/llama --spec hf_to_llama.yaml --target model:abstract",
         "model.safetensors runs/x --mesh data=8 --rules r.yaml",
+        "keras.safetensors runs/keras --item pytree",
     ),
 )

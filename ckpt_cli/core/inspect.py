@@ -19,11 +19,12 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Literal, TypedDict
+from typing import Any, ClassVar, TypedDict
 
 from typing_extensions import NotRequired
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.items import ItemKind, classify, describe, step_handler
 from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.metadata import (
     ARRAY_ITEM_LEAF,
@@ -74,9 +75,6 @@ from ckpt_cli.errors import (
     SeveralItemsError,
     UsageError,
 )
-
-#: pytree (StandardSave, PyTreeSave), array (ArraySave: the item is one array) or json.
-ItemKind = Literal["pytree", "array", "json"]
 
 
 class KeyDataJSON(TypedDict):
@@ -129,6 +127,10 @@ class InspectJSON(TypedDict):
     step: int | None
     item: str
     kind: ItemKind
+    #: The handler the step recorded for the item (schema 5), None when none was recorded.
+    handler: str | None
+    #: What ckpt does with an item it does not read (kind ``empty``/``unknown``), else None.
+    note: str | None
     storage: str
     zarr_format: int
     totals: TotalsJSON
@@ -145,6 +147,7 @@ class OtherItemJSON(TypedDict):
 
     item: str
     kind: ItemKind
+    handler: str | None
     path: str
     leaves: int
     size_bytes: int
@@ -249,10 +252,12 @@ class ItemReport:
     #: ``other_items``; a step of several items shows them all (``items``). 4: the training
     #: state is the step's, across its items (``scope``, ``items``, ``missing``, ``notes``; per
     #: part ``required``, ``items``, ``source``), with the data order as an optional part.
-    SCHEMA_VERSION: ClassVar[int] = 4
+    #: 5: kinds ``empty`` and ``unknown`` (an item ckpt carries without reading it), the
+    #: item's ``handler`` and a ``note`` (documents and ``other_items``).
+    SCHEMA_VERSION: ClassVar[int] = 5
 
     ref: ItemRef
-    storage: str  # ocdbt | ocdbt-unmerged | zarr | json
+    storage: str  # ocdbt | ocdbt-unmerged | zarr | json | none (empty) | unknown
     zarr_format: int
     leaves: tuple[Leaf, ...]
     state: tuple[StatePart, ...]
@@ -271,6 +276,8 @@ class ItemReport:
     def item_parts(self) -> ItemParts:
         """What this item holds of a training state, or that it is a data iterator's state."""
         name = self.ref.name
+        if self.kind == "empty":
+            return ItemParts(name, (), saves_nothing=is_data_iterator(name, self.handler, ()))
         if not is_data_iterator(name, self.handler, self.state):
             return ItemParts(name, self.state)
         if self.kind == "json":
@@ -282,6 +289,11 @@ class ItemReport:
         if self.training is not None:
             return self.training
         return training_state([self.item_parts], None, scope="item")
+
+    @property
+    def note(self) -> str | None:
+        """What ckpt does with an item it does not read (``empty``/``unknown``)."""
+        return describe(self.kind, self.handler) if self.kind in ("empty", "unknown") else None
 
     @property
     def total_bytes(self) -> int:
@@ -305,6 +317,8 @@ class ItemReport:
             "step": ref.step,
             "item": ref.name,
             "kind": self.kind,
+            "handler": self.handler,
+            "note": self.note,
             "storage": self.storage,
             "zarr_format": self.zarr_format,
             "totals": {
@@ -329,10 +343,15 @@ def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
     item = ref.location
     step_meta = read_step_metadata(ref.step_location) if ref.step_location else None
     handlers = step_meta.item_handlers if step_meta else None
-    handler = handlers.get(ref.name) if isinstance(handlers, dict) else None
+    handler = step_handler(handlers, ref.name) if isinstance(handlers, dict) else None
     tree = read_tree_metadata(item)
     kind: ItemKind = "pytree"
     if tree is None:
+        found = classify([e.name for e in item.list()], handler)
+        if found in ("empty", "unknown"):
+            return _unread_item(
+                ref, found, handler, step_meta.custom_metadata if step_meta else None
+            )
         tree = legacy_array_tree(item)
         kind = "array"
     elif is_array_handler(handler) and [m.keypath for m in tree.leaves] == [(ARRAY_ITEM_LEAF,)]:
@@ -363,6 +382,24 @@ def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
         custom_metadata=tree.custom_metadata,
         step_custom_metadata=step_meta.custom_metadata if step_meta else None,
         subtrees=_subtree_totals(leaves),
+        handler=handler,
+    )
+
+
+def _unread_item(
+    ref: ItemRef, kind: ItemKind, handler: str | None, step_custom: dict[str, Any] | None
+) -> ItemReport:
+    """An item ckpt carries without reading it: an empty one (a no-op handler's, such as
+    Kauldron's ``ds_iter``) or one of a handler it does not know. No leaves; the handler and
+    what ckpt does with it (``note``) say the rest."""
+    return ItemReport(
+        ref=ref,
+        storage="none" if kind == "empty" else "unknown",
+        kind=kind,
+        zarr_format=0,
+        leaves=(),
+        state=(),
+        step_custom_metadata=step_custom,
         handler=handler,
     )
 
@@ -567,6 +604,7 @@ def summary(report: ItemReport) -> OtherItemJSON:
     return {
         "item": report.ref.name,
         "kind": report.kind,
+        "handler": report.handler,
         "path": str(report.ref.location),
         "leaves": len(report.leaves),
         "size_bytes": report.total_bytes,

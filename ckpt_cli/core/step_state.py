@@ -34,6 +34,9 @@ class ItemParts:
     item: str
     parts: tuple[StatePart, ...]
     data_note: str | None = None
+    #: A data iterator's item that saves nothing (Kauldron's ``ds_iter`` under its no-op
+    #: handler): named where the data order is said to be missing.
+    saves_nothing: bool = False
 
 
 class TrainingStateJSON(TypedDict):
@@ -93,7 +96,14 @@ def training_state(
         notes = "; ".join(f"{it.data_note}" for it in data)
         out.append(StatePart("data_order", True, (), (), notes, data_items, source="item"))
     else:
-        out.append(StatePart("data_order", False, (), (), LOSS_IF_MISSING["data_order"]))
+        empty = [it.item for it in items if it.saves_nothing]
+        note = LOSS_IF_MISSING["data_order"]
+        if empty:
+            note = (
+                f"{', '.join(empty)} saves nothing (a no-op handler): a resumed input pipeline "
+                "starts over unless it derives its position from the step"
+            )
+        out.append(StatePart("data_order", False, (), (), note))
     return TrainingState(scope, tuple(it.item for it in items), tuple(out))
 
 

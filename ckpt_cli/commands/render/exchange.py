@@ -72,7 +72,8 @@ def print_import_plan(plan: Any) -> None:
     dropped = f"; {n} tensor{'s' if n > 1 else ''} dropped" if n else ""
     console.print(
         f"{len(plan.leaves)} leaves, {human_bytes(plan.total_bytes)} from "
-        f"{len(plan.files)} file{'s' if len(plan.files) > 1 else ''}{dropped}"
+        f"{len(plan.files)} file{'s' if len(plan.files) > 1 else ''}{dropped}; "
+        f"into item {plan.item!r} of step {plan.step}"
     )
     console.print(_containers(plan))
 

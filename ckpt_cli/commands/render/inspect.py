@@ -49,6 +49,8 @@ def _kind_str(report: ItemReport) -> str:
         return f"array {leaf.dtype}{shape_str(leaf.shape)}"
     if report.kind == "json":
         return f"json, {len(report.leaves)} values"
+    if report.kind in ("empty", "unknown"):
+        return report.kind + (f", {report.handler}" if report.handler else "")
     return f"{report.kind}, {len(report.leaves)} leaves, {human_bytes(report.total_bytes)}"
 
 
@@ -100,6 +102,8 @@ def _title(report: ItemReport) -> str:
     ref = report.ref
     where = f"step {ref.step} of {ref.root}" if ref.root else str(ref.location)
     fmt = report.storage + (f", zarr{report.zarr_format}" if report.zarr_format else "")
+    if report.kind in ("empty", "unknown"):
+        fmt = "empty" if report.kind == "empty" else "unknown handler"
     what = "  one array (ArraySave)" if report.kind == "array" else ""
     return f"[bold]item {ref.name!r}[/] — {where}  ({fmt}){what}"
 
@@ -109,6 +113,12 @@ def print_report(
 ) -> None:
     console = stdout_console()
     console.print(_title(report))
+    if report.note is not None:
+        # An item ckpt carries without reading (empty, or of an unknown handler): no tree.
+        say(report.note, use_color())
+        if state:
+            _print_state(report.training_state, painter(use_color()), use_color())
+        return
     meshes = sorted({m for lf in report.leaves if lf.sharding and (m := lf.sharding.mesh_str())})
     color = use_color()
     paint = painter(color)

@@ -20,6 +20,7 @@ _DIGESTS = {
     "sampled": "recorded digests: sampled files checked",
     "recorded": "digests recorded",
     "not-recorded": "digests NOT recorded (errors)",
+    "not-read": "not read (see the note)",
 }
 
 
@@ -37,7 +38,8 @@ def summary_line(report: VerifyReport) -> str:
 def item_lines(report: VerifyReport) -> list[str]:
     """The digest state of the items, grouped: a Composite run of 5 steps x 3 items gets one
     line per step (or one line in all when every item has no record), not 15."""
-    items = list(report.items)
+    # An item not read (empty, unknown handler) has its note instead.
+    items = [i for i in report.items if i.digests != "not-read" or i.problems]
     errors = {id(i): sum(1 for p in i.problems if p.severity == "error") for i in items}
     if len(items) > 1 and all(i.digests == "absent" and not errors[id(i)] for i in items):
         return [
@@ -75,6 +77,9 @@ def print_report(report: VerifyReport) -> None:
     say(summary_line(report), color)
     for line in item_lines(report):
         say(line, color, indent="  ")
+    for item in report.items:
+        if item.note is not None:
+            say(f"note: {item.path}: {item.note}", color, "dim", indent="  ")
     if report.unfinished:
         say(
             f"{plural(len(report.unfinished), 'unfinished save')} skipped: "

@@ -225,6 +225,7 @@ class StepJob:
                 self.write_to.child(*rel.split("/")).delete_file()
         if s.state != "present":
             self._check_written()
+            self._empty_items()
         for o in self.markers():  # a present step's are checked as its data was
             if stop.is_set():
                 raise Stopped
@@ -243,6 +244,17 @@ class StepJob:
         else:
             self.write_to.child(OWNER_FILE).delete_file()
             self.write_to.rename(s.name)
+
+    def _empty_items(self) -> None:
+        """Item directories of the source step that hold no file (Kauldron's ``ds_iter``, which
+        its no-op handler leaves empty): made at a destination that has directories, since a
+        restore of the step looks for every item's directory. An object store keeps none."""
+        if self.step.target.requires_commit_marker:
+            return
+        tops = {o.rel.split("/", 1)[0] for o in self.step.objects}
+        for e in self.step.source.list():
+            if e.is_dir and not e.is_symlink and e.name not in tops and TMP_MARKER not in e.name:
+                self.write_to.child(e.name).make_dirs()
 
     def _check_written(self) -> None:
         """Just before the markers, one fresh listing of the step: every data file is there in

@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ckpt_cli.core.format.items import ItemKind, holds_arrays
 from ckpt_cli.core.format.names import (
-    ARRAY_ITEM_DIR,
     COMMIT_MARKER,
     LEGACY_MSGPACK_RE,
     METRICS_ITEM,
@@ -23,7 +23,6 @@ from ckpt_cli.core.format.names import (
     TREE_METADATA,
     WRITING_MARKER,
     StepName,
-    is_grain_handler,
     is_plain_name,
     json_item_files,
     looks_like_item,
@@ -281,32 +280,6 @@ def item_location(step_loc: Location, item: str, items: list[str]) -> Location:
     return step_loc.child(item)
 
 
-ItemKind = Literal["pytree", "array", "json", "unknown"]
-
-
-def item_kind(step_loc: Location, name: str, handlers: dict[str, str] | str | None) -> ItemKind:
-    """What an item of a step holds: a PyTree (StandardSave, PyTreeSave), one array (ArraySave),
-    JSON (JsonSave, metrics); from the handler the step recorded, else from its files."""
-    handler = handlers.get(name) if isinstance(handlers, dict) else None
-    if handler:
-        if handler.endswith("ArrayCheckpointHandler"):
-            return "array"
-        if handler.endswith("JsonCheckpointHandler") or is_grain_handler(handler):
-            return "json"
-        return "pytree"
-    try:
-        names = frozenset(e.name for e in step_loc.child(name).list())
-    except CkptError:
-        return "unknown"
-    if TREE_METADATA in names:
-        return "pytree"
-    if json_item_files(names):
-        return "json"
-    if looks_like_item(names) or ARRAY_ITEM_DIR in names:
-        return "array"  # ArraySave before 0.12: `checkpoint/` or a database, no _METADATA
-    return "unknown"
-
-
 def choose_item(
     items: list[str],
     requested: str | None,
@@ -314,7 +287,8 @@ def choose_item(
     kind_of: Callable[[str], ItemKind] | None = None,
 ) -> str:
     """Pick the item to read: the requested one, else the one state item: the only item besides
-    ``metrics``, or the only PyTree item among JSON and ArraySave ones (``kind_of``)."""
+    ``metrics``, or the only PyTree item among JSON, ArraySave, empty and unknown ones
+    (``kind_of``), or the only PyTree item that holds arrays."""
     if requested is not None:
         if requested not in items:
             raise NotFoundError(
@@ -331,8 +305,20 @@ def choose_item(
         trees = [i for i in candidates if kind_of(i) == "pytree"]
         if len(trees) == 1:
             return trees[0]
+        # A tree of strings alone (Keras's `model_config`) is the run's configuration, not its
+        # state: with one tree that holds arrays beside it, that one is the state item.
+        stored = [i for i in trees if _holds_arrays(where.child(i))]
+        if len(stored) == 1:
+            return stored[0]
     raise SeveralItemsError(
         f"{where} holds several items ({', '.join(candidates)})",
         hint="choose one with --item NAME",
         items=tuple(candidates),
     )
+
+
+def _holds_arrays(item: Location) -> bool:
+    try:
+        return holds_arrays([e.name for e in item.list()])
+    except CkptError:
+        return False

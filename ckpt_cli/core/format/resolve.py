@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from ckpt_cli.core.format.items import item_kind
 from ckpt_cli.core.format.layout import (
     ItemRef,
     StepRef,
     choose_item,
     detect,
-    item_kind,
     item_location,
     latest_committed,
     legacy_msgpack_error,

@@ -26,7 +26,7 @@ from ckpt_cli.core.migrate.tree import OperationJSON, Step
 from ckpt_cli.core.safetensors.dtypes import safetensors_dtype
 from ckpt_cli.core.safetensors.ld1 import LD1_KEY, planned
 from ckpt_cli.core.safetensors.plan import FilesPlan, TensorSpec, plan_files
-from ckpt_cli.core.safetensors.tree import EMPTY_TYPES, TREE_KEY, Node, encode_tree
+from ckpt_cli.core.safetensors.tree import EMPTY_TYPES, ITEM_KEY, TREE_KEY, Node, encode_tree
 from ckpt_cli.core.schema import SCHEMA_VERSION
 from ckpt_cli.core.storage import StorageOptions
 from ckpt_cli.errors import RefusedError
@@ -262,6 +262,9 @@ def plan_export_item(
         safetensors_dtype(s.dtype, f"leaf {s.name!r}")
     source = str(ref.root or ref.step_location or ref.location)
     metadata = {"format": framework, TREE_KEY: encode_tree(_tree_nodes(dest_leaves, exported))}
+    # The item's name is structure, like the tree: `ckpt import` writes the item under it, the
+    # name the source's loader asks for (Keras `pytree`, MaxText `items`, Orbax v1 `pytree`).
+    metadata[ITEM_KEY] = ref.name
     if provenance:
         metadata.update(_provenance(ref, report, source, spec))
     metadata[LD1_KEY] = planned(exprs, carried(recorded_leaves(ref.location), exprs))
@@ -356,7 +359,6 @@ def _provenance(
     """Where the tensors came from, in the files' metadata (``--no-provenance`` leaves it out)."""
     metadata = {
         "ckpt.source": source,
-        "ckpt.item": ref.name,
         "ckpt.orbax_format": orbax_format(report),
     }
     if ref.step is not None:

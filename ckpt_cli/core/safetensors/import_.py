@@ -39,7 +39,7 @@ from ckpt_cli.core.migrate.tree import (
 from ckpt_cli.core.reshard.rules import Rule
 from ckpt_cli.core.safetensors.dtypes import TO_NUMPY
 from ckpt_cli.core.safetensors.reader import SafetensorsReader, check_against_index, find_files
-from ckpt_cli.core.safetensors.tree import TREE_KEY, Containers, Node, parse_tree
+from ckpt_cli.core.safetensors.tree import ITEM_KEY, TREE_KEY, Containers, Node, parse_tree
 from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.core.write.types import WriteOptions
 from ckpt_cli.errors import RefusedError, UsageError
@@ -191,6 +191,8 @@ class ImportPlan:
     #: The empty nodes written (no data), and where the container kinds come from.
     empties: tuple[Node, ...] = ()
     containers: str = "names"
+    #: The item written: ``--item``, else the one ``ckpt export`` recorded, else ``default``.
+    item: str = "default"
 
     kind = "import"
     SCHEMA_VERSION: ClassVar[int] = 2  # 2: leaves' value_type, tree
@@ -209,7 +211,7 @@ class ImportPlan:
                 "index": self.index,
                 "metadata": self.source_metadata,
             },
-            "output": {"root": self.dst, "step": self.step, "item": "default"},
+            "output": {"root": self.dst, "step": self.step, "item": self.item},
             "spec": self.spec.path if self.spec else None,
             "mesh": dict(zip(self.mesh.axis_names, self.mesh.shape, strict=True))
             if self.mesh
@@ -277,9 +279,11 @@ def plan_import(
     allow_unused: bool = False,
     write: WriteOptions | None = None,
     storage: StorageOptions | None = None,
+    item: str | None = None,
 ) -> ImportPlan:
     """Plan importing ``src`` (a .safetensors file, an index, or a directory holding either)
-    as step ``step`` of the root ``dst``. ``spec`` (a file or a parsed migrate spec) maps the
+    as step ``step`` of the root ``dst``, into the item ``item`` (default: the item name
+    ``ckpt export`` recorded in the files, ``ckpt.item``, else ``default``). ``spec`` (a file or a parsed migrate spec) maps the
     tensors first; ``mesh`` (``data=4,model=2``) with ``rules`` (a YAML/JSON file or a mapping
     of leaf patterns to partition specs) lays them out as ``reshard`` does; ``target``
     (MODULE:FUNCTION, imports jax) checks the result; ``storage`` says how to reach ``dst`` on
@@ -302,7 +306,10 @@ def plan_import(
         os.fspath(src), os.fspath(dst), parsed, target_mesh, rule_list, step,
         write, allow_unused,
     )  # fmt: skip
-    plan = dataclasses.replace(plan, write=write, storage=storage)
+    name = item if item is not None else plan.source_metadata.get(ITEM_KEY) or "default"
+    what = "--item" if item is not None else f"the item name {ITEM_KEY} of {src}"
+    check_item_name(name, what, usage=item is not None)
+    plan = dataclasses.replace(plan, write=write, storage=storage, item=name)
     if target:
         plan = apply_target(plan, target)
     return plan
@@ -497,3 +504,19 @@ def _planned_dtype(
     if leaf.value_type == "scalar" and want is not None and want[0] == leaf.expr.shape:
         return want[1]
     return leaf.expr.dtype
+
+
+def check_item_name(name: str, what: str, *, usage: bool = True) -> str:
+    """``name`` itself when an item may be called so: a plain directory name, not ``metrics``
+    (the manager's own item); else a usage error (``usage``) or a refusal naming ``what``
+    gave it."""
+    from ckpt_cli.core.format.names import METRICS_ITEM, is_plain_name
+
+    if not is_plain_name(name) or name == METRICS_ITEM:
+        error = UsageError if usage else RefusedError
+        raise error(
+            f"{what} {name!r} cannot name an item: "
+            + ("metrics is the manager's own item" if name == METRICS_ITEM else "not a plain name"),
+            hint="give another name with --item NAME",
+        )
+    return name

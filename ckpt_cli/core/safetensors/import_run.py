@@ -70,7 +70,7 @@ def execute(plan: ImportPlan, on_progress: ProgressFn | None = None) -> ImportRe
     writer = StepWriter(root, _step_name(root, plan.step))
     writer.begin()
     try:
-        _write_item(writer.item("default"), plan, outs, on_bytes)
+        _write_item(writer.item(plan.item), plan, outs, on_bytes)
         final = writer.commit({"ckpt_history": [_history(plan)]})
     except BaseException:
         with contextlib.suppress(CkptError):

@@ -27,6 +27,8 @@ from typing import Any
 from ckpt_cli.errors import RefusedError
 
 TREE_KEY = "ckpt.tree"
+#: The ``__metadata__`` key naming the item ``ckpt export`` read: ``ckpt import`` writes under it.
+ITEM_KEY = "ckpt.item"
 TREE_VERSION = 1
 ARRAY = "jax.Array"
 #: Orbax's value types of empty nodes (``empty_values.RESTORE_TYPE_*``).

@@ -5,7 +5,9 @@ chunk is decoded, so it costs what ``ckpt verify`` without ``--deep`` costs."""
 
 from __future__ import annotations
 
+from ckpt_cli.core.format.items import step_handler
 from ckpt_cli.core.format.layout import ItemRef
+from ckpt_cli.core.format.metadata import read_step_metadata
 from ckpt_cli.core.verify.structure import check_item
 from ckpt_cli.errors import RefusedError
 
@@ -16,7 +18,12 @@ _REFUSED_WARNINGS = frozenset({"symlink-outside"})
 def require_sound_source(ref: ItemRef) -> None:
     """Raise ``RefusedError`` when the source item has a structure error (or a symlink)."""
     boundary = ref.root or ref.step_location or ref.location
-    facts = check_item(ref.location, ".", boundary, ref.location == ref.step_location)
+    is_step = ref.location == ref.step_location
+    handler = None
+    if ref.step_location is not None and not is_step:
+        handlers = read_step_metadata(ref.step_location).item_handlers
+        handler = step_handler(handlers, ref.name) if isinstance(handlers, dict) else None
+    facts = check_item(ref.location, ".", boundary, is_step, handler)
     bad = [p for p in facts.problems if p.severity == "error" or p.code in _REFUSED_WARNINGS]
     if not bad:
         return

@@ -197,7 +197,10 @@ def _item_check(
     recorded is added to ``recorded``)."""
     item_problems = [escalate(p, options.strict, options.fail_on_nonfinite) for p in f.problems]
     digests = _digest_state(f, level)
-    if options.record and r is not None:
+    if f.kind in ("empty", "unknown"):
+        # Nothing ckpt reads: nothing recorded into it either (carried as it is).
+        digests = "not-read"
+    elif options.record and r is not None:
         if any(p.severity == "error" for p in item_problems):
             digests = "not-recorded"
         else:
@@ -223,6 +226,7 @@ def _item_check(
         nonfinite=tuple(r.nonfinite) if r else (),
         bytes_decoded=r.bytes_decoded if r else 0,
         chunks_decoded=r.chunks_decoded if r else 0,
+        handler=f.handler,
     )
 
 
@@ -238,7 +242,7 @@ def _check_items(
         for i, t in enumerate(targets):
             if on_progress:
                 on_progress(Progress("structure", t.shown_as, i, total))
-            facts.append(check_item(t.location, t.shown_as, location, t.is_step))
+            facts.append(check_item(t.location, t.shown_as, location, t.is_step, t.handler))
         if on_progress:
             on_progress(Progress("structure", None, total, total))
         return facts
@@ -248,7 +252,7 @@ def _check_items(
     workers = max(1, min(total, location.parallel_reads // 4))
     with ThreadPoolExecutor(workers) as pool:
         futures = {
-            pool.submit(check_item, t.location, t.shown_as, location, t.is_step): i
+            pool.submit(check_item, t.location, t.shown_as, location, t.is_step, t.handler): i
             for i, t in enumerate(targets)
         }
         out: dict[int, ItemFacts] = {}

@@ -14,6 +14,7 @@ from typing import Any
 
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.digests import DIGEST_FILE, STATE_FILE, DigestRecord, read_digests
+from ckpt_cli.core.format.items import classify
 from ckpt_cli.core.format.metadata import (
     TreeMetadata,
     legacy_array_tree,
@@ -55,10 +56,16 @@ def item_metadata_files(item: Location) -> list[Location]:
 
 
 def check_item(
-    item: Location, shown_as: str, boundary: Location, item_is_step: bool = False
+    item: Location,
+    shown_as: str,
+    boundary: Location,
+    item_is_step: bool = False,
+    handler: str | None = None,
 ) -> ItemFacts:
-    """Every structure check of one item; never raises for damage, only records problems."""
-    facts = ItemFacts(shown_as)
+    """Every structure check of one item (``handler``: the one its step recorded); never
+    raises for damage, only records problems. An empty item, or one of a handler ckpt does
+    not know, is checked for what its listing shows (links, unreadable entries) alone."""
+    facts = ItemFacts(shown_as, handler=handler)
     inv = take_inventory(item, boundary, shown_as)
     facts.inventory = inv
     facts.problems.extend(inv.problems)
@@ -79,6 +86,8 @@ def check_item(
         # ArraySave before Orbax 0.12: no _METADATA, the array under `checkpoint`.
         facts.kind = "array"
         _check_tree(item, facts, known, tree, _metadata_files_parse(item, facts))
+    elif (kind := classify({r.split("/")[0] for r in inv.sizes}, handler)) in ("empty", "unknown"):
+        facts.kind = kind
     else:
         facts.add(
             "metadata-missing",
@@ -203,7 +212,9 @@ def _check_tree(
     leaf_of = {storage_dir(m.name): m.name for m in tree.leaves if m.has_array}
     top_array = "" in leaf_of
     if store.layout == "zarr":
-        if tree.use_ocdbt:
+        # Orbax opens no database for an item without array or scalar leaves (strings, None,
+        # empty containers: a Keras `model_config`), use_ocdbt or not.
+        if tree.use_ocdbt and leaf_of:
             facts.add(
                 "manifest-missing",
                 f"{TREE_METADATA} says use_ocdbt but the item holds no OCDBT database: the "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ckpt_cli.core.format.items import is_noop_handler, step_handler
 from ckpt_cli.core.format.layout import (
     StepRef,
     detect,
@@ -49,6 +50,8 @@ class ItemTarget:
     step: int | None
     name: str
     is_step: bool = False
+    #: The handler the step recorded for the item (``_CHECKPOINT_METADATA``), if any.
+    handler: str | None = None
 
 
 @dataclass
@@ -249,7 +252,8 @@ def _check_step(
             problems.append(_tmp_problem(rel, rel))
         elif e.name in expected or _holds_an_item(step_loc.child(e.name)):
             is_save = e.name in saves
-            targets.append(ItemTarget(step_loc.child(e.name), rel, step, e.name, is_step=is_save))
+            handler = step_handler(handlers, e.name) if isinstance(handlers, dict) else None
+            targets.append(ItemTarget(step_loc.child(e.name), rel, step, e.name, is_save, handler))
         else:
             problems.append(
                 problem(
@@ -259,7 +263,10 @@ def _check_step(
                     file=rel,
                 )
             )
-    _check_listed_items(shown, expected - names, problems)
+    # An empty item (a no-op handler's) is no object on an object store: not missing there.
+    empty = {n for n in expected if is_noop_handler(step_handler(handlers, n))}
+    missing = expected - names - (empty if step_loc.requires_commit_marker else set())
+    _check_listed_items(shown, missing, problems)
     return targets
 
 

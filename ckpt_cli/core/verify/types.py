@@ -110,6 +110,8 @@ class VerifyJSON(TypedDict):
     #: None unless a deep pass (--deep, --record) was asked to scale out.
     scale: VerifyScaleJSON | None
     problems: list[ProblemJSON]
+    #: schema 5: items named without their contents checked (empty, unknown handler).
+    notes: list[NoteJSON]
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,8 @@ class ItemFacts:
     """Working state of one item's check, handed from the structure level to the deeper ones."""
 
     shown_as: str
-    kind: str = "pytree"  # pytree | json
+    kind: str = "pytree"  # pytree | array | json | empty | unknown (format/items.py)
+    handler: str | None = None  # the one the step recorded
     leaves: list[str] = field(default_factory=list)
     arrays: dict[str, tuple[ArrayInfo, str]] = field(default_factory=dict)  # readable, no errors
     strings: dict[str, str] = field(default_factory=dict)
@@ -264,7 +267,7 @@ class ItemCheck:
     path: str  # relative to the checked path ("." when the item is the checked path)
     step: int | None
     name: str
-    kind: str  # pytree | json
+    kind: str  # pytree | array | json | empty | unknown (format/items.py)
     leaves: tuple[str, ...]
     arrays: int
     chunks: int
@@ -274,6 +277,29 @@ class ItemCheck:
     nonfinite: tuple[NonFinite, ...] = ()
     bytes_decoded: int = 0
     chunks_decoded: int = 0
+    handler: str | None = None  # the one the step recorded
+
+    @property
+    def note(self) -> str | None:
+        """What verify did with an item it does not read (``empty``, ``unknown``), else None."""
+        if self.kind not in ("empty", "unknown"):
+            return None
+        from ckpt_cli.core.format.items import describe
+
+        return describe(self.kind, self.handler)  # type: ignore[arg-type]
+
+    def note_json(self) -> NoteJSON:
+        return {"item": self.path, "kind": self.kind, "handler": self.handler, "note": self.note}
+
+
+class NoteJSON(TypedDict):
+    """An item verify names without checking its contents (schema 5): an empty item, or one of
+    a handler ckpt does not know. Never a problem: the exit code does not change."""
+
+    item: str
+    kind: str
+    handler: str | None
+    note: str | None
 
 
 @dataclass(frozen=True)
@@ -314,8 +340,8 @@ class VerifyReport:
 
     path: str
     #: 2: problems name every leaf they hurt (leaves); 3: rotation.warnings; 4: scale (the
-    #: split decision of a scaled-out deep pass).
-    SCHEMA_VERSION: ClassVar[int] = 4
+    #: split decision of a scaled-out deep pass); 5: notes (items named, not read).
+    SCHEMA_VERSION: ClassVar[int] = 5
     kind: CheckedKind
     level: Level
     items: tuple[ItemCheck, ...]
@@ -389,4 +415,5 @@ class VerifyReport:
             "elapsed_s": round(self.elapsed_s, 3),
             "scale": self.scale.to_json() if self.scale else None,
             "problems": [p.to_json() for p in self.problems],
+            "notes": [i.note_json() for i in self.items if i.note is not None],
         }

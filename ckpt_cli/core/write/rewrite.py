@@ -28,6 +28,7 @@ from ckpt_cli.core.format.digests import (
     recorded_file,
     write_digests,
 )
+from ckpt_cli.core.format.items import handler_kind, step_handler
 from ckpt_cli.core.format.layout import ItemRef, detect, step_items
 from ckpt_cli.core.format.metadata import (
     ARRAY_ITEM_LEAF,
@@ -38,6 +39,7 @@ from ckpt_cli.core.format.metadata import (
     read_tree_metadata,
 )
 from ckpt_cli.core.format.names import (
+    ROOT_METADATA_DIR,
     STEP_METADATA,
     TREE_METADATA,
     check_plain_name,
@@ -295,8 +297,9 @@ def write_items(
     try:
         source_meta = read_step_metadata(src.step_location) if src.step_location else None
         layout = {"use_ocdbt": use_ocdbt, "use_zarr3": use_zarr3, "memory_limit": memory_limit}
+        handlers = source_meta.item_handlers if source_meta else None
         stats, records, unchecked = _write_each(
-            items, writer, top, layout, executor, unit_bytes, on_bytes
+            items, writer, top, layout, executor, unit_bytes, on_bytes, handlers
         )
         # At the step top the record covers the step's _CHECKPOINT_METADATA too: written last.
         for record in records if not top else ():
@@ -312,9 +315,25 @@ def write_items(
         with contextlib.suppress(CkptError):
             writer.abort()
         raise
+    carry_root_metadata(src.root, dst)
     written = sum(_array_bytes(one.leaves) for one in items)
     names = tuple(i.source.name for i in items)
     return StepOutput(str(final), step, src.name, written, _merged(stats), names, tuple(unchecked))
+
+
+def carry_root_metadata(src_root: Location | None, dst: Location) -> None:
+    """The source root's ``metadata/`` (``_ROOT_METADATA``: a manager's or the v1
+    Checkpointer's custom metadata) copied as it is into a destination root that has none;
+    written after the step, so a failed write leaves no root behind for it."""
+    if src_root is None:
+        return
+    source = src_root.child(ROOT_METADATA_DIR)
+    target = dst.child(ROOT_METADATA_DIR)
+    if source.is_symlink() or not source.is_dir() or target.exists():
+        return
+    if any(entry.is_symlink for _, entry in source.walk()):
+        return  # never a link or what it points to (verify reports it)
+    source.copy_tree(target)
 
 
 def _write_each(
@@ -325,15 +344,23 @@ def _write_each(
     executor: Executor | None,
     unit_bytes: int,
     on_bytes: Callable[[int], None] | None,
+    handlers: dict[str, str] | str | None = None,
 ) -> tuple[list[ScaleStats | None], list[Callable[[], None]], list[tuple[str, str]]]:
     """Write each item's arrays into ``writer``'s step: the scale figures per item, the digest
     records to write once every item is written, and the (item, leaf) pairs whose version-1
-    digest was carried unchecked."""
+    digest was carried unchecked. An item keeps the handler its source step recorded when
+    that handler writes items of its kind (PyTreeCheckpointHandler, the v1 PyTreeHandler):
+    a loader that picks the handler from the step's metadata finds the same one."""
     stats: list[ScaleStats | None] = []
     records: list[Callable[[], None]] = []
     unchecked: list[tuple[str, str]] = []
     for one in items:
-        handler = HANDLERS.get(one.kind, STANDARD_HANDLER)
+        recorded = step_handler(handlers, one.source.name)
+        handler = (
+            recorded
+            if recorded is not None and handler_kind(recorded) == one.kind
+            else HANDLERS.get(one.kind, STANDARD_HANDLER)
+        )
         item_dir = writer.top_item(handler) if top else writer.item(one.source.name, handler)
         item = ItemWriter(item_dir, **layout)
         scale, not_checked = _write_leaves(item, one, executor, unit_bytes, on_bytes)
@@ -487,7 +514,10 @@ def _copy_other_items(
         if name in skip:
             continue
         loc = src.step_location.child(name)
-        inside = [rel for rel, entry in loc.walk() if entry.is_symlink]
+        walked = list(loc.walk())
+        if not walked:
+            writer.empty_items.add(name)  # a no-op handler's item: an empty directory
+        inside = [rel for rel, entry in walked if entry.is_symlink]
         if inside:
             raise RefusedError(
                 f"the source item {loc} holds a symlink ({inside[0]}): ckpt never copies a "

@@ -47,6 +47,8 @@ class StepWriter:
         # One handler name (a str) when the step is its own one item, as Orbax records it.
         self.handlers: dict[str, str] | str = {}
         self._started = False
+        #: Items copied from a source item that holds no file (``copy_item`` counts them).
+        self.empty_items: set[str] = set()
         self._claim: WriteClaim | None = None
         self._undo_dirs: Callable[[], None] = lambda: None
 
@@ -157,11 +159,15 @@ class StepWriter:
         self.tmp.refresh()
         try:
             names = {rel.split("/", 1)[0] for rel, _ in self.tmp.walk()}
+            # An item written empty (a no-op handler's) has no file for the walk to find.
+            names |= {e.name for e in self.tmp.list() if e.is_dir}
         except NotFoundError:
             names = set()
         mine = WRITING_MARKER if self.in_place else OWNER_FILE
         items = self.handlers if isinstance(self.handlers, dict) else ()
-        gone = [n for n in (mine, *items) if n not in names]
+        # On an object store an empty item is no object at all: nothing to find there.
+        empty = self.empty_items if self.in_place else set()
+        gone = [n for n in (mine, *items) if n not in names and n not in empty]
         if gone:  # the caller's abort removes what is left and gives up the claim
             raise StorageError(
                 f"{self.tmp.child(gone[0])} is gone just before step {self.step_name} was "

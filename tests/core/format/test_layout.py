@@ -151,7 +151,7 @@ def test_a_grain_iterator_item_is_a_json_item_beside_the_state(tmp_path) -> None
     """grain's handler writes ``process_<i>-of-<n>.json`` and no ``_METADATA``: the item
     directory is an item, a JSON one, and the step's one state item stays the default."""
     pytest.importorskip("grain")
-    from ckpt_cli.core.format.layout import item_kind
+    from ckpt_cli.core.format.items import item_kind
     from ckpt_cli.core.format.metadata import read_step_metadata
     from ckpt_cli.core.format.names import is_grain_handler, json_item_files
     from tests.support import training_states as ts
