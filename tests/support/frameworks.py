@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,34 @@ def framework(name: str) -> Fixture:
 def writable(f: Fixture, tmp_path: Path) -> Path:
     """A copy of the fixture's checkpoint that a test may record digests in or damage."""
     return shutil.copytree(f.path, tmp_path / f.path.name)
+
+
+def assert_verify_clean_then_a_flip_caught(
+    cli: Callable[..., Any], path: Path, copy: Path, data: Path
+) -> None:
+    """``verify`` (plain and ``--deep``) finds nothing but notes on ``path``; on its writable
+    ``copy``, ``verify --record`` then one byte flipped in the largest data file under ``data``
+    (inside ``copy``): ``verify --deep`` exits 1 with an error."""
+    for flags in ([], ["--deep"]):
+        r = cli("verify", path, *flags, "--json")
+        assert r.code == 0, r.stdout
+        assert [p for p in r.json()["problems"] if p["severity"] != "note"] == []
+    assert cli("verify", copy, "--record").code == 0
+    assert cli("verify", copy, "--deep").code == 0
+    flip_a_byte_of_the_largest_data_file(data)
+    bad = cli("verify", copy, "--deep", "--json")
+    assert bad.code == 1
+    assert any(p["severity"] == "error" for p in bad.json()["problems"])
+
+
+def doctor_like_a_reshard(cli: Callable[..., Any], path: Path, out: Path) -> dict[str, Any]:
+    """``doctor PATH --like`` its own reshard to two devices: it restores (exit 0); the JSON."""
+    assert cli("reshard", path, out, "--mesh", "data=2").code == 0
+    r = cli("doctor", path, "--like", out, "--json")
+    assert r.code == 0, r.stdout
+    doc: dict[str, Any] = r.json()
+    assert (doc["verdict"], doc["differences"]) == ("restores", [])
+    return doc
 
 
 def flip_a_byte_of_the_largest_data_file(path: Path) -> Path:
