@@ -39,6 +39,11 @@ def _loaded(orbax: OrbaxRestorer, root: Path) -> dict[str, Any]:
     return orbax.item(steps[0] / "default")
 
 
+def test_orbax_restores_the_checkpoint_as_gemma_did(orbax: OrbaxRestorer) -> None:
+    """The restore the tests use on outputs gives, on the fixture, what gemma returned."""
+    assert_restored_as_truth(orbax.item(CKPT), TRUTH)
+
+
 def test_ls_shows_one_checkpoint_without_a_step(cli) -> None:  # type: ignore[no-untyped-def]
     r = cli("ls", CKPT, "--json")
     assert r.code == 0, r.stderr

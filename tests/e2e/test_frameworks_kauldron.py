@@ -44,6 +44,16 @@ def _restored(orbax: OrbaxRestorer, root: Path) -> dict[str, dict[str, object]]:
     return orbax.step_items(root, LATEST, NAMES, OPTIONS)
 
 
+def test_orbax_restores_every_step_as_kauldron_did(orbax: OrbaxRestorer) -> None:
+    """The restore the tests use on outputs gives, on the fixture, what Kauldron returned."""
+    assert orbax.steps(ROOT, OPTIONS) == STEPS
+    for step in STEPS:
+        got = orbax.step_items(ROOT, step, NAMES, OPTIONS)
+        truth = KD.truth["steps"][str(step)]["items"]
+        assert_restored_as_truth(got["default"], truth["default"])
+        assert got["timer"]["value"] == truth["timer"]["value"]
+
+
 def test_ls_lists_the_steps_and_items_kauldron_wrote(cli) -> None:  # type: ignore[no-untyped-def]
     r = cli("ls", ROOT, "--json")
     assert r.code == 0, r.stderr

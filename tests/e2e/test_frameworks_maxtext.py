@@ -42,6 +42,15 @@ def _loaded(orbax: OrbaxRestorer, root: Path) -> dict[str, Any]:
     return got["items"]
 
 
+def test_orbax_loads_every_step_as_maxtext_did(orbax: OrbaxRestorer) -> None:
+    """The load the tests use on outputs gives, on the fixture, what MaxText returned."""
+    assert orbax.steps(ROOT) == STEPS
+    for step in STEPS:
+        got = orbax.step_items(ROOT, step)
+        assert list(got) == ["items"]
+        assert_restored_as_truth(got["items"], MT.truth["steps"][str(step)]["items"]["items"])
+
+
 def test_ls_lists_the_steps_maxtext_wrote(cli) -> None:  # type: ignore[no-untyped-def]
     r = cli("ls", ROOT, "--json")
     assert r.code == 0, r.stderr
