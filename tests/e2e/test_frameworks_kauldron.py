@@ -126,7 +126,10 @@ def test_export_import_restores_as_kauldrons_default_item(
     r = cli("import", st, back, "--step", LATEST, "--json")
     assert r.code == 0, r.stderr
     assert r.json()["output"]["item"] == "default"
-    got = orbax.step_items(back, LATEST, {"default": "pytree"})
+    # Kauldron lists ckpt_N steps: the step renamed, as docs/how-to/frameworks.md says.
+    (back / str(LATEST)).rename(back / f"ckpt_{LATEST}")
+    assert orbax.steps(back, OPTIONS) == [LATEST]
+    got = orbax.step_items(back, LATEST, {"default": "pytree"}, OPTIONS)
     assert_restored_as_truth(got["default"], TRUTH["items"]["default"])
 
 
