@@ -409,7 +409,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     if not os.access(CKPT, os.X_OK):
-        raise SystemExit(f"{CKPT} not found: install ckpt-cli into this interpreter's venv")
+        raise SystemExit(f"{CKPT} not found: install ckpt-orbax into this interpreter's venv")
     args.workdir.mkdir(parents=True, exist_ok=True)
     root = str(
         ensure(
@@ -490,7 +490,7 @@ def main() -> None:
                     "cpus": os.cpu_count(),
                 },
                 "versions": {
-                    d: _version(d) for d in ("ckpt-cli", "orbax-checkpoint", "jax", "tensorstore")
+                    d: _version(d) for d in ("ckpt-orbax", "orbax-checkpoint", "jax", "tensorstore")
                 },
                 "forbidden_imports": imports,
                 "rows": [r.to_json() for r in rows],

@@ -24,7 +24,7 @@ signals.quiet_hooks()  # before Typer is imported: it keeps the hook it finds
 
 import typer
 
-from ckpt_cli._version import __version__
+from ckpt_cli._version import ISSUES, __version__
 from ckpt_cli.commands import COMMANDS
 from ckpt_cli.commands._help import HelpCommand, HelpGroup
 from ckpt_cli.errors import (
@@ -199,7 +199,10 @@ def _run() -> None:
         if refusal is not None:
             _fail(json_mode, refusal.exit_code, f"ckpt: error: {refusal}", refusal.to_json(), None)
         first = first_line(e) if str(e) else ""
-        hint = "this is a bug in ckpt; rerun with CKPT_DEBUG=1 to see the traceback"
+        hint = (
+            "this is a bug in ckpt; rerun with CKPT_DEBUG=1 to see the traceback,"
+            f" and report it at {ISSUES}"
+        )
         error = {"code": CODE_INTERNAL, "message": f"{type(e).__name__}: {first}", "hint": hint}
         _fail(
             json_mode,

@@ -42,6 +42,9 @@ def _app() -> Any:
 
 _CODE_SPAN = re.compile(r"(`[^`]*`)")
 
+#: How option help names the one page on leaf patterns; a link on the reference pages.
+LEAF_PATTERNS = "docs/reference/layouts.md#leaf-patterns"
+
 
 def md(text: str, *, cell: bool = False) -> str:
     """Help text as Markdown: code spans kept, characters Markdown would read as markup escaped
@@ -189,6 +192,7 @@ def _params_tables(cmd: Any, hints: dict[str, Any]) -> list[str]:
     lines += ["## Options", "", "| option | value | default | help |", "|---|---|---|---|"]
     for p in options:
         help_text = md(p.help or "", cell=True)
+        help_text = help_text.replace(LEAF_PATTERNS, "[leaf patterns](layouts.md#leaf-patterns)")
         lines.append(f"| {_names(p)} | {_type(p, hints)} | {_default(p)} | {help_text} |")
     lines.append("| `-h`, `--help` | flag | off | Show the help and exit. |")
     lines.append("")

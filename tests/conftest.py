@@ -27,6 +27,7 @@ pytest_plugins = [
     "tests.support.big_checkpoint",  # big_root, big_copy: the checkpoint the signal tests stop
     "tests.support.world",  # world: good and damaged roots to provoke commands in
     "tests.support.orbax_restorer",  # orbax: one Orbax 0.12.8 restore process per worker
+    "tests.support.wheel",  # dists, wheel_venv, extras_venv: the built sdist and wheel, venvs of the wheel
 ]
 
 

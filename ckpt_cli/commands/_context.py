@@ -93,23 +93,29 @@ def write_plan(
     plan_first: bool = True,
 ) -> R | None:
     """A writer's tail: a refused plan raises its refusal (with --json the plan in the error
-    document, with --dry-run the plan printed first); its warnings; with --dry-run the plan (text or the one document) and
-    nothing else; otherwise the plan before the first byte is written (unless ``plan_first`` is
+    document, with --dry-run the plan printed first); its warnings; with --dry-run the plan (text
+    or the one document) and the dry-run line on stderr, nothing else; otherwise the plan before the first byte is written (unless ``plan_first`` is
     False: export and import show it with the result), the work under the progress bar, then
     the result (text or the one document)."""
-    from ckpt_cli.commands._output import emit_json, warn
+    from ckpt_cli.commands._output import dry_run_note, emit_json, warn
 
     refusal = getattr(plan, "refusal", None)  # reshard and migrate refuse in their plan
     if refusal is not None:
+        shown = None  # where the refused plan is shown, if it is
         if run.json_out:
             refusal.result = plan.to_json()  # the refused plan, in the one error document
+            shown = "the plan in the JSON document"
         elif dry_run:
             print_plan(plan)
+            shown = "the plan above"
+        if shown and refusal.hint:  # no "--dry-run lists ..." when the list is there already
+            refusal.hint = refusal.hint.replace("--dry-run lists", f"{shown} lists")
         raise refusal
     for message in warnings:
         warn(message)
     if dry_run:
         emit_json(plan) if run.json_out else print_plan(plan)
+        dry_run_note()
         return None
     if not run.json_out and plan_first:
         print_plan(plan)  # before the first byte is written: what will happen

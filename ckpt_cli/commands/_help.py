@@ -6,12 +6,21 @@ Typer shows a required argument as ``{path}`` in the usage line and a type colum
 without a type, and options without a metavar of their own as ``NAME`` in capitals. Help text is Markdown (``rich_markup_mode``), so
 ``[null, model]`` is text, not a Rich style, and an indented ``$ ckpt ...`` block keeps its lines.
 
-Typer lays options out as a table whose name columns never wrap: on a narrow terminal a long
-name (``--keep-missing-metric``), a metavar or an unbreakable word of the help (a default, an
-address) is cut with an ellipsis. Each options panel is rendered first into a scratch console
-of the terminal's width; when the table would cut anything, the panel is laid out as blocks
-instead: the names, negative names and metavar on one line, the help indented below it, every
-line wrapped at spaces.
+One layout for every command: Typer lays options out as a table whose name columns never wrap,
+so the help is squeezed into what the longest names leave (24 characters of ``verify --help``
+at 80 columns) and a long name, metavar or unbreakable word is cut with an ellipsis. Below
+``NARROW`` columns every options panel is laid out as blocks: the names, negative names and
+metavar on one line, the help indented below it, every line wrapped at spaces. A wider terminal
+keeps Typer's table unless its help column would be narrower than ``MIN_HELP_COLUMN`` or the
+table would cut a cell (the panel is rendered first into a scratch console of the terminal's
+width to see).
+
+Typer has no public setting for this layout (``rich_markup_mode``, help panels and the
+terminal width choose markup, grouping and width, not where the help goes), so the one
+function that prints an options panel, ``typer.rich_utils._print_options_panel``, is replaced
+while a help is formatted, and put back after; its parameter help (``_get_parameter_help``:
+the Markdown text, default, env var, ``[required]``) is reused as it is. With a Typer that has
+neither, its own layout is shown.
 """
 
 from __future__ import annotations
@@ -25,6 +34,14 @@ from typing import Any
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 ELLIPSIS = "…"
+
+#: Terminals narrower than this get every option's help below the option: at 100-119 columns
+#: the tables of prune and migrate would leave a help column under 40 or cut a name, so
+#: commands would differ.
+NARROW = 120
+
+#: The narrowest help column a wide terminal's table may leave; else blocks.
+MIN_HELP_COLUMN = 40
 
 
 def _no_type(ctx: Any) -> None:
@@ -62,7 +79,7 @@ class HelpCommand(TyperCommand):
         return _plain_metavars(super().get_params(ctx))
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
-        with _options_as_blocks_when_cut():
+        with _options_as_blocks_when_cut(), _unpadded_when_piped():
             super().format_help(ctx, formatter)
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
@@ -80,8 +97,26 @@ class HelpGroup(TyperGroup):
         return _plain_metavars(super().get_params(ctx))
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
-        with _options_as_blocks_when_cut():
+        with _options_as_blocks_when_cut(), _unpadded_when_piped():
             super().format_help(ctx, formatter)
+
+
+@contextlib.contextmanager
+def _unpadded_when_piped() -> Iterator[None]:
+    """Through a pipe, the help without the spaces Rich pads each line with to the width
+    (``ckpt verify --help | grep``, a pager, a file): written whole once formatted. On a
+    terminal it is printed as Typer prints it."""
+    import sys
+
+    if sys.stdout.isatty():
+        yield
+        return
+    shown = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(shown):
+            yield
+    finally:
+        sys.stdout.write("".join(line.rstrip() + "\n" for line in shown.getvalue().splitlines()))
 
 
 @contextlib.contextmanager
@@ -104,17 +139,44 @@ def _panel(original: Callable[..., None]) -> Callable[..., None]:
     def panel(*, name: str, params: list[Any], ctx: Any, markup_mode: Any, console: Any) -> None:
         from rich.console import Console
 
-        scratch = io.StringIO()
-        probe = Console(width=console.width, file=scratch, color_system=None, force_terminal=False)
-        original(name=name, params=params, ctx=ctx, markup_mode=markup_mode, console=probe)
-        rendered = scratch.getvalue()
-        written = "".join(str(getattr(p, "help", None) or "") for p in params)
-        if rendered.count(ELLIPSIS) <= written.count(ELLIPSIS):
-            original(name=name, params=params, ctx=ctx, markup_mode=markup_mode, console=console)
+        if not params:  # Typer prints no panel for none (the app's Arguments)
             return
+        if console.width >= NARROW and _help_column(params, ctx, console.width) >= MIN_HELP_COLUMN:
+            scratch = io.StringIO()
+            probe = Console(
+                width=console.width, file=scratch, color_system=None, force_terminal=False
+            )
+            original(name=name, params=params, ctx=ctx, markup_mode=markup_mode, console=probe)
+            rendered = scratch.getvalue()
+            written = "".join(str(getattr(p, "help", None) or "") for p in params)
+            if rendered.count(ELLIPSIS) <= written.count(ELLIPSIS):
+                original(
+                    name=name, params=params, ctx=ctx, markup_mode=markup_mode, console=console
+                )
+                return
         _print_blocks(name=name, params=params, ctx=ctx, markup_mode=markup_mode, console=console)
 
     return panel
+
+
+def _help_column(params: list[Any], ctx: Any, width: int) -> int:
+    """About the width Typer's table leaves its help column: the panel's frame, then each name
+    column as wide as its widest cell, one space of padding either side."""
+    columns: list[list[str]] = []
+    for param in params:
+        opts = [o for o in param.opts if o.startswith("--")]
+        shorts = [o for o in param.opts if not o.startswith("--")]
+        negs = list(param.secondary_opts)
+        cells = [
+            "*" if param.required else "",
+            ",".join(opts),
+            ",".join(shorts),
+            ",".join(negs),
+            _type_shown(param, ctx),
+        ]
+        columns.append(cells)
+    names = sum(max((len(row[i]) for row in columns), default=0) + 2 for i in range(5))
+    return width - 4 - names
 
 
 def _type_shown(param: Any, ctx: Any) -> str:

@@ -166,8 +166,9 @@ FilterOpt = Annotated[
     typer.Option(
         "--filter",
         "-f",
-        help="Only leaves whose dotted name matches: a glob ('params.*kernel'), a regex "
-        "('^opt_state\\.'), or re:REGEX.",
+        help="Only leaves whose dotted name matches: a glob (`params.*kernel`, the whole "
+        "name), a regular expression searched in the name (`^opt_state\\.`), or `re:REGEX`. "
+        "Patterns: docs/reference/layouts.md#leaf-patterns.",
         show_default=False,
         metavar="PATTERN",
     ),
@@ -263,8 +264,9 @@ RulesOpt = Annotated[
     typer.Option(
         "--rules",
         help="YAML/JSON file: leaf pattern -> partition "
-        "spec, e.g. 'params.*kernel: [null, model]'. First match "
-        "wins; unmatched leaves are replicated.",
+        "spec, e.g. 'params.*kernel: [null, model]'. A pattern takes the whole name; first "
+        "match wins; unmatched leaves are replicated. Patterns: "
+        "docs/reference/layouts.md#leaf-patterns.",
         show_default=False,
     ),
 ]
@@ -300,7 +302,8 @@ OptionalSpecOpt = Annotated[
     typer.Option(
         "--spec",
         help="A migrate spec (YAML or .toml): rules applied first (rename, transpose, "
-        "unstack, ...).",
+        "unstack, ...); their match/from/exclude are leaf patterns: "
+        "docs/reference/layouts.md#leaf-patterns.",
         show_default=False,
     ),
 ]

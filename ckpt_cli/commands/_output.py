@@ -50,6 +50,15 @@ def note(message: str) -> None:
     sys.stderr.write(f"ckpt: {message}\n")
 
 
+#: What every --dry-run says last, on stderr (prune, migrate, reshard, export, import, cp).
+DRY_RUN_NOTE = "dry run: nothing was changed"
+
+
+def dry_run_note() -> None:
+    """The last line of every dry run (stderr): the plan shown was not carried out."""
+    sys.stderr.write(DRY_RUN_NOTE + "\n")
+
+
 _LABELS = {
     "structure": "checking structure",
     "data": "reading data",

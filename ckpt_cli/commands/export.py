@@ -139,7 +139,8 @@ def _write(run: Run, plan: ExportPlan, dry_run: bool) -> None:
 
     def print_result(result: ExportResult) -> None:
         render.print_export_plan(plan)
-        render.print_written(plan.out, result.bytes_written, result.seconds)
+        written = result.to_json()["written"]
+        render.print_written(plan.out, result.bytes_written, result.seconds, written["files"])
 
     write_plan(
         run,

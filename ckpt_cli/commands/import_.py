@@ -131,7 +131,7 @@ COMMAND = Command(
     examples=(
         "out runs/back --spec pytorch_to_mlp.yaml --step 600",
         "hf runs/llama --spec hf_to_llama.yaml --target model:abstract",
-        "model.safetensors runs/x --mesh data=8 --rules r.yaml",
+        "model.safetensors runs/x --mesh data=4,model=2 --rules r.yaml",
         "keras.safetensors runs/keras --item pytree",
     ),
 )

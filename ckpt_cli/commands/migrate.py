@@ -24,7 +24,12 @@ MigrateDestArg = Annotated[
 
 SpecOpt = Annotated[
     str,
-    typer.Option("--spec", help="YAML (or .toml) file of ordered rules.", show_default=False),
+    typer.Option(
+        "--spec",
+        help="YAML (or .toml) file of ordered rules; their match/from/exclude are leaf "
+        "patterns: docs/reference/layouts.md#leaf-patterns.",
+        show_default=False,
+    ),
 ]
 
 AllowMismatchOpt = Annotated[

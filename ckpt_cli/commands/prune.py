@@ -11,7 +11,7 @@ import typer
 from ckpt_cli.commands import _options as o
 from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._context import run_context
-from ckpt_cli.commands._output import emit_json, note, progress_bar, warn
+from ckpt_cli.commands._output import dry_run_note, emit_json, note, progress_bar, warn
 from ckpt_cli.errors import CkptError, Interrupted, RefusedError
 
 if TYPE_CHECKING:
@@ -77,7 +77,13 @@ KeepBestOpt = Annotated[int | None, _count("--keep-best", "Keep the N best steps
 
 MetricOpt = Annotated[
     str | None,
-    typer.Option(help="Metric of metrics/metrics to rank by (--keep-best).", show_default=False),
+    typer.Option(
+        help="With --keep-best: the key of each step's metrics to rank by, e.g. loss (read "
+        "from the step's metrics/metrics, else the metrics of _CHECKPOINT_METADATA); --mode says "
+        "whether lower (min) or higher (max) is better.",
+        show_default=False,
+        metavar="NAME",
+    ),
 ]
 
 ModeOpt = Annotated[
@@ -165,7 +171,7 @@ def prune(
     if dry_run:
         plan = _plan(location, policy, clean_tmp, min_age, None, json_out, dry_run=True)
         _report(_execute(run, plan, dry_run=True), json_out)
-        sys.stderr.write("dry run: nothing was changed\n")
+        dry_run_note()
         return
     from ckpt_cli.core.prune.execute import prune_lock
 
@@ -356,6 +362,6 @@ COMMAND = Command(
     documents=("ckpt_cli.core.prune.execute:PruneJSON",),
     examples=(
         "runs/exp7 --keep-last 3 --keep-every 1000 --dry-run",
-        "runs/exp7 --keep-best 2 --metric loss --keep-last 1 --yes",
+        "runs/exp7 --keep-best 2 --metric loss --mode min --yes",
     ),
 )

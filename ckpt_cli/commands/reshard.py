@@ -26,7 +26,8 @@ RuleOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--rule",
-        help="PATTERN=SPEC, e.g. 'params.*kernel=[null, model]' (repeatable; after --rules).",
+        help="PATTERN=SPEC, e.g. 'params.*kernel=[null, model]' (repeatable; after --rules). "
+        "Patterns: docs/reference/layouts.md#leaf-patterns.",
         show_default=False,
     ),
 ]
@@ -120,7 +121,7 @@ COMMAND = Command(
     version="ckpt_cli.core.reshard.plan:ReshardPlan",
     examples=(
         "runs/exp7 runs/exp7-4x2 --mesh data=4,model=2 --rules r.yaml",
-        "runs/exp7 out --mesh data=8 --rule 'params.*=[data, null]'",
+        "runs/exp7 out --mesh data=8 --rule '*kernel=[data, null]'",
         "runs/exp7 out --like runs/other --dry-run",
     ),
 )

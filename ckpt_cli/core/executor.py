@@ -272,7 +272,7 @@ class DaskExecutor(Executor):
         except ImportError:
             raise UnsupportedError(
                 "--executor dask needs Dask distributed, which is not installed",
-                hint="pip install 'ckpt-cli[dask]'",
+                hint="pip install 'ckpt-orbax[dask]'",
             ) from None
         address = address or os.environ.get("DASK_SCHEDULER_ADDRESS")
         if not address:

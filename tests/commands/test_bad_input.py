@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ckpt_cli._version import ISSUES
 from tests.support.paths import FIXTURES
 
 
@@ -168,7 +169,9 @@ def test_unexpected_errors_are_one_line_bugs(cli, monkeypatch) -> None:  # type:
     monkeypatch.setattr(ls_mod, "list_root", boom)
     r = cli("ls", FIXTURES / "seed_mlp")
     assert r.code == 70
-    assert "CKPT_DEBUG=1" in r.stderr and "kaput" in r.stderr and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ckpt: internal error: RuntimeError: kaput")
+    assert "CKPT_DEBUG=1" in lines[0] and f"report it at {ISSUES}" in lines[0]
 
 
 def test_version(cli) -> None:  # type: ignore[no-untyped-def]
@@ -176,3 +179,58 @@ def test_version(cli) -> None:  # type: ignore[no-untyped-def]
 
     r = cli("--version")
     assert r.code == 0 and r.stdout.strip() == f"ckpt {__version__}"
+
+
+SEED = FIXTURES / "seed_mlp"
+
+#: Every place that takes a leaf pattern: how to give it the bad pattern ``(`` (``{bad}``: a
+#: rules file or a spec holding it), and how the error line names the place.
+PATTERN_PLACES = {
+    "inspect --filter": (["inspect", SEED, "--filter", "("], "--filter '('"),
+    "diff --filter": (["diff", f"{SEED}@400", f"{SEED}@500", "--filter", "("], "--filter '('"),
+    "reshard --rule": (
+        ["reshard", SEED, "{out}", "--mesh", "data=1", "--rule", "(=[]"],
+        "--rule '(=[]': rule '('",
+    ),
+    "reshard --rules": (
+        ["reshard", SEED, "{out}", "--mesh", "data=1", "--rules", "{rules}"],
+        "rule '('",
+    ),
+    "import --rules": (
+        ["import", "{exported}", "{out}", "--mesh", "data=1", "--rules", "{rules}"],
+        "rule '('",
+    ),
+    "migrate --spec match": (
+        ["migrate", SEED, "{out}", "--spec", "{spec}"],
+        "rule 1 (drop): field 'match' '('",
+    ),
+    "export --spec match": (["export", SEED, "{out}", "--spec", "{spec}"], "field 'match' '('"),
+    "import --spec match": (
+        ["import", "{exported}", "{out}", "--spec", "{spec}"],
+        "field 'match' '('",
+    ),
+}
+
+
+@pytest.mark.parametrize("place", list(PATTERN_PLACES))
+def test_a_bad_leaf_pattern_is_a_usage_error_everywhere(cli, tmp_path: Path, place: str) -> None:  # type: ignore[no-untyped-def]
+    """Exit 2 and one line naming the pattern, where it was given and RE2's reason, pointing at
+    the one page on leaf patterns; nothing written."""
+    args, names = PATTERN_PLACES[place]
+    fill = {
+        "out": tmp_path / "out",
+        "rules": tmp_path / "rules.yaml",
+        "spec": tmp_path / "spec.yaml",
+        "exported": tmp_path / "exported",
+    }
+    fill["rules"].write_text("'(': []\n")
+    fill["spec"].write_text("rules: [{op: drop, match: '('}]\n")
+    if "{exported}" in args:
+        assert cli("export", SEED, fill["exported"]).code == 0
+    r = cli(*[str(a).format(**fill) if isinstance(a, str) else a for a in args])
+    assert r.code == 2, r.stderr
+    line = one_error_line(r.stderr)
+    assert f"{names} is not a valid pattern (RE2: missing ): (" in line, line
+    assert "docs/reference/layouts.md#leaf-patterns" in line
+    assert not fill["out"].exists()
+    assert cli(*[str(a).format(**fill) for a in args], "--json").json()["error"]["code"] == "usage"

@@ -143,3 +143,33 @@ def test_import_refuses_a_damaged_tree_key(cli, tmp_path: Path, tree: str, phras
     r = cli("import", tmp_path / "st", tmp_path / "root")
     assert r.code == 3 and phrase in r.stderr and "--target" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "root").exists()
+
+
+def test_unused_rule_hints_the_command_that_lists_the_leaves(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("rules: [{op: drop, match: 'nothing\\..*'}]\n")
+    r = cli("export", FIXTURES / "seed_mlp", tmp_path / "out", "--spec", spec, "--dry-run")
+    assert r.code == 3 and "matched no leaf" in r.stderr
+    assert "--dry-run lists" not in r.stderr
+    assert "`ckpt inspect " in r.stderr and " --flat` lists the leaf names" in r.stderr
+
+
+def test_text_names_the_files_written_and_shows_no_empty_column(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    one = cli("export", FIXTURES / "seed_mlp", tmp_path / "one")
+    assert one.code == 0, one.stderr
+    assert f"wrote {tmp_path / 'one' / 'model.safetensors'}: " in one.stdout
+    header = one.stdout.splitlines()[0].split()
+    assert header == ["tensor", "array", "operations"]  # one file, nothing renamed
+    many = cli("export", FIXTURES / "seed_mlp", tmp_path / "many", "--max-shard-size", "8KiB")
+    assert many.code == 0, many.stderr
+    files = sorted(p.name for p in (tmp_path / "many").iterdir())
+    assert f"wrote {len(files)} files to {tmp_path / 'many'} (" in many.stdout
+    assert files[0] in many.stdout and "model.safetensors.index.json)" in many.stdout
+    assert many.stdout.splitlines()[0].split() == ["tensor", "array", "file", "operations"]
+    renamed = cli(
+        "export", FIXTURES / "seed_mlp", tmp_path / "pt", "--spec",
+        REPO / "examples" / "mlp_to_pytorch.yaml",
+    )  # fmt: skip
+    assert renamed.code == 0, renamed.stderr
+    assert renamed.stdout.splitlines()[0].split() == ["tensor", "array", "from", "operations"]
+    assert "layers.0.weight  float32[64,16]  params.Dense_0.kernel  transpose" in renamed.stdout

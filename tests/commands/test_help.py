@@ -112,3 +112,87 @@ def test_usage_errors_are_one_line_on_stderr(args: list[str], phrase: str) -> No
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("ckpt: error: ") and phrase in lines[0], lines[0]
     assert "--help`)" in lines[0] and "╭" not in proc.stderr
+
+
+def _panels(screen_lines: list[str]) -> dict[str, list[str]]:
+    """The inside of each options or arguments panel of a help screen, by title: the frame
+    (``│ `` and `` │``) removed, trailing spaces kept off."""
+    panels: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in screen_lines:
+        if line.startswith("╭─"):
+            title = line.strip("╭─╮ ").split(" ─")[0].strip()
+            current = panels.setdefault(title, []) if title != "Commands" else None
+        elif line.startswith("╰"):
+            current = None
+        elif current is not None and line.startswith("│"):
+            current.append(line[2:-2].rstrip())
+    return panels
+
+
+def _help_columns(inside: list[str], inner: int) -> list[int]:
+    """Width of the help column of each continuation line (a line that starts with spaces)."""
+    return [inner - (len(line) - len(line.lstrip())) for line in inside if line.startswith(" ")]
+
+
+def _laid_out_as_blocks(inside: list[str]) -> bool:
+    """Every option on a line of its own (names, metavar), its help indented by four below."""
+    heads = [line for line in inside if not line.startswith(" ")]
+    helps = [line for line in inside if line.startswith(" ")]
+    return (
+        bool(heads)
+        and all("  " not in head for head in heads)
+        and all(line.startswith("    ") and line[4] != " " for line in helps)
+    )
+
+
+@pytest.mark.parametrize("columns", [60, 80, 100, 120])
+@pytest.mark.parametrize("command", _every_command())
+def test_help_layout_is_the_same_for_every_command(command: str, columns: int) -> None:
+    """Below 120 columns every option's help goes under the option, for every command; at any
+    width no line is wider than the terminal and no help column narrower than 40 characters
+    (a wide terminal may keep Typer's two columns)."""
+    screen = run_on_terminal([*([command] if command else []), "--help"], columns)
+    assert screen.code == 0, screen.stderr
+    too_wide = [line for line in screen.lines if len(line) > columns]
+    assert not too_wide, "\n".join(too_wide)
+    panels = _panels(screen.lines)
+    assert "Options" in panels, screen.text
+    for title, inside in panels.items():
+        narrowest = min(_help_columns(inside, columns - 4), default=columns)
+        assert narrowest >= 40, (title, narrowest, "\n".join(inside))
+        if columns < 120:
+            assert _laid_out_as_blocks(inside), (title, "\n".join(inside))
+
+
+@pytest.mark.parametrize(
+    ("command", "example"), [(c.name, e) for c in REGISTRY for e in c.examples]
+)
+def test_every_help_example_parses(command: str, example: str) -> None:
+    """Every option of every example exists and takes the value given (the examples are run
+    end to end by the docs tests)."""
+    import shlex
+
+    from typer.main import get_command
+
+    from ckpt_cli.app import app
+
+    click_command = get_command(app).commands[command]  # type: ignore[attr-defined]
+    click_command.make_context(command, shlex.split(example))
+
+
+@pytest.mark.parametrize("command", _every_command())
+def test_piped_help_ends_no_line_in_whitespace(command: str) -> None:
+    """`ckpt verify --help | grep ...`: no line padded to the width (docs/how-to/terminal.md)."""
+    import os
+    import subprocess
+
+    from tests.support.interrupts import CKPT
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    args = [CKPT, *([command] if command else []), "--help"]
+    proc = subprocess.run(args, capture_output=True, text=True, check=False, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage:" in proc.stdout and "--help" in proc.stdout
+    padded = [line for line in proc.stdout.splitlines() if line != line.rstrip()]
+    assert not padded, padded

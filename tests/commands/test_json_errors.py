@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from ckpt_cli._version import ISSUES
 from tests.support.cli import app_commands
 from tests.support.error_cases import (
     CASES,
@@ -135,6 +136,7 @@ def test_internal_error_is_a_document_too(world: World, cli, monkeypatch) -> Non
     doc = one_json_document(r.stdout)
     assert doc["ok"] is False and doc["error"]["code"] == "internal"
     assert "kaput" in doc["error"]["message"] and "CKPT_DEBUG=1" in (doc["error"]["hint"] or "")
+    assert ISSUES in doc["error"]["hint"]
 
 
 def test_success_documents_say_ok(world: World, cli) -> None:  # type: ignore[no-untyped-def]

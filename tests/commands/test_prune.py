@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ckpt_cli.commands import command as find_command
 from ckpt_cli.core.prune.execute import prune_lock
 from ckpt_cli.core.prune.plan import LOCK_NAME, SYMLINK_KEPT, TRASH_PREFIX
 from ckpt_cli.core.storage import LocalLocation
@@ -349,3 +352,48 @@ def test_many_steps_from_copies(cli, tmp_path: Path) -> None:  # type: ignore[no
     assert r.code == 0, r.stderr
     assert step_dirs(root) == {500, 1000, 1500, 1980, 1990, 2000}
     assert len(r.json()["outcome"]["deleted"]) == 194
+
+
+@pytest.mark.parametrize("example", find_command("prune").examples)
+def test_help_examples_run(cli, tmp_path: Path, monkeypatch, example: str) -> None:  # type: ignore[no-untyped-def]
+    """Each example of `ckpt prune --help` runs as written on a root with a loss per step."""
+    shutil.copytree(FIXTURES / "composite_best", tmp_path / "runs" / "exp7")
+    monkeypatch.chdir(tmp_path)
+    r = cli("prune", *shlex.split(example))
+    assert r.code == 0, r.stderr
+
+
+def test_no_rule_hint_for_keep_best_runs(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The refusal without a rule hints a --keep-best form that runs once its words are filled."""
+    root = shutil.copytree(FIXTURES / "composite_best", tmp_path / "run")
+    r = cli("prune", root, "--yes")
+    assert r.code == 2 and "no retention rule given" in r.stderr
+    found = re.search(r"--keep-best [^,;]*?(?= \.\.\.|;|,|\))", r.stderr)
+    assert found, r.stderr
+    words = {"N": "1", "NAME": "loss", "min|max": "min"}
+    args = [words.get(word, word) for word in found.group(0).split()]
+    again = cli("prune", root, *args, "--dry-run")
+    assert again.code == 0, (args, again.stderr)
+
+
+def test_keep_best_without_metric_hints_mode_and_where_metrics_are_read(cli, root: Path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("prune", root, "--keep-best", "2", "--yes")
+    assert r.code == 2
+    for phrase in ("--metric NAME --mode min|max", "metrics/metrics", "_CHECKPOINT_METADATA"):
+        assert phrase in r.stderr, r.stderr
+
+
+def test_metric_help_says_what_a_metric_is() -> None:
+    from typer.main import get_command
+
+    from ckpt_cli.app import app
+
+    prune = get_command(app).commands["prune"]  # type: ignore[attr-defined]
+    (metric,) = [p for p in prune.params if p.name == "metric"]
+    for phrase in (
+        "key of each step's metrics",
+        "metrics/metrics",
+        "_CHECKPOINT_METADATA",
+        "--mode",
+    ):
+        assert phrase in (metric.help or ""), metric.help

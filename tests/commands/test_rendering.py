@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from ckpt_cli.commands import COMMANDS
 from tests.support.interrupts import CKPT
 from tests.support.paths import FIXTURES, REPO
 from tests.support.terminal import run_on_terminal
@@ -192,3 +193,47 @@ def test_diff_never_breaks_a_leaf_name(columns: int) -> None:
     for name in names:
         assert any(name in line.split() for line in screen.lines), f"{name} broken:\n{screen.text}"
     assert not screen.too_wide(), screen.too_wide()
+
+
+def _piped_runs(command: str, tmp: Any) -> list[list[Any]]:
+    """Command lines that show ``command``'s text (plans and results), in order; earlier ones
+    make what later ones read."""
+    root = tmp / "root"
+    if not root.exists():
+        import shutil
+
+        shutil.copytree(SEED, root)
+    spec = tmp / "spec.yaml"
+    spec.write_text("rules: [{op: drop, match: rng}]\n")
+    runs: dict[str, list[list[Any]]] = {
+        "ls": [["ls", SEED, "-v"]],
+        "inspect": [["inspect", SEED], ["inspect", SEED, "--flat", "--stats"]],
+        "verify": [["verify", SEED, "--deep"], ["verify", DAMAGED / "missing-chunk"]],
+        "digest": [["digest", SEED]],
+        "diff": [["diff", f"{SEED}@300", f"{SEED}@500", "--all"]],
+        "doctor": [["doctor", SEED, "--like", SEED]],
+        "prune": [["prune", root, "--keep-last", "2", "--dry-run"]],
+        "reshard": [["reshard", SEED, tmp / "rs", "--mesh", "data=1"]],
+        "migrate": [["migrate", SEED, tmp / "mg", "--spec", spec]],
+        "export": [["export", SEED, tmp / "ex", "--max-shard-size", "8KiB"]],
+        "import": [["export", SEED, tmp / "ex1"], ["import", tmp / "ex1", tmp / "im"]],
+        "cp": [["cp", SEED, tmp / "cp"]],
+        "pin": [["pin", root, "500", "--note", "kept"]],
+        "unpin": [["pin", root, "500"], ["unpin", root, "500"]],
+    }
+    return runs[command]
+
+
+@pytest.mark.parametrize("command", [c.name for c in COMMANDS])
+def test_every_command_piped_ends_no_line_in_whitespace(command: str, tmp_path: Any) -> None:
+    """docs/how-to/terminal.md: through a pipe no line of any command ends in a space."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    for args in _piped_runs(command, tmp_path):
+        proc = subprocess.run(
+            [CKPT, *[str(a) for a in args]], capture_output=True, text=True, check=False, env=env
+        )
+        assert proc.returncode in (0, 1), (args, proc.stderr)
+        assert proc.stdout.strip(), args
+        for stream in (proc.stdout, proc.stderr):
+            padded = [line for line in stream.splitlines() if line != line.rstrip()]
+            assert not padded, (args, padded)

@@ -242,3 +242,23 @@ def test_commit_markers_are_not_part_of_the_record(cli, fixture_copy) -> None:  
     r = cli("verify", root, "--step", "500", "--deep", "--json")
     assert r.code == 0, r.stdout
     assert r.json()["problems"] == []
+
+
+def test_ocdbt_crc_message_reads_as_english_in_text_json_and_junit(  # type: ignore[no-untyped-def]
+    cli, fixture_copy, tmp_path: Path
+) -> None:
+    root = fixture_copy("seed_mlp")
+    node = next((root / "500" / "default" / "d").iterdir())
+    blob = bytearray(node.read_bytes())
+    blob[len(blob) // 2] ^= 0x01
+    node.write_bytes(bytes(blob))
+    junit = tmp_path / "report.xml"
+    text = cli("verify", root, "--step", "500", "--junit", junit)
+    doc = cli("verify", root, "--step", "500", "--json")
+    assert text.code == doc.code == 1
+    (message,) = [p["message"] for p in doc.json()["problems"] if p["code"] == "ocdbt-crc"]
+    assert " fails its CRC-32C check or does not decode" in message and " is fails" not in message
+    flat = " ".join(text.stdout.split())
+    assert "fails its CRC-32C check" in flat and " is fails" not in flat
+    report = junit.read_text()
+    assert "fails its CRC-32C check" in report and " is fails" not in report

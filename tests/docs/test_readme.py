@@ -157,15 +157,15 @@ def _requirement_names(requirements: list[str]) -> list[str]:
 
 
 def test_the_dependency_lists_are_pyprojects() -> None:
-    """The README's and install.md's `pip install .` line name every dependency of pyproject.toml,
+    """The README's and install.md's `pip install ckpt-orbax` line name every dependency of pyproject.toml,
     and install.md's table of extras names what each extra adds."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     base = _requirement_names(project["dependencies"])
     install = (DOCS / "how-to" / "install.md").read_text()
     assert len(base) >= 8
     for name, text in (("README.md", README), ("docs/how-to/install.md", install)):
-        line = re.search(r"^pip install \.\s+# the CLI and library: (.*)$", text, re.M)
-        assert line, f"{name} has no `pip install .` line naming the dependencies"
+        line = re.search(r"^pip install ckpt-orbax\s+# the CLI and library: (.*)$", text, re.M)
+        assert line, f"{name} has no `pip install ckpt-orbax` line naming the dependencies"
         assert sorted(line.group(1).split(", ")) == sorted(base), name
     extras = project["optional-dependencies"]
     assert {"orbax", "dask", "docs", "dev"} <= set(extras)
@@ -173,7 +173,7 @@ def test_the_dependency_lists_are_pyprojects() -> None:
         row = re.search(rf"^\| `{extra}` \| (.*?) \| .* \|$", install, re.M)
         assert row, f"docs/how-to/install.md's table has no row for the {extra} extra"
         shown = re.findall(r"`([^`]+)`", row.group(1))
-        own = [n for n in _requirement_names(requirements) if not n.startswith("ckpt-cli")]
+        own = [n for n in _requirement_names(requirements) if not n.startswith("ckpt-orbax")]
         assert sorted(shown) == sorted(own), f"the {extra} extra: {set(shown) ^ set(own)}"
 
 

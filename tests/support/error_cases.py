@@ -61,6 +61,13 @@ def _one_tensor_file(w: World) -> str:
     return str(path)
 
 
+def _bad_pattern_spec(w: World) -> str:
+    """A migrate spec whose one pattern RE2 cannot take."""
+    path = w.tmp / "bad_pattern.yaml"
+    path.write_text("rules: [{op: drop, match: '('}]\n")
+    return str(path)
+
+
 def _damaged_record(w: World) -> str:
     """seed_mlp whose step 500 carries a digest record cut in the middle."""
     import shutil
@@ -434,6 +441,13 @@ CASES: list[Case] = [
             "nocolon",
         ],
         "expected MODULE:FUNCTION",
+    ),
+    Case(
+        "migrate",
+        "usage",
+        "spec-pattern",
+        lambda w: ["migrate", str(w.good), str(w.tmp / "o"), "--spec", _bad_pattern_spec(w)],
+        "is not a valid pattern",
     ),
     Case(
         "migrate",

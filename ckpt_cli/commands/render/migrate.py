@@ -70,4 +70,6 @@ def _print_leaves(planned: tuple[DestLeaf, ...], color: bool) -> None:
             ]
         )
     headers = ["leaf", "array", "from", "operations"]
+    if not any(row[2][0] for row in rows):  # nothing renamed or new: no empty column
+        headers, rows = headers[:2] + headers[3:], [row[:2] + row[3:] for row in rows]
     emit(table_lines(headers, rows, paint, wrap_last=True), color)

@@ -141,36 +141,47 @@ def looks_like_item(names: Collection[str], *, json_items: bool = False) -> bool
     return any(n in ITEM_MARKERS or n.startswith("ocdbt.process_") for n in names)
 
 
-def compile_filter(pattern: str | None, option: str = "--filter") -> Regex | None:
-    """A leaf-name pattern: ``re:REGEX`` is a regular expression; otherwise a glob when it holds
-    ``*``, ``?`` or ``[`` and no regex-only syntax (``( ) | ^ $ + \\ {``), else a regex.
+#: Where every pattern option and spec field sends the reader (docs/reference/layouts.md).
+LEAF_PATTERNS_DOC = "docs/reference/layouts.md#leaf-patterns"
 
-    Globs match the whole dotted name and ``*`` crosses dots (``params.*kernel``); regexes are
-    searched anywhere in the name unless anchored. A pattern starting with ``.`` is a regex
-    (``.*``: every leaf): no leaf name starts with a dot, so as a glob it could match nothing.
-    Regexes are RE2 (``core/regex``): linear time; a pattern RE2 cannot take is a usage error.
-    """
-    if pattern is None:
-        return None
+
+def leaf_pattern_source(pattern: str) -> str:
+    """The RE2 source of a leaf pattern: ``re:REGEX`` is a regular expression; otherwise a glob
+    when it holds ``*``, ``?`` or ``[`` and no regex-only syntax (``( ) | ^ $ + \\ {``), else a
+    regex. A glob matches the whole dotted name, ``*`` crossing dots (``params.*kernel``); a
+    pattern starting with ``.`` is a regex (``.*``: every leaf): no leaf name starts with a dot,
+    so as a glob it could match nothing."""
     if pattern.startswith("re:"):
-        source = pattern[3:]
-    elif (
+        return pattern[3:]
+    if (
         re.search(r"[*?\[]", pattern)
         and not re.search(r"[()|^$+\\{]", pattern)
         and not pattern.startswith(".")
     ):
-        source = glob_regex(pattern)
-    else:
-        source = pattern
+        return glob_regex(pattern)
+    return pattern
+
+
+def compile_leaf_pattern(pattern: str, place: str) -> Regex:
+    """``pattern`` (see ``leaf_pattern_source``) compiled by RE2 (``core/regex``: linear time).
+    One that RE2 cannot take is a usage error of ``place`` (an option, a spec's rule and field):
+    one line naming the pattern, the place and RE2's reason. How it is matched (searched, or
+    the whole name) is the caller's."""
     try:
-        return Regex(source)
+        return Regex(leaf_pattern_source(pattern))
     except PatternError as e:
         from ckpt_cli.errors import UsageError
 
         raise UsageError(
-            f"{option} {pattern!r} is not a valid pattern: {e}",
-            hint="patterns are RE2 regular expressions (no backreferences, no lookaround) or globs",
+            f"{place} {pattern!r} is not a valid pattern (RE2: {e})",
+            hint="a leaf pattern is a glob or an RE2 regular expression, without "
+            f"backreferences or lookaround: {LEAF_PATTERNS_DOC}",
         ) from None
+
+
+def compile_filter(pattern: str | None, option: str = "--filter") -> Regex | None:
+    """A ``--filter`` pattern (None: every leaf); regexes are searched anywhere in the name."""
+    return None if pattern is None else compile_leaf_pattern(pattern, option)
 
 
 def literal_name(pattern: str) -> str | None:

@@ -27,7 +27,7 @@ from ckpt_cli.core.format.sharding import Shape, ShardingInfo, ShardingJSON
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
 from ckpt_cli.core.migrate import ops, rules, stack
 from ckpt_cli.core.migrate.layout import Layout, layout_for
-from ckpt_cli.core.migrate.spec import MigrationSpec, Rule, load_spec
+from ckpt_cli.core.migrate.spec import MigrationSpec, Rule, load_spec, unused_rules_hint
 from ckpt_cli.core.migrate.target import (
     Difference,
     DifferenceJSON,
@@ -269,7 +269,7 @@ class MigrationPlan:
         if self.unused_rules and not self.allow_unused:
             return RefusedError(
                 f"{', '.join(self.unused_rules)} matched no leaf; nothing written",
-                hint="--dry-run lists the leaves; --allow-unused goes on without them",
+                hint=unused_rules_hint(self.source.location),
             )
         diffs = self.differences
         if diffs and not self.allow_mismatch:

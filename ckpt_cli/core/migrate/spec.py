@@ -9,7 +9,10 @@ A spec is YAML (or TOML when the file ends in ``.toml``)::
       - {op: cast, match: 'params\\..*', dtype: bfloat16}
 
 Every problem is a ``RefusedError`` whose one line names the file, the rule (1-based index and
-op) and the field. The spec is never executed: ``op: python`` names a function that the command
+op) and the field; a pattern RE2 cannot take is a ``UsageError`` (exit 2, as for ``--filter``)
+with the same line. ``match``, ``from`` and ``exclude`` are leaf patterns, as everywhere
+(``format.names.leaf_pattern_source``: a glob or an RE2 regular expression), matched against
+the whole name. The spec is never executed: ``op: python`` names a function that the command
 imports only under ``--allow-python``.
 """
 
@@ -22,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_cli.core.format.dtypes import EXTRA_DTYPES
-from ckpt_cli.core.format.names import literal_name
+from ckpt_cli.core.format.names import compile_leaf_pattern, literal_name
 from ckpt_cli.core.migrate.initializers import FAN_KINDS, Initializer, parse_init
-from ckpt_cli.core.regex import Match, PatternError, Regex
+from ckpt_cli.core.regex import Match, Regex
 from ckpt_cli.core.textfiles import load_yaml, read_limited
 from ckpt_cli.core.units import short_repr
 from ckpt_cli.errors import RefusedError
@@ -152,6 +155,17 @@ class MigrationSpec:
         return [r for r in self.rules if r.op == "python"]
 
 
+def unused_rules_hint(source: object) -> str:
+    """The hint of a refusal for rules that matched no leaf of ``source`` (an item): the
+    command that lists the names the rules are matched against (a dry run would refuse too)."""
+    import shlex
+
+    return (
+        f"`ckpt inspect {shlex.quote(str(source))} --flat` lists the leaf names; "
+        "--allow-unused goes on without them"
+    )
+
+
 def load_spec(path: str) -> MigrationSpec:
     """Read, parse and validate a spec file."""
     return parse_spec(read_limited(path, "spec"), path)
@@ -222,15 +236,11 @@ class _Fields:
         return name in self.doc
 
     def regex(self, name: str, value: Any) -> Regex:
+        """A leaf pattern (a glob or an RE2 regular expression, ``names.leaf_pattern_source``);
+        one RE2 cannot take is a usage error naming the rule and the field."""
         if not isinstance(value, str) or not value:
-            raise self.fail(name, f"expected a regular expression (a string), got {value!r}")
-        try:
-            return Regex(value)
-        except PatternError as e:
-            raise self.fail(
-                name,
-                f"bad regular expression {value!r} (RE2: {e}; no backreferences, no lookaround)",
-            ) from None
+            raise self.fail(name, f"expected a leaf pattern (a string), got {value!r}")
+        return compile_leaf_pattern(value, f"{self.prefix}: field {name!r}")
 
     def regexes(self, name: str, at_least: int = 1) -> tuple[Regex, ...]:
         value = self.get(name)

@@ -238,7 +238,7 @@ def plan_prune(
         raise UsageError(
             "no retention rule given: refusing to guess what to delete",
             hint="add --keep-last N, --keep-every N, --keep-within 7d, --keep-daily N, "
-            "--keep-best N --metric NAME ...; see `ckpt prune --help`",
+            "--keep-best N --metric NAME --mode min|max ...; see `ckpt prune --help`",
         )
     keep, delete = _steps_fate(scan, policy, now)
     untouched = [

@@ -147,7 +147,8 @@ class Policy:
         if self.keep_best and not self.metric:
             raise UsageError(
                 "--keep-best needs the metric to rank by",
-                hint="add --metric NAME (a key of the steps' metrics/metrics, such as loss)",
+                hint="add --metric NAME --mode min|max; NAME is a key of each step's metrics, such "
+                "as loss, read from the step's metrics/metrics or _CHECKPOINT_METADATA",
             )
         if self.metric and not self.keep_best:
             raise UsageError("--metric only applies to --keep-best", hint="add --keep-best N")

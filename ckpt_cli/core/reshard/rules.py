@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core.format.names import compile_filter
+from ckpt_cli.core.format.names import compile_leaf_pattern
 from ckpt_cli.core.format.sharding import MeshSpec, Spec
 from ckpt_cli.core.regex import Regex
 from ckpt_cli.core.textfiles import load_yaml, read_limited
@@ -62,8 +62,7 @@ def parse_rules(doc: Any, mesh: MeshSpec, source: str) -> list[Rule]:
         raise UsageError(f"{source}: expected a mapping of leaf patterns to partition specs")
     rules = []
     for pattern, value in doc.items():
-        regex = compile_filter(str(pattern), f"{source}: rule")
-        assert regex is not None
+        regex = compile_leaf_pattern(str(pattern), f"{source}: rule")
         # A rule names whole leaves: anchor it so `kernel` does not match `kernel_scale`.
         anchored = Regex(f"(?:{regex.pattern})\\z")
         rules.append(

@@ -21,7 +21,7 @@ from ckpt_cli.core.inspect import ItemReport
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.migrate.digests import carried, recorded_leaves
 from ckpt_cli.core.migrate.plan import DestLeaf, apply_spec
-from ckpt_cli.core.migrate.spec import MigrationSpec
+from ckpt_cli.core.migrate.spec import MigrationSpec, unused_rules_hint
 from ckpt_cli.core.migrate.tree import OperationJSON, Step
 from ckpt_cli.core.safetensors.dtypes import safetensors_dtype
 from ckpt_cli.core.safetensors.ld1 import LD1_KEY, planned
@@ -259,7 +259,7 @@ def plan_export_item(
     if unused and not allow_unused:
         raise RefusedError(
             f"{', '.join(unused)} matched no leaf; nothing written",
-            hint="--dry-run lists the tensors; --allow-unused goes on without them",
+            hint=unused_rules_hint(ref.location),
         )
     skipped += [Skipped(name, "dropped by the spec") for name in dropped]
     exported = _arrays(dest_leaves, skipped)

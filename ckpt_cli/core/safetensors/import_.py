@@ -315,6 +315,14 @@ def plan_import(
     return plan
 
 
+def _named(names: Sequence[str], what: str = "leaves") -> str:
+    """What the leaves are called, for a hint about patterns that matched none (a dry run
+    refuses too, so it cannot list them)."""
+    shown = ", ".join(repr(n) for n in names[:3])
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return f"the {what} are named {shown}{more}" if names else f"there are no {what}"
+
+
 def _plan(
     src: str,
     dst: str,
@@ -335,7 +343,7 @@ def _plan(
         if unused and not allow_unused:
             raise RefusedError(
                 f"{', '.join(unused)} matched no tensor; nothing written",
-                hint="--dry-run lists the leaves; --allow-unused goes on without them",
+                hint=f"{_named(names, 'tensors')}; --allow-unused goes on without them",
             )
     for w in work:
         if w.expr is None:
@@ -355,7 +363,7 @@ def _plan(
     if unused_partition and not allow_unused:
         raise RefusedError(
             f"--rules pattern {unused_partition[0]!r} matches no leaf; nothing written",
-            hint="--dry-run lists the leaves; --allow-unused goes on without it",
+            hint=f"{_named([w.name for w in work])}; --allow-unused goes on without it",
         )
     return ImportPlan(
         empties=_empties(containers, leaves) if containers else (),
@@ -480,7 +488,7 @@ def apply_target(plan: ImportPlan, target: str) -> ImportPlan:
         raise RefusedError(
             f"the result differs from --target {target} in {len(diffs)} leaves, nothing written; "
             f"{diffs[0].text()}",
-            hint="--dry-run lists the leaves the import would write",
+            hint="--dry-run without --target lists the leaves the import would write",
         )
     containers = target_containers(tree)
     nodes = containers.tensors

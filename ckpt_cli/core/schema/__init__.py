@@ -55,7 +55,7 @@ def _key_wrappers() -> frozenset[object]:
     for module_name in ("typing", "typing_extensions"):
         try:
             module = __import__(module_name)
-        except ImportError:  # pragma: no cover - typing_extensions comes with typer
+        except ImportError:  # pragma: no cover - a declared dependency of ckpt-orbax
             continue
         found.update(w for n in ("Required", "NotRequired") if (w := getattr(module, n, None)))
     return frozenset(found)

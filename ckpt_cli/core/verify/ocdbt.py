@@ -146,11 +146,13 @@ class _Walk:
         if file in self.bad_files:
             return
         self.bad_files.add(file)
-        what = "fails its CRC-32C check or does not decode" if code == "ocdbt-crc" else "unreadable"
+        what = (
+            "fails its CRC-32C check or does not decode" if code == "ocdbt-crc" else "is unreadable"
+        )
         self.problems.append(
             problem(
                 code,
-                f"OCDBT node in {file} is {what} ({first_line(e)}): the arrays it indexes "
+                f"OCDBT node in {file} {what} ({first_line(e)}): the arrays it indexes "
                 "cannot be read; restore this step from a copy",
                 file=file,
             )

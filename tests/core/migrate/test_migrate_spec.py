@@ -8,7 +8,7 @@ import pytest
 
 from ckpt_cli.core.migrate.initializers import Initializer
 from ckpt_cli.core.migrate.spec import load_spec, parse_spec
-from ckpt_cli.errors import NotFoundError, RefusedError
+from ckpt_cli.errors import NotFoundError, RefusedError, UsageError
 
 EVERY_OP = r"""
 version: 1
@@ -73,7 +73,6 @@ def test_toml_and_bare_list(tmp_path: Path) -> None:
 
 BAD = [
     ("rules: [{op: renmae, from: a, to: b}]", "rule 1: field 'op': unknown op 'renmae' (did you mean 'rename'?)"),
-    ("rules: [{op: rename, from: 'params.(', to: b}]", "rule 1 (rename): field 'from': bad regular expression"),
     ("rules: [{op: rename, from: 'a(b)', to: 'x\\2'}]", "rule 1 (rename): field 'to': \\2 refers to group 2"),
     ("rules: [{op: drop, match: a}, {op: cast, match: a, dtype: bfloat61}]", "rule 2 (cast): field 'dtype': unknown dtype 'bfloat61' (did you mean 'bfloat16'?)"),
     ("rules: [{op: cast, match: a, dtpye: float16}]", "rule 1 (cast): field 'dtpye': not a field of cast (did you mean 'dtype'?)"),
@@ -111,3 +110,34 @@ def test_bad_specs_name_the_rule_and_the_field(text: str, message: str) -> None:
     assert line.startswith("spec bad.yaml")
     assert message in line
     assert info.value.exit_code == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "pattern"),
+    [
+        ("rules: [{op: rename, from: 'params.(', to: b}]", "rule 1 (rename): field 'from'", "params.("),
+        ("rules: [{op: drop, match: x, exclude: ['(?=a)']}]", "rule 1 (drop): field 'exclude'", "(?=a)"),
+        ("rules: [{op: concat, from: [a, 're:b)'], to: c, axis: 0}]", "rule 1 (concat): field 'from'", "re:b)"),
+    ],
+)  # fmt: skip
+def test_a_bad_pattern_is_a_usage_error_of_the_spec(text: str, field: str, pattern: str) -> None:
+    """As for --filter: exit 2, one line naming the rule, the field, the pattern and RE2's reason."""
+    with pytest.raises(UsageError) as info:
+        parse_spec(text.encode(), "bad.yaml")
+    line = str(info.value)
+    assert "\n" not in line and info.value.exit_code == 2
+    assert line.startswith(f"spec bad.yaml: {field} {pattern!r} is not a valid pattern (RE2: ")
+    assert "docs/reference/layouts.md#leaf-patterns" in (info.value.hint or "")
+
+
+def test_spec_patterns_are_leaf_patterns_matched_against_the_whole_name() -> None:
+    """The one language of --filter and reshard rules: a glob, an RE2 regex, or re:REGEX."""
+    spec = parse_spec(
+        b"rules: [{op: drop, match: ['params.*kernel', 're:opt_state\\..*', 'step|rng']}]\n",
+        "s.yaml",
+    )
+    (rule,) = spec.rules
+    for name in ("params.Dense_0.kernel", "opt_state.0.mu.x", "step", "rng"):
+        assert rule.selects(name), name
+    for name in ("params.Dense_0.kernel_scale", "xparams.Dense_0.kernel", "steps"):
+        assert not rule.selects(name), name
