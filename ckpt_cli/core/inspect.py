@@ -347,7 +347,11 @@ def inspect_item(ref: ItemRef, name_filter: str | None = None) -> ItemReport:
     tree = read_tree_metadata(item)
     kind: ItemKind = "pytree"
     if tree is None:
-        found = classify([e.name for e in item.list()], handler)
+        try:
+            names = [e.name for e in item.list()]
+        except NotFoundError:
+            names = []  # an empty item on an object store is no object at all
+        found = classify(names, handler)
         if found in ("empty", "unknown"):
             return _unread_item(
                 ref, found, handler, step_meta.custom_metadata if step_meta else None

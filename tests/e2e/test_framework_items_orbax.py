@@ -155,3 +155,14 @@ def test_export_import_restores_under_the_exported_item_name(
     renamed = tmp_path / "renamed"
     assert cli("import", tmp_path / "st", renamed, "--item", "pytree").code == 0
     assert (renamed / "0" / "pytree" / "_METADATA").is_file()
+
+
+def test_diff_compares_an_unknown_item_byte_for_byte(cli, run: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    assert cli("diff", run / "1", run / "2", "--item", "blob").code == 0  # same bytes each step
+    copy = shutil.copytree(run, tmp_path / "run")
+    note = copy / "2" / "blob" / "note.txt"
+    note.write_bytes(note.read_bytes() + b"!")
+    r = cli("diff", run / "2", copy / "2", "--item", "blob", "--json")
+    assert r.code == 1
+    by_name = {d["name"]: d["status"] for d in r.json()["leaves"]}
+    assert by_name == {"blob.bin": "equal", "note.txt": "different"}

@@ -1,7 +1,7 @@
 """Checkpoints of Orbax's v1 API (``fixtures/frameworks/orbax_v1/``, written by its own
 ``make.py`` with orbax-checkpoint 0.12.8): a ``training.Checkpointer`` root kept by LatestN +
-BestN on a metric, with root metadata and the ``metrics`` checkpointable, and a ``save_pytree``
-in zarr3 without OCDBT. Every command on them, and every output loaded back by the v1 loader
+BestN on a metric, with root metadata and the ``metrics`` checkpointable, a ``save_pytree`` in
+zarr3 without OCDBT, and ``save_checkpointables`` of ``pytree`` beside a ``config`` of strings. Every command on them, and every output loaded back by the v1 loader
 (``Checkpointer.load_pytree``, ``load_pytree``) with the values its truth records."""
 
 from __future__ import annotations
@@ -238,3 +238,64 @@ def test_doctor_like_says_an_output_restores(cli, fixture: Path, tmp_path: Path)
     r = cli("doctor", fixture / "training", "--like", out, "--json")
     assert r.code == 0, r.stdout
     assert r.json()["verdict"] == "restores"
+
+
+def _load_checkpointables(root: Path, step: int) -> dict[str, Any]:
+    with _v1().training.Checkpointer(root.absolute()) as ckptr:
+        loaded = ckptr.load_checkpointables(step)
+    return {name: _leaves(value) for name, value in loaded.items()}
+
+
+def test_checkpointables_of_strings_only_have_no_false_problem(cli, fixture: Path) -> None:  # type: ignore[no-untyped-def]
+    """``save_checkpointables`` with a ``config`` of strings (no OCDBT database) beside
+    ``pytree``: inspect picks ``pytree``, verify finds nothing, --record then a flipped byte in
+    ``pytree`` is caught."""
+    root = fixture / "checkpointables"
+    truth = TRUTH["checkpointables"]["steps"]["3"]["items"]
+    assert _load_checkpointables(root, 3) == {k: _truth_leaves(v) for k, v in truth.items()}
+    doc = cli("inspect", root, "--json").json()
+    assert doc["item"] == "pytree" and [o["item"] for o in doc["other_items"]] == ["config"]
+    config = cli("inspect", root, "--item", "config", "--json").json()
+    assert {leaf["name"]: leaf["value"] for leaf in config["leaves"]} == {
+        k: v["value"] for k, v in truth["config"].items()
+    }
+    for flags in ([], ["--deep"], ["--record"]):
+        r = cli("verify", root, *flags, "--json")
+        assert r.code == 0 and r.json()["problems"] == [], r.stdout
+    data = max((root / "3" / "pytree").rglob("d/*"), key=lambda p: p.stat().st_size)
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 1
+    data.write_bytes(bytes(raw))
+    assert cli("verify", root, "--deep").code == 1
+
+
+@pytest.mark.parametrize("writer", ["migrate", "reshard", "cp"])
+def test_checkpointables_written_whole_load_in_the_v1_checkpointer(
+    cli, fixture: Path, tmp_path: Path, writer: str
+) -> None:  # type: ignore[no-untyped-def]
+    root, out = fixture / "checkpointables", tmp_path / "out"
+    spec = tmp_path / "cast.yaml"
+    spec.write_text("version: 1\nrules:\n  - op: cast\n    match: '.*\\.w$'\n    dtype: bfloat16\n")
+    args = {"migrate": ["--spec", spec], "reshard": ["--mesh", "data=1"], "cp": []}[writer]
+    assert cli(writer, root, out, *args).code == 0
+    got = _load_checkpointables(out, 3)
+    truth = {
+        k: _truth_leaves(v) for k, v in TRUTH["checkpointables"]["steps"]["3"]["items"].items()
+    }
+    assert got["config"] == truth["config"]
+    for name, value in truth["pytree"].items():
+        if writer == "migrate" and name.endswith(".w"):
+            assert got["pytree"][name][:2] == ("bfloat16", value[1])
+        else:
+            assert got["pytree"][name] == value, name
+
+
+def test_checkpointables_export_import_under_pytree(cli, fixture: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    root = fixture / "checkpointables"
+    assert cli("export", root, tmp_path / "st").code == 0  # the one tree holding arrays
+    back = tmp_path / "back"
+    assert cli("import", tmp_path / "st", back, "--step", "3").code == 0
+    with _v1().training.Checkpointer(back.absolute()) as ckptr:
+        loaded = ckptr.load_pytree(3, checkpointable_name="pytree")
+    want = _truth_leaves(TRUTH["checkpointables"]["steps"]["3"]["items"]["pytree"])
+    assert _leaves(loaded) == want

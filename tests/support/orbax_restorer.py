@@ -58,6 +58,29 @@ class OrbaxRestorer:
         steps: list[int] = out["steps"]
         return steps
 
+    def step_items(
+        self,
+        root: Path,
+        step: int,
+        items: dict[str, str] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """A step's items restored by the names a framework asks for: ``items`` (name ->
+        ``pytree`` | ``json``) through ``CheckpointManager.restore``, or, without ``items``,
+        every checkpointable the v1 API's ``load_checkpointables`` finds."""
+        if items is None:
+            out = self.ask(op="checkpointables", path=str(root), step=step)
+        else:
+            out = self.ask(
+                op="manager", path=str(root), step=step, items=items, options=options or {}
+            )
+        if not out["ok"]:
+            raise AssertionError(
+                f"Orbax 0.12.8 cannot restore step {step} of {root}: {out['error']}"
+            )
+        got: dict[str, dict[str, Any]] = out["items"]
+        return got
+
     def close(self) -> None:
         if self.proc.stdin is not None:
             self.proc.stdin.close()

@@ -5,7 +5,11 @@
 Requests: ``{"op": "item", "path": P, "kind": "pytree" | "array" | "json"}`` restores one item
 without a target, as the matrix truth was made (``truth.json``); ``{"op": "steps", "path": R}``
 is ``CheckpointManager(R).all_steps()`` (``"options"``: its ``step_prefix`` and
-``step_format_fixed_length``, as the root was saved). Each answer is one JSON line: ``{"ok": true, ...}``
+``step_format_fixed_length``, as the root was saved). Two restore a step by its item names, as a
+framework does: ``{"op": "manager", "path": R, "step": N, "items": {NAME: "pytree" | "json"},
+"options": ...}`` through ``CheckpointManager.restore`` with ``StandardRestore``/``JsonRestore``
+per name (Kauldron's way), ``{"op": "checkpointables", "path": R, "step": N}`` through the v1
+API's ``training.Checkpointer(R).load_checkpointables(N)`` (MaxText's way). Each answer is one JSON line: ``{"ok": true, ...}``
 with the restored leaves described by ``fixtures/matrix/cases.py``'s own ``walk`` (keypath,
 kind, dtype, shape, sha256 of the C-order bytes, key data for typed keys), or ``{"ok": false,
 "error": FIRST_LINE}``. Importing JAX and Orbax once for a few hundred restores is what keeps
@@ -52,8 +56,34 @@ def restore_item(path: Path, kind: str) -> dict[str, Any]:
     return {"leaves": walk(ocp.PyTreeCheckpointer().restore(path))}
 
 
+def restore_named(path: Path, request: dict[str, Any]) -> dict[str, Any]:
+    """A step's items by name, each described as ``restore_item`` describes one item."""
+    if request["op"] == "checkpointables":
+        from orbax.checkpoint.experimental import v1
+
+        with v1.training.Checkpointer(path) as ckptr:
+            loaded = ckptr.load_checkpointables(request["step"])
+        return {"items": {name: {"leaves": walk(value)} for name, value in loaded.items()}}
+    kinds: dict[str, str] = request["items"]
+    args = {
+        name: ocp.args.JsonRestore() if kind == "json" else ocp.args.StandardRestore()
+        for name, kind in kinds.items()
+    }
+    options = ocp.CheckpointManagerOptions(create=False, **request.get("options", {}))
+    with ocp.CheckpointManager(path, options=options, item_names=tuple(kinds)) as mgr:
+        got = mgr.restore(request["step"], args=ocp.args.Composite(**args))
+    return {
+        "items": {
+            name: {"value": got[name]} if kind == "json" else {"leaves": walk(got[name])}
+            for name, kind in kinds.items()
+        }
+    }
+
+
 def answer(request: dict[str, Any]) -> dict[str, Any]:
     path = Path(request["path"]).resolve()  # Orbax wants absolute paths
+    if request["op"] in ("manager", "checkpointables"):
+        return restore_named(path, request)
     if request["op"] == "steps":
         options = ocp.CheckpointManagerOptions(create=False, **request.get("options", {}))
         mgr = ocp.CheckpointManager(path, options=options)

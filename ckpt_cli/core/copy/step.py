@@ -25,7 +25,9 @@ from ckpt_cli.core.copy.plan import (
     StepStatus,
 )
 from ckpt_cli.core.format.digests import DIGEST_FILE, FileSum, file_checksum, recorded_file
-from ckpt_cli.core.format.names import COMMIT_MARKER, TMP_MARKER, WRITING_MARKER
+from ckpt_cli.core.format.items import is_noop_handler
+from ckpt_cli.core.format.metadata import read_step_metadata
+from ckpt_cli.core.format.names import COMMIT_MARKER, TMP_MARKER, WRITING_MARKER, is_plain_name
 from ckpt_cli.core.progress import ByteProgress
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.storage.etags import TagHasher
@@ -252,9 +254,22 @@ class StepJob:
         if self.step.target.requires_commit_marker:
             return
         tops = {o.rel.split("/", 1)[0] for o in self.step.objects}
-        for e in self.step.source.list():
-            if e.is_dir and not e.is_symlink and e.name not in tops and TMP_MARKER not in e.name:
-                self.write_to.child(e.name).make_dirs()
+        empty = {
+            e.name
+            for e in self.step.source.list()
+            if e.is_dir and not e.is_symlink and e.name not in tops and TMP_MARKER not in e.name
+        }
+        # From a bucket, which keeps no empty directory: the no-op items its metadata names.
+        with contextlib.suppress(CkptError):
+            handlers = read_step_metadata(self.step.source).item_handlers
+            if isinstance(handlers, dict):
+                empty |= {
+                    n
+                    for n, h in handlers.items()
+                    if is_noop_handler(h) and is_plain_name(n) and n not in tops
+                }
+        for name in sorted(empty):
+            self.write_to.child(name).make_dirs()
 
     def _check_written(self) -> None:
         """Just before the markers, one fresh listing of the step: every data file is there in

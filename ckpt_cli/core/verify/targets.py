@@ -263,10 +263,17 @@ def _check_step(
                     file=rel,
                 )
             )
-    # An empty item (a no-op handler's) is no object on an object store: not missing there.
-    empty = {n for n in expected if is_noop_handler(step_handler(handlers, n))}
-    missing = expected - names - (empty if step_loc.requires_commit_marker else set())
-    _check_listed_items(shown, missing, problems)
+    # An empty item (a no-op handler's) is no object on an object store: not missing there,
+    # checked (and noted) as the empty item it is.
+    empty = set()
+    if step_loc.requires_commit_marker:
+        empty = {n for n in expected - names if is_noop_handler(step_handler(handlers, n))}
+    for name in sorted(empty):
+        handler = step_handler(handlers, name)
+        targets.append(
+            ItemTarget(step_loc.child(name), _join(shown, name), step, name, False, handler)
+        )
+    _check_listed_items(shown, expected - names - empty, problems)
     return targets
 
 

@@ -28,7 +28,7 @@ from ckpt_cli.core.format.digests import (
     recorded_file,
     write_digests,
 )
-from ckpt_cli.core.format.items import handler_kind, step_handler
+from ckpt_cli.core.format.items import handler_kind, is_noop_handler, step_handler
 from ckpt_cli.core.format.layout import ItemRef, detect, step_items
 from ckpt_cli.core.format.metadata import (
     ARRAY_ITEM_LEAF,
@@ -62,7 +62,14 @@ from ckpt_cli.core.write.item import (
 )
 from ckpt_cli.core.write.step import StepWriter
 from ckpt_cli.core.write.types import ArrayOut, LeafOut, WriteOptions
-from ckpt_cli.errors import CkptError, NotACheckpointError, RefusedError, StorageError, UsageError
+from ckpt_cli.errors import (
+    CkptError,
+    NotACheckpointError,
+    NotFoundError,
+    RefusedError,
+    StorageError,
+    UsageError,
+)
 
 
 @dataclass(frozen=True)
@@ -514,7 +521,12 @@ def _copy_other_items(
         if name in skip:
             continue
         loc = src.step_location.child(name)
-        walked = list(loc.walk())
+        try:
+            walked = list(loc.walk())
+        except NotFoundError:
+            if not is_noop_handler(step_handler(handlers, name)):
+                raise
+            walked = []  # a no-op handler's item on an object store: no object at all
         if not walked:
             writer.empty_items.add(name)  # a no-op handler's item: an empty directory
         inside = [rel for rel, entry in walked if entry.is_symlink]
@@ -525,6 +537,9 @@ def _copy_other_items(
                 hint=f"run `ckpt verify {src.step_location}`; replace the link by the file",
             )
         known = handlers.get(name) if isinstance(handlers, dict) else None
+        if not walked:
+            writer.item(name, known or STANDARD_HANDLER)
+            continue
         legacy = legacy_array_tree(loc)
         if legacy is not None and legacy.use_ocdbt:
             _rewrite_ocdbt_array_item(loc, writer.item(name, ARRAY_HANDLER), memory_limit)
