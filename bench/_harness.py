@@ -13,6 +13,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+def bench_env(**extra: str) -> dict[str, str]:
+    """The caller's environment with this checkout first on ``PYTHONPATH`` (its own entries
+    kept: a host whose packages come from ``PYTHONPATH``, like the TPU host's wheels, still
+    finds them) and ``extra`` on top."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def run(script: str, *args: str) -> tuple[float, int]:
     """Run ``python -c script args``; it prints ``RESULT <seconds> <peak RSS bytes>``."""
     seconds, rss, _ = run_usage(script, *args)
@@ -22,7 +30,7 @@ def run(script: str, *args: str) -> tuple[float, int]:
 def run_usage(script: str, *args: str) -> tuple[float, int, float]:
     """As ``run``, plus the child's CPU time (user + system seconds, from ``wait4``): on a
     shared machine, load stretches wall time far more than CPU time."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env = bench_env(PYTHONUNBUFFERED="1")
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
             [sys.executable, "-c", script, *args], env=env, stdout=out, stderr=err
@@ -43,6 +51,7 @@ class Run:
     wall_s: float
     rss_mib: float
     out: str
+    cpu_s: float = 0.0  # user + system of the process and the children it waited for
 
 
 def run_rss(cmd: list[str], ok: tuple[int, ...] = (0,), env: dict[str, str] | None = None) -> Run:
@@ -54,7 +63,7 @@ def run_rss(cmd: list[str], ok: tuple[int, ...] = (0,), env: dict[str, str] | No
             cmd,
             stdout=subprocess.PIPE,
             stderr=err,
-            env=env or {**os.environ, "PYTHONPATH": str(REPO)},
+            env=env or bench_env(),
             close_fds=True,
         )
         assert proc.stdout is not None
@@ -66,4 +75,4 @@ def run_rss(cmd: list[str], ok: tuple[int, ...] = (0,), env: dict[str, str] | No
             err.seek(0)
             tail = err.read()[-2000:].decode(errors="replace")
             raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{tail}")
-    return Run(wall, usage.ru_maxrss / 1024, out.decode())
+    return Run(wall, usage.ru_maxrss / 1024, out.decode(), usage.ru_utime + usage.ru_stime)

@@ -38,14 +38,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _harness import Run  # bench/ is on sys.path when a script runs
+from _harness import Run, bench_env  # bench/ is on sys.path when a script runs
 from _harness import run_rss as _run_rss
 
 REPO = Path(__file__).resolve().parent.parent
 WORKDIR = REPO / "bench" / "out" / "diff"
 RESULT_JSON = REPO / "bench" / "out" / "diff.json"
 PYTHON = sys.executable
-ENV = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
+ENV = bench_env(JAX_PLATFORMS="cpu")
 ENV.pop("XLA_FLAGS", None)
 CKPT = [PYTHON, "-m", "ckpt_cli"]
 MIB = 1 << 20

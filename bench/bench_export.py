@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from _harness import REPO, run, run_usage  # bench/ is on sys.path when a script runs
+from _harness import REPO, bench_env, run, run_usage  # bench/ is on sys.path when a script runs
 
 ROWS, COLS = 4096, 4096  # every leaf pair: float32 64 MiB + bfloat16 32 MiB
 PAIR_BYTES = ROWS * COLS * 6
@@ -165,12 +165,19 @@ print("RESULT 0 0")
 
 
 def ckpt_has(command: str) -> bool:
+    """Whether this checkout's ckpt has ``command``. Run with the caller's environment: with
+    only ``PYTHONPATH`` and ``PATH`` set, a host whose packages come from its environment (the
+    TPU host) could not import ckpt at all, and that read as "does not exist yet"."""
     proc = subprocess.run(
         [sys.executable, "-m", "ckpt_cli", command, "--help"],
         capture_output=True,
         cwd=REPO,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        env=bench_env(),
     )
+    if proc.returncode and "No such command" not in proc.stderr.decode(errors="replace"):
+        raise SystemExit(
+            f"ckpt does not start here:\n{proc.stderr.decode(errors='replace')[-2000:]}"
+        )
     return proc.returncode == 0
 
 

@@ -33,8 +33,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import remote_latency  # noqa: E402
+from _harness import bench_env, run_rss  # noqa: E402
 from _harness import run as run_script  # noqa: E402
-from _harness import run_rss  # noqa: E402
 
 from tests.support import cost_model as cm  # noqa: E402
 from tests.support.latency_proxy import LatencyProxy  # noqa: E402
@@ -152,7 +152,7 @@ class Remote:
         if proxy is None:
             proxy = LatencyProxy(self.moto.endpoint, delay=case.latency, bandwidth=BW).start()
             self.proxies[case.latency] = proxy
-        env = {**os.environ, "CKPT_S3_ENDPOINT": proxy.endpoint, "PYTHONPATH": str(REPO)}
+        env = bench_env(CKPT_S3_ENDPOINT=proxy.endpoint)
         proxy.reset()
         os.sync()
         before = load()

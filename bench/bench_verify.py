@@ -49,14 +49,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _harness import Run  # bench/ is on sys.path when a script runs
+from _harness import Run, bench_env  # bench/ is on sys.path when a script runs
 from _harness import run_rss as _run_rss
 
 REPO = Path(__file__).resolve().parent.parent
 WORKDIR = REPO / "bench" / "out" / "verify512"
 RESULT_JSON = REPO / "bench" / "out" / "verify.json"
 PYTHON = sys.executable
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+ENV = bench_env()
 CKPT = [PYTHON, "-m", "ckpt_cli"]
 GIB = 1 << 30
 

@@ -43,6 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
 
 import bench_ls_inspect as base  # noqa: E402  (bench/ is on sys.path)
+from _harness import bench_env  # noqa: E402
 from _harness import run as run_script  # noqa: E402
 from bench_reshard import BUILD as BUILD_DATA  # noqa: E402
 from bench_reshard import LEAVES  # noqa: E402
@@ -166,7 +167,7 @@ def build_data(path: Path, mib: int) -> Path:
         [sys.executable, "-m", "ckpt_cli", "verify", str(path), "--record", "--json"],
         check=True,
         stdout=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env=bench_env(),
     )
     return path
 
@@ -494,7 +495,7 @@ def scale_main(opts: argparse.Namespace) -> None:
         upload(moto, data, "s3://data/a")
         moto.create_bucket("out")
         os.environ.update(CREDENTIALS)  # the Dask workers inherit them (never the endpoint)
-        env = {**os.environ, "CKPT_S3_ENDPOINT": proxy.endpoint, "PYTHONPATH": str(REPO)}
+        env = bench_env(CKPT_S3_ENDPOINT=proxy.endpoint)
         unit = ["--unit-bytes", opts.unit_bytes]
         runs: list[tuple[str, list[str]]] = []
         for n in (int(w) for w in opts.scale_workers.split(",")):

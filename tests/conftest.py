@@ -27,7 +27,9 @@ pytest_plugins = [
     "tests.support.big_checkpoint",  # big_root, big_copy: the checkpoint the signal tests stop
     "tests.support.world",  # world: good and damaged roots to provoke commands in
     "tests.support.orbax_restorer",  # orbax: one Orbax 0.12.8 restore process per worker
+    "tests.support.tutorial_run",  # tutorial_run: the tutorial's run, saved once per worker
     "tests.support.wheel",  # dists, wheel_venv, extras_venv: the built sdist and wheel, venvs of the wheel
+    "tests.support.keras_loader",  # keras_loader: one Keras 3 loader process per worker
 ]
 
 

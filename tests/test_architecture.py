@@ -67,7 +67,16 @@ GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
 # Layers, lowest first: a module imports only its own layer or lower ones, and within a layer
 # only its own group (the read operations, verify and write do not lean on one another).
 READ_OPS = ("listing", "inspect", "state", "step_state", "stats", "diff", "digest", "checkpoint")
-UTILITIES = ("progress", "schema", "units", "executor", "dask_preload", "textfiles", "regex")
+UTILITIES = (
+    "progress",
+    "schema",
+    "units",
+    "executor",
+    "dask_preload",
+    "textfiles",
+    "regex",
+    "threads",
+)
 
 
 def layer(name: str) -> tuple[int, str]:

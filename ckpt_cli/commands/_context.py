@@ -50,6 +50,8 @@ class Run:
     storage: StorageOptions
     json_out: bool = False
     executor: ExecutorSpec | None = None
+    #: Threads of this process's array work (``--threads``); None: the command takes none.
+    threads: int | None = None
 
     def progress(self, min_bytes: int = 0) -> AbstractContextManager[ProgressFn | None]:
         """The one progress bar (stderr, a terminal, not --json); see ``progress_bar``."""
@@ -66,10 +68,16 @@ def run_context(
     scheduler: str | None = None,
     start: bool = False,
     force_split: bool = False,
+    threads: int | None = None,
 ) -> Run:
     """The context of this run; ``executor`` given: ``--executor``/``--workers``/``--scheduler``
     (checked here: a bad combination is a usage error; ``force_split``: ``--force-split``). ``start``: the run will use the
-    executor, so its workers are started now, before the command lists and plans."""
+    executor, so its workers are started now, before the command lists and plans.
+    ``threads``: ``--threads``, set once for this process (``core/threads.py``)."""
+    if threads is not None:
+        from ckpt_cli.core.threads import use_threads
+
+        use_threads(threads)
     spec = None
     if executor is not None:
         from ckpt_cli.core.executor import ExecutorSpec, release_early, start_early
@@ -78,7 +86,7 @@ def run_context(
         if start:
             start_early(spec)
             ctx.call_on_close(lambda: release_early(spec))
-    return Run(storage_options(ctx), json_out, spec)
+    return Run(storage_options(ctx), json_out, spec, threads)
 
 
 def write_plan(

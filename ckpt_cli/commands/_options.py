@@ -101,6 +101,38 @@ def size_default(text: str) -> int:
     return cast(int, text)
 
 
+class ThreadsParser:
+    """The Typer parser of ``--threads``: a whole number >= 1, or ``auto`` (the default):
+    ``CKPT_THREADS``, else the CPUs this process may use (``core/threads.py``)."""
+
+    __name__ = "--threads"
+
+    def __call__(self, value: Any) -> Any:
+        from ckpt_cli.core.threads import parse_threads, resolve_threads
+
+        if not isinstance(value, str):
+            return value
+        try:
+            if value.strip().lower() == "auto":
+                return resolve_threads(None)
+            return parse_threads(value, "--threads")
+        except UsageError as e:
+            raise OptionValueError(e.message, hint=e.hint) from None
+
+
+#: ``--threads``'s default as ``--help`` shows it; the parser makes it a number.
+THREADS = cast(int, "auto")
+ThreadsOpt = Annotated[
+    int,
+    typer.Option(
+        "--threads",
+        parser=ThreadsParser(),
+        metavar="N",
+        help="Threads decoding, hashing and encoding (TensorStore's too). auto: CKPT_THREADS, "
+        "else the CPUs this process may use (affinity and cgroup quota).",
+    ),
+]
+
 #: Size defaults as ``--help`` shows them (see ``size_default``).
 MAX_CHUNK_BYTES = size_default("64MiB")
 MEMORY_LIMIT = size_default("1GiB")

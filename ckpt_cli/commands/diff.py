@@ -11,10 +11,12 @@ from ckpt_cli.commands._complete import complete_root_at_step
 from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import (
     MEMORY_LIMIT,
+    THREADS,
     FilterOpt,
     ItemOpt,
     JsonOpt,
     MemoryLimitOpt,
+    ThreadsOpt,
 )
 from ckpt_cli.commands._output import emit_json
 from ckpt_cli.errors import EXIT_PROBLEMS
@@ -102,6 +104,7 @@ def diff(
     structure: StructureOpt = False,
     memory_limit: MemoryLimitOpt = MEMORY_LIMIT,
     json_out: JsonOpt = False,
+    threads: ThreadsOpt = THREADS,
 ) -> None:
     """Compare two checkpoints (any layouts, steps or items) leaf by leaf.
 
@@ -114,11 +117,10 @@ def diff(
 
     Exit codes: 0 equal within tolerance · 1 different · 2 usage · 3 not a checkpoint.
     """
-    # The core is imported when the command runs, not when `ckpt` starts.
     from ckpt_cli.commands.render import diff as render
     from ckpt_cli.core.diff import diff_paths
 
-    run = run_context(ctx, json_out)
+    run = run_context(ctx, json_out, threads=threads)
     with run.progress() as on_progress:
         report = diff_paths(
             a,
@@ -152,7 +154,7 @@ COMMAND = Command(
     documents=("ckpt_cli.core.diff:DiffJSON",),
     version="ckpt_cli.core.diff:DiffReport",
     examples=(
-        "runs/exp7@900 runs/exp7@1000",
+        "runs/exp7@900 runs/exp7@1000  # exit 1: the values differ",
         "runs/exp7 runs/exp7-4x2 --atol 1e-6",
         "runs/a runs/b --structure",
     ),

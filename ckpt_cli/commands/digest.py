@@ -8,7 +8,14 @@ import typer
 
 from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._context import run_context
-from ckpt_cli.commands._options import MEMORY_LIMIT, JsonOpt, MemoryLimitOpt, StepOpt
+from ckpt_cli.commands._options import (
+    MEMORY_LIMIT,
+    THREADS,
+    JsonOpt,
+    MemoryLimitOpt,
+    StepOpt,
+    ThreadsOpt,
+)
 from ckpt_cli.commands._output import emit_json, warn
 from ckpt_cli.errors import EXIT_PROBLEMS
 
@@ -28,6 +35,7 @@ def digest(
     step: StepOpt = None,
     memory_limit: MemoryLimitOpt = MEMORY_LIMIT,
     json_out: JsonOpt = False,
+    threads: ThreadsOpt = THREADS,
 ) -> None:
     """Print the ld1 digest of every leaf: the same however the leaf is stored.
 
@@ -42,7 +50,7 @@ def digest(
     """
     from ckpt_cli.core.safetensors.digest import digest_any
 
-    run = run_context(ctx, json_out)
+    run = run_context(ctx, json_out, threads=threads)
     with run.progress() as on_progress:
         report = digest_any(path, step, run.storage, memory_limit, on_progress)
     if json_out:

@@ -90,6 +90,7 @@ def export(
     memory_limit: o.MemoryLimitOpt = o.EXCHANGE_MEMORY_LIMIT,
     dry_run: o.PlanOnlyOpt = False,
     json_out: o.JsonOpt = False,
+    threads: o.ThreadsOpt = o.THREADS,
 ) -> None:
     """Export one item to safetensors: what Hugging Face and PyTorch load.
 
@@ -104,7 +105,7 @@ def export(
     from ckpt_cli.core.safetensors.export import plan_export
     from ckpt_cli.core.write.memory import bound_allocator
 
-    run = run_context(ctx, json_out)
+    run = run_context(ctx, json_out, threads=threads)
     if format_ != "safetensors":
         raise UsageError(f"--format {format_!r}: the format ckpt exports is safetensors")
     # Blocks under 32 MiB come from (and return to) one heap that keeps freed memory for the

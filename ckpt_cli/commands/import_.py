@@ -64,6 +64,7 @@ def import_(
     ocdbt: o.OcdbtOpt = True,
     dry_run: o.PlanOnlyOpt = False,
     json_out: o.JsonOpt = False,
+    threads: o.ThreadsOpt = o.THREADS,
 ) -> None:
     """Import safetensors into a new Orbax step that Orbax restores.
 
@@ -77,7 +78,7 @@ def import_(
     from ckpt_cli.core.write.memory import bound_allocator
     from ckpt_cli.core.write.types import Compression, WriteOptions
 
-    run = run_context(ctx, json_out)
+    run = run_context(ctx, json_out, threads=threads)
     write = WriteOptions(
         max_chunk_bytes=max_chunk_bytes,
         memory_limit=memory_limit,

@@ -80,6 +80,7 @@ def migrate(
     record_digests: RecordDigestsOpt = None,
     dry_run: o.PlanOnlyOpt = False,
     json_out: o.JsonOpt = False,
+    threads: o.ThreadsOpt = o.THREADS,
     executor: o.ExecutorOpt = "local",
     workers: o.WorkersOpt = 1,
     scheduler: o.SchedulerOpt = None,
@@ -98,7 +99,7 @@ def migrate(
     from ckpt_cli.core.migrate.plan import plan_migration
 
     run = run_context(
-        ctx, json_out, executor, workers, scheduler, start=not dry_run, force_split=force_split
+        ctx, json_out, executor, workers, scheduler, not dry_run, force_split, threads
     )
     write = o.write_options(
         run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, unit_bytes

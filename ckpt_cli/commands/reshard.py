@@ -60,6 +60,7 @@ def reshard(
     ocdbt: o.OcdbtOpt = True,
     dry_run: o.PlanOnlyOpt = False,
     json_out: o.JsonOpt = False,
+    threads: o.ThreadsOpt = o.THREADS,
     executor: o.ExecutorOpt = "local",
     workers: o.WorkersOpt = 1,
     scheduler: o.SchedulerOpt = None,
@@ -77,7 +78,7 @@ def reshard(
     from ckpt_cli.core.reshard.plan import plan_reshard
 
     run = run_context(
-        ctx, json_out, executor, workers, scheduler, start=not dry_run, force_split=force_split
+        ctx, json_out, executor, workers, scheduler, not dry_run, force_split, threads
     )
     write = o.write_options(
         run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, unit_bytes

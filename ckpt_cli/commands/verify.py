@@ -10,6 +10,7 @@ from ckpt_cli.commands._command import Command
 from ckpt_cli.commands._complete import complete_step
 from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import (
+    THREADS,
     UNIT_BYTES,
     ExecutorOpt,
     ForceSplitOpt,
@@ -17,6 +18,7 @@ from ckpt_cli.commands._options import (
     PathArg,
     SchedulerOpt,
     SizeParser,
+    ThreadsOpt,
     UnitBytesOpt,
     WorkersOpt,
 )
@@ -149,6 +151,7 @@ def verify(
     rotate: RotateOpt = False,
     junit: JunitOpt = None,
     json_out: JsonOpt = False,
+    threads: ThreadsOpt = THREADS,
     executor: ExecutorOpt = "local",
     workers: WorkersOpt = 1,
     scheduler: SchedulerOpt = None,
@@ -176,7 +179,7 @@ def verify(
         max_duration, rotate, upgrade,
     )  # fmt: skip
     run = run_context(
-        ctx, json_out, executor, workers, scheduler, start=deep or record, force_split=force_split
+        ctx, json_out, executor, workers, scheduler, deep or record, force_split, threads
     )
     location = open_location(path, run.storage)
     with run.progress() as on_progress:

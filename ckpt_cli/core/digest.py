@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal, TypedDict
 from ckpt_cli.core.format.ldigest import ALGORITHM, Partial, finish, merge
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.storage import StorageOptions, open_location
+from ckpt_cli.core.threads import threads
 from ckpt_cli.errors import CkptError, first_line
 
 Source = Literal["orbax", "safetensors"]
@@ -210,9 +211,9 @@ class _Leaf:
         self.problem: str | None = None
 
     def add(self, origin: tuple[int, ...], block: Any) -> None:
-        from ckpt_cli.core.format.ldigest import partial
+        from ckpt_cli.core.format.ldranges import partial_threaded
 
-        p = partial(origin, block, self.info.shape, self.info.dtype)
+        p = partial_threaded(origin, block, self.info.shape, self.info.dtype)
         self.partial = merge([self.partial, p])
 
     def result(self) -> LeafDigest:
@@ -239,7 +240,7 @@ class _Flight:
     def submit(self, acc: _Leaf, origin: tuple[int, ...], fut: Any, nbytes: int) -> None:
         self.pending.append((acc, origin, fut, nbytes))
         self.bytes += nbytes
-        self.drain(DIGEST_IN_FLIGHT)
+        self.drain(max(DIGEST_IN_FLIGHT, 2 * threads()))
 
     def drain(self, count: int) -> None:
         while self.pending and (len(self.pending) > count or self.bytes > self.limit):

@@ -26,7 +26,19 @@ REQUIRED: frozenset[Part] = frozenset({"params", "opt_state", "step"})
 #: Where a part was found: leaves of an item's tree, a whole item, or the step directory's name.
 Source = Literal["tree", "item", "directory"]
 
-_OPT_NAMES = {"opt_state", "optimizer", "optimizer_state", "opt", "optim", "tx_state", "optstate"}
+#: Keras 3's ``model.get_state_tree()`` (what its ``OrbaxCheckpoint`` saves as the ``pytree``
+#: item) names its parts ``trainable_variables``, ``non_trainable_variables`` (BatchNorm
+#: statistics, seed-generator states) and ``optimizer_variables``.
+_OPT_NAMES = {
+    "opt_state",
+    "optimizer",
+    "optimizer_state",
+    "opt",
+    "optim",
+    "tx_state",
+    "optstate",
+    "optimizer_variables",
+}
 _PARAM_NAMES = {
     "params",
     "param",
@@ -38,6 +50,8 @@ _PARAM_NAMES = {
     "model_state",
     "batch_stats",
     "state_dict",
+    "trainable_variables",
+    "non_trainable_variables",
 }
 #: Variables of flax layers (Dense/Linear, Embed, LayerNorm/BatchNorm): parameters, or batch
 #: statistics, which inspect counts with them as ``batch_stats`` is.

@@ -1,5 +1,5 @@
 """Startup stays light: ``--help``, ``ls``, ``inspect``, ``verify``, ``digest`` and
-``doctor --like`` never import jax or orbax."""
+``doctor --like`` never import jax, orbax or keras (a Keras checkpoint included)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import sys
 
 import pytest
 
-from tests.support.paths import FIXTURES
+from tests.support.paths import FIXTURES, REPO
 from tests.support.startup_probe import PROBE
+
+KERAS = REPO / "fixtures" / "frameworks" / "keras"
 
 
 @pytest.mark.parametrize(
@@ -26,6 +28,8 @@ from tests.support.startup_probe import PROBE
         ["doctor", str(FIXTURES / "seed_mlp"), "--like", str(FIXTURES / "seed_mlp"), "--json"],
         ["digest", str(FIXTURES / "sharded_4x2"), "--json"],
         ["digest", str(FIXTURES / "composite_best")],
+        ["inspect", str(KERAS / "epochs"), "--item", "pytree", "--json"],
+        ["verify", str(KERAS / "weights_bf16_ema"), "--deep"],
     ],
 )
 def test_read_paths_do_not_import_jax_or_orbax(args: list[str]) -> None:

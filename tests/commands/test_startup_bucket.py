@@ -15,10 +15,10 @@ from tests.support.remote_servers import GcsServer
 from tests.support.startup_probe import PROBE
 from tests.support.storage_fixtures import S3
 
-HEAVY = ("tensorstore", "ml_dtypes", "numpy", "jax", "jaxlib", "orbax")
+HEAVY = ("tensorstore", "ml_dtypes", "numpy", "jax", "jaxlib", "orbax", "keras")
 
 #: The probe of test_startup.py, reporting every heavy module loaded at exit.
-PROBE_ALL = PROBE.replace('("jax", "jaxlib", "orbax", "flax")', repr(HEAVY))
+PROBE_ALL = PROBE.replace('("jax", "jaxlib", "orbax", "flax", "keras")', repr(HEAVY))
 
 
 def _heavy_modules(args: list[str]) -> tuple[list[str], str]:

@@ -24,9 +24,9 @@ RUN_PAGES = sorted({b.page for b in ALL_BLOCKS if b.not_run is None})
 
 
 def _param(page: Path) -> object:
-    """A page whose examples restore or save with real Orbax is a slow round trip."""
+    """A page whose examples restore or save with real Orbax (or Keras) is a slow round trip."""
     code = "\n".join(b.code for b in ALL_BLOCKS if b.page == page and b.not_run is None)
-    slow = "import orbax" in code or "import jax" in code
+    slow = any(f"import {heavy}" in code for heavy in ("orbax", "jax", "keras"))
     return pytest.param(
         page, id=str(page.relative_to(REPO)), marks=[pytest.mark.slow] if slow else []
     )

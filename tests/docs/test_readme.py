@@ -7,6 +7,7 @@ code, a JSON section for every command that prints JSON.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -25,8 +26,16 @@ from ckpt_cli.app import app
 from ckpt_cli.commands import COMMANDS as REGISTRY
 from ckpt_cli.core.verify.problems import CODES
 from tests.support.cli import CliResult
-from tests.support.docs_examples import console_commands, first_mismatch, pages, prepare_workdir
+from tests.support.docs_examples import (
+    UPDATE_DOCS,
+    console_commands,
+    first_mismatch,
+    normalized,
+    pages,
+    shows,
+)
 from tests.support.paths import FIXTURES, REPO
+from tests.support.tutorial_run import SCRIPT_COMMAND, TutorialRun
 
 README = (REPO / "README.md").read_text()
 DOCS = REPO / "docs"
@@ -132,23 +141,45 @@ def test_the_design_page_names_every_package_and_module() -> None:
 
 
 @pytest.mark.slow
-def test_the_quick_start_runs_as_written_after_pip_install(tmp_path: Path) -> None:
-    """Its script saves a real checkpoint with the installed Orbax; then every command runs, as
-    written, with the exit code it states and the output it shows (times and sizes masked)."""
+def test_the_quick_start_runs_as_written_after_pip_install(
+    tutorial_run: TutorialRun, tmp_path: Path
+) -> None:
+    """Its script saves a real checkpoint with the installed Orbax (the shared ``tutorial_run``
+    ran it, as written); then every command runs in a copy of that run, as written, with the
+    exit code it states and the output it shows (times and sizes masked). ``CKPT_UPDATE_DOCS=1``
+    writes what they print into the README instead, and the block into docs/index.md, which
+    shows it word for word (tests/docs/test_front_door.py)."""
     commands = console_commands(REPO / "README.md", section="Quick start")
     # The install is the one line not run here (no network in tests): it names a real extra.
+    # Installing the built wheel into a fresh venv is the install tests' job.
     install = commands.pop(0).text
     assert install == "pip install '.[orbax]'"
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert "orbax-checkpoint" in " ".join(project["optional-dependencies"]["orbax"])
     assert len(commands) >= 10
-    assert commands[0].text.startswith("python examples/first_checkpoint.py")
-    assert all(c.text.startswith(("python ", "ckpt ")) for c in commands)
-    prepare_workdir(tmp_path)
-    mismatch = first_mismatch(commands, tmp_path, READER_DIR)
+    script = commands.pop(0)
+    assert script.text.split("#")[0].strip() == SCRIPT_COMMAND
+    assert shows(normalized(tutorial_run.result.stdout, tmp_path, READER_DIR), list(script.output))
+    assert all(c.text.startswith("ckpt ") for c in commands)
+    workdir = tutorial_run.copy_into(tmp_path)
+    mismatch = first_mismatch(commands, workdir, READER_DIR)
+    if os.environ.get(UPDATE_DOCS) == "1":  # the docs' first page shows the same block
+        _copy_quick_start(REPO / "README.md", REPO / "docs" / "index.md")
     assert mismatch is None, mismatch
-    assert (tmp_path / "runs" / "first-pt" / "model.safetensors").is_file()
-    assert sorted(p.name for p in (tmp_path / "runs" / "copy").iterdir()) == ["200", "300"]
+    assert (workdir / "runs" / "first-pt" / "model.safetensors").is_file()
+    assert sorted(p.name for p in (workdir / "runs" / "copy").iterdir()) == ["200", "300"]
+
+
+def _copy_quick_start(src: Path, dst: Path) -> None:
+    """The console block under ``## Quick start`` of ``src`` replaces the one of ``dst``."""
+
+    def block(text: str) -> tuple[int, int]:
+        start = text.index("```console\n", text.index("## Quick start\n"))
+        return start, text.index("\n```\n", start) + 5
+
+    text, target = src.read_text(), dst.read_text()
+    (a, b), (c, d) = block(text), block(target)
+    dst.write_text(target[:c] + text[a:b] + target[d:])
 
 
 def _requirement_names(requirements: list[str]) -> list[str]:

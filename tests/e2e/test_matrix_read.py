@@ -25,6 +25,7 @@ from tests.support.matrix import (
     all_fixtures,
     array_leaves,
     restored_dtype_shape,
+    value_sha256s,
 )
 
 FIXTURES = all_fixtures()
@@ -92,28 +93,11 @@ def test_inspect(f: Fixture) -> None:
         assert all(leaf["problem"] is None for leaf in doc["leaves"])
         # Every value, read through TensorStore in one batch of scans: SHA-256 of the C-order
         # bytes, as the truth records it (key data for typed keys).
-        digests = _digests(item)
+        digests = value_sha256s(item)
         by_keypath = {leaf.keypath: leaf.name for leaf in item.leaves}
         assert {kp: digests[by_keypath[kp]] for kp in want} == {
             kp: leaf["sha256"] for kp, leaf in want.items()
         }, (step, name)
-
-
-def _digests(item: Any) -> dict[str, str | None]:
-    from ckpt_cli.core.format.arrays import ItemStore
-    from ckpt_cli.core.format.scan import ScanTask, scan_leaves
-
-    store = ItemStore(item.ref.location, item.report.zarr_format == 3)
-    tasks = [
-        ScanTask(leaf.name, leaf.array, leaf.database, digest=True)
-        for leaf in item.leaves
-        if leaf.array is not None
-    ]
-    out = {}
-    for scan in scan_leaves(store, tasks):
-        assert scan.error is None, (scan.name, scan.error)
-        out[scan.name] = scan.digest
-    return out
 
 
 @pytest.mark.parametrize("f", FIXTURES, ids=ids)

@@ -10,7 +10,15 @@ The ``$ `` lines of ``console`` blocks are commands (a line ending in ``\\`` con
 next); the lines after one, up to the next ``$ ``, are its documented stdout (a line ``...``
 stands for lines left out). A trailing comment saying ``exit N`` documents a non-zero exit code.
 :func:`run_command` runs one through bash, as written, with ``ckpt`` and ``python`` meaning this
-checkout and this interpreter; :func:`first_mismatch` runs a page's and compares.
+checkout and this interpreter, no terminal and ``COLUMNS=80``; :func:`first_mismatch` runs a
+page's and compares, after :func:`normalized` masks what changes from run to run.
+
+With ``CKPT_UPDATE_DOCS=1`` in the environment, :func:`first_mismatch` does not stop at a shown
+output that differs: it writes what the command printed into the page instead (the run's
+directory written as the page writes it, trailing spaces dropped) and goes on; a wrong exit code
+still fails. A block that still matches once masked is left as it is, so regenerating a page
+does not churn its dates and sizes; a block cut with ``...`` keeps as many lines before the
+first ``...`` and after the last as it had.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ REPO = Path(__file__).resolve().parents[2]
 NOT_RUN = re.compile(r"^\s*<!--\s*not run:\s*(?P<reason>\S.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<info>.*)$")
 EXIT = re.compile(r"#.*\bexit (?P<code>\d+)")
+#: Set to 1 to rewrite the shown output of the docs' commands instead of comparing it.
+UPDATE_DOCS = "CKPT_UPDATE_DOCS"
 
 
 @dataclass(frozen=True)
@@ -102,10 +112,15 @@ for where, code in blocks:
 
 def prepare_workdir(workdir: Path) -> None:
     """Copies of ``fixtures/`` and ``examples/`` in ``workdir``: paths mean what they mean from
-    the repository root, and nothing run there can change the committed files."""
+    the repository root, and nothing run there can change the committed files. The Orbax
+    release matrix (25 MB, which no page changes) is a link to the repository's."""
     for name in ("fixtures", "examples"):
         if not (workdir / name).exists():
-            shutil.copytree(REPO / name, workdir / name, symlinks=True)
+            skip = shutil.ignore_patterns("matrix") if name == "fixtures" else None
+            shutil.copytree(REPO / name, workdir / name, symlinks=True, ignore=skip)
+    matrix = workdir / "fixtures" / "matrix"
+    if not matrix.exists():
+        matrix.symlink_to(REPO / "fixtures" / "matrix", target_is_directory=True)
 
 
 def run_page(
@@ -161,6 +176,37 @@ def console_commands(page: Path, section: str | None = None) -> list[Command]:
     return commands
 
 
+SHELL_INFOS = ("sh", "bash", "shell")
+#: A ``ckpt`` line of a shell block, environment assignments before it allowed.
+_CKPT_LINE = re.compile(r"^(\w+=\S+\s+)*ckpt\s")
+
+
+def shell_commands(page: Path) -> list[Command]:
+    """The ``ckpt`` lines of the page's ``sh``/``bash`` blocks (``NAME=value ckpt ...`` too),
+    continuation lines included; the other lines of those blocks (``pip install``, ``make``) are
+    not ``ckpt``'s. They show no output."""
+    lines = page.read_text().splitlines()
+    found: list[Command] = []
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        i += 1
+        if not m or m.group("info").strip() not in SHELL_INFOS:
+            continue
+        while i < len(lines) and lines[i].strip() != "```":
+            number, text = i + 1, lines[i].strip()
+            while text.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                text += "\n" + lines[i]
+            i += 1
+            if _CKPT_LINE.match(text):
+                m_exit = EXIT.search(text.splitlines()[-1])
+                code = int(m_exit.group("code")) if m_exit else 0
+                found.append(Command(page, number, text, code, ()))
+        i += 1
+    return found
+
+
 def _commands_of(page: Path, body: list[tuple[int, str]]) -> list[Command]:
     found: list[Command] = []
     j = 0
@@ -184,22 +230,27 @@ def _commands_of(page: Path, body: list[tuple[int, str]]) -> list[Command]:
     return found
 
 
+#: What would make a command's output differ from the page's: forced colour, a debug traceback.
+_UNSET = ("FORCE_COLOR", "CLICOLOR_FORCE", "CKPT_DEBUG", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
+
+
 def run_command(
     command: Command, workdir: Path, timeout: float = 600
 ) -> subprocess.CompletedProcess[str]:
     """Run one documented command through bash in ``workdir``: ``ckpt`` is this checkout's
-    (``python -m ckpt_cli`` with the repository first on the path), ``python`` this interpreter."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
+    (``python -m ckpt_cli`` with the repository first on the path), ``python`` this interpreter.
+    Output is what a reader's pipe gets, the same on every machine: no terminal (stdout and
+    stderr are pipes), ``COLUMNS=80``, ``TZ=UTC``, no forced colour."""
+    env = {k: v for k, v in os.environ.items() if k not in _UNSET}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    env["CKPT_DOCS_PYTHON"] = sys.executable
+    env.update(COLUMNS="80", TZ="UTC", CKPT_DOCS_PYTHON=sys.executable)
     prelude = 'ckpt() { "$CKPT_DOCS_PYTHON" -m ckpt_cli "$@"; }\nset -o pipefail\n'
     return subprocess.run(
         ["bash", "-c", prelude + command.text],
         cwd=workdir,
         env=env,
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -210,34 +261,76 @@ _VOLATILE = [
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d"), "YYYY-MM-DD hh:mm"),
     (re.compile(r"\b\d+[smhd] ago\b"), "N ago"),
     (re.compile(r"\d+(\.\d+)? s \([\d.]+ [KMG]?i?B/s\)"), "T s (R/s)"),
+    # A loss after training: its last digits depend on the CPU's vector instructions.
+    (re.compile(r"\bloss \d+\.\d+"), "loss L"),
     # Sizes on disk: OCDBT packs the same values into files of slightly different sizes.
     (re.compile(r"\b\d+(\.\d+)? [KMG]?i?B\b"), "SIZE"),
 ]
 
 
 def normalized(text: str, workdir: Path, documented_dir: str) -> list[str]:
-    """Lines with what changes from run to run masked (times, ages, speeds, sizes), the run's directory
-    written as the page writes it, and runs of spaces (column widths) collapsed."""
+    """Lines with what changes from run to run masked (times, ages, speeds, sizes, losses), the
+    run's directory written as the page writes it, and runs of spaces (column widths) collapsed."""
     text = text.replace(str(workdir), documented_dir)
     for pattern, mask in _VOLATILE:
         text = pattern.sub(mask, text)
     return [" ".join(line.split()) for line in text.splitlines() if line.strip()]
 
 
-def first_mismatch(commands: list[Command], workdir: Path, documented_dir: str) -> str | None:
+def first_mismatch(
+    commands: list[Command], workdir: Path, documented_dir: str, *, show_all: bool = False
+) -> str | None:
     """Run the commands in order in ``workdir``; stop at the first whose exit code or shown
-    output is not what the page says, and say how (``None``: every one ran as documented)."""
-    for command in commands:
-        result = run_command(command, workdir)
-        if result.returncode != command.exit_code:
-            return (
-                f"{command.where}: `{command.text}` exited {result.returncode}, the page says "
-                f"{command.exit_code}\n{result.stderr[-2000:]}"
-            )
-        shown = normalized("\n".join(command.output), workdir, documented_dir)
-        if command.output and not shows(normalized(result.stdout, workdir, documented_dir), shown):
-            return f"{command.where}: `{command.text}` printed\n{result.stdout}"
-    return None
+    output is not what the page says, and say how (``None``: every one ran as documented).
+    With ``show_all``, a command that prints something must show it on the page.
+    With ``CKPT_UPDATE_DOCS=1``, outputs that differ are written into their pages instead."""
+    update = os.environ.get(UPDATE_DOCS) == "1"
+    rewrites: dict[Path, dict[Command, list[str]]] = {}
+    try:
+        for command in commands:
+            result = run_command(command, workdir)
+            if result.returncode != command.exit_code:
+                return (
+                    f"{command.where}: `{command.text}` exited {result.returncode}, the page says "
+                    f"{command.exit_code}\n{result.stderr[-2000:]}"
+                )
+            printed = normalized(result.stdout, workdir, documented_dir)
+            shown = normalized("\n".join(command.output), workdir, documented_dir)
+            if (command.output or (show_all and printed)) and not shows(printed, shown):
+                if not update:
+                    return (
+                        f"{command.where}: `{command.text}` printed\n{result.stdout}\n"
+                        f"(rerun with {UPDATE_DOCS}=1 to write it into the page)"
+                    )
+                lines = result.stdout.replace(str(workdir), documented_dir).rstrip().splitlines()
+                lines = _cut_as_before([x.rstrip() for x in lines], list(command.output))
+                rewrites.setdefault(command.page, {})[command] = lines
+        return None
+    finally:
+        for page, outputs in rewrites.items():
+            rewrite_outputs(page, outputs)
+
+
+def _cut_as_before(printed: list[str], shown: list[str]) -> list[str]:
+    """A block the page had cut with ``...`` stays cut: as many lines before its first ``...``
+    and after its last as it had, the rest left out."""
+    cuts = [i for i, line in enumerate(shown) if line.strip() == "..."]
+    if not cuts:
+        return printed
+    head, tail = cuts[0], len(shown) - 1 - cuts[-1]
+    if head + tail >= len(printed):
+        return printed
+    return [*printed[:head], shown[cuts[0]], *(printed[len(printed) - tail :] if tail else [])]
+
+
+def rewrite_outputs(page: Path, outputs: dict[Command, list[str]]) -> None:
+    """Replace the shown output of each command of ``page`` (found by its line) with ``lines``."""
+    lines = page.read_text().splitlines()
+    for command in sorted(outputs, key=lambda c: c.line, reverse=True):
+        start = command.line - 1 + command.text.count("\n") + 1
+        assert lines[command.line - 1].startswith("$ "), f"{command.where} moved"
+        lines[start : start + len(command.output)] = outputs[command]
+    page.write_text("\n".join(lines) + "\n")
 
 
 def shows(printed: list[str], shown: list[str]) -> bool:

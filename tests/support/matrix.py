@@ -98,6 +98,25 @@ def sha256(array: Any) -> str:
     return hashlib.sha256(a.tobytes()).hexdigest()
 
 
+def value_sha256s(item: Any) -> dict[str, str | None]:
+    """SHA-256 of every array value of an opened item (``ckpt_cli.open(...).item()``), read by
+    ckpt through TensorStore in one batch of scans, by leaf name."""
+    from ckpt_cli.core.format.arrays import ItemStore
+    from ckpt_cli.core.format.scan import ScanTask, scan_leaves
+
+    store = ItemStore(item.ref.location, item.report.zarr_format == 3)
+    tasks = [
+        ScanTask(leaf.name, leaf.array, leaf.database, digest=True)
+        for leaf in item.leaves
+        if leaf.array is not None
+    ]
+    out = {}
+    for scan in scan_leaves(store, tasks):
+        assert scan.error is None, (scan.name, scan.error)
+        out[scan.name] = scan.digest
+    return out
+
+
 def elements(leaf: dict[str, Any]) -> int:
     return math.prod(leaf["shape"])
 

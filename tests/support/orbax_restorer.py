@@ -17,9 +17,10 @@ SERVER = Path(__file__).with_name("orbax_server.py")
 class OrbaxRestorer:
     """A running ``orbax_server.py``: restores items and lists steps with the installed Orbax."""
 
-    def __init__(self) -> None:
+    def __init__(self, server: Path = SERVER, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(SERVER)],
+            [sys.executable, str(server)],
+            env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -32,7 +33,7 @@ class OrbaxRestorer:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"the Orbax restore process died (exit {self.proc.poll()})")
+            raise RuntimeError(f"the restore process died (exit {self.proc.poll()})")
         doc: dict[str, Any] = json.loads(line)
         return doc
 
@@ -56,6 +57,29 @@ class OrbaxRestorer:
             raise AssertionError(f"Orbax 0.12.8 cannot list {root}: {out['error']}")
         steps: list[int] = out["steps"]
         return steps
+
+    def step_items(
+        self,
+        root: Path,
+        step: int,
+        items: dict[str, str] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """A step's items restored by the names a framework asks for: ``items`` (name ->
+        ``pytree`` | ``json``) through ``CheckpointManager.restore``, or, without ``items``,
+        every checkpointable the v1 API's ``load_checkpointables`` finds."""
+        if items is None:
+            out = self.ask(op="checkpointables", path=str(root), step=step)
+        else:
+            out = self.ask(
+                op="manager", path=str(root), step=step, items=items, options=options or {}
+            )
+        if not out["ok"]:
+            raise AssertionError(
+                f"Orbax 0.12.8 cannot restore step {step} of {root}: {out['error']}"
+            )
+        got: dict[str, dict[str, Any]] = out["items"]
+        return got
 
     def close(self) -> None:
         if self.proc.stdin is not None:

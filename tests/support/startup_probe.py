@@ -12,7 +12,7 @@ try:
     main()
 except SystemExit as e:
     code = e.code if isinstance(e.code, int) else int(e.code is not None)
-heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("jax", "jaxlib", "orbax", "flax"))
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("jax", "jaxlib", "orbax", "flax", "keras"))
 sys.stderr.write("HEAVY=" + json.dumps(heavy) + "\\n")
 sys.stderr.write("EXIT=" + str(code) + "\\n")
 """

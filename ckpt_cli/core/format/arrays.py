@@ -413,7 +413,8 @@ class _UnmergedReader(LeafReader):
 
 
 def cached_context(cache_bytes: int) -> Any:
-    """A TensorStore context whose chunk cache holds up to ``cache_bytes`` of decoded chunks."""
-    import tensorstore as ts
+    """A TensorStore context whose chunk cache holds up to ``cache_bytes`` of decoded chunks,
+    decoding on this process's threads (``core/threads.py``)."""
+    from ckpt_cli.core.threads import ts_context
 
-    return ts.Context({"cache_pool": {"total_bytes_limit": max(0, cache_bytes)}})
+    return ts_context(cache_pool={"total_bytes_limit": max(0, cache_bytes)})

@@ -13,6 +13,12 @@ or plain directories) is read in byte ranges of ``RANGE_BYTES`` and decoded by l
 streaming decoder (its window, 0.5-2 MiB at Orbax's levels, is all it keeps), slab by slab.
 Any other layout (blosc, filters, F order, big-endian, several inner chunks, a missing chunk)
 is left to TensorStore (``chunk_layout`` returns None) and its whole-chunk decode is counted.
+
+When the caller knows where a chunk's bytes lie in a local file (``verify`` does: its
+structure pass lists every OCDBT value's data file, offset and length), the ranges are read
+from the file itself (``FileValue``: ``preadv`` into one reused buffer), not through the OCDBT
+kvstore. Measured on one core: streaming a chunk took 1.7-1.8 s of CPU per GiB through the
+kvstore, 1.0-1.1 s this way (the rest is zstd).
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,6 +118,49 @@ def _zstd_stream_lib() -> Any:
     return lib
 
 
+#: Where a chunk's stored bytes are in a local file: (path, offset, length).
+Place = tuple[str, int, int]
+
+
+class FileValue:
+    """A stored value at a known place of a local file, with ``kv.read``'s interface (a range
+    of the value; negative starts count from its end), read with ``preadv`` into one buffer
+    reused for every range: a range is consumed (decoded, copied) before the next is read.
+    (A mapping of the file would save that copy but count every page read in the RSS.)"""
+
+    def __init__(self, place: Place) -> None:
+        path, self.offset, self.length = place
+        self.fd = os.open(path, os.O_RDONLY)
+        self.buf = bytearray()
+        if self.offset + self.length > os.fstat(self.fd).st_size:
+            self.close()
+            raise StorageError(f"{path} is shorter than the chunk it should hold")
+
+    def read(self, key: str, byte_range: slice) -> Any:
+        a, b = byte_range.start, byte_range.stop
+        a = self.length + a if a < 0 else a
+        b = self.length if b is None else min(b, self.length)
+        n = max(0, b - a)
+        if len(self.buf) < n:
+            self.buf = bytearray(n)
+        view = memoryview(self.buf)[:n]
+        got = os.preadv(self.fd, [view], self.offset + a) if n else 0
+        return _Ready(view[:got])
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class _Ready:
+    def __init__(self, value: Any) -> None:
+        self.value, self.state = value, "value"
+
+    def result(self) -> _Ready:
+        return self
+
+
 class ChunkReader:
     """The decoded bytes of one stored chunk, front to back (``fill``)."""
 
@@ -123,19 +173,19 @@ class ChunkReader:
         if self.lib is not None:
             self.stream = self.lib.ZSTD_createDStream()
             self.lib.ZSTD_initDStream(self.stream)
-        self.pending = b""
+        self.pending: Any = None
         self.inbuf = _Buf(None, 0, 0)
 
-    def _read(self, a: int, b: int | None) -> bytes:
+    def _read(self, a: int, b: int | None) -> Any:
         got = self.kv.read(self.key, byte_range=slice(a, b)).result()
         if got.state != "value":
             raise StorageError(f"chunk {self.key} is missing")
-        return bytes(got.value)
+        return got.value if isinstance(got.value, memoryview) else bytes(got.value)
 
     def _payload(self, layout: ChunkLayout) -> tuple[int, int]:
-        if not layout.sharded:
-            return 0, -1  # to the end of the value
-        tail = self._read(-20, None)
+        if not layout.sharded:  # to the end of the value (its length when known)
+            return 0, self.kv.length if isinstance(self.kv, FileValue) else -1
+        tail = bytes(self._read(-20, None))
         crc = codecs._crc32c()
         if len(tail) != 20 or (
             crc is not None and crc(tail[:16]) != int.from_bytes(tail[16:], "little")
@@ -163,6 +213,8 @@ class ChunkReader:
 
     def fill(self, out: Any) -> None:
         """Write the next ``out.nbytes`` decoded bytes into ``out`` (a C-contiguous array)."""
+        import numpy as np
+
         view = out.reshape(-1).view("uint8")
         if self.lib is None:
             data = self._next_input(view.size)
@@ -173,14 +225,11 @@ class ChunkReader:
         outbuf = _Buf(view.ctypes.data, view.size, 0)
         while outbuf.pos < outbuf.size:
             if self.inbuf.pos >= self.inbuf.size:
-                self.pending = self._next_input(self.range_bytes)
-                if not self.pending:
+                data = self._next_input(self.range_bytes)
+                if not len(data):
                     raise StorageError(f"chunk {self.key}: its zstd stream ends early")
-                self.inbuf = _Buf(
-                    ctypes.cast(ctypes.c_char_p(self.pending), ctypes.c_void_p),
-                    len(self.pending),
-                    0,
-                )
+                self.pending = np.frombuffer(data, np.uint8)  # read-only: zstd only reads it
+                self.inbuf = _Buf(self.pending.ctypes.data, self.pending.size, 0)
             ret = self.lib.ZSTD_decompressStream(
                 self.stream, ctypes.byref(outbuf), ctypes.byref(self.inbuf)
             )
@@ -191,14 +240,23 @@ class ChunkReader:
         if self.stream:
             self.lib.ZSTD_freeDStream(self.stream)
             self.stream = None
+        self.pending = None
+        if isinstance(self.kv, FileValue):
+            self.kv.close()
 
 
 def chunk_slabs(
-    kv: Any, layout: ChunkLayout, info: ArrayInfo, dtype: Any, budget: int
+    kv: Any,
+    layout: ChunkLayout,
+    info: ArrayInfo,
+    dtype: Any,
+    budget: int,
+    locate: Callable[[str], Place | None] | None = None,
 ) -> Iterator[tuple[tuple[int, ...], Any]]:
     """(origin, values) of every C-order slab of every chunk, chunk after chunk in grid order;
     each slab at most ``budget`` bytes (a row of the cut dimension at least), edge chunks
-    clipped to the array."""
+    clipped to the array. ``locate(chunk key)``: where a chunk lies in a local file (read
+    from a mapping of it), or None (through ``kv``)."""
     import numpy as np
 
     from ckpt_cli.core.format.blocks import region_slabs
@@ -207,7 +265,8 @@ def chunk_slabs(
     whole = tuple(slice(0, c) for c in chunk)
     slabs = region_slabs(whole, info.itemsize, budget)
     for index in np.ndindex(*info.chunk_grid):
-        reader = ChunkReader(kv, layout.key(index), layout)
+        place = locate(layout.key(index)) if locate is not None else None
+        reader = ChunkReader(FileValue(place) if place else kv, layout.key(index), layout)
         origin = tuple(i * c for i, c in zip(index, chunk, strict=True))
         try:
             for sl in slabs:

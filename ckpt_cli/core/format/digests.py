@@ -385,9 +385,9 @@ class BlockDigests:
             self.shapes[name] = shape
         if name not in self.collect:
             return
-        from ckpt_cli.core.format.ldigest import partial
+        from ckpt_cli.core.format.ldranges import partial_threaded
 
-        self.absorb(name, partial(start, block, shape, dtype))
+        self.absorb(name, partial_threaded(start, block, shape, dtype))
 
     def absorb(self, name: str, box: Partial) -> None:
         """Merge a partial taken elsewhere (a worker's) into ``name``'s."""

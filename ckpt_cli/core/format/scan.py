@@ -5,6 +5,16 @@ NaN and Inf, and feeds the C-order digest. Reads are TensorStore futures (decodi
 thread pool), at most ``IN_FLIGHT`` blocks and ``IN_FLIGHT_BYTES`` at a time across leaves, so
 many small leaves overlap as well as the blocks of one large leaf, and memory stays flat in the
 checkpoint's size. Blocks are consumed in submission order, which keeps each digest in C order.
+
+A leaf whose chunks are larger than the budget and stream here (``chunkstream``: range reads,
+zstd decoded as a stream, a slab at a time) is one job on a pool of ``threads()`` threads: the
+job reads, decodes, counts and hashes the whole leaf slab by slab (its ``ld1`` in parts on the
+hashing pool, ``ldranges``), so as many such leaves as threads stream at once (a checkpoint
+saved from one device is only such leaves). A job holds a slab and a read range only while
+it runs, and the pool runs ``threads()`` at once: ``threads() x 2 x budget`` (8 MiB a thread
+at verify's 4 MiB), beside the TensorStore reads in flight (``2 x threads()`` blocks, at most
+``max(IN_FLIGHT_BYTES, 2 x threads() x budget)``). Jobs queued or done hold nothing, so they
+count in the reads in flight but not in their bytes.
 """
 
 from __future__ import annotations
@@ -19,9 +29,10 @@ from typing import Any
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader
 from ckpt_cli.core.format.blocks import cache_bytes, is_large, iter_blocks, stream_blocks
-from ckpt_cli.core.format.chunkstream import chunk_layout, chunk_slabs
+from ckpt_cli.core.format.chunkstream import Place, chunk_layout, chunk_slabs
 from ckpt_cli.core.format.digests import ValueHasher, c_order_block
 from ckpt_cli.core.format.ldigest import Partial, finish, merge
+from ckpt_cli.core.threads import threads
 from ckpt_cli.errors import CkptError, StorageError, first_line
 
 #: Block budget of verify's reads: small blocks keep memory flat whatever the leaf sizes; TS
@@ -34,6 +45,8 @@ OPEN_CACHE_BYTES = 16 << 20
 _FLOAT_PREFIXES = ("bfloat16", "float")
 
 Block = tuple[slice, ...]
+#: Where a leaf's chunk (leaf name, chunk key) lies in a local file, when the caller knows.
+Locate = Callable[[str, str], Place | None]
 
 
 @dataclass(frozen=True)
@@ -141,9 +154,9 @@ class _Acc:
 
         x = np.asarray(block)
         if self.ld1 is not None:
-            from ckpt_cli.core.format.ldigest import partial
+            from ckpt_cli.core.format.ldranges import partial_threaded
 
-            box = partial(origin, x, self.task.info.shape, self.task.info.dtype)
+            box = partial_threaded(origin, x, self.task.info.shape, self.task.info.dtype)
             self.ld1 = merge([self.ld1, box])
         if self.check_finite and x.size and not _all_finite(x):
             finite = np.isfinite(x)
@@ -210,8 +223,10 @@ def open_readers(
         return
     import tensorstore as ts
 
+    from ckpt_cli.core.threads import ts_context
+
     limit = max(OPEN_CACHE_BYTES, cache)
-    context = ts.Context({"cache_pool": {"total_bytes_limit": limit}})
+    context = ts_context(cache_pool={"total_bytes_limit": limit})
     ahead: deque[tuple[ScanTask, Any]] = deque()
     queue = iter(tasks)
     while True:
@@ -233,38 +248,59 @@ def scan_leaves(
     budget: int = SCAN_BLOCK_BYTES,
     on_bytes: Callable[[int], None] | None = None,
     stop: Callable[[int], bool] | None = None,
+    locate: Locate | None = None,
 ) -> Iterator[LeafScan]:
     """Read the tasks' blocks with bounded concurrency; yield each leaf once it is done.
+    ``locate``: where streamed chunks lie in local files (``chunkstream.FileValue``).
 
     ``stop(bytes_in_flight)`` is asked before every read (``verify --max-duration``): once it
     says so, no read is submitted any more, the reads in flight finish, and the leaf it stopped
     in is yielded incomplete (``next_block``); later tasks are not read at all.
     """
-    flight = _InFlight(on_bytes)
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = threads()
+    # Two blocks (or streaming jobs) per thread, at least the old window.
+    flight = _InFlight(on_bytes, max(IN_FLIGHT, 2 * n), max(IN_FLIGHT_BYTES, 2 * n * budget))
     tasks = list(tasks)
     cache = cache_bytes((t.info for t in tasks if t.blocks is None), budget)
-    for task, reader in open_readers(store, tasks, cache):
-        acc = _Acc(task)
-        if isinstance(reader, CkptError):
-            acc.error = reader.message
-            flight.end_leaf(acc)
-            yield from flight.drain(IN_FLIGHT, IN_FLIGHT_BYTES)
-            continue
-        stopped = yield from _read_task(task, reader, budget, acc, flight, stop)
-        flight.end_leaf(acc)
-        if stopped:
-            break
-    yield from flight.drain(0, -1)
+    with ThreadPoolExecutor(n, thread_name_prefix="ckpt-stream") as pool:
+        try:
+            for task, reader in open_readers(store, tasks, cache):
+                acc = _Acc(task)
+                if isinstance(reader, CkptError):
+                    acc.error = reader.message
+                    flight.end_leaf(acc)
+                    yield from flight.drain(flight.count, flight.limit)
+                    continue
+                where = functools.partial(locate, task.name) if locate else None
+                stopped = yield from _read_task(
+                    task, reader, budget, acc, flight, stop, pool, where
+                )
+                flight.end_leaf(acc)
+                if stopped:
+                    break
+            yield from flight.drain(0, -1)
+        finally:
+            flight.cancel()
 
 
 class _InFlight:
     """The reads submitted and not yet taken, in submission order; a leaf's end is an entry
     without a future."""
 
-    def __init__(self, on_bytes: Callable[[int], None] | None) -> None:
+    def __init__(
+        self, on_bytes: Callable[[int], None] | None, count: int = IN_FLIGHT, limit: int = 0
+    ) -> None:
         self.pending: deque[tuple[_Acc, Any, int, tuple[int, ...]]] = deque()
         self.bytes = 0
         self.on_bytes = on_bytes
+        #: Reads (and streaming jobs) in flight at most, and their bytes.
+        self.count, self.limit = count, limit or IN_FLIGHT_BYTES
+        self.stopping = False  # the scan was abandoned: streaming jobs end at their next slab
+
+    def cancel(self) -> None:
+        self.stopping = True
 
     def submit(self, acc: _Acc, fut: Any, nbytes: int, origin: tuple[int, ...] = ()) -> None:
         self.pending.append((acc, fut, nbytes, origin))
@@ -278,6 +314,9 @@ class _InFlight:
         if fut is None:
             return acc.result()
         self.bytes -= nbytes
+        if isinstance(fut, _Streaming):
+            fut.future.result()  # the job counted, hashed and reported its slabs itself
+            return None
         if acc.error is None:
             try:
                 if isinstance(fut, BaseException):
@@ -313,7 +352,11 @@ class _Done:
 
 
 def streamed_slabs(
-    info: ArrayInfo, reader: LeafReader | CkptError, budget: int, c_order: bool = False
+    info: ArrayInfo,
+    reader: LeafReader | CkptError,
+    budget: int,
+    c_order: bool = False,
+    locate: Callable[[str], Place | None] | None = None,
 ) -> Iterator[tuple[Any, Any]] | None:
     """(origin, values) of a leaf whose chunks exceed ``budget`` and can be streamed here
     (``chunkstream``), in C order when ``c_order`` (a digest); None: read through TensorStore."""
@@ -328,7 +371,31 @@ def streamed_slabs(
         return None
     if layout is None or kv is None:
         return None
-    return chunk_slabs(kv, layout, info, reader.array.dtype.numpy_dtype, budget)
+    return chunk_slabs(kv, layout, info, reader.array.dtype.numpy_dtype, budget, locate)
+
+
+class _Streaming:
+    """A whole streamed leaf read by a job on the scan's pool (its ``_Acc`` filled there)."""
+
+    def __init__(self, future: Any) -> None:
+        self.future = future
+
+
+def _stream_leaf(acc: _Acc, slabs: Iterator[tuple[Any, Any]], flight: _InFlight) -> None:
+    """Read, decode, count and hash a streamed leaf slab by slab (runs on the scan's pool;
+    the leaf's ``_Acc`` is touched by this job only until the scan takes it)."""
+    try:
+        for origin, values in slabs:
+            if flight.stopping:
+                acc.error = "the scan was stopped"
+                return
+            acc.add(values, origin)
+            acc.bytes += values.nbytes
+            acc.blocks += 1
+            if flight.on_bytes is not None:
+                flight.on_bytes(values.nbytes)
+    except Exception as e:
+        acc.error = first_line(e)
 
 
 _Read = tuple[Callable[[], Any], tuple[int, ...], int]
@@ -367,10 +434,19 @@ def _read_task(
     acc: _Acc,
     flight: _InFlight,
     stop: Callable[[int], bool] | None,
+    pool: Any = None,
+    locate: Callable[[str], Place | None] | None = None,
 ) -> Generator[LeafScan, None, bool]:
     """Submit the reads of one task's blocks, yielding the leaves completed meanwhile; returns
-    whether ``stop`` ended the scan."""
+    whether ``stop`` ended the scan. A leaf streamed here whole is one job on ``pool``."""
     whole = stop is None and task.start == 0 and task.stop is None
+    if pool is not None and whole and task.blocks is None:
+        slabs = streamed_slabs(task.info, reader, budget, task.digest, locate)
+        if slabs is not None:
+            job = _Streaming(pool.submit(_stream_leaf, acc, slabs, flight))
+            flight.submit(acc, job, 0)  # its memory is the pool's: see the module's docstring
+            yield from flight.drain(flight.count, flight.limit)
+            return False
     for index, (read, origin, nbytes) in enumerate(_reads(task, reader, budget, whole)):
         if index < task.start:
             continue
@@ -383,5 +459,5 @@ def _read_task(
         flight.submit(acc, fut, nbytes, origin)
         # A streamed slab is decoded already: holding it would only hold memory.
         done = isinstance(fut, _Done)
-        yield from flight.drain(0 if done else IN_FLIGHT, 0 if done else IN_FLIGHT_BYTES)
+        yield from flight.drain(0 if done else flight.count, 0 if done else flight.limit)
     return False

@@ -26,7 +26,14 @@ from ckpt_cli.core.migrate.tree import OperationJSON, Step
 from ckpt_cli.core.safetensors.dtypes import safetensors_dtype
 from ckpt_cli.core.safetensors.ld1 import LD1_KEY, planned
 from ckpt_cli.core.safetensors.plan import FilesPlan, TensorSpec, plan_files
-from ckpt_cli.core.safetensors.tree import EMPTY_TYPES, ITEM_KEY, TREE_KEY, Node, encode_tree
+from ckpt_cli.core.safetensors.tree import (
+    EMPTY_TYPES,
+    ITEM_KEY,
+    STEP_NAME_KEY,
+    TREE_KEY,
+    Node,
+    encode_tree,
+)
 from ckpt_cli.core.schema import SCHEMA_VERSION
 from ckpt_cli.core.storage import StorageOptions
 from ckpt_cli.errors import RefusedError
@@ -363,6 +370,8 @@ def _provenance(
     }
     if ref.step is not None:
         metadata["ckpt.step"] = str(ref.step)
+        if ref.step_location is not None:  # its naming (Kauldron's ckpt_4): import keeps it
+            metadata[STEP_NAME_KEY] = ref.step_location.name
     if spec is not None:
         metadata["ckpt.spec_sha256"] = spec.sha256
     return metadata

@@ -187,18 +187,12 @@ def _found(plan: ExportPlan, digests: BlockDigests) -> dict[str, str]:
 
 
 def _context(cache_bytes: int) -> Any:
-    """TensorStore's context for the source: a chunk cache of ``cache_bytes``, and four
-    decoding threads (TensorStore's default is one per core) so the blocks in flight decode
-    together; memory is set by the blocks in flight, not by the threads."""
-    import tensorstore as ts
+    """TensorStore's context for the source: a chunk cache of ``cache_bytes``, decoding on
+    this process's threads (``core/threads.py``) so the blocks in flight decode together;
+    memory is set by the blocks in flight, not by the threads."""
+    from ckpt_cli.core.threads import ts_context
 
-    return ts.Context(
-        {
-            "cache_pool": {"total_bytes_limit": max(0, cache_bytes)},
-            "data_copy_concurrency": {"limit": 4},
-            "file_io_concurrency": {"limit": 8},
-        }
-    )
+    return ts_context(cache_pool={"total_bytes_limit": max(0, cache_bytes)})
 
 
 def _budget(memory_limit: int) -> int:

@@ -12,6 +12,7 @@ from typing_extensions import NotRequired
 from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.safetensors.import_ import ImportContext, ImportPlan, ImportPlanJSON
+from ckpt_cli.core.safetensors.tree import STEP_NAME_KEY
 
 if TYPE_CHECKING:
     from ckpt_cli.core.storage import Location
@@ -67,7 +68,7 @@ def execute(plan: ImportPlan, on_progress: ProgressFn | None = None) -> ImportRe
     check_destination_root(root)
     ctx = ImportContext()
     outs = _leaf_outs(plan, ctx)
-    writer = StepWriter(root, _step_name(root, plan.step))
+    writer = StepWriter(root, _step_name(root, plan.step, plan.source_metadata.get(STEP_NAME_KEY)))
     writer.begin()
     try:
         _write_item(writer.item(plan.item), plan, outs, on_bytes)
@@ -163,14 +164,10 @@ def _write_context() -> Any:
     ``fsync`` after each of its writes (``file_io_sync``): every OCDBT commit would otherwise
     wait for the disk, hundreds of times for a large model. ``sync_tree`` syncs them all once
     the arrays are written, before the step is committed and renamed."""
-    import tensorstore as ts
+    from ckpt_cli.core.threads import WRITE_FILE_IO, ts_context
 
-    return ts.Context(
-        {
-            "file_io_concurrency": {"limit": 32},
-            "file_io_sync": False,
-            "cache_pool": {"total_bytes_limit": 0},
-        }
+    return ts_context(
+        file_io=WRITE_FILE_IO, file_io_sync=False, cache_pool={"total_bytes_limit": 0}
     )
 
 
@@ -206,9 +203,11 @@ def _reader(expr: ops.Node, ctx: ImportContext) -> Any:
     return read
 
 
-def _step_name(root: Location, step: int) -> str:
+def _step_name(root: Location, step: int, exported: str | None = None) -> str:
     """``step`` named as the root's newest step is (its prefix and zero padding, one listing
-    of the root): a CheckpointManager opened with the root's naming options sees the import."""
+    of the root): a CheckpointManager opened with the root's naming options sees the import.
+    In a root without steps, named as the exported step was (``exported``, recorded by
+    ``ckpt export``: Kauldron's ``ckpt_4`` gives ``ckpt_N``)."""
     from ckpt_cli.core.format.names import parse_step_name, step_dir_name
 
     named = [
@@ -216,4 +215,4 @@ def _step_name(root: Location, step: int) -> str:
         for e in (root.list() if root.exists() else [])
         if e.is_dir and (parsed := parse_step_name(e.name)) is not None and not parsed.tmp
     ]
-    return step_dir_name(step, max(named)[1] if named else None)
+    return step_dir_name(step, max(named)[1] if named else exported)

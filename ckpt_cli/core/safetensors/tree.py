@@ -29,6 +29,8 @@ from ckpt_cli.errors import RefusedError
 TREE_KEY = "ckpt.tree"
 #: The ``__metadata__`` key naming the item ``ckpt export`` read: ``ckpt import`` writes under it.
 ITEM_KEY = "ckpt.item"
+#: The exported step's directory name: an import into a new root names its step the same way.
+STEP_NAME_KEY = "ckpt.step_name"
 TREE_VERSION = 1
 ARRAY = "jax.Array"
 #: Orbax's value types of empty nodes (``empty_values.RESTORE_TYPE_*``).

@@ -2,19 +2,23 @@
 chunks) and the digests they check or record.
 
 Decoding runs through ``scan.scan_leaves`` (TensorStore futures, bounded in flight). The file
-checksum pass reads raw files on a small thread pool at the same time: ``zlib.crc32`` and file
-reads release the GIL, so the two overlap instead of adding up.
+checksum pass reads raw files on a thread pool at the same time (half of ``--threads``, at
+least 2): ``zlib.crc32`` and file reads release the GIL, so the two overlap instead of adding
+up. A file larger than ``RANGE_BYTES`` is checksummed in byte ranges on that pool, joined with
+``crc32_combine`` (``filesums``): one large data file no longer takes one thread alone.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import os
 import random
 import secrets
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Protocol
 
 from ckpt_cli.core.format.arrays import ArrayInfo
 from ckpt_cli.core.format.digests import (
@@ -31,8 +35,13 @@ from ckpt_cli.core.verify.budget import chunk_key, subset_of
 from ckpt_cli.core.verify.types import DataResult, ItemFacts, NonFinite, SampleInfo, SampleSpec
 from ckpt_cli.errors import CkptError
 
+if TYPE_CHECKING:
+    from ckpt_cli.core.format.filesums import Piece
+
 _FILE_WORKERS = 2
 _REMOTE_FILE_WORKERS = 4
+#: A file above this is checksummed in ranges of it, on several threads.
+RANGE_BYTES = 32 << 20
 _RESTORE = "restore this step from a copy"
 
 
@@ -71,9 +80,7 @@ def deep_item(
     names = sorted(facts.arrays)
     first_leaf, first_block = start or (0, 0)
     with ThreadPoolExecutor(_file_workers(facts)) as pool:
-        sums = (
-            [] if stop else [(rel, pool.submit(_checksum, facts, rel, progress)) for rel in files]
-        )
+        sums = [] if stop else _submit_sums(pool, facts, files, progress)
         tasks = [
             ScanTask(
                 name,
@@ -87,7 +94,7 @@ def deep_item(
             if i >= first_leaf
         ]
         if facts.store is not None:
-            for scan in scan_leaves(facts.store, tasks, budget, progress, stop):
+            for scan in scan_leaves(facts.store, tasks, budget, progress, stop, _locator(facts)):
                 _take_scan(facts, result, scan, facts.arrays[scan.name][0])
                 if scan.complete and scan.error is None:
                     result.leaves_complete += 1
@@ -104,11 +111,80 @@ def deep_item(
     return result
 
 
-def _file_workers(facts: ItemFacts) -> int:
-    """Files checksummed at once: 2 on local disks (they overlap with the decoding); on object
-    stores more, each with its own ranged reads in flight (``iter_bytes``)."""
+def _locator(facts: ItemFacts) -> Callable[[str, str], tuple[str, int, int] | None] | None:
+    """Where a chunk's stored bytes lie in a local data file, from the structure pass's OCDBT
+    references (``ItemFacts.keys``): streamed chunks are then read from a mapping of the file."""
+    from ckpt_cli.core.storage.local import LocalLocation
+
     base = facts.inventory.base if facts.inventory else None
-    return _FILE_WORKERS if base is None or base.parallel_reads <= 1 else _REMOTE_FILE_WORKERS
+    if not isinstance(base, LocalLocation) or facts.store is None or facts.store.layout != "ocdbt":
+        return None
+
+    def locate(leaf: str, key: str) -> tuple[str, int, int] | None:
+        ref = facts.keys.get(f"{leaf}/{key}".encode())
+        if ref is None:
+            return None
+        return os.path.join(base.path, *ref.file.split("/")), ref.offset, ref.length
+
+    return locate
+
+
+def _file_workers(facts: ItemFacts) -> int:
+    """Files (or ranges) checksummed at once: half the threads, at least 2, on local disks
+    (they overlap with the decoding); on object stores at least 4, each with its own ranged
+    reads in flight (``iter_bytes``)."""
+    from ckpt_cli.core.threads import threads
+
+    base = facts.inventory.base if facts.inventory else None
+    if base is None or base.parallel_reads <= 1:
+        return max(_FILE_WORKERS, threads() // 2)
+    return max(_REMOTE_FILE_WORKERS, threads())
+
+
+class _Sum(Protocol):
+    def result(self) -> FileSum | str: ...
+
+
+class _Joined:
+    """The CRC-32 of a file checksummed in ranges: its pieces joined once all are done."""
+
+    def __init__(self, pieces: list[Future[Piece]]) -> None:
+        self.pieces = pieces
+
+    def result(self) -> FileSum | str:
+        from ckpt_cli.core.format.filesums import join_ranges
+
+        return join_ranges(f.result() for f in self.pieces)[0][1]
+
+
+def _submit_sums(
+    pool: ThreadPoolExecutor, facts: ItemFacts, files: list[str], progress: _Bytes
+) -> list[tuple[str, _Sum]]:
+    """A checksum per file on ``pool``; a file larger than ``RANGE_BYTES`` in ranges of it."""
+    assert facts.inventory is not None
+    out: list[tuple[str, _Sum]] = []
+    for rel in files:
+        size = facts.inventory.sizes.get(rel) or 0
+        if size <= RANGE_BYTES:
+            out.append((rel, pool.submit(_checksum, facts, rel, progress)))
+            continue
+        cuts = range(0, size, RANGE_BYTES)
+        pieces = [
+            pool.submit(_range_sum, facts, rel, a, min(size, a + RANGE_BYTES), progress)
+            for a in cuts
+        ]
+        out.append((rel, _Joined(pieces)))
+    return out
+
+
+def _range_sum(facts: ItemFacts, rel: str, start: int, end: int, progress: _Bytes) -> Piece:
+    from ckpt_cli.core.format.filesums import range_checksum
+
+    assert facts.inventory is not None
+    piece = range_checksum(facts.inventory.base, rel, start, end)
+    if not isinstance(piece[3], str):
+        progress(piece[2])
+    return piece
 
 
 def _checksum(facts: ItemFacts, rel: str, progress: _Bytes) -> FileSum | str:
@@ -163,9 +239,7 @@ def _take_scan(facts: ItemFacts, result: DataResult, scan: LeafScan, info: Array
         )
 
 
-def _take_sums(
-    facts: ItemFacts, result: DataResult, sums: list[tuple[str, Future[FileSum | str]]]
-) -> None:
+def _take_sums(facts: ItemFacts, result: DataResult, sums: list[tuple[str, _Sum]]) -> None:
     recorded = facts.record.files if facts.record else {}
     for rel, fut in sums:
         got = fut.result()
@@ -232,7 +306,7 @@ def sample_items(
         sampled_bytes += results[i].bytes_decoded
         if facts.record is not None and files:
             with ThreadPoolExecutor(_file_workers(facts)) as pool:
-                sums = [
+                sums: list[tuple[str, _Sum]] = [
                     (rel, pool.submit(_checksum, facts, rel, _Bytes(None))) for rel in sorted(files)
                 ]
                 _take_sums(facts, results[i], sums)

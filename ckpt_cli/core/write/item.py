@@ -38,15 +38,10 @@ OCDBT_CONFIG = {
 
 
 def _context(memory_limit: int) -> Any:
-    import tensorstore as ts
+    from ckpt_cli.core.threads import WRITE_FILE_IO, ts_context
 
-    return ts.Context(
-        {
-            "file_io_concurrency": {"limit": 32},
-            # Source chunks that straddle destination blocks are decoded once, then served from here.
-            "cache_pool": {"total_bytes_limit": 0},
-        }
-    )
+    # Encoding on this process's threads; no cache: the writer's blocks are written once.
+    return ts_context(file_io=WRITE_FILE_IO, cache_pool={"total_bytes_limit": 0})
 
 
 class ItemWriter:

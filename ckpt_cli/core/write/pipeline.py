@@ -31,6 +31,7 @@ from typing import Any
 from ckpt_cli.core.format.blocks import aligned_block, iter_blocks, region_slabs
 from ckpt_cli.core.format.digests import BlockDigests
 from ckpt_cli.core.format.dtypes import dtype_itemsize
+from ckpt_cli.core.threads import threads
 from ckpt_cli.core.write.types import ArraySink, LeafOut, Region
 from ckpt_cli.errors import StorageError, first_line
 
@@ -153,7 +154,9 @@ class Pipeline:
         self.jobs = jobs
         self.arrays = [leaf for leaf, _ in jobs]
         self.on_bytes = on_bytes
-        self.depth = max(1, writer.in_flight // 2)
+        # Reads (and writes) in flight: enough for every thread to decode (encode) one block;
+        # their bytes stay under ``limit`` whatever the count.
+        self.depth = max(1, writer.in_flight // 2, threads())
         self.budget = block_budget(writer.memory_limit, writer.in_flight)
         self.limit = max(self.budget, writer.memory_limit // 4)
         self.opens: dict[int, Any] = {}

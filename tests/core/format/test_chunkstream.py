@@ -70,9 +70,9 @@ def streamed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     real = scan.chunk_slabs
 
-    def spy(kv: Any, layout: Any, info: Any, dtype: Any, budget: int) -> Any:
+    def spy(kv: Any, layout: Any, info: Any, dtype: Any, budget: int, locate: Any = None) -> Any:
         seen.append(f"{info.shape}")
-        return real(kv, layout, info, dtype, budget)
+        return real(kv, layout, info, dtype, budget, locate)
 
     monkeypatch.setattr(scan, "chunk_slabs", spy)
     return seen

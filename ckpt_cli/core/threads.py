@@ -1,0 +1,183 @@
+"""How many threads one process uses for its array work: ``--threads N``, else ``CKPT_THREADS``,
+else the CPUs this process may use.
+
+The CPUs a process may use are the fewest of: the CPUs of its affinity mask
+(``os.sched_getaffinity``: ``taskset``, a cpuset) and its CPU quota, rounded up (cgroup v2
+``cpu.max`` ``"200000 100000"`` is 2 CPUs; v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``). A
+container limited to 2 CPUs on a 64-core host sees 64 in ``os.cpu_count()``; 64 busy threads
+would only queue behind each other.
+
+The number is set once per process by the command (``use_threads``) and read where the work is
+sized (``threads()``): TensorStore's ``data_copy_concurrency`` (its decode and encode threads)
+in every context ckpt creates (``ts_context``), the pools that checksum files, and the ranges a
+large decoded block is hashed in. ``file_io_concurrency`` (local files only) is at least
+``FILE_IO_MIN`` (writers: ``WRITE_FILE_IO``) whatever the threads: a read or write in flight
+waits on the disk, not on a core, and a deeper queue keeps the disk busy. Object stores have
+their own request limit (``--max-requests``): a request waits on the network.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ckpt_cli.errors import UsageError
+
+ENV = "CKPT_THREADS"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+#: TensorStore's ``file_io_concurrency`` floors: reads (and writes) in flight beyond the cores
+#: cost no CPU and keep the disk's queue full.
+FILE_IO_MIN = 8
+WRITE_FILE_IO = 32
+
+_chosen: int | None = None
+
+
+def cgroup_cpus(root: Path = CGROUP_ROOT, own: str | None = None) -> float | None:
+    """The CPU quota of this process's cgroup in CPUs (``1.5``), or None when there is none.
+
+    ``root`` is where cgroupfs is mounted; ``own`` the text of ``/proc/self/cgroup`` (read
+    when None). v2: ``<root>/<path>/cpu.max``, then the same file at ``root``; v1:
+    ``<root>/cpu[,cpuacct]/cpu.cfs_quota_us`` and ``cpu.cfs_period_us``."""
+    if own is None:
+        try:
+            own = Path("/proc/self/cgroup").read_text()
+        except OSError:
+            own = ""
+    v2_path = next((ln.split(":", 2)[2] for ln in own.splitlines() if ln.startswith("0::")), "/")
+    for d in dict.fromkeys([root / v2_path.lstrip("/"), root]):
+        quota = _v2_quota(d / "cpu.max")
+        if quota is not None:
+            return quota
+    for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+        quota = _v1_quota(root / name)
+        if quota is not None:
+            return quota
+    return None
+
+
+def _v2_quota(path: Path) -> float | None:
+    try:
+        fields = path.read_text().split()
+    except OSError:
+        return None
+    if len(fields) < 1 or fields[0] == "max":
+        return None
+    try:
+        quota, period = int(fields[0]), int(fields[1]) if len(fields) > 1 else 100000
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def _v1_quota(d: Path) -> float | None:
+    try:
+        quota = int((d / "cpu.cfs_quota_us").read_text().strip())
+        period = int((d / "cpu.cfs_period_us").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def available_cpus(
+    affinity: set[int] | None = None, root: Path = CGROUP_ROOT, own: str | None = None
+) -> int:
+    """The CPUs this process may use: its affinity mask, capped by its cgroup quota (>= 1)."""
+    if affinity is None:
+        try:
+            affinity = os.sched_getaffinity(0)
+        except (AttributeError, OSError):  # not Linux
+            affinity = set(range(os.cpu_count() or 1))
+    cpus = max(1, len(affinity))
+    quota = cgroup_cpus(root, own)
+    if quota is not None:
+        cpus = min(cpus, max(1, math.ceil(quota)))
+    return cpus
+
+
+def parse_threads(text: str, option: str) -> int:
+    """A thread count from the command line or ``CKPT_THREADS``: a whole number >= 1."""
+    try:
+        n = int(text.strip())
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UsageError(
+            f"{option} {text[:40]!r} is not a thread count: use a whole number of 1 or more"
+        )
+    return n
+
+
+def resolve_threads(value: int | None = None, env: Mapping[str, str] | None = None) -> int:
+    """``value`` when given, else ``CKPT_THREADS``, else ``available_cpus()``; a bad
+    ``CKPT_THREADS`` is a ``UsageError``."""
+    if value is not None:
+        if value < 1:
+            raise UsageError(f"--threads {value}: use a whole number of 1 or more")
+        return value
+    text = (os.environ if env is None else env).get(ENV, "").strip()
+    if text:
+        return parse_threads(text, ENV)
+    return available_cpus()
+
+
+def use_threads(n: int | None) -> int:
+    """Set this process's thread count (None: the default); returns it."""
+    global _chosen
+    _chosen = resolve_threads(n)
+    return _chosen
+
+
+def threads() -> int:
+    """This process's thread count: the one ``use_threads`` set, else the default (a library
+    caller who set nothing gets ``CKPT_THREADS`` or the CPUs it may use)."""
+    global _chosen
+    if _chosen is None:
+        try:
+            _chosen = resolve_threads(None)
+        except UsageError:
+            _chosen = available_cpus()
+    return _chosen
+
+
+def ts_context_spec(
+    n: int | None = None, file_io: int = FILE_IO_MIN, **extra: Any
+) -> dict[str, Any]:
+    """The TensorStore context resources for ``n`` threads (default ``threads()``):
+    ``data_copy_concurrency`` (decode, encode, copies: CPU-bound) is ``n``;
+    ``file_io_concurrency`` (local files) at least ``file_io``; ``extra``: more resources."""
+    n = threads() if n is None else n
+    return {
+        "data_copy_concurrency": {"limit": n},
+        "file_io_concurrency": {"limit": max(n, file_io)},
+        **extra,
+    }
+
+
+def ts_context(n: int | None = None, file_io: int = FILE_IO_MIN, **extra: Any) -> Any:
+    """A ``ts.Context`` of ``ts_context_spec``."""
+    import tensorstore as ts
+
+    return ts.Context(ts_context_spec(n, file_io, **extra))
+
+
+_pools: dict[int, Any] = {}
+_pools_lock = threading.Lock()
+
+
+def hash_pool(n: int | None = None) -> Any:
+    """The process's pool of ``n`` threads (default ``threads()``) for the parts of one block
+    (``format/ldranges.py``, file checksums in ranges): made once per size, threads named
+    ``ckpt-hash``. A task on it must never wait on another task of it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = threads() if n is None else n
+    with _pools_lock:
+        pool = _pools.get(n)
+        if pool is None:
+            pool = _pools[n] = ThreadPoolExecutor(n, thread_name_prefix="ckpt-hash")
+        return pool
