@@ -46,6 +46,22 @@ demo: $(STAMP)
 	rm -rf demo_runs/nnx
 	$(PY) examples/nnx_step.py demo_runs/nnx
 	$(CKPT) inspect demo_runs/nnx --item model
+	@echo "== checkpoints frameworks write themselves (docs/how-to/frameworks.md): a Kauldron run's no-op ds_iter item is an empty item, carried as it is"
+	$(CKPT) ls fixtures/frameworks/kauldron/checkpoints
+	$(CKPT) inspect fixtures/frameworks/kauldron/checkpoints --step 4 --item ds_iter
+	@echo "== Keras 3's OrbaxCheckpoint: pytree beside model_config, a tree of one string with no OCDBT database (Orbax writes none): verify is clean"
+	$(CKPT) inspect fixtures/frameworks/keras/epochs --item model_config
+	$(CKPT) verify fixtures/frameworks/keras/epochs --deep
+	@echo "== export records the item and step; import writes them back (pytree, the name Keras loads), no flag needed"
+	rm -rf demo_runs/keras-export demo_runs/keras-back
+	$(CKPT) export fixtures/frameworks/keras/epochs demo_runs/keras-export --item pytree
+	$(CKPT) import demo_runs/keras-export demo_runs/keras-back
+	ls demo_runs/keras-back/*/
+	@echo "== MaxText's own training run (item 'items', typed PRNG keys), the Orbax v1 API's Checkpointer (state + metrics), a step saved on a TPU chip (one chunk per array)"
+	$(CKPT) ls fixtures/frameworks/maxtext/ckpt
+	$(CKPT) ls fixtures/frameworks/orbax_v1/training
+	$(CKPT) verify fixtures/frameworks/tpu/run --deep
+	grep -E '^\{"root"' fixtures/frameworks/tpu/device_log.txt
 	@echo "== ckpt verify --record: a deep pass, then digests stored in every item"
 	$(CKPT) verify $(DEMO) --record
 	@echo "== ckpt verify --deep: every chunk decoded and checked against the recorded digests"

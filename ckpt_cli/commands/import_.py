@@ -31,7 +31,15 @@ ImportDestArg = Annotated[
         help="Destination CheckpointManager root (created if missing).", show_default=False
     ),
 ]
-ImportStepOpt = Annotated[int, typer.Option("--step", "-s", help="Step number to write.", min=0)]
+ImportStepOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--step",
+        "-s",
+        help="Step number to write (default: the step `ckpt export` recorded, ckpt.step, else 0).",
+        min=0,
+    ),
+]
 ImportZarr3Opt = Annotated[bool, typer.Option("--zarr3/--zarr2", help="Output zarr version.")]
 ImportItemOpt = Annotated[
     str | None,
@@ -53,7 +61,7 @@ def import_(
     spec: o.OptionalSpecOpt = None,
     mesh: o.MeshOpt = None,
     rules: o.RulesOpt = None,
-    step: ImportStepOpt = 0,
+    step: ImportStepOpt = None,
     item: ImportItemOpt = None,
     target: o.TargetOpt = None,
     allow_unused: o.AllowUnusedOpt = False,
@@ -133,6 +141,6 @@ COMMAND = Command(
         "out runs/back --spec pytorch_to_mlp.yaml --step 600",
         "hf runs/llama --spec hf_to_llama.yaml --target model:abstract",
         "model.safetensors runs/x --mesh data=4,model=2 --rules r.yaml",
-        "keras.safetensors runs/keras --item pytree",
+        "model.safetensors runs/keras --item pytree",
     ),
 )

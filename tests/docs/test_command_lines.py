@@ -53,6 +53,8 @@ RUN_ELSEWHERE: dict[tuple[str, str | None], str] = {
     (TUTORIAL, None): "tests/docs/test_tutorial.py runs the tutorial on its own script's run",
     ("README.md", "Quick start"): "tests/docs/test_readme.py runs the quick start likewise",
     ("docs/index.md", "Quick start"): "the README's quick start (tests/docs/test_front_door.py)",
+    ("docs/how-to/frameworks.md", None): "tests/docs/test_frameworks_page*.py and "
+    "tests/e2e/test_frameworks_keras.py run each section on the frameworks' own fixtures",
     **{
         (f"docs/reference/{c.name}.md", None): "the --help examples, run here as such (generated)"
         for c in COMMANDS

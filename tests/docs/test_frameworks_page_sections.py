@@ -1,4 +1,4 @@
-"""The command lines of the gemma/Kauldron and MaxText sections of docs/how-to/frameworks.md run
+"""The command lines of the gemma/Kauldron, MaxText, Flax NNX and TPU-chip sections of docs/how-to/frameworks.md run
 as written on the checkpoints those frameworks wrote (``fixtures/frameworks/``): exit codes,
 shown output, and the steps they write named and itemised as the page says."""
 
@@ -22,6 +22,9 @@ WRITTEN = {
         "runs/gemma-back/0/default/_METADATA",
     ],
     "MaxText": ["runs/mt-2/3/items/_METADATA", "runs/mt-back/3/items/_METADATA"],
+    "Flax NNX": ["runs/nnx-2x4/1/model/_METADATA", "runs/nnx-2x4/1/optimizer/_METADATA"],
+    # the step and the item export recorded, written back by import without --step/--item
+    "A TPU chip": ["runs/tpu-2x2/3/state/_METADATA", "runs/tpu-back/3/state/_METADATA"],
 }
 
 

@@ -43,7 +43,11 @@ def _restored(root: Path, command: str = "leaves", item: str = "state") -> Any:
 def test_the_fixture_was_saved_on_a_tpu_chip() -> None:
     assert TRUTH["platform"] == "tpu" and "TPU" in TRUTH["device"]
     log = (TPU / "device_log.txt").read_text()
-    assert '"platform": "tpu"' in log
+    # On the chip: the original, ckpt's reshard output and ckpt's import output, one step each.
+    resumed = [json.loads(line) for line in log.splitlines() if line.startswith('{"root"')]
+    assert len(resumed) == 3 and {r["platform"] for r in resumed} == {"tpu"}
+    assert {r["next_loss"] for r in resumed} == {TRUTH["next_loss"]}
+    assert [r["root"].rsplit("/", 1)[1] for r in resumed] == ["work", "reshard", "import"]
 
 
 def test_ls_inspect_verify_digest_are_clean(cli) -> None:  # type: ignore[no-untyped-def]
@@ -119,7 +123,13 @@ def test_migrate_cast_keeps_every_other_leaf(cli, tmp_path: Path) -> None:  # ty
 def test_export_then_import_restores_under_the_item_name(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     exported, back = tmp_path / "export", tmp_path / "back"
     assert cli("export", RUN, exported, "--step", "3").code == 0
-    r = cli("import", exported, back, "--step", "3")
+    r = cli("import", exported, back)
     assert r.code == 0, r.stderr
+    # the step and the item export recorded (ckpt.step, ckpt.item), with no --step or --item
+    assert [p.name for p in back.iterdir()] == ["3"]
     assert [p.name for p in (back / "3").iterdir() if p.is_dir()] == ["state"]
     assert _restored(back) == TRUTH["leaves"]
+    other = tmp_path / "other"
+    assert cli("import", exported, other, "--step", "7", "--item", "model").code == 0
+    assert [p.name for p in other.iterdir()] == ["7"]
+    assert (other / "7" / "model" / "_METADATA").is_file()

@@ -29,6 +29,7 @@ from ckpt_cli.core.safetensors.plan import FilesPlan, TensorSpec, plan_files
 from ckpt_cli.core.safetensors.tree import (
     EMPTY_TYPES,
     ITEM_KEY,
+    STEP_KEY,
     STEP_NAME_KEY,
     TREE_KEY,
     Node,
@@ -369,7 +370,7 @@ def _provenance(
         "ckpt.orbax_format": orbax_format(report),
     }
     if ref.step is not None:
-        metadata["ckpt.step"] = str(ref.step)
+        metadata[STEP_KEY] = str(ref.step)
         if ref.step_location is not None:  # its naming (Kauldron's ckpt_4): import keeps it
             metadata[STEP_NAME_KEY] = ref.step_location.name
     if spec is not None:

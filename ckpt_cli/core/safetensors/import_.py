@@ -39,7 +39,14 @@ from ckpt_cli.core.migrate.tree import (
 from ckpt_cli.core.reshard.rules import Rule
 from ckpt_cli.core.safetensors.dtypes import TO_NUMPY
 from ckpt_cli.core.safetensors.reader import SafetensorsReader, check_against_index, find_files
-from ckpt_cli.core.safetensors.tree import ITEM_KEY, TREE_KEY, Containers, Node, parse_tree
+from ckpt_cli.core.safetensors.tree import (
+    ITEM_KEY,
+    STEP_KEY,
+    TREE_KEY,
+    Containers,
+    Node,
+    parse_tree,
+)
 from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.core.write.types import WriteOptions
 from ckpt_cli.errors import RefusedError, UsageError
@@ -274,7 +281,7 @@ def plan_import(
     spec: str | MigrationSpec | None = None,
     mesh: str | MeshSpec | None = None,
     rules: str | Mapping[str, Any] | Sequence[Rule] | None = None,
-    step: int = 0,
+    step: int | None = None,
     target: str | None = None,
     allow_unused: bool = False,
     write: WriteOptions | None = None,
@@ -282,7 +289,8 @@ def plan_import(
     item: str | None = None,
 ) -> ImportPlan:
     """Plan importing ``src`` (a .safetensors file, an index, or a directory holding either)
-    as step ``step`` of the root ``dst``, into the item ``item`` (default: the item name
+    as step ``step`` of the root ``dst`` (default: the step ``ckpt export`` recorded,
+    ``ckpt.step``, else 0), into the item ``item`` (default: the item name
     ``ckpt export`` recorded in the files, ``ckpt.item``, else ``default``). ``spec`` (a file or a parsed migrate spec) maps the
     tensors first; ``mesh`` (``data=4,model=2``) with ``rules`` (a YAML/JSON file or a mapping
     of leaf patterns to partition specs) lays them out as ``reshard`` does; ``target``
@@ -303,9 +311,11 @@ def plan_import(
     elif rules is not None:
         rule_list = rules
     plan = _plan(
-        os.fspath(src), os.fspath(dst), parsed, target_mesh, rule_list, step,
+        os.fspath(src), os.fspath(dst), parsed, target_mesh, rule_list, step or 0,
         write, allow_unused,
     )  # fmt: skip
+    if step is None:
+        plan = dataclasses.replace(plan, step=_recorded_step(plan.source_metadata))
     name = item if item is not None else plan.source_metadata.get(ITEM_KEY) or "default"
     what = "--item" if item is not None else f"the item name {ITEM_KEY} of {src}"
     check_item_name(name, what, usage=item is not None)
@@ -313,6 +323,13 @@ def plan_import(
     if target:
         plan = apply_target(plan, target)
     return plan
+
+
+def _recorded_step(metadata: Mapping[str, str]) -> int:
+    """The step ``ckpt export`` recorded (``ckpt.step``), so that a round trip lands on the
+    step it came from; 0 for files from elsewhere (or a value that is no step number)."""
+    recorded = metadata.get(STEP_KEY, "")
+    return int(recorded) if recorded.isdigit() else 0
 
 
 def _named(names: Sequence[str], what: str = "leaves") -> str:

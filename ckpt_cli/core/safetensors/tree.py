@@ -31,6 +31,8 @@ TREE_KEY = "ckpt.tree"
 ITEM_KEY = "ckpt.item"
 #: The exported step's directory name: an import into a new root names its step the same way.
 STEP_NAME_KEY = "ckpt.step_name"
+#: The exported step's number: ``ckpt import`` writes that step unless ``--step`` says otherwise.
+STEP_KEY = "ckpt.step"
 TREE_VERSION = 1
 ARRAY = "jax.Array"
 #: Orbax's value types of empty nodes (``empty_values.RESTORE_TYPE_*``).
