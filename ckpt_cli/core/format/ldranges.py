@@ -17,7 +17,7 @@ from typing import Any
 from ckpt_cli.core.format.ldigest import Partial, merge, partial
 
 #: Bytes of the smallest part worth a thread of its own.
-MIN_PIECE_BYTES = 1 << 20
+MIN_PIECE_BYTES = 8 << 20
 _POOL_PREFIX = "ckpt-hash"
 
 

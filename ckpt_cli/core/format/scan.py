@@ -11,8 +11,8 @@ zstd decoded as a stream, a slab at a time) is one job on a pool of ``threads()`
 job reads, decodes, counts and hashes the whole leaf slab by slab (its ``ld1`` in parts on the
 hashing pool, ``ldranges``), so as many such leaves as threads stream at once (a checkpoint
 saved from one device is only such leaves). A job holds a slab and a read range only while
-it runs, and the pool runs ``threads()`` at once: ``threads() x 2 x budget`` (8 MiB a thread
-at verify's 4 MiB), beside the TensorStore reads in flight (``2 x threads()`` blocks, at most
+it runs (and ``ld1``'s scratch, at most twice the slab), and the pool runs ``threads()`` at
+once: ``threads() x 4 x budget`` (16 MiB a thread at verify's 4 MiB), beside the TensorStore reads in flight (``2 x threads()`` blocks, at most
 ``max(IN_FLIGHT_BYTES, 2 x threads() x budget)``). Jobs queued or done hold nothing, so they
 count in the reads in flight but not in their bytes.
 """
