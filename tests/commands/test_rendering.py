@@ -1,4 +1,4 @@
-"""Every command's text on a terminal 80 and 200 columns wide, and through a pipe (issue 12).
+"""Every command's text on a terminal 80 and 200 columns wide, and through a pipe.
 
 On a pseudo-terminal of that size (``tests/support/terminal.py``) each command's output must fit:
 no line wider than the window, every leaf name and file whole on one line, every message

@@ -158,7 +158,7 @@ def test_failed_read_leaves_no_step(cli, fixture_copy, tmp_path: Path) -> None: 
     r = cli("reshard", src, dst, "--mesh", "data=2")
     assert r.code == 3, r.stderr
     assert "Traceback" not in r.stderr
-    # The damaged source is refused before anything is written (issue 14 item 3).
+    # The damaged source is refused before anything is written.
     assert "data-file-missing" in r.stderr and "ckpt verify" in r.stderr, r.stderr
     assert not dst.exists() or sorted(p.name for p in dst.iterdir()) == []  # no step, no tmp
 
