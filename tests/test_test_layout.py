@@ -3,8 +3,11 @@
 Checked on the files as they are: no test module imports another test module or a conftest
 (shared code lives in ``tests/support/``), ``bench/`` imports only ``tests/support/``,
 ``tests/support/`` holds no test, the top of ``tests/`` holds only the files that describe or
-check the tree, no test file is named after a number or an issue, and every directory of
-``tests/core/`` and ``tests/commands/`` names a package of ``ckpt_cli``.
+check the tree, no test file is named after its history (a number, an issue, "fixes", a
+session), every directory of ``tests/core/`` and ``tests/commands/`` names a package of
+``ckpt_cli``, and the mirror holds the other way too: every command of the registry has its
+``tests/commands/test_<command>.py``, every package of ``ckpt_cli/core/`` its ``tests/core/<pkg>/``
+holding a test module.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ BENCH = REPO / "bench"
 SUPPORT = TESTS / "support"
 #: What may sit at the top of tests/ besides directories.
 TOP_LEVEL = {"__init__.py", "conftest.py", "README.md", "test_architecture.py", Path(__file__).name}
-#: A file named after an item of an issue (``test_1_two_writers.py``) or an issue itself.
-HISTORY_NAME = re.compile(r"^test_\d|issue", re.IGNORECASE)
+#: A file named after an item of an issue (``test_1_two_writers.py``), an issue itself, the fixes
+#: of a session or a session: named after when it was written, not what it proves.
+HISTORY_NAME = re.compile(r"^test_\d|issue|fixes|session", re.IGNORECASE)
 
 
 def python_files(root: Path) -> list[Path]:
@@ -119,9 +123,24 @@ def test_no_test_is_named_after_a_number_or_an_issue() -> None:
     assert not named, f"name these after the behaviour they prove: {named}"
 
 
-@pytest.mark.parametrize("name", ["test_1_two_writers.py", "test_10_x.py", "test_issue17_cli.py"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "test_1_two_writers.py",
+        "test_10_x.py",
+        "test_issue17_cli.py",
+        "test_small_fixes.py",
+        "test_matrix_fixes.py",
+        "test_session4.py",
+    ],
+)
 def test_history_names_are_recognized(name: str) -> None:
     assert HISTORY_NAME.search(name)
+
+
+@pytest.mark.parametrize("name", ["test_prune.py", "test_prefix_keys.py", "storage_fixtures.py"])
+def test_behaviour_names_are_not_taken_for_history(name: str) -> None:
+    assert not HISTORY_NAME.search(name)
 
 
 def test_every_test_directory_is_a_package() -> None:
@@ -144,3 +163,50 @@ def test_test_directories_mirror_the_package(tests_dir: str, package: str) -> No
     assert not unmatched, (
         f"tests/{tests_dir}/ directories naming no {package}/ package: {unmatched}"
     )
+
+
+def command_test_module(name: str) -> Path:
+    """Where the tests of the command ``name`` (as typed: ``import``, ``unpin``) live."""
+    return TESTS / "commands" / f"test_{name.replace('-', '_')}.py"
+
+
+def test_every_command_has_its_test_module() -> None:
+    """``ckpt X`` is proven at its edge (options, exit codes, JSON, text, bad input) in
+    ``tests/commands/test_X.py``, for every command the registry holds."""
+    from ckpt_cli.commands import COMMANDS
+
+    names = [c.name for c in COMMANDS]
+    assert names, "the registry holds no command"
+    missing = [
+        str(path.relative_to(REPO)) for n in names if not (path := command_test_module(n)).is_file()
+    ]
+    assert not missing, f"commands without their test module: {missing}"
+
+
+def core_packages() -> list[str]:
+    """Every package of ``ckpt_cli/core/``: a directory holding Python modules (with or without
+    ``__init__.py``), as the tree is now."""
+    core = REPO / "ckpt_cli" / "core"
+    found = sorted(
+        d.name
+        for d in core.iterdir()
+        if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py"))
+    )
+    assert found, "ckpt_cli/core/ holds no package"
+    return found
+
+
+def test_every_core_package_has_a_test_directory_with_tests() -> None:
+    missing = []
+    for pkg in core_packages():
+        tests = sorted((TESTS / "core" / pkg).glob("test_*.py"))
+        if not tests:
+            missing.append(f"tests/core/{pkg}/")
+    assert not missing, f"core packages without a test module in their directory: {missing}"
+
+
+def test_the_mirror_checks_see_what_they_check() -> None:
+    """The two checks above pass on a tree that has what they ask for, not on an empty one."""
+    assert "reshard" in core_packages() and "storage" in core_packages()
+    assert command_test_module("import").name == "test_import.py"
+    assert command_test_module("unpin").parent == TESTS / "commands"

@@ -1,5 +1,5 @@
 """Shell completion: the scripts for bash, zsh and fish, and what the completion function
-answers (commands, options, step numbers and item names of the root on the line) (issue 12)."""
+answers (commands, options, step numbers and item names of the root on the line)."""
 
 from __future__ import annotations
 

@@ -12,10 +12,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from ckpt_cli.core.copy.select import parse_steps
-from ckpt_cli.errors import UsageError
 from tests.support.paths import FIXTURES
 
 
@@ -24,17 +20,6 @@ def tree(root: Path) -> dict[str, bytes]:
     out = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
     assert out, f"{root} holds no file"
     return out
-
-
-def test_parse_steps() -> None:
-    sel = parse_steps("100-300,500,700-")
-    assert [s for s in (50, 100, 200, 300, 400, 500, 600, 700, 10**6) if sel.matches(s)] == [
-        100, 200, 300, 500, 700, 10**6,
-    ]  # fmt: skip
-    assert parse_steps("-300").matches(0) and not parse_steps("-300").matches(301)
-    for bad in ("", "a-b", "300-100", "1-2-3", "-"):
-        with pytest.raises(UsageError):
-            parse_steps(bad)
 
 
 def test_copy_a_run_is_byte_identical(cli: Any, tmp_path: Path) -> None:

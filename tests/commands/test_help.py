@@ -1,5 +1,5 @@
 """``--help`` of every command on an 80-column terminal: real examples, intact text, plain
-metavars (issue 12)."""
+metavars."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tests.support.paths import FIXTURES
+from tests.support.world import World, one_json_document
 
 
 def leaves_by_name(doc: dict) -> dict[str, dict]:  # type: ignore[type-arg]
@@ -264,3 +265,19 @@ def test_inspect_params_alone_still_incomplete(cli, saved_states) -> None:  # ty
     assert "✓" in step and "directory name" in step
     doc = cli("inspect", saved_states["params"], "--json").json()
     assert doc["training_state"]["missing"] == ["opt_state"]
+
+
+def test_json_item_values_are_json_values(world: World, cli) -> None:  # type: ignore[no-untyped-def]
+    doc = one_json_document(cli("inspect", world.composite, "--item", "extra", "--json").stdout)
+    values = {leaf["name"]: leaf["value"] for leaf in doc["leaves"]}
+    assert values == {"epoch": 2, "note": "step 4", "lr": 0.001}
+    strings = one_json_document(cli("inspect", FIXTURES / "strings", "--json").stdout)
+    assert {leaf["name"]: leaf["value"] for leaf in strings["leaves"]}["name"] == "mlp-experiment"
+
+
+def test_filter_dot_star_keeps_every_leaf(cli) -> None:  # type: ignore[no-untyped-def]
+    seed = FIXTURES / "seed_mlp"
+    every = cli("inspect", seed, "--json").json()["leaves"]
+    matched = cli("inspect", seed, "--filter", ".*", "--json").json()["leaves"]
+    assert {leaf["name"] for leaf in every} >= {"step", "rng"}
+    assert [leaf["name"] for leaf in matched] == [leaf["name"] for leaf in every]

@@ -1,4 +1,4 @@
-"""``--json`` on every error path of every command (issue 17).
+"""``--json`` on every error path of every command.
 
 With ``--json`` every outcome, errors included, is exactly one JSON document on stdout,
 ``{"schema_version": N, "ok": false, "error": {"code", "message", "hint"}}``, with the exit code

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 import pytest
@@ -138,3 +139,11 @@ def test_the_table_is_written_whole_or_not_at_all(
     with pytest.raises(Interrupted):
         render.print_listing(listing)
     assert capsys.readouterr().out == ""
+
+
+def test_single_item_checkpoint_has_no_made_up_step(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("ls", FIXTURES / "single_checkpointer")
+    assert r.code == 0, r.stderr
+    assert not re.search(r"^\s*0 \*", r.stdout, re.MULTILINE), r.stdout
+    doc = cli("ls", FIXTURES / "single_checkpointer", "--json").json()
+    assert [s["step"] for s in doc["steps"]] == [None]

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.matrix import fixture
 from tests.support.paths import FIXTURES, REPO
 from tests.support.sharded import read_values
 
@@ -367,3 +368,14 @@ def test_unused_rule_hints_the_command_that_lists_the_leaves(cli, tmp_path: Path
     assert found, r.stderr
     listing = cli(*shlex.split(found.group(1)))
     assert listing.code == 0 and K0 in listing.stdout
+
+
+def test_dotdot_key_is_refused_without_ocdbt(cli: Any, tmp_path: Path) -> None:
+    """A key ``..`` cannot be a directory of a plain zarr item: refused, nothing written (Orbax
+    0.12.8's ``odd_keys``)."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("rules: [{op: cast, match: 'a\\.b', dtype: float16}]\n")
+    src = fixture("0.12.8", "odd_keys").path
+    r = cli("migrate", src, tmp_path / "m", "--spec", spec, "--no-ocdbt")
+    assert r.code == 3 and "'..'" in r.stderr and "without OCDBT" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]

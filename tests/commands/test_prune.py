@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from ckpt_cli.core.prune.execute import prune_lock
 from ckpt_cli.core.prune.plan import LOCK_NAME, SYMLINK_KEPT, TRASH_PREFIX
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.errors import StorageError
+from tests.support.interrupts import tree_state
 from tests.support.paths import FIXTURES, REPO
 from tests.support.prune_roots import (
     KILLER,
@@ -31,6 +33,8 @@ from tests.support.prune_roots import (
     tree_digest,
 )
 from tests.support.startup_probe import PROBE
+from tests.support.terminal import Terminal
+from tests.support.world import World, one_json_document
 
 TMP_SRC = FIXTURES / "with_tmp" / "3.orbax-checkpoint-tmp"
 
@@ -397,3 +401,47 @@ def test_metric_help_says_what_a_metric_is() -> None:
         "--mode",
     ):
         assert phrase in (metric.help or ""), metric.help
+
+
+def test_keep_best_requires_mode(world: World, cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("prune", world.composite, "--keep-best", "1", "--metric", "loss", "--dry-run")
+    assert r.code == 2
+    assert "--mode" in r.stderr and "max" in r.stderr and "min" in r.stderr
+
+
+def test_prune_plan_shows_the_metric_values(world: World, cli) -> None:  # type: ignore[no-untyped-def]
+    args = ["prune", world.composite, "--keep-best", "1", "--metric", "loss", "--mode", "min"]
+    doc = one_json_document(cli(*args, "--dry-run", "--json").stdout)
+    ranked = {e["step"]: e["metric"] for e in [*doc["keep"], *doc["delete"]]}
+    assert ranked[4] == {"name": "loss", "value": 0.2, "rank": 1}
+    assert ranked[2] == {"name": "loss", "value": 0.3, "rank": 2}
+    text = cli(*args, "--dry-run")
+    assert text.code == 0
+    rows = {line.split()[0]: line for line in text.stdout.splitlines() if line.strip()}
+    assert "0.3" in rows["2"] and "0.2" in rows["4"]
+
+
+def test_declined_prune_deletes_nothing_and_is_not_an_error(
+    fixture_copy: Callable[[str], Path],
+) -> None:
+    root = fixture_copy("seed_mlp")
+    before = tree_state(root)
+    term = Terminal(["prune", root, "--keep-last", "1"], 80)
+    term.expect("Delete 2 steps")
+    term.type("n\r")
+    screen = term.finish()
+    assert screen.code == 0, screen.text
+    assert "nothing deleted" in screen.text
+    assert "error" not in screen.text
+    assert tree_state(root) == before
+
+
+def test_confirmed_prune_deletes(fixture_copy: Callable[[str], Path]) -> None:
+    """The other answer, so the test above cannot pass by deleting nothing whatever is typed."""
+    root = fixture_copy("seed_mlp")
+    term = Terminal(["prune", root, "--keep-last", "1"], 80)
+    term.expect("Delete 2 steps")
+    term.type("y\r")
+    screen = term.finish()
+    assert screen.code == 0, screen.text
+    assert sorted(p.name for p in root.iterdir() if p.name.isdigit()) == ["500"]

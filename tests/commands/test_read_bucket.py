@@ -7,13 +7,14 @@ be equal once paths are mapped (and times that only exist as file mtimes are dro
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from tests.support.buckets import listing_view, normalized
 from tests.support.paths import FIXTURES
-from tests.support.remote_servers import BUCKET, dead_endpoint, keys
+from tests.support.remote_servers import BUCKET, GcsServer, dead_endpoint, keys
 from tests.support.storage_fixtures import S3
 
 READ_FIXTURES = [
@@ -170,3 +171,33 @@ def test_remote_read_paths_do_not_import_jax_or_orbax(s3: S3, command: list[str]
     line = next(x for x in proc.stderr.splitlines() if x.startswith("HEAVY="))
     assert json.loads(line[len("HEAVY=") :]) == []
     assert proc.stdout
+
+
+def _table_times(text: str) -> dict[str, str]:
+    return {
+        m.group(1): m.group(2)
+        for m in re.finditer(r"^\s*(\d+)(?: \*)?\s+\w+\s+(\d{4}-\d\d-\d\d \d\d:\d\d)", text, re.M)
+    }
+
+
+def test_commit_times_in_a_bucket_agree_between_ls_and_prune(
+    cli: Any, s3: S3, s3_prefix: str
+) -> None:
+    url = s3.put_dir(FIXTURES / "seed_mlp", s3_prefix)
+    ls = cli("ls", url, "--json")
+    plan = cli("prune", url, "--keep-last", "1", "--dry-run", "--json")
+    assert ls.code == 0 and plan.code == 0, ls.stderr + plan.stderr
+    listed = {s["step"]: s["committed_at"] for s in ls.json()["steps"]}
+    planned = {s["step"]: s["committed_at"] for s in plan.json()["keep"] + plan.json()["delete"]}
+    assert listed and listed == planned
+    # And as a person reads them, in both tables.
+    ls_text = _table_times(cli("ls", url).stdout)
+    prune_text = _table_times(cli("prune", url, "--keep-last", "1", "--dry-run").stdout)
+    assert ls_text and ls_text == prune_text
+
+
+def test_gs_errors_do_not_point_at_s3_options(cli: Any, gcs: GcsServer) -> None:
+    r = cli("ls", "gs://no-such-bucket/run")
+    assert r.code == 3, r.stderr
+    assert r.stderr.startswith("ckpt: error:")
+    assert "s3" not in r.stderr.lower(), r.stderr

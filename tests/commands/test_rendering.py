@@ -1,4 +1,4 @@
-"""Every command's text on a terminal 80 and 200 columns wide, and through a pipe (issue 12).
+"""Every command's text on a terminal 80 and 200 columns wide, and through a pipe.
 
 On a pseudo-terminal of that size (``tests/support/terminal.py``) each command's output must fit:
 no line wider than the window, every leaf name and file whole on one line, every message
@@ -12,9 +12,11 @@ import functools
 import json
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -237,3 +239,16 @@ def test_every_command_piped_ends_no_line_in_whitespace(command: str, tmp_path: 
         for stream in (proc.stdout, proc.stderr):
             padded = [line for line in stream.splitlines() if line != line.rstrip()]
             assert not padded, (args, padded)
+
+
+def test_counts_of_one_are_singular(cli: Any, tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    shutil.copytree(SEED / "500", root / "500")
+    ls = cli("ls", root)
+    assert ls.code == 0 and "1 step," in ls.stdout, ls.stdout
+    diff = cli("diff", f"{SEED}@300", f"{SEED}@500", "--filter", "^step$")
+    assert diff.code == 1
+    assert ": 1 leaf: " in diff.stdout, diff.stdout
+    verify = cli("verify", root)
+    assert verify.code == 0
+    assert "1 step, 1 item," in verify.stdout and "(s)" not in verify.stdout, verify.stdout

@@ -1,4 +1,4 @@
-"""Published JSON Schemas of every command's ``--json`` (issue 17).
+"""Published JSON Schemas of every command's ``--json``.
 
 * every command of the app has ``docs/schemas/<command>.schema.json``, a valid JSON Schema
   (draft 2020-12) that is exactly what the result types generate (never edited by hand);

@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM stop every long command cleanly (issue 12).
+"""Ctrl-C and SIGTERM stop every long command cleanly.
 
 Each test starts a real ``ckpt`` process on the big checkpoint, interrupts it once it is reading
 data, and checks what a person and a script see: exit 130 (SIGINT, sent to the process group as
@@ -73,7 +73,7 @@ DATA_KEYS = {"problems", "summary", "equal", "leaves", "checked", "outcome", "re
 
 def assert_no_verdict(run: Interrupted) -> None:
     """Nothing on stdout about the data it did not finish: no text; with --json at most an
-    error document saying it was interrupted (issue 17: a JSON document for every outcome)."""
+    error document saying it was interrupted (a JSON document for every outcome)."""
     if "--json" in run.args and run.stdout.strip():
         doc = json.loads(run.stdout)
         assert doc.get("error", {}).get("code") == "interrupted", run.describe()

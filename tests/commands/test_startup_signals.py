@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM while ``ckpt`` starts (issue 12): during its imports, before and while the
+"""Ctrl-C and SIGTERM while ``ckpt`` starts: during its imports, before and while the
 command runs, a signal ends the run with 130/143 and one line on stderr, never a traceback; a
 signal that comes too late finds a normal completion.
 

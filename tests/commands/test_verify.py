@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -11,8 +13,10 @@ from typing import Any
 import pytest
 
 from tests.support.paths import FIXTURES, REPO
+from tests.support.world import World, one_json_document
 
 DAMAGED = REPO / "fixtures" / "damaged"
+STATE_FILE = "_CKPT_VERIFY_STATE.json"
 CLEAN = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir() and p.name != "msgpack_legacy")
 
 # defect -> (code, level that finds it, exit code without --strict)
@@ -262,3 +266,120 @@ def test_ocdbt_crc_message_reads_as_english_in_text_json_and_junit(  # type: ign
     assert "fails its CRC-32C check" in flat and " is fails" not in flat
     report = junit.read_text()
     assert "fails its CRC-32C check" in report and " is fails" not in report
+
+
+def test_composite_verify_prints_one_digest_line_per_step(world: World, cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("verify", world.composite)
+    assert r.code == 0
+    lines = [line for line in r.stdout.splitlines() if "no digests recorded" in line]
+    assert 1 <= len(lines) <= 2, r.stdout  # 2 steps x 3 items printed 6 lines before
+
+
+def test_sample_partitions_cover_every_chunk_once(world: World, cli) -> None:  # type: ignore[no-untyped-def]
+    t = 3
+    runs = []
+    for n in range(1, t + 1):
+        r = cli("verify", FIXTURES / "sharded_4x2", "--sample", f"{n}/{t}", "--json")
+        assert r.code == 0, r.stderr
+        runs.append(one_json_document(r.stdout)["checked"]["sample"])
+    assert all(s["subset"] == f"{i + 1}/{t}" for i, s in enumerate(runs))
+    total = runs[0]["of_chunks"]
+    assert total > t and all(s["of_chunks"] == total for s in runs)
+    assert sum(s["chunks"] for s in runs) == total
+    assert sum(s["bytes"] for s in runs) == runs[0]["of_bytes"]
+    again = one_json_document(
+        cli("verify", FIXTURES / "sharded_4x2", "--sample", f"2/{t}", "--json").stdout
+    )
+    assert again["checked"]["sample"] == runs[1]
+
+
+@pytest.mark.parametrize("bad", ["0/4", "5/4", "1/0", "a/b", "2/"])
+def test_sample_subset_must_make_sense(world: World, cli, bad: str) -> None:  # type: ignore[no-untyped-def]
+    r = cli("verify", world.good, "--sample", bad)
+    assert r.code == 2 and "--sample" in r.stderr
+    assert "N/T" in r.stderr, r.stderr  # the message names the form that was meant
+
+
+def test_a_damaged_chunk_is_in_exactly_one_subset(world: World, cli, fixture_copy) -> None:  # type: ignore[no-untyped-def]
+    root = fixture_copy("no_ocdbt")
+    chunk = root / "0" / "default" / "params.Dense_0.kernel" / "0.0"
+    chunk.write_bytes(b"not zstd" * 8)
+    t = 4
+    found = []
+    for n in range(1, t + 1):
+        r = cli("verify", root, "--sample", f"{n}/{t}", "--json")
+        codes = {p["code"] for p in one_json_document(r.stdout)["problems"]}
+        found.append("decode-error" in codes)
+        assert r.code == (1 if found[-1] else 0), r.stdout
+    assert found.count(True) == 1, found
+
+
+def test_max_duration_reports_coverage(world: World, cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("verify", world.good, "--deep", "--max-duration", "10m", "--json")
+    assert r.code == 0, r.stderr
+    cov = one_json_document(r.stdout)["checked"]["coverage"]
+    assert cov["complete"] is True and cov["stopped"] is None
+    assert cov["bytes"] == cov["of_bytes"] > 0
+    assert cov["leaves"] == cov["of_leaves"] > 0
+    assert cov["budget_s"] == 600
+
+
+@pytest.mark.parametrize(
+    ("args", "phrase"),
+    [
+        (["--max-duration", "10m"], "--deep or --sample"),
+        (["--deep", "--max-duration", "10"], "duration"),  # a duration needs its unit
+        (["--deep", "--rotate"], "--rotate needs --max-duration"),
+        (["--record", "--max-duration", "10m"], "--record"),  # a record needs every chunk
+    ],
+)
+def test_budget_flags_are_checked(world: World, cli, args: list[str], phrase: str) -> None:  # type: ignore[no-untyped-def]
+    r = cli("verify", world.good, *args)
+    assert r.code == 2, r.stderr
+    assert phrase in r.stderr and "No such option" not in r.stderr, r.stderr
+
+
+def test_rotate_keeps_its_state_next_to_the_digests(world: World, cli) -> None:  # type: ignore[no-untyped-def]
+    assert cli("verify", world.good, "--record").code == 0
+    r = cli(
+        "verify", world.good, "--latest", "--deep", "--max-duration", "10m", "--rotate", "--json"
+    )
+    assert r.code == 0, r.stderr
+    rotation = one_json_document(r.stdout)["checked"]["rotation"]
+    assert rotation["cycle_complete"] is True
+    state = world.good / "500" / "default" / STATE_FILE
+    assert state.is_file() and json.loads(state.read_text())["format"] == "ckpt-verify-state"
+    # Neither the state file nor the digests make verify complain, even under --strict.
+    again = one_json_document(cli("verify", world.good, "--strict", "--json").stdout)
+    assert again["ok"] is True, again["problems"]
+
+
+def test_verify_refuses_latest_with_step(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("verify", FIXTURES / "seed_mlp", "--latest", "--step", "500")
+    assert r.code == 2, r.stdout + r.stderr
+    assert "--latest" in r.stderr and "--step" in r.stderr
+    assert r.stdout == ""
+
+
+def test_truncated_file_names_its_leaves_in_json(cli) -> None:  # type: ignore[no-untyped-def]
+    doc = cli("verify", DAMAGED / "truncated-data-file", "--json").json()
+    problems = [p for p in doc["problems"] if p["code"] == "data-file-truncated"]
+    assert problems
+    for p in problems:
+        named = re.findall(r"(?:params|opt_state)\.[\w.]+\w", p["message"])
+        assert named
+        assert p["leaf"] in named
+        assert sorted(p["leaves"]) == sorted(named)
+
+
+def test_deep_ok_without_digests_says_what_it_cannot_see(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    one_step_root = tmp_path / "run"
+    shutil.copytree(FIXTURES / "seed_mlp" / "500", one_step_root / "500")
+    r = cli("verify", one_step_root, "--deep")
+    assert r.code == 0
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("OK")
+    assert "no digests recorded: value changes are not detectable; run --record" in last, last
+    assert cli("verify", one_step_root, "--record").code == 0
+    recorded = cli("verify", one_step_root, "--deep").stdout.strip().splitlines()[-1]
+    assert recorded.startswith("OK") and "no digests" not in recorded

@@ -28,42 +28,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-IN, OUT, H = 16, 10, 64
-
-
-class MLP(nn.Module):
-    hidden: int = H
-    names: tuple = ("Dense_0", "Dense_1")
-
-    @nn.compact
-    def __call__(self, x):
-        x = nn.relu(nn.Dense(self.hidden, name=self.names[0])(x))
-        return nn.Dense(OUT, name=self.names[1])(x)
-
-
-class Block(nn.Module):
-    @nn.compact
-    def __call__(self, x, _):
-        return nn.relu(nn.Dense(H)(x)), None
-
-
-class Deep(nn.Module):
-    scan: bool = False
-
-    @nn.compact
-    def __call__(self, x):
-        x = nn.Dense(H, name="embed")(x)
-        if self.scan:
-            layers = nn.scan(Block, variable_axes={"params": 0}, split_rngs={"params": True}, length=3)
-            x, _ = layers(name="layers")(x, None)
-        else:
-            for i in range(3):
-                x, _ = Block(name=f"layers_{i}")(x, None)
-        return nn.Dense(OUT, name="head")(x)
-
-
-def adam():
-    return optax.adam(1e-3)
+from tests.support.doctor_models import IN, OUT, H, MLP, Deep, Net, adam, batch, xent
 
 
 def chained():
@@ -94,15 +59,6 @@ def abstract(kind):
     return jax.eval_shape(lambda: init_state(kind))
 
 
-def batch(width=IN):
-    x = jax.random.normal(jax.random.key(1), (32, width))
-    return x, jnp.arange(32) % OUT
-
-
-def xent(logits):
-    return optax.softmax_cross_entropy_with_integer_labels(logits, batch()[1]).mean()
-
-
 def train_step(kind, state):
     model, tx, width, _ = KINDS[kind]
     loss, grads = jax.value_and_grad(lambda p: xent(model.apply({"params": p}, batch(width)[0])))(
@@ -110,17 +66,6 @@ def train_step(kind, state):
     updates, opt = tx().update(grads, state["opt_state"], state["params"])
     params = optax.apply_updates(state["params"], updates)
     return {"params": params, "opt_state": opt, "step": state["step"] + 1}, loss
-
-
-class Net(nnx.Module):
-    def __init__(self, rngs, hidden=H, names=("Dense_0", "Dense_1")):
-        self.names = names
-        setattr(self, names[0], nnx.Linear(IN, hidden, rngs=rngs))
-        setattr(self, names[1], nnx.Linear(hidden, OUT, rngs=rngs))
-
-    def __call__(self, x):
-        first, second = (getattr(self, n) for n in self.names)
-        return second(nnx.relu(first(x)))
 
 
 NEW = (128, ("encoder", "head"))

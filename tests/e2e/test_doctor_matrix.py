@@ -31,79 +31,9 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-IN, OUT, H = 16, 10, 64
-
-
-class TDense(nn.Module):
-    """A layer storing its kernel as [out, in] (as PyTorch's Linear does)."""
-    features: int
-
-    @nn.compact
-    def __call__(self, x):
-        k = self.param("kernel", nn.initializers.lecun_normal(), (self.features, x.shape[-1]))
-        return x @ k.T + self.param("bias", nn.initializers.zeros, (self.features,))
-
-
-class MLP(nn.Module):
-    hidden: int = H
-    names: tuple = ("Dense_0", "Dense_1")
-    aux: bool = False  # a second head
-    kind: str = "dense"  # "transposed": [out, in] kernel; "heads": [in, 4, H/4] kernel
-
-    @nn.compact
-    def __call__(self, x):
-        if self.kind == "transposed":
-            h = TDense(self.hidden, name=self.names[0])(x)
-        elif self.kind == "heads":
-            h = nn.DenseGeneral((4, self.hidden // 4), name=self.names[0])(x)
-            h = h.reshape(x.shape[:-1] + (self.hidden,))
-        else:
-            h = nn.Dense(self.hidden, name=self.names[0])(x)
-        h = nn.relu(h)
-        out = nn.Dense(OUT, name=self.names[1])(h)
-        return out + nn.Dense(OUT, name="aux")(h) if self.aux else out
-
-
-class Block(nn.Module):
-    @nn.compact
-    def __call__(self, x, _):
-        return nn.relu(nn.Dense(H)(x)), None
-
-
-class Deep(nn.Module):
-    scan: bool = False
-
-    @nn.compact
-    def __call__(self, x):
-        x = nn.Dense(H, name="embed")(x)
-        if self.scan:
-            layers = nn.scan(Block, variable_axes={"params": 0}, split_rngs={"params": True}, length=3)
-            x, _ = layers(name="layers")(x, None)
-        else:
-            for i in range(3):
-                x, _ = Block(name=f"layers_{i}")(x, None)
-        return nn.Dense(OUT, name="head")(x)
-
-
-class Other(nn.Module):
-    """Another model altogether: a token embedding and an output layer."""
-    @nn.compact
-    def __call__(self, x):
-        e = nn.Embed(100, 32, name="embed")(jnp.zeros(x.shape[:-1], jnp.int32))
-        return nn.Dense(OUT, name="out")(e)
-
-
-class NnxMLP(nnx.Module):
-    def __init__(self, rngs):
-        self.Dense_0 = nnx.Linear(IN, H, rngs=rngs)
-        self.Dense_1 = nnx.Linear(H, OUT, rngs=rngs)
-
-    def __call__(self, x):
-        return self.Dense_1(nnx.relu(self.Dense_0(x)))
-
-
-def adam():
-    return optax.adam(1e-3)
+from tests.support.doctor_models import (
+    IN, OUT, H, MLP, Deep, NnxMLP, Other, adam, batch, xent,
+)
 
 
 def injected():
@@ -122,15 +52,6 @@ def init_state(name):
     model, tx = MODELS[name]
     params = model.init(jax.random.key(0), jnp.zeros((1, IN)))["params"]
     return {"params": params, "opt_state": tx().init(params), "step": jnp.asarray(0, jnp.int32)}
-
-
-def batch():
-    x = jax.random.normal(jax.random.key(1), (32, IN))
-    return x, jnp.arange(32) % OUT
-
-
-def xent(logits):
-    return optax.softmax_cross_entropy_with_integer_labels(logits, batch()[1]).mean()
 
 
 def train_step(name, state):

@@ -24,23 +24,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from tests.support.doctor_models import MLP  # the input width comes from the data
+
 IN_DIM, OUT_DIM = 16, 10
-
-
-class MLP(nn.Module):
-    hidden: int = 64
-    names: tuple[str, str] = ("Dense_0", "Dense_1")
-    in_dim: int = IN_DIM
-
-    @nn.compact
-    def __call__(self, x):
-        x = nn.relu(nn.Dense(self.hidden, name=self.names[0])(x))
-        return nn.Dense(OUT_DIM, name=self.names[1])(x)
 
 
 def init_state(hidden=64, names=("Dense_0", "Dense_1"), dtype=jnp.float32, in_dim=IN_DIM):
     key = jax.random.key(0)
-    params = MLP(hidden, names, in_dim).init(key, jnp.zeros((1, in_dim)))["params"]
+    params = MLP(hidden, names).init(key, jnp.zeros((1, in_dim)))["params"]
     params = jax.tree.map(lambda p: p.astype(dtype), params)
     return {"params": params, "opt_state": optax.adam(1e-3).init(params),
             "step": jnp.asarray(0, jnp.int32)}

@@ -4,8 +4,9 @@ Every name read from a checkpoint (item names of ``_CHECKPOINT_METADATA``'s ``it
 step names, file names in metadata) is validated before it touches a path, and every path a
 writer writes lies under the destination: proven by a snapshot of the parent directory (all of
 it: source, destination and a bystander directory) before and after each run.
-Leaf keys ('', 'trailing/', '..') as storage paths are issue 13's; here only the guarantee that
-whatever a leaf is called, nothing lands outside the destination.
+Leaf keys ('', 'trailing/', '..') as storage paths are read in ``tests/e2e/test_matrix_layouts.py``
+and written in ``tests/e2e/test_reshard_matrix.py``; here only the guarantee that whatever a
+leaf is called, nothing lands outside the destination.
 """
 
 from __future__ import annotations

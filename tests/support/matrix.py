@@ -64,6 +64,13 @@ class Fixture:
         return (None if n == -1 else n), steps[n]
 
 
+def fixture(release: str, case: str) -> Fixture:
+    """The fixture ``case`` the ``release`` wrote (``fixtures/matrix/<release>/<case>/``)."""
+    f = Fixture(release, case, MATRIX / release / case)
+    assert (f.dir / "truth.json").is_file(), f.id
+    return f
+
+
 def all_fixtures() -> list[Fixture]:
     out = []
     for rdir in sorted(MATRIX.iterdir()):
