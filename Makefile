@@ -225,7 +225,8 @@ pytest: $(STAMP)
 
 # The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/; `docs-check`, part of
 # `make test`, builds it strictly into a temporary directory (a broken link or anchor fails) and
-# checks that docs/reference/ matches the app; `docs-reference` rewrites docs/reference/.
+# checks that docs/reference/ and the command lists of README.md, docs/index.md and json.md match
+# the registry; `docs-reference` rewrites them.
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict
 	@echo "built site/: open site/index.html"
