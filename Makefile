@@ -214,8 +214,8 @@ check: lint types docs-check
 	$(VENV)/bin/pytest -n 2 -q -m "not slow"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check ckpt_cli tests bench examples fixtures/make_fixtures.py fixtures/make_damaged.py docs/gen_reference.py docs/hooks.py
-	$(VENV)/bin/ruff format --check ckpt_cli tests docs/gen_reference.py docs/hooks.py
+	$(VENV)/bin/ruff check ckpt_cli tests bench examples fixtures/make_fixtures.py fixtures/make_damaged.py docs/gen_reference.py docs/gen_lists.py docs/hooks.py
+	$(VENV)/bin/ruff format --check ckpt_cli tests docs/gen_reference.py docs/gen_lists.py docs/hooks.py
 
 types: $(STAMP)
 	$(VENV)/bin/mypy

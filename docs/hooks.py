@@ -6,7 +6,7 @@ edit it and the sdist ships it; the site gets the same text at build time. Its l
 from the root (``docs/reference/x.md``): here they are made relative to docs/.
 
 The nav's Reference section lists ``Commands: reference/index.md``; after it this hook puts one
-entry per command of ``ckpt_cli.commands.COMMANDS`` (``gen_reference.nav_entries``), in the
+entry per command of ``ckpt_cli.commands.COMMANDS`` (``gen_lists.nav_entries``), in the
 registry's order, so mkdocs.yml names no command and a new command needs no edit there.
 """
 
@@ -26,11 +26,11 @@ DOCS = Path(__file__).resolve().parent
 INDEX = "reference/index.md"
 
 
-def _generator() -> ModuleType:
-    """docs/gen_reference.py (not a package: loaded by path), with the repository importable."""
+def _lists() -> ModuleType:
+    """docs/gen_lists.py (not a package: loaded by path), with the repository importable."""
     if str(DOCS.parent) not in sys.path:
         sys.path.insert(0, str(DOCS.parent))
-    spec = importlib.util.spec_from_file_location("gen_reference", DOCS / "gen_reference.py")
+    spec = importlib.util.spec_from_file_location("gen_lists", DOCS / "gen_lists.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -66,7 +66,7 @@ def with_commands(nav: list[Any], entries: list[dict[str, str]]) -> list[Any]:
 
 
 def on_config(config: Any) -> Any:
-    config["nav"] = with_commands(config["nav"], _generator().nav_entries())
+    config["nav"] = with_commands(config["nav"], _lists().nav_entries())
     return config
 
 

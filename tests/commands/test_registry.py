@@ -111,10 +111,10 @@ PROBE = textwrap.dedent(
         spec.loader.exec_module(module)
         return module
 
-    gen, hooks = load("gen_reference"), load("hooks")
-    stale = gen.stale_pages() + gen.stale_blocks()
+    gen, lists, hooks = load("gen_reference"), load("gen_lists"), load("hooks")
+    stale = gen.stale_pages() + lists.stale_blocks()
     gen.write_pages()
-    _, problems = gen.write_blocks()
+    _, problems = lists.write_blocks()
     nav = yaml.safe_load(Path("mkdocs.yml").read_text())["nav"]
     print(json.dumps({
         "package": ckpt_cli.__file__,
@@ -123,7 +123,7 @@ PROBE = textwrap.dedent(
         "executed": ckpt_cli.execute(ToyPlan("runs/x")),
         "stale": stale,
         "problems": problems,
-        "nav": yaml.safe_dump(hooks.with_commands(nav, gen.nav_entries())),
+        "nav": yaml.safe_dump(hooks.with_commands(nav, lists.nav_entries())),
     }))
     """
 )

@@ -18,10 +18,8 @@ from ckpt_cli.commands import COMMANDS as REGISTRY
 from tests.support.paths import REPO
 
 
-def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gen_reference", REPO / "docs" / "gen_reference.py"
-    )
+def _generator(name: str = "gen_reference") -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, REPO / "docs" / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -37,6 +35,7 @@ def _hooks() -> ModuleType:
 
 
 GEN = _generator()
+LISTS = _generator("gen_lists")
 COMMANDS = [c.name for c in REGISTRY]
 
 
@@ -82,7 +81,7 @@ def test_every_option_of_every_command_is_on_its_page() -> None:
 def site_nav() -> list[object]:
     """The nav the site is built with: mkdocs.yml's, with the hook's command pages."""
     nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
-    return _hooks().with_commands(nav, GEN.nav_entries())  # type: ignore[no-any-return]
+    return _hooks().with_commands(nav, LISTS.nav_entries())  # type: ignore[no-any-return]
 
 
 def test_every_reference_page_is_in_the_site_nav_and_linked_from_a_guide() -> None:
@@ -102,7 +101,7 @@ def test_mkdocs_yml_names_no_command_the_hook_adds() -> None:
     hooks = _hooks()
     nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
     assert "reference/ls.md" not in yaml.safe_dump(nav)
-    entries = GEN.nav_entries()
+    entries = LISTS.nav_entries()
     assert entries[0] == {"ckpt ls": "reference/ls.md"}
     with pytest.raises(ValueError, match="by hand"):
         hooks.with_commands([{"Reference": ["reference/index.md", "reference/ls.md"]}], entries)
@@ -111,32 +110,32 @@ def test_mkdocs_yml_names_no_command_the_hook_adds() -> None:
 
 
 def test_the_lists_of_commands_in_readme_index_and_json_are_current() -> None:
-    stale = GEN.stale_blocks()
+    stale = LISTS.stale_blocks()
     assert not stale, f"{stale}: run `make docs-reference` and commit the result"
 
 
 def test_the_block_check_names_what_is_stale_and_what_to_write(tmp_path: Path) -> None:
-    for name in GEN.BLOCK_FILES:
+    for name in LISTS.BLOCK_FILES:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text((REPO / name).read_text())
-    assert GEN.stale_blocks(tmp_path) == []
+    assert LISTS.stale_blocks(tmp_path) == []
     readme = tmp_path / "README.md"
     readme.write_text(readme.read_text().replace("— remove a pin", "— unpin"))
     page = tmp_path / "docs" / "reference" / "json.md"
     text = page.read_text()
     start = text.index("## `ckpt pin`")
     page.write_text(text[:start] + text[text.index("## `ckpt unpin`") :])
-    assert GEN.stale_blocks(tmp_path) == [
+    assert LISTS.stale_blocks(tmp_path) == [
         "README.md",
         'docs/reference/json.md: no section "## `ckpt pin`" (write what its --json prints)',
     ]
-    changed, problems = GEN.write_blocks(tmp_path)
+    changed, problems = LISTS.write_blocks(tmp_path)
     assert changed == [readme] and len(problems) == 1
     assert "- `ckpt unpin ROOT STEP` — remove a pin (" in readme.read_text()
 
 
 def test_a_block_needs_both_markers() -> None:
-    assert GEN.fill_block("a\n<!-- x -->\nold\n<!-- /x -->\nb", "x", "new") == (
+    assert LISTS.fill_block("a\n<!-- x -->\nold\n<!-- /x -->\nb", "x", "new") == (
         "a\n<!-- x -->\nnew\n<!-- /x -->\nb"
     )
-    assert GEN.fill_block("a\n<!-- x -->\nold\n", "x", "new") is None
+    assert LISTS.fill_block("a\n<!-- x -->\nold\n", "x", "new") is None
