@@ -214,8 +214,8 @@ check: lint types docs-check
 	$(VENV)/bin/pytest -n 2 -q -m "not slow"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check ckpt_cli tests bench examples fixtures/make_fixtures.py fixtures/make_damaged.py docs/gen_reference.py docs/hooks.py
-	$(VENV)/bin/ruff format --check ckpt_cli tests docs/gen_reference.py docs/hooks.py
+	$(VENV)/bin/ruff check ckpt_cli tests bench examples fixtures/make_fixtures.py fixtures/make_damaged.py docs/gen_reference.py docs/gen_lists.py docs/hooks.py
+	$(VENV)/bin/ruff format --check ckpt_cli tests docs/gen_reference.py docs/gen_lists.py docs/hooks.py
 
 types: $(STAMP)
 	$(VENV)/bin/mypy
@@ -225,7 +225,8 @@ pytest: $(STAMP)
 
 # The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/; `docs-check`, part of
 # `make test`, builds it strictly into a temporary directory (a broken link or anchor fails) and
-# checks that docs/reference/ matches the app; `docs-reference` rewrites docs/reference/.
+# checks that docs/reference/ and the command lists of README.md, docs/index.md and json.md match
+# the registry; `docs-reference` rewrites them.
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict
 	@echo "built site/: open site/index.html"

@@ -38,7 +38,7 @@ from __future__ import annotations
 import importlib
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -337,6 +337,14 @@ def plan_prune(
     return plan_prune_root(location, policy, clean_tmp=clean_tmp, tmp_min_age=tmp_min_age, now=now)
 
 
+def _writers() -> dict[type, Callable[[Any, ProgressFn | None], Any]]:
+    """plan type -> executor, from the command registry (its writers' ``Command.writer``)."""
+    from ckpt_cli.commands import COMMANDS
+
+    pairs = [c.writer() for c in COMMANDS if c.writer is not None]
+    return {pair.plan: pair.execute for pair in pairs}
+
+
 def execute(
     plan: ReshardPlan | MigrationPlan | PrunePlan | ExportPlan | ImportPlan | CopyPlan,
     *,
@@ -350,37 +358,12 @@ def execute(
     hides each entry, then deletes it. ``on_progress`` receives ``Progress`` events.
     Example: ``ckpt_cli.execute(ckpt_cli.plan_prune("runs/exp7", keep_last=2))``.
     """
-    from ckpt_cli.core.migrate.plan import MigrationPlan
-    from ckpt_cli.core.prune.plan import PrunePlan
-    from ckpt_cli.core.reshard.plan import ReshardPlan
-
-    if isinstance(plan, ReshardPlan):
-        from ckpt_cli.core.reshard.execute import execute as run_reshard
-
-        return run_reshard(plan, on_progress)
-    if isinstance(plan, MigrationPlan):
-        from ckpt_cli.core.migrate.execute import execute as run_migration
-
-        return run_migration(plan, on_progress)
-    if isinstance(plan, PrunePlan):
-        from ckpt_cli.core.prune.execute import execute as run_prune
-
-        return run_prune(plan, on_progress)
-    from ckpt_cli.core.safetensors.export import ExportPlan
-    from ckpt_cli.core.safetensors.import_ import ImportPlan
-
-    if isinstance(plan, ExportPlan):
-        from ckpt_cli.core.safetensors.export_run import execute as run_export
-
-        return run_export(plan, on_progress)
-    if isinstance(plan, ImportPlan):
-        from ckpt_cli.core.safetensors.import_run import execute as run_import
-
-        return run_import(plan, on_progress)
-    from ckpt_cli.core.copy.plan import CopyPlan
-
-    if isinstance(plan, CopyPlan):
-        from ckpt_cli.core.copy.execute import execute_copy
-
-        return execute_copy(plan, on_progress)
+    # The registry of commands is the registry of writers: each writer's ``Command`` names its
+    # plan type and executor (``Command.writer``), so a new writer is dispatched here with no
+    # edit. Looked up by the plan's exact type, then by its bases (a subclass of a plan).
+    writers = _writers()
+    for cls in type(plan).__mro__:
+        found = writers.get(cls)
+        if found is not None:
+            return found(plan, on_progress)  # type: ignore[no-any-return]
     raise TypeError(f"not a plan ckpt executes: {type(plan).__name__}")

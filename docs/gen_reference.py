@@ -1,9 +1,13 @@
-"""Write docs/reference/<command>.md for every command of the ``ckpt`` Typer app.
+"""Write docs/reference/<command>.md for every command of the ``ckpt`` Typer app, and every
+other list of the commands the docs keep, from the registry (``ckpt_cli.commands.COMMANDS``).
 
 Run from the repository root::
 
     python docs/gen_reference.py           # (re)write the pages: `make docs-reference`
     python docs/gen_reference.py --check   # exit 1 and name every stale page
+
+Besides the pages it writes and checks the lists of commands in README.md, docs/index.md and
+docs/reference/json.md (docs/gen_lists.py).
 
 Each page is rendered from the app itself: the command's help (its docstring), its usage line,
 every argument and option with its type, default and help, and its exit codes (the sentence
@@ -25,6 +29,11 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO / "docs") not in sys.path:  # gen_lists beside it, when loaded by path (the tests)
+    sys.path.insert(0, str(REPO / "docs"))
+
+from gen_lists import stale_blocks, write_blocks  # noqa: E402
+
 OUT = REPO / "docs" / "reference"
 HEADER = (
     "<!-- Generated from the Typer app by docs/gen_reference.py: do not edit by hand; "
@@ -352,13 +361,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only report stale pages")
     args = parser.parse_args(argv)
     if args.check:
-        stale = stale_pages()
+        stale = stale_pages() + stale_blocks()
         for page in stale:
             print(f"stale: {page} (run `make docs-reference`)", file=sys.stderr)
         return 1 if stale else 0
-    for path in write_pages():
+    changed, problems = write_blocks()
+    for path in [*write_pages(), *changed]:
         print(f"wrote {path.relative_to(REPO)}")
-    return 0
+    for problem in problems:
+        print(f"to fix by hand: {problem}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

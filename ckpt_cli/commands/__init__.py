@@ -1,5 +1,8 @@
-"""The one registry of subcommands: the app, the schema generator, the reference docs and the
-tests iterate ``COMMANDS``, so a command is registered in one place or not at all.
+"""The one registry of subcommands: the app, the schema generator, ``ckpt_cli.execute`` (the
+writers' plan types and executors), the reference pages, the site's nav, the command lists of
+README.md, docs/index.md and json.md (docs/gen_reference.py) and the tests' matrices iterate
+``COMMANDS``, so a command is registered in one place or not at all (CONTRIBUTING.md: "Add a
+command"; tests/commands/test_registry.py proves it with a toy command).
 
 Each ``commands/<x>.py`` is a vertical slice: its Typer signature with its own options, its text
 rendering (helpers in ``commands/render/``), and its ``Command`` record. Command modules import

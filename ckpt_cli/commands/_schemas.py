@@ -28,7 +28,7 @@ def _documents() -> dict[str, Any]:
     module level, so that ``ckpt --help`` never loads the result types)."""
     from ckpt_cli.commands import COMMANDS
 
-    return {c.name: c.document_type() for c in COMMANDS if c.documents}
+    return {c.name: c.document_type() for c in COMMANDS}
 
 
 def schema_version(command: str) -> int:
@@ -44,7 +44,7 @@ def schema_version_of_argv(argv: list[str]) -> int:
     from ckpt_cli.commands import COMMANDS
     from ckpt_cli.core.schema import SCHEMA_VERSION
 
-    names = {c.name for c in COMMANDS if c.documents}
+    names = {c.name for c in COMMANDS}
     command = next((a for a in argv if a in names), None)
     return schema_version(command) if command else SCHEMA_VERSION
 

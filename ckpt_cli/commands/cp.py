@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ckpt_cli.commands import _options as o
-from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._command import Command, JsonOutput, Writer
 from ckpt_cli.commands._complete import complete_root_at_step
 from ckpt_cli.commands._context import run_context, write_plan
 from ckpt_cli.commands._output import note, warn
@@ -135,11 +136,36 @@ def cp(
     )
 
 
+def _json() -> JsonOutput:
+    """What ``--json`` prints (loaded when asked: ``ckpt --help`` imports no core module)."""
+    from ckpt_cli.core.copy.plan import CopyPlan, CpJSON
+
+    return JsonOutput((CpJSON,), CopyPlan.SCHEMA_VERSION)
+
+
+def _renderer() -> ModuleType:
+    """The module that renders the text output."""
+    from ckpt_cli.commands.render import cp as module
+
+    return module
+
+
+def _writer() -> Writer[CopyPlan, CopyResult]:
+    """The plan ``ckpt_cli.execute`` takes, and the executor it hands that plan to."""
+    from ckpt_cli.core.copy.execute import execute_copy as execute
+    from ckpt_cli.core.copy.plan import CopyPlan
+
+    return Writer(CopyPlan, execute)
+
+
 COMMAND = Command(
     name="cp",
     function=cp,
-    documents=("ckpt_cli.core.copy.plan:CpJSON",),
-    version="ckpt_cli.core.copy.plan:CopyPlan",
+    summary="copy a run, a step or `--steps 100-300` between local disk, `s3://` and `gs://`: data first, commit markers last, resumable after a kill, `--verify` against recorded digests",
+    guides=(("guide", "how-to/object-storage.md#copying-runs-ckpt-cp"),),
+    json_output=_json,
+    renderer=_renderer,
+    writer=_writer,
     examples=(
         "runs/exp7 s3://bucket/exp7",
         "s3://bucket/exp7 gs://other/exp7 --steps 100-300 --verify",

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Annotated
 
 import typer
 
-from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._command import Command, JsonOutput
 from ckpt_cli.commands._complete import complete_root_at_step
 from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import (
@@ -148,11 +149,27 @@ def diff(
         raise typer.Exit(EXIT_PROBLEMS)
 
 
+def _json() -> JsonOutput:
+    """What ``--json`` prints (loaded when asked: ``ckpt --help`` imports no core module)."""
+    from ckpt_cli.core.diff import DiffJSON, DiffReport
+
+    return JsonOutput((DiffJSON,), DiffReport.SCHEMA_VERSION)
+
+
+def _renderer() -> ModuleType:
+    """The module that renders the text output."""
+    from ckpt_cli.commands.render import diff as module
+
+    return module
+
+
 COMMAND = Command(
     name="diff",
     function=diff,
-    documents=("ckpt_cli.core.diff:DiffJSON",),
-    version="ckpt_cli.core.diff:DiffReport",
+    summary="leaf by leaf equality within tolerances, any two layouts",
+    guides=(("guide", "how-to/diff.md"),),
+    json_output=_json,
+    renderer=_renderer,
     examples=(
         "runs/exp7@900 runs/exp7@1000  # exit 1: the values differ",
         "runs/exp7 runs/exp7-4x2 --atol 1e-6",

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._command import Command, JsonOutput
 from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import (
     MEMORY_LIMIT,
@@ -80,11 +80,19 @@ def _print(report: object) -> None:
     sys.stdout.write("\n".join(lines) + ("\n" if lines else ""))
 
 
+def _json() -> JsonOutput:
+    """What ``--json`` prints (loaded when asked: ``ckpt --help`` imports no core module)."""
+    from ckpt_cli.core.digest import DigestJSON, DigestReport
+
+    return JsonOutput((DigestJSON,), DigestReport.SCHEMA_VERSION)
+
+
 COMMAND = Command(
     name="digest",
     function=digest,
-    documents=("ckpt_cli.core.digest:DigestJSON",),
-    version="ckpt_cli.core.digest:DigestReport",
+    summary="every leaf's `ld1` digest: the same whatever the sharding, chunking, zarr version, OCDBT or safetensors",
+    guides=(("spec", "reference/digest-spec.md"),),
+    json_output=_json,
     examples=(
         "runs/exp7",
         "runs/exp7 --step 1000 --json",

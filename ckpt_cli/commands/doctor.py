@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Annotated
 
 import typer
 
-from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._command import Command, JsonOutput
 from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import ItemOpt, JsonOpt, PathArg, StepOpt
 from ckpt_cli.commands._output import emit_json
@@ -119,11 +120,27 @@ def doctor(
         raise typer.Exit(EXIT_PROBLEMS)
 
 
+def _json() -> JsonOutput:
+    """What ``--json`` prints (loaded when asked: ``ckpt --help`` imports no core module)."""
+    from ckpt_cli.core.doctor import Diagnosis, DiagnosisJSON
+
+    return JsonOutput((DiagnosisJSON,), Diagnosis.SCHEMA_VERSION)
+
+
+def _renderer() -> ModuleType:
+    """The module that renders the text output."""
+    from ckpt_cli.commands.render import doctor as module
+
+    return module
+
+
 COMMAND = Command(
     name="doctor",
     function=doctor,
-    documents=("ckpt_cli.core.doctor:DiagnosisJSON",),
-    version="ckpt_cli.core.doctor:Diagnosis",
+    summary="why a checkpoint will not restore into your model (`--target MODULE:FN`, or `--like` another checkpoint or safetensors), the verdict, and `--write-spec` the migrate spec that fixes it",
+    guides=(("guide", "how-to/doctor.md"),),
+    json_output=_json,
+    renderer=_renderer,
     examples=(
         "runs/exp7 --target model:abstract_state",
         "runs/exp7 --like runs/exp8 --write-spec fix.yaml",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ckpt_cli.commands import _options as o
-from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._command import Command, JsonOutput, Writer
 from ckpt_cli.commands._context import run_context, write_plan
 from ckpt_cli.errors import UsageError
 
@@ -155,10 +156,37 @@ def _write(run: Run, plan: ExportPlan, dry_run: bool) -> None:
     )
 
 
+def _json() -> JsonOutput:
+    """What ``--json`` prints (loaded when asked: ``ckpt --help`` imports no core module)."""
+    from ckpt_cli.core.safetensors.export_run import ExportJSON
+    from ckpt_cli.core.schema import SCHEMA_VERSION
+
+    return JsonOutput((ExportJSON,), SCHEMA_VERSION)
+
+
+def _renderer() -> ModuleType:
+    """The module that renders the text output."""
+    from ckpt_cli.commands.render import exchange as module
+
+    return module
+
+
+def _writer() -> Writer[ExportPlan, ExportResult]:
+    """The plan ``ckpt_cli.execute`` takes, and the executor it hands that plan to."""
+    from ckpt_cli.core.safetensors.export import ExportPlan
+    from ckpt_cli.core.safetensors.export_run import execute
+
+    return Writer(ExportPlan, execute)
+
+
 COMMAND = Command(
     name="export",
     function=export,
-    documents=("ckpt_cli.core.safetensors.export_run:ExportJSON",),
+    summary="one item as Hugging Face / PyTorch safetensors (sharded with an index above `--max-shard-size`), streamed",
+    guides=(("guide", "how-to/export.md"),),
+    json_output=_json,
+    renderer=_renderer,
+    writer=_writer,
     examples=(
         "runs/exp7 out --step 600 --spec mlp_to_pytorch.yaml",
         "runs/llama hf --spec llama_to_hf.yaml --dtype bfloat16",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ckpt_cli.commands import _options as o
-from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._command import Command, JsonOutput, Writer
 from ckpt_cli.commands._context import run_context, write_plan
 
 if TYPE_CHECKING:
@@ -132,11 +133,37 @@ def _write(run: Run, plan: ImportPlan, dry_run: bool) -> None:
     )
 
 
+def _json() -> JsonOutput:
+    """What ``--json`` prints (loaded when asked: ``ckpt --help`` imports no core module)."""
+    from ckpt_cli.core.safetensors.import_ import ImportPlan
+    from ckpt_cli.core.safetensors.import_run import ImportJSON
+
+    return JsonOutput((ImportJSON,), ImportPlan.SCHEMA_VERSION)
+
+
+def _renderer() -> ModuleType:
+    """The module that renders the text output."""
+    from ckpt_cli.commands.render import exchange as module
+
+    return module
+
+
+def _writer() -> Writer[ImportPlan, ImportResult]:
+    """The plan ``ckpt_cli.execute`` takes, and the executor it hands that plan to."""
+    from ckpt_cli.core.safetensors.import_ import ImportPlan
+    from ckpt_cli.core.safetensors.import_run import execute
+
+    return Writer(ImportPlan, execute)
+
+
 COMMAND = Command(
     name="import",
     function=import_,
-    documents=("ckpt_cli.core.safetensors.import_run:ImportJSON",),
-    version="ckpt_cli.core.safetensors.import_:ImportPlan",
+    summary="safetensors (a file or an HF directory) into a new Orbax step, optionally laid out for a mesh",
+    guides=(("guide", "how-to/export.md"),),
+    json_output=_json,
+    renderer=_renderer,
+    writer=_writer,
     examples=(
         "out runs/back --spec pytorch_to_mlp.yaml --step 600",
         "hf runs/llama --spec hf_to_llama.yaml --target model:abstract",

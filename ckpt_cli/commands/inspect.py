@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Annotated
 
 import typer
 
-from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._command import Command, JsonOutput
 from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import (
     FilterOpt,
@@ -83,14 +84,27 @@ def inspect(
         warn(message)
 
 
+def _json() -> JsonOutput:
+    """What ``--json`` prints (loaded when asked: ``ckpt --help`` imports no core module)."""
+    from ckpt_cli.core.inspect import InspectJSON, ItemReport, StepInspectJSON
+
+    return JsonOutput((InspectJSON, StepInspectJSON), ItemReport.SCHEMA_VERSION)
+
+
+def _renderer() -> ModuleType:
+    """The module that renders the text output."""
+    from ckpt_cli.commands.render import inspect as module
+
+    return module
+
+
 COMMAND = Command(
     name="inspect",
     function=inspect,
-    documents=(
-        "ckpt_cli.core.inspect:InspectJSON",
-        "ckpt_cli.core.inspect:StepInspectJSON",
-    ),
-    version="ckpt_cli.core.inspect:ItemReport",
+    summary="the tree of one item, its sharding, `--stats`, `--layout`, and the training state of its step, part by part and item by item",
+    guides=(("guide", "how-to/inspecting.md#ckpt-inspect-path"),),
+    json_output=_json,
+    renderer=_renderer,
     examples=(
         "runs/exp7 --step 1000",
         "runs/exp7 --flat --filter 'params.*kernel' --stats",

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Annotated
 
 import typer
 
-from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._command import Command, JsonOutput
 from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import JsonOpt, PathArg
 from ckpt_cli.commands._output import emit_json, note, warn
@@ -60,11 +61,27 @@ def ls(
         note(message)
 
 
+def _json() -> JsonOutput:
+    """What ``--json`` prints (loaded when asked: ``ckpt --help`` imports no core module)."""
+    from ckpt_cli.core.listing import LsJSON, RootListing
+
+    return JsonOutput((LsJSON,), RootListing.SCHEMA_VERSION)
+
+
+def _renderer() -> ModuleType:
+    """The module that renders the text output."""
+    from ckpt_cli.commands.render import ls as module
+
+    return module
+
+
 COMMAND = Command(
     name="ls",
     function=ls,
-    documents=("ckpt_cli.core.listing:LsJSON",),
-    version="ckpt_cli.core.listing:RootListing",
+    summary="the steps of a root: status, commit time, size, items, metrics, format",
+    guides=(("guide", "how-to/inspecting.md"),),
+    json_output=_json,
+    renderer=_renderer,
     examples=(
         "runs/exp7",
         "s3://bucket/runs/exp7 --json",

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ckpt_cli.commands import _options as o
-from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._command import Command, JsonOutput, Writer
 from ckpt_cli.commands._context import run_context, write_plan
 
 if TYPE_CHECKING:
     from ckpt_cli.commands._context import Run
     from ckpt_cli.core.migrate.plan import MigrationPlan
+    from ckpt_cli.core.write.rewrite import WriteResult
 
 MigrateDestArg = Annotated[
     str,
@@ -139,11 +141,36 @@ def _write(run: Run, plan: MigrationPlan, dry_run: bool) -> None:
     )
 
 
+def _json() -> JsonOutput:
+    """What ``--json`` prints (loaded when asked: ``ckpt --help`` imports no core module)."""
+    from ckpt_cli.core.migrate.plan import MigrateJSON, MigrationPlan
+
+    return JsonOutput((MigrateJSON,), MigrationPlan.SCHEMA_VERSION)
+
+
+def _renderer() -> ModuleType:
+    """The module that renders the text output."""
+    from ckpt_cli.commands.render import migrate as module
+
+    return module
+
+
+def _writer() -> Writer[MigrationPlan, WriteResult]:
+    """The plan ``ckpt_cli.execute`` takes, and the executor it hands that plan to."""
+    from ckpt_cli.core.migrate.execute import execute
+    from ckpt_cli.core.migrate.plan import MigrationPlan
+
+    return Writer(MigrationPlan, execute)
+
+
 COMMAND = Command(
     name="migrate",
     function=migrate,
-    documents=("ckpt_cli.core.migrate.plan:MigrateJSON",),
-    version="ckpt_cli.core.migrate.plan:MigrationPlan",
+    summary="apply a spec of rules (`--spec FILE`) for a changed model, checked against it",
+    guides=(("guide", "how-to/migrate.md"),),
+    json_output=_json,
+    renderer=_renderer,
+    writer=_writer,
     examples=(
         "runs/exp7 runs/exp7-wide --spec widen.yaml --dry-run",
         "runs/exp7 runs/bf16 --spec cast.yaml --target model:abstract",

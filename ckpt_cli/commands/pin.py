@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ckpt_cli.commands import _options as o
-from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._command import Command, JsonOutput
 from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._output import emit_json
 
@@ -72,16 +72,27 @@ def unpin(ctx: typer.Context, root: o.RootArg, step: StepArg, json_out: o.JsonOp
     sys.stdout.write(f"{verb} step {result.step} of {result.root}\n")
 
 
+def _json() -> JsonOutput:
+    """What ``--json`` prints (loaded when asked: ``ckpt --help`` imports no core module)."""
+    from ckpt_cli.core.format.pins import PinResultJSON
+    from ckpt_cli.core.schema import SCHEMA_VERSION
+
+    return JsonOutput((PinResultJSON,), SCHEMA_VERSION)
+
+
 PIN = Command(
     name="pin",
     function=pin,
-    documents=("ckpt_cli.core.format.pins:PinResultJSON",),
+    summary="protect a step: `prune` always keeps it and says why; Orbax ignores the pin",
+    guides=(("guide", "how-to/retention.md#pinned-steps-ckpt-pin"),),
+    json_output=_json,
     examples=("runs/exp7 500 --note 'best eval so far'", "s3://bucket/exp7 1000 --json"),
 )
 
 UNPIN = Command(
     name="unpin",
     function=unpin,
-    documents=("ckpt_cli.core.format.pins:PinResultJSON",),
+    summary="remove a pin",
+    json_output=_json,
     examples=("runs/exp7 500", "s3://bucket/exp7 1000 --json"),
 )

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 from enum import Enum
+from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ckpt_cli.commands import _options as o
-from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._command import Command, JsonOutput, Writer
 from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._output import dry_run_note, emit_json, note, progress_bar, warn
 from ckpt_cli.errors import CkptError, Interrupted, RefusedError
@@ -356,10 +357,37 @@ def _ask(question: str) -> bool:
         sys.stderr.write("Error: answer y or n\n")
 
 
+def _json() -> JsonOutput:
+    """What ``--json`` prints (loaded when asked: ``ckpt --help`` imports no core module)."""
+    from ckpt_cli.core.prune.execute import PruneJSON
+    from ckpt_cli.core.schema import SCHEMA_VERSION
+
+    return JsonOutput((PruneJSON,), SCHEMA_VERSION)
+
+
+def _renderer() -> ModuleType:
+    """The module that renders the text output."""
+    from ckpt_cli.commands.render import prune as module
+
+    return module
+
+
+def _writer() -> Writer[PrunePlan, PruneResult]:
+    """The plan ``ckpt_cli.execute`` takes, and the executor it hands that plan to."""
+    from ckpt_cli.core.prune.execute import execute
+    from ckpt_cli.core.prune.plan import PrunePlan
+
+    return Writer(PrunePlan, execute)
+
+
 COMMAND = Command(
     name="prune",
     function=prune,
-    documents=("ckpt_cli.core.prune.execute:PruneJSON",),
+    summary="delete the steps no retention rule keeps, plan first, reasons shown",
+    guides=(("guide", "how-to/retention.md"),),
+    json_output=_json,
+    renderer=_renderer,
+    writer=_writer,
     examples=(
         "runs/exp7 --keep-last 3 --keep-every 1000 --dry-run",
         "runs/exp7 --keep-best 2 --metric loss --mode min --yes",

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from ckpt_cli.commands import _options as o
-from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._command import Command, JsonOutput, Writer
 from ckpt_cli.commands._context import run_context, write_plan
 
 if TYPE_CHECKING:
     from ckpt_cli.commands._context import Run
     from ckpt_cli.core.reshard.plan import ReshardPlan
+    from ckpt_cli.core.write.rewrite import WriteResult
 
 ReshardDestArg = Annotated[
     str,
@@ -115,11 +117,36 @@ def _write(run: Run, plan: ReshardPlan, dry_run: bool) -> None:
     )
 
 
+def _json() -> JsonOutput:
+    """What ``--json`` prints (loaded when asked: ``ckpt --help`` imports no core module)."""
+    from ckpt_cli.core.reshard.plan import ReshardJSON, ReshardPlan
+
+    return JsonOutput((ReshardJSON,), ReshardPlan.SCHEMA_VERSION)
+
+
+def _renderer() -> ModuleType:
+    """The module that renders the text output."""
+    from ckpt_cli.commands.render import reshard as module
+
+    return module
+
+
+def _writer() -> Writer[ReshardPlan, WriteResult]:
+    """The plan ``ckpt_cli.execute`` takes, and the executor it hands that plan to."""
+    from ckpt_cli.core.reshard.execute import execute
+    from ckpt_cli.core.reshard.plan import ReshardPlan
+
+    return Writer(ReshardPlan, execute)
+
+
 COMMAND = Command(
     name="reshard",
     function=reshard,
-    documents=("ckpt_cli.core.reshard.plan:ReshardJSON",),
-    version="ckpt_cli.core.reshard.plan:ReshardPlan",
+    summary="rewrite for another device mesh (`--mesh`, `--rules`, `--like`), streaming",
+    guides=(("guide", "how-to/reshard.md"),),
+    json_output=_json,
+    renderer=_renderer,
+    writer=_writer,
     examples=(
         "runs/exp7 runs/exp7-4x2 --mesh data=4,model=2 --rules r.yaml",
         "runs/exp7 out --mesh data=8 --rule '*kernel=[data, null]'",

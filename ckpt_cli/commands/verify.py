@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ckpt_cli.commands._command import Command
+from ckpt_cli.commands._command import Command, JsonOutput
 from ckpt_cli.commands._complete import complete_step
 from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import (
@@ -248,11 +249,27 @@ def _seconds(text: str | None) -> float | None:
     return parse_duration(text, option="--max-duration").total_seconds()
 
 
+def _json() -> JsonOutput:
+    """What ``--json`` prints (loaded when asked: ``ckpt --help`` imports no core module)."""
+    from ckpt_cli.core.verify.types import VerifyJSON, VerifyReport
+
+    return JsonOutput((VerifyJSON,), VerifyReport.SCHEMA_VERSION)
+
+
+def _renderer() -> ModuleType:
+    """The module that renders the text output."""
+    from ckpt_cli.commands.render import verify as module
+
+    return module
+
+
 COMMAND = Command(
     name="verify",
     function=verify,
-    documents=("ckpt_cli.core.verify.types:VerifyJSON",),
-    version="ckpt_cli.core.verify.types:VerifyReport",
+    summary="damage before a restore finds it: structure, `--deep`, `--sample`, recorded digests, JUnit",
+    guides=(("guide", "how-to/verify.md"),),
+    json_output=_json,
+    renderer=_renderer,
     examples=(
         "runs/exp7 --deep --json",
         "runs/exp7 --record",

@@ -9,6 +9,7 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
+import pytest
 import typer
 import yaml
 
@@ -17,10 +18,16 @@ from ckpt_cli.commands import COMMANDS as REGISTRY
 from tests.support.paths import REPO
 
 
-def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gen_reference", REPO / "docs" / "gen_reference.py"
-    )
+def _generator(name: str = "gen_reference") -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, REPO / "docs" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _hooks() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("docs_hooks", REPO / "docs" / "hooks.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -28,6 +35,7 @@ def _generator() -> ModuleType:
 
 
 GEN = _generator()
+LISTS = _generator("gen_lists")
 COMMANDS = [c.name for c in REGISTRY]
 
 
@@ -70,9 +78,14 @@ def test_every_option_of_every_command_is_on_its_page() -> None:
         assert "## Exit codes" in text and "| 0 |" in text, name
 
 
-def test_every_reference_page_is_in_the_site_nav_and_linked_from_a_guide() -> None:
+def site_nav() -> list[object]:
+    """The nav the site is built with: mkdocs.yml's, with the hook's command pages."""
     nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
-    flat = yaml.safe_dump(nav)
+    return _hooks().with_commands(nav, LISTS.nav_entries())  # type: ignore[no-any-return]
+
+
+def test_every_reference_page_is_in_the_site_nav_and_linked_from_a_guide() -> None:
+    flat = yaml.safe_dump(site_nav())
     generated = set(GEN.render_all())
     guides = [p for p in (REPO / "docs").rglob("*.md") if p not in generated]
     assert guides
@@ -81,3 +94,48 @@ def test_every_reference_page_is_in_the_site_nav_and_linked_from_a_guide() -> No
         assert any(f"reference/{name}.md" in g.read_text() for g in guides), (
             f"no topic page links to reference/{name}.md"
         )
+
+
+def test_mkdocs_yml_names_no_command_the_hook_adds() -> None:
+    """The nav's command pages come from the registry alone: listing one by hand is refused."""
+    hooks = _hooks()
+    nav = yaml.safe_load((REPO / "mkdocs.yml").read_text())["nav"]
+    assert "reference/ls.md" not in yaml.safe_dump(nav)
+    entries = LISTS.nav_entries()
+    assert entries[0] == {"ckpt ls": "reference/ls.md"}
+    with pytest.raises(ValueError, match="by hand"):
+        hooks.with_commands([{"Reference": ["reference/index.md", "reference/ls.md"]}], entries)
+    with pytest.raises(ValueError, match=r"no reference/index\.md"):
+        hooks.with_commands([{"Home": "index.md"}], entries)
+
+
+def test_the_lists_of_commands_in_readme_index_and_json_are_current() -> None:
+    stale = LISTS.stale_blocks()
+    assert not stale, f"{stale}: run `make docs-reference` and commit the result"
+
+
+def test_the_block_check_names_what_is_stale_and_what_to_write(tmp_path: Path) -> None:
+    for name in LISTS.BLOCK_FILES:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text((REPO / name).read_text())
+    assert LISTS.stale_blocks(tmp_path) == []
+    readme = tmp_path / "README.md"
+    readme.write_text(readme.read_text().replace("— remove a pin", "— unpin"))
+    page = tmp_path / "docs" / "reference" / "json.md"
+    text = page.read_text()
+    start = text.index("## `ckpt pin`")
+    page.write_text(text[:start] + text[text.index("## `ckpt unpin`") :])
+    assert LISTS.stale_blocks(tmp_path) == [
+        "README.md",
+        'docs/reference/json.md: no section "## `ckpt pin`" (write what its --json prints)',
+    ]
+    changed, problems = LISTS.write_blocks(tmp_path)
+    assert changed == [readme] and len(problems) == 1
+    assert "- `ckpt unpin ROOT STEP` — remove a pin (" in readme.read_text()
+
+
+def test_a_block_needs_both_markers() -> None:
+    assert LISTS.fill_block("a\n<!-- x -->\nold\n<!-- /x -->\nb", "x", "new") == (
+        "a\n<!-- x -->\nnew\n<!-- /x -->\nb"
+    )
+    assert LISTS.fill_block("a\n<!-- x -->\nold\n", "x", "new") is None

@@ -1,5 +1,7 @@
 """Every error class of every command, each with a way to provoke it: the matrix the JSON-error
-and schema tests run."""
+and schema tests run. The commands are the registry's (``ckpt_cli.commands.COMMANDS``): a
+command registered without its cases is a failing test that says what to add here
+(``coverage_gaps``), never a command silently skipped."""
 
 from __future__ import annotations
 
@@ -559,6 +561,40 @@ CASES: list[Case] = [
         lock=True,
     ),
 ]
+
+
+def registry_names() -> list[str]:
+    """The registered commands, in the registry's order (what the matrix must cover)."""
+    from ckpt_cli.commands import COMMANDS
+
+    names = [c.name for c in COMMANDS]
+    assert names, "the registry holds no command"
+    return names
+
+
+def coverage_gaps(
+    command: str, not_applicable: dict[str, dict[str, str]], cases: list[Case] = CASES
+) -> list[str]:
+    """What the matrix lacks for ``command``: each error class with neither a case nor a reason
+    it cannot arise, a class given both, a reason left empty; one line each, naming the fix."""
+    covered = {c.error for c in cases if c.command == command}
+    skipped = not_applicable.get(command, {})
+    gaps = [
+        f"ckpt {command}: no case provokes {error!r} (add a Case to tests/support/error_cases.py,"
+        " or say why it cannot arise in test_json_errors.NOT_APPLICABLE)"
+        for error in CLASSES
+        if error not in covered and error not in skipped
+    ]
+    gaps += [
+        f"ckpt {command}: {error!r} has a case and a reason it cannot arise"
+        for error in sorted(covered & set(skipped))
+    ]
+    gaps += [
+        f"ckpt {command}: {error!r} N/A without a reason"
+        for error, why in skipped.items()
+        if not why
+    ]
+    return gaps
 
 
 @contextlib.contextmanager
