@@ -74,9 +74,10 @@ def run_context(
     (checked here: a bad combination is a usage error; ``force_split``: ``--force-split``). ``start``: the run will use the
     executor, so its workers are started now, before the command lists and plans.
     ``threads``: ``--threads``, set once for this process (``core/threads.py``)."""
-    if threads is not None:
-        from ckpt_cli.core.threads import use_threads
+    from ckpt_cli.core.threads import tune_allocator, use_threads
 
+    tune_allocator()
+    if threads is not None:
         use_threads(threads)
     spec = None
     if executor is not None:

@@ -18,6 +18,7 @@ their own request limit (``--max-requests``): a request waits on the network.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import threading
@@ -35,6 +36,12 @@ FILE_IO_MIN = 8
 WRITE_FILE_IO = 32
 
 _chosen: int | None = None
+
+#: glibc ``mallopt`` parameters (malloc.h): ``M_TRIM_THRESHOLD``, ``M_TOP_PAD``.
+M_TRIM_THRESHOLD, M_TOP_PAD = -1, -2
+#: Free memory a heap keeps before glibc hands it back, and the slack it asks for when it grows.
+TRIM_THRESHOLD_BYTES = 1 << 30
+TOP_PAD_BYTES = 64 << 20
 
 
 def cgroup_cpus(root: Path = CGROUP_ROOT, own: str | None = None) -> float | None:
@@ -130,6 +137,29 @@ def use_threads(n: int | None) -> int:
     global _chosen
     _chosen = resolve_threads(n)
     return _chosen
+
+
+def tune_allocator(environ: Mapping[str, str] = os.environ) -> bool:
+    """Keep freed buffers in the process (glibc only; a command's process, not a library
+    caller's): returns whether malloc was tuned.
+
+    Every block ckpt streams is a fresh buffer of megabytes (a read range, a decoded slab, a
+    scratch array). Left to itself glibc trims each heap as soon as a few hundred KiB at its top
+    are free, so every thread hands its pages back to the kernel after each block and faults them
+    in again for the next: on the 13-core TPU host ``verify --deep --threads 13`` of 4 GiB spent
+    13.7 s of its 33 s of CPU in the kernel and took 6.3 s; with heaps trimmed only past
+    ``TRIM_THRESHOLD_BYTES`` free, 1.7 s and 3.9 s (peak RSS 650 -> 693 MiB). A user's own
+    ``MALLOC_*`` settings win (nothing is changed), as does ``CKPT_MALLOC=0``."""
+    if environ.get("CKPT_MALLOC") == "0" or any(k.startswith("MALLOC_") for k in environ):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # not glibc (macOS, musl without mallopt)
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(
+        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) and mallopt(M_TOP_PAD, TOP_PAD_BYTES)
+    )
 
 
 def threads() -> int:

@@ -3,6 +3,7 @@ TensorStore context built with it."""
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,33 @@ def test_use_threads_sets_the_process_count(monkeypatch: pytest.MonkeyPatch) -> 
     assert threads.use_threads(7) == 7 and threads.threads() == 7
     with pytest.raises(UsageError):
         threads.use_threads(0)
+
+
+GLIBC = platform.libc_ver()[0] == "glibc"
+
+
+@pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
+def test_a_command_keeps_freed_buffers_on_glibc() -> None:
+    assert threads.tune_allocator({}) is True
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [{"CKPT_MALLOC": "0"}, {"MALLOC_TRIM_THRESHOLD_": "131072"}, {"MALLOC_ARENA_MAX": "2"}],
+)
+def test_the_users_malloc_settings_win(environ: dict[str, str]) -> None:
+    assert threads.tune_allocator(environ) is False
+
+
+def test_a_command_run_tunes_the_allocator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every command's run context calls it once (the library alone never does)."""
+    from typer.testing import CliRunner
+
+    from ckpt_cli.app import app
+    from tests.support.paths import FIXTURES
+
+    calls: list[object] = []
+    monkeypatch.setattr(threads, "tune_allocator", lambda *a: calls.append(a) or True)
+    result = CliRunner().invoke(app, ["ls", str(FIXTURES / "seed_mlp")])
+    assert result.exit_code == 0, result.output
+    assert calls == [()]

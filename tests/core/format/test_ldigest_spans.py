@@ -3,6 +3,8 @@ that block-by-block hashing gives, whatever the group size, the first word and t
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -44,6 +46,6 @@ def test_a_long_leaf_cut_anywhere_merges_to_the_whole() -> None:
     x = np.random.default_rng(1).standard_normal(40 * BW + 333).astype(np.float32)
     whole = ldigest.digest_array(x)
     cuts = [0, 1, 4097, 3 * BW + 5, 20 * BW, x.size]
-    parts = [ldigest.partial((a,), x[a:b], x.shape) for a, b in zip(cuts, cuts[1:], strict=False)]
+    parts = [ldigest.partial((a,), x[a:b], x.shape) for a, b in itertools.pairwise(cuts)]
     assert len(parts) == len(cuts) - 1
     assert ldigest.finish(ldigest.merge(parts)) == whole
