@@ -1,9 +1,11 @@
 """The one registry of subcommands: the app, the schema generator, the reference docs and the
 tests iterate ``COMMANDS``, so a command is registered in one place or not at all.
 
-Each ``commands/<x>.py`` is a vertical slice: its Typer signature with its own options, its text
-rendering (helpers in ``commands/render/``), and its ``Command`` record. Command modules import
-the core inside their functions: importing this package (``ckpt --help``) loads none of it.
+Each ``commands/<x>.py`` is a vertical slice: its Typer signature with its own options, its
+``Command`` record, and beside it ``commands/<x>_text.py``, its text rendering (over the shared
+primitives of ``_text.py``; ``_write_text.py`` holds what every writer prints). Command modules
+import the core inside their functions: importing this package (``ckpt --help``) loads none of
+it.
 """
 
 from __future__ import annotations

@@ -131,7 +131,8 @@ def export(
 
 def _write(run: Run, plan: ExportPlan, dry_run: bool) -> None:
     """Check the output directory, stream the files; the plan is shown with the result."""
-    from ckpt_cli.commands.render import exchange as render
+    from ckpt_cli.commands import export_text as render
+    from ckpt_cli.commands._write_text import print_written
     from ckpt_cli.core.safetensors.export_run import check_output, execute
 
     def checked_execute(plan: ExportPlan, on_progress: ProgressFn | None) -> ExportResult:
@@ -141,7 +142,7 @@ def _write(run: Run, plan: ExportPlan, dry_run: bool) -> None:
     def print_result(result: ExportResult) -> None:
         render.print_export_plan(plan)
         written = result.to_json()["written"]
-        render.print_written(plan.out, result.bytes_written, result.seconds, written["files"])
+        print_written(plan.out, result.bytes_written, result.seconds, written["files"])
 
     write_plan(
         run,

@@ -113,12 +113,13 @@ def import_(
 
 def _write(run: Run, plan: ImportPlan, dry_run: bool) -> None:
     """Stream the new step; the plan is shown with the result."""
-    from ckpt_cli.commands.render import exchange as render
+    from ckpt_cli.commands import import_text as render
+    from ckpt_cli.commands._write_text import print_written
     from ckpt_cli.core.safetensors.import_run import execute
 
     def print_result(result: ImportResult) -> None:
         render.print_import_plan(plan)
-        render.print_written(result.path, result.bytes_written, result.seconds)
+        print_written(result.path, result.bytes_written, result.seconds)
 
     write_plan(
         run,

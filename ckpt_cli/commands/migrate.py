@@ -124,8 +124,8 @@ def migrate(
 
 def _write(run: Run, plan: MigrationPlan, dry_run: bool) -> None:
     """The plan, then the new step streamed under the progress bar, then what was written."""
-    from ckpt_cli.commands.render import migrate as render
-    from ckpt_cli.commands.render import write as written
+    from ckpt_cli.commands import _write_text as written
+    from ckpt_cli.commands import migrate_text as render
     from ckpt_cli.core.migrate.execute import execute
 
     write_plan(

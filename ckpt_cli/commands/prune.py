@@ -229,7 +229,7 @@ def _plan(
     dry_run: bool,
 ) -> PrunePlan:
     """The library's plan, shown (text) with its warnings (stderr)."""
-    from ckpt_cli.commands.render import prune as render
+    from ckpt_cli.commands import prune_text as render
     from ckpt_cli.core.prune.plan import plan_prune_root
 
     plan = plan_prune_root(
@@ -259,8 +259,8 @@ def _execute(run: Run, plan: PrunePlan, *, dry_run: bool) -> PruneResult:
 def _report(result: PruneResult, json_out: bool) -> None:
     """What the prune did (or, dry, would do): the uploads cleanup, the document or the text,
     the warnings; a failed deletion ends the run as its error (the document holds the outcome)."""
-    from ckpt_cli.commands.render import prune as render
-    from ckpt_cli.commands.render.uploads import cleanup_notes
+    from ckpt_cli.commands import prune_text as render
+    from ckpt_cli.commands._write_text import cleanup_notes
 
     if result.uploads is not None:
         for message in cleanup_notes(result.uploads, dry_run=result.dry_run):
@@ -306,7 +306,7 @@ def _interactive() -> bool:
 def _confirm(plan: PrunePlan, json_out: bool) -> bool:
     """Whether the person at the terminal said yes (no is not an error); without a terminal to
     ask on (or with --json), a refusal naming --yes."""
-    from ckpt_cli.commands.render import prune as render
+    from ckpt_cli.commands import prune_text as render
 
     if json_out or not _interactive():
         why = "--json never asks" if json_out else "there is no terminal to ask on"

@@ -100,8 +100,8 @@ def reshard(
 
 def _write(run: Run, plan: ReshardPlan, dry_run: bool) -> None:
     """The plan, then the new step streamed under the progress bar, then what was written."""
-    from ckpt_cli.commands.render import reshard as render
-    from ckpt_cli.commands.render import write as written
+    from ckpt_cli.commands import _write_text as written
+    from ckpt_cli.commands import reshard_text as render
     from ckpt_cli.core.reshard.execute import execute
 
     write_plan(

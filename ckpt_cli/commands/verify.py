@@ -226,7 +226,7 @@ def _verify_options(
 
 def _report(report: VerifyReport, junit: str | None, json_out: bool, mark_committed: bool) -> None:
     """The JUnit file, the document or the text, the warnings and notes; exit 1 on problems."""
-    from ckpt_cli.commands.render import verify as render
+    from ckpt_cli.commands import verify_text as render
 
     if junit is not None:  # first: a report that cannot be written is the one document
         render.write_junit(report, junit)
