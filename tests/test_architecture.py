@@ -72,6 +72,7 @@ UTILITIES = (
     "schema",
     "units",
     "executor",
+    "scale",
     "dask_preload",
     "textfiles",
     "regex",
@@ -226,7 +227,7 @@ def test_commands_import_the_core_through_functions_only() -> None:
     [
         "layout", "resolve", "metadata", "arrays", "scan", "digests", "shardgrid", "structure",
         "checks", "inventory", "ocdbt", "deep", "problems", "scale_verify", "writer",
-        "pipeline", "steps", "rewrite", "scale", "memory", "retention", "deletion", "objstore",
+        "pipeline", "steps", "rewrite", "memory", "retention", "deletion", "objstore",
         "remote", "migrate_spec", "migrate_rules", "migrate_ops", "migrate_tree",
         "migrate_layout", "migrate_target", "initializers", "inspection", "compare",
     ],

@@ -119,8 +119,9 @@ def diff(
     """
     from ckpt_cli.commands import diff_text as render
     from ckpt_cli.core.diff import diff_paths
+    from ckpt_cli.core.scale import ScaleOptions
 
-    run = run_context(ctx, json_out, threads=threads)
+    run = run_context(ctx, json_out, ScaleOptions(threads=threads))
     with run.progress() as on_progress:
         report = diff_paths(
             a,
@@ -140,10 +141,7 @@ def diff(
             memory_limit=memory_limit,
             structure_only=structure,
         )
-    if json_out:
-        emit_json(report)
-    else:
-        render.print_report(report, show_all)
+    emit_json(report) if json_out else render.print_report(report, show_all)
     if not report.equal:
         raise typer.Exit(EXIT_PROBLEMS)
 

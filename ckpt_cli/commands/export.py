@@ -103,9 +103,10 @@ def export(
     refused before anything is written. No JAX.
     """
     from ckpt_cli.core.safetensors.export import plan_export
+    from ckpt_cli.core.scale import ScaleOptions
     from ckpt_cli.core.write.memory import bound_allocator
 
-    run = run_context(ctx, json_out, threads=threads)
+    run = run_context(ctx, json_out, ScaleOptions(threads=threads))
     if format_ != "safetensors":
         raise UsageError(f"--format {format_!r}: the format ckpt exports is safetensors")
     # Blocks under 32 MiB come from (and return to) one heap that keeps freed memory for the

@@ -83,17 +83,11 @@ def import_(
     complete. No JAX (except --target).
     """
     from ckpt_cli.core.safetensors.import_ import plan_import
+    from ckpt_cli.core.scale import ScaleOptions
     from ckpt_cli.core.write.memory import bound_allocator
-    from ckpt_cli.core.write.types import Compression, WriteOptions
 
-    run = run_context(ctx, json_out, threads=threads)
-    write = WriteOptions(
-        max_chunk_bytes=max_chunk_bytes,
-        memory_limit=memory_limit,
-        zarr3=zarr3,
-        compression=Compression.parse(compression),
-        ocdbt=ocdbt,
-    )
+    run = run_context(ctx, json_out, ScaleOptions(threads=threads))
+    write = o.write_options(run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt)
     bound_allocator()
     plan = plan_import(
         src,

@@ -97,13 +97,11 @@ def migrate(
     of several PyTree items (model + optimizer) migrates whole unless --item names one.
     """
     from ckpt_cli.core.migrate.plan import plan_migration
+    from ckpt_cli.core.scale import ScaleOptions
 
-    run = run_context(
-        ctx, json_out, executor, workers, scheduler, not dry_run, force_split, threads
-    )
-    write = o.write_options(
-        run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, unit_bytes
-    )
+    scale = ScaleOptions.from_flags(executor, workers, scheduler, force_split, unit_bytes, threads)
+    run = run_context(ctx, json_out, scale, start=not dry_run)
+    write = o.write_options(run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt)
     plan = plan_migration(
         src,
         dst,

@@ -171,6 +171,7 @@ def verify(
     3 not a checkpoint or unreadable.
     """
     # The core and rich.table are imported here, so that `ckpt --help` and `ls` do not pay.
+    from ckpt_cli.core.scale import ScaleOptions
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.verify.run import verify_path
 
@@ -178,12 +179,11 @@ def verify(
         step, latest, deep, record, sample, seed, strict, fail_on_nonfinite, mark_committed,
         max_duration, rotate, upgrade,
     )  # fmt: skip
-    run = run_context(
-        ctx, json_out, executor, workers, scheduler, deep or record, force_split, threads
-    )
+    scale = ScaleOptions.from_flags(executor, workers, scheduler, force_split, unit_bytes, threads)
+    run = run_context(ctx, json_out, scale, start=deep or record)
     location = open_location(path, run.storage)
     with run.progress() as on_progress:
-        report = verify_path(location, options, on_progress, run.executor, unit_bytes)
+        report = verify_path(location, options, on_progress, scale.executor, scale.unit_bytes)
     _report(report, junit, json_out, mark_committed)
 
 
