@@ -158,21 +158,21 @@ def prune(
     or declined), 2 bad options, 3 refused (no terminal to ask on and no --yes, another prune
     running) or a deletion failed, 130/143 interrupted.
     """
-    from ckpt_cli.core.prune.policy import parse_duration
+    from ckpt_cli.core.prune.policy import Policy, parse_duration
     from ckpt_cli.core.storage import open_location
 
-    policy = _policy(
-        keep_last, keep_every, keep_step, keep_within, keep_hourly, keep_daily, keep_weekly,
-        keep_monthly, keep_best, metric, mode, keep_missing_metric,
+    within = parse_duration(keep_within, option="--keep-within") if keep_within else None
+    policy = Policy.from_rules(
+        keep_last=keep_last, keep_every=keep_every, keep_steps=keep_step, keep_within=within,
+        keep_hourly=keep_hourly, keep_daily=keep_daily, keep_weekly=keep_weekly,
+        keep_monthly=keep_monthly, keep_best=keep_best, metric=metric,
+        mode=mode.value if mode is not None else None, keep_missing_metric=keep_missing_metric,
     )  # fmt: skip
     min_age = parse_duration(tmp_min_age, option="--tmp-min-age")
     run = run_context(ctx, json_out)
     location = open_location(root, run.storage)
     if dry_run:
-        plan = _plan(location, policy, clean_tmp, min_age, None, json_out, dry_run=True)
-        _report(_execute(run, plan, dry_run=True), json_out)
-        dry_run_note()
-        return
+        return _dry_run(run, location, policy, clean_tmp, min_age)
     from ckpt_cli.core.prune.execute import prune_lock
 
     # Held from the plan to the last deletion: the plan confirmed is the plan executed.
@@ -185,37 +185,13 @@ def prune(
     _report(result, json_out)
 
 
-def _policy(
-    keep_last: int | None,
-    keep_every: int | None,
-    keep_step: list[int] | None,
-    keep_within: str | None,
-    keep_hourly: int | None,
-    keep_daily: int | None,
-    keep_weekly: int | None,
-    keep_monthly: int | None,
-    keep_best: int | None,
-    metric: str | None,
-    mode: Mode | None,
-    keep_missing_metric: bool,
-) -> Policy:
-    """The retention policy of the command line (an option not given keeps nothing)."""
-    from ckpt_cli.core.prune.policy import Policy, parse_duration
-
-    return Policy.from_rules(
-        keep_last=keep_last,
-        keep_every=keep_every,
-        keep_steps=keep_step,
-        keep_within=parse_duration(keep_within, option="--keep-within") if keep_within else None,
-        keep_hourly=keep_hourly,
-        keep_daily=keep_daily,
-        keep_weekly=keep_weekly,
-        keep_monthly=keep_monthly,
-        keep_best=keep_best,
-        metric=metric,
-        mode=mode.value if mode is not None else None,
-        keep_missing_metric=keep_missing_metric,
-    )
+def _dry_run(
+    run: Run, location: Location, policy: Policy, clean_tmp: bool, min_age: timedelta
+) -> None:
+    """The plan and what executing it would do; nothing deleted (no lock: nothing changes)."""
+    plan = _plan(location, policy, clean_tmp, min_age, None, run.json_out, dry_run=True)
+    _report(_execute(run, plan, dry_run=True), run.json_out)
+    dry_run_note()
 
 
 def _plan(
