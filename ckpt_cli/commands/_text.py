@@ -42,6 +42,7 @@ __all__ = [
     "natural_width",
     "painter",
     "plural",
+    "print_table",
     "said",
     "say",
     "shape_str",
@@ -356,6 +357,20 @@ def said(text: str, color: bool, style: str = "", indent: str = "") -> list[str]
     paint = painter(color)
     lines = wrap(text, text_width(), first=indent, indent=indent + "  ")
     return [paint(line, style) for line in lines]
+
+
+def print_table(headers: Sequence[str], rows: list[list[str]], optional: frozenset[str]) -> None:
+    """The rows as aligned columns; an ``optional`` column empty in every row is left out
+    (``file`` of a single-file export, ``from`` when no tensor was renamed)."""
+    keep = [
+        i
+        for i, header in enumerate(headers)
+        if header not in optional or any(row[i] for row in rows)
+    ]
+    color = use_color()
+    paint = painter(color)
+    cells = [[(row[i], "") for i in keep] for row in rows]
+    emit(table_lines([headers[i] for i in keep], cells, paint, wrap_last=True), color)
 
 
 # --- units ---

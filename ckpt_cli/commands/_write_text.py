@@ -16,7 +16,7 @@ from ckpt_cli.core.write.rewrite import WriteResult
 from ckpt_cli.core.write.uploads import UploadCleanup
 
 
-def print_result(result: WriteResult) -> None:
+def print_written_step(result: WriteResult) -> None:
     out = result.output
     console = stdout_console()
     console.print(

@@ -1,31 +1,15 @@
-"""Text renderer of ``ckpt export``: one line per tensor, then a summary (``import_text`` uses
-``ops`` and ``optional_table`` too)."""
+"""Text renderer of ``ckpt export``: one line per tensor, then a summary (``import_text`` shows
+its rule steps with ``ops`` too)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from ckpt_cli.commands._text import emit, painter, say, shape_str, table_lines, use_color
-from ckpt_cli.core.units import human_bytes
+from ckpt_cli.commands._text import human_bytes, print_table, say, shape_str, use_color
 
 
 def ops(steps: Any) -> str:
     return ", ".join(f"{s.op} {s.detail}" if s.op != "rename" else "rename" for s in steps)
-
-
-def optional_table(headers: Sequence[str], rows: list[list[str]], optional: frozenset[str]) -> None:
-    """The rows as aligned columns; an ``optional`` column empty in every row is left out
-    (``file`` of a single-file export, ``from`` when no tensor was renamed)."""
-    keep = [
-        i
-        for i, header in enumerate(headers)
-        if header not in optional or any(row[i] for row in rows)
-    ]
-    color = use_color()
-    paint = painter(color)
-    cells = [[(row[i], "") for i in keep] for row in rows]
-    emit(table_lines([headers[i] for i in keep], cells, paint, wrap_last=True), color)
 
 
 def print_export_plan(plan: Any) -> None:
@@ -42,7 +26,7 @@ def print_export_plan(plan: Any) -> None:
                 ops(t.steps) or "unchanged",
             ]
         )
-    optional_table(
+    print_table(
         ("tensor", "array", "file", "from", "operations"), rows, frozenset({"file", "from"})
     )
     color = use_color()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ckpt_cli.commands._text import human_bytes, say, shape_str, use_color
-from ckpt_cli.commands.export_text import ops, optional_table
+from ckpt_cli.commands._text import human_bytes, print_table, say, shape_str, use_color
+from ckpt_cli.commands.export_text import ops
 
 
 def print_import_plan(plan: Any) -> None:
@@ -27,7 +27,7 @@ def print_import_plan(plan: Any) -> None:
             ]
         )
     headers = ("leaf", "array", "chunk", "sharding", "from", "operations")
-    optional_table(headers, rows, frozenset({"sharding", "from"}))
+    print_table(headers, rows, frozenset({"sharding", "from"}))
     color = use_color()
     n = len(plan.dropped)
     dropped = f"; {n} tensor{'s' if n > 1 else ''} dropped" if n else ""

@@ -132,7 +132,7 @@ def _write(run: Run, plan: MigrationPlan, dry_run: bool) -> None:
         execute,
         dry_run=dry_run,
         print_plan=render.print_plan,
-        print_result=written.print_result,
+        print_result=written.print_written_step,
         warnings=() if dry_run else plan.warnings,
     )
 

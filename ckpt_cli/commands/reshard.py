@@ -108,7 +108,7 @@ def _write(run: Run, plan: ReshardPlan, dry_run: bool) -> None:
         execute,
         dry_run=dry_run,
         print_plan=render.print_plan,
-        print_result=written.print_result,
+        print_result=written.print_written_step,
         warnings=plan.warnings,
     )
 
