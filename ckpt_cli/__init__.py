@@ -310,29 +310,16 @@ def plan_prune(
     Example: ``ckpt_cli.plan_prune("runs/exp7", keep_last=2).to_json()``.
     """
     from ckpt_cli.core.prune.plan import plan_prune_root
-    from ckpt_cli.core.prune.policy import Policy
+    from ckpt_cli.core.prune.policy import RULES, Policy
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.errors import UsageError
 
-    counts = (keep_last, keep_every, keep_hourly, keep_daily, keep_weekly, keep_monthly, keep_best)
-    others = (keep_steps, keep_within, metric, mode, keep_missing_metric)
-    if policy is not None and any(v is not None for v in (*counts, *others)):
+    given = locals()
+    rules: dict[str, Any] = {name: given[name] for name in RULES}  # the keywords above
+    if policy is not None and any(v is not None for v in rules.values()):
         raise UsageError("give a Policy or its rules as keywords, not both")
     if policy is None:
-        policy = Policy.from_rules(
-            keep_last=keep_last,
-            keep_every=keep_every,
-            keep_steps=keep_steps,
-            keep_within=keep_within,
-            keep_hourly=keep_hourly,
-            keep_daily=keep_daily,
-            keep_weekly=keep_weekly,
-            keep_monthly=keep_monthly,
-            keep_best=keep_best,
-            metric=metric,
-            mode=mode,
-            keep_missing_metric=keep_missing_metric,
-        )
+        policy = Policy.from_rules(**rules)
     location = open_location(os.fspath(root), storage)
     return plan_prune_root(location, policy, clean_tmp=clean_tmp, tmp_min_age=tmp_min_age, now=now)
 

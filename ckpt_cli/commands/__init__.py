@@ -4,9 +4,11 @@ README.md, docs/index.md and json.md (docs/gen_reference.py) and the tests' matr
 ``COMMANDS``, so a command is registered in one place or not at all (CONTRIBUTING.md: "Add a
 command"; tests/commands/test_registry.py proves it with a toy command).
 
-Each ``commands/<x>.py`` is a vertical slice: its Typer signature with its own options, its text
-rendering (helpers in ``commands/render/``), and its ``Command`` record. Command modules import
-the core inside their functions: importing this package (``ckpt --help``) loads none of it.
+Each ``commands/<x>.py`` is a vertical slice: its Typer signature with its own options, its
+``Command`` record, and beside it ``commands/<x>_text.py``, its text rendering (over the shared
+primitives of ``_text.py``; ``_write_text.py`` holds what every writer prints). Command modules
+import the core inside their functions: importing this package (``ckpt --help``) loads none of
+it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The one context every command builds (``run_context``): the storage options of the app's
-global flags, the output mode and its progress bar, the executor; and ``write_plan``, the one
+global flags, the output mode and its progress bar, how the work scales; and ``write_plan``, the one
 way a writer shows its plan, executes it and reports.
 
 Apart from ``_options`` so that shell completion (``_complete``), which ``_options`` imports,
@@ -17,8 +17,8 @@ import typer
 
 if TYPE_CHECKING:
     from ckpt_cli.commands._output import Document
-    from ckpt_cli.core.executor import ExecutorSpec
     from ckpt_cli.core.progress import ProgressFn
+    from ckpt_cli.core.scale import ScaleOptions
     from ckpt_cli.core.storage import StorageOptions
 
 P = TypeVar("P", bound="Document")
@@ -45,13 +45,12 @@ def storage_options(ctx: typer.Context) -> StorageOptions:
 @dataclass(frozen=True)
 class Run:
     """One run of a command: where it reads and writes (storage), whether it prints one JSON
-    document (no colour, no progress bar, no prompt), and where its work runs (executor)."""
+    document (no colour, no progress bar, no prompt), and how its array work scales (``scale``:
+    executor, unit size, threads; None: the command takes none of those flags)."""
 
     storage: StorageOptions
     json_out: bool = False
-    executor: ExecutorSpec | None = None
-    #: Threads of this process's array work (``--threads``); None: the command takes none.
-    threads: int | None = None
+    scale: ScaleOptions | None = None
 
     def progress(self, min_bytes: int = 0) -> AbstractContextManager[ProgressFn | None]:
         """The one progress bar (stderr, a terminal, not --json); see ``progress_bar``."""
@@ -63,31 +62,26 @@ class Run:
 def run_context(
     ctx: typer.Context,
     json_out: bool = False,
-    executor: str | None = None,
-    workers: int = 1,
-    scheduler: str | None = None,
+    scale: ScaleOptions | None = None,
+    *,
     start: bool = False,
-    force_split: bool = False,
-    threads: int | None = None,
 ) -> Run:
-    """The context of this run; ``executor`` given: ``--executor``/``--workers``/``--scheduler``
-    (checked here: a bad combination is a usage error; ``force_split``: ``--force-split``). ``start``: the run will use the
-    executor, so its workers are started now, before the command lists and plans.
-    ``threads``: ``--threads``, set once for this process (``core/threads.py``)."""
+    """The context of this run. ``scale``: the command's scale flags (``ScaleOptions``; its
+    ``threads``, ``--threads``, are set once for this process, ``core/threads.py``). ``start``:
+    the run will use the executor, so its workers are started now, before the command lists and
+    plans (and released when the command ends if it never used them)."""
     from ckpt_cli.core.threads import tune_allocator, use_threads
 
     tune_allocator()
-    if threads is not None:
-        use_threads(threads)
-    spec = None
-    if executor is not None:
-        from ckpt_cli.core.executor import ExecutorSpec, release_early, start_early
+    if scale is not None and scale.threads is not None:
+        use_threads(scale.threads)
+    if scale is not None and start:
+        from ckpt_cli.core.executor import release_early, start_early
 
-        spec = ExecutorSpec(executor, workers, scheduler, force_split)
-        if start:
-            start_early(spec)
-            ctx.call_on_close(lambda: release_early(spec))
-    return Run(storage_options(ctx), json_out, spec, threads)
+        spec = scale.executor
+        start_early(spec)
+        ctx.call_on_close(lambda: release_early(spec))
+    return Run(storage_options(ctx), json_out, scale)
 
 
 def write_plan(

@@ -15,12 +15,26 @@ keeps Typer's table unless its help column would be narrower than ``MIN_HELP_COL
 table would cut a cell (the panel is rendered first into a scratch console of the terminal's
 width to see).
 
-Typer has no public setting for this layout (``rich_markup_mode``, help panels and the
-terminal width choose markup, grouping and width, not where the help goes), so the one
-function that prints an options panel, ``typer.rich_utils._print_options_panel``, is replaced
-while a help is formatted, and put back after; its parameter help (``_get_parameter_help``:
-the Markdown text, default, env var, ``[required]``) is reused as it is. With a Typer that has
-neither, its own layout is shown.
+Everything else goes through public API: ``HelpCommand``/``HelpGroup`` are given to Typer
+by its public ``cls=`` parameter and override Click's public ``get_params``, ``format_help``
+and ``collect_usage_pieces``; the blocks are drawn with Rich's public ``Panel``, ``Group``,
+``Padding`` and ``Text`` in Typer's public style constants (``typer.rich_utils.STYLE_*``).
+
+Why one private hook remains. Typer lays out a command's whole help in one function,
+``typer.rich_utils.rich_format_help`` (usage, help text, every panel, epilog), and has no public
+setting for where an option's help goes (``rich_markup_mode``, ``rich_help_panel`` and the
+terminal width choose markup, grouping and width). Two public routes were weighed and refused:
+overriding ``format_help`` to lay out the whole help here would re-implement Typer's formatter
+(Markdown help, ``[default: ...]``, env vars, ``[required]``, deprecation marks, panel grouping,
+command lists), a second copy that drifts from Typer's on every release; and setting each
+option's help text cannot move it below the option. So the one function that prints an options
+panel, ``typer.rich_utils._print_options_panel``, is replaced while a help is formatted and
+put back after (``_options_as_blocks_when_cut``), and the blocks reuse Typer's own parameter
+help (``_get_parameter_help``) so that their text is exactly the table's. Typer is pinned below
+0.29 in pyproject.toml; ``tests/commands/test_help.py`` checks that both hooks exist in the
+Typer installed (a release without them fails there, loudly) and that every command's help
+keeps this layout at 60 to 120 columns. With a Typer that lacks either hook, its own layout is
+shown: help never fails.
 """
 
 from __future__ import annotations
@@ -125,8 +139,8 @@ def _options_as_blocks_when_cut() -> Iterator[None]:
     from typer import rich_utils
 
     original = getattr(rich_utils, "_print_options_panel", None)
-    if original is None:  # another Typer: its own layout
-        yield
+    if original is None or not hasattr(rich_utils, "_get_parameter_help"):
+        yield  # another Typer: its own layout
         return
     rich_utils._print_options_panel = _panel(original)
     try:

@@ -146,20 +146,21 @@ def write_options(
     zarr3: bool | None,
     compression: str,
     ocdbt: bool,
-    unit_bytes: int,
 ) -> WriteOptions:
-    """The options of a writer (reshard, migrate) from its command line and its run's executor."""
-    from ckpt_cli.core.executor import ExecutorSpec
+    """The options of a writer (reshard, migrate, import) from its command line, and how its
+    work scales from its run (``run.scale``; none: this process)."""
+    from ckpt_cli.core.scale import ScaleOptions
     from ckpt_cli.core.write.types import Compression, WriteOptions
 
+    scale = run.scale or ScaleOptions()
     return WriteOptions(
         max_chunk_bytes=max_chunk_bytes,
         memory_limit=memory_limit,
         zarr3=zarr3,
         compression=Compression.parse(compression),
         ocdbt=ocdbt,
-        executor=run.executor or ExecutorSpec(),
-        unit_bytes=unit_bytes,
+        executor=scale.executor,
+        unit_bytes=scale.unit_bytes,
     )
 
 

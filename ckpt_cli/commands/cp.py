@@ -100,8 +100,8 @@ def cp(
     Exit codes: 0 copied · 1 --verify found a file unlike its recorded digest · 2 usage ·
     3 not a checkpoint, unreadable, or refused (a different step at the destination).
     """
-    from ckpt_cli.commands.render import cp as render
-    from ckpt_cli.commands.render.uploads import cleanup_notes
+    from ckpt_cli.commands import cp_text as render
+    from ckpt_cli.commands._write_text import cleanup_notes
     from ckpt_cli.core.copy.execute import execute_copy
     from ckpt_cli.core.copy.plan import plan_copy
 
@@ -145,7 +145,7 @@ def _json() -> JsonOutput:
 
 def _renderer() -> ModuleType:
     """The module that renders the text output."""
-    from ckpt_cli.commands.render import cp as module
+    from ckpt_cli.commands import cp_text as module
 
     return module
 

@@ -118,10 +118,11 @@ def diff(
 
     Exit codes: 0 equal within tolerance · 1 different · 2 usage · 3 not a checkpoint.
     """
-    from ckpt_cli.commands.render import diff as render
+    from ckpt_cli.commands import diff_text as render
     from ckpt_cli.core.diff import diff_paths
+    from ckpt_cli.core.scale import ScaleOptions
 
-    run = run_context(ctx, json_out, threads=threads)
+    run = run_context(ctx, json_out, ScaleOptions(threads=threads))
     with run.progress() as on_progress:
         report = diff_paths(
             a,
@@ -141,10 +142,7 @@ def diff(
             memory_limit=memory_limit,
             structure_only=structure,
         )
-    if json_out:
-        emit_json(report)
-    else:
-        render.print_report(report, show_all)
+    emit_json(report) if json_out else render.print_report(report, show_all)
     if not report.equal:
         raise typer.Exit(EXIT_PROBLEMS)
 
@@ -158,7 +156,7 @@ def _json() -> JsonOutput:
 
 def _renderer() -> ModuleType:
     """The module that renders the text output."""
-    from ckpt_cli.commands.render import diff as module
+    from ckpt_cli.commands import diff_text as module
 
     return module
 

@@ -49,8 +49,9 @@ def digest(
     2 usage · 3 not a checkpoint or unreadable.
     """
     from ckpt_cli.core.safetensors.digest import digest_any
+    from ckpt_cli.core.scale import ScaleOptions
 
-    run = run_context(ctx, json_out, threads=threads)
+    run = run_context(ctx, json_out, ScaleOptions(threads=threads))
     with run.progress() as on_progress:
         report = digest_any(path, step, run.storage, memory_limit, on_progress)
     if json_out:

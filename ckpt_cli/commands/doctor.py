@@ -96,7 +96,7 @@ def doctor(
     Exit codes: 0 restores as is · 1 it does not (a spec fixes it, or nothing does) · 2 usage ·
     3 not a checkpoint or the target cannot be loaded.
     """
-    from ckpt_cli.commands.render import doctor as render
+    from ckpt_cli.commands import doctor_text as render
     from ckpt_cli.core.doctor import diagnose, fix_text
 
     run = run_context(ctx, json_out)
@@ -129,7 +129,7 @@ def _json() -> JsonOutput:
 
 def _renderer() -> ModuleType:
     """The module that renders the text output."""
-    from ckpt_cli.commands.render import doctor as module
+    from ckpt_cli.commands import doctor_text as module
 
     return module
 

@@ -104,9 +104,10 @@ def export(
     refused before anything is written. No JAX.
     """
     from ckpt_cli.core.safetensors.export import plan_export
+    from ckpt_cli.core.scale import ScaleOptions
     from ckpt_cli.core.write.memory import bound_allocator
 
-    run = run_context(ctx, json_out, threads=threads)
+    run = run_context(ctx, json_out, ScaleOptions(threads=threads))
     if format_ != "safetensors":
         raise UsageError(f"--format {format_!r}: the format ckpt exports is safetensors")
     # Blocks under 32 MiB come from (and return to) one heap that keeps freed memory for the
@@ -132,7 +133,8 @@ def export(
 
 def _write(run: Run, plan: ExportPlan, dry_run: bool) -> None:
     """Check the output directory, stream the files; the plan is shown with the result."""
-    from ckpt_cli.commands.render import exchange as render
+    from ckpt_cli.commands import export_text as render
+    from ckpt_cli.commands._write_text import print_written
     from ckpt_cli.core.safetensors.export_run import check_output, execute
 
     def checked_execute(plan: ExportPlan, on_progress: ProgressFn | None) -> ExportResult:
@@ -142,7 +144,7 @@ def _write(run: Run, plan: ExportPlan, dry_run: bool) -> None:
     def print_result(result: ExportResult) -> None:
         render.print_export_plan(plan)
         written = result.to_json()["written"]
-        render.print_written(plan.out, result.bytes_written, result.seconds, written["files"])
+        print_written(plan.out, result.bytes_written, result.seconds, written["files"])
 
     write_plan(
         run,
@@ -166,7 +168,7 @@ def _json() -> JsonOutput:
 
 def _renderer() -> ModuleType:
     """The module that renders the text output."""
-    from ckpt_cli.commands.render import exchange as module
+    from ckpt_cli.commands import export_text as module
 
     return module
 

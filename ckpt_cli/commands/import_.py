@@ -84,17 +84,11 @@ def import_(
     complete. No JAX (except --target).
     """
     from ckpt_cli.core.safetensors.import_ import plan_import
+    from ckpt_cli.core.scale import ScaleOptions
     from ckpt_cli.core.write.memory import bound_allocator
-    from ckpt_cli.core.write.types import Compression, WriteOptions
 
-    run = run_context(ctx, json_out, threads=threads)
-    write = WriteOptions(
-        max_chunk_bytes=max_chunk_bytes,
-        memory_limit=memory_limit,
-        zarr3=zarr3,
-        compression=Compression.parse(compression),
-        ocdbt=ocdbt,
-    )
+    run = run_context(ctx, json_out, ScaleOptions(threads=threads))
+    write = o.write_options(run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt)
     bound_allocator()
     plan = plan_import(
         src,
@@ -114,12 +108,13 @@ def import_(
 
 def _write(run: Run, plan: ImportPlan, dry_run: bool) -> None:
     """Stream the new step; the plan is shown with the result."""
-    from ckpt_cli.commands.render import exchange as render
+    from ckpt_cli.commands import import_text as render
+    from ckpt_cli.commands._write_text import print_written
     from ckpt_cli.core.safetensors.import_run import execute
 
     def print_result(result: ImportResult) -> None:
         render.print_import_plan(plan)
-        render.print_written(result.path, result.bytes_written, result.seconds)
+        print_written(result.path, result.bytes_written, result.seconds)
 
     write_plan(
         run,
@@ -143,7 +138,7 @@ def _json() -> JsonOutput:
 
 def _renderer() -> ModuleType:
     """The module that renders the text output."""
-    from ckpt_cli.commands.render import exchange as module
+    from ckpt_cli.commands import import_text as module
 
     return module
 

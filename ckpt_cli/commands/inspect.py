@@ -59,7 +59,7 @@ def inspect(
     unless --stats is given. No JAX.
     """
     # Rendering pulls in rich.tree/table: imported here so `ls` and `--help` do not pay for it.
-    from ckpt_cli.commands.render import inspect as render
+    from ckpt_cli.commands import inspect_text as render
     from ckpt_cli.core.inspect import inspect_path
     from ckpt_cli.core.storage import open_location
 
@@ -93,7 +93,7 @@ def _json() -> JsonOutput:
 
 def _renderer() -> ModuleType:
     """The module that renders the text output."""
-    from ckpt_cli.commands.render import inspect as module
+    from ckpt_cli.commands import inspect_text as module
 
     return module
 

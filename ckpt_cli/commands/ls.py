@@ -35,7 +35,7 @@ def ls(
     marked. Reads only metadata: no JAX, no array data. With -v, how a bucket root was
     listed (docs: object storage).
     """
-    from ckpt_cli.commands.render import ls as render
+    from ckpt_cli.commands import ls_text as render
     from ckpt_cli.core.listing import list_root
     from ckpt_cli.core.storage import open_location
 
@@ -47,7 +47,7 @@ def ls(
     else:
         extra = []
         if verbose:
-            from ckpt_cli.commands.render.uploads import uploads_line
+            from ckpt_cli.commands._write_text import uploads_line
             from ckpt_cli.core.storage.uploads import summarize_uploads
 
             try:
@@ -70,7 +70,7 @@ def _json() -> JsonOutput:
 
 def _renderer() -> ModuleType:
     """The module that renders the text output."""
-    from ckpt_cli.commands.render import ls as module
+    from ckpt_cli.commands import ls_text as module
 
     return module
 

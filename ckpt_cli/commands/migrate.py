@@ -99,13 +99,11 @@ def migrate(
     of several PyTree items (model + optimizer) migrates whole unless --item names one.
     """
     from ckpt_cli.core.migrate.plan import plan_migration
+    from ckpt_cli.core.scale import ScaleOptions
 
-    run = run_context(
-        ctx, json_out, executor, workers, scheduler, not dry_run, force_split, threads
-    )
-    write = o.write_options(
-        run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, unit_bytes
-    )
+    scale = ScaleOptions.from_flags(executor, workers, scheduler, force_split, unit_bytes, threads)
+    run = run_context(ctx, json_out, scale, start=not dry_run)
+    write = o.write_options(run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt)
     plan = plan_migration(
         src,
         dst,
@@ -126,8 +124,8 @@ def migrate(
 
 def _write(run: Run, plan: MigrationPlan, dry_run: bool) -> None:
     """The plan, then the new step streamed under the progress bar, then what was written."""
-    from ckpt_cli.commands.render import migrate as render
-    from ckpt_cli.commands.render import write as written
+    from ckpt_cli.commands import _write_text as written
+    from ckpt_cli.commands import migrate_text as render
     from ckpt_cli.core.migrate.execute import execute
 
     write_plan(
@@ -136,7 +134,7 @@ def _write(run: Run, plan: MigrationPlan, dry_run: bool) -> None:
         execute,
         dry_run=dry_run,
         print_plan=render.print_plan,
-        print_result=written.print_result,
+        print_result=written.print_written_step,
         warnings=() if dry_run else plan.warnings,
     )
 
@@ -150,7 +148,7 @@ def _json() -> JsonOutput:
 
 def _renderer() -> ModuleType:
     """The module that renders the text output."""
-    from ckpt_cli.commands.render import migrate as module
+    from ckpt_cli.commands import migrate_text as module
 
     return module
 

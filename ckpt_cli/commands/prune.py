@@ -159,21 +159,21 @@ def prune(
     or declined), 2 bad options, 3 refused (no terminal to ask on and no --yes, another prune
     running) or a deletion failed, 130/143 interrupted.
     """
-    from ckpt_cli.core.prune.policy import parse_duration
+    from ckpt_cli.core.prune.policy import Policy, parse_duration
     from ckpt_cli.core.storage import open_location
 
-    policy = _policy(
-        keep_last, keep_every, keep_step, keep_within, keep_hourly, keep_daily, keep_weekly,
-        keep_monthly, keep_best, metric, mode, keep_missing_metric,
+    within = parse_duration(keep_within, option="--keep-within") if keep_within else None
+    policy = Policy.from_rules(
+        keep_last=keep_last, keep_every=keep_every, keep_steps=keep_step, keep_within=within,
+        keep_hourly=keep_hourly, keep_daily=keep_daily, keep_weekly=keep_weekly,
+        keep_monthly=keep_monthly, keep_best=keep_best, metric=metric,
+        mode=mode.value if mode is not None else None, keep_missing_metric=keep_missing_metric,
     )  # fmt: skip
     min_age = parse_duration(tmp_min_age, option="--tmp-min-age")
     run = run_context(ctx, json_out)
     location = open_location(root, run.storage)
     if dry_run:
-        plan = _plan(location, policy, clean_tmp, min_age, None, json_out, dry_run=True)
-        _report(_execute(run, plan, dry_run=True), json_out)
-        dry_run_note()
-        return
+        return _dry_run(run, location, policy, clean_tmp, min_age)
     from ckpt_cli.core.prune.execute import prune_lock
 
     # Held from the plan to the last deletion: the plan confirmed is the plan executed.
@@ -186,37 +186,13 @@ def prune(
     _report(result, json_out)
 
 
-def _policy(
-    keep_last: int | None,
-    keep_every: int | None,
-    keep_step: list[int] | None,
-    keep_within: str | None,
-    keep_hourly: int | None,
-    keep_daily: int | None,
-    keep_weekly: int | None,
-    keep_monthly: int | None,
-    keep_best: int | None,
-    metric: str | None,
-    mode: Mode | None,
-    keep_missing_metric: bool,
-) -> Policy:
-    """The retention policy of the command line (an option not given keeps nothing)."""
-    from ckpt_cli.core.prune.policy import Policy, parse_duration
-
-    return Policy.from_rules(
-        keep_last=keep_last,
-        keep_every=keep_every,
-        keep_steps=keep_step,
-        keep_within=parse_duration(keep_within, option="--keep-within") if keep_within else None,
-        keep_hourly=keep_hourly,
-        keep_daily=keep_daily,
-        keep_weekly=keep_weekly,
-        keep_monthly=keep_monthly,
-        keep_best=keep_best,
-        metric=metric,
-        mode=mode.value if mode is not None else None,
-        keep_missing_metric=keep_missing_metric,
-    )
+def _dry_run(
+    run: Run, location: Location, policy: Policy, clean_tmp: bool, min_age: timedelta
+) -> None:
+    """The plan and what executing it would do; nothing deleted (no lock: nothing changes)."""
+    plan = _plan(location, policy, clean_tmp, min_age, None, run.json_out, dry_run=True)
+    _report(_execute(run, plan, dry_run=True), run.json_out)
+    dry_run_note()
 
 
 def _plan(
@@ -230,7 +206,7 @@ def _plan(
     dry_run: bool,
 ) -> PrunePlan:
     """The library's plan, shown (text) with its warnings (stderr)."""
-    from ckpt_cli.commands.render import prune as render
+    from ckpt_cli.commands import prune_text as render
     from ckpt_cli.core.prune.plan import plan_prune_root
 
     plan = plan_prune_root(
@@ -260,8 +236,8 @@ def _execute(run: Run, plan: PrunePlan, *, dry_run: bool) -> PruneResult:
 def _report(result: PruneResult, json_out: bool) -> None:
     """What the prune did (or, dry, would do): the uploads cleanup, the document or the text,
     the warnings; a failed deletion ends the run as its error (the document holds the outcome)."""
-    from ckpt_cli.commands.render import prune as render
-    from ckpt_cli.commands.render.uploads import cleanup_notes
+    from ckpt_cli.commands import prune_text as render
+    from ckpt_cli.commands._write_text import cleanup_notes
 
     if result.uploads is not None:
         for message in cleanup_notes(result.uploads, dry_run=result.dry_run):
@@ -307,7 +283,7 @@ def _interactive() -> bool:
 def _confirm(plan: PrunePlan, json_out: bool) -> bool:
     """Whether the person at the terminal said yes (no is not an error); without a terminal to
     ask on (or with --json), a refusal naming --yes."""
-    from ckpt_cli.commands.render import prune as render
+    from ckpt_cli.commands import prune_text as render
 
     if json_out or not _interactive():
         why = "--json never asks" if json_out else "there is no terminal to ask on"
@@ -367,7 +343,7 @@ def _json() -> JsonOutput:
 
 def _renderer() -> ModuleType:
     """The module that renders the text output."""
-    from ckpt_cli.commands.render import prune as module
+    from ckpt_cli.commands import prune_text as module
 
     return module
 

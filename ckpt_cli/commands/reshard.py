@@ -78,13 +78,11 @@ def reshard(
     optimizer) is resharded whole unless --item names one.
     """
     from ckpt_cli.core.reshard.plan import plan_reshard
+    from ckpt_cli.core.scale import ScaleOptions
 
-    run = run_context(
-        ctx, json_out, executor, workers, scheduler, not dry_run, force_split, threads
-    )
-    write = o.write_options(
-        run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, unit_bytes
-    )
+    scale = ScaleOptions.from_flags(executor, workers, scheduler, force_split, unit_bytes, threads)
+    run = run_context(ctx, json_out, scale, start=not dry_run)
+    write = o.write_options(run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt)
     plan = plan_reshard(
         src,
         dst,
@@ -102,8 +100,8 @@ def reshard(
 
 def _write(run: Run, plan: ReshardPlan, dry_run: bool) -> None:
     """The plan, then the new step streamed under the progress bar, then what was written."""
-    from ckpt_cli.commands.render import reshard as render
-    from ckpt_cli.commands.render import write as written
+    from ckpt_cli.commands import _write_text as written
+    from ckpt_cli.commands import reshard_text as render
     from ckpt_cli.core.reshard.execute import execute
 
     write_plan(
@@ -112,7 +110,7 @@ def _write(run: Run, plan: ReshardPlan, dry_run: bool) -> None:
         execute,
         dry_run=dry_run,
         print_plan=render.print_plan,
-        print_result=written.print_result,
+        print_result=written.print_written_step,
         warnings=plan.warnings,
     )
 
@@ -126,7 +124,7 @@ def _json() -> JsonOutput:
 
 def _renderer() -> ModuleType:
     """The module that renders the text output."""
-    from ckpt_cli.commands.render import reshard as module
+    from ckpt_cli.commands import reshard_text as module
 
     return module
 

@@ -172,6 +172,7 @@ def verify(
     3 not a checkpoint or unreadable.
     """
     # The core and rich.table are imported here, so that `ckpt --help` and `ls` do not pay.
+    from ckpt_cli.core.scale import ScaleOptions
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.verify.run import verify_path
 
@@ -179,12 +180,11 @@ def verify(
         step, latest, deep, record, sample, seed, strict, fail_on_nonfinite, mark_committed,
         max_duration, rotate, upgrade,
     )  # fmt: skip
-    run = run_context(
-        ctx, json_out, executor, workers, scheduler, deep or record, force_split, threads
-    )
+    scale = ScaleOptions.from_flags(executor, workers, scheduler, force_split, unit_bytes, threads)
+    run = run_context(ctx, json_out, scale, start=deep or record)
     location = open_location(path, run.storage)
     with run.progress() as on_progress:
-        report = verify_path(location, options, on_progress, run.executor, unit_bytes)
+        report = verify_path(location, options, on_progress, scale.executor, scale.unit_bytes)
     _report(report, junit, json_out, mark_committed)
 
 
@@ -227,7 +227,7 @@ def _verify_options(
 
 def _report(report: VerifyReport, junit: str | None, json_out: bool, mark_committed: bool) -> None:
     """The JUnit file, the document or the text, the warnings and notes; exit 1 on problems."""
-    from ckpt_cli.commands.render import verify as render
+    from ckpt_cli.commands import verify_text as render
 
     if junit is not None:  # first: a report that cannot be written is the one document
         render.write_junit(report, junit)
@@ -258,7 +258,7 @@ def _json() -> JsonOutput:
 
 def _renderer() -> ModuleType:
     """The module that renders the text output."""
-    from ckpt_cli.commands.render import verify as module
+    from ckpt_cli.commands import verify_text as module
 
     return module
 

@@ -197,3 +197,22 @@ def test_piped_help_ends_no_line_in_whitespace(command: str) -> None:
     assert "Usage:" in proc.stdout and "--help" in proc.stdout
     padded = [line for line in proc.stdout.splitlines() if line != line.rstrip()]
     assert not padded, padded
+
+
+def test_the_private_typer_hooks_the_help_layout_needs_exist() -> None:
+    """``_help.py`` replaces Typer's options panel while a help is printed (the one private
+    hook, see its docstring): a Typer without it would silently fall back to its own layout,
+    so the hooks' absence fails here instead."""
+    import inspect
+
+    from typer import rich_utils
+
+    panel = rich_utils._print_options_panel
+    assert set(inspect.signature(panel).parameters) == {
+        "name",
+        "params",
+        "ctx",
+        "markup_mode",
+        "console",
+    }
+    assert callable(rich_utils._get_parameter_help)

@@ -122,7 +122,7 @@ def test_the_table_is_written_whole_or_not_at_all(
     root's name alone; the startup-signal test found that half output in CI."""
     import signal
 
-    from ckpt_cli.commands.render import ls as render
+    from ckpt_cli.commands import ls_text as render
     from ckpt_cli.core.listing import list_root
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.errors import Interrupted

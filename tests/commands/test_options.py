@@ -127,3 +127,24 @@ def test_parse_sample() -> None:
     for bad in ("0%", "150%", "x", "-1"):
         with pytest.raises(UsageError):
             parse_sample(bad)
+
+
+def test_a_writer_takes_its_executor_and_unit_size_from_its_runs_scale() -> None:
+    from ckpt_cli.commands._context import Run
+    from ckpt_cli.commands._options import write_options
+    from ckpt_cli.core.executor import ExecutorSpec
+    from ckpt_cli.core.scale import ScaleOptions
+    from ckpt_cli.core.storage import StorageOptions
+
+    scale = ScaleOptions.from_flags("local", 3, None, True, 1 << 20, 2)
+    write = write_options(Run(StorageOptions(), scale=scale), 1 << 20, 8 << 20, True, "none", False)
+    assert write.executor == ExecutorSpec("local", 3, None, force_split=True)
+    assert (write.unit_bytes, write.memory_limit, write.zarr3, write.ocdbt) == (
+        1 << 20,
+        8 << 20,
+        True,
+        False,
+    )
+    # A run without scale flags (import) writes in this process, in the default units.
+    alone = write_options(Run(StorageOptions()), 1 << 20, 8 << 20, None, "zstd", True)
+    assert alone.executor == ExecutorSpec() and alone.unit_bytes == ScaleOptions().unit_bytes

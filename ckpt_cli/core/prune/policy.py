@@ -12,11 +12,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
-from typing import Any, Literal, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from ckpt_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack from Python 3.11; checking only
 
 Mode = Literal["min", "max"]
 
@@ -116,6 +119,25 @@ class PolicyRulesJSON(TypedDict):
     keep_missing_metric: bool | None
 
 
+class PolicyRules(TypedDict, total=False):
+    """A policy's rules as keywords (``Policy.from_rules``, ``ckpt_cli.plan_prune``,
+    ``ckpt prune``'s flags): the fields of ``Policy``, where a rule not given or None is off.
+    ``RULES`` names them; a test holds this, ``Policy`` and ``PolicyRulesJSON`` to one list."""
+
+    keep_last: int | None
+    keep_every: int | None
+    keep_steps: Iterable[int] | None
+    keep_within: timedelta | None
+    keep_hourly: int | None
+    keep_daily: int | None
+    keep_weekly: int | None
+    keep_monthly: int | None
+    keep_best: int | None
+    metric: str | None
+    mode: Mode | None
+    keep_missing_metric: bool | None
+
+
 @dataclass(frozen=True)
 class Policy:
     """What to keep. Counts of 0 and ``None`` mean the rule is off."""
@@ -162,38 +184,13 @@ class Policy:
             raise UsageError(f"--mode must be min or max, not {self.mode!r}")
 
     @classmethod
-    def from_rules(
-        cls,
-        *,
-        keep_last: int | None = None,
-        keep_every: int | None = None,
-        keep_steps: Iterable[int] | None = None,
-        keep_within: timedelta | None = None,
-        keep_hourly: int | None = None,
-        keep_daily: int | None = None,
-        keep_weekly: int | None = None,
-        keep_monthly: int | None = None,
-        keep_best: int | None = None,
-        metric: str | None = None,
-        mode: Mode | None = None,
-        keep_missing_metric: bool | None = None,
-    ) -> Policy:
-        """The policy of the rules given, as options arrive (a rule not given is None: off,
+    def from_rules(cls, **rules: Unpack[PolicyRules]) -> Policy:
+        """The policy of the rules given, as options arrive (a rule not given or None is off,
         ``keep_missing_metric`` at its default)."""
-        return cls(
-            keep_last=keep_last or 0,
-            keep_every=keep_every or 0,
-            keep_steps=frozenset(keep_steps or ()),
-            keep_within=keep_within,
-            keep_hourly=keep_hourly or 0,
-            keep_daily=keep_daily or 0,
-            keep_weekly=keep_weekly or 0,
-            keep_monthly=keep_monthly or 0,
-            keep_best=keep_best or 0,
-            metric=metric,
-            mode=mode,
-            keep_missing_metric=True if keep_missing_metric is None else keep_missing_metric,
-        )
+        given: dict[str, Any] = {name: value for name, value in rules.items() if value is not None}
+        if "keep_steps" in given:
+            given["keep_steps"] = frozenset(given["keep_steps"])
+        return cls(**given)
 
     @property
     def is_empty(self) -> bool:
@@ -216,6 +213,10 @@ class Policy:
             "mode": self.mode if best else None,
             "keep_missing_metric": self.keep_missing_metric if best else None,
         }
+
+
+#: The names of the rules, in ``Policy``'s order: what ``plan_prune`` passes on to ``from_rules``.
+RULES: tuple[str, ...] = tuple(f.name for f in fields(Policy))
 
 
 class MetricJSON(TypedDict):

@@ -14,7 +14,7 @@ import dataclasses
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypedDict
 
 from ckpt_cli.core.format.dtypes import dtype_itemsize
@@ -52,6 +52,9 @@ from ckpt_cli.core.write.types import WriteOptions
 from ckpt_cli.errors import RefusedError, UsageError
 
 SINGLE_DEVICE = ShardingInfo("SingleDeviceSharding", device_str="cpu:0")
+#: How import writes unless told: a file streams at disk speed, so smaller chunks and fewer bytes
+#: in flight than a rewrite's (``ckpt import``'s defaults, --max-chunk-bytes and --memory-limit).
+IMPORT_WRITE = WriteOptions(max_chunk_bytes=16 << 20, memory_limit=256 << 20)
 
 
 @dataclass(frozen=True, eq=False)
@@ -192,7 +195,7 @@ class ImportPlan:
     spec: MigrationSpec | None
     unused_rules: tuple[str, ...]
     mesh: MeshSpec | None
-    write: WriteOptions = field(default_factory=lambda: WriteOptions(16 << 20, 256 << 20))
+    write: WriteOptions = IMPORT_WRITE
     #: How to reach ``dst`` on an object store (None: this process's environment).
     storage: StorageOptions | None = None
     #: The empty nodes written (no data), and where the container kinds come from.
@@ -299,7 +302,7 @@ def plan_import(
     from ckpt_cli.core.migrate.spec import load_spec
     from ckpt_cli.core.reshard.rules import load_rules, parse_rules
 
-    write = write or WriteOptions(16 << 20, 256 << 20)
+    write = write or IMPORT_WRITE
     parsed = load_spec(spec) if isinstance(spec, str) else spec
     target_mesh = MeshSpec.parse(mesh) if isinstance(mesh, str) else mesh
     rule_list: Sequence[Rule] = ()

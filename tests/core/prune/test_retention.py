@@ -285,3 +285,41 @@ def test_format_and_rough_durations() -> None:
     ]
     assert rough_duration(timedelta(hours=3, minutes=12)) == "3h"
     assert rough_duration(timedelta(seconds=-5)) == "0s"
+
+
+# --- one source of the rules: Policy's fields ----------------------------------------------------
+
+
+def test_the_rules_are_named_once_by_policys_fields() -> None:
+    """``Policy``'s fields are the rules; the keywords (``PolicyRules``), the JSON document and
+    ``ckpt_cli.plan_prune``'s keywords name the same ones, so a rule added to ``Policy`` and
+    missed elsewhere fails here, not in a user's call."""
+    import inspect
+
+    import ckpt_cli
+    from ckpt_cli.core.prune.policy import RULES, PolicyRules, PolicyRulesJSON
+
+    assert len(RULES) == 12 and RULES[0] == "keep_last"
+    assert tuple(PolicyRules.__annotations__) == RULES
+    assert set(PolicyRulesJSON.__annotations__) == set(RULES)
+    keywords = [
+        p.name
+        for p in inspect.signature(ckpt_cli.plan_prune).parameters.values()
+        if p.kind is p.KEYWORD_ONLY
+    ]
+    assert keywords[: len(RULES)] == list(RULES)
+    assert keywords[len(RULES) :] == ["clean_tmp", "tmp_min_age", "now", "storage"]
+
+
+def test_from_rules_turns_rules_not_given_off() -> None:
+    from ckpt_cli.core.prune.policy import Policy
+
+    assert Policy.from_rules() == Policy()
+    assert Policy.from_rules(keep_last=None, keep_missing_metric=None) == Policy()
+    policy = Policy.from_rules(keep_steps=[300, 100], keep_best=2, metric="loss", mode="min")
+    assert policy.keep_steps == frozenset({100, 300}) and policy.keep_best == 2
+    assert Policy.from_rules(keep_best=1, metric="loss", mode="min", keep_missing_metric=False) == (
+        Policy(keep_best=1, metric="loss", mode="min", keep_missing_metric=False)
+    )
+    with pytest.raises(TypeError):
+        Policy.from_rules(keep_lats=2)  # type: ignore[call-arg]

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import json
 
-from ckpt_cli.commands.render.layout import plural
-from ckpt_cli.commands.render.lines import emit, painter, said, table_lines, use_color
-from ckpt_cli.commands.render.units import human_age, human_bytes
+from ckpt_cli.commands._text import (
+    emit,
+    human_age,
+    human_bytes,
+    painter,
+    plural,
+    said,
+    table_lines,
+    use_color,
+)
 from ckpt_cli.core.listing import RootListing, StepInfo
 
 _STATUS = {"committed": "green", "incomplete": "yellow", "uncommitted": "red"}

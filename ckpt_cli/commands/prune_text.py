@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ckpt_cli.commands.render.layout import plural
-from ckpt_cli.commands.render.lines import emit, painter, say, table_lines, use_color
-from ckpt_cli.commands.render.units import human_bytes
+from ckpt_cli.commands._text import emit, human_bytes, painter, plural, say, table_lines, use_color
 from ckpt_cli.core.prune.execute import PruneOutcome
 from ckpt_cli.core.prune.plan import SYMLINK_KEPT, PrunePlan
 from ckpt_cli.core.prune.policy import MetricRank

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
 from pathlib import Path
 
-from ckpt_cli.commands.render.layout import plural
-from ckpt_cli.commands.render.lines import emit, painter, say, text_width, use_color
-from ckpt_cli.commands.render.problems import problem_lines
-from ckpt_cli.commands.render.units import human_bytes
+from ckpt_cli.commands._text import (
+    Paint,
+    emit,
+    human_bytes,
+    painter,
+    plural,
+    say,
+    text_width,
+    use_color,
+    wrap,
+)
 from ckpt_cli.core.storage.local import LocalLocation
 from ckpt_cli.core.verify.problems import Problem
 from ckpt_cli.core.verify.types import ItemCheck, VerifyReport
@@ -214,3 +222,21 @@ def _suite(
         props = ET.Element("properties")  # the JUnit schema wants it before the testcases
         ET.SubElement(props, "property", name="digests", value=item.digests)
         suite.insert(0, props)
+
+
+INDENT = "  "
+
+
+def problem_lines(problems: Iterable[Problem], paint: Paint, width: int | None) -> list[str]:
+    """verify's problems as blocks: ``severity  code``, then the leaf and file whole, then the
+    message wrapped at spaces to the terminal (one line through a pipe). A table folded each
+    column inside its own width and cut words out of the messages at 80 columns."""
+    out: list[str] = []
+    for p in problems:
+        colour = "red" if p.severity == "error" else "yellow"
+        out.append(f"{paint(p.severity, colour)}  {paint(p.code, 'bold')}")
+        for label, value in (("leaf", p.leaf), ("file", p.file)):
+            if value:
+                out.append(f"{INDENT}{paint(label + ':', 'dim')} {paint(value, '')}")
+        out += [paint(line, "") for line in wrap(p.message, width, first=INDENT, indent=INDENT)]
+    return out

@@ -3,8 +3,7 @@ was copied and what was found whole at the destination."""
 
 from __future__ import annotations
 
-from ckpt_cli.commands.render.lines import emit, painter, say, table_lines, use_color
-from ckpt_cli.commands.render.units import human_bytes
+from ckpt_cli.commands._text import emit, human_bytes, painter, say, table_lines, use_color
 from ckpt_cli.core.copy.execute import CopyResult
 from ckpt_cli.core.copy.plan import CopyPlan
 

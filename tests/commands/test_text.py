@@ -1,10 +1,11 @@
-"""The text layout every renderer uses: nothing cut, nothing too wide, nothing padded."""
+"""The text primitives every renderer uses: the layout (nothing cut, nothing too wide, nothing
+padded) and the fast tree/table lines (structure, alignment, no markup when not colouring)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ckpt_cli.commands.render.layout import plural, table, wrap
+from ckpt_cli.commands._text import painter, plural, table, table_lines, tree_lines, wrap
 
 
 def plain(text: str, style: str) -> str:
@@ -65,3 +66,37 @@ def test_table_shapes() -> None:
     blocks = table(HEADERS, ROWS, plain, width=35)
     assert blocks[0] == "opt_state.0.mu.Dense_0.kernel"
     assert any(x.strip().startswith("status:") for x in blocks)
+
+
+# --- lines ---
+def test_tree_lines_structure() -> None:
+    plain = painter(False)
+    lines = tree_lines(
+        "root",
+        [(("a", "x"), "1"), (("a", "y", "z"), "2"), (("b",), "3")],
+        plain,
+    )
+    assert lines == [
+        "root",
+        "├── a",
+        "│   ├── x  1",
+        "│   └── y",
+        "│       └── z  2",
+        "└── b  3",
+    ]
+
+
+def test_table_lines_align_and_right_justify() -> None:
+    lines = table_lines(
+        ["name", "n"],
+        [[("long_name", ""), ("5", "")], [("x", ""), ("123", "")]],
+        painter(False),
+        right=frozenset({1}),
+    )
+    assert lines == ["name         n", "long_name    5", "x          123"]
+
+
+def test_painter_escapes_markup_when_colouring() -> None:
+    paint = painter(True)
+    assert paint("[x]", "cyan") == "[cyan]\\[x][/]"
+    assert painter(False)("[x]", "cyan") == "[x]"

@@ -6,16 +6,18 @@ from __future__ import annotations
 from rich.table import Table
 
 from ckpt_cli.commands._output import stdout_console
-from ckpt_cli.commands.render.lines import (
+from ckpt_cli.commands._text import (
     Paint,
     emit,
+    human_bytes,
+    human_count,
     painter,
     say,
+    shape_str,
     table_lines,
     tree_lines,
     use_color,
 )
-from ckpt_cli.commands.render.units import human_bytes, human_count, shape_str
 from ckpt_cli.core.format.sharding import ShardLayout
 from ckpt_cli.core.inspect import InspectResult, ItemReport, Leaf, StepInspection
 from ckpt_cli.core.state import StatePart

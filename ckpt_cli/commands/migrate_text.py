@@ -3,9 +3,16 @@ the result compares with ``--target``."""
 
 from __future__ import annotations
 
-from ckpt_cli.commands.render.layout import plural
-from ckpt_cli.commands.render.lines import emit, painter, say, table_lines, use_color
-from ckpt_cli.commands.render.units import human_bytes, shape_str
+from ckpt_cli.commands._text import (
+    emit,
+    human_bytes,
+    painter,
+    plural,
+    say,
+    shape_str,
+    table_lines,
+    use_color,
+)
 from ckpt_cli.core.migrate.plan import DestLeaf, MigrationPlan
 from ckpt_cli.core.migrate.tree import followed_families
 

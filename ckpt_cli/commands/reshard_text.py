@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from ckpt_cli.commands.render.lines import emit, painter, say, table_lines, use_color
-from ckpt_cli.commands.render.units import human_bytes, shape_str
+from ckpt_cli.commands._text import (
+    emit,
+    human_bytes,
+    painter,
+    say,
+    shape_str,
+    table_lines,
+    use_color,
+)
 from ckpt_cli.core.reshard.plan import LeafPlan, ReshardPlan
 
 

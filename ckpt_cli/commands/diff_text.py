@@ -3,16 +3,17 @@ and the verdict."""
 
 from __future__ import annotations
 
-from ckpt_cli.commands.render.layout import plural, wrap
-from ckpt_cli.commands.render.lines import (
+from ckpt_cli.commands._text import (
     emit,
     painter,
+    plural,
     say,
+    shape_str,
     table_lines,
     text_width,
     use_color,
+    wrap,
 )
-from ckpt_cli.commands.render.units import shape_str
 from ckpt_cli.core.diff import STATUSES, DiffReport, LeafDiff
 
 _LABEL = {"only_a": "only in A", "only_b": "only in B"}
