@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ItemStore, cached_context
-from ckpt_cli.core.format.layout import ItemRef, detect
+from ckpt_cli.core.format.discovery import ItemRef, detect
 from ckpt_cli.core.format.metadata import KEY_TYPE_SEQUENCE
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.scan import OPEN_CACHE_BYTES, read_block

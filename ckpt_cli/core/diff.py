@@ -38,7 +38,7 @@ from ckpt_cli.core.format.blocks import (
     iter_blocks,
     stream_blocks,
 )
-from ckpt_cli.core.format.layout import ItemRef
+from ckpt_cli.core.format.discovery import ItemRef
 from ckpt_cli.core.format.resolve import resolve_item, resolve_trees
 from ckpt_cli.core.format.scan import (
     OPEN_CACHE_BYTES,

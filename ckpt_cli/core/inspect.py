@@ -24,8 +24,8 @@ from typing import Any, ClassVar, TypedDict
 from typing_extensions import NotRequired
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.discovery import ItemRef
 from ckpt_cli.core.format.items import ItemKind, classify, describe, step_handler
-from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.metadata import (
     ARRAY_ITEM_LEAF,
     KEY_TYPE_SEQUENCE,

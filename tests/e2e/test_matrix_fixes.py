@@ -17,7 +17,7 @@ import pytest
 import ckpt_cli
 from ckpt_cli.core.diff import diff_paths
 from ckpt_cli.core.listing import list_root
-from ckpt_cli.core.migrate.spec import parse_spec
+from ckpt_cli.core.spec.language import parse_spec
 from ckpt_cli.core.storage import open_location
 from tests.support.cli import run_cli
 from tests.support.matrix import MATRIX, Fixture, array_leaves

@@ -375,7 +375,7 @@ def test_workers_read_the_written_files_back_in_ranges_for_the_record(
 ) -> None:
     import shutil
 
-    from ckpt_cli.core.format.digests import file_checksum
+    from ckpt_cli.core.digest.records import file_checksum
     from ckpt_cli.core.storage import LocalLocation
     from ckpt_cli.core.write import rewrite
 

@@ -7,7 +7,7 @@ from ckpt_cli.commands.render.layout import plural
 from ckpt_cli.commands.render.lines import emit, painter, say, table_lines, use_color
 from ckpt_cli.commands.render.units import human_bytes, shape_str
 from ckpt_cli.core.migrate.plan import DestLeaf, MigrationPlan
-from ckpt_cli.core.migrate.tree import followed_families
+from ckpt_cli.core.spec.tree import followed_families
 
 
 def print_plan(plan: MigrationPlan) -> None:

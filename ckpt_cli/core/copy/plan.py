@@ -22,8 +22,8 @@ from typing import ClassVar, Literal, TypedDict
 from typing_extensions import NotRequired
 
 from ckpt_cli.core.copy.select import StepSelection
-from ckpt_cli.core.format.digests import STATE_FILE
-from ckpt_cli.core.format.layout import (
+from ckpt_cli.core.digest.records import STATE_FILE
+from ckpt_cli.core.format.discovery import (
     Detected,
     StepRef,
     detect,

@@ -24,7 +24,7 @@ from ckpt_cli.core.copy.plan import (
     StepCopy,
     StepStatus,
 )
-from ckpt_cli.core.format.digests import DIGEST_FILE, FileSum, file_checksum, recorded_file
+from ckpt_cli.core.digest.records import DIGEST_FILE, FileSum, file_checksum, recorded_file
 from ckpt_cli.core.format.items import is_noop_handler
 from ckpt_cli.core.format.metadata import read_step_metadata
 from ckpt_cli.core.format.names import COMMIT_MARKER, TMP_MARKER, WRITING_MARKER, is_plain_name

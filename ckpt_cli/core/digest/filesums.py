@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from ckpt_cli.core.format.digests import FileSum
+from ckpt_cli.core.digest.records import FileSum
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.errors import CkptError
 

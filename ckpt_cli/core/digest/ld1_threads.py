@@ -1,6 +1,6 @@
 """The ``ld1`` partial of one large block, hashed in ranges on this process's threads.
 
-``ld1`` is a sum over positions (``ldigest.py``), so the partials of the parts of a box merge
+``ld1`` is a sum over positions (``ld1.py``), so the partials of the parts of a box merge
 into the box's partial whatever the cuts. A block is cut along its first axis longer than one
 into ``pieces`` sub-boxes (rows of unequal counts; a cut may fall inside a 64-bit word, whose
 bytes ``merge`` joins), each hashed on the hashing pool (``threads.hash_pool``): numpy releases
@@ -14,7 +14,7 @@ import itertools
 import threading
 from typing import Any
 
-from ckpt_cli.core.format.ldigest import Partial, merge, partial
+from ckpt_cli.core.digest.ld1 import Partial, merge, partial
 
 #: Bytes of the smallest part worth a thread of its own.
 MIN_PIECE_BYTES = 1 << 20
@@ -52,7 +52,7 @@ def partial_threaded(
     dtype: str | None = None,
     threads: int | None = None,
 ) -> Partial:
-    """``ldigest.partial`` of ``block`` at ``origin``, its parts hashed at once on the
+    """``ld1.partial`` of ``block`` at ``origin``, its parts hashed at once on the
     hashing pool; the same value as ``partial`` (a test checks it for many cuts)."""
     import numpy as np
 

@@ -42,8 +42,8 @@ from datetime import datetime, timezone
 from typing import Any, NotRequired, TypedDict
 
 from ckpt_cli._version import __version__
+from ckpt_cli.core.digest.ld1 import Partial
 from ckpt_cli.core.format.arrays import ArrayInfo
-from ckpt_cli.core.format.ldigest import Partial
 from ckpt_cli.core.format.names import COMMIT_MARKER
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import InvalidMetadataError, SourceDigestError
@@ -52,7 +52,7 @@ DIGEST_FILE = "_CKPT_DIGESTS.json"
 #: ``verify --rotate``'s state, next to the digests (``verify/budget.py``): never recorded.
 STATE_FILE = "_CKPT_VERIFY_STATE.json"
 FORMAT_NAME = "ckpt-digests"
-#: Version 1 records SHA-256 per leaf; version 2 records ``ld1`` (``ldigest.py``): written by
+#: Version 1 records SHA-256 per leaf; version 2 records ``ld1`` (``ld1.py``): written by
 #: ``verify --record`` on an item without a record (or with a version-2 one) and by
 #: ``verify --record --upgrade``. Both are read and checked.
 FORMAT_VERSION = 2
@@ -246,7 +246,7 @@ def file_checksum(loc: Location) -> FileSum:
 
 def string_digest(value: str) -> LeafDigest:
     """Both digests of a string leaf (its UTF-8 bytes)."""
-    from ckpt_cli.core.format.ldigest import digest_text
+    from ckpt_cli.core.digest.ld1 import digest_text
 
     return LeafDigest("string", (), hashlib.sha256(value.encode()).hexdigest(), digest_text(value))
 
@@ -385,13 +385,13 @@ class BlockDigests:
             self.shapes[name] = shape
         if name not in self.collect:
             return
-        from ckpt_cli.core.format.ldranges import partial_threaded
+        from ckpt_cli.core.digest.ld1_threads import partial_threaded
 
         self.absorb(name, partial_threaded(start, block, shape, dtype))
 
     def absorb(self, name: str, box: Partial) -> None:
         """Merge a partial taken elsewhere (a worker's) into ``name``'s."""
-        from ckpt_cli.core.format.ldigest import merge
+        from ckpt_cli.core.digest.ld1 import merge
 
         prev = self.partials.get(name)
         self.partials[name] = box if prev is None else merge([prev, box])
@@ -409,7 +409,7 @@ class BlockDigests:
 
     def check(self, noun: str = "leaf", what: str = "written") -> None:
         """Raise ``SourceDigestError`` for the first one whose blocks' digest differs."""
-        from ckpt_cli.core.format.ldigest import finish
+        from ckpt_cli.core.digest.ld1 import finish
 
         for name, want in sorted(self.expect.items()):
             p = self.partials.get(name)

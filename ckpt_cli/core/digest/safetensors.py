@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from ckpt_cli.core.digest import DigestReport, ItemDigests, LeafDigest, block_budget, sorted_leaves
-from ckpt_cli.core.format.ldigest import Partial, finish, merge, partial
+from ckpt_cli.core.digest.ld1 import Partial, finish, merge, partial
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.safetensors.dtypes import numpy_dtype_name
 from ckpt_cli.core.safetensors.reader import SafetensorsReader, find_files
@@ -39,7 +39,7 @@ def digest_any(
 ) -> DigestReport:
     """``ckpt digest PATH``: a safetensors file, index or directory of shards, else an Orbax
     root, step or item (``step`` applies to Orbax only)."""
-    from ckpt_cli.core.digest import digest_path
+    from ckpt_cli.core.digest.items import digest_path
 
     if is_safetensors(path):
         if step is not None:

@@ -117,8 +117,8 @@ def check_spec(report: ItemReport, diagnosis: Diagnosis, expected: Leaves) -> tu
     """Plan the spec's rules against the item (metadata only) and say what still differs from
     the target; a rule the planner refuses is itself what is left."""
     from ckpt_cli.core.migrate.plan import apply_spec
-    from ckpt_cli.core.migrate.spec import parse_spec
-    from ckpt_cli.core.migrate.target import compare_target
+    from ckpt_cli.core.spec.language import parse_spec
+    from ckpt_cli.core.spec.target import compare_target
 
     text = spec_text(diagnosis)
     try:

@@ -46,7 +46,7 @@ def target_tree(ref: str) -> Tree:
     """``--target MODULE:FN``: the function's abstract state, named as Orbax names it."""
     import jax
 
-    from ckpt_cli.core.migrate.target import call_target, flatten_abstract
+    from ckpt_cli.core.spec.target import call_target, flatten_abstract
 
     tree = call_target(ref)
     empty: set[str] = set()

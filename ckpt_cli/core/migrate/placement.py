@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.sharding import MeshSpec, ShardingInfo, Spec, shard_shape, split_chunk
 from ckpt_cli.core.inspect import Leaf
-from ckpt_cli.core.migrate import ops
+from ckpt_cli.core.spec import ops
 
 
 @dataclass(frozen=True)

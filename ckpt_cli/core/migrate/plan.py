@@ -20,22 +20,22 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, TypedDict
 
 from ckpt_cli.core.diff import SideJSON, side_json
+from ckpt_cli.core.format.discovery import ItemRef, detect
 from ckpt_cli.core.format.dtypes import dtype_itemsize
-from ckpt_cli.core.format.layout import ItemRef, detect
 from ckpt_cli.core.format.resolve import resolve_trees
 from ckpt_cli.core.format.sharding import Shape, ShardingInfo, ShardingJSON
 from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
-from ckpt_cli.core.migrate import ops, rules, stack
-from ckpt_cli.core.migrate.layout import Layout, layout_for
-from ckpt_cli.core.migrate.spec import MigrationSpec, Rule, load_spec, unused_rules_hint
-from ckpt_cli.core.migrate.target import (
+from ckpt_cli.core.migrate.placement import Layout, layout_for
+from ckpt_cli.core.spec import ops, rules, stack
+from ckpt_cli.core.spec.language import MigrationSpec, Rule, load_spec, unused_rules_hint
+from ckpt_cli.core.spec.target import (
     Difference,
     DifferenceJSON,
     abstract_state,
     compare_target,
     import_function,
 )
-from ckpt_cli.core.migrate.tree import (
+from ckpt_cli.core.spec.tree import (
     OperationJSON,
     Step,
     Work,

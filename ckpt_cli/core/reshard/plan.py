@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypedDict
 
+from ckpt_cli.core.format.discovery import ItemRef
 from ckpt_cli.core.format.dtypes import dtype_itemsize
-from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.names import unsafe_as_path
 from ckpt_cli.core.format.resolve import resolve_item, resolve_trees
 from ckpt_cli.core.format.sharding import (

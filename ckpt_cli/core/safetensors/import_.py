@@ -26,16 +26,6 @@ from ckpt_cli.core.format.sharding import (
     shard_shape,
     split_chunk,
 )
-from ckpt_cli.core.migrate import ops
-from ckpt_cli.core.migrate.spec import MigrationSpec
-from ckpt_cli.core.migrate.tree import (
-    OperationJSON,
-    Step,
-    Work,
-    check_written_leaves,
-    fill_key_types,
-    key_types,
-)
 from ckpt_cli.core.reshard.rules import Rule
 from ckpt_cli.core.safetensors.dtypes import TO_NUMPY
 from ckpt_cli.core.safetensors.reader import SafetensorsReader, check_against_index, find_files
@@ -46,6 +36,16 @@ from ckpt_cli.core.safetensors.tree import (
     Containers,
     Node,
     parse_tree,
+)
+from ckpt_cli.core.spec import ops
+from ckpt_cli.core.spec.language import MigrationSpec
+from ckpt_cli.core.spec.tree import (
+    OperationJSON,
+    Step,
+    Work,
+    check_written_leaves,
+    fill_key_types,
+    key_types,
 )
 from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.core.write.types import WriteOptions
@@ -296,8 +296,8 @@ def plan_import(
     of leaf patterns to partition specs) lays them out as ``reshard`` does; ``target``
     (MODULE:FUNCTION, imports jax) checks the result; ``storage`` says how to reach ``dst`` on
     an object store (``--s3-endpoint``; default: the environment). Reads the headers only."""
-    from ckpt_cli.core.migrate.spec import load_spec
     from ckpt_cli.core.reshard.rules import load_rules, parse_rules
+    from ckpt_cli.core.spec.language import load_spec
 
     write = write or WriteOptions(16 << 20, 256 << 20)
     parsed = load_spec(spec) if isinstance(spec, str) else spec
@@ -492,8 +492,8 @@ def apply_target(plan: ImportPlan, target: str) -> ImportPlan:
     """The plan with the containers of the abstract state ``target`` returns (tuples, optax's
     NamedTuples, empty nodes: what StandardRestore compares); refused when its leaves differ
     (names, shapes, dtypes), as ``migrate --target`` is."""
-    from ckpt_cli.core.migrate.target import abstract_leaves, call_target, compare_target
     from ckpt_cli.core.safetensors.tree import target_containers
+    from ckpt_cli.core.spec.target import abstract_leaves, call_target, compare_target
 
     tree = call_target(target)
     expected = abstract_leaves(target, tree)

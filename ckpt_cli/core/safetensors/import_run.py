@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from typing_extensions import NotRequired
 
-from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.safetensors.import_ import ImportContext, ImportPlan, ImportPlanJSON
 from ckpt_cli.core.safetensors.tree import STEP_NAME_KEY
+from ckpt_cli.core.spec import ops
 
 if TYPE_CHECKING:
     from ckpt_cli.core.storage import Location
@@ -124,7 +124,7 @@ def _write_item(
     sync_tree(dest)
     item.write_metadata(outs)
     if expect:
-        from ckpt_cli.core.format.digests import LeafDigest
+        from ckpt_cli.core.digest.records import LeafDigest
         from ckpt_cli.core.write.rewrite import record_digests
 
         dtypes = {leaf.name: (leaf.expr.dtype, leaf.expr.shape) for leaf in plan.leaves}

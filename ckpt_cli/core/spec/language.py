@@ -26,8 +26,8 @@ from typing import Any
 
 from ckpt_cli.core.format.dtypes import EXTRA_DTYPES
 from ckpt_cli.core.format.names import compile_leaf_pattern, literal_name
-from ckpt_cli.core.migrate.initializers import FAN_KINDS, Initializer, parse_init
 from ckpt_cli.core.regex import Match, Regex
+from ckpt_cli.core.spec.initializers import FAN_KINDS, Initializer, parse_init
 from ckpt_cli.core.textfiles import load_yaml, read_limited
 from ckpt_cli.core.units import short_repr
 from ckpt_cli.errors import RefusedError

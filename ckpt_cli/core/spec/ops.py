@@ -17,12 +17,12 @@ finishes the computation: reads of many regions stay in flight together, as in `
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
-from ckpt_cli.core.migrate.initializers import Initializer, generate, numpy_dtype
+from ckpt_cli.core.spec.initializers import Initializer, generate, numpy_dtype
 from ckpt_cli.errors import RefusedError
 
 Region = tuple[slice, ...]
@@ -113,6 +113,11 @@ class Source(Node):
 
     def fetch(self, region: Region, ctx: EvalContext) -> Any:
         return ctx.reader(self.name, self.info, self.database).read(region)
+
+
+def source_reads(exprs: Mapping[str, Node | None]) -> dict[str, Source]:
+    """Output name -> the source leaf it reads unchanged (a plain read: no cast, slice, ...)."""
+    return {name: e for name, e in exprs.items() if isinstance(e, Source)}
 
 
 @dataclass(frozen=True, eq=False)

@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ckpt_cli.core.format.names import tree_conflict
-from ckpt_cli.core.migrate import ops
-from ckpt_cli.core.migrate.initializers import FAN_KINDS, Initializer, numpy_dtype
-from ckpt_cli.core.migrate.spec import Rule
-from ckpt_cli.core.migrate.tree import Step, Work, follower_prefixes, is_moment
 from ckpt_cli.core.regex import Match
+from ckpt_cli.core.spec import ops
+from ckpt_cli.core.spec.initializers import FAN_KINDS, Initializer, numpy_dtype
+from ckpt_cli.core.spec.language import Rule
+from ckpt_cli.core.spec.tree import Step, Work, follower_prefixes, is_moment
 from ckpt_cli.core.state import parameter_root, relative_path
 from ckpt_cli.errors import RefusedError
 

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core.migrate import ops
-from ckpt_cli.core.migrate.rules import _axis, _dims, _expand, _name, merge_following
-from ckpt_cli.core.migrate.spec import Rule
-from ckpt_cli.core.migrate.tree import Step, Work
+from ckpt_cli.core.spec import ops
+from ckpt_cli.core.spec.language import Rule
+from ckpt_cli.core.spec.rules import _axis, _dims, _expand, _name, merge_following
+from ckpt_cli.core.spec.tree import Step, Work
 from ckpt_cli.core.state import relative_path
 from ckpt_cli.errors import RefusedError
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 from ckpt_cli.core.format.names import leaf_name_problem, tree_conflict
 from ckpt_cli.core.format.sizes import shape_problem
 from ckpt_cli.core.inspect import Leaf
-from ckpt_cli.core.migrate import ops
+from ckpt_cli.core.spec import ops
 from ckpt_cli.core.state import (
     item_keypath,
     mirror_roots,
@@ -36,7 +36,7 @@ from ckpt_cli.core.state import (
 from ckpt_cli.errors import RefusedError
 
 if TYPE_CHECKING:
-    from ckpt_cli.core.migrate.spec import Rule
+    from ckpt_cli.core.spec.language import Rule
 
 
 class OperationJSON(TypedDict):

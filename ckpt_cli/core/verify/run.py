@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from ckpt_cli.core.digest.records import record_of, wanted, write_digests
 from ckpt_cli.core.executor import (
     Executor,
     ExecutorSpec,
@@ -21,8 +22,7 @@ from ckpt_cli.core.executor import (
     open_executor,
     should_split,
 )
-from ckpt_cli.core.format.digests import record_of, wanted, write_digests
-from ckpt_cli.core.format.layout import detect
+from ckpt_cli.core.format.discovery import detect
 from ckpt_cli.core.format.names import COMMIT_MARKER, PRUNE_LOCK
 from ckpt_cli.core.progress import ByteProgress, Progress, ProgressFn
 from ckpt_cli.core.storage import Location

@@ -17,9 +17,7 @@ from typing import Any, Generic, Protocol, TypedDict
 
 from typing_extensions import NotRequired, TypeVar
 
-from ckpt_cli.core.executor import Executor, decline, open_executor, should_split
-from ckpt_cli.core.format.arrays import ItemStore
-from ckpt_cli.core.format.digests import (
+from ckpt_cli.core.digest.records import (
     BlockDigests,
     FileSum,
     LeafDigest,
@@ -28,8 +26,10 @@ from ckpt_cli.core.format.digests import (
     recorded_file,
     write_digests,
 )
+from ckpt_cli.core.executor import Executor, decline, open_executor, should_split
+from ckpt_cli.core.format.arrays import ItemStore
+from ckpt_cli.core.format.discovery import ItemRef, detect, step_items
 from ckpt_cli.core.format.items import handler_kind, is_noop_handler, step_handler
-from ckpt_cli.core.format.layout import ItemRef, detect, step_items
 from ckpt_cli.core.format.metadata import (
     ARRAY_ITEM_LEAF,
     KEY_TYPE_DICT,
@@ -486,7 +486,7 @@ def _file_sums_on(item_dir: Location, executor: Executor) -> dict[str, FileSum]:
     """``_file_sums`` by the workers: the written files cut into byte ranges of
     ``RANGE_UNIT_BYTES``, checksummed by any worker, joined here (one driver reading a step's
     data files back alone would take longer than the workers took to write them)."""
-    from ckpt_cli.core.format.filesums import RangeUnit, checksum_ranges, cut_ranges, join_ranges
+    from ckpt_cli.core.digest.filesums import RangeUnit, checksum_ranges, cut_ranges, join_ranges
 
     files = sorted((rel, e.size) for rel, e in item_dir.walk() if recorded_file(rel))
     units = (

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import tensorstore as ts
 
+from ckpt_cli.core.digest.records import DigestRecord, LeafDigest, write_digests
 from ckpt_cli.core.format import scan
-from ckpt_cli.core.format.digests import DigestRecord, LeafDigest, write_digests
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.core.verify.run import verify_path
 from ckpt_cli.core.verify.types import VerifyOptions

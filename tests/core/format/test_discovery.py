@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from ckpt_cli.core.format.layout import choose_item, detect, latest_committed, list_steps
+from ckpt_cli.core.format.discovery import choose_item, detect, latest_committed, list_steps
 from ckpt_cli.core.format.names import parse_step_name
 from ckpt_cli.core.format.resolve import resolve_item, resolve_items
 from ckpt_cli.core.storage import LocalLocation

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from ckpt_cli.core.migrate.initializers import (
+from ckpt_cli.core.spec.initializers import (
     KINDS,
     TRUNCATED_STDDEV,
     Initializer,
@@ -126,7 +126,7 @@ def test_large_regions_are_generated_piecewise_with_the_same_values() -> None:
     "region", [(slice(0, 8), slice(0, 9)), (slice(3, 8), slice(6, 9)), (slice(5, 8), slice(0, 2))]
 )
 def test_outside_boxes_cover_exactly_the_new_elements(region: tuple[slice, ...]) -> None:
-    from ckpt_cli.core.migrate.ops import outside
+    from ckpt_cli.core.spec.ops import outside
 
     old = (5, 6)
     covered = np.zeros((8, 9), int)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_cli.core.migrate.initializers import Initializer
-from ckpt_cli.core.migrate.spec import load_spec, parse_spec
+from ckpt_cli.core.spec.initializers import Initializer
+from ckpt_cli.core.spec.language import load_spec, parse_spec
 from ckpt_cli.errors import NotFoundError, RefusedError, UsageError
 
 EVERY_OP = r"""

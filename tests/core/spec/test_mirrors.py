@@ -7,10 +7,10 @@ the values are proven by the Orbax round trip in ``tests/e2e/test_migrate_mirror
 
 from __future__ import annotations
 
-from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.migrate.plan import apply_rules
-from ckpt_cli.core.migrate.spec import parse_spec
-from ckpt_cli.core.migrate.tree import Work, followed_families, mirrors_by_root
+from ckpt_cli.core.spec import ops
+from ckpt_cli.core.spec.language import parse_spec
+from ckpt_cli.core.spec.tree import Work, followed_families, mirrors_by_root
 
 LAYERS = {"Dense_0.kernel": (4, 8), "Dense_0.bias": (8,), "Dense_1.kernel": (8, 2)}
 TREES = {

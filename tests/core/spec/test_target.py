@@ -3,7 +3,7 @@ the doctor uses (typed keys kept, empty nodes collected)."""
 
 from __future__ import annotations
 
-from ckpt_cli.core.migrate.target import flatten_abstract
+from ckpt_cli.core.spec.target import flatten_abstract
 
 
 def _state() -> object:
