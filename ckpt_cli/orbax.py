@@ -42,13 +42,13 @@ from typing import Any
 
 from ckpt_cli._version import __version__
 from ckpt_cli.core.digest.ld1 import (
-    Fragments,
     Partial,
     finish,
     merge,
     partial,
     partial_bytes,
 )
+from ckpt_cli.core.digest.ld1_fold import Fragments
 from ckpt_cli.core.digest.records import (
     DIGEST_FILE,
     FILE_ALGORITHM,

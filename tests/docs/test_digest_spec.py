@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_cli.core.digest import ld1
+from ckpt_cli.core.digest import ld1, ld1_fold
 from tests.support.ldigest_reference import (
     reference_digest,
     reference_text_digest,
@@ -221,14 +221,14 @@ def test_boxes_of_short_rows_give_the_reference_digest(
 ) -> None:
     x = _values(dtype, shape, seed=sum(shape))
     strided: list[bool] = []
-    kernel = ld1._fold_strided
+    kernel = ld1_fold._fold_strided
 
     def counted(*args: Any) -> Any:
         out = kernel(*args)
         strided.append(out is not None)
         return out
 
-    monkeypatch.setattr(ld1, "_fold_strided", counted)
+    monkeypatch.setattr(ld1_fold, "_fold_strided", counted)
     rows, cols = shape[0], shape[-1]
     parts = []
     for i in range(row_cuts):

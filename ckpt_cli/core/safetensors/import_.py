@@ -354,7 +354,7 @@ def _plan(
     names = [w.name for w in work]
     unused: tuple[str, ...] = ()
     if spec is not None:
-        from ckpt_cli.core.migrate.plan import apply_rules
+        from ckpt_cli.core.spec.apply import apply_rules
 
         work, unused = apply_rules(work, spec)
         if unused and not allow_unused:

@@ -7,8 +7,8 @@ the values are proven by the Orbax round trip in ``tests/e2e/test_migrate_mirror
 
 from __future__ import annotations
 
-from ckpt_cli.core.migrate.plan import apply_rules
 from ckpt_cli.core.spec import ops
+from ckpt_cli.core.spec.apply import apply_rules
 from ckpt_cli.core.spec.language import parse_spec
 from ckpt_cli.core.spec.tree import Work, followed_families, mirrors_by_root
 
