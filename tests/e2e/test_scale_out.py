@@ -219,7 +219,7 @@ def test_executor_usage_errors(
 def _reshard_parts(src: Path, memory_limit: int = 64 << 20) -> tuple[Any, list[Any]]:
     from ckpt_cli.core.format.resolve import resolve_item
     from ckpt_cli.core.format.sharding import MeshSpec
-    from ckpt_cli.core.inspect import inspect_item
+    from ckpt_cli.core.inspect.item import inspect_item
     from ckpt_cli.core.reshard.execute import reshard_leaves
     from ckpt_cli.core.reshard.plan import plan_from_rules
     from ckpt_cli.core.reshard.rules import parse_rules

@@ -99,7 +99,7 @@ def test_each_worker_keeps_a_single_process_window_in_verify_deep(
 def reshard_parts(src: str, memory_limit: int) -> tuple[Any, list[Any]]:
     from ckpt_cli.core.format.resolve import resolve_item
     from ckpt_cli.core.format.sharding import MeshSpec
-    from ckpt_cli.core.inspect import inspect_item
+    from ckpt_cli.core.inspect.item import inspect_item
     from ckpt_cli.core.reshard.execute import reshard_leaves
     from ckpt_cli.core.reshard.plan import plan_from_rules
     from ckpt_cli.core.reshard.rules import parse_rules

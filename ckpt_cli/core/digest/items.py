@@ -34,7 +34,7 @@ def digest_path(
     ``digest/safetensors.py``."""
     budget = block_budget(memory_limit)
     from ckpt_cli.core.format.resolve import resolve_items
-    from ckpt_cli.core.inspect import inspect_item
+    from ckpt_cli.core.inspect.item import inspect_item
 
     refs = resolve_items(open_location(path, storage), step)
     reports = [inspect_item(ref) for ref in refs]

@@ -26,7 +26,8 @@ from ckpt_cli.core.doctor.types import (
 )
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.sharding import MeshSpec
-from ckpt_cli.core.inspect import ItemReport, inspect_item
+from ckpt_cli.core.inspect import ItemReport
+from ckpt_cli.core.inspect.item import inspect_item
 from ckpt_cli.core.state import KEY_DTYPES
 from ckpt_cli.core.storage import StorageOptions, open_location
 from ckpt_cli.errors import CkptError, UsageError

@@ -9,7 +9,8 @@ import os
 from typing import NamedTuple
 
 from ckpt_cli.core.doctor.types import Leaves
-from ckpt_cli.core.inspect import ItemReport, inspect_item
+from ckpt_cli.core.inspect import ItemReport
+from ckpt_cli.core.inspect.item import inspect_item
 from ckpt_cli.core.safetensors.tree import EMPTY_TYPES
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.errors import RefusedError

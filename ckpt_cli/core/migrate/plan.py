@@ -24,7 +24,8 @@ from ckpt_cli.core.format.discovery import ItemRef, detect
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.resolve import resolve_trees
 from ckpt_cli.core.format.sharding import Shape, ShardingInfo, ShardingJSON
-from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
+from ckpt_cli.core.inspect import ItemReport, Leaf
+from ckpt_cli.core.inspect.item import inspect_item
 from ckpt_cli.core.migrate.placement import Layout, layout_for
 from ckpt_cli.core.spec import ops
 from ckpt_cli.core.spec.apply import Skip, SkipJSON, apply_rules

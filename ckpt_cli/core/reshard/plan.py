@@ -29,7 +29,8 @@ from ckpt_cli.core.format.sharding import (
     shard_shape,
     split_chunk,
 )
-from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
+from ckpt_cli.core.inspect import ItemReport, Leaf
+from ckpt_cli.core.inspect.item import inspect_item
 from ckpt_cli.core.reshard.rules import Rule, inline_rule, load_rules, parse_rules
 from ckpt_cli.core.state import item_keypath, mirrored, parameter_index
 from ckpt_cli.core.storage import Location, StorageOptions, open_location

@@ -215,7 +215,7 @@ def plan_export(
     shapes first, ``params_only`` keeps the parameters, ``dtype`` casts floating leaves. Reads
     metadata only; ``execute`` writes."""
     from ckpt_cli.core.format.resolve import resolve_item
-    from ckpt_cli.core.inspect import inspect_item
+    from ckpt_cli.core.inspect.item import inspect_item
     from ckpt_cli.core.spec.language import load_spec
     from ckpt_cli.core.storage import open_location
 

@@ -1,8 +1,8 @@
-"""``core.diff.sharding_changes``: what ``diff --structure`` says changed in a leaf's layout."""
+"""``core.diff.values.sharding_changes``: what ``diff --structure`` says changed in a leaf's layout."""
 
 from __future__ import annotations
 
-from ckpt_cli.core.diff import sharding_changes
+from ckpt_cli.core.diff.values import sharding_changes
 from ckpt_cli.core.format.sharding import MeshSpec, ShardingInfo
 from ckpt_cli.core.inspect import Leaf
 
