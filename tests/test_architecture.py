@@ -85,6 +85,8 @@ UTILITIES = (
     "schema",
     "units",
     "executor",
+    "workers",
+    "split",
     "dask_preload",
     "textfiles",
     "regex",

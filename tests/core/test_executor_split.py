@@ -7,14 +7,13 @@ from __future__ import annotations
 import pytest
 
 from ckpt_cli.core import executor as ex_mod
-from ckpt_cli.core.executor import (
+from ckpt_cli.core.executor import ExecutorSpec, LocalExecutor
+from ckpt_cli.core.split import (
     DASK_STARTUP_SECONDS,
     LOCAL_RATE,
     LOCAL_STARTUP_SECONDS,
     OBJECT_STORE_RATE,
     SPLIT_FACTOR,
-    ExecutorSpec,
-    LocalExecutor,
     decide_split,
     should_split,
     startup_seconds,

@@ -74,10 +74,11 @@ def proxy(s3: S3, monkeypatch: pytest.MonkeyPatch) -> Iterator[LatencyProxy]:
 def test_each_worker_keeps_a_single_process_window_in_verify_deep(
     bucket_src: str, proxy: LatencyProxy
 ) -> None:
-    from ckpt_cli.core.executor import LocalExecutor, worker_state
+    from ckpt_cli.core.executor import LocalExecutor
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.verify.run import verify_path
     from ckpt_cli.core.verify.types import VerifyOptions
+    from ckpt_cli.core.workers import worker_state
 
     def deep(executor: Any = None) -> Any:
         proxy.reset()
@@ -117,8 +118,9 @@ def reshard_parts(src: str, memory_limit: int) -> tuple[Any, list[Any]]:
 def test_each_worker_keeps_a_single_process_window_in_reshard(
     cli: Any, bucket_src: str, proxy: LatencyProxy
 ) -> None:
-    from ckpt_cli.core.executor import LocalExecutor, worker_state
+    from ckpt_cli.core.executor import LocalExecutor
     from ckpt_cli.core.storage import open_location
+    from ckpt_cli.core.workers import worker_state
     from ckpt_cli.core.write.rewrite import write_step
 
     # 128 MiB: a unit gets half (blocks of 2 MiB, 4 read at once: 8 MiB, 32 chunk reads).

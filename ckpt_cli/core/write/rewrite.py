@@ -26,7 +26,7 @@ from ckpt_cli.core.digest.records import (
     recorded_file,
     write_digests,
 )
-from ckpt_cli.core.executor import Executor, decline, open_executor, should_split
+from ckpt_cli.core.executor import Executor, decline, open_executor
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.discovery import ItemRef, detect, step_items
 from ckpt_cli.core.format.items import handler_kind, is_noop_handler, step_handler
@@ -46,6 +46,7 @@ from ckpt_cli.core.format.names import (
     step_dir_name,
 )
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
+from ckpt_cli.core.split import should_split
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.distributed import (
     DEFAULT_UNIT_BYTES,
