@@ -375,11 +375,11 @@ def test_workers_read_the_written_files_back_in_ranges_for_the_record(
 ) -> None:
     import shutil
 
+    from ckpt_cli.core.digest import filesums
     from ckpt_cli.core.digest.records import file_checksum
     from ckpt_cli.core.storage import LocalLocation
-    from ckpt_cli.core.write import rewrite
 
-    monkeypatch.setattr(rewrite, "RANGE_UNIT_BYTES", 64 << 10)  # the 4 MiB data file: 64 ranges
+    monkeypatch.setattr(filesums, "RANGE_UNIT_BYTES", 64 << 10)  # the 4 MiB data file: 64 ranges
     recorded = tmp_path / "src"
     shutil.copytree(src, recorded)
     assert cli("verify", recorded, "--record").code == 0

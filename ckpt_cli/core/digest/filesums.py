@@ -15,9 +15,17 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from ckpt_cli.core.digest.records import FileSum
+from ckpt_cli.core.digest.records import (
+    FileSum,
+    LeafDigest,
+    file_checksum,
+    record_of,
+    recorded_file,
+    write_digests,
+)
+from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
-from ckpt_cli.errors import CkptError
+from ckpt_cli.errors import CkptError, StorageError
 
 #: A range is read in reads of this size, ``RANGE_READS`` at once (memory: their product).
 RANGE_READ_BYTES = 4 << 20
@@ -135,3 +143,52 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
         if not len2:
             break
     return crc1 ^ crc2
+
+
+def record_digests(
+    item_dir: Location,
+    leaf_digests: dict[str, LeafDigest] | None,
+    executor: Executor | None = None,
+) -> None:
+    """``leaf_digests`` recorded with the checksums of the files ``item_dir`` holds now (read
+    back by ``executor``'s workers in byte ranges, when given)."""
+    if leaf_digests:
+        sums = file_sums(item_dir) if executor is None else file_sums_on(item_dir, executor)
+        write_digests(item_dir, record_of(leaf_digests, sums))
+
+
+def file_sums(item_dir: Location) -> dict[str, FileSum]:
+    """CRC-32 of every recorded file just written; on object stores 4 files at a time (each
+    with its own ranged reads in flight), as the files are read back from the store."""
+    rels = [rel for rel, _ in item_dir.walk() if recorded_file(rel)]
+
+    def one(rel: str) -> FileSum:
+        return file_checksum(item_dir.child(*rel.split("/")))
+
+    if item_dir.parallel_reads <= 1 or len(rels) <= 1:
+        return {rel: one(rel) for rel in rels}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(4, len(rels))) as pool:
+        return dict(zip(rels, pool.map(one, rels), strict=True))
+
+
+#: Bytes of a file-checksum unit when the workers read the written files back.
+RANGE_UNIT_BYTES = 32 << 20
+
+
+def file_sums_on(item_dir: Location, executor: Executor) -> dict[str, FileSum]:
+    """``file_sums`` by the workers: the written files cut into byte ranges of
+    ``RANGE_UNIT_BYTES``, checksummed by any worker, joined here (one driver reading a step's
+    data files back alone would take longer than the workers took to write them)."""
+    files = sorted((rel, e.size) for rel, e in item_dir.walk() if recorded_file(rel))
+    units = (
+        RangeUnit(str(item_dir), ranges, item_dir.options)
+        for ranges in cut_ranges(files, RANGE_UNIT_BYTES)
+    )
+    pieces = [p for done in executor.map(checksum_ranges, units) for p in done]
+    sums = dict(join_ranges(pieces))
+    failed = next(((rel, got) for rel, got in sums.items() if isinstance(got, str)), None)
+    if failed is not None:
+        raise StorageError(f"cannot read back {failed[0]} in {item_dir}: {failed[1]}")
+    return {rel: got for rel, got in sums.items() if isinstance(got, FileSum)}

@@ -124,8 +124,8 @@ def _write_item(
     sync_tree(dest)
     item.write_metadata(outs)
     if expect:
+        from ckpt_cli.core.digest.filesums import record_digests
         from ckpt_cli.core.digest.records import LeafDigest
-        from ckpt_cli.core.write.rewrite import record_digests
 
         dtypes = {leaf.name: (leaf.expr.dtype, leaf.expr.shape) for leaf in plan.leaves}
         record_digests(
