@@ -23,12 +23,12 @@ from ckpt_cli.core.format.sharding import (
     Shape,
     ShardingInfo,
     ShardingJSON,
-    shard_shape,
-    split_chunk,
 )
 from ckpt_cli.core.reshard.rules import Rule
 from ckpt_cli.core.safetensors.dtypes import TO_NUMPY
+from ckpt_cli.core.safetensors.placement import place
 from ckpt_cli.core.safetensors.reader import SafetensorsReader, check_against_index, find_files
+from ckpt_cli.core.safetensors.tensor_source import TensorSource
 from ckpt_cli.core.safetensors.tree import (
     ITEM_KEY,
     STEP_KEY,
@@ -50,38 +50,6 @@ from ckpt_cli.core.spec.tree import (
 from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.core.write.types import WriteOptions
 from ckpt_cli.errors import RefusedError, UsageError
-
-SINGLE_DEVICE = ShardingInfo("SingleDeviceSharding", device_str="cpu:0")
-
-
-@dataclass(frozen=True, eq=False)
-class TensorSource(ops.Node):
-    """A tensor of a safetensors file: any region is read with positioned reads."""
-
-    path: str
-    tensor: str
-
-    def fetch(self, region: ops.Region, ctx: ops.EvalContext) -> Any:
-        assert isinstance(ctx, ImportContext)
-        return ctx.file(self.path).read_box(self.tensor, region)
-
-
-class ImportContext(ops.EvalContext):
-    """The open files of an import (one descriptor each) for the expressions that read them."""
-
-    def __init__(self) -> None:
-        super().__init__(store=None, functions={})  # type: ignore[arg-type]
-        self.files: dict[str, SafetensorsReader] = {}
-
-    def file(self, path: str) -> SafetensorsReader:
-        if path not in self.files:
-            self.files[path] = SafetensorsReader.open(path)
-        return self.files[path]
-
-    def close(self) -> None:
-        for r in self.files.values():
-            r.close()
-        self.files.clear()
 
 
 class ImportSourceJSON(TypedDict):
@@ -408,25 +376,7 @@ def _layout(
     used: set[str],
 ) -> ImportLeaf:
     assert w.expr is not None
-    shape, itemsize = w.expr.shape, dtype_itemsize(w.expr.dtype)
-    partition: tuple[Any, ...] | None = None
-    rule = None
-    sharding = SINGLE_DEVICE
-    shard = shape
-    if mesh is not None:
-        match = next((r for r in rules if r.regex.match(w.name)), None)
-        partition = match.spec if match else ()
-        rule = match.pattern if match else None
-        if match:
-            used.add(match.pattern)
-        shard, problem = shard_shape(shape, partition, mesh)
-        if problem:
-            raise RefusedError(
-                f"leaf {w.name!r} {list(shape)} cannot be laid out on the mesh: {problem}; nothing written",
-                hint="change the partition spec its --rules pattern gives it",
-            )
-        sharding = mesh.sharding(partition)
-    chunk = row_chunk(shard, itemsize, max_chunk_bytes)
+    where = place(w.name, w.expr.shape, w.expr.dtype, mesh, rules, max_chunk_bytes, used)
     return ImportLeaf(
         w.name,
         w.keypath,
@@ -435,11 +385,11 @@ def _layout(
         w.expr,
         w.sources,
         w.steps,
-        partition,
-        sharding,
-        chunk,
-        shard,
-        rule,
+        where.partition,
+        where.sharding,
+        where.chunk,
+        where.shard,
+        where.rule,
     )
 
 
@@ -454,38 +404,6 @@ def _empties(containers: Containers, leaves: Sequence[ImportLeaf]) -> tuple[Node
         if n.keypath not in prefixes
         and not any(n.keypath[:i] in names for i in range(1, len(n.keypath) + 1))
     )
-
-
-def row_chunk(shard: tuple[int, ...], itemsize: int, max_bytes: int) -> tuple[int, ...]:
-    """Chunks under ``max_bytes`` that tile the shard exactly and are, where they can be, slabs
-    of whole rows (a divisor of the first axes, every later axis whole): a chunk of a
-    single-device leaf is then one contiguous run of its safetensors tensor, read with one
-    positioned read. When only a far smaller slab divides the shard (a prime number of rows),
-    ``split_chunk``'s chunks are used instead."""
-    chunk = list(shard)
-    for k in range(len(chunk)):
-        if math.prod(chunk[k:]) * itemsize <= max_bytes:
-            break
-        rest = math.prod(chunk[k + 1 :]) * itemsize
-        if rest <= max_bytes:
-            chunk[k] = _largest_divisor(chunk[k], max(1, max_bytes // max(1, rest)))
-            break
-        chunk[k] = 1
-    other = split_chunk(shard, itemsize, max_bytes)
-    if math.prod(chunk) * 4 < math.prod(other):
-        return other
-    return tuple(chunk)
-
-
-def _largest_divisor(n: int, most: int) -> int:
-    """The largest divisor of ``n`` that is at most ``most``."""
-    best = 1
-    for d in range(1, math.isqrt(n) + 1):
-        if n % d == 0:
-            for x in (d, n // d):
-                if best < x <= most:
-                    best = x
-    return best
 
 
 def apply_target(plan: ImportPlan, target: str) -> ImportPlan:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from typing_extensions import NotRequired
 
 from ckpt_cli.core.progress import ProgressFn
-from ckpt_cli.core.safetensors.import_ import ImportContext, ImportPlan, ImportPlanJSON
+from ckpt_cli.core.safetensors.import_ import ImportPlan, ImportPlanJSON
+from ckpt_cli.core.safetensors.tensor_source import ImportContext
 from ckpt_cli.core.safetensors.tree import STEP_NAME_KEY
 from ckpt_cli.core.spec import ops
 
@@ -136,8 +137,8 @@ def _write_item(
 def _carried(plan: ImportPlan) -> dict[str, str]:
     """Leaf name -> the ``ckpt.ld1`` digest of the tensor it takes unchanged (checked as the
     blocks are written, then recorded in the item: ``verify --deep`` checks them)."""
-    from ckpt_cli.core.safetensors.import_ import TensorSource
     from ckpt_cli.core.safetensors.ld1 import decode
+    from ckpt_cli.core.safetensors.tensor_source import TensorSource
 
     digests = decode(plan.source_metadata)
     return {
