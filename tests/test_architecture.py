@@ -458,3 +458,17 @@ def test_no_function_is_over_the_cap() -> None:
     assert not any(name.startswith(("ckpt_cli.commands", "ckpt_cli.app")) for name in long)
     stale = sorted(LONG_FUNCTIONS - set(long))
     assert stale == [], f"now under the cap (or gone): remove them from LONG_FUNCTIONS: {stale}"
+
+
+# --- modules stay small: 500 lines at most ---
+
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_is_over_the_cap() -> None:
+    """A module over the cap holds more than one concept: split it into cohesive modules (a
+    package whose ``__init__`` holds the documents, as ``core/inspect/`` and ``core/diff/``)."""
+    lengths = {name: len(path.read_text().splitlines()) for name, path in MODULES.items()}
+    assert max(lengths.values()) > MAX_MODULE_LINES // 2  # the files were really read
+    long = {name: n for name, n in lengths.items() if n > MAX_MODULE_LINES}
+    assert long == {}, f"modules over {MAX_MODULE_LINES} lines: split them"

@@ -2,7 +2,7 @@
 
 ``plan_export`` decides everything before a byte is written: which leaves go (``params_only``
 keeps the leaves ``inspect`` calls parameters), their names and shapes (a migrate spec, applied
-by migrate's own rule engine), their dtype (``dtype`` casts floating leaves), the files and
+by the rule language of ``core/spec/``), their dtype (``dtype`` casts floating leaves), the files and
 every offset in them. A leaf safetensors cannot hold (strings, typed PRNG keys, int4, complex)
 is refused there, with a hint. ``export_run.execute`` streams the plan into the files.
 """

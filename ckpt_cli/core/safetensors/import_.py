@@ -2,8 +2,8 @@
 
 ``plan_import`` reads only headers: every file is validated (a damaged one is refused before
 anything is written), tensor names become tree paths (``model.layers.0.weight`` ->
-``model/layers/0/weight``), a migrate spec maps names and shapes with migrate's rule engine,
-and ``--mesh``/``--rules`` give each array the partition spec, chunking and recorded sharding
+``model/layers/0/weight``), a migrate spec maps names and shapes (the rule language,
+``core/spec/``), and ``--mesh``/``--rules`` give each array the partition spec, chunking and recorded sharding
 ``reshard`` would. ``execute`` streams: the step writer asks for chunk-aligned regions, each read
 from its file with one positioned read per contiguous run, under the memory limit.
 """
