@@ -11,7 +11,7 @@ per CPU second; all contenders are single-threaded, and CPU time does not count 
 of a shared machine as wall time does):
 
 ld1 (whole)
-    ``ldigest.digest_array``: the array as one box (one contiguous run of words).
+    ``ld1.digest_array``: the array as one box (one contiguous run of words).
 ld1 (boxes)
     the array cut into 8 x 8 boxes (a sharded leaf's shards: the column edges cut words), each
     box's partial computed alone, then merged and finished: what a host hashing its shards does.
@@ -66,7 +66,7 @@ def best(fn: Callable[[], Any], repeat: int) -> float:
 
 
 def boxes(x: Any) -> str:
-    from ckpt_cli.core.format import ldigest
+    from ckpt_cli.core.digest import ld1
 
     rows, cols = x.shape
     parts = []
@@ -74,19 +74,19 @@ def boxes(x: Any) -> str:
         for j in range(8):
             r0, r1 = rows * i // 8, rows * (i + 1) // 8
             c0, c1 = cols * j // 8 + (j > 0), cols * (j + 1) // 8 + (j < 7)
-            parts.append(ldigest.partial((r0, c0), x[r0:r1, c0:c1], x.shape))
-    return ldigest.finish(ldigest.merge(parts))
+            parts.append(ld1.partial((r0, c0), x[r0:r1, c0:c1], x.shape))
+    return ld1.finish(ld1.merge(parts))
 
 
 def columns(x: Any) -> str:
-    from ckpt_cli.core.format import ldigest
+    from ckpt_cli.core.digest import ld1
 
     cols = x.shape[1]
     parts = []
     for j in range(8):
         c0, c1 = cols * j // 8, cols * (j + 1) // 8
-        parts.append(ldigest.partial((0, c0), x[:, c0:c1], x.shape))
-    return ldigest.finish(ldigest.merge(parts))
+        parts.append(ld1.partial((0, c0), x[:, c0:c1], x.shape))
+    return ld1.finish(ld1.merge(parts))
 
 
 def shards(x: Any) -> tuple[list[tuple[tuple[int, int], Any]], tuple[int, int]]:
@@ -115,22 +115,22 @@ def run(dtype: str, mib: int, repeat: int) -> dict[str, Any]:
     import ml_dtypes
     import numpy as np
 
-    from ckpt_cli.core.format import ldigest
-    from ckpt_cli.core.format.digests import ValueHasher
+    from ckpt_cli.core.digest import ld1
+    from ckpt_cli.core.digest.records import ValueHasher
 
     n = (mib << 20) // np.dtype(getattr(ml_dtypes, dtype, dtype)).itemsize
     cols = 4099  # odd: the box edges cut 8-byte words, as a real shard's may
     rows = n // cols
     x = np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32)
     x = x.astype(getattr(ml_dtypes, dtype, dtype))
-    assert boxes(x) == columns(x) == ldigest.digest_array(x)
+    assert boxes(x) == columns(x) == ld1.digest_array(x)
 
     cut, shape = shards(x)
-    whole = ldigest.digest_array(x.reshape(-1)[: shape[0] * shape[1]].reshape(shape))
+    whole = ld1.digest_array(x.reshape(-1)[: shape[0] * shape[1]].reshape(shape))
 
     def sharded() -> str:
-        parts = [ldigest.partial(origin, box, shape) for origin, box in cut]
-        return ldigest.finish(ldigest.merge(parts))
+        parts = [ld1.partial(origin, box, shape) for origin, box in cut]
+        return ld1.finish(ld1.merge(parts))
 
     assert sharded() == whole
 
@@ -140,7 +140,7 @@ def run(dtype: str, mib: int, repeat: int) -> dict[str, Any]:
         return h.hexdigest()
 
     times = {
-        "ld1 (whole)": best(lambda: ldigest.digest_array(x), repeat),
+        "ld1 (whole)": best(lambda: ld1.digest_array(x), repeat),
         "ld1 (boxes)": best(lambda: boxes(x), repeat),
         "ld1 (columns)": best(lambda: columns(x), repeat),
         "ld1 (shards)": best(sharded, repeat) * x.nbytes / (shape[0] * shape[1] * x.itemsize),

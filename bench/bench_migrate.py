@@ -109,7 +109,7 @@ done(t0)
 SAME = """
 import sys
 from ckpt_cli.core.format.arrays import ItemStore
-from ckpt_cli.core.inspect import inspect_item
+from ckpt_cli.core.inspect.item import inspect_item
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.storage import open_location
 def leaf(root, name):

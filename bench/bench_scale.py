@@ -35,7 +35,7 @@ from bench_reshard import BUILD, LEAVES
 def _leaves(src: Path) -> tuple[Any, Any]:
     from ckpt_cli.core.format.resolve import resolve_item
     from ckpt_cli.core.format.sharding import MeshSpec
-    from ckpt_cli.core.inspect import inspect_item
+    from ckpt_cli.core.inspect.item import inspect_item
     from ckpt_cli.core.reshard.execute import reshard_leaves
     from ckpt_cli.core.reshard.plan import plan_from_rules
     from ckpt_cli.core.reshard.rules import parse_rules

@@ -50,9 +50,9 @@ if TYPE_CHECKING:
     from ckpt_cli.core.copy.execute import CopyResult
     from ckpt_cli.core.copy.plan import CopyPlan, plan_copy
     from ckpt_cli.core.digest import DigestReport
+    from ckpt_cli.core.digest.ld1 import Partial as DigestPartial
+    from ckpt_cli.core.digest.ld1 import digest_array
     from ckpt_cli.core.executor import ExecutorSpec
-    from ckpt_cli.core.format.ldigest import Partial as DigestPartial
-    from ckpt_cli.core.format.ldigest import digest_array
     from ckpt_cli.core.inspect import Leaf
     from ckpt_cli.core.listing import StepInfo
     from ckpt_cli.core.migrate.plan import MigrationPlan, plan_migration
@@ -126,7 +126,7 @@ _LAZY = {
     "plan_copy": "ckpt_cli.core.copy.plan",
     "CopyResult": "ckpt_cli.core.copy.execute",
     "DigestReport": "ckpt_cli.core.digest",
-    "digest_array": "ckpt_cli.core.format.ldigest",
+    "digest_array": "ckpt_cli.core.digest.ld1",
     "ExecutorSpec": "ckpt_cli.core.executor",
     "Leaf": "ckpt_cli.core.inspect",
     "StepInfo": "ckpt_cli.core.listing",
@@ -164,7 +164,7 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     if name == "DigestPartial":
-        from ckpt_cli.core.format.ldigest import Partial
+        from ckpt_cli.core.digest.ld1 import Partial
 
         globals()[name] = Partial
         return Partial
@@ -256,7 +256,7 @@ def digest(
     be read has ``digest`` None and a ``problem`` (``report.problems``): never raised.
     Example: ``ckpt_cli.digest("runs/exp7").digests() == ckpt_cli.digest("hf/").digests()``.
     """
-    from ckpt_cli.core.safetensors.digest import digest_any
+    from ckpt_cli.core.digest.safetensors import digest_any
 
     return digest_any(os.fspath(path), step, storage, memory_limit, on_progress)
 
@@ -268,7 +268,7 @@ def digest_partial(
     ``origin`` (a shard, a slab). Partials of the boxes of one leaf, taken in any order by any
     number of processes (they pickle), give its digest with ``merge_digest``. ``dtype``: the
     leaf's dtype name when the array's is not it (default: ``block.dtype.name``)."""
-    from ckpt_cli.core.format.ldigest import partial
+    from ckpt_cli.core.digest.ld1 import partial
 
     return partial(tuple(origin), block, tuple(shape), dtype)
 
@@ -276,7 +276,7 @@ def digest_partial(
 def merge_digest(partials: Iterable[DigestPartial]) -> str:
     """The ``ld1`` digest (``"ld1:"`` + 32 hex) of a leaf from the partials of boxes that cover
     it exactly once; raises ``ValueError`` for a box missing, counted twice or of another leaf."""
-    from ckpt_cli.core.format.ldigest import finish, merge
+    from ckpt_cli.core.digest.ld1 import finish, merge
 
     return finish(merge(partials))
 

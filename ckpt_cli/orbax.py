@@ -41,20 +41,20 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ckpt_cli._version import __version__
-from ckpt_cli.core.format.digests import (
-    DIGEST_FILE,
-    FILE_ALGORITHM,
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    LEAF_ALGORITHM_LD1,
-)
-from ckpt_cli.core.format.ldigest import (
-    Fragments,
+from ckpt_cli.core.digest.ld1 import (
     Partial,
     finish,
     merge,
     partial,
     partial_bytes,
+)
+from ckpt_cli.core.digest.ld1_fold import Fragments
+from ckpt_cli.core.digest.records import (
+    DIGEST_FILE,
+    FILE_ALGORITHM,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    LEAF_ALGORITHM_LD1,
 )
 from ckpt_cli.errors import CkptError
 
@@ -79,7 +79,7 @@ def _owned_boxes(item: str, tree: Any, primary: bool) -> list[Box]:
     import jax
     import numpy as np
 
-    from ckpt_cli.core.format.ldigest import dtype_name
+    from ckpt_cli.core.digest.ld1 import dtype_name
 
     ocp = _ocp()
     names = jax.tree.leaves(ocp.tree.get_param_names(tree, include_empty_nodes=False))
@@ -193,7 +193,7 @@ def record_small_item(item: Any) -> Any:
     """Record an item ckpt does not digest while saving (no ``_METADATA``: a ``JsonSave``
     item, a dataset iterator's state) as ``verify --record`` does: the size and CRC-32 of each
     of its files, no leaves. None (nothing written) for an array item or a large one."""
-    from ckpt_cli.core.format.digests import file_checksum, record_of, recorded_file, write_digests
+    from ckpt_cli.core.digest.records import file_checksum, record_of, recorded_file, write_digests
     from ckpt_cli.core.format.names import TREE_METADATA
 
     rels = [rel for rel, entry in item.walk() if recorded_file(rel) and not entry.is_dir]

@@ -72,7 +72,7 @@ def complete_item(ctx: typer.Context, incomplete: str) -> list[str]:
         return []
     try:
         from ckpt_cli.commands._context import storage_options
-        from ckpt_cli.core.format.layout import detect, latest_committed, step_items
+        from ckpt_cli.core.format.discovery import detect, latest_committed, step_items
         from ckpt_cli.core.storage import open_location
 
         location = open_location(path, storage_options(ctx))

@@ -119,7 +119,7 @@ def diff(
     Exit codes: 0 equal within tolerance · 1 different · 2 usage · 3 not a checkpoint.
     """
     from ckpt_cli.commands import diff_text as render
-    from ckpt_cli.core.diff import diff_paths
+    from ckpt_cli.core.diff.items import diff_paths
     from ckpt_cli.core.scale import ScaleOptions
 
     run = run_context(ctx, json_out, ScaleOptions(threads=threads))

@@ -48,7 +48,7 @@ def digest(
     Exit codes: 0 every leaf digested · 1 a leaf could not be read (its problem is printed) ·
     2 usage · 3 not a checkpoint or unreadable.
     """
-    from ckpt_cli.core.safetensors.digest import digest_any
+    from ckpt_cli.core.digest.safetensors import digest_any
     from ckpt_cli.core.scale import ScaleOptions
 
     run = run_context(ctx, json_out, ScaleOptions(threads=threads))

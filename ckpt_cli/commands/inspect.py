@@ -60,7 +60,7 @@ def inspect(
     """
     # Rendering pulls in rich.tree/table: imported here so `ls` and `--help` do not pay for it.
     from ckpt_cli.commands import inspect_text as render
-    from ckpt_cli.core.inspect import inspect_path
+    from ckpt_cli.core.inspect.step import inspect_path
     from ckpt_cli.core.storage import open_location
 
     run = run_context(ctx, json_out)

@@ -14,7 +14,7 @@ from ckpt_cli.commands._text import (
     use_color,
 )
 from ckpt_cli.core.migrate.plan import DestLeaf, MigrationPlan
-from ckpt_cli.core.migrate.tree import followed_families
+from ckpt_cli.core.spec.tree import followed_families
 
 
 def print_plan(plan: MigrationPlan) -> None:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from datetime import timedelta
 
     from ckpt_cli.commands._context import Run
-    from ckpt_cli.core.format.layout import Detected
+    from ckpt_cli.core.format.discovery import Detected
     from ckpt_cli.core.prune.execute import PruneResult
     from ckpt_cli.core.prune.plan import PrunePlan
     from ckpt_cli.core.prune.policy import Policy

@@ -12,11 +12,13 @@ import math
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ItemStore, cached_context
-from ckpt_cli.core.format.layout import ItemRef, detect
+from ckpt_cli.core.format.discovery import ItemRef, detect
 from ckpt_cli.core.format.metadata import KEY_TYPE_SEQUENCE
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.scan import OPEN_CACHE_BYTES, read_block
-from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item, with_training_state
+from ckpt_cli.core.inspect import ItemReport, Leaf
+from ckpt_cli.core.inspect.item import inspect_item
+from ckpt_cli.core.inspect.step import with_training_state
 from ckpt_cli.core.listing import StepInfo, list_root
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.storage.base import loads_json

@@ -1,4 +1,4 @@
-"""The Dask worker plugin that imports ``executor.WORKER_PRELOAD`` on every worker as the client
+"""The Dask worker plugin that imports ``workers.WORKER_PRELOAD`` on every worker as the client
 connects (and on any worker that joins later), so that no task pays for the imports.
 
 Apart from ``executor`` because it subclasses ``distributed.WorkerPlugin``: imported only when

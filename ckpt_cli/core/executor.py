@@ -22,7 +22,7 @@ Windows full across unit boundaries: a unit's reads drain at its end, and a work
 its last read before it takes the next unit sends nothing for a round trip or more. So every
 worker process runs up to ``UNITS_PER_WORKER`` (2) units at once, on threads: it takes its next
 unit while the previous one drains. Local: the pool's worker loop takes a call whenever fewer than
-that many run (``_threaded_worker``). Dask: each task holds one of the worker's
+that many run (``workers.threaded_worker``). Dask: each task holds one of the worker's
 ``UNITS_PER_WORKER`` slots and secedes from the worker's thread pool (``distributed.secede``), so
 the worker starts its next task; a third waits for a slot. Memory stays bounded: a writer gives
 each unit ``1 / units_per_worker`` of ``--memory-limit``, so a worker holds no more than one
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -47,6 +46,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ckpt_cli.core.workers import (
+    UNITS_PER_WORKER,
+    WORKER_PRELOAD,
+    in_slot,
+    ready_task,
+    start_worker,
+    threaded_pool,
+)
 from ckpt_cli.errors import CkptError, StorageError, UnsupportedError, UsageError
 
 T = TypeVar("T")
@@ -55,21 +62,6 @@ R = TypeVar("R")
 EXECUTORS = ("local", "dask")
 #: Times the local pool is rebuilt after a worker process died, before the run fails.
 _POOL_RESTARTS = 3
-#: What a worker imports before its first unit: TensorStore (1.5-3 s of wall time on a loaded
-#: machine) and the modules the units run in.
-WORKER_PRELOAD = (
-    "tensorstore",
-    "ckpt_cli.core.write.distributed",
-    "ckpt_cli.core.verify.distributed",
-)
-#: Times this process ran the worker initializer (1 in a pool worker, 0 in the driver).
-_WORKER_STARTS = 0
-#: Units one worker process runs at once: the next one starts while the previous one drains.
-UNITS_PER_WORKER = 2
-#: Units running in this process now, and the most that ever ran at once (tests, the bench).
-_RUNNING = [0, 0]
-_RUNNING_LOCK = threading.Lock()
-_SLOTS = threading.BoundedSemaphore(UNITS_PER_WORKER)
 
 
 @dataclass(frozen=True)
@@ -158,10 +150,10 @@ class LocalExecutor(Executor):
     def _new_pool(self) -> Any:
         import multiprocessing
 
-        pool = _threaded_pool()(
+        pool = threaded_pool()(
             self.workers,
             mp_context=multiprocessing.get_context("spawn"),
-            initializer=_start_worker,
+            initializer=start_worker,
             initargs=(WORKER_PRELOAD,),
         )
         # Python spawns a worker per submit that finds none idle: one no-op task per worker
@@ -174,7 +166,7 @@ class LocalExecutor(Executor):
                 self.ready_seconds = time.monotonic() - started
 
         for _ in range(self.workers):
-            pool.submit(_ready).add_done_callback(ready)
+            pool.submit(ready_task).add_done_callback(ready)
         return pool
 
     def _stop_workers(self) -> None:
@@ -324,7 +316,7 @@ class DaskExecutor(Executor):
         arrived = as_completed()
         try:
             for unit in units:  # each submitted as the planner yields it
-                futures.append(self.client.submit(_in_slot, fn, unit, pure=False, retries=1))
+                futures.append(self.client.submit(in_slot, fn, unit, pure=False, retries=1))
                 index[futures[-1].key] = len(futures) - 1
                 arrived.add(futures[-1])
             for fut in arrived:
@@ -372,101 +364,6 @@ class DaskExecutor(Executor):
         self.client.close()
 
 
-def _threaded_pool() -> Any:
-    """A ``ProcessPoolExecutor`` whose worker processes run ``_threaded_worker`` (made when a
-    local pool is first wanted: ``concurrent.futures.process`` loads ``multiprocessing``)."""
-    from concurrent.futures import ProcessPoolExecutor
-
-    class ThreadedPool(ProcessPoolExecutor):
-        # The one change to Python's pool: the loop each worker process runs. Everything else
-        # (submission, results, a dead worker breaking the pool, shutdown) is Python's own.
-        def _spawn_process(self) -> None:
-            pool: Any = self  # Python's private pool attributes, untyped
-            p = pool._mp_context.Process(
-                target=_threaded_worker,
-                args=(pool._call_queue, pool._result_queue, pool._initializer, pool._initargs),
-            )
-            p.start()
-            pool._processes[p.pid] = p
-
-    return ThreadedPool
-
-
-def _threaded_worker(call_queue: Any, result_queue: Any, initializer: Any, initargs: Any) -> None:
-    """A local worker process: Python's worker loop, except that it takes the next call while
-    up to ``UNITS_PER_WORKER`` run, each on a thread of its own."""
-    from concurrent.futures import process
-
-    wrap: Any = process._ExceptionWithTraceback
-    send: Any = process._sendback_result
-
-    if initializer is not None:
-        try:
-            initializer(*initargs)
-        except BaseException:
-            return  # the pool sees the process gone and breaks, as Python's own loop does
-
-    def run(item: Any) -> None:
-        try:
-            r = _counted(item.fn, *item.args, **item.kwargs)
-        except BaseException as e:
-            send(result_queue, item.work_id, exception=wrap(e, e.__traceback__))
-        else:
-            send(result_queue, item.work_id, result=r)
-        finally:
-            _SLOTS.release()
-
-    threads: list[threading.Thread] = []
-    while True:
-        _SLOTS.acquire()
-        item = call_queue.get(block=True)
-        if item is None:  # shutdown: finish the units running, then wake the pool's manager
-            for t in threads:
-                t.join()
-            result_queue.put(os.getpid())
-            return
-        threads = [t for t in threads if t.is_alive()]
-        threads.append(threading.Thread(target=run, args=(item,), daemon=True))
-        threads[-1].start()
-        del item
-
-
-def _counted(fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
-    """``fn(*args)``, counted in ``_RUNNING`` while it runs."""
-    with _RUNNING_LOCK:
-        _RUNNING[0] += 1
-        _RUNNING[1] = max(_RUNNING)
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        with _RUNNING_LOCK:
-            _RUNNING[0] -= 1
-
-
-def _in_slot(fn: Callable[[T], R], unit: T) -> R:
-    """A Dask task: run ``unit`` in one of this worker's ``UNITS_PER_WORKER`` slots, seceded
-    from the worker's thread pool so that the worker starts its next task meanwhile (the task
-    after that waits here for a slot, holding its thread: at most ``UNITS_PER_WORKER`` units
-    run in a worker process, and each of its threads holds at most one more)."""
-    _SLOTS.acquire()
-    try:
-        try:
-            from distributed import secede
-
-            secede()
-        except Exception:  # not on a Dask worker's thread (a test calling it directly)
-            pass
-        return _counted(fn, unit)
-    finally:
-        _SLOTS.release()
-
-
-def units_running(_: object = None) -> tuple[int, int, int]:
-    """This process's id, the units it runs now and the most it ran at once (tests, bench)."""
-    with _RUNNING_LOCK:
-        return os.getpid(), _RUNNING[0], _RUNNING[1]
-
-
 def _collect(
     pending: dict[Future[R], int],
     results: dict[int, R],
@@ -482,130 +379,6 @@ def _collect(
         results[i] = fut.result()
         if on_done is not None:
             on_done(results[i])
-
-
-def preload(modules: Iterable[str]) -> None:
-    """Import ``modules`` (a worker, before its first unit)."""
-    import importlib
-
-    for name in modules:
-        importlib.import_module(name)
-
-
-def _start_worker(modules: tuple[str, ...]) -> None:
-    """A local worker's initializer: ignore SIGINT (Ctrl-C reaches the whole process group, and
-    the driver, which stops the workers, decides how the run ends: no traceback from each
-    worker), then import ``modules``."""
-    import signal
-
-    global _WORKER_STARTS
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _WORKER_STARTS += 1
-    preload(modules)
-
-
-def _ready() -> None:
-    """The no-op task that makes a pool spawn its workers at once."""
-
-
-def worker_state(_: object = None) -> tuple[int, int, tuple[str, ...]]:
-    """This process's id, how many times it ran the worker initializer, and which modules of
-    ``WORKER_PRELOAD`` it holds (a task for tests and the bench)."""
-    held = tuple(m for m in WORKER_PRELOAD if m in sys.modules)
-    return os.getpid(), _WORKER_STARTS, held
-
-
-#: What one process moves a second when it rewrites (``reshard``, ``migrate``: read, decode,
-#: encode, write) on a local file system and against an object store: deliberately low, so that
-#: a split is declined only where it cannot pay (ckpt bench's single-process reshard runs at
-#: 150-400 MiB/s locally).
-LOCAL_RATE = 128 << 20
-OBJECT_STORE_RATE = 32 << 20
-#: What one process reads a second in ``verify --deep/--record`` (read, decode, count, hash: no
-#: encode, no write), as deliberately low: 2x and 1.25x the rewrite's rates, where verify ran
-#: 1.7-2.0x reshard's rate on a file system (256 MiB, page-cached, load 4.2-4.9) and 1.36x
-#: through a bucket (512 MiB behind 25 ms and 16 MiB/s per process, load under 1).
-VERIFY_LOCAL_RATE = 256 << 20
-VERIFY_OBJECT_STORE_RATE = 40 << 20
-#: Start-up of local workers (spawn, import TensorStore) until the pool reports its measured
-#: ``ready_seconds``, and of a Dask run (connect, preload, the first task's round trip).
-LOCAL_STARTUP_SECONDS = 2.0
-DASK_STARTUP_SECONDS = 2.0
-#: A run splits when its estimated single-process time is at least this many start-ups.
-SPLIT_FACTOR = 4
-#: The single-process rate every split decision assumes instead of the constants above, in MiB
-#: a second (a positive number): for storage much slower or faster than they expect.
-RATE_ENV = "CKPT_SPLIT_RATE"
-
-
-@dataclass(frozen=True)
-class SplitDecision:
-    """Whether a scaled-out run splits into units; ``reason`` says why not (None: it splits)."""
-
-    split: bool
-    reason: str | None = None
-
-
-def decide_split(
-    nbytes: int,
-    rate: float,
-    startup_seconds: float,
-    *,
-    force: bool = False,
-    factor: float = SPLIT_FACTOR,
-) -> SplitDecision:
-    """Split when ``nbytes`` at ``rate`` (bytes a second, one process) take at least ``factor``
-    times the workers' start-up, or when ``force``."""
-    from ckpt_cli.core.units import human_bytes
-
-    alone = nbytes / rate
-    if force or alone >= factor * startup_seconds:
-        return SplitDecision(True)
-    return SplitDecision(
-        False,
-        f"{human_bytes(nbytes)} take about {alone:.2f} s in one process "
-        f"(at {human_bytes(int(rate))}/s), under {factor:g} x the workers' start-up "
-        f"({startup_seconds:.1f} s): ran in one process (--force-split splits anyway)",
-    )
-
-
-def startup_seconds(spec: ExecutorSpec) -> float:
-    """The workers' start-up: the early-started local pool's measured ``ready_seconds`` once
-    it is ready, else the documented constant."""
-    started = _STARTED.get(spec)
-    if isinstance(started, LocalExecutor) and started.ready_seconds is not None:
-        return started.ready_seconds
-    return DASK_STARTUP_SECONDS if spec.kind == "dask" else LOCAL_STARTUP_SECONDS
-
-
-def single_rate(*, remote: bool, reads_only: bool = False) -> float:
-    """The single-process rate (bytes a second) a split decision assumes: ``RATE_ENV`` if set,
-    else the constant for a rewrite or a read-only pass (``reads_only``: verify), on a file
-    system or through an object store (``remote``)."""
-    raw = os.environ.get(RATE_ENV, "").strip()
-    if raw:
-        try:
-            mib = float(raw)
-        except ValueError:
-            mib = 0.0
-        if not 0 < mib < 1 << 40:
-            raise UsageError(
-                f"{RATE_ENV}={raw[:40]!r}: give the single-process rate in MiB a second, "
-                "a positive number"
-            )
-        return mib * (1 << 20)
-    if reads_only:
-        return VERIFY_OBJECT_STORE_RATE if remote else VERIFY_LOCAL_RATE
-    return OBJECT_STORE_RATE if remote else LOCAL_RATE
-
-
-def should_split(
-    spec: ExecutorSpec, nbytes: int, *, remote: bool, reads_only: bool = False
-) -> SplitDecision:
-    """``decide_split`` for ``spec`` moving ``nbytes`` (``remote``: through an object store;
-    ``reads_only``: read and decode only, as ``verify``) at ``single_rate``."""
-    rate = single_rate(remote=remote, reads_only=reads_only)
-    return decide_split(nbytes, rate, startup_seconds(spec), force=spec.force_split)
 
 
 #: Executors a command started before it listed and planned, taken by ``open_executor``.

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, ClassVar, Literal, TypedDict
 
-from ckpt_cli.core.format.layout import (
+from ckpt_cli.core.format.discovery import (
     Detected,
     Status,
     StepRef,

@@ -201,7 +201,7 @@ _pools_lock = threading.Lock()
 
 def hash_pool(n: int | None = None) -> Any:
     """The process's pool of ``n`` threads (default ``threads()``) for the parts of one block
-    (``format/ldranges.py``, file checksums in ranges): made once per size, threads named
+    (``digest/ld1_threads.py``, file checksums in ranges): made once per size, threads named
     ``ckpt-hash``. A task on it must never wait on another task of it."""
     from concurrent.futures import ThreadPoolExecutor
 

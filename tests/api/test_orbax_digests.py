@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ckpt_cli.core.format.ldigest import digest_array
+from ckpt_cli.core.digest.ld1 import digest_array
 
 
 def test_partials_cross_the_exchange_and_merge_in_any_order() -> None:
@@ -37,7 +37,7 @@ def test_a_save_without_composite_is_recorded_in_default(tmp_path: Path) -> None
     import jax.numpy as jnp
     import orbax.checkpoint as ocp
 
-    from ckpt_cli.core.digest import digest_path
+    from ckpt_cli.core.digest.items import digest_path
     from ckpt_cli.orbax import DigestingCheckpointManager
 
     tree = {"w": jnp.arange(12.0).reshape(3, 4), "x": np.arange(5), "n": 3}

@@ -218,7 +218,7 @@ def test_verify_copies_a_values_only_record_and_names_its_item_unchecked(
     ``unverified_items`` (it was refused as damaged before), and ``verify --deep`` of the copy
     checks its values."""
     import ckpt_cli
-    from ckpt_cli.core.format.digests import DigestRecord, LeafDigest, write_digests
+    from ckpt_cli.core.digest.records import DigestRecord, LeafDigest, write_digests
     from ckpt_cli.core.storage import LocalLocation
 
     src = tmp_path / "src"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ckpt_cli.core.migrate.spec import load_spec
+from ckpt_cli.core.spec.language import load_spec
 from tests.support.paths import FIXTURES
 
 

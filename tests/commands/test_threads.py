@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from ckpt_cli.core import threads as threads_mod
-from ckpt_cli.core.format import ldranges
-from ckpt_cli.core.format.digests import DIGEST_FILE
+from ckpt_cli.core.digest import ld1_threads
+from ckpt_cli.core.digest.records import DIGEST_FILE
 from ckpt_cli.core.verify import deep
 from tests.support.read_count import save_one_chunk_leaves
 from tests.support.sharded import save_sharded
@@ -23,7 +23,7 @@ def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Parts small enough that these checkpoints are hashed and checksummed in many ranges,
     and the process count put back after the in-process commands set it."""
     monkeypatch.setattr(threads_mod, "_chosen", None)
-    monkeypatch.setattr(ldranges, "MIN_PIECE_BYTES", 100_000)
+    monkeypatch.setattr(ld1_threads, "MIN_PIECE_BYTES", 100_000)
     monkeypatch.setattr(deep, "RANGE_BYTES", 1_000_003)  # odd: ranges cut inside the files
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from ckpt_cli.core.digest.records import STATE_FILE
 from ckpt_cli.core.format import scan
-from ckpt_cli.core.format.digests import STATE_FILE
 from ckpt_cli.core.progress import Progress
 from ckpt_cli.core.storage import open_location
 from ckpt_cli.core.verify.run import verify_path

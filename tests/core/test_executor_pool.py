@@ -11,17 +11,14 @@ from typing import Any
 
 from ckpt_cli.core import executor as ex_mod
 from ckpt_cli.core.executor import (
-    UNITS_PER_WORKER,
-    WORKER_PRELOAD,
     DaskExecutor,
     ExecutorSpec,
     LocalExecutor,
     open_executor,
     release_early,
     start_early,
-    units_running,
-    worker_state,
 )
+from ckpt_cli.core.workers import UNITS_PER_WORKER, WORKER_PRELOAD, units_running, worker_state
 
 
 def square(i: int) -> int:

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 import ckpt_cli
-from ckpt_cli.core.inspect import InspectResult, StepInspection, inspect_path
+from ckpt_cli.core.inspect import InspectResult, StepInspection
+from ckpt_cli.core.inspect.step import inspect_path
 from ckpt_cli.core.state import StatePart
 from ckpt_cli.core.step_state import is_data_iterator
 from ckpt_cli.core.storage import open_location

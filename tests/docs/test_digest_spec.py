@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_cli.core.format import ldigest
+from ckpt_cli.core.digest import ld1, ld1_fold
 from tests.support.ldigest_reference import (
     reference_digest,
     reference_text_digest,
@@ -56,18 +56,18 @@ def test_the_specs_test_vectors_hold() -> None:
     for expr, digest in vectors:
         x = eval(expr, {"np": np, "ml_dtypes": ml_dtypes})
         assert reference_digest(x) == digest, expr
-        assert ldigest.digest_array(x) == digest, expr
+        assert ld1.digest_array(x) == digest, expr
     strings = [(m["text"], m["digest"]) for m in STRING_VECTOR.finditer(text)]
     assert strings
     for value, digest in strings:
-        assert reference_text_digest(value) == ldigest.digest_text(value) == digest
+        assert reference_text_digest(value) == ld1.digest_text(value) == digest
 
 
 def _values(dtype: np.dtype[Any], shape: tuple[int, ...], seed: int) -> Any:
     rng = np.random.default_rng(seed)
     raw = rng.integers(0, 256, size=int(np.prod(shape)) * dtype.itemsize, dtype=np.uint8)
     x = raw.view(dtype).reshape(shape) if dtype.kind != "b" else (raw > 127).reshape(shape)
-    if dtype.name in ldigest.CODE_BITS:  # ml_dtypes' sub-byte values keep their code low
+    if dtype.name in ld1.CODE_BITS:  # ml_dtypes' sub-byte values keep their code low
         x = (raw & np.uint8(7)).astype(np.int8).astype(dtype).reshape(shape)
     return x
 
@@ -92,13 +92,13 @@ def _partition(
     return boxes
 
 
-def _merge_randomly(parts: list[ldigest.Partial], rnd: random.Random) -> ldigest.Partial:
+def _merge_randomly(parts: list[ld1.Partial], rnd: random.Random) -> ld1.Partial:
     """Merge in a random order and grouping (a tree of merges, as hosts and workers would)."""
     parts = list(parts)
     while len(parts) > 1:
         rnd.shuffle(parts)
         k = rnd.randrange(2, len(parts) + 1)
-        parts = [ldigest.merge(parts[:k]), *parts[k:]]
+        parts = [ld1.merge(parts[:k]), *parts[k:]]
     return parts[0]
 
 
@@ -119,15 +119,15 @@ def test_any_partition_merged_in_any_order_gives_the_reference_digest(
 ) -> None:
     x = _values(dtype, shape, seed)
     expected = reference_digest(x)
-    assert ldigest.digest_array(x) == expected
+    assert ld1.digest_array(x) == expected
     rnd = random.Random(seed)
     boxes = _partition(x.shape, rnd, depth)
     assert boxes
     parts = [
-        ldigest.partial(o, x[tuple(slice(a, a + n) for a, n in zip(o, s, strict=True))], x.shape)
+        ld1.partial(o, x[tuple(slice(a, a + n) for a, n in zip(o, s, strict=True))], x.shape)
         for o, s in boxes
     ]
-    assert ldigest.finish(_merge_randomly(parts, rnd)) == expected
+    assert ld1.finish(_merge_randomly(parts, rnd)) == expected
 
 
 NUMPY_REFERENCE = spec_numpy_reference()
@@ -139,7 +139,7 @@ def test_the_specs_numpy_implementation_is_the_reference(
     dtype: np.dtype[Any], shape: tuple[int, ...], seed: int
 ) -> None:
     x = _values(dtype, shape, seed)
-    assert NUMPY_REFERENCE["ld1"](x) == reference_digest(x) == ldigest.digest_array(x)
+    assert NUMPY_REFERENCE["ld1"](x) == reference_digest(x) == ld1.digest_array(x)
     y = x.T  # not C-contiguous: the stream is still the C order of the values
     assert NUMPY_REFERENCE["ld1"](y) == reference_digest(y)
 
@@ -164,36 +164,36 @@ def test_one_flipped_bit_changes_the_digest(
     x = _values(dtype, shape, seed)
     if x.size == 0:
         return
-    code_bits = ldigest.CODE_BITS.get(dtype.name, 8 * (1 if dtype.kind == "b" else dtype.itemsize))
+    code_bits = ld1.CODE_BITS.get(dtype.name, 8 * (1 if dtype.kind == "b" else dtype.itemsize))
     flat = np.ascontiguousarray(x).reshape(-1).copy()
     i = data.draw(st.integers(0, flat.size - 1))
     raw = flat.view(np.uint8).reshape(flat.size, -1)
     bit = data.draw(st.integers(0, (1 if dtype.kind == "b" else code_bits) - 1))
     raw[i, bit // 8] ^= np.uint8(1 << (bit % 8))
-    assert ldigest.digest_array(flat.reshape(x.shape)) != ldigest.digest_array(x)
+    assert ld1.digest_array(flat.reshape(x.shape)) != ld1.digest_array(x)
 
 
 def test_dtype_and_shape_are_part_of_the_digest() -> None:
     x = np.arange(12, dtype=np.int32)
     same_bytes = [x.reshape(3, 4), x.reshape(4, 3), x.view(np.float32), x.view(np.uint8)]
-    digests = {ldigest.digest_array(y) for y in [x, *same_bytes]}
+    digests = {ld1.digest_array(y) for y in [x, *same_bytes]}
     assert len(digests) == 5
 
 
 def test_a_missing_or_overlapping_box_is_refused() -> None:
     x = np.arange(30, dtype=np.float32).reshape(5, 6)
-    top = ldigest.partial((0, 0), x[:2], x.shape)
-    rest = ldigest.partial((2, 0), x[2:], x.shape)
-    assert ldigest.finish(ldigest.merge([rest, top])) == ldigest.digest_array(x)
+    top = ld1.partial((0, 0), x[:2], x.shape)
+    rest = ld1.partial((2, 0), x[2:], x.shape)
+    assert ld1.finish(ld1.merge([rest, top])) == ld1.digest_array(x)
     with pytest.raises(ValueError, match="missing or counted twice"):
-        ldigest.finish(top)
+        ld1.finish(top)
     with pytest.raises(ValueError, match="missing or counted twice"):
-        ldigest.finish(ldigest.merge([top, rest, top]))
-    odd = ldigest.partial((0, 0), x[:, :3], x.shape)  # ends mid-word: bytes 8-11 of row 0
+        ld1.finish(ld1.merge([top, rest, top]))
+    odd = ld1.partial((0, 0), x[:, :3], x.shape)  # ends mid-word: bytes 8-11 of row 0
     with pytest.raises(ValueError, match="overlap"):
-        ldigest.merge([odd, ldigest.partial((0, 2), x[:, 2:3], x.shape)])
+        ld1.merge([odd, ld1.partial((0, 2), x[:, 2:3], x.shape)])
     with pytest.raises(ValueError, match="cannot merge"):
-        ldigest.merge([top, ldigest.partial((0,), x.reshape(-1), (30,))])
+        ld1.merge([top, ld1.partial((0,), x.reshape(-1), (30,))])
 
 
 #: Leaves cut along their last axis (a shard of a leaf sharded on it): many short rows per box,
@@ -221,14 +221,14 @@ def test_boxes_of_short_rows_give_the_reference_digest(
 ) -> None:
     x = _values(dtype, shape, seed=sum(shape))
     strided: list[bool] = []
-    kernel = ldigest._fold_strided
+    kernel = ld1_fold._fold_strided
 
     def counted(*args: Any) -> Any:
         out = kernel(*args)
         strided.append(out is not None)
         return out
 
-    monkeypatch.setattr(ldigest, "_fold_strided", counted)
+    monkeypatch.setattr(ld1_fold, "_fold_strided", counted)
     rows, cols = shape[0], shape[-1]
     parts = []
     for i in range(row_cuts):
@@ -238,6 +238,6 @@ def test_boxes_of_short_rows_give_the_reference_digest(
             c1 = cols * (j + 1) // col_cuts + ((j + 1) % 2)
             c1 = cols if j == col_cuts - 1 else c1
             origin = (r0, *(0,) * (len(shape) - 2), c0)
-            parts.append(ldigest.partial(origin, x[r0:r1, ..., c0:c1], x.shape))
+            parts.append(ld1.partial(origin, x[r0:r1, ..., c0:c1], x.shape))
     assert strided and all(strided)
-    assert ldigest.finish(_merge_randomly(parts, random.Random(len(parts)))) == reference_digest(x)
+    assert ld1.finish(_merge_randomly(parts, random.Random(len(parts)))) == reference_digest(x)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ckpt_cli.core.diff import diff_paths
+from ckpt_cli.core.diff.items import diff_paths
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ckpt_cli.core.format import ldigest
+from ckpt_cli.core.digest import ld1
 from tests.support.ldigest_reference import reference_digest
 from tests.support.paths import FIXTURES
 
@@ -164,7 +164,7 @@ def test_digests_survive_every_layout_and_match_what_orbax_restores(cli, tmp_pat
     with ocp.CheckpointManager(str(tmp_path / "2x4")) as mgr:
         restored = mgr.restore(1, args=ocp.args.StandardRestore(abstract))
     for k in SPECS:
-        assert ldigest.digest_array(np.asarray(restored["params"][k])) == original[f"params.{k}"]
+        assert ld1.digest_array(np.asarray(restored["params"][k])) == original[f"params.{k}"]
     after, loss = _step(restored)
     expected_state, expected_loss = _step(state)
     assert int(after["step"]) == int(state["step"]) + 1 == 2

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from ckpt_cli.core.format.resolve import resolve_item
-from ckpt_cli.core.migrate.spec import load_spec, parse_spec
+from ckpt_cli.core.spec.language import load_spec, parse_spec
 from ckpt_cli.core.storage import open_location
 from ckpt_cli.errors import RefusedError
 from tests.support.exchange import export, load_dir

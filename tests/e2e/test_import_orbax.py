@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from ckpt_cli.core.format.sharding import MeshSpec
-from ckpt_cli.core.migrate.spec import load_spec
 from ckpt_cli.core.reshard.rules import parse_rules
+from ckpt_cli.core.spec.language import load_spec
 from ckpt_cli.errors import InvalidSafetensorsError
 from tests.support.exchange import export, import_
 from tests.support.orbax_truth import restore_leaves, same_bytes

@@ -140,7 +140,7 @@ def test_files_of_another_tool_take_the_target_containers(saved: Path, tmp_path:
     import jax
     import safetensors.numpy
 
-    from ckpt_cli.core.migrate.target import key_name
+    from ckpt_cli.core.spec.target import key_name
 
     want = restore(saved, 1)
     tensors = {
@@ -204,7 +204,7 @@ def test_every_kind_of_node_comes_back_as_orbax_saved_it(
 def test_a_spec_moving_a_leaf_onto_an_empty_node_keeps_the_leaf(tmp_path: Path) -> None:
     import orbax.checkpoint as ocp
 
-    from ckpt_cli.core.migrate.spec import parse_spec
+    from ckpt_cli.core.spec.language import parse_spec
     from tests.support import linen_train_state as lts
 
     with ocp.CheckpointManager(str(tmp_path / "root")) as mgr:

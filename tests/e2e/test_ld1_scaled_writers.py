@@ -129,7 +129,7 @@ def _v1_record(item: Path, names: tuple[str, ...]) -> None:
 
     import tensorstore as ts
 
-    from ckpt_cli.core.format.digests import (
+    from ckpt_cli.core.digest.records import (
         DigestRecord,
         LeafDigest,
         file_checksum,

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ckpt_cli.core.migrate.spec import load_spec
+from ckpt_cli.core.spec.language import load_spec
 from tests.support.exchange import export, import_, load_dir
 from tests.support.hf_reference import llama_forward
 from tests.support.orbax_truth import restore_leaves, same_bytes

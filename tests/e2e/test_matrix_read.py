@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import ckpt_cli
-from ckpt_cli.core.diff import diff_paths
+from ckpt_cli.core.diff.items import diff_paths
 from tests.support.cli import run_cli
 from tests.support.matrix import (
     Fixture,

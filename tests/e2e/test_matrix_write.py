@@ -27,7 +27,7 @@ import pytest
 
 import ckpt_cli
 from ckpt_cli.core.format.names import parse_step_name
-from ckpt_cli.core.migrate.spec import parse_spec
+from ckpt_cli.core.spec.language import parse_spec
 from tests.support.matrix import (
     Fixture,
     Keypath,

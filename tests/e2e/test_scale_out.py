@@ -219,7 +219,7 @@ def test_executor_usage_errors(
 def _reshard_parts(src: Path, memory_limit: int = 64 << 20) -> tuple[Any, list[Any]]:
     from ckpt_cli.core.format.resolve import resolve_item
     from ckpt_cli.core.format.sharding import MeshSpec
-    from ckpt_cli.core.inspect import inspect_item
+    from ckpt_cli.core.inspect.item import inspect_item
     from ckpt_cli.core.reshard.execute import reshard_leaves
     from ckpt_cli.core.reshard.plan import plan_from_rules
     from ckpt_cli.core.reshard.rules import parse_rules
@@ -375,11 +375,11 @@ def test_workers_read_the_written_files_back_in_ranges_for_the_record(
 ) -> None:
     import shutil
 
-    from ckpt_cli.core.format.digests import file_checksum
+    from ckpt_cli.core.digest import filesums
+    from ckpt_cli.core.digest.records import file_checksum
     from ckpt_cli.core.storage import LocalLocation
-    from ckpt_cli.core.write import rewrite
 
-    monkeypatch.setattr(rewrite, "RANGE_UNIT_BYTES", 64 << 10)  # the 4 MiB data file: 64 ranges
+    monkeypatch.setattr(filesums, "RANGE_UNIT_BYTES", 64 << 10)  # the 4 MiB data file: 64 ranges
     recorded = tmp_path / "src"
     shutil.copytree(src, recorded)
     assert cli("verify", recorded, "--record").code == 0

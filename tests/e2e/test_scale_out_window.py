@@ -74,10 +74,11 @@ def proxy(s3: S3, monkeypatch: pytest.MonkeyPatch) -> Iterator[LatencyProxy]:
 def test_each_worker_keeps_a_single_process_window_in_verify_deep(
     bucket_src: str, proxy: LatencyProxy
 ) -> None:
-    from ckpt_cli.core.executor import LocalExecutor, worker_state
+    from ckpt_cli.core.executor import LocalExecutor
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.verify.run import verify_path
     from ckpt_cli.core.verify.types import VerifyOptions
+    from ckpt_cli.core.workers import worker_state
 
     def deep(executor: Any = None) -> Any:
         proxy.reset()
@@ -99,7 +100,7 @@ def test_each_worker_keeps_a_single_process_window_in_verify_deep(
 def reshard_parts(src: str, memory_limit: int) -> tuple[Any, list[Any]]:
     from ckpt_cli.core.format.resolve import resolve_item
     from ckpt_cli.core.format.sharding import MeshSpec
-    from ckpt_cli.core.inspect import inspect_item
+    from ckpt_cli.core.inspect.item import inspect_item
     from ckpt_cli.core.reshard.execute import reshard_leaves
     from ckpt_cli.core.reshard.plan import plan_from_rules
     from ckpt_cli.core.reshard.rules import parse_rules
@@ -117,8 +118,9 @@ def reshard_parts(src: str, memory_limit: int) -> tuple[Any, list[Any]]:
 def test_each_worker_keeps_a_single_process_window_in_reshard(
     cli: Any, bucket_src: str, proxy: LatencyProxy
 ) -> None:
-    from ckpt_cli.core.executor import LocalExecutor, worker_state
+    from ckpt_cli.core.executor import LocalExecutor
     from ckpt_cli.core.storage import open_location
+    from ckpt_cli.core.workers import worker_state
     from ckpt_cli.core.write.rewrite import write_step
 
     # 128 MiB: a unit gets half (blocks of 2 MiB, 4 read at once: 8 MiB, 32 chunk reads).

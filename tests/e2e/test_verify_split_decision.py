@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ckpt_cli.core.executor import RATE_ENV
+from ckpt_cli.core.split import RATE_ENV
 from tests.support.paths import FIXTURES
 from tests.support.storage_fixtures import S3
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ckpt_cli.core.format.digests import STATE_FILE
+from ckpt_cli.core.digest.records import STATE_FILE
 from tests.support.world import one_json_document
 
 RAW = "__RAW__"

@@ -21,7 +21,7 @@ the latency proxy spend per byte when they share this machine's cores with ckpt 
 moto): it slows every remote run here and is not charged to a cluster reading a real store.
 
 Workers above 1 mean a split run: ``verify`` and ``reshard`` decline a split whose estimate
-says the start-up would not pay (``executor.should_split``), and the bench passes
+says the start-up would not pay (``split.should_split``), and the bench passes
 ``--force-split`` to measure the split; a declined run is the one-process run (workers = 1).
 
 Memory (peak RSS of the largest process)::

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ckpt_cli.core.format.resolve import resolve_item
-from ckpt_cli.core.inspect import inspect_item
+from ckpt_cli.core.inspect.item import inspect_item
 from ckpt_cli.core.storage import LocalLocation
 
 

@@ -30,16 +30,9 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
+from ckpt_cli.core.copy.destination import CopyObject, dest_entries, dest_state
 from ckpt_cli.core.copy.objects import PIECE, Mismatch, Stopped, write_stream
-from ckpt_cli.core.copy.plan import (
-    CopyObject,
-    CopyPlan,
-    CpJSON,
-    CpOutcomeJSON,
-    StepStatus,
-    dest_entries,
-    dest_state,
-)
+from ckpt_cli.core.copy.plan import CopyPlan, CpJSON, CpOutcomeJSON, StepStatus
 from ckpt_cli.core.copy.step import StepJob, StepTally
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.storage import Location

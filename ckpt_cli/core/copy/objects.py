@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from ckpt_cli.core.copy.plan import CopyObject
-from ckpt_cli.core.format.digests import DIGEST_FILE, FileSum, read_digests
+from ckpt_cli.core.copy.destination import CopyObject
+from ckpt_cli.core.digest.records import DIGEST_FILE, FileSum, read_digests
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import InvalidMetadataError, NotFoundError, StorageError
 

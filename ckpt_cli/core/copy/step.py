@@ -9,6 +9,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ckpt_cli.core.copy.destination import COMMIT_TEXT, CopyObject, StepCopy
 from ckpt_cli.core.copy.objects import (
     PIECE,
     Mismatch,
@@ -17,14 +18,8 @@ from ckpt_cli.core.copy.objects import (
     recorded_sums,
     write_stream,
 )
-from ckpt_cli.core.copy.plan import (
-    COMMIT_TEXT,
-    CopyObject,
-    CpStepOutcomeJSON,
-    StepCopy,
-    StepStatus,
-)
-from ckpt_cli.core.format.digests import DIGEST_FILE, FileSum, file_checksum, recorded_file
+from ckpt_cli.core.copy.plan import CpStepOutcomeJSON, StepStatus
+from ckpt_cli.core.digest.records import DIGEST_FILE, FileSum, file_checksum, recorded_file
 from ckpt_cli.core.format.items import is_noop_handler
 from ckpt_cli.core.format.metadata import read_step_metadata
 from ckpt_cli.core.format.names import COMMIT_MARKER, TMP_MARKER, WRITING_MARKER, is_plain_name

@@ -26,7 +26,8 @@ from ckpt_cli.core.doctor.types import (
 )
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.format.sharding import MeshSpec
-from ckpt_cli.core.inspect import ItemReport, inspect_item
+from ckpt_cli.core.inspect import ItemReport
+from ckpt_cli.core.inspect.item import inspect_item
 from ckpt_cli.core.state import KEY_DTYPES
 from ckpt_cli.core.storage import StorageOptions, open_location
 from ckpt_cli.errors import CkptError, UsageError
@@ -117,8 +118,8 @@ def check_spec(report: ItemReport, diagnosis: Diagnosis, expected: Leaves) -> tu
     """Plan the spec's rules against the item (metadata only) and say what still differs from
     the target; a rule the planner refuses is itself what is left."""
     from ckpt_cli.core.migrate.plan import apply_spec
-    from ckpt_cli.core.migrate.spec import parse_spec
-    from ckpt_cli.core.migrate.target import compare_target
+    from ckpt_cli.core.spec.language import parse_spec
+    from ckpt_cli.core.spec.target import compare_target
 
     text = spec_text(diagnosis)
     try:

@@ -9,7 +9,8 @@ import os
 from typing import NamedTuple
 
 from ckpt_cli.core.doctor.types import Leaves
-from ckpt_cli.core.inspect import ItemReport, inspect_item
+from ckpt_cli.core.inspect import ItemReport
+from ckpt_cli.core.inspect.item import inspect_item
 from ckpt_cli.core.safetensors.tree import EMPTY_TYPES
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.errors import RefusedError
@@ -46,7 +47,7 @@ def target_tree(ref: str) -> Tree:
     """``--target MODULE:FN``: the function's abstract state, named as Orbax names it."""
     import jax
 
-    from ckpt_cli.core.migrate.target import call_target, flatten_abstract
+    from ckpt_cli.core.spec.target import call_target, flatten_abstract
 
     tree = call_target(ref)
     empty: set[str] = set()

@@ -300,7 +300,7 @@ def target_placements(target: str) -> dict[str, Placement]:
     """The shardings the ``--target`` function's abstract state names (imports jax)."""
     import jax
 
-    from ckpt_cli.core.migrate.target import call_target, key_name
+    from ckpt_cli.core.spec.target import call_target, key_name
 
     out = {}
     for path, leaf in jax.tree_util.tree_flatten_with_path(call_target(target))[0]:

@@ -42,7 +42,7 @@ from ckpt_cli.errors import CkptError
 ItemKind = Literal["pytree", "array", "json", "empty", "unknown"]
 
 #: Files that hold no content of an item: Orbax's commit marker, ckpt's digest record and
-#: verify state (``format/digests.py`` names them; spelled here to keep imports one way).
+#: verify state (``digest/records.py`` names them; spelled here to keep imports one way).
 BOOKKEEPING = frozenset({COMMIT_MARKER, "_CKPT_DIGESTS.json", "_CKPT_VERIFY_STATE.json"})
 #: Files that make a PyTree item without arrays: its tree, its strings, its (empty) shardings.
 _TREE_ONLY = frozenset({TREE_METADATA, "_strings.json", "_sharding", "array_metadatas"})

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from typing import TypedDict
 
 from ckpt_cli._version import __version__
-from ckpt_cli.core.format.layout import StepRef, list_steps
+from ckpt_cli.core.format.discovery import StepRef, list_steps
 from ckpt_cli.core.format.names import parse_step_name
 from ckpt_cli.core.schema import SCHEMA_VERSION
 from ckpt_cli.core.storage import Entry, Location

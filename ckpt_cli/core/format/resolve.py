@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from ckpt_cli.core.format.items import item_kind
-from ckpt_cli.core.format.layout import (
+from ckpt_cli.core.format.discovery import (
     ItemRef,
     StepRef,
     choose_item,
@@ -13,6 +12,7 @@ from ckpt_cli.core.format.layout import (
     legacy_msgpack_error,
     step_items,
 )
+from ckpt_cli.core.format.items import item_kind
 from ckpt_cli.core.format.metadata import read_step_metadata
 from ckpt_cli.core.format.names import parse_step_name
 from ckpt_cli.core.storage import Location

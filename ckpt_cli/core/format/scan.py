@@ -9,7 +9,7 @@ checkpoint's size. Blocks are consumed in submission order, which keeps each dig
 A leaf whose chunks are larger than the budget and stream here (``chunkstream``: range reads,
 zstd decoded as a stream, a slab at a time) is one job on a pool of ``threads()`` threads: the
 job reads, decodes, counts and hashes the whole leaf slab by slab (its ``ld1`` in parts on the
-hashing pool, ``ldranges``), so as many such leaves as threads stream at once (a checkpoint
+hashing pool, ``digest/ld1_threads.py``), so as many such leaves as threads stream at once (a checkpoint
 saved from one device is only such leaves). A job holds a slab and a read range only while
 it runs (and ``ld1``'s scratch, at most twice the slab), and the pool runs ``threads()`` at
 once: ``threads() x 4 x budget`` (16 MiB a thread at verify's 4 MiB), beside the TensorStore reads in flight (``2 x threads()`` blocks, at most
@@ -27,11 +27,11 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_cli.core.digest.ld1 import Partial, finish, merge
+from ckpt_cli.core.digest.records import ValueHasher, c_order_block
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader
 from ckpt_cli.core.format.blocks import cache_bytes, is_large, iter_blocks, stream_blocks
 from ckpt_cli.core.format.chunkstream import Place, chunk_layout, chunk_slabs
-from ckpt_cli.core.format.digests import ValueHasher, c_order_block
-from ckpt_cli.core.format.ldigest import Partial, finish, merge
 from ckpt_cli.core.threads import threads
 from ckpt_cli.errors import CkptError, StorageError, first_line
 
@@ -154,7 +154,7 @@ class _Acc:
 
         x = np.asarray(block)
         if self.ld1 is not None:
-            from ckpt_cli.core.format.ldranges import partial_threaded
+            from ckpt_cli.core.digest.ld1_threads import partial_threaded
 
             box = partial_threaded(origin, x, self.task.info.shape, self.task.info.dtype)
             self.ld1 = merge([self.ld1, box])

@@ -8,15 +8,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_cli.core.digest.carried import carried, recorded_leaves
+from ckpt_cli.core.digest.records import read_digests
 from ckpt_cli.core.format.arrays import ItemStore, cached_context
 from ckpt_cli.core.format.blocks import decoded_chunk_bytes
-from ckpt_cli.core.format.digests import read_digests
 from ckpt_cli.core.inspect import ItemReport
-from ckpt_cli.core.migrate import ops
-from ckpt_cli.core.migrate.digests import carried, recorded_leaves
 from ckpt_cli.core.migrate.plan import DestLeaf, MigrationPlan
-from ckpt_cli.core.migrate.target import import_function
 from ckpt_cli.core.progress import ProgressFn
+from ckpt_cli.core.spec import ops
+from ckpt_cli.core.spec.target import import_function
 from ckpt_cli.core.storage import Location, open_location
 from ckpt_cli.core.verify.gate import require_sound_source
 from ckpt_cli.core.write.pipeline import source_cache_bytes
@@ -51,7 +51,7 @@ def execute(plan: MigrationPlan, on_progress: ProgressFn | None = None) -> Write
         )  # fmt: skip
         # Unchanged leaves keep their recorded ld1: checked against the blocks written.
         exprs = {out.name: leaf.expr for out, leaf in zip(outs, item.leaves, strict=True)}
-        expect = carried(recorded_leaves(item.source.location), exprs)
+        expect = carried(recorded_leaves(item.source.location), ops.source_reads(exprs))
         items.append(ItemOut(item.source, outs, None, item.report.kind, expect))
     record = plan.record_digests
     if record is None:

@@ -20,31 +20,31 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, TypedDict
 
 from ckpt_cli.core.diff import SideJSON, side_json
+from ckpt_cli.core.format.discovery import ItemRef, detect
 from ckpt_cli.core.format.dtypes import dtype_itemsize
-from ckpt_cli.core.format.layout import ItemRef, detect
 from ckpt_cli.core.format.resolve import resolve_trees
 from ckpt_cli.core.format.sharding import Shape, ShardingInfo, ShardingJSON
-from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
-from ckpt_cli.core.migrate import ops, rules, stack
-from ckpt_cli.core.migrate.layout import Layout, layout_for
-from ckpt_cli.core.migrate.spec import MigrationSpec, Rule, load_spec, unused_rules_hint
-from ckpt_cli.core.migrate.target import (
+from ckpt_cli.core.inspect import ItemReport, Leaf
+from ckpt_cli.core.inspect.item import inspect_item
+from ckpt_cli.core.migrate.placement import Layout, layout_for
+from ckpt_cli.core.spec import ops
+from ckpt_cli.core.spec.apply import Skip, SkipJSON, apply_rules
+from ckpt_cli.core.spec.language import MigrationSpec, load_spec, unused_rules_hint
+from ckpt_cli.core.spec.target import (
     Difference,
     DifferenceJSON,
     abstract_state,
     compare_target,
     import_function,
 )
-from ckpt_cli.core.migrate.tree import (
+from ckpt_cli.core.spec.tree import (
     OperationJSON,
     Step,
     Work,
     check_written_leaves,
     fill_key_types,
-    followers,
     key_types,
 )
-from ckpt_cli.core.state import RngStateKind, rng_state_kind
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.memory import bound_allocator
 from ckpt_cli.core.write.rewrite import WrittenJSON
@@ -76,14 +76,6 @@ class MigrateLeafJSON(TypedDict):
 class TargetJSON(TypedDict):
     function: str
     differences: list[DifferenceJSON]
-
-
-class SkipJSON(TypedDict):
-    """PRNG state a rule matched by pattern and left as it is (v2)."""
-
-    leaf: str
-    rule: str
-    reason: RngStateKind
 
 
 class MigrateItemJSON(TypedDict):
@@ -157,27 +149,6 @@ class DestLeaf:
         if self.expr is None:
             return 0
         return math.prod(self.expr.shape) * dtype_itemsize(self.expr.dtype)
-
-
-#: Rules that change values or shapes; they leave PRNG state alone unless they name it exactly.
-_VALUE_OPS = frozenset({"cast", "set", "resize", "reshape", "transpose", "split", "python"})
-
-
-@dataclass(frozen=True)
-class Skip:
-    """A leaf a rule matched but did not change: PRNG state named by a pattern, not exactly."""
-
-    leaf: str
-    rule: str
-    reason: RngStateKind
-
-    def to_json(self) -> SkipJSON:
-        return {"leaf": self.leaf, "rule": self.rule, "reason": self.reason}
-
-    def text(self) -> str:
-        return (
-            f"{self.leaf}: {self.reason}, left as is by {self.rule} (name it exactly to change it)"
-        )
 
 
 @dataclass(frozen=True)
@@ -486,62 +457,6 @@ def _freeze_item(
     reached = {s for leaf in leaves for s in leaf.sources}
     dropped = tuple(leaf.name for leaf in report.leaves if leaf.name not in reached)
     return leaves, dropped
-
-
-def apply_rules(
-    work: list[Work], spec: MigrationSpec, skipped: list[Skip] | None = None
-) -> tuple[list[Work], tuple[str, ...]]:
-    """The spec's rules applied in order to leaves being planned (from an Orbax item, or the
-    tensors of an import): the leaves, and the labels of the rules that matched nothing."""
-    unused = []
-    left: list[Skip] = [] if skipped is None else skipped
-    for rule in spec.rules:
-        work, matched = _apply(rule, work, left)
-        if not matched:
-            unused.append(rule.label)
-        rules.check_tree(rule, work)
-    return work, tuple(unused)
-
-
-def _apply(rule: Rule, work: list[Work], skipped: list[Skip]) -> tuple[list[Work], bool]:
-    if rule.op == "add":
-        return rules.add(rule, work), True
-    if rule.op == "concat":
-        return rules.concat(rule, work)
-    if rule.op == "stack":
-        return stack.stack(rule, work)
-    change, follow_change = rules.change, rules.follow_change
-    if rule.op == "unstack":
-        change, follow_change = stack.unstack, stack.follow_unstack
-    arrays_only = rule.op not in ("rename", "drop", "keep_only")
-    direct = [w for w in work if (w.expr is not None or not arrays_only) and rule.selects(w.name)]
-    if rule.op in _VALUE_OPS and direct:
-        # PRNG key data cast to bfloat16 or padded is no key any more: a pattern that merely
-        # covers it (`model\..*`) leaves it alone, and the plan says so.
-        kept = []
-        for w in direct:
-            why = rng_state_kind(w.leaf) if w.leaf is not None else None
-            if why and not rule.names_exactly(w.name):
-                skipped.append(Skip(w.name, rule.label, why))
-            else:
-                kept.append(w)
-        if not kept:
-            return work, True  # matched, every match skipped: not an unused rule
-        direct = kept
-    if rule.op == "keep_only":
-        keep = {id(w) for w in direct}
-        return [w for w in work if id(w) in keep], bool(direct)
-    follow = followers(rule, direct, work)
-    changes: dict[int, list[Work]] = {}
-    for w in direct:
-        changes[id(w)] = change(rule, w, None)
-        for f in follow.get(id(w), []):
-            changes[id(f)] = follow_change(rule, w, f, changes[id(w)])
-    out: list[Work] = []
-    for w in work:
-        out += changes.get(id(w), [w])
-    rules.check_unique(rule, out)
-    return out, bool(direct)
 
 
 def _default_sharding(leaves: Iterable[Leaf]) -> ShardingInfo | None:

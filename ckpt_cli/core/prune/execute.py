@@ -26,7 +26,7 @@ from typing import TypedDict
 
 from typing_extensions import NotRequired
 
-from ckpt_cli.core.format.layout import Detected
+from ckpt_cli.core.format.discovery import Detected
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
     ROOT_METADATA_DIR,

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ckpt_cli.core.format.layout import list_steps
+from ckpt_cli.core.format.discovery import list_steps
 from ckpt_cli.core.format.pins import has_pin_file
 from ckpt_cli.core.storage import StorageOptions, open_location
 

@@ -16,7 +16,7 @@ from typing import Literal, TypedDict
 
 from typing_extensions import NotRequired
 
-from ckpt_cli.core.format.layout import Detected, detect
+from ckpt_cli.core.format.discovery import Detected, detect
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
     PRUNE_LOCK,

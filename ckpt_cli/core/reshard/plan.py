@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypedDict
 
+from ckpt_cli.core.format.discovery import ItemRef
 from ckpt_cli.core.format.dtypes import dtype_itemsize
-from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.names import unsafe_as_path
 from ckpt_cli.core.format.resolve import resolve_item, resolve_trees
 from ckpt_cli.core.format.sharding import (
@@ -29,7 +29,8 @@ from ckpt_cli.core.format.sharding import (
     shard_shape,
     split_chunk,
 )
-from ckpt_cli.core.inspect import ItemReport, Leaf, inspect_item
+from ckpt_cli.core.inspect import ItemReport, Leaf
+from ckpt_cli.core.inspect.item import inspect_item
 from ckpt_cli.core.reshard.rules import Rule, inline_rule, load_rules, parse_rules
 from ckpt_cli.core.state import item_keypath, mirrored, parameter_index
 from ckpt_cli.core.storage import Location, StorageOptions, open_location

@@ -2,7 +2,7 @@
 
 ``plan_export`` decides everything before a byte is written: which leaves go (``params_only``
 keeps the leaves ``inspect`` calls parameters), their names and shapes (a migrate spec, applied
-by migrate's own rule engine), their dtype (``dtype`` casts floating leaves), the files and
+by the rule language of ``core/spec/``), their dtype (``dtype`` casts floating leaves), the files and
 every offset in them. A leaf safetensors cannot hold (strings, typed PRNG keys, int4, complex)
 is refused there, with a hint. ``export_run.execute`` streams the plan into the files.
 """
@@ -15,14 +15,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
-from ckpt_cli.core.format.layout import ItemRef
+from ckpt_cli.core.digest.carried import carried, recorded_leaves
+from ckpt_cli.core.format.discovery import ItemRef
 from ckpt_cli.core.format.sharding import Shape
 from ckpt_cli.core.inspect import ItemReport
-from ckpt_cli.core.migrate import ops
-from ckpt_cli.core.migrate.digests import carried, recorded_leaves
 from ckpt_cli.core.migrate.plan import DestLeaf, apply_spec
-from ckpt_cli.core.migrate.spec import MigrationSpec, unused_rules_hint
-from ckpt_cli.core.migrate.tree import OperationJSON, Step
 from ckpt_cli.core.safetensors.dtypes import safetensors_dtype
 from ckpt_cli.core.safetensors.ld1 import LD1_KEY, planned
 from ckpt_cli.core.safetensors.plan import FilesPlan, TensorSpec, plan_files
@@ -36,6 +33,9 @@ from ckpt_cli.core.safetensors.tree import (
     encode_tree,
 )
 from ckpt_cli.core.schema import SCHEMA_VERSION
+from ckpt_cli.core.spec import ops
+from ckpt_cli.core.spec.language import MigrationSpec, unused_rules_hint
+from ckpt_cli.core.spec.tree import OperationJSON, Step
 from ckpt_cli.core.storage import StorageOptions
 from ckpt_cli.errors import RefusedError
 
@@ -215,8 +215,8 @@ def plan_export(
     shapes first, ``params_only`` keeps the parameters, ``dtype`` casts floating leaves. Reads
     metadata only; ``execute`` writes."""
     from ckpt_cli.core.format.resolve import resolve_item
-    from ckpt_cli.core.inspect import inspect_item
-    from ckpt_cli.core.migrate.spec import load_spec
+    from ckpt_cli.core.inspect.item import inspect_item
+    from ckpt_cli.core.spec.language import load_spec
     from ckpt_cli.core.storage import open_location
 
     ref = resolve_item(open_location(os.fspath(source), storage), step, item)
@@ -275,7 +275,9 @@ def plan_export_item(
     metadata[ITEM_KEY] = ref.name
     if provenance:
         metadata.update(_provenance(ref, report, source, spec))
-    metadata[LD1_KEY] = planned(exprs, carried(recorded_leaves(ref.location), exprs))
+    metadata[LD1_KEY] = planned(
+        exprs, carried(recorded_leaves(ref.location), ops.source_reads(exprs))
+    )
     files = plan_files(specs, max_shard_size=max_shard_size, metadata=metadata)
     where = files.weight_map
     tensors = tuple(_tensor(leaf, exprs[leaf.name], where[leaf.name]) for leaf in exported)

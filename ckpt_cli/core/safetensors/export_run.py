@@ -13,11 +13,11 @@ from typing import Any, TypedDict
 
 from typing_extensions import NotRequired
 
-from ckpt_cli.core.format.digests import BlockDigests
-from ckpt_cli.core.migrate import ops
+from ckpt_cli.core.digest.records import BlockDigests
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.safetensors.export import ExportPlan, ExportPlanJSON, ExportTensor
 from ckpt_cli.core.safetensors.ld1 import LD1_KEY, encode, expected, fill_headers
+from ckpt_cli.core.spec import ops
 from ckpt_cli.errors import RefusedError
 
 
@@ -175,7 +175,7 @@ def _found(plan: ExportPlan, digests: BlockDigests) -> dict[str, str]:
     """Every exported tensor's ``ld1`` from the blocks written (an empty one: no block)."""
     import numpy as np
 
-    from ckpt_cli.core.format.ldigest import digest_array, finish
+    from ckpt_cli.core.digest.ld1 import digest_array, finish
     from ckpt_cli.core.safetensors.dtypes import numpy_dtype
 
     out = {}

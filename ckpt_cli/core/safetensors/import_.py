@@ -2,8 +2,8 @@
 
 ``plan_import`` reads only headers: every file is validated (a damaged one is refused before
 anything is written), tensor names become tree paths (``model.layers.0.weight`` ->
-``model/layers/0/weight``), a migrate spec maps names and shapes with migrate's rule engine,
-and ``--mesh``/``--rules`` give each array the partition spec, chunking and recorded sharding
+``model/layers/0/weight``), a migrate spec maps names and shapes (the rule language,
+``core/spec/``), and ``--mesh``/``--rules`` give each array the partition spec, chunking and recorded sharding
 ``reshard`` would. ``execute`` streams: the step writer asks for chunk-aligned regions, each read
 from its file with one positioned read per contiguous run, under the memory limit.
 """
@@ -23,22 +23,12 @@ from ckpt_cli.core.format.sharding import (
     Shape,
     ShardingInfo,
     ShardingJSON,
-    shard_shape,
-    split_chunk,
-)
-from ckpt_cli.core.migrate import ops
-from ckpt_cli.core.migrate.spec import MigrationSpec
-from ckpt_cli.core.migrate.tree import (
-    OperationJSON,
-    Step,
-    Work,
-    check_written_leaves,
-    fill_key_types,
-    key_types,
 )
 from ckpt_cli.core.reshard.rules import Rule
 from ckpt_cli.core.safetensors.dtypes import TO_NUMPY
+from ckpt_cli.core.safetensors.placement import place
 from ckpt_cli.core.safetensors.reader import SafetensorsReader, check_against_index, find_files
+from ckpt_cli.core.safetensors.tensor_source import TensorSource
 from ckpt_cli.core.safetensors.tree import (
     ITEM_KEY,
     STEP_KEY,
@@ -47,44 +37,23 @@ from ckpt_cli.core.safetensors.tree import (
     Node,
     parse_tree,
 )
+from ckpt_cli.core.spec import ops
+from ckpt_cli.core.spec.language import MigrationSpec
+from ckpt_cli.core.spec.tree import (
+    OperationJSON,
+    Step,
+    Work,
+    check_written_leaves,
+    fill_key_types,
+    key_types,
+)
 from ckpt_cli.core.storage.options import StorageOptions
 from ckpt_cli.core.write.types import WriteOptions
 from ckpt_cli.errors import RefusedError, UsageError
 
-SINGLE_DEVICE = ShardingInfo("SingleDeviceSharding", device_str="cpu:0")
 #: How import writes unless told: a file streams at disk speed, so smaller chunks and fewer bytes
 #: in flight than a rewrite's (``ckpt import``'s defaults, --max-chunk-bytes and --memory-limit).
 IMPORT_WRITE = WriteOptions(max_chunk_bytes=16 << 20, memory_limit=256 << 20)
-
-
-@dataclass(frozen=True, eq=False)
-class TensorSource(ops.Node):
-    """A tensor of a safetensors file: any region is read with positioned reads."""
-
-    path: str
-    tensor: str
-
-    def fetch(self, region: ops.Region, ctx: ops.EvalContext) -> Any:
-        assert isinstance(ctx, ImportContext)
-        return ctx.file(self.path).read_box(self.tensor, region)
-
-
-class ImportContext(ops.EvalContext):
-    """The open files of an import (one descriptor each) for the expressions that read them."""
-
-    def __init__(self) -> None:
-        super().__init__(store=None, functions={})  # type: ignore[arg-type]
-        self.files: dict[str, SafetensorsReader] = {}
-
-    def file(self, path: str) -> SafetensorsReader:
-        if path not in self.files:
-            self.files[path] = SafetensorsReader.open(path)
-        return self.files[path]
-
-    def close(self) -> None:
-        for r in self.files.values():
-            r.close()
-        self.files.clear()
 
 
 class ImportSourceJSON(TypedDict):
@@ -299,8 +268,8 @@ def plan_import(
     of leaf patterns to partition specs) lays them out as ``reshard`` does; ``target``
     (MODULE:FUNCTION, imports jax) checks the result; ``storage`` says how to reach ``dst`` on
     an object store (``--s3-endpoint``; default: the environment). Reads the headers only."""
-    from ckpt_cli.core.migrate.spec import load_spec
     from ckpt_cli.core.reshard.rules import load_rules, parse_rules
+    from ckpt_cli.core.spec.language import load_spec
 
     write = write or IMPORT_WRITE
     parsed = load_spec(spec) if isinstance(spec, str) else spec
@@ -357,7 +326,7 @@ def _plan(
     names = [w.name for w in work]
     unused: tuple[str, ...] = ()
     if spec is not None:
-        from ckpt_cli.core.migrate.plan import apply_rules
+        from ckpt_cli.core.spec.apply import apply_rules
 
         work, unused = apply_rules(work, spec)
         if unused and not allow_unused:
@@ -411,25 +380,7 @@ def _layout(
     used: set[str],
 ) -> ImportLeaf:
     assert w.expr is not None
-    shape, itemsize = w.expr.shape, dtype_itemsize(w.expr.dtype)
-    partition: tuple[Any, ...] | None = None
-    rule = None
-    sharding = SINGLE_DEVICE
-    shard = shape
-    if mesh is not None:
-        match = next((r for r in rules if r.regex.match(w.name)), None)
-        partition = match.spec if match else ()
-        rule = match.pattern if match else None
-        if match:
-            used.add(match.pattern)
-        shard, problem = shard_shape(shape, partition, mesh)
-        if problem:
-            raise RefusedError(
-                f"leaf {w.name!r} {list(shape)} cannot be laid out on the mesh: {problem}; nothing written",
-                hint="change the partition spec its --rules pattern gives it",
-            )
-        sharding = mesh.sharding(partition)
-    chunk = row_chunk(shard, itemsize, max_chunk_bytes)
+    where = place(w.name, w.expr.shape, w.expr.dtype, mesh, rules, max_chunk_bytes, used)
     return ImportLeaf(
         w.name,
         w.keypath,
@@ -438,11 +389,11 @@ def _layout(
         w.expr,
         w.sources,
         w.steps,
-        partition,
-        sharding,
-        chunk,
-        shard,
-        rule,
+        where.partition,
+        where.sharding,
+        where.chunk,
+        where.shard,
+        where.rule,
     )
 
 
@@ -459,44 +410,12 @@ def _empties(containers: Containers, leaves: Sequence[ImportLeaf]) -> tuple[Node
     )
 
 
-def row_chunk(shard: tuple[int, ...], itemsize: int, max_bytes: int) -> tuple[int, ...]:
-    """Chunks under ``max_bytes`` that tile the shard exactly and are, where they can be, slabs
-    of whole rows (a divisor of the first axes, every later axis whole): a chunk of a
-    single-device leaf is then one contiguous run of its safetensors tensor, read with one
-    positioned read. When only a far smaller slab divides the shard (a prime number of rows),
-    ``split_chunk``'s chunks are used instead."""
-    chunk = list(shard)
-    for k in range(len(chunk)):
-        if math.prod(chunk[k:]) * itemsize <= max_bytes:
-            break
-        rest = math.prod(chunk[k + 1 :]) * itemsize
-        if rest <= max_bytes:
-            chunk[k] = _largest_divisor(chunk[k], max(1, max_bytes // max(1, rest)))
-            break
-        chunk[k] = 1
-    other = split_chunk(shard, itemsize, max_bytes)
-    if math.prod(chunk) * 4 < math.prod(other):
-        return other
-    return tuple(chunk)
-
-
-def _largest_divisor(n: int, most: int) -> int:
-    """The largest divisor of ``n`` that is at most ``most``."""
-    best = 1
-    for d in range(1, math.isqrt(n) + 1):
-        if n % d == 0:
-            for x in (d, n // d):
-                if best < x <= most:
-                    best = x
-    return best
-
-
 def apply_target(plan: ImportPlan, target: str) -> ImportPlan:
     """The plan with the containers of the abstract state ``target`` returns (tuples, optax's
     NamedTuples, empty nodes: what StandardRestore compares); refused when its leaves differ
     (names, shapes, dtypes), as ``migrate --target`` is."""
-    from ckpt_cli.core.migrate.target import abstract_leaves, call_target, compare_target
     from ckpt_cli.core.safetensors.tree import target_containers
+    from ckpt_cli.core.spec.target import abstract_leaves, call_target, compare_target
 
     tree = call_target(target)
     expected = abstract_leaves(target, tree)

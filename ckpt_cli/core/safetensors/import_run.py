@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from typing_extensions import NotRequired
 
-from ckpt_cli.core.migrate import ops
 from ckpt_cli.core.progress import ProgressFn
-from ckpt_cli.core.safetensors.import_ import ImportContext, ImportPlan, ImportPlanJSON
+from ckpt_cli.core.safetensors.import_ import ImportPlan, ImportPlanJSON
+from ckpt_cli.core.safetensors.tensor_source import ImportContext
 from ckpt_cli.core.safetensors.tree import STEP_NAME_KEY
+from ckpt_cli.core.spec import ops
 
 if TYPE_CHECKING:
     from ckpt_cli.core.storage import Location
@@ -124,8 +125,8 @@ def _write_item(
     sync_tree(dest)
     item.write_metadata(outs)
     if expect:
-        from ckpt_cli.core.format.digests import LeafDigest
-        from ckpt_cli.core.write.rewrite import record_digests
+        from ckpt_cli.core.digest.filesums import record_digests
+        from ckpt_cli.core.digest.records import LeafDigest
 
         dtypes = {leaf.name: (leaf.expr.dtype, leaf.expr.shape) for leaf in plan.leaves}
         record_digests(
@@ -136,8 +137,8 @@ def _write_item(
 def _carried(plan: ImportPlan) -> dict[str, str]:
     """Leaf name -> the ``ckpt.ld1`` digest of the tensor it takes unchanged (checked as the
     blocks are written, then recorded in the item: ``verify --deep`` checks them)."""
-    from ckpt_cli.core.safetensors.import_ import TensorSource
     from ckpt_cli.core.safetensors.ld1 import decode
+    from ckpt_cli.core.safetensors.tensor_source import TensorSource
 
     digests = decode(plan.source_metadata)
     return {

@@ -149,7 +149,7 @@ def target_containers(tree: Any) -> Containers:
     (imports jax): a node without children is a leaf (``tree_utils.is_empty_or_leaf``)."""
     import jax
 
-    from ckpt_cli.core.migrate.target import key_name
+    from ckpt_cli.core.spec.target import key_name
 
     def childless(x: Any) -> bool:
         kids = jax.tree_util.tree_flatten(x, is_leaf=lambda y: y is not x)[0]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from ckpt_cli._version import __version__
-from ckpt_cli.core.format.digests import STATE_FILE
+from ckpt_cli.core.digest.records import STATE_FILE
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.units import short_repr
 from ckpt_cli.errors import CkptError, UsageError

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 
+from ckpt_cli.core.digest.records import DIGEST_FILE, recorded_file, same_values, string_digest
 from ckpt_cli.core.format.arrays import ArrayInfo, parse_zarr_header
-from ckpt_cli.core.format.digests import DIGEST_FILE, recorded_file, same_values, string_digest
 from ckpt_cli.core.format.metadata import ArrayMetadata, LeafMeta, TreeMetadata
 from ckpt_cli.core.format.names import parse_chunk_part, split_key, storage_dir
 from ckpt_cli.core.format.sharding import ShardingInfo

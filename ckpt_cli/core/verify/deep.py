@@ -20,8 +20,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol
 
-from ckpt_cli.core.format.arrays import ArrayInfo
-from ckpt_cli.core.format.digests import (
+from ckpt_cli.core.digest.records import (
     DIGEST_FILE,
     FileSum,
     LeafDigest,
@@ -30,13 +29,14 @@ from ckpt_cli.core.format.digests import (
     recorded_file,
     same_values,
 )
+from ckpt_cli.core.format.arrays import ArrayInfo
 from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES, LeafScan, ScanTask, ld1_of, scan_leaves
 from ckpt_cli.core.verify.budget import chunk_key, subset_of
 from ckpt_cli.core.verify.types import DataResult, ItemFacts, NonFinite, SampleInfo, SampleSpec
 from ckpt_cli.errors import CkptError
 
 if TYPE_CHECKING:
-    from ckpt_cli.core.format.filesums import Piece
+    from ckpt_cli.core.digest.filesums import Piece
 
 _FILE_WORKERS = 2
 _REMOTE_FILE_WORKERS = 4
@@ -105,7 +105,7 @@ def deep_item(
             sums = [(rel, _done(_checksum(facts, rel, progress))) for rel in files if not stop(0)]
         _take_sums(facts, result, sums)
     for name, value in facts.strings.items():
-        from ckpt_cli.core.format.digests import string_digest
+        from ckpt_cli.core.digest.records import string_digest
 
         result.digests[name] = string_digest(value)
     return result
@@ -152,7 +152,7 @@ class _Joined:
         self.pieces = pieces
 
     def result(self) -> FileSum | str:
-        from ckpt_cli.core.format.filesums import join_ranges
+        from ckpt_cli.core.digest.filesums import join_ranges
 
         return join_ranges(f.result() for f in self.pieces)[0][1]
 
@@ -178,7 +178,7 @@ def _submit_sums(
 
 
 def _range_sum(facts: ItemFacts, rel: str, start: int, end: int, progress: _Bytes) -> Piece:
-    from ckpt_cli.core.format.filesums import range_checksum
+    from ckpt_cli.core.digest.filesums import range_checksum
 
     assert facts.inventory is not None
     piece = range_checksum(facts.inventory.base, rel, start, end)

@@ -7,10 +7,10 @@ read by one worker, start to end, in one unit (small leaves share a unit). Hashi
 about 0.6 s per GB, far below the read, and the bytes never travel to the driver. Any other
 leaf (no record, or ``ld1``: a version-2 record, ``--record``) is cut into chunk-aligned blocks
 spread over units like a write: its NaN/Inf counts add up and its ``ld1`` partials merge
-(``ldigest.merge``, any order). File CRC-32s: small files grouped into units by bytes; a file
+(``ld1.merge``, any order). File CRC-32s: small files grouped into units by bytes; a file
 larger than a unit (an OCDBT data file often holds most of an item) is cut into byte ranges of
 about a unit, each unit reads and checksums one, and the driver joins the CRC-32s of the ranges
-(``format/filesums.py``): one worker reading a whole large file alone at its per-process
+(``digest/filesums.py``): one worker reading a whole large file alone at its per-process
 bandwidth would otherwise set the run's time.
 """
 
@@ -23,12 +23,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+from ckpt_cli.core.digest.filesums import Piece, join_ranges, range_checksum
+from ckpt_cli.core.digest.ld1 import Partial, merge
+from ckpt_cli.core.digest.records import FileSum, Wanted, file_checksum, string_digest
 from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.blocks import block_shape, iter_blocks
-from ckpt_cli.core.format.digests import FileSum, Wanted, file_checksum, string_digest
-from ckpt_cli.core.format.filesums import Piece, join_ranges, range_checksum
-from ckpt_cli.core.format.ldigest import Partial, merge
 from ckpt_cli.core.format.scan import LeafScan, ScanTask, scan_leaves
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.verify.deep import _data_files, _done, _take_scan, _take_sums, deep_item

@@ -5,8 +5,8 @@ chunk is decoded, so it costs what ``ckpt verify`` without ``--deep`` costs."""
 
 from __future__ import annotations
 
+from ckpt_cli.core.format.discovery import ItemRef
 from ckpt_cli.core.format.items import step_handler
-from ckpt_cli.core.format.layout import ItemRef
 from ckpt_cli.core.format.metadata import read_step_metadata
 from ckpt_cli.core.verify.structure import check_item
 from ckpt_cli.errors import RefusedError

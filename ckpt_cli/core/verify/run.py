@@ -14,17 +14,12 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from ckpt_cli.core.executor import (
-    Executor,
-    ExecutorSpec,
-    decline,
-    open_executor,
-    should_split,
-)
-from ckpt_cli.core.format.digests import record_of, wanted, write_digests
-from ckpt_cli.core.format.layout import detect
+from ckpt_cli.core.digest.records import record_of, wanted, write_digests
+from ckpt_cli.core.executor import Executor, ExecutorSpec, decline, open_executor
+from ckpt_cli.core.format.discovery import detect
 from ckpt_cli.core.format.names import COMMIT_MARKER, PRUNE_LOCK
 from ckpt_cli.core.progress import ByteProgress, Progress, ProgressFn
+from ckpt_cli.core.split import should_split
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.storage.locks import holder_command, holder_of, take_lock
 from ckpt_cli.core.verify.deep import deep_item, item_bytes, sample_items

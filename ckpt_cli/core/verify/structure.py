@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from ckpt_cli.core.digest.records import DIGEST_FILE, STATE_FILE, DigestRecord, read_digests
 from ckpt_cli.core.format.arrays import ItemStore
-from ckpt_cli.core.format.digests import DIGEST_FILE, STATE_FILE, DigestRecord, read_digests
 from ckpt_cli.core.format.items import classify
 from ckpt_cli.core.format.metadata import (
     TreeMetadata,

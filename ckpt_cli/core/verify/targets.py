@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ckpt_cli.core.format.items import is_noop_handler, step_handler
-from ckpt_cli.core.format.layout import (
+from ckpt_cli.core.format.discovery import (
     StepRef,
     detect,
     legacy_msgpack_error,
     list_saves,
     list_steps,
 )
+from ckpt_cli.core.format.items import is_noop_handler, step_handler
 from ckpt_cli.core.format.metadata import read_step_metadata
 from ckpt_cli.core.format.names import (
     CKPT_ROOT_FILES,

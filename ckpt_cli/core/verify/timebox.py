@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 
-from ckpt_cli.core.format.digests import DIGEST_FILE, Wanted, wanted
+from ckpt_cli.core.digest.records import DIGEST_FILE, Wanted, wanted
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.verify.budget import (
     STATE_FILE,

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypedDict
 
+from ckpt_cli.core.digest.records import DigestRecord, FileSum, LeafDigest
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
-from ckpt_cli.core.format.digests import DigestRecord, FileSum, LeafDigest
 from ckpt_cli.core.format.names import chunk_key
 from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES
 from ckpt_cli.core.verify.inventory import Inventory

@@ -33,11 +33,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypedDict
 
+from ckpt_cli.core.digest.ld1 import Partial
+from ckpt_cli.core.digest.records import BlockDigests
 from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.format.arrays import ItemStore, cached_context
-from ckpt_cli.core.format.digests import BlockDigests
 from ckpt_cli.core.format.dtypes import dtype_itemsize
-from ckpt_cli.core.format.ldigest import Partial
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.item import OCDBT_CONFIG, ItemWriter
 from ckpt_cli.core.write.pipeline import block_budget, leaf_regions

@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ckpt_cli.core.format.digests import BlockDigests
+from ckpt_cli.core.digest.records import BlockDigests
 from ckpt_cli.core.format.names import COMMIT_MARKER, TREE_METADATA, array_prefix, unsafe_as_path
 from ckpt_cli.core.format.sharding import sharding_json
 from ckpt_cli.core.storage import Location

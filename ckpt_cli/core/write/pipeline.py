@@ -28,8 +28,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from ckpt_cli.core.digest.records import BlockDigests
 from ckpt_cli.core.format.blocks import aligned_block, iter_blocks, region_slabs
-from ckpt_cli.core.format.digests import BlockDigests
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.threads import threads
 from ckpt_cli.core.write.types import ArraySink, LeafOut, Region

@@ -17,35 +17,27 @@ from typing import Any, Generic, Protocol, TypedDict
 
 from typing_extensions import NotRequired, TypeVar
 
-from ckpt_cli.core.executor import Executor, decline, open_executor, should_split
-from ckpt_cli.core.format.arrays import ItemStore
-from ckpt_cli.core.format.digests import (
+from ckpt_cli.core.digest.filesums import record_digests
+from ckpt_cli.core.digest.records import (
     BlockDigests,
-    FileSum,
     LeafDigest,
-    file_checksum,
-    record_of,
-    recorded_file,
-    write_digests,
 )
-from ckpt_cli.core.format.items import handler_kind, is_noop_handler, step_handler
-from ckpt_cli.core.format.layout import ItemRef, detect, step_items
+from ckpt_cli.core.executor import Executor, decline, open_executor
+from ckpt_cli.core.format.discovery import ItemRef, detect
+from ckpt_cli.core.format.items import handler_kind, step_handler
 from ckpt_cli.core.format.metadata import (
-    ARRAY_ITEM_LEAF,
-    KEY_TYPE_DICT,
     StepMetadata,
-    legacy_array_tree,
     read_step_metadata,
     read_tree_metadata,
 )
 from ckpt_cli.core.format.names import (
     ROOT_METADATA_DIR,
     STEP_METADATA,
-    TREE_METADATA,
     check_plain_name,
     step_dir_name,
 )
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
+from ckpt_cli.core.split import should_split
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.distributed import (
     DEFAULT_UNIT_BYTES,
@@ -54,20 +46,16 @@ from ckpt_cli.core.write.distributed import (
     write_arrays_scaled,
 )
 from ckpt_cli.core.write.item import (
-    ARRAY_HANDLER,
     HANDLERS,
-    JSON_HANDLER,
     STANDARD_HANDLER,
     ItemWriter,
 )
+from ckpt_cli.core.write.other_items import copy_other_items
 from ckpt_cli.core.write.step import StepWriter
-from ckpt_cli.core.write.types import ArrayOut, LeafOut, WriteOptions
+from ckpt_cli.core.write.types import LeafOut, WriteOptions
 from ckpt_cli.errors import (
     CkptError,
     NotACheckpointError,
-    NotFoundError,
-    RefusedError,
-    StorageError,
     UsageError,
 )
 
@@ -313,7 +301,7 @@ def write_items(
             record()
         if src.step_location is not None and src.location != src.step_location:
             handlers = source_meta.item_handlers if source_meta else None
-            _copy_other_items(src, writer, handlers, memory_limit, {i.source.name for i in items})
+            copy_other_items(src, writer, handlers, memory_limit, {i.source.name for i in items})
         custom = _with_history(source_meta, {**operation, "source": str(src.location)})
         metrics = source_meta.metrics if source_meta else None
         final = writer.commit(custom, metrics, before_marker=records[0] if top else None)
@@ -422,18 +410,6 @@ def carried_digests(one: ItemOut) -> BlockDigests:
     return BlockDigests(expect, (), sha)
 
 
-def record_digests(
-    item_dir: Location,
-    leaf_digests: dict[str, LeafDigest] | None,
-    executor: Executor | None = None,
-) -> None:
-    """``leaf_digests`` recorded with the checksums of the files ``item_dir`` holds now (read
-    back by ``executor``'s workers in byte ranges, when given)."""
-    if leaf_digests:
-        sums = _file_sums(item_dir) if executor is None else _file_sums_on(item_dir, executor)
-        write_digests(item_dir, record_of(leaf_digests, sums))
-
-
 def _step_writer(src: ItemRef, dst: Location, step: int, operation: dict[str, Any]) -> StepWriter:
     """The writer of step ``step`` in ``dst``, named in the source step's form (``checkpoint_6``,
     ``0006``): Flax's restore_checkpoint and a CheckpointManager with a ``step_prefix`` or
@@ -460,116 +436,3 @@ def _with_history(source_meta: StepMetadata | None, entry: dict[str, Any]) -> di
     )
     custom["ckpt_history"] = [*history, entry]
     return custom
-
-
-def _file_sums(item_dir: Location) -> dict[str, FileSum]:
-    """CRC-32 of every recorded file just written; on object stores 4 files at a time (each
-    with its own ranged reads in flight), as the files are read back from the store."""
-    rels = [rel for rel, _ in item_dir.walk() if recorded_file(rel)]
-
-    def one(rel: str) -> FileSum:
-        return file_checksum(item_dir.child(*rel.split("/")))
-
-    if item_dir.parallel_reads <= 1 or len(rels) <= 1:
-        return {rel: one(rel) for rel in rels}
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(min(4, len(rels))) as pool:
-        return dict(zip(rels, pool.map(one, rels), strict=True))
-
-
-#: Bytes of a file-checksum unit when the workers read the written files back.
-RANGE_UNIT_BYTES = 32 << 20
-
-
-def _file_sums_on(item_dir: Location, executor: Executor) -> dict[str, FileSum]:
-    """``_file_sums`` by the workers: the written files cut into byte ranges of
-    ``RANGE_UNIT_BYTES``, checksummed by any worker, joined here (one driver reading a step's
-    data files back alone would take longer than the workers took to write them)."""
-    from ckpt_cli.core.format.filesums import RangeUnit, checksum_ranges, cut_ranges, join_ranges
-
-    files = sorted((rel, e.size) for rel, e in item_dir.walk() if recorded_file(rel))
-    units = (
-        RangeUnit(str(item_dir), ranges, item_dir.options)
-        for ranges in cut_ranges(files, RANGE_UNIT_BYTES)
-    )
-    pieces = [p for done in executor.map(checksum_ranges, units) for p in done]
-    sums = dict(join_ranges(pieces))
-    failed = next(((rel, got) for rel, got in sums.items() if isinstance(got, str)), None)
-    if failed is not None:
-        raise StorageError(f"cannot read back {failed[0]} in {item_dir}: {failed[1]}")
-    return {rel: got for rel, got in sums.items() if isinstance(got, FileSum)}
-
-
-def _copy_other_items(
-    src: ItemRef,
-    writer: StepWriter,
-    handlers: dict[str, str] | str | None,
-    memory_limit: int,
-    skip: set[str],
-) -> None:
-    assert src.step_location is not None
-    children = src.step_location.list()
-    linked = [e.name for e in children if e.is_symlink]
-    if linked:
-        raise RefusedError(
-            f"the source step {src.step_location} has a symlink for item {linked[0]!r}: ckpt "
-            "never copies a link or what it points to, nothing written",
-            hint=f"run `ckpt verify {src.step_location}`; replace the link by the directory",
-        )
-    for name in step_items(src.step_location, children, handlers):
-        if name in skip:
-            continue
-        loc = src.step_location.child(name)
-        try:
-            walked = list(loc.walk())
-        except NotFoundError:
-            if not is_noop_handler(step_handler(handlers, name)):
-                raise
-            walked = []  # a no-op handler's item on an object store: no object at all
-        if not walked:
-            writer.empty_items.add(name)  # a no-op handler's item: an empty directory
-        inside = [rel for rel, entry in walked if entry.is_symlink]
-        if inside:
-            raise RefusedError(
-                f"the source item {loc} holds a symlink ({inside[0]}): ckpt never copies a "
-                "link or what it points to, nothing written",
-                hint=f"run `ckpt verify {src.step_location}`; replace the link by the file",
-            )
-        known = handlers.get(name) if isinstance(handlers, dict) else None
-        if not walked:
-            writer.item(name, known or STANDARD_HANDLER)
-            continue
-        legacy = legacy_array_tree(loc)
-        if legacy is not None and legacy.use_ocdbt:
-            _rewrite_ocdbt_array_item(loc, writer.item(name, ARRAY_HANDLER), memory_limit)
-        else:
-            loc.copy_tree(writer.item(name, known or _handler_of(loc)))
-
-
-def _rewrite_ocdbt_array_item(item: Location, dest: Location, memory_limit: int) -> None:
-    """An ArraySave item of Orbax 0.4 (one array in an OCDBT database, no _METADATA), which
-    Orbax 0.12 cannot restore ("Resource not defined: cache_pool#ocdbt"), written the way 0.12
-    writes one: _METADATA naming `checkpoint`, plain zarr2. The values are the same."""
-    store = ItemStore(item, use_zarr3=False)
-    info, label = store.read_headers([ARRAY_ITEM_LEAF])[ARRAY_ITEM_LEAF]
-    chunks = tuple(max(1, c) for c in info.chunk_shape)
-    leaf = LeafOut(
-        keypath=(ARRAY_ITEM_LEAF,),
-        key_types=(KEY_TYPE_DICT,),
-        value_type="np.ndarray",  # restores without a mesh, as 0.12 restores the 0.5 layout
-        array=ArrayOut(info.dtype, info.shape, chunks, zarr3=False),
-        source=store.reader(ARRAY_ITEM_LEAF, info, label).read,
-        source_chunks=info.chunk_shape,
-    )
-    out = ItemWriter(dest, use_ocdbt=False, use_zarr3=False, memory_limit=memory_limit)
-    out.write_arrays([leaf])
-    out.write_metadata([leaf])
-
-
-def _handler_of(item: Location) -> str:
-    """The handler of an item whose step recorded none (Orbax before 0.11), from its files."""
-    names = frozenset(e.name for e in item.list())
-    if legacy_array_tree(item, names) is not None:
-        return ARRAY_HANDLER
-    return STANDARD_HANDLER if TREE_METADATA in names else JSON_HANDLER

@@ -7,7 +7,7 @@ import re
 from ckpt_cli.core.doctor.explain import explain, padding_init
 from ckpt_cli.core.doctor.renames import change_of
 from ckpt_cli.core.doctor.types import Finding, Leaves
-from ckpt_cli.core.migrate.spec import parse_spec
+from ckpt_cli.core.spec.language import parse_spec
 
 F32 = "float32"
 

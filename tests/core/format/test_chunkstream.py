@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import tensorstore as ts
 
+from ckpt_cli.core.digest.records import DigestRecord, LeafDigest, write_digests
 from ckpt_cli.core.format import scan
-from ckpt_cli.core.format.digests import DigestRecord, LeafDigest, write_digests
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.core.verify.run import verify_path
 from ckpt_cli.core.verify.types import VerifyOptions
@@ -117,7 +117,7 @@ def test_streamed_chunk_checks_a_sha256_record_and_catches_changed_values(
 def test_diff_of_streamed_chunks_counts_what_a_whole_decode_counts(
     tmp_path: Path, zarr3: bool, streamed: list[str]
 ) -> None:
-    from ckpt_cli.core.diff import diff_paths
+    from ckpt_cli.core.diff.items import diff_paths
 
     a, b = _save(tmp_path / "a", zarr3), _save(tmp_path / "b", zarr3)
     arr = _values(b)

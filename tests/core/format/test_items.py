@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_cli.core.format.digests import DIGEST_FILE, STATE_FILE
+from ckpt_cli.core.digest.records import DIGEST_FILE, STATE_FILE
 from ckpt_cli.core.format.items import (
     BOOKKEEPING,
     classify,

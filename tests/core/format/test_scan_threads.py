@@ -13,7 +13,7 @@ from ckpt_cli.core import threads
 from ckpt_cli.core.format import scan
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.resolve import resolve_items
-from ckpt_cli.core.inspect import inspect_item
+from ckpt_cli.core.inspect.item import inspect_item
 from ckpt_cli.core.storage import open_location
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import ckpt_cli
-from ckpt_cli.core.migrate.spec import parse_spec
+from ckpt_cli.core.spec.language import parse_spec
 from tests.support.matrix import Fixture, fixture
 
 

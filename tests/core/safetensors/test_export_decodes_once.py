@@ -47,7 +47,7 @@ def test_export_reads_each_source_chunk_once(
 
 def test_a_band_of_chunks_is_one_block_only_under_the_limit() -> None:
     from ckpt_cli.core.format.arrays import ArrayInfo
-    from ckpt_cli.core.migrate import ops
+    from ckpt_cli.core.spec import ops
 
     shape = (1024, 2048)
     info = ArrayInfo("float32", shape, shape, zarr_format=2, compression="zstd")

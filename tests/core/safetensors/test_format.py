@@ -511,7 +511,7 @@ def test_read_box_reads_any_box_as_numpy_slices_it(tmp_path: Path) -> None:
 def test_import_chunks_are_row_slabs_that_tile_the_shard(
     shape: tuple[int, ...], itemsize: int, want: tuple[int, ...]
 ) -> None:
-    from ckpt_cli.core.safetensors.import_ import row_chunk
+    from ckpt_cli.core.safetensors.placement import row_chunk
 
     got = row_chunk(shape, itemsize, 16 << 20)
     assert got == want
@@ -521,7 +521,7 @@ def test_import_chunks_are_row_slabs_that_tile_the_shard(
 @pytest.mark.parametrize("shape", [(4099, 4096), (2, 4099, 8192), (4099, 2, 8192), (4099, 4099)])
 def test_import_chunks_never_much_smaller_than_split_chunk(shape: tuple[int, ...]) -> None:
     from ckpt_cli.core.format.sharding import split_chunk
-    from ckpt_cli.core.safetensors.import_ import row_chunk
+    from ckpt_cli.core.safetensors.placement import row_chunk
 
     # 4099 rows is prime: only a one-row slab divides the shard; split_chunk's chunks are taken
     # instead whenever they are more than four times bigger.

@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import tensorstore as ts
 
-from ckpt_cli.core.executor import ExecutorSpec
-from ckpt_cli.core.format.digests import (
+from ckpt_cli.core.digest.records import (
     DigestRecord,
     FileSum,
     LeafDigest,
@@ -21,6 +20,7 @@ from ckpt_cli.core.format.digests import (
     recorded_file,
     write_digests,
 )
+from ckpt_cli.core.executor import ExecutorSpec
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.core.verify.run import verify_path
 from ckpt_cli.core.verify.types import VerifyOptions, VerifyReport

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from ckpt_cli.core.format.digests import FileSum
-from ckpt_cli.core.format.filesums import crc32_combine, cut_ranges, join_ranges
+from ckpt_cli.core.digest.filesums import crc32_combine, cut_ranges, join_ranges
+from ckpt_cli.core.digest.records import FileSum
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.core.verify import distributed as dist
 from ckpt_cli.core.verify.run import verify_path

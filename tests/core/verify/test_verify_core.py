@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import tensorstore as ts
 
+from ckpt_cli.core.digest.records import c_order_block, read_digests
 from ckpt_cli.core.format.arrays import ItemStore, parse_zarr_header
 from ckpt_cli.core.format.blocks import iter_blocks
-from ckpt_cli.core.format.digests import c_order_block, read_digests
 from ckpt_cli.core.format.scan import read_block
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.core.verify.ocdbt import scan_database

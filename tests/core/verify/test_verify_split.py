@@ -1,4 +1,4 @@
-"""``verify --deep`` splits over workers only when it pays (``executor.should_split`` at verify's
+"""``verify --deep`` splits over workers only when it pays (``split.should_split`` at verify's
 read-only rates): a small local checkpoint is checked in one process and the early-started pool
 is released at once (its two workers gone before ``verify_path`` returns, no unit run), a forced
 split runs units on both workers, and the report is the same either way. Counted, never timed."""
@@ -12,16 +12,14 @@ from typing import Any
 import pytest
 
 from ckpt_cli.core import executor as ex_mod
-from ckpt_cli.core.executor import (
+from ckpt_cli.core.executor import ExecutorSpec, LocalExecutor, start_early
+from ckpt_cli.core.split import (
     LOCAL_RATE,
     OBJECT_STORE_RATE,
     RATE_ENV,
     VERIFY_LOCAL_RATE,
     VERIFY_OBJECT_STORE_RATE,
-    ExecutorSpec,
-    LocalExecutor,
     single_rate,
-    start_early,
 )
 from ckpt_cli.core.storage import LocalLocation
 from ckpt_cli.core.verify.run import verify_path
