@@ -266,7 +266,8 @@ def assert_digests(out: Path, name: str, ld1: dict[str, str], capsys: Any) -> No
 
 def assert_same_prediction(got: dict[str, Any], name: str) -> None:
     """The loaded model predicts what the source did: the same values, laid out on other
-    devices, so matmuls may sum in another order (float32 rounding, never more)."""
+    devices (or on a CPU with other vector instructions than the fixture's), so matmuls may sum
+    in another order (float32 rounding, never more)."""
     want = truth(name)["steps"][str(latest(name))]["prediction"]
     assert np.allclose(got["prediction"], want, rtol=0, atol=1e-6)
 
@@ -279,7 +280,9 @@ def source_and(loader: KerasLoader, name: str, out: Path) -> dict[str, Any]:
     assert {kp: leaf["sha256"] for kp, leaf in by_keypath(source["read"]).items()} == {
         kp: leaf["sha256"] for kp, leaf in want.items()
     }
-    assert source["prediction"] == truth(name)["steps"][str(latest(name))]["prediction"]
+    # The weights are equal bit for bit (above); the prediction is float32 arithmetic, which
+    # XLA compiles for this host's CPU: another instruction set rounds a sum differently.
+    assert_same_prediction(source, name)
     return load(loader, name, out) | {"source": source}
 
 
