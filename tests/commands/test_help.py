@@ -284,3 +284,28 @@ def test_the_blocks_say_what_typers_own_help_says(
         typers, ours = _typers_and_ours(command, ctx, 200, monkeypatch, capsys)
         assert "…" not in typers
         assert _words(ours) == _words(typers, ranges=False), command.name
+
+
+@pytest.mark.parametrize(("name", "blocks"), [("cut", True), ("narrow", True), ("other", False)])
+def test_a_wide_terminal_keeps_typers_tables_unless_they_would_cut(
+    name: str, blocks: bool, monkeypatch: Any, capsys: Any
+) -> None:
+    """At 120 columns a command whose table would cut a word (``cut``) or leave its help column
+    under 40 characters (``narrow``, whose name Typer's table cuts too) is laid out as blocks,
+    whole; another (``other``) is Typer's own help, unchanged."""
+    from typer.core import TyperCommand
+
+    from tests.support.help_toy import app
+    from tests.support.terminal import plain
+
+    command, ctx = next((c, x) for c, x in _contexts(app) if c.name == name)
+    monkeypatch.setenv("COLUMNS", "120")
+    command.format_help(ctx, ctx.make_formatter())
+    shown = plain(capsys.readouterr().out)
+    panels = _panels(shown.splitlines())
+    assert panels and "…" not in shown
+    assert all(_laid_out_as_blocks(inside) is blocks for inside in panels.values()), shown
+    TyperCommand.format_help(command, ctx, ctx.make_formatter())
+    typers = "".join(line.rstrip() + "\n" for line in plain(capsys.readouterr().out).splitlines())
+    assert (shown == typers) is not blocks
+    assert ("…" in typers) is blocks  # what the blocks spare the reader

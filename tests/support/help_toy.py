@@ -41,3 +41,30 @@ def run(
 @app.command(cls=HelpCommand, rich_help_panel="More")
 def other(count: Annotated[int, typer.Option(min=1, help="How many.")] = 1) -> None:
     """Another toy."""
+
+
+@app.command(cls=HelpCommand)
+def cut(
+    url: Annotated[
+        str,
+        typer.Option(
+            help="Fetch https://example.com/a/very/long/unbreakable/path/that/goes/on/and/on/"
+            "forever/and/ever/and/ever/more/index.html first."
+        ),
+    ] = "",
+) -> None:
+    """A word Typer's table would cut with an ellipsis at 120 columns."""
+
+
+@app.command(cls=HelpCommand)
+def narrow(
+    name: Annotated[
+        str,
+        typer.Option(
+            "--an-option-name-so-long-the-help-column-gets-narrow",
+            metavar="A_LONG_METAVAR_FOR_IT",
+            help="Help long enough to wrap over several lines of a narrow help column.",
+        ),
+    ] = "",
+) -> None:
+    """Names that would leave Typer's help column under 40 characters (and be cut) at 120."""
