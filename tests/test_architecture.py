@@ -488,3 +488,93 @@ def test_no_module_is_over_the_cap() -> None:
     assert max(lengths.values()) > MAX_MODULE_LINES // 2  # the files were really read
     long = {name: n for name, n in lengths.items() if n > MAX_MODULE_LINES}
     assert long == {}, f"modules over {MAX_MODULE_LINES} lines: split them"
+
+
+# --- no private name of Typer, Click or Rich: their internals change without notice ---
+
+UI_LIBRARIES = ("typer", "click", "rich")
+#: Underscore names that are public protocol (namedtuple's), not private state.
+PUBLIC_UNDERSCORE = {"_asdict", "_replace", "_fields", "_make", "_field_defaults"}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.endswith("__") and name not in PUBLIC_UNDERSCORE
+
+
+def _ui_module(module: str) -> bool:
+    return module.split(".")[0] in UI_LIBRARIES
+
+
+def private_ui_uses(source: str) -> list[str]:
+    """``line: what`` for each private name of typer, click or rich that ``source`` uses: a
+    private module or name imported from them, an underscore attribute of a name bound to
+    them, and, in a module that imports any of them, an underscore attribute of any object
+    but ``self``/``cls`` (a parameter, a context, a console: their objects) or a
+    ``getattr``/``hasattr``/``setattr``/``delattr`` of an underscore name."""
+    tree = ast.parse(source)
+    found: list[str] = []
+    bound: set[str] = set()  # local names of their modules and of what is imported from them
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in (a for a in node.names if _ui_module(a.name)):
+                if any(_private(part) for part in alias.name.split(".")):
+                    found.append(f"{node.lineno}: import {alias.name}")
+                bound.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and not node.level and _ui_module(node.module or ""):
+            for alias in node.names:
+                dotted = f"{node.module}.{alias.name}"
+                if any(_private(part) for part in dotted.split(".")):
+                    found.append(f"{node.lineno}: from {node.module} import {alias.name}")
+                bound.add(alias.asname or alias.name)
+    if not bound:
+        return found
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            base = node.value
+            if not (isinstance(base, ast.Name) and base.id in ("self", "cls")):
+                found.append(f"{node.lineno}: .{node.attr}")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _private(node.args[1].value)
+        ):
+            found.append(f"{node.lineno}: {node.func.id}(..., {node.args[1].value!r})")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from typer import rich_utils\nrich_utils._print_options_panel = 1", ["2: ._print"]),
+        ("import typer.rich_utils as ru\nru._get_parameter_help()", ["2: ._get_parameter"]),
+        ("from typer.core import _split_opt", ["1: from typer.core import _split_opt"]),
+        ("import typer._click", ["1: import typer._click"]),
+        ("from typer._click import types", ["1: from typer._click import types"]),
+        ("import rich\ndef f(param):\n    return param._range_help()", ["3: ._range_help"]),
+        (
+            "import click\ndef f(ctx):\n    return getattr(ctx, '_meta')",
+            ["3: getattr(..., '_meta')"],
+        ),
+        ("import typer\nclass A:\n    def f(self):\n        return self._x", []),
+        ("import typer\nfrom x import p\np._asdict()\ntyper.__version__", []),
+        ("import os\ndef f(pool):\n    return pool._processes", []),  # not their object
+    ],
+)
+def test_the_private_name_scanner_sees_each_form(source: str, expected: list[str]) -> None:
+    uses = private_ui_uses(source)
+    assert len(uses) == len(expected), uses
+    for use, start in zip(uses, expected, strict=True):
+        assert use.startswith(start), (use, start)
+
+
+def test_no_module_uses_a_private_name_of_typer_click_or_rich() -> None:
+    """``commands/_help.py`` once patched ``typer.rich_utils._print_options_panel``; the help is
+    now drawn from public attributes (its docstring says how)."""
+    users = [name for name, path in MODULES.items() if _external(path) & set(UI_LIBRARIES)]
+    assert "ckpt_cli.commands._help" in users and "ckpt_cli.app" in users
+    found = {name: uses for name in users if (uses := private_ui_uses(MODULES[name].read_text()))}
+    assert found == {}

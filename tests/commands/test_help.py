@@ -4,6 +4,7 @@ metavars."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -199,20 +200,112 @@ def test_piped_help_ends_no_line_in_whitespace(command: str) -> None:
     assert not padded, padded
 
 
-def test_the_private_typer_hooks_the_help_layout_needs_exist() -> None:
-    """``_help.py`` replaces Typer's options panel while a help is printed (the one private
-    hook, see its docstring): a Typer without it would silently fall back to its own layout,
-    so the hooks' absence fails here instead."""
-    import inspect
+# --- the blocks are Typer's help, laid out otherwise: held equal to Typer's own output ---
 
-    from typer import rich_utils
 
-    panel = rich_utils._print_options_panel
-    assert set(inspect.signature(panel).parameters) == {
-        "name",
-        "params",
-        "ctx",
-        "markup_mode",
-        "console",
-    }
-    assert callable(rich_utils._get_parameter_help)
+def _contexts(app: Any) -> list[tuple[Any, Any]]:
+    """(Click command, its context) for the app's group and each of its commands."""
+    from typer.main import get_command
+
+    group = get_command(app)
+    top = group.make_context(app.info.name, [], resilient_parsing=True)
+    commands = [group.commands[name] for name in group.list_commands(top)]  # type: ignore[attr-defined]
+    assert commands
+    subs = [(c, c.make_context(c.name, [], parent=top, resilient_parsing=True)) for c in commands]
+    return [(group, top), *subs]
+
+
+def _typers_and_ours(
+    command: Any, ctx: Any, columns: int, monkeypatch: Any, capsys: Any
+) -> tuple[str, str]:
+    """Typer's own help of ``command`` and ckpt's blocks, as printed at ``columns``."""
+    from typer.core import TyperCommand, TyperGroup
+
+    from ckpt_cli.commands import _help_blocks as blocks
+    from tests.support.terminal import plain
+
+    monkeypatch.setenv("COLUMNS", str(columns))
+    base = TyperGroup if isinstance(command, TyperGroup) else TyperCommand
+    base.format_help(command, ctx, ctx.make_formatter())
+    typers = plain(capsys.readouterr().out)
+    blocks.print_help(command, ctx, blocks.console())
+    ours = plain(capsys.readouterr().out)
+    assert "Usage:" in typers and "Usage:" in ours
+    return typers, ours
+
+
+def _outside_option_panels(text: str, titles: set[str]) -> list[str]:
+    kept: list[str] = []
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("╭─") and line.strip("╭─╮ ").split(" ─")[0].strip() in titles:
+            inside = True
+        if not inside:
+            kept.append(line)
+        if line.startswith("╰"):
+            inside = False
+    return kept
+
+
+#: The range Typer's table shows after a bounded number's type (``N [x>=1]``); the blocks have
+#: never shown it (ckpt's help before the blocks were drawn from public data did not either).
+_RANGE = re.compile(r"\[[-+0-9.x<=>]+\]")
+
+
+def _words(text: str, *, ranges: bool = True) -> list[str]:
+    """The words of a help in reading order, frames and name separators left out."""
+    for mark in "│╭╮╰╯─,":
+        text = text.replace(mark, " ")
+    return [w for w in text.split() if w != "/" and (ranges or not _RANGE.fullmatch(w))]
+
+
+def _apps() -> list[Any]:
+    from ckpt_cli.app import app
+    from tests.support.help_toy import app as toy
+
+    return [app, toy]
+
+
+@pytest.mark.parametrize("which", ["ckpt", "toy"])
+def test_the_blocks_say_what_typers_own_help_says(
+    which: str, monkeypatch: Any, capsys: Any
+) -> None:
+    """Where ckpt draws the help itself (blocks), it is Typer's help otherwise: line for line
+    outside the options panels at 80 columns, and word for word in the same order at 200
+    (where Typer keeps its tables whole), for ckpt's every command and a toy app's corners.
+    A Typer that formats anything differently fails here."""
+    from ckpt_cli.commands._help_blocks import panels
+
+    app = _apps()[["ckpt", "toy"].index(which)]
+    for command, ctx in _contexts(app):
+        titles = {title for title, _ in panels(command, ctx)}
+        typers, ours = _typers_and_ours(command, ctx, 80, monkeypatch, capsys)
+        assert _outside_option_panels(ours, titles) == _outside_option_panels(typers, titles)
+        typers, ours = _typers_and_ours(command, ctx, 200, monkeypatch, capsys)
+        assert "…" not in typers
+        assert _words(ours) == _words(typers, ranges=False), command.name
+
+
+@pytest.mark.parametrize(("name", "blocks"), [("cut", True), ("narrow", True), ("other", False)])
+def test_a_wide_terminal_keeps_typers_tables_unless_they_would_cut(
+    name: str, blocks: bool, monkeypatch: Any, capsys: Any
+) -> None:
+    """At 120 columns a command whose table would cut a word (``cut``) or leave its help column
+    under 40 characters (``narrow``, whose name Typer's table cuts too) is laid out as blocks,
+    whole; another (``other``) is Typer's own help, unchanged."""
+    from typer.core import TyperCommand
+
+    from tests.support.help_toy import app
+    from tests.support.terminal import plain
+
+    command, ctx = next((c, x) for c, x in _contexts(app) if c.name == name)
+    monkeypatch.setenv("COLUMNS", "120")
+    command.format_help(ctx, ctx.make_formatter())
+    shown = plain(capsys.readouterr().out)
+    panels = _panels(shown.splitlines())
+    assert panels and "…" not in shown
+    assert all(_laid_out_as_blocks(inside) is blocks for inside in panels.values()), shown
+    TyperCommand.format_help(command, ctx, ctx.make_formatter())
+    typers = "".join(line.rstrip() + "\n" for line in plain(capsys.readouterr().out).splitlines())
+    assert (shown == typers) is not blocks
+    assert ("…" in typers) is blocks  # what the blocks spare the reader

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import ckpt_cli
-from ckpt_cli.core.diff import diff_paths
+from ckpt_cli.core.diff.items import diff_paths
 from tests.support.matrix import array_leaves, fixture
 from tests.support.orbax_restorer import OrbaxRestorer
 

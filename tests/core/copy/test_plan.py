@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_cli.core.copy.plan import copied, marker_rank, plan_copy
+from ckpt_cli.core.copy.destination import marker_rank
+from ckpt_cli.core.copy.plan import copied, plan_copy
 from ckpt_cli.errors import UsageError
 from tests.support.paths import FIXTURES
 
