@@ -1,6 +1,6 @@
 """The tree is the architecture: imports point one way, no cycles, the core never imports the UI.
 
-storage <- format <- the read operations, verify, write <- prune, reshard, migrate, copy <- commands,
+storage <- format <- the read operations, verify, write <- prune, reshard, migrate, copy, du <- commands,
 the public API <- the app. Every import of ``ckpt_cli/`` counts, function-level and
 ``TYPE_CHECKING`` ones included (a lazy import is still a dependency).
 """
@@ -96,7 +96,8 @@ def layer(name: str) -> tuple[int, str]:
             return 3, "read"
         if sub in ("verify", "write"):
             return 3, sub
-        if sub in ("prune", "reshard", "migrate", "copy"):
+        # du: the read view of a root that leans on verify's walk of every OCDBT version.
+        if sub in ("prune", "reshard", "migrate", "copy", "du"):
             return 4, sub
         # safetensors: the format, and export/import, which reuse migrate's rule engine and
         # reshard's partition rules: one layer above them.

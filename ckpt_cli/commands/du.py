@@ -64,7 +64,7 @@ def du(
     if json_out:
         emit_json(report)
     else:
-        render.print_report(report, by.value if by else None, top)
+        render.print_report(report, by.value if by else None, top, path)
 
 
 def _json() -> JsonOutput:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ckpt_cli.commands._text import emit, human_bytes, painter, plural, use_color, wrap
-from ckpt_cli.core.du.types import DuReport, Garbage, ratio
+from ckpt_cli.core.du.types import LEFTOVER_KINDS, DuReport, Garbage, ratio
 
 WIDTH = 80
 NAME = 31
@@ -72,7 +72,7 @@ def table(report: DuReport, by: str, top: int) -> list[str]:
 
 
 def summary(report: DuReport) -> list[str]:
-    inside = sum(g.bytes for g in report.garbage if g.kind.startswith("unreferenced"))
+    inside = sum(g.bytes for g in report.garbage if g.kind not in LEFTOVER_KINDS)
     text = (
         f"total {human_bytes(report.total_bytes)} = "
         f"{plural(len(report.steps), 'step')} {human_bytes(report.steps_bytes)}"
@@ -82,41 +82,61 @@ def summary(report: DuReport) -> list[str]:
     return wrap(text, WIDTH)
 
 
-def garbage_lines(garbage: tuple[Garbage, ...]) -> list[str]:
+def _as_typed(text: str, report: DuReport, typed: str | None) -> str:
+    """Paths as the user wrote the one on the command line (``runs/exp7/...``, not the
+    absolute form the JSON carries): shorter lines, commands to paste as they are."""
+    if typed is None or typed == report.path:
+        return text
+    return text.replace(report.path, typed.rstrip("/") or "/")
+
+
+def _below(path: str, top: str) -> str:
+    """A path under the report's own, relative to it (the title names that one)."""
+    prefix = top.rstrip("/") + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else path
+
+
+def garbage_lines(
+    garbage: tuple[Garbage, ...], report: DuReport | None = None, typed: str | None = None
+) -> list[str]:
     if not garbage:
         return ["garbage: none"]
     total = sum(g.bytes for g in garbage)
-    out = [f"garbage: {human_bytes(total)} in {plural(len(garbage), 'place')}"]
+    out = [
+        f"garbage: {human_bytes(total)} in {plural(len(garbage), 'place')} (paths below the top one)"
+    ]
     # By kind, largest first; the entries that share a hint, then the hint once.
     ordered = sorted(garbage, key=lambda g: (g.kind, -g.bytes, g.path))
     for i, g in enumerate(ordered):
         files = f", {plural(g.files, 'file')}" if g.files > 1 else ""
-        text = f"{human_bytes(g.bytes)} {g.kind}{files}: {g.path}"
+        path = _below(g.path, report.path) if report else g.path
+        text = f"{human_bytes(g.bytes)} {g.kind}{files}: {path}"
         out += wrap(text, WIDTH, first="  ", indent="    ")
         if i + 1 == len(ordered) or ordered[i + 1].hint != g.hint:
-            out += wrap("-> " + g.hint, WIDTH, first="    ", indent="       ")
+            hint = _as_typed(g.hint, report, typed) if report else g.hint
+            out += wrap("-> " + hint, WIDTH, first="    ", indent="       ")
     return out
 
 
-def notes(report: DuReport) -> list[str]:
+def notes(report: DuReport, typed: str | None = None) -> list[str]:
     return [
         line
         for s in report.steps
         for i in s.items
         if i.note
-        for line in wrap(f"note: {i.path}: {i.note}", WIDTH)
+        for line in wrap(f"note: {_as_typed(i.path, report, typed)}: {i.note}", WIDTH)
     ]
 
 
-def print_report(report: DuReport, by: str | None, top: int) -> None:
+def print_report(report: DuReport, by: str | None, top: int, typed: str | None = None) -> None:
+    """The report as text; ``typed``: PATH as given on the command line."""
     color = use_color()
     paint = painter(color)
     by = by or default_by(report)
     out = [paint(_cut(report.path, WIDTH), "bold")]
     out += [paint(line, "") for line in table(report, by, top)]
     out += [paint(line, "") for line in summary(report)]
-    out += [
-        paint(line, "yellow" if report.garbage else "") for line in garbage_lines(report.garbage)
-    ]
-    out += [paint(line, "") for line in notes(report)]
+    style = "yellow" if report.garbage else ""
+    out += [paint(line, style) for line in garbage_lines(report.garbage, report, typed)]
+    out += [paint(line, "") for line in notes(report, typed)]
     emit(out, color)

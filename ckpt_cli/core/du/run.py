@@ -179,7 +179,7 @@ def step_usage(
             leftover += size
             garbage.append(
                 Garbage(
-                    "tmp-save",
+                    "tmp-item",
                     str(loc.child(d)),
                     size,
                     "an item save that never finished: no reader reads it; delete the "

@@ -6,7 +6,7 @@ Every figure is bytes of files as the store lists them. The totals add up exactl
   belong to no step: the root's ``metadata/``, unknown files) + the bytes of leftover saves
   (garbage of kind ``tmp-save``, ``unfinished-write``, ``trash``), which are never steps;
 - a step's ``bytes`` = its items' ``bytes`` + ``files_bytes`` (its own files:
-  ``_CHECKPOINT_METADATA``, ``commit_success.txt``...) + its leftover item saves;
+  ``_CHECKPOINT_METADATA``, ``commit_success.txt``...) + its leftover item saves (``tmp-item``);
 - an item's ``bytes`` = its leaves' ``bytes`` + ``metadata_bytes`` + ``garbage_bytes``.
 
 A leaf's ``bytes`` are its stored chunks: in OCDBT, the value lengths of its chunk keys in the
@@ -24,12 +24,14 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal, TypedDict
 
 GarbageKind = Literal[
-    "unreferenced-file", "unreferenced-ranges", "tmp-save", "unfinished-write", "trash"
+    "unreferenced-file", "unreferenced-ranges", "tmp-save", "tmp-item", "unfinished-write", "trash"
 ]
+#: Garbage beside the steps, never counted in one (the rest lies inside a step's bytes).
+LEFTOVER_KINDS = frozenset({"tmp-save", "unfinished-write", "trash"})
 ItemFormat = Literal["ocdbt", "zarr", "other"]
 
 
-class LeafJSON(TypedDict):
+class LeafUsageJSON(TypedDict):
     name: str
     bytes: int
     logical_bytes: int | None
@@ -38,7 +40,7 @@ class LeafJSON(TypedDict):
     ratio: float | None
 
 
-class ItemJSON(TypedDict):
+class ItemUsageJSON(TypedDict):
     item: str
     path: str
     format: ItemFormat
@@ -49,7 +51,7 @@ class ItemJSON(TypedDict):
     garbage_bytes: int
     exact: bool
     note: str | None
-    leaves: list[LeafJSON]
+    leaves: list[LeafUsageJSON]
 
 
 class StepUsageJSON(TypedDict):
@@ -61,7 +63,7 @@ class StepUsageJSON(TypedDict):
     logical_bytes: int
     files_bytes: int
     garbage_bytes: int
-    items: list[ItemJSON]
+    items: list[ItemUsageJSON]
 
 
 class GarbageJSON(TypedDict):
@@ -101,7 +103,7 @@ class LeafUsage:
     dtype: str | None = None
     shape: tuple[int, ...] | None = None
 
-    def to_json(self) -> LeafJSON:
+    def to_json(self) -> LeafUsageJSON:
         return {
             "name": self.name,
             "bytes": self.bytes,
@@ -159,7 +161,7 @@ class ItemUsage:
     def metadata_bytes(self) -> int:
         return self.bytes - self.leaf_bytes - self.garbage_bytes
 
-    def to_json(self) -> ItemJSON:
+    def to_json(self) -> ItemUsageJSON:
         return {
             "item": self.name,
             "path": self.path,
