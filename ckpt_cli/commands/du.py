@@ -52,7 +52,9 @@ def du(
     OCDBT b-tree's value ranges, or its zarr directory); logical bytes are dtype size x
     elements, and the ratio shows what compression saves. Garbage: OCDBT data files no
     version references, ranges of data files only older versions read, unfinished saves;
-    each with the command that reclaims it. Reads only metadata: no JAX, no array data.
+    each with the command that reclaims it. Duplicates: leaves whose digests recorded by
+    `ckpt verify --deep --record` are equal in several steps, and what one copy would save.
+    Reads only metadata: no JAX, no array data.
     Exit codes: 0 · 2 usage · 3 not found or not a checkpoint.
     """
     from ckpt_cli.commands import du_text as render
@@ -84,7 +86,7 @@ def _renderer() -> ModuleType:
 COMMAND = Command(
     name="du",
     function=du,
-    summary="where the bytes go: per step, item and leaf, compression, and the garbage",
+    summary="where the bytes go: per step, item and leaf, compression, garbage, duplicates",
     guides=(("guide", "how-to/du.md"),),
     json_output=_json,
     renderer=_renderer,

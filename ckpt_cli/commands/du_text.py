@@ -118,6 +118,30 @@ def garbage_lines(
     return out
 
 
+def duplicate_lines(report: DuReport, top: int) -> list[str]:
+    """Leaves stored with equal values in several steps (from ``verify --record`` records)."""
+    dups = report.duplicates
+    if not dups:
+        return []
+    out = [
+        f"duplicates: {plural(len(dups), 'leaf', 'leaves')} stored again in several steps; "
+        f"one copy each would save {human_bytes(report.duplicate_bytes)}"
+    ]
+    shown = dups[:top] if top else dups
+    for d in shown:
+        steps = ",".join("-" if s is None else str(s) for s in d.steps)
+        leaf = d.leaf or "''"
+        out += wrap(
+            f"{human_bytes(d.saved_bytes)} {d.item} {leaf} (steps {steps})",
+            WIDTH,
+            first="  ",
+            indent="    ",
+        )
+    if len(dups) > len(shown):
+        out.append(f"  ... {plural(len(dups) - len(shown), 'more leaf', 'more leaves')}")
+    return out
+
+
 def notes(report: DuReport, typed: str | None = None) -> list[str]:
     return [
         line
@@ -138,5 +162,6 @@ def print_report(report: DuReport, by: str | None, top: int, typed: str | None =
     out += [paint(line, "") for line in summary(report)]
     style = "yellow" if report.garbage else ""
     out += [paint(line, style) for line in garbage_lines(report.garbage, report, typed)]
+    out += [paint(line, "") for line in duplicate_lines(report, top)]
     out += [paint(line, "") for line in notes(report, typed)]
     emit(out, color)

@@ -66,6 +66,22 @@ def test_top_limits_the_rows_and_says_how_many_are_left(cli: Any) -> None:
     assert lines[5] == "... 12 more rows (--top 0 shows all)"
 
 
+def test_duplicates_are_listed_after_the_garbage(cli: Any, tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    shutil.copytree(FIXTURES / "seed_mlp", root)
+    assert cli("verify", root, "--deep", "--record").code == 0
+    shutil.copytree(root / "500", root / "600")  # step 600: the values of 500 again
+    doc = cli("du", root, "--json").json()
+    assert doc["duplicates"] and all(d["steps"] == [500, 600] for d in doc["duplicates"])
+    assert doc["duplicate_bytes"] == sum(d["saved_bytes"] for d in doc["duplicates"])
+    leaves = doc["steps"][2]["items"][0]["leaves"]
+    assert {d["leaf"] for d in doc["duplicates"]} == {leaf["name"] for leaf in leaves}
+    lines = cli("du", root).stdout.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith("duplicates: "))
+    assert at > next(i for i, x in enumerate(lines) if x.startswith("garbage: "))
+    assert "15 leaves stored again in several steps" in lines[at]
+
+
 def test_missing_path_is_one_line_and_exit_3(cli: Any, tmp_path: Path) -> None:
     r = cli("du", tmp_path / "nope")
     assert r.code == 3

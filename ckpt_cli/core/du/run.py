@@ -11,8 +11,17 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ckpt_cli.core.du.ocdbt import Range, is_ocdbt, walk_item
-from ckpt_cli.core.du.types import DuReport, Garbage, ItemFormat, ItemUsage, LeafUsage, StepUsage
+from ckpt_cli.core.du.types import (
+    Duplicate,
+    DuReport,
+    Garbage,
+    ItemFormat,
+    ItemUsage,
+    LeafUsage,
+    StepUsage,
+)
 from ckpt_cli.core.format.arrays import parse_zarr_header
+from ckpt_cli.core.format.digests import DIGEST_FILE, read_digests
 from ckpt_cli.core.format.layout import detect, legacy_msgpack_error, step_status
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
@@ -156,7 +165,15 @@ def item_usage(
         fmt = "zarr"
         leaves = _leaves_zarr(item, files)
     usage = ItemUsage(
-        name, str(item), fmt, total, leaves, sum(g.bytes for g in garbage), exact, note
+        name,
+        str(item),
+        fmt,
+        total,
+        leaves,
+        sum(g.bytes for g in garbage),
+        exact,
+        note,
+        _digests(item, files),
     )
     return usage, garbage
 
@@ -241,6 +258,52 @@ def _root(location: Location, files: Files) -> tuple[list[StepUsage], list[Garba
     return [s for _, s in steps], garbage, other
 
 
+def _digests(item: Location, files: Files) -> dict[str, str]:
+    """Leaf -> its recorded digest (``verify --record``), dtype and shape in the key: none
+    when the item has no record or a damaged one (``verify`` reports that)."""
+    if DIGEST_FILE not in files:
+        return {}
+    try:
+        record = read_digests(item)
+    except CkptError:
+        return {}
+    if record is None:
+        return {}
+    out = {}
+    for name, d in record.leaves.items():
+        value = f"ld1:{d.ld1}" if d.ld1 else (f"sha256:{d.digest}" if d.digest else None)
+        if value is not None and d.dtype != "string":
+            out[name] = f"{value} {d.dtype}{list(d.shape)}"
+    return out
+
+
+def duplicates(steps: list[StepUsage]) -> list[Duplicate]:
+    """Leaves stored with the same values in several steps, from the items' digest records."""
+    seen: dict[tuple[str, str, str], list[tuple[int | None, int]]] = defaultdict(list)
+    for s in steps:
+        for i in s.items:
+            sizes = {leaf.name: leaf.bytes for leaf in i.leaves}
+            for leaf, digest in i.recorded.items():
+                if leaf in sizes:
+                    seen[(i.name, leaf, digest)].append((s.step, sizes[leaf]))
+    out = []
+    for (item, leaf, digest), copies in seen.items():
+        if len(copies) > 1:
+            stored = [b for _, b in copies]
+            out.append(
+                Duplicate(
+                    item,
+                    leaf,
+                    digest.split(" ")[0],
+                    tuple(st for st, _ in copies),
+                    sum(stored),
+                    sum(stored) - max(stored),
+                )
+            )
+    out.sort(key=lambda d: (-d.saved_bytes, d.item, d.leaf))
+    return out
+
+
 def disk_usage(location: Location) -> DuReport:
     """Where the bytes under ``location`` (a root, a step or an item) are, and which are garbage."""
     found = detect(location)
@@ -266,4 +329,12 @@ def disk_usage(location: Location) -> DuReport:
         item, garbage = item_usage(location, location.name, files, None, str(location.parent))
         steps = [StepUsage(None, "", str(location), "-", total, (item,), 0)]
         other = 0
-    return DuReport(str(location), found.kind, total, tuple(steps), other, tuple(garbage))
+    return DuReport(
+        str(location),
+        found.kind,
+        total,
+        tuple(steps),
+        other,
+        tuple(garbage),
+        tuple(duplicates(steps)),
+    )

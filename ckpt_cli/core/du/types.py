@@ -20,7 +20,8 @@ after a rewrite in place). ``metadata_bytes`` is the rest: manifests, b-tree nod
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import ClassVar, Literal, TypedDict
 
 GarbageKind = Literal[
@@ -75,6 +76,15 @@ class GarbageJSON(TypedDict):
     hint: str
 
 
+class DuplicateJSON(TypedDict):
+    item: str
+    leaf: str
+    digest: str
+    steps: list[int | None]
+    bytes: int
+    saved_bytes: int
+
+
 class DuJSON(TypedDict):
     """``ckpt du --json``."""
 
@@ -86,8 +96,10 @@ class DuJSON(TypedDict):
     steps_bytes: int
     other_bytes: int
     garbage_bytes: int
+    duplicate_bytes: int
     steps: list[StepUsageJSON]
     garbage: list[GarbageJSON]
+    duplicates: list[DuplicateJSON]
 
 
 def ratio(stored: int, logical: int | None) -> float | None:
@@ -148,6 +160,9 @@ class ItemUsage:
     #: where) or only conservatively: garbage is then under-, never over-reported.
     exact: bool = True
     note: str | None = None
+    #: Leaf -> its digest recorded by ``verify --record`` (with dtype and shape): how
+    #: ``duplicates`` finds equal values across steps. Not part of the JSON.
+    recorded: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def leaf_bytes(self) -> int:
@@ -211,6 +226,29 @@ class StepUsage:
 
 
 @dataclass(frozen=True)
+class Duplicate:
+    """One leaf whose values are the same in several steps (equal recorded digests)."""
+
+    item: str
+    leaf: str
+    digest: str  # ``ld1:...`` or ``sha256:...``, as recorded by ``verify --record``
+    steps: tuple[int | None, ...]
+    bytes: int  # stored bytes of all its copies
+    #: What a store keeping one copy would save: all copies but the largest.
+    saved_bytes: int
+
+    def to_json(self) -> DuplicateJSON:
+        return {
+            "item": self.item,
+            "leaf": self.leaf,
+            "digest": self.digest,
+            "steps": list(self.steps),
+            "bytes": self.bytes,
+            "saved_bytes": self.saved_bytes,
+        }
+
+
+@dataclass(frozen=True)
 class DuReport:
     """``ckpt du``: a root, a step or an item, every byte accounted for."""
 
@@ -222,6 +260,11 @@ class DuReport:
     steps: tuple[StepUsage, ...]
     other_bytes: int
     garbage: tuple[Garbage, ...]
+    duplicates: tuple[Duplicate, ...] = ()
+
+    @property
+    def duplicate_bytes(self) -> int:
+        return sum(d.saved_bytes for d in self.duplicates)
 
     @property
     def steps_bytes(self) -> int:
@@ -241,6 +284,8 @@ class DuReport:
             "steps_bytes": self.steps_bytes,
             "other_bytes": self.other_bytes,
             "garbage_bytes": self.garbage_bytes,
+            "duplicate_bytes": self.duplicate_bytes,
             "steps": [s.to_json() for s in self.steps],
             "garbage": [g.to_json() for g in self.garbage],
+            "duplicates": [d.to_json() for d in self.duplicates],
         }

@@ -27,6 +27,7 @@ TREE = {
     "params.dense.kernel": ((64, 48), "float32"),
     "params.dense.bias": ((48,), "float32"),
     "params.embed": ((40, 16), "bfloat16"),
+    "params.frozen": ((24, 8), "float32"),
     "step": ((), "int32"),
 }
 
@@ -43,6 +44,8 @@ def _tree(seed: int) -> dict[str, Any]:
                 "bias": jnp.asarray(rng.standard_normal(48, dtype=np.float32)),
             },
             "embed": jnp.asarray(rng.standard_normal((40, 16)).astype(ml_dtypes.bfloat16)),
+            # The same values in every step: a frozen leaf.
+            "frozen": jnp.asarray(np.random.default_rng(7).standard_normal((24, 8), np.float32)),
         },
         "step": jnp.int32(seed),
     }
@@ -201,3 +204,28 @@ def test_leftover_saves_of_a_fixture_are_never_steps() -> None:
     tmp = sorted(g.path for g in report.garbage if g.kind == "tmp-save")
     assert tmp == sorted(str(p) for p in path.iterdir() if ".orbax-checkpoint-tmp" in p.name)
     assert all(g.bytes == walked(Path(g.path)) for g in report.garbage)
+
+
+def test_a_frozen_leaf_is_a_duplicate_across_steps(tmp_path: Path) -> None:
+    """With digests recorded (``verify --deep --record``), the leaf whose values never change
+    is listed once, with its steps and what one copy would save; nothing else is."""
+    import ckpt_cli
+
+    root = save(tmp_path / "run", "ocdbt-zarr2", steps=(1, 2, 3))
+    assert not disk_usage(open_location(str(root))).duplicates  # no records: nothing claimed
+    assert ckpt_cli.verify(root, deep=True, record=True).ok
+    report = disk_usage(open_location(str(root)))
+    check_sums(report, root)
+    (dup,) = report.duplicates
+    assert (dup.item, dup.leaf, dup.steps) == ("default", "params.frozen", (1, 2, 3))
+    assert dup.digest.startswith("ld1:")
+    sizes = [
+        leaf.bytes
+        for s in report.steps
+        for i in s.items
+        for leaf in i.leaves
+        if leaf.name == "params.frozen"
+    ]
+    assert len(sizes) == 3 and dup.bytes == sum(sizes)
+    assert dup.saved_bytes == sum(sizes) - max(sizes) == report.duplicate_bytes
+    assert dup.saved_bytes > 24 * 8 * 4  # two copies of incompressible float32 values
