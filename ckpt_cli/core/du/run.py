@@ -9,6 +9,7 @@ for the data files they reference. No JAX, no array data.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 
 from ckpt_cli.core.du.ocdbt import Range, is_ocdbt, walk_item
 from ckpt_cli.core.du.types import (
@@ -218,7 +219,7 @@ def step_usage(
 
 def _root(location: Location, files: Files) -> tuple[list[StepUsage], list[Garbage], int]:
     dirs, top = _split(files)
-    steps: list[tuple[StepName, StepUsage]] = []
+    todo: list[tuple[StepName, Location, str, Files, str]] = []
     garbage: list[Garbage] = []
     other = sum(top.values())
     root = str(location)
@@ -251,11 +252,29 @@ def _root(location: Location, files: Files) -> tuple[list[StepUsage], list[Garba
             other += size  # metadata/ and directories that are not steps
             continue
         status = step_status(loc, parsed, frozenset(n.partition("/")[0] for n in sub))
-        usage, found = step_usage(loc, d, sub, parsed.step, status)
-        steps.append((parsed, usage))
+        todo.append((parsed, loc, d, sub, status))
+    todo.sort(key=lambda t: (t[0].step, t[2]))
+    steps = []
+    for usage, found in _each_step(location, todo):
+        steps.append(usage)
         garbage += found
-    steps.sort(key=lambda p: (p[0].step, p[1].name))
-    return [s for _, s in steps], garbage, other
+    return steps, garbage, other
+
+
+def _each_step(
+    location: Location, todo: list[tuple[StepName, Location, str, Files, str]]
+) -> Iterator[tuple[StepUsage, list[Garbage]]]:
+    """Each step's usage, in order. On an object store several steps at once, as ``verify``
+    checks items (a step costs a few round trips: latency, not CPU); locally one by one."""
+    if location.parallel_reads <= 1 or len(todo) <= 1:
+        for parsed, loc, d, sub, status in todo:
+            yield step_usage(loc, d, sub, parsed.step, status)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = max(1, min(len(todo), location.parallel_reads // 4))
+    with ThreadPoolExecutor(workers) as pool:
+        yield from pool.map(lambda t: step_usage(t[1], t[2], t[3], t[0].step, t[4]), todo)
 
 
 def _digests(item: Location, files: Files) -> dict[str, str]:
