@@ -111,6 +111,13 @@ def walk_item(item: Location, files: dict[str, int]) -> ItemDatabases:
             if not isinstance(v, bytes):
                 live.setdefault(v[0], []).append((v[1], v[1] + v[2]))
             out.values[key] = v
+    # A directory of data files without its manifest, or a value past the end of its file
+    # (or in a missing one): a damaged item, whose unreferenced bytes are no garbage to delete.
+    holders = {name.rpartition("d/")[0].rstrip("/") for name in files if _DATA_FILE.fullmatch(name)}
+    scans_complete &= holders <= set(dbs)
+    scans_complete &= all(
+        files.get(file, -1) >= max(end for _, end in spans) for file, spans in live.items()
+    )
     if not scans_complete:
         out.exact = False
         out.note = "the OCDBT database is damaged (`ckpt verify` says where): no garbage reported"

@@ -64,7 +64,7 @@ def save(root: Path, layout: str, steps: tuple[int, ...] = (1, 2)) -> Path:
 
 
 def walked(path: Path) -> int:
-    return sum(os.path.getsize(Path(d) / f) for d, _, fs in os.walk(path) for f in fs)
+    return sum(os.lstat(Path(d) / f).st_size for d, _, fs in os.walk(path) for f in fs)
 
 
 def check_sums(report: DuReport, path: Path) -> None:
@@ -229,3 +229,21 @@ def test_a_frozen_leaf_is_a_duplicate_across_steps(tmp_path: Path) -> None:
     assert len(sizes) == 3 and dup.bytes == sum(sizes)
     assert dup.saved_bytes == sum(sizes) - max(sizes) == report.duplicate_bytes
     assert dup.saved_bytes > 24 * 8 * 4  # two copies of incompressible float32 values
+
+
+@pytest.mark.parametrize(
+    "name", ["deleted-data-file", "deleted-manifest", "truncated-data-file", "symlink-outside"]
+)
+def test_a_damaged_database_reports_no_garbage(name: str) -> None:
+    """Bytes a damaged item no longer references are no garbage to delete: the item is marked
+    inexact with a note naming verify, and the sums still hold."""
+    path = FIXTURES.parent / "damaged" / name
+    report = disk_usage(open_location(str(path)))
+    assert report.total_bytes == walked(path)
+    assert not [g for g in report.garbage if g.kind.startswith("unreferenced")]
+    damaged = [i for s in report.steps for i in s.items if not i.exact]
+    assert damaged and all("verify" in (i.note or "") for i in damaged)
+    for s in report.steps:
+        for i in s.items:
+            assert i.metadata_bytes >= 0
+            assert i.bytes == i.leaf_bytes + i.metadata_bytes + i.garbage_bytes
