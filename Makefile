@@ -258,6 +258,7 @@ fixtures-matrix:
 
 bench: $(STAMP)
 	$(PY) bench/bench_ls_inspect.py
+	$(PY) bench/bench_du.py
 	$(PY) bench/bench_verify.py
 	$(PY) bench/bench_reshard.py
 	$(PY) bench/bench_migrate.py
