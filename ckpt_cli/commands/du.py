@@ -55,7 +55,7 @@ def du(
     each with the command that reclaims it. Duplicates: leaves whose digests recorded by
     `ckpt verify --deep --record` are equal in several steps, and what one copy would save.
     Reads only metadata: no JAX, no array data.
-    Exit codes: 0 · 2 usage · 3 not found or not a checkpoint.
+    Exit codes: 0 counted (garbage is no error) · 2 usage · 3 not found or not a checkpoint.
     """
     from ckpt_cli.commands import du_text as render
     from ckpt_cli.core.du import disk_usage
