@@ -36,6 +36,11 @@ demo: $(STAMP)
 	$(CKPT) inspect $(DEMO) --step 500 --filter 'params.*' --stats --flat
 	@echo "== ckpt inspect --json (first lines)"
 	$(CKPT) inspect $(DEMO) --json | $(PY) -m json.tool | head -n 30
+	@echo "== ckpt du: where the bytes go, per step, then the largest leaves of the latest step"
+	$(CKPT) du $(DEMO)
+	$(CKPT) du $(DEMO)/600 --by leaf --top 5
+	@echo "== ckpt du on a root with unfinished saves: the garbage, and the command that reclaims it"
+	$(CKPT) du fixtures/ckpts/with_tmp
 	@echo "== a sharded checkpoint: which device holds which block"
 	$(CKPT) inspect fixtures/ckpts/sharded_4x2 --layout params.w
 	@echo "== checkpoints of other Orbax releases: a root of 0.4.3 (steps without step metadata), a Composite save of 0.12.8 (state + JSON + ArraySave)"
@@ -253,6 +258,7 @@ fixtures-matrix:
 
 bench: $(STAMP)
 	$(PY) bench/bench_ls_inspect.py
+	$(PY) bench/bench_du.py
 	$(PY) bench/bench_verify.py
 	$(PY) bench/bench_reshard.py
 	$(PY) bench/bench_migrate.py

@@ -11,6 +11,7 @@ The Python API (everything in ``__all__``)::
     item.read("params.Dense_0.kernel", index=np.s_[0:16, :])  # only that region is read
     item.read_tree()                          # nested dicts of numpy arrays (small checkpoints)
     ckpt_cli.verify("runs/exp7", deep=True)   # VerifyReport, as `ckpt verify --json`
+    ckpt_cli.du("runs/exp7").garbage          # DuReport, as `ckpt du --json`: bytes per leaf
     ckpt_cli.digest("runs/exp7").digests()    # {leaf: "ld1:..."}: item, step or safetensors
     ckpt_cli.digest_array(x)                  # the same digest of a numpy array
 
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from ckpt_cli.core.digest import DigestReport
     from ckpt_cli.core.digest.ld1 import Partial as DigestPartial
     from ckpt_cli.core.digest.ld1 import digest_array
+    from ckpt_cli.core.du import DuReport
     from ckpt_cli.core.executor import ExecutorSpec
     from ckpt_cli.core.inspect import Leaf
     from ckpt_cli.core.listing import StepInfo
@@ -82,6 +84,7 @@ __all__ = [
     "CopyResult",
     "DigestPartial",
     "DigestReport",
+    "DuReport",
     "ExecutorSpec",
     "ExportPlan",
     "ExportResult",
@@ -106,6 +109,7 @@ __all__ = [
     "digest",
     "digest_array",
     "digest_partial",
+    "du",
     "execute",
     "merge_digest",
     "open",
@@ -126,6 +130,7 @@ _LAZY = {
     "plan_copy": "ckpt_cli.core.copy.plan",
     "CopyResult": "ckpt_cli.core.copy.execute",
     "DigestReport": "ckpt_cli.core.digest",
+    "DuReport": "ckpt_cli.core.du",
     "digest_array": "ckpt_cli.core.digest.ld1",
     "ExecutorSpec": "ckpt_cli.core.executor",
     "Leaf": "ckpt_cli.core.inspect",
@@ -194,6 +199,20 @@ def open(path: str | os.PathLike[str], *, storage: StorageOptions | None = None)
     from ckpt_cli.core.storage import open_location
 
     return Checkpoint(open_location(os.fspath(path), storage))
+
+
+def du(path: str | os.PathLike[str], *, storage: StorageOptions | None = None) -> DuReport:
+    """Where the bytes under ``path`` (a root, a step or an item, local or in a bucket) go, as
+    ``ckpt du`` reads them: ``total_bytes``, ``steps`` (each with its items and leaves: stored
+    bytes, logical bytes), and ``garbage`` (each with its bytes, path and the command that
+    reclaims it); ``to_json()`` is ``ckpt du --json``. Metadata only, no JAX.
+
+    Example: ``[g.path for g in ckpt_cli.du("runs/exp7").garbage]``.
+    """
+    from ckpt_cli.core.du import disk_usage
+    from ckpt_cli.core.storage import open_location
+
+    return disk_usage(open_location(os.fspath(path), storage))
 
 
 def verify(

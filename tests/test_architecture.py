@@ -1,7 +1,7 @@
 """The tree is the architecture: imports point one way, no cycles, the core never imports the UI.
 
 storage <- format, digest <- the read operations, verify, write <- spec <- prune, reshard, migrate,
-copy <- safetensors <- doctor <- commands, the public API <- the app. Every import of
+copy, du <- safetensors <- doctor <- commands, the public API <- the app. Every import of
 ``ckpt_cli/`` counts, function-level and ``TYPE_CHECKING`` ones included (a lazy import is still
 a dependency).
 
@@ -122,7 +122,8 @@ def layer(name: str) -> tuple[int, str]:
         # spec: the rule language, over inspect's leaves; below everything that plans with it.
         if sub == "spec":
             return 4, sub
-        if sub in ("prune", "reshard", "migrate", "copy"):
+        # du: the read view of a root that leans on verify's walk of every OCDBT version.
+        if sub in ("prune", "reshard", "migrate", "copy", "du"):
             return 5, sub
         # safetensors: the format, and export/import, which reuse the rule language, migrate's
         # planner and reshard's partition rules: one layer above them.

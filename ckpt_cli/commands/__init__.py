@@ -18,6 +18,7 @@ from ckpt_cli.commands import (
     diff,
     digest,
     doctor,
+    du,
     export,
     import_,
     inspect,
@@ -33,6 +34,7 @@ from ckpt_cli.commands._command import Command
 #: Every subcommand, in the order ``ckpt --help`` lists them.
 COMMANDS: tuple[Command, ...] = (
     ls.COMMAND,
+    du.COMMAND,
     inspect.COMMAND,
     verify.COMMAND,
     digest.COMMAND,

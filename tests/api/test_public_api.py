@@ -107,6 +107,12 @@ def test_verify_is_the_cli_report(cli: Any) -> None:
     assert ours == doc and report.ok
 
 
+def test_du_is_the_cli_report(cli: Any) -> None:
+    report = ckpt_cli.du(FIXTURES / "with_tmp")
+    doc = cli("du", FIXTURES / "with_tmp", "--json").json()
+    assert report.to_json() == doc and report.garbage
+
+
 def test_plan_then_execute_each_writer(tmp_path: Path, fixture_copy: Any) -> None:
     plan = ckpt_cli.plan_reshard(
         FIXTURES / "seed_mlp", tmp_path / "out", mesh="data=2,model=2",

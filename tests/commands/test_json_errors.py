@@ -32,6 +32,12 @@ NOT_APPLICABLE: dict[str, dict[str, str]] = {
         "refused": "read-only: never refuses",
         "locked": "takes no lock",
     },
+    "du": {
+        "refused": "read-only: never refuses",
+        "locked": "takes no lock",
+        "invalid-metadata": "reads sizes and b-tree nodes: an unreadable zarr header leaves "
+        "that leaf's logical_bytes null, damaged OCDBT leaves the item inexact (verify says why)",
+    },
     "inspect": {
         "refused": "read-only: never refuses",
         "locked": "takes no lock",

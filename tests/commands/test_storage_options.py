@@ -48,6 +48,7 @@ class Case:
 
 CASES = [
     Case("ls", "root", lambda p: ["ls", URL]),
+    Case("du", "root", lambda p: ["du", URL]),
     Case("inspect", "root", lambda p: ["inspect", URL]),
     Case("verify", "root", lambda p: ["verify", URL]),
     Case("diff", "source", lambda p: ["diff", URL, str(p.good)]),

@@ -100,6 +100,7 @@ COMMANDS = {
     "inspect": ["inspect", "{src}", "--item", "state"],
     "inspect-json": ["inspect", "{src}", "--item", "state", "--json"],
     "verify": ["verify", "{src}"],
+    "du": ["du", "{src}", "--json"],
     "prune": [
         "prune",
         "{src}",

@@ -38,6 +38,8 @@ READS: list[tuple[list[str], int]] = [
     (["diff", f"{SEED}@400", f"{SEED}@500"], 1),
     (["diff", str(SEED), str(SEED), "--json"], 0),
     (["digest", str(SEED), "--json"], 0),
+    (["du", str(SEED), "--by", "leaf"], 0),
+    (["du", str(FIXTURES / "with_tmp"), "--json"], 0),
 ]
 
 

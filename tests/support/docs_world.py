@@ -238,6 +238,7 @@ THINGS: dict[str, Thing] = {
 NEEDS: dict[str, tuple[str, ...]] = {
     # The examples of each command's --help (its Command record).
     "ls": ("runs/exp7", "s3://bucket/runs/exp7"),
+    "du": ("runs/exp7", "s3://bucket/runs/exp7"),
     "inspect": ("runs/exp7",),
     "verify": ("runs/exp7",),
     "digest": ("runs/exp7", "export"),
@@ -256,6 +257,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "unpin": ("runs/exp7", "s3://bucket/exp7"),
     # The pages.
     "docs/explanation/scale-out.md": ("run", "rules.yaml"),
+    "docs/how-to/du.md": (),
     "docs/how-to/diff.md": ("runs/exp7 (sharded_4x2)", "runs/exp7-2x4 (sharded_4x2)"),
     "docs/how-to/doctor.md": ("runs/exp7 (demo)",),
     "docs/how-to/export.md": ("runs/exp7",),

@@ -128,6 +128,11 @@ CASES: list[Case] = [
     Case("ls", "usage", "option", lambda w: ["ls", str(w.good), "--bogus"], NO_OPTION),
     Case("ls", "invalid-metadata", "root", lambda w: ["ls", str(w.bad_root)], BAD_JSON),
     Case("ls", "unreachable", "s3", _s3("ls"), REFUSED_CONN),
+    # du
+    Case("du", "not-found", "path", lambda w: ["du", str(w.missing)], NOT_FOUND),
+    Case("du", "not-a-checkpoint", "junk", lambda w: ["du", str(w.junk)], NOT_CKPT),
+    Case("du", "usage", "option", lambda w: ["du", str(w.good), "--by", "file"], "Invalid value"),
+    Case("du", "unreachable", "s3", _s3("du"), REFUSED_CONN),
     # inspect
     Case("inspect", "not-found", "path", lambda w: ["inspect", str(w.missing)], NOT_FOUND),
     Case(

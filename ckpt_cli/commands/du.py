@@ -1,0 +1,98 @@
+"""``ckpt du``: where a checkpoint's bytes go, and which of them nothing reads."""
+
+from __future__ import annotations
+
+from enum import Enum
+from types import ModuleType
+from typing import Annotated
+
+import typer
+
+from ckpt_cli.commands._command import Command, JsonOutput
+from ckpt_cli.commands._context import run_context
+from ckpt_cli.commands._options import JsonOpt, PathArg
+from ckpt_cli.commands._output import emit_json
+
+
+class By(str, Enum):
+    step = "step"
+    item = "item"
+    leaf = "leaf"
+
+
+ByOpt = Annotated[
+    By | None,
+    typer.Option(
+        "--by",
+        help="Rows of the table: step, item or leaf (default: step for a root, item for a "
+        "step, leaf for an item). Text only: --json carries every level.",
+        show_default=False,
+    ),
+]
+TopOpt = Annotated[
+    int,
+    typer.Option(
+        "--top",
+        min=0,
+        help="Show the N largest rows (0: all). Text only.",
+    ),
+]
+
+
+def du(
+    ctx: typer.Context,
+    path: PathArg,
+    by: ByOpt = None,
+    top: TopOpt = 20,
+    json_out: JsonOpt = False,
+) -> None:
+    """Where the bytes of a root, step or item go: per step, item and leaf, and the garbage.
+
+    Totals add up to the file sizes under PATH. A leaf's bytes are its stored chunks (from the
+    OCDBT b-tree's value ranges, or its zarr directory); logical bytes are dtype size x
+    elements, and the ratio shows what compression saves. Garbage: OCDBT data files no
+    version references, ranges of data files only older versions read, unfinished saves;
+    each with the command that reclaims it. Duplicates: leaves whose digests recorded by
+    `ckpt verify --deep --record` are equal in several steps, and what one copy would save.
+    Reads only metadata: no JAX, no array data.
+    Exit codes: 0 counted (garbage is no error) · 2 usage · 3 not found or not a checkpoint.
+    """
+    from ckpt_cli.commands import du_text as render
+    from ckpt_cli.core.du import disk_usage
+    from ckpt_cli.core.storage import open_location
+
+    run = run_context(ctx, json_out)
+    report = disk_usage(open_location(path, run.storage))
+    if json_out:
+        emit_json(report)
+    else:
+        render.print_report(report, by.value if by else None, top, path)
+
+
+def _json() -> JsonOutput:
+    """What ``--json`` prints (loaded when asked: ``ckpt --help`` imports no core module)."""
+    from ckpt_cli.core.du import DuJSON, DuReport
+
+    return JsonOutput((DuJSON,), DuReport.SCHEMA_VERSION)
+
+
+def _renderer() -> ModuleType:
+    """The module that renders the text output."""
+    from ckpt_cli.commands import du_text as module
+
+    return module
+
+
+COMMAND = Command(
+    name="du",
+    function=du,
+    summary="where the bytes go: per step, item and leaf, compression, garbage, duplicates",
+    guides=(("guide", "how-to/du.md"),),
+    json_output=_json,
+    renderer=_renderer,
+    examples=(
+        "runs/exp7",
+        "runs/exp7 --by leaf --top 10",
+        "s3://bucket/runs/exp7 --json",
+    ),
+)

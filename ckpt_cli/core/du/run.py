@@ -1,0 +1,365 @@
+"""``ckpt du``: one listing of every file under the path, then each OCDBT item's b-tree.
+
+Metadata only: file sizes from the store's listing (one recursive listing), zarr headers
+(inline in the b-tree's leaf nodes, or one small file each), the b-tree nodes of each
+database's latest version (a level at a time, batched) and TensorStore's walk of every version
+for the data files they reference. No JAX, no array data.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+from ckpt_cli.core.digest.records import DIGEST_FILE, read_digests
+from ckpt_cli.core.du.ocdbt import Range, is_ocdbt, walk_item
+from ckpt_cli.core.du.types import (
+    Duplicate,
+    DuReport,
+    Garbage,
+    ItemFormat,
+    ItemUsage,
+    LeafUsage,
+    StepUsage,
+)
+from ckpt_cli.core.format.arrays import parse_zarr_header
+from ckpt_cli.core.format.discovery import detect, legacy_msgpack_error, step_status
+from ckpt_cli.core.format.names import (
+    COMMIT_MARKER,
+    TMP_MARKER,
+    TOMBSTONE,
+    WRITING_MARKER,
+    StepName,
+    looks_like_item,
+    parse_step_name,
+    split_key,
+)
+from ckpt_cli.core.format.ocdbt import Value
+from ckpt_cli.core.storage import Location
+from ckpt_cli.errors import CkptError
+
+TRASH_PREFIX = ".ckpt-trash-"  # prune's trash directories (core/prune/plan.py)
+HEADERS = (".zarray", "zarr.json")
+
+Files = dict[str, int]
+
+
+def _split(files: Files) -> tuple[dict[str, Files], Files]:
+    """Files grouped by their top directory, and the files at the top."""
+    dirs: dict[str, Files] = defaultdict(dict)
+    top: Files = {}
+    for rel, size in files.items():
+        head, sep, rest = rel.partition("/")
+        if sep:
+            dirs[head][rest] = size
+        else:
+            top[rel] = size
+    return dict(dirs), top
+
+
+def _reclaim_tree(where: str) -> str:
+    return (
+        f"rewrite the step without them (`ckpt reshard {where} OUT --like {where}` keeps its "
+        "sharding), check the copy, then replace the step"
+    )
+
+
+def _leaves_ocdbt(
+    item: Location, values: dict[bytes, Value | Range], files: Files
+) -> tuple[LeafUsage, ...]:
+    """Leaves of an OCDBT item; a chunk whose data file is missing or cut short counts only
+    what is there (a damaged item: ``verify`` says what)."""
+    zarr3 = any(k.endswith(b"zarr.json") for k in values)
+    stored: dict[str, int] = defaultdict(int)
+    headers: dict[str, Value | Range] = {}
+    for key, v in values.items():
+        name, part = split_key(key, zarr3)
+        if part in HEADERS:
+            headers[name] = v
+        else:
+            stored[name] += (
+                len(v) if isinstance(v, bytes) else max(0, min(v[2], files.get(v[0], 0) - v[1]))
+            )
+    out_of_line = [(n, v) for n, v in headers.items() if not isinstance(v, bytes)]
+    fetched = item.read_ranges([(item.child(v[0]), v[1], v[1] + v[2]) for _, v in out_of_line])
+    raw = {n: v for n, v in headers.items() if isinstance(v, bytes)}
+    raw.update((n, data) for (n, _), data in zip(out_of_line, fetched, strict=True))
+    return _leaves(stored, raw, str(item))
+
+
+def _leaves(stored: dict[str, int], raw: dict[str, bytes], where: str) -> tuple[LeafUsage, ...]:
+    out = []
+    for name in sorted(set(stored) | set(raw)):
+        try:
+            info = parse_zarr_header(name, raw[name], where) if name in raw else None
+        except CkptError:
+            info = None
+        out.append(
+            LeafUsage(
+                name,
+                stored.get(name, 0),
+                info.nbytes if info else None,
+                info.dtype if info else None,
+                info.shape if info else None,
+            )
+        )
+    return tuple(out)
+
+
+def _leaves_zarr(item: Location, files: Files) -> tuple[LeafUsage, ...]:
+    """Plain zarr: a leaf is the directory of a header, its bytes every file in it."""
+    dirs = sorted(
+        {rel.rpartition("/")[0] for rel in files if rel.rpartition("/")[2] in HEADERS},
+        key=len,
+        reverse=True,
+    )
+    stored: dict[str, int] = defaultdict(int)
+    for rel, size in files.items():
+        for d in dirs:  # the deepest leaf directory holding the file
+            if rel.startswith(d + "/") or (not d and "/" not in rel and rel in HEADERS):
+                stored[d] += size
+                break
+    headers = {
+        d: item.child(f"{d}/{h}" if d else h)
+        for d in dirs
+        for h in HEADERS
+        if (f"{d}/{h}" if d else h) in files
+    }
+    item.prefetch(list(headers.values()))
+    raw = {d: loc.read_bytes() for d, loc in headers.items()}
+    return _leaves(dict(stored), raw, str(item))
+
+
+def item_usage(
+    item: Location, name: str, files: Files, step: int | None, step_path: str
+) -> tuple[ItemUsage, list[Garbage]]:
+    """One item: its leaves, and the garbage inside its databases."""
+    total = sum(files.values())
+    fmt: ItemFormat = "other"
+    garbage: list[Garbage] = []
+    leaves: tuple[LeafUsage, ...] = ()
+    exact, note = True, None
+    if is_ocdbt(files):
+        fmt = "ocdbt"
+        dbs = walk_item(item, files)
+        leaves = _leaves_ocdbt(item, dbs.values, files)
+        exact, note = dbs.exact, dbs.note
+        for rel in dbs.unreferenced:
+            garbage.append(
+                Garbage(
+                    "unreferenced-file",
+                    str(item.child(rel)),
+                    files[rel],
+                    "no version of the OCDBT database references it: nothing reads it; "
+                    + _reclaim_tree(step_path)
+                    + ", or delete the file",
+                    step=step,
+                )
+            )
+        if dbs.unused:
+            garbage.append(
+                Garbage(
+                    "unreferenced-ranges",
+                    str(item),
+                    sum(dbs.unused.values()),
+                    "byte ranges of data files that only older versions read (a rewrite in "
+                    "place): " + _reclaim_tree(step_path),
+                    files=len(dbs.unused),
+                    step=step,
+                )
+            )
+    elif any(rel.rpartition("/")[2] in HEADERS for rel in files):
+        fmt = "zarr"
+        leaves = _leaves_zarr(item, files)
+    usage = ItemUsage(
+        name,
+        str(item),
+        fmt,
+        total,
+        leaves,
+        sum(g.bytes for g in garbage),
+        exact,
+        note,
+        _digests(item, files),
+    )
+    return usage, garbage
+
+
+def step_usage(
+    loc: Location, name: str, files: Files, step: int | None, status: str
+) -> tuple[StepUsage, list[Garbage]]:
+    """One step: its items, its own files, the item saves left unfinished inside it."""
+    dirs, top = _split(files)
+    garbage: list[Garbage] = []
+    items: list[ItemUsage] = []
+    own = 0
+    if looks_like_item(set(dirs) | set(top)):  # a single-item Checkpointer's save
+        single, found = item_usage(loc, "default", files, step, str(loc))
+        return StepUsage(step, name, str(loc), status, sum(files.values()), (single,), 0), found
+    leftover = 0
+    for d, sub in sorted(dirs.items()):
+        size = sum(sub.values())
+        if TMP_MARKER in d:
+            leftover += size
+            garbage.append(
+                Garbage(
+                    "tmp-item",
+                    str(loc.child(d)),
+                    size,
+                    "an item save that never finished: no reader reads it; delete the "
+                    "directory once no save is writing it",
+                    files=len(sub),
+                    step=step,
+                )
+            )
+        elif d.startswith("."):
+            own += size
+        else:
+            usage, found = item_usage(loc.child(d), d, sub, step, str(loc))
+            items.append(usage)
+            garbage += found
+    own += sum(top.values())
+    total = sum(files.values())
+    return StepUsage(step, name, str(loc), status, total, tuple(items), own, leftover), garbage
+
+
+def _root(location: Location, files: Files) -> tuple[list[StepUsage], list[Garbage], int]:
+    dirs, top = _split(files)
+    todo: list[tuple[StepName, Location, str, Files, str]] = []
+    garbage: list[Garbage] = []
+    other = sum(top.values())
+    root = str(location)
+    for d, sub in sorted(dirs.items()):
+        size, count, loc = sum(sub.values()), len(sub), location.child(d)
+        parsed = parse_step_name(d)
+        kind = None
+        if d.startswith(TRASH_PREFIX) or (parsed and TOMBSTONE in sub):
+            kind, hint = "trash", f"left by an interrupted prune: `ckpt prune {root}` removes it"
+        elif parsed and parsed.tmp:
+            kind, hint = (
+                "tmp-save",
+                (f"an unfinished save: `ckpt prune {root} --clean-tmp` removes it once idle"),
+            )
+        elif (
+            parsed
+            and location.requires_commit_marker
+            and WRITING_MARKER in sub
+            and COMMIT_MARKER not in sub
+        ):
+            kind, hint = (
+                "unfinished-write",
+                (f"a ckpt write that never committed: `ckpt prune {root} --clean-tmp` removes it"),
+            )
+        if kind is not None:
+            step = parsed.step if parsed else None
+            garbage.append(Garbage(kind, str(loc), size, hint, count, step))  # type: ignore[arg-type]
+            continue
+        if parsed is None:
+            other += size  # metadata/ and directories that are not steps
+            continue
+        status = step_status(loc, parsed, frozenset(n.partition("/")[0] for n in sub))
+        todo.append((parsed, loc, d, sub, status))
+    todo.sort(key=lambda t: (t[0].step, t[2]))
+    steps = []
+    for usage, found in _each_step(location, todo):
+        steps.append(usage)
+        garbage += found
+    return steps, garbage, other
+
+
+def _each_step(
+    location: Location, todo: list[tuple[StepName, Location, str, Files, str]]
+) -> Iterator[tuple[StepUsage, list[Garbage]]]:
+    """Each step's usage, in order. On an object store several steps at once, as ``verify``
+    checks items (a step costs a few round trips: latency, not CPU); locally one by one."""
+    if location.parallel_reads <= 1 or len(todo) <= 1:
+        for parsed, loc, d, sub, status in todo:
+            yield step_usage(loc, d, sub, parsed.step, status)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = max(1, min(len(todo), location.parallel_reads // 4))
+    with ThreadPoolExecutor(workers) as pool:
+        yield from pool.map(lambda t: step_usage(t[1], t[2], t[3], t[0].step, t[4]), todo)
+
+
+def _digests(item: Location, files: Files) -> dict[str, str]:
+    """Leaf -> its recorded digest (``verify --record``), dtype and shape in the key: none
+    when the item has no record or a damaged one (``verify`` reports that)."""
+    if DIGEST_FILE not in files:
+        return {}
+    try:
+        record = read_digests(item)
+    except CkptError:
+        return {}
+    if record is None:
+        return {}
+    out = {}
+    for name, d in record.leaves.items():
+        value = f"ld1:{d.ld1}" if d.ld1 else (f"sha256:{d.digest}" if d.digest else None)
+        if value is not None and d.dtype != "string":
+            out[name] = f"{value} {d.dtype}{list(d.shape)}"
+    return out
+
+
+def duplicates(steps: list[StepUsage]) -> list[Duplicate]:
+    """Leaves stored with the same values in several steps, from the items' digest records."""
+    seen: dict[tuple[str, str, str], list[tuple[int | None, int]]] = defaultdict(list)
+    for s in steps:
+        for i in s.items:
+            sizes = {leaf.name: leaf.bytes for leaf in i.leaves}
+            for leaf, digest in i.recorded.items():
+                if leaf in sizes:
+                    seen[(i.name, leaf, digest)].append((s.step, sizes[leaf]))
+    out = []
+    for (item, leaf, digest), copies in seen.items():
+        if len(copies) > 1:
+            stored = [b for _, b in copies]
+            out.append(
+                Duplicate(
+                    item,
+                    leaf,
+                    digest.split(" ")[0],
+                    tuple(st for st, _ in copies),
+                    sum(stored),
+                    sum(stored) - max(stored),
+                )
+            )
+    out.sort(key=lambda d: (-d.saved_bytes, d.item, d.leaf))
+    return out
+
+
+def disk_usage(location: Location) -> DuReport:
+    """Where the bytes under ``location`` (a root, a step or an item) are, and which are garbage."""
+    found = detect(location)
+    if found.kind == "legacy":
+        raise legacy_msgpack_error(location)
+    files = {rel: e.size for rel, e in location.walk()}
+    total = sum(files.values())
+    garbage: list[Garbage] = []
+    if found.kind == "root":
+        steps, garbage, other = _root(location, files)
+    elif found.kind == "step":
+        parsed = parse_step_name(location.name)
+        step_no = parsed.step if parsed else None
+        names = frozenset(e.name for e in found.entries)
+        status = (
+            "uncommitted"
+            if location.requires_commit_marker and COMMIT_MARKER not in names
+            else "committed"
+        )
+        usage, garbage = step_usage(location, location.name, files, step_no, status)
+        steps, other = [usage], 0
+    else:
+        item, garbage = item_usage(location, location.name, files, None, str(location.parent))
+        steps = [StepUsage(None, "", str(location), "-", total, (item,), 0)]
+        other = 0
+    return DuReport(
+        str(location),
+        found.kind,
+        total,
+        tuple(steps),
+        other,
+        tuple(garbage),
+        tuple(duplicates(steps)),
+    )

@@ -1,0 +1,249 @@
+"""``disk_usage`` on real Orbax saves: sizes equal to the files, exact logical bytes, leaf bytes
+equal to what TensorStore reads for each chunk key, and garbage planted or made by a rewrite."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ckpt_cli.core.du import DuReport, disk_usage
+from ckpt_cli.core.du.types import LEFTOVER_KINDS
+from ckpt_cli.core.storage import open_location
+from tests.support.paths import FIXTURES
+
+LAYOUTS = {
+    "ocdbt-zarr2": {"use_ocdbt": True, "use_zarr3": False},
+    "ocdbt-zarr3": {"use_ocdbt": True, "use_zarr3": True},
+    "plain-zarr2": {"use_ocdbt": False, "use_zarr3": False},
+    "plain-zarr3": {"use_ocdbt": False, "use_zarr3": True},
+}
+#: Leaf name -> (shape, dtype) of the saved tree; logical bytes follow.
+TREE = {
+    "params.dense.kernel": ((64, 48), "float32"),
+    "params.dense.bias": ((48,), "float32"),
+    "params.embed": ((40, 16), "bfloat16"),
+    "params.frozen": ((24, 8), "float32"),
+    "step": ((), "int32"),
+}
+
+
+def _tree(seed: int) -> dict[str, Any]:
+    import jax.numpy as jnp
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed)
+    return {
+        "params": {
+            "dense": {
+                "kernel": jnp.asarray(rng.standard_normal((64, 48), dtype=np.float32)),
+                "bias": jnp.asarray(rng.standard_normal(48, dtype=np.float32)),
+            },
+            "embed": jnp.asarray(rng.standard_normal((40, 16)).astype(ml_dtypes.bfloat16)),
+            # The same values in every step: a frozen leaf.
+            "frozen": jnp.asarray(np.random.default_rng(7).standard_normal((24, 8), np.float32)),
+        },
+        "step": jnp.int32(seed),
+    }
+
+
+def save(root: Path, layout: str, steps: tuple[int, ...] = (1, 2)) -> Path:
+    """A CheckpointManager root, one PyTree item per step, as Orbax's docs show."""
+    import orbax.checkpoint as ocp
+
+    handler = ocp.PyTreeCheckpointHandler(**LAYOUTS[layout])
+    with ocp.CheckpointManager(root, item_handlers=handler) as m:
+        for step in steps:
+            m.save(step, args=ocp.args.PyTreeSave(_tree(step)))
+        m.wait_until_finished()
+    return root
+
+
+def walked(path: Path) -> int:
+    return sum(os.lstat(Path(d) / f).st_size for d, _, fs in os.walk(path) for f in fs)
+
+
+def check_sums(report: DuReport, path: Path) -> None:
+    """Every figure adds up, and the step figures equal the files (os.walk)."""
+    assert report.total_bytes == walked(path)
+    leftovers = sum(g.bytes for g in report.garbage if g.kind in LEFTOVER_KINDS)
+    assert report.total_bytes == report.steps_bytes + report.other_bytes + leftovers
+    assert report.steps
+    for s in report.steps:
+        assert s.bytes == walked(Path(s.path))
+        inside = sum(g.bytes for g in report.garbage if g.kind == "tmp-item" and g.step == s.step)
+        assert s.leftover_bytes == inside
+        assert s.bytes == sum(i.bytes for i in s.items) + s.files_bytes + inside
+        for i in s.items:
+            assert i.bytes == walked(Path(i.path)) or i.path == s.path
+            assert i.bytes == i.leaf_bytes + i.metadata_bytes + i.garbage_bytes
+            assert i.metadata_bytes > 0
+
+
+@pytest.fixture(scope="module", params=sorted(LAYOUTS))
+def saved(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save(tmp_path_factory.mktemp(request.param) / "run", request.param)
+
+
+def test_sizes_equal_the_files_and_logical_bytes_are_exact(saved: Path) -> None:
+    report = disk_usage(open_location(str(saved)))
+    check_sums(report, saved)
+    assert [s.step for s in report.steps] == [1, 2]
+    assert not report.garbage, report.garbage  # a fresh save of these layouts has none
+    for s in report.steps:
+        (item,) = s.items
+        leaves = {leaf.name: leaf for leaf in item.leaves}
+        assert set(leaves) == set(TREE)
+        for name, (shape, dtype) in TREE.items():
+            leaf = leaves[name]
+            assert leaf.shape == shape and leaf.dtype == dtype
+            itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+            assert leaf.logical_bytes == int(np.prod(shape)) * itemsize
+            assert leaf.bytes > 0
+        # Random float32 values hardly compress: the kernel's stored bytes are near its size.
+        kernel = leaves["params.dense.kernel"]
+        assert 0.8 * 64 * 48 * 4 < kernel.bytes < 1.2 * 64 * 48 * 4
+
+
+def test_leaf_bytes_are_the_values_tensorstore_reads(saved: Path) -> None:
+    """OCDBT: a leaf's bytes are the lengths of its chunk values, read back through
+    TensorStore's own OCDBT driver (an independent route to the same b-tree)."""
+    import tensorstore as ts
+
+    item = saved / "2" / "default"
+    report = disk_usage(open_location(str(item)))
+    check_sums(report, item)
+    leaves = {leaf.name: leaf.bytes for leaf in report.steps[0].items[0].leaves}
+    assert leaves
+    if not (item / "manifest.ocdbt").exists():
+        for name, size in leaves.items():
+            assert size == walked(item / name)
+        return
+    kv = ts.KvStore.open({"driver": "ocdbt", "base": f"file://{item}"}).result()
+    expect: dict[str, int] = {}
+    for key in kv.list().result():
+        name, _, part = key.decode().partition("/")
+        if part not in (".zarray", "zarr.json"):
+            expect[name] = expect.get(name, 0) + len(kv.read(key).result().value)
+    assert expect == leaves
+
+
+def test_a_planted_data_file_and_tmp_saves_are_garbage(tmp_path: Path) -> None:
+    root = save(tmp_path / "run", "ocdbt-zarr2")
+    planted = root / "2" / "default" / "d" / ("0" * 32)
+    planted.write_bytes(os.urandom(1000))
+    shutil.copytree(root / "1", root / "3.orbax-checkpoint-tmp-1712345678")
+    shutil.copytree(root / "1" / "default", root / "2" / "default.orbax-checkpoint-tmp-99")
+    report = disk_usage(open_location(str(root)))
+    check_sums(report, root)
+    assert [s.step for s in report.steps] == [1, 2]
+    by_path = {g.path: g for g in report.garbage}
+    assert by_path[str(planted)].kind == "unreferenced-file"
+    assert by_path[str(planted)].bytes == 1000 and by_path[str(planted)].step == 2
+    tmp = by_path[str(root / "3.orbax-checkpoint-tmp-1712345678")]
+    assert tmp.kind == "tmp-save" and tmp.bytes == walked(root / "1")
+    assert "--clean-tmp" in tmp.hint
+    inner = by_path[str(root / "2" / "default.orbax-checkpoint-tmp-99")]
+    assert inner.kind == "tmp-item" and inner.bytes == walked(root / "1" / "default")
+    step2 = report.steps[1]
+    assert step2.items[0].garbage_bytes == 1000
+    assert step2.garbage_bytes == 1000 + inner.bytes
+    assert len(report.garbage) == 3
+
+
+def test_a_database_rewritten_in_place_leaves_garbage_ranges(tmp_path: Path) -> None:
+    """New values written into the merged root: the old chunks in ocdbt.process_0's data file
+    are no longer read; their bytes are garbage, the data file itself is still referenced."""
+    import tensorstore as ts
+
+    root = save(tmp_path / "run", "ocdbt-zarr2", steps=(1,))
+    item = root / "1" / "default"
+    before = disk_usage(open_location(str(item)))
+    old = {leaf.name: leaf.bytes for leaf in before.steps[0].items[0].leaves}
+    arr = ts.open(
+        {
+            "driver": "zarr",
+            "kvstore": {
+                "driver": "ocdbt",
+                "base": f"file://{item}",
+                "path": "params.dense.kernel/",
+            },
+        }
+    ).result()
+    arr.write(np.random.default_rng(9).standard_normal((64, 48), dtype=np.float32)).result()
+    after = disk_usage(open_location(str(item)))
+    check_sums(after, item)
+    (ranges,) = [g for g in after.garbage if g.kind == "unreferenced-ranges"]
+    assert ranges.bytes == old["params.dense.kernel"]
+    assert ranges.path == str(item) and "reshard" in ranges.hint
+    assert not [g for g in after.garbage if g.kind == "unreferenced-file"]
+
+
+@pytest.mark.parametrize(
+    "name", ["seed_mlp", "v1_zarr3", "unmerged_ocdbt", "composite_best", "multiprocess", "bf16"]
+)
+def test_committed_fixtures_have_no_garbage(name: str) -> None:
+    """Real saves of several APIs (linen, v1, unmerged, Composite, multi-process): no false
+    garbage, exact sums."""
+    report = disk_usage(open_location(str(FIXTURES / name)))
+    check_sums(report, FIXTURES / name)
+    assert not report.garbage
+    assert all(i.exact for s in report.steps for i in s.items)
+    assert any(i.leaves for s in report.steps for i in s.items)
+
+
+def test_leftover_saves_of_a_fixture_are_never_steps() -> None:
+    path = FIXTURES / "with_tmp"
+    report = disk_usage(open_location(str(path)))
+    check_sums(report, path)
+    assert [s.step for s in report.steps] == [1, 2]
+    tmp = sorted(g.path for g in report.garbage if g.kind == "tmp-save")
+    assert tmp == sorted(str(p) for p in path.iterdir() if ".orbax-checkpoint-tmp" in p.name)
+    assert all(g.bytes == walked(Path(g.path)) for g in report.garbage)
+
+
+def test_a_frozen_leaf_is_a_duplicate_across_steps(tmp_path: Path) -> None:
+    """With digests recorded (``verify --deep --record``), the leaf whose values never change
+    is listed once, with its steps and what one copy would save; nothing else is."""
+    import ckpt_cli
+
+    root = save(tmp_path / "run", "ocdbt-zarr2", steps=(1, 2, 3))
+    assert not disk_usage(open_location(str(root))).duplicates  # no records: nothing claimed
+    assert ckpt_cli.verify(root, deep=True, record=True).ok
+    report = disk_usage(open_location(str(root)))
+    check_sums(report, root)
+    (dup,) = report.duplicates
+    assert (dup.item, dup.leaf, dup.steps) == ("default", "params.frozen", (1, 2, 3))
+    assert dup.digest.startswith("ld1:")
+    sizes = [
+        leaf.bytes
+        for s in report.steps
+        for i in s.items
+        for leaf in i.leaves
+        if leaf.name == "params.frozen"
+    ]
+    assert len(sizes) == 3 and dup.bytes == sum(sizes)
+    assert dup.saved_bytes == sum(sizes) - max(sizes) == report.duplicate_bytes
+    assert dup.saved_bytes > 24 * 8 * 4  # two copies of incompressible float32 values
+
+
+@pytest.mark.parametrize(
+    "name", ["deleted-data-file", "deleted-manifest", "truncated-data-file", "symlink-outside"]
+)
+def test_a_damaged_database_reports_no_garbage(name: str) -> None:
+    """Bytes a damaged item no longer references are no garbage to delete: the item is marked
+    inexact with a note naming verify, and the sums still hold."""
+    path = FIXTURES.parent / "damaged" / name
+    report = disk_usage(open_location(str(path)))
+    assert report.total_bytes == walked(path)
+    assert not [g for g in report.garbage if g.kind.startswith("unreferenced")]
+    damaged = [i for s in report.steps for i in s.items if not i.exact]
+    assert damaged and all("verify" in (i.note or "") for i in damaged)
+    for s in report.steps:
+        for i in s.items:
+            assert i.metadata_bytes >= 0
+            assert i.bytes == i.leaf_bytes + i.metadata_bytes + i.garbage_bytes
