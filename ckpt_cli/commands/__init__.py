@@ -26,6 +26,7 @@ from ckpt_cli.commands import (
     pin,
     prune,
     reshard,
+    trend,
     verify,
 )
 from ckpt_cli.commands._command import Command
@@ -38,6 +39,7 @@ COMMANDS: tuple[Command, ...] = (
     digest.COMMAND,
     diff.COMMAND,
     doctor.COMMAND,
+    trend.COMMAND,
     prune.COMMAND,
     reshard.COMMAND,
     migrate.COMMAND,
