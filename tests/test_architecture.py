@@ -102,6 +102,9 @@ def layer(name: str) -> tuple[int, str]:
         # reshard's partition rules: one layer above them.
         if sub == "safetensors":
             return 5, sub
+        # trend: a read operation that takes its --steps as cp does (copy.select): above copy.
+        if sub == "trend":
+            return 5, sub
         # doctor: explains a checkpoint against a target with migrate's planner, reads
         # safetensors headers for --like: above both.
         if sub == "doctor":

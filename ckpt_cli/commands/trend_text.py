@@ -74,7 +74,7 @@ def summary_line(report: TrendReport) -> str:
 
 def report_lines(report: TrendReport, width: int | None) -> list[str]:
     paint = painter(False)
-    lines = [summary_line(report)]
+    lines = wrap(summary_line(report), width, indent="  ")
     errors = sum(1 for f in report.findings if f.severity == "error")
     if report.findings:
         lines.append(

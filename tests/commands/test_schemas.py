@@ -188,6 +188,7 @@ SUCCESSES: list[Run] = [
     ("cp", lambda w: ["cp", str(w.with_tmp), str(w.tmp / "cw"), "--dry-run"]),
     # exit 1: step 500 unlike its record; the plan and the outcome with the error
     ("cp", lambda w: ["cp", _damaged_recorded(w), str(w.tmp / "cv"), "--verify"]),
+    ("trend", lambda w: ["trend", str(w.good)]),
     ("pin", lambda w: ["pin", str(w.good), "400", "--note", "best eval"]),
     ("unpin", lambda w: ["unpin", str(w.good), "300"]),  # not pinned: nothing to do, exit 0
 ]

@@ -23,7 +23,7 @@ EXPLODE = 10.0
 VANISH = 10.0
 NORM_JUMP = 4.0
 #: Bytes of one leaf's block at all its steps together (each step's block is a share of it).
-TREND_BLOCK_BYTES = 16 << 20
+TREND_BLOCK_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class StepMetricsJSON(TypedDict):
     metrics: dict[str, JSONValue]
 
 
-class FindingJSON(TypedDict):
+class TrendFindingJSON(TypedDict):
     kind: FindingKind
     severity: Severity
     leaf: str
@@ -131,7 +131,7 @@ class TrendJSON(TypedDict):
     steps: list[int]
     leaves: list[LeafTrendJSON]
     metrics: list[StepMetricsJSON]
-    findings: list[FindingJSON]
+    findings: list[TrendFindingJSON]
     thresholds: ThresholdsJSON
     ok: bool
 
@@ -195,7 +195,7 @@ class Finding:
     step: int
     message: str
 
-    def to_json(self) -> FindingJSON:
+    def to_json(self) -> TrendFindingJSON:
         return {
             "kind": self.kind,
             "severity": self.severity,
