@@ -21,34 +21,31 @@ class Acc:
     squares: float = 0.0  # sum of their squares
     max_abs: float = 0.0
     update: float = 0.0  # sum of (x - prev)^2 where both are finite
-    compared: bool = False  # ``update`` holds a comparison with a previous step
 
     def add(self, x: Any, prev: Any = None) -> None:
         """Fold one block (and the same block of the previous step) in."""
         import numpy as np
 
         x = _float64(x)
-        self.size += x.size
-        self.zeros += int(x.size - np.count_nonzero(x))
-        finite = np.isfinite(x)
-        n = int(np.count_nonzero(finite))
-        if n != x.size:
-            self.nonfinite += x.size - n
-            values = x[finite]
+        flat = x.reshape(-1)
+        self.size += flat.size
+        self.zeros += int(flat.size - np.count_nonzero(flat))
+        if flat.size and np.isfinite(flat.min()) and np.isfinite(flat.max()):
+            values = flat  # min and max propagate NaN and Inf: all finite, no mask needed
         else:
-            values = x.ravel()
+            values = flat[np.isfinite(flat)]
+            self.nonfinite += flat.size - values.size
+        n = values.size
         self.finite += n
         if n:
             self.total += float(values.sum())
             self.squares += float(np.dot(values, values))
-            self.max_abs = max(self.max_abs, float(np.abs(values).max()))
+            self.max_abs = max(self.max_abs, float(values.max()), -float(values.min()))
         if prev is not None:
-            p = _float64(prev)
-            d = x - p
-            both = np.isfinite(d)
-            dv = d[both] if not both.all() else d.ravel()
-            self.update += float(np.dot(dv, dv))
-            self.compared = True
+            d = flat - _float64(prev).reshape(-1)
+            if d.size and not (np.isfinite(d.min()) and np.isfinite(d.max())):
+                d = d[np.isfinite(d)]
+            self.update += float(np.dot(d, d))
 
     def merge(self, other: Acc) -> Acc:
         """Both accumulators as one (blocks read by different workers)."""
@@ -61,7 +58,6 @@ class Acc:
             self.squares + other.squares,
             max(self.max_abs, other.max_abs),
             self.update + other.update,
-            self.compared or other.compared,
         )
 
     @property
@@ -81,8 +77,9 @@ class Acc:
         return self.zeros / self.size if self.size else 0.0
 
     @property
-    def update_norm(self) -> float | None:
-        return math.sqrt(self.update) if self.compared else None
+    def update_norm(self) -> float:
+        """||x - prev|| of the blocks added with a previous step's."""
+        return math.sqrt(self.update)
 
 
 def _float64(x: Any) -> Any:

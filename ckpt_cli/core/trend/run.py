@@ -1,20 +1,21 @@
 """Run ``trend``: every leaf of the plan, block by block, all its steps read together.
 
-A leaf's blocks are cut from its first step's array; each block is read at every step holding
-the leaf (TensorStore futures, ``IN_FLIGHT`` blocks ahead) and folded into the step's
-accumulator, the previous step's copy of the block giving the update. Each selected step is read
-once, and a leaf holds at most ``IN_FLIGHT x`` its block budget (``TrendOptions.block_bytes``,
-shared by its steps) whatever its size. Leaves run on ``threads()`` workers; their
-accumulators merge in float64 (``accum.Acc``).
-"""
+A leaf's blocks are cut from its first step's array; one task reads a block at every step
+holding the leaf (TensorStore futures) and folds each into an accumulator, the previous step's
+copy of the block giving the update. Tasks of all leaves run on ``threads()`` workers, at most
+``threads() + IN_FLIGHT`` at once, and their accumulators merge in float64 (``accum.Acc``), so
+one large leaf uses every core. Each selected step is read once, and memory is bounded by the
+tasks in flight times the block budget (``TrendOptions.block_bytes``, shared by a leaf's steps,
+in float64), whatever the leaf's or the checkpoint's size; a chunk larger than a step's block
+is held once per step in TensorStore's cache."""
 
 from __future__ import annotations
 
 import math
 from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader, cached_context
 from ckpt_cli.core.format.blocks import cache_bytes, iter_blocks, stream_blocks
@@ -26,6 +27,7 @@ from ckpt_cli.core.trend.findings import findings
 from ckpt_cli.core.trend.types import LeafPlan, LeafTrend, StepStats, TrendPlan, TrendReport
 from ckpt_cli.errors import StorageError, first_line
 
+#: Blocks in flight beyond one per thread (each block is read at every step of its leaf).
 IN_FLIGHT = 2
 #: The least a step's share of a block may be (many steps: smaller blocks, never tiny reads).
 MIN_STEP_BLOCK = 256 << 10
@@ -44,43 +46,57 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
     context = cached_context(cache) if cache else None
     stores = {r.step: ItemStore(r.ref.location, r.zarr3, context) for r in plan.steps}
     done = ByteProgress(on_progress, "trend", plan.nbytes)
+    segments = [
+        (leaf, seg, [stores[step].reader(leaf.name, info, db) for step, info, db in seg])
+        for leaf in plan.leaves
+        for seg in _segments(leaf.at)
+    ]
+    accs = [[Acc() for _ in seg] for _, seg, _ in segments]
+    workers = max(1, threads())
+    with ThreadPoolExecutor(workers, thread_name_prefix="ckpt-trend") as pool:
+        pending: deque[tuple[int, Future[list[Acc]]]] = deque()
 
-    def one(leaf: LeafPlan) -> LeafTrend:
-        return _leaf(leaf, stores, per_step, done)
+        def drain() -> None:
+            i, fut = pending.popleft()
+            accs[i] = [a.merge(b) for a, b in zip(accs[i], fut.result(), strict=True)]
 
-    workers = max(1, min(threads(), len(plan.leaves)))
-    if workers == 1:
-        leaves = [one(leaf) for leaf in plan.leaves]
-    else:
-        with ThreadPoolExecutor(workers, thread_name_prefix="ckpt-trend") as pool:
-            leaves = list(pool.map(one, plan.leaves))
+        for i, (leaf, _, readers) in enumerate(segments):
+            for block in _blocks(readers, per_step):
+                pending.append((i, pool.submit(_block, leaf.name, readers, block, done)))
+                if len(pending) >= workers + IN_FLIGHT:
+                    drain()
+        while pending:
+            drain()
+    leaves = _rows(plan, segments, accs)
     metrics = tuple((r.step, r.metrics) for r in plan.steps if r.metrics)
     report = TrendReport(
         plan.root,
         plan.item,
         tuple(r.step for r in plan.steps),
-        tuple(leaves),
+        leaves,
         metrics,
         (),
         plan.options,
     )
-    from dataclasses import replace
-
     return replace(report, findings=findings(report))
 
 
-def _leaf(
-    leaf: LeafPlan, stores: dict[int, ItemStore], budget: int, done: Callable[[int], None]
-) -> LeafTrend:
-    rows: list[StepStats] = []
-    for segment in _segments(leaf.at):
-        readers = [stores[step].reader(leaf.name, info, db) for step, info, db in segment]
-        accs = _read_segment(leaf.name, readers, budget, done)
+Segment = list[tuple[int, ArrayInfo, str]]
+
+
+def _rows(
+    plan: TrendPlan,
+    segments: list[tuple[LeafPlan, Segment, list[LeafReader]]],
+    accs: list[list[Acc]],
+) -> tuple[LeafTrend, ...]:
+    rows: dict[str, list[StepStats]] = {leaf.name: [] for leaf in plan.leaves}
+    for (leaf, seg, _), seg_accs in zip(segments, accs, strict=True):
         prev_norm: float | None = None
-        for (step, _, _), acc in zip(segment, accs, strict=True):
-            upd = acc.update_norm
-            ratio = upd / prev_norm if upd is not None and prev_norm else None
-            rows.append(
+        for i, ((step, _, _), acc) in enumerate(zip(seg, seg_accs, strict=True)):
+            upd = acc.update if i else None
+            upd_norm = math.sqrt(upd) if upd is not None else None
+            ratio = upd_norm / prev_norm if upd_norm is not None and prev_norm else None
+            rows[leaf.name].append(
                 StepStats(
                     step,
                     acc.norm,
@@ -89,19 +105,20 @@ def _leaf(
                     acc.mean,
                     acc.zero_fraction,
                     acc.nonfinite,
-                    upd,
+                    upd_norm,
                     ratio,
                 )
             )
             prev_norm = acc.norm
-    return LeafTrend(leaf.name, leaf.part, leaf.dtype, leaf.shape, tuple(rows))
+    return tuple(
+        LeafTrend(leaf.name, leaf.part, leaf.dtype, leaf.shape, tuple(rows[leaf.name]))
+        for leaf in plan.leaves
+    )
 
 
-def _segments(
-    at: tuple[tuple[int, ArrayInfo, str], ...],
-) -> list[list[tuple[int, ArrayInfo, str]]]:
+def _segments(at: tuple[tuple[int, ArrayInfo, str], ...]) -> list[Segment]:
     """Runs of consecutive steps whose array has one shape: updates are taken within a run."""
-    out: list[list[tuple[int, ArrayInfo, str]]] = []
+    out: list[Segment] = []
     for entry in at:
         if out and out[-1][-1][1].shape == entry[1].shape:
             out[-1].append(entry)
@@ -110,41 +127,33 @@ def _segments(
     return out
 
 
-def _read_segment(
-    name: str, readers: list[LeafReader], budget: int, done: Callable[[int], None]
-) -> list[Acc]:
-    accs = [Acc() for _ in readers]
-    first = readers[0]
-    blocks: Iterable[Block]
+def _blocks(readers: list[LeafReader], budget: int) -> Iterable[Block]:
+    first = readers[0].info
     if all(r.multi_chunk_blocks for r in readers):
-        blocks = stream_blocks(first.info, budget)
-    else:
-        blocks = iter_blocks(first.info, first.info.chunk_shape)
-    pending: deque[tuple[int, list[Any]]] = deque()
+        return stream_blocks(first, budget)
+    return iter_blocks(first, first.chunk_shape)
 
-    def drain() -> None:
-        nbytes, futures = pending.popleft()
-        prev = None
-        for acc, fut in zip(accs, futures, strict=True):
-            try:
-                x = fut.result()
-            except Exception as e:
-                raise StorageError(
-                    f"cannot read leaf {name!r}: {first_line(e)}",
-                    hint="run `ckpt verify --deep` on the step",
-                ) from None
-            acc.add(x, prev)
-            prev = x
-            done(nbytes)
 
-    for block in blocks:
-        nbytes = math.prod(s.stop - s.start for s in block) * first.info.itemsize
-        pending.append((nbytes, [read_block(r, block) for r in readers]))
-        if len(pending) >= IN_FLIGHT:
-            drain()
-    while pending:
-        drain()
-    if first.info.size == 0:  # no block at all: still one row per step
-        for acc in accs[1:]:
-            acc.compared = True
-    return accs
+def _block(
+    name: str, readers: list[LeafReader], block: Block, done: Callable[[int], None]
+) -> list[Acc]:
+    """One block of a leaf at every step of a segment: its accumulators (the update against
+    the step before within the segment)."""
+    futures = [read_block(r, block) for r in readers]
+    nbytes = math.prod(s.stop - s.start for s in block) * readers[0].info.itemsize
+    out = []
+    prev = None
+    for fut in futures:
+        try:
+            x = fut.result()
+        except Exception as e:
+            raise StorageError(
+                f"cannot read leaf {name!r}: {first_line(e)}",
+                hint="run `ckpt verify --deep` on the step",
+            ) from None
+        acc = Acc()
+        acc.add(x, prev)
+        out.append(acc)
+        prev = x
+        done(nbytes)
+    return out
