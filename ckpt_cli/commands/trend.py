@@ -47,6 +47,16 @@ CheckOpt = Annotated[
     bool,
     typer.Option("--check", help="Exit 1 when a finding is an error (NaN/Inf in a leaf)."),
 ]
+HtmlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--html",
+        help="Also write one self-contained page to FILE (inline SVG, no script, no network): "
+        "findings, metrics, norm and update-ratio curves, a leaf x step heat map.",
+        metavar="FILE",
+        show_default=False,
+    ),
+]
 ExplodeOpt = Annotated[
     float,
     typer.Option(
@@ -84,6 +94,7 @@ def trend(
     item: ItemOpt = None,
     match: MatchOpt = None,
     check: CheckOpt = False,
+    html: HtmlOpt = None,
     explode: ExplodeOpt = 10.0,
     vanish: VanishOpt = 10.0,
     norm_jump: NormJumpOpt = 4.0,
@@ -112,12 +123,16 @@ def trend(
     plan = plan_trend(open_location(path, run.storage), options)
     with run.progress() as on_progress:
         report = run_trend(plan, on_progress)
-    _report(report, json_out, check)
+    _report(report, json_out, check, html)
 
 
-def _report(report: TrendReport, json_out: bool, check: bool) -> None:
+def _report(report: TrendReport, json_out: bool, check: bool, html: str | None) -> None:
     from ckpt_cli.commands import trend_text as render
 
+    if html is not None:  # first: a page that cannot be written is the one error
+        from ckpt_cli.commands.trend_html import write_html
+
+        write_html(report, html)
     if json_out:
         emit_json(report)
     else:

@@ -90,10 +90,10 @@ def report_lines(report: TrendReport, width: int | None) -> list[str]:
             )
     else:
         lines.append("findings: none")
-    for name, series in _metric_series(report).items():
+    for name, series in metric_series(report).items():
         finite = [v for v in series if v is not None]
         lines.append(f"metric {name}: {sparkline(series)} {_num(finite[0])} -> {_num(finite[-1])}")
-    for title, leaves in _groups(report):
+    for title, leaves in groups(report):
         prefix = common_prefix([lf.name for lf in leaves])
         lines.append("")
         under = f", under {prefix}" if prefix else ""
@@ -130,7 +130,7 @@ def print_report(report: TrendReport) -> None:
     emit(report_lines(report, text_width()), False)
 
 
-def _groups(report: TrendReport) -> list[tuple[str, list[LeafTrend]]]:
+def groups(report: TrendReport) -> list[tuple[str, list[LeafTrend]]]:
     out = []
     taken: set[str] = set()
     for part, title in _PARTS:
@@ -144,7 +144,7 @@ def _groups(report: TrendReport) -> list[tuple[str, list[LeafTrend]]]:
     return out
 
 
-def _metric_series(report: TrendReport) -> dict[str, list[float | None]]:
+def metric_series(report: TrendReport) -> dict[str, list[float | None]]:
     """Each numeric metric over the listed steps (None where a step has none)."""
     by_step = dict(report.metrics)
     names: dict[str, None] = {}

@@ -4,6 +4,7 @@ text view (findings first, sparklines, 80 columns), ``--check`` and bad input.""
 from __future__ import annotations
 
 import json
+from html.parser import HTMLParser
 
 import pytest
 
@@ -128,3 +129,56 @@ def test_bad_input_is_one_line_and_its_exit_code(  # type: ignore[no-untyped-def
 def test_no_such_root(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
     r = cli("trend", tmp_path / "nope")
     assert r.code == 3 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+
+
+class _Page(HTMLParser):
+    """What the page holds: tags, ids, links, text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+        self.urls: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        for key, value in attrs:
+            if key == "id" and value:
+                self.ids.add(value)
+            if key == "href" and value:
+                self.links.append(value)
+            if key in ("src", "href") and value and "://" in value:
+                self.urls.append(value)
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def test_html_is_one_self_contained_page(cli, trend_runs: TrendRuns, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "trend.html"
+    r = cli("trend", trend_runs.diverged, "--html", out, "--check")
+    assert r.code == 1  # --check still decides the exit code
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trend.html"]  # no temporary left
+    page = _Page()
+    page.feed(out.read_text())
+    text = "".join(page.text)
+    doc = cli("trend", trend_runs.diverged, "--json").json()
+    names = [lf["name"] for lf in doc["leaves"]]
+    assert names and all(name in text for name in names)
+    assert "script" not in page.tags and not page.urls  # nothing to fetch, nothing to run
+    # One chart per metric, two per leaf, and the heat map with a cell per leaf and step.
+    assert page.tags.count("svg") == 1 + 2 * len(names) + 1
+    cells = sum(len(lf["steps"]) for lf in doc["leaves"])
+    assert page.tags.count("rect") == cells
+    # Every finding links to its leaf's row.
+    anchors = [link[1:] for link in page.links if link.startswith("#")]
+    assert anchors and set(anchors) <= page.ids
+    assert f"{NAN_LEAF} @ {NAN_STEP}" in text.replace("  ", " ")
+
+
+def test_html_to_a_missing_directory_is_one_line(cli, trend_runs: TrendRuns, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = cli("trend", trend_runs.healthy, "--html", tmp_path / "no" / "page.html")
+    assert r.code == 3 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 2
+    assert not (tmp_path / "no").exists()
