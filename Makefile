@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	rm -rf $(DEMO) $(DEMO)-rec $(DEMO)-4x2 $(DEMO)-wide $(DEMO)-4x2-w2 $(DEMO)-4x2-dask $(DEMO)-copy
+	rm -rf $(DEMO) $(DEMO)-trend.html $(DEMO)-rec $(DEMO)-4x2 $(DEMO)-wide $(DEMO)-4x2-w2 $(DEMO)-4x2-dask $(DEMO)-copy
 	@echo "== ckpt --help: every command, listed from the one registry (commands/__init__.py)"
 	$(CKPT) --help
 	@echo "== a usage error is one line on stderr, exit 2"
@@ -41,6 +41,9 @@ demo: $(STAMP)
 	$(CKPT) du $(DEMO)/600 --by leaf --top 5
 	@echo "== ckpt du on a root with unfinished saves: the garbage, and the command that reclaims it"
 	$(CKPT) du fixtures/ckpts/with_tmp
+	@echo "== ckpt trend: did the run train? per leaf norms and update ratios over the steps, findings first"
+	$(CKPT) trend $(DEMO) --html $(DEMO)-trend.html
+	@echo "   (the same as one page: $(DEMO)-trend.html)"
 	@echo "== a sharded checkpoint: which device holds which block"
 	$(CKPT) inspect fixtures/ckpts/sharded_4x2 --layout params.w
 	@echo "== checkpoints of other Orbax releases: a root of 0.4.3 (steps without step metadata), a Composite save of 0.12.8 (state + JSON + ArraySave)"

@@ -14,6 +14,8 @@ The Python API (everything in ``__all__``)::
     ckpt_cli.du("runs/exp7").garbage          # DuReport, as `ckpt du --json`: bytes per leaf
     ckpt_cli.digest("runs/exp7").digests()    # {leaf: "ld1:..."}: item, step or safetensors
     ckpt_cli.digest_array(x)                  # the same digest of a numpy array
+    plan = ckpt_cli.plan_trend("runs/exp7", ckpt_cli.TrendOptions(steps="500-"))
+    ckpt_cli.trend(plan).findings             # TrendReport, as `ckpt trend --json`
 
 Writers plan first and write on ``execute``; a plan is frozen, its ``to_json()`` is what
 ``--dry-run --json`` prints, and ``refusal`` says why it would not be written::
@@ -68,6 +70,9 @@ if TYPE_CHECKING:
     from ckpt_cli.core.safetensors.import_ import ImportPlan, plan_import
     from ckpt_cli.core.safetensors.import_run import ImportResult
     from ckpt_cli.core.storage import StorageOptions
+    from ckpt_cli.core.trend.plan import plan_trend
+    from ckpt_cli.core.trend.run import trend
+    from ckpt_cli.core.trend.types import TrendOptions, TrendPlan, TrendReport
     from ckpt_cli.core.verify.types import SampleSpec, VerifyReport
     from ckpt_cli.core.write.rewrite import WriteResult
     from ckpt_cli.core.write.types import Compression, WriteOptions
@@ -102,6 +107,9 @@ __all__ = [
     "SampleSpec",
     "StepInfo",
     "StorageOptions",
+    "TrendOptions",
+    "TrendPlan",
+    "TrendReport",
     "VerifyReport",
     "WriteOptions",
     "WriteResult",
@@ -119,11 +127,18 @@ __all__ = [
     "plan_migration",
     "plan_prune",
     "plan_reshard",
+    "plan_trend",
+    "trend",
     "verify",
 ]
 
 #: Public names defined in the core, imported on first use (``import ckpt_cli`` stays cheap).
 _LAZY = {
+    "TrendOptions": "ckpt_cli.core.trend.types",
+    "TrendPlan": "ckpt_cli.core.trend.types",
+    "TrendReport": "ckpt_cli.core.trend.types",
+    "plan_trend": "ckpt_cli.core.trend.plan",
+    "trend": "ckpt_cli.core.trend.run",
     "Checkpoint": "ckpt_cli.core.checkpoint",
     "Item": "ckpt_cli.core.checkpoint",
     "CopyPlan": "ckpt_cli.core.copy.plan",

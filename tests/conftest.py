@@ -30,6 +30,7 @@ pytest_plugins = [
     "tests.support.tutorial_run",  # tutorial_run: the tutorial's run, saved once per worker
     "tests.support.wheel",  # dists, wheel_venv, extras_venv: the built sdist and wheel, venvs of the wheel
     "tests.support.keras_loader",  # keras_loader: one Keras 3 loader process per worker
+    "tests.support.trend_runs",  # trend_runs: training runs saved at every step (ckpt trend)
 ]
 
 

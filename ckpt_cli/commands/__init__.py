@@ -27,6 +27,7 @@ from ckpt_cli.commands import (
     pin,
     prune,
     reshard,
+    trend,
     verify,
 )
 from ckpt_cli.commands._command import Command
@@ -40,6 +41,7 @@ COMMANDS: tuple[Command, ...] = (
     digest.COMMAND,
     diff.COMMAND,
     doctor.COMMAND,
+    trend.COMMAND,
     prune.COMMAND,
     reshard.COMMAND,
     migrate.COMMAND,

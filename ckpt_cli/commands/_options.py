@@ -194,14 +194,18 @@ ItemOpt = Annotated[
         autocompletion=complete_item,
     ),
 ]
+#: The help of every option taking a leaf pattern (``--filter``, ``trend --match``).
+LEAF_PATTERN_HELP = (
+    "Only leaves whose dotted name matches: a glob (`params.*kernel`, the whole name), a "
+    "regular expression searched in the name (`^opt_state\\.`), or `re:REGEX`. "
+    "Patterns: docs/reference/layouts.md#leaf-patterns."
+)
 FilterOpt = Annotated[
     str | None,
     typer.Option(
         "--filter",
         "-f",
-        help="Only leaves whose dotted name matches: a glob (`params.*kernel`, the whole "
-        "name), a regular expression searched in the name (`^opt_state\\.`), or `re:REGEX`. "
-        "Patterns: docs/reference/layouts.md#leaf-patterns.",
+        help=LEAF_PATTERN_HELP,
         show_default=False,
         metavar="PATTERN",
     ),

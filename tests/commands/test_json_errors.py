@@ -58,6 +58,10 @@ NOT_APPLICABLE: dict[str, dict[str, str]] = {
         "locked": "takes no lock",
     },
     "doctor": {"locked": "takes no lock"},
+    "trend": {
+        "refused": "read-only: never refuses",
+        "locked": "takes no lock",
+    },
     "prune": {},
     "reshard": {},
     "migrate": {},

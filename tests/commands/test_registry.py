@@ -145,8 +145,8 @@ def _register_toy(repo: Path) -> None:
     (repo / "ckpt_cli" / "commands" / "toy.py").write_text(TOY)
     registry = repo / "ckpt_cli" / "commands" / "__init__.py"
     text = registry.read_text()
-    assert text.count("    reshard,\n    verify,\n)") == 1 and text.count("    pin.UNPIN,\n)") == 1
-    text = text.replace("    reshard,\n    verify,\n)", "    reshard,\n    toy,\n    verify,\n)")
+    assert text.count("    reshard,\n    trend,\n") == 1 and text.count("    pin.UNPIN,\n)") == 1
+    text = text.replace("    reshard,\n    trend,\n", "    reshard,\n    toy,\n    trend,\n")
     registry.write_text(text.replace("    pin.UNPIN,\n)", "    pin.UNPIN,\n    toy.COMMAND,\n)"))
 
 

@@ -190,6 +190,7 @@ SUCCESSES: list[Run] = [
     ("cp", lambda w: ["cp", _damaged_recorded(w), str(w.tmp / "cv"), "--verify"]),
     ("du", lambda w: ["du", str(w.good)]),
     ("du", lambda w: ["du", str(w.with_tmp)]),
+    ("trend", lambda w: ["trend", str(w.good)]),
     ("pin", lambda w: ["pin", str(w.good), "400", "--note", "best eval"]),
     ("unpin", lambda w: ["unpin", str(w.good), "300"]),  # not pinned: nothing to do, exit 0
 ]

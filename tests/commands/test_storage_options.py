@@ -54,6 +54,7 @@ CASES = [
     Case("diff", "source", lambda p: ["diff", URL, str(p.good)]),
     Case("diff", "destination", lambda p: ["diff", str(p.good), URL]),
     Case("digest", "root", lambda p: ["digest", URL]),
+    Case("trend", "root", lambda p: ["trend", URL]),
     Case("doctor", "source", lambda p: ["doctor", URL, "--like", str(p.good)]),
     Case("doctor", "like", lambda p: ["doctor", str(p.good), "--like", URL]),
     Case("prune", "root", lambda p: ["prune", URL, "--keep-last", "1", "--dry-run"]),

@@ -244,6 +244,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "digest": ("runs/exp7", "export"),
     "diff": ("runs/exp7", "runs/exp7-4x2", "runs/a", "runs/b"),
     "doctor": ("runs/exp7", "runs/exp8", "hf/llama", "model.py"),
+    "trend": ("runs/exp7",),
     "prune": ("runs/exp7",),
     "reshard": ("runs/exp7", "r.yaml", "runs/other"),
     "migrate": ("runs/exp7", "widen.yaml", "cast.yaml", "model.py"),
@@ -268,6 +269,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     ),
     "docs/how-to/reshard.md": ("runs/exp7 (demo)", "runs/nnx"),
     "docs/how-to/retention.md": ("demo_runs/exp7",),
+    "docs/how-to/trend.md": ("runs/exp7",),
     "docs/how-to/verify.md": ("runs/exp7", "mesh_4x2.yaml"),
     "docs/reference/layouts.md": ("runs/exp7",),
 }  # fmt: skip

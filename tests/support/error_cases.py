@@ -169,6 +169,20 @@ CASES: list[Case] = [
         "not both",
     ),
     Case("verify", "unreachable", "s3", _s3("verify"), REFUSED_CONN),
+    # trend
+    Case("trend", "not-found", "path", lambda w: ["trend", str(w.missing)], NOT_FOUND),
+    Case("trend", "not-found", "steps", lambda w: ["trend", str(w.good), "--steps", "7"], "not a"),
+    Case("trend", "not-a-checkpoint", "junk", lambda w: ["trend", str(w.junk)], NOT_CKPT),
+    Case("trend", "usage", "option", lambda w: ["trend", str(w.good), "--bogus"], NO_OPTION),
+    Case(
+        "trend",
+        "usage",
+        "steps",
+        lambda w: ["trend", str(w.good), "--steps", "5-2"],
+        "is empty",
+    ),
+    Case("trend", "invalid-metadata", "item", lambda w: ["trend", str(w.bad_item)], BAD_JSON),
+    Case("trend", "unreachable", "s3", _s3("trend"), REFUSED_CONN),
     # diff
     Case("diff", "not-found", "path", lambda w: ["diff", str(w.missing), str(w.good)], NOT_FOUND),
     Case(

@@ -1,0 +1,118 @@
+"""Benchmark ``ckpt trend`` of a run against ``verify --deep`` of the same steps and against
+what a user does today (an Orbax restore of every step, then numpy), same run.
+
+Run from the repository root::
+
+    .venv/bin/python bench/bench_trend.py              # 4 steps x 256 MiB
+    .venv/bin/python bench/bench_trend.py --mib 1024   # the issue's 4 x 1 GiB
+
+The run is built once with REAL Orbax under ``bench/out/trend/`` (git-ignored): a
+CheckpointManager root of 4 steps, ``params.embed`` of ``--mib`` MiB float32 saved in 4 MiB
+chunks (``SaveArgs(chunk_byte_size=)``), changed a little at each step, and a small kernel.
+Each contender runs ``--repeat`` times in a fresh process with a hot page cache; the median
+wall time and the peak RSS (``wait4``) are reported, with the load (``uptime``) before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from _harness import bench_env  # bench/ is on sys.path when a script runs
+from _harness import run_rss as _run_rss
+
+REPO = Path(__file__).resolve().parent.parent
+WORKDIR = REPO / "bench" / "out" / "trend"
+RESULT_JSON = REPO / "bench" / "out" / "trend.json"
+PYTHON = sys.executable
+ENV = bench_env(JAX_PLATFORMS="cpu")
+ENV.pop("XLA_FLAGS", None)
+CKPT = [PYTHON, "-m", "ckpt_cli"]
+STEPS = 4
+
+BUILD = r"""
+import sys
+import jax, numpy as np, orbax.checkpoint as ocp
+root, mib = sys.argv[1], int(sys.argv[2])
+rows = mib * (1 << 20) // (4 * 1024)
+embed = np.random.default_rng(0).standard_normal((rows, 1024), dtype=np.float32)
+with ocp.CheckpointManager(root, options=ocp.CheckpointManagerOptions(create=True)) as mngr:
+    for step in range(1, 5):
+        embed[:: 97] += 0.01
+        state = {"params": {"embed": embed, "kernel": np.full((64, 64), step, np.float32)}}
+        save_args = jax.tree.map(lambda _: ocp.SaveArgs(chunk_byte_size=4 << 20), state)
+        mngr.save(step, args=ocp.args.StandardSave(state, save_args=save_args))
+        mngr.wait_until_finished()
+"""
+
+RESTORE = r"""
+import sys
+import numpy as np, orbax.checkpoint as ocp
+root = sys.argv[1]
+prev = None
+for step in range(1, 5):
+    tree = ocp.StandardCheckpointer().restore(f"{root}/{step}/default")
+    x = np.asarray(tree["params"]["embed"], np.float64)
+    norm = float(np.sqrt(np.sum(x * x)))
+    if prev is not None:
+        d = x - prev
+        print(step, norm, float(np.sqrt(np.sum(d * d))))
+    prev = x
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--mib", type=int, default=256, help="size of the large leaf per step")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    root = WORKDIR / f"run_{args.mib}mib"
+    if not (root / str(STEPS) / "commit_success.txt").exists():
+        print(f"building {root} with Orbax ...", flush=True)
+        subprocess.run([PYTHON, "-c", BUILD, str(root), str(args.mib)], check=True, env=ENV)
+    subprocess.run(f"find {root} -type f -exec cat {{}} + > /dev/null", shell=True, check=True)
+    load_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    contenders = {
+        "ckpt trend": [*CKPT, "trend", str(root), "--json"],
+        "ckpt verify --deep": [*CKPT, "verify", str(root), "--deep", "--json"],
+        "(a) orbax restore + numpy": [PYTHON, "-c", RESTORE, str(root)],
+    }
+    rows = []
+    for name, cmd in contenders.items():
+        runs = sorted(
+            (_run_rss(cmd, (0,), ENV) for _ in range(args.repeat)), key=lambda r: r.wall_s
+        )
+        rows.append(
+            {
+                "contender": name,
+                "wall_s": round(runs[len(runs) // 2].wall_s, 2),
+                "cpu_s": round(runs[len(runs) // 2].cpu_s, 2),
+                "peak_rss_mib": round(max(r.rss_mib for r in runs)),
+            }
+        )
+    load_after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    trend, verify, orbax = rows
+    result = {
+        "cpus": os.cpu_count(),
+        "steps": STEPS,
+        "leaf_mib": args.mib,
+        "load_before": load_before,
+        "load_after": load_after,
+        "rows": rows,
+        "trend_vs_verify_time": round(trend["wall_s"] / verify["wall_s"], 2),
+        "trend_vs_orbax_time": round(trend["wall_s"] / orbax["wall_s"], 2),
+        "trend_vs_orbax_rss": round(trend["peak_rss_mib"] / orbax["peak_rss_mib"], 2),
+    }
+    for r in rows:
+        print(f"{r['contender']:<28} {r['wall_s']:>7.2f} s  {r['peak_rss_mib']:>6} MiB")
+    print(json.dumps(result, indent=2))
+    RESULT_JSON.parent.mkdir(parents=True, exist_ok=True)
+    RESULT_JSON.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""Rendering for ``trend``: findings first, the metrics, then a table per part of the state
+(parameters, optimizer state, the rest) with sparklines of each leaf's norm and update ratio."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ckpt_cli.commands._text import (
+    emit,
+    human_count,
+    painter,
+    plural,
+    table,
+    text_width,
+    wrap,
+)
+from ckpt_cli.core.trend.types import LeafTrend, TrendReport
+
+BARS = "▁▂▃▄▅▆▇█"
+#: Widest sparkline: more steps than this are sampled evenly (first and last kept).
+SPARK_WIDTH = 16
+_PARTS = (("params", "parameters"), ("opt_state", "optimizer state"))
+
+
+def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:
+    """One character per value scaled between the series' least and greatest (``·`` for a
+    missing one); a flat series is a flat line."""
+    if len(values) > width:
+        picks = [round(i * (len(values) - 1) / (width - 1)) for i in range(width)]
+        values = [values[i] for i in picks]
+    known = [v for v in values if v is not None and math.isfinite(v)]
+    if not known:
+        return "·" * len(values)
+    lo, hi = min(known), max(known)
+    out = []
+    for v in values:
+        if v is None or not math.isfinite(v):
+            out.append("·")
+        elif hi == lo:
+            out.append(BARS[0])
+        else:
+            out.append(BARS[min(len(BARS) - 1, int((v - lo) / (hi - lo) * len(BARS)))])
+    return "".join(out)
+
+
+def common_prefix(names: Sequence[str]) -> str:
+    """The dotted components every name starts with (ending in a dot), each name keeping at
+    least its last component: ``opt_state.0.mu.a``, ``opt_state.0.nu.b`` -> ``opt_state.0.``."""
+    if len(names) < 2:
+        return ""
+    parts = [n.split(".")[:-1] for n in names]
+    shared = 0
+    for column in zip(*parts, strict=False):
+        if len(set(column)) != 1:
+            break
+        shared += 1
+    return "".join(c + "." for c in parts[0][:shared])
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+def summary_line(report: TrendReport) -> str:
+    steps = report.steps
+    span = f"{steps[0]}" if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
+    values = sum(math.prod(lf.shape) for lf in report.leaves)
+    return (
+        f"trend {report.root} (item {report.item}): {plural(len(steps), 'step')} {span}, "
+        f"{plural(len(report.leaves), 'leaf', 'leaves')}, {human_count(values)} values"
+    )
+
+
+def report_lines(report: TrendReport, width: int | None) -> list[str]:
+    paint = painter(False)
+    lines = wrap(summary_line(report), width, indent="  ")
+    errors = sum(1 for f in report.findings if f.severity == "error")
+    if report.findings:
+        lines.append(
+            f"findings: {plural(errors, 'error')}, "
+            f"{plural(len(report.findings) - errors, 'warning')}"
+        )
+        for f in report.findings:
+            lines += wrap(
+                f"{f.severity} {f.kind} {f.leaf} @ {f.step}: {f.message}",
+                width,
+                first="  ",
+                indent="      ",
+            )
+    else:
+        lines.append("findings: none")
+    for name, series in metric_series(report).items():
+        finite = [v for v in series if v is not None]
+        lines.append(f"metric {name}: {sparkline(series)} {_num(finite[0])} -> {_num(finite[-1])}")
+    for title, leaves in groups(report):
+        prefix = common_prefix([lf.name for lf in leaves])
+        lines.append("")
+        under = f", under {prefix}" if prefix else ""
+        lines.append(f"{title} ({plural(len(leaves), 'leaf', 'leaves')}{under})")
+        rows = []
+        for lf in leaves:
+            norms = [s.norm for s in lf.steps]
+            ratios = [s.update_ratio for s in lf.steps]
+            last = lf.steps[-1]
+            rows.append(
+                [
+                    (lf.name[len(prefix) :], ""),
+                    (sparkline(norms), ""),
+                    (_num(last.norm), ""),
+                    (sparkline(ratios), ""),
+                    (_num(last.update_ratio), ""),
+                ]
+            )
+        lines += [
+            "  " + line
+            for line in table(
+                ["leaf", "norm", "last", "update ratio", "last"],
+                rows,
+                paint,
+                width=None if width is None else width - 2,
+                right=frozenset({2, 4}),
+            )
+        ]
+    return lines
+
+
+def print_report(report: TrendReport) -> None:
+    # Plain text even on a terminal: leaf names may hold brackets that Rich reads as markup.
+    emit(report_lines(report, text_width()), False)
+
+
+def groups(report: TrendReport) -> list[tuple[str, list[LeafTrend]]]:
+    out = []
+    taken: set[str] = set()
+    for part, title in _PARTS:
+        leaves = [lf for lf in report.leaves if lf.part == part]
+        if leaves:
+            out.append((title, leaves))
+            taken.update(lf.name for lf in leaves)
+    rest = [lf for lf in report.leaves if lf.name not in taken]
+    if rest:
+        out.append(("other leaves", rest))
+    return out
+
+
+def metric_series(report: TrendReport) -> dict[str, list[float | None]]:
+    """Each numeric metric over the listed steps (None where a step has none)."""
+    by_step = dict(report.metrics)
+    names: dict[str, None] = {}
+    for _, m in report.metrics:
+        for k, v in m.items():
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                names.setdefault(k)
+    out: dict[str, list[float | None]] = {}
+    for name in names:
+        series: list[float | None] = []
+        for step in report.steps:
+            v = by_step.get(step, {}).get(name)
+            series.append(float(v) if isinstance(v, int | float) else None)
+        out[name] = series
+    return out

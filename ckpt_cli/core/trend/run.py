@@ -1,0 +1,159 @@
+"""Run ``trend``: every leaf of the plan, block by block, all its steps read together.
+
+A leaf's blocks are cut from its first step's array; one task reads a block at every step
+holding the leaf (TensorStore futures) and folds each into an accumulator, the previous step's
+copy of the block giving the update. Tasks of all leaves run on ``threads()`` workers, at most
+``threads() + IN_FLIGHT`` at once, and their accumulators merge in float64 (``accum.Acc``), so
+one large leaf uses every core. Each selected step is read once, and memory is bounded by the
+tasks in flight times the block budget (``TrendOptions.block_bytes``, shared by a leaf's steps,
+in float64), whatever the leaf's or the checkpoint's size; a chunk larger than a step's block
+is held once per step in TensorStore's cache."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+
+from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader, cached_context
+from ckpt_cli.core.format.blocks import cache_bytes, iter_blocks, stream_blocks
+from ckpt_cli.core.format.scan import read_block
+from ckpt_cli.core.progress import ByteProgress, ProgressFn
+from ckpt_cli.core.threads import threads
+from ckpt_cli.core.trend.accum import Acc
+from ckpt_cli.core.trend.findings import findings
+from ckpt_cli.core.trend.types import LeafPlan, LeafTrend, StepStats, TrendPlan, TrendReport
+from ckpt_cli.errors import StorageError, first_line
+
+#: Blocks in flight beyond one per thread (each block is read at every step of its leaf).
+IN_FLIGHT = 2
+#: The least a step's share of a block may be (many steps: smaller blocks, never tiny reads).
+MIN_STEP_BLOCK = 256 << 10
+
+Block = tuple[slice, ...]
+
+
+def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport:
+    """Read every leaf of ``plan`` at every step (progress as ``trend`` bytes) and return the
+    figures, the run's metrics and the findings."""
+    budget = plan.options.block_bytes
+    per_step = max(MIN_STEP_BLOCK, budget // max(1, len(plan.steps)))
+    infos = [info for leaf in plan.leaves for _, info, _ in leaf.at]
+    # A chunk larger than a step's block is decoded once into the cache, for all its slabs.
+    cache = cache_bytes(infos, per_step) * len(plan.steps)
+    context = cached_context(cache) if cache else None
+    stores = {r.step: ItemStore(r.ref.location, r.zarr3, context) for r in plan.steps}
+    done = ByteProgress(on_progress, "trend", plan.nbytes)
+    segments = [
+        (leaf, seg, [stores[step].reader(leaf.name, info, db) for step, info, db in seg])
+        for leaf in plan.leaves
+        for seg in _segments(leaf.at)
+    ]
+    accs = [[Acc() for _ in seg] for _, seg, _ in segments]
+    workers = max(1, threads())
+    with ThreadPoolExecutor(workers, thread_name_prefix="ckpt-trend") as pool:
+        pending: deque[tuple[int, Future[list[Acc]]]] = deque()
+
+        def drain() -> None:
+            i, fut = pending.popleft()
+            accs[i] = [a.merge(b) for a, b in zip(accs[i], fut.result(), strict=True)]
+
+        for i, (leaf, _, readers) in enumerate(segments):
+            for block in _blocks(readers, per_step):
+                pending.append((i, pool.submit(_block, leaf.name, readers, block, done)))
+                if len(pending) >= workers + IN_FLIGHT:
+                    drain()
+        while pending:
+            drain()
+    leaves = _rows(plan, segments, accs)
+    metrics = tuple((r.step, r.metrics) for r in plan.steps if r.metrics)
+    report = TrendReport(
+        plan.root,
+        plan.item,
+        tuple(r.step for r in plan.steps),
+        leaves,
+        metrics,
+        (),
+        plan.options,
+    )
+    return replace(report, findings=findings(report))
+
+
+Segment = list[tuple[int, ArrayInfo, str]]
+
+
+def _rows(
+    plan: TrendPlan,
+    segments: list[tuple[LeafPlan, Segment, list[LeafReader]]],
+    accs: list[list[Acc]],
+) -> tuple[LeafTrend, ...]:
+    rows: dict[str, list[StepStats]] = {leaf.name: [] for leaf in plan.leaves}
+    for (leaf, seg, _), seg_accs in zip(segments, accs, strict=True):
+        prev_norm: float | None = None
+        for i, ((step, _, _), acc) in enumerate(zip(seg, seg_accs, strict=True)):
+            upd = acc.update if i else None
+            upd_norm = math.sqrt(upd) if upd is not None else None
+            ratio = upd_norm / prev_norm if upd_norm is not None and prev_norm else None
+            rows[leaf.name].append(
+                StepStats(
+                    step,
+                    acc.norm,
+                    acc.rms,
+                    acc.max_abs,
+                    acc.mean,
+                    acc.zero_fraction,
+                    acc.nonfinite,
+                    upd_norm,
+                    ratio,
+                )
+            )
+            prev_norm = acc.norm
+    return tuple(
+        LeafTrend(leaf.name, leaf.part, leaf.dtype, leaf.shape, tuple(rows[leaf.name]))
+        for leaf in plan.leaves
+    )
+
+
+def _segments(at: tuple[tuple[int, ArrayInfo, str], ...]) -> list[Segment]:
+    """Runs of consecutive steps whose array has one shape: updates are taken within a run."""
+    out: list[Segment] = []
+    for entry in at:
+        if out and out[-1][-1][1].shape == entry[1].shape:
+            out[-1].append(entry)
+        else:
+            out.append([entry])
+    return out
+
+
+def _blocks(readers: list[LeafReader], budget: int) -> Iterable[Block]:
+    first = readers[0].info
+    if all(r.multi_chunk_blocks for r in readers):
+        return stream_blocks(first, budget)
+    return iter_blocks(first, first.chunk_shape)
+
+
+def _block(
+    name: str, readers: list[LeafReader], block: Block, done: Callable[[int], None]
+) -> list[Acc]:
+    """One block of a leaf at every step of a segment: its accumulators (the update against
+    the step before within the segment)."""
+    futures = [read_block(r, block) for r in readers]
+    nbytes = math.prod(s.stop - s.start for s in block) * readers[0].info.itemsize
+    out = []
+    prev = None
+    for fut in futures:
+        try:
+            x = fut.result()
+        except Exception as e:
+            raise StorageError(
+                f"cannot read leaf {name!r}: {first_line(e)}",
+                hint="run `ckpt verify --deep` on the step",
+            ) from None
+        acc = Acc()
+        acc.add(x, prev)
+        out.append(acc)
+        prev = x
+        done(nbytes)
+    return out

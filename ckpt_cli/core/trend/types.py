@@ -1,0 +1,250 @@
+"""What ``trend`` works with and returns: options, the plan, the per-step figures, findings.
+
+A ``TrendReport`` is what ``ckpt trend --json`` prints (``to_json``) and what
+``ckpt_cli.trend`` returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal, TypedDict
+
+from ckpt_cli.core.schema import JSONValue
+
+if TYPE_CHECKING:
+    from ckpt_cli.core.format.arrays import ArrayInfo
+    from ckpt_cli.core.format.discovery import ItemRef
+
+Severity = Literal["error", "warning"]
+FindingKind = Literal["nonfinite", "frozen", "zero", "exploding", "vanishing", "norm-jump"]
+
+#: Defaults of the thresholds (``--explode``, ``--vanish``, ``--norm-jump``).
+EXPLODE = 10.0
+VANISH = 10.0
+NORM_JUMP = 4.0
+#: Bytes of one leaf's block at all its steps together (each step's block is a share of it).
+TREND_BLOCK_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class TrendOptions:
+    """What to read and when a figure is a finding.
+
+    ``explode``: an update ratio above this many times the leaf's median ratio is
+    ``exploding``; ``vanish``: below the median divided by this, ``vanishing`` (both need three
+    or more ratios of the leaf). ``norm_jump``: a norm growing or shrinking by more than this
+    factor from one listed step to the next.
+    """
+
+    steps: str | None = None
+    item: str | None = None
+    match: str | None = None
+    explode: float = EXPLODE
+    vanish: float = VANISH
+    norm_jump: float = NORM_JUMP
+    block_bytes: int = TREND_BLOCK_BYTES
+
+
+@dataclass(frozen=True)
+class StepRead:
+    """One listed step: where its item is, and its metrics."""
+
+    step: int
+    ref: ItemRef
+    metrics: dict[str, JSONValue] | None
+    zarr3: bool = False
+
+
+@dataclass(frozen=True)
+class LeafPlan:
+    """One leaf and the steps holding it: (step, its array, its OCDBT database)."""
+
+    name: str
+    part: str | None
+    dtype: str
+    shape: tuple[int, ...]
+    at: tuple[tuple[int, ArrayInfo, str], ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(info.nbytes for _, info, _ in self.at)
+
+
+@dataclass(frozen=True)
+class TrendPlan:
+    """What ``trend`` reads: the root, the item, the steps in order and the leaves."""
+
+    root: str
+    item: str
+    steps: tuple[StepRead, ...]
+    leaves: tuple[LeafPlan, ...]
+    options: TrendOptions
+
+    @property
+    def nbytes(self) -> int:
+        return sum(leaf.nbytes for leaf in self.leaves)
+
+
+class StepStatsJSON(TypedDict):
+    step: int
+    norm: float
+    rms: float | None
+    max_abs: float
+    mean: float | None
+    zeros: float
+    nonfinite: int
+    update_norm: float | None
+    update_ratio: float | None
+
+
+class LeafTrendJSON(TypedDict):
+    name: str
+    part: str | None
+    dtype: str
+    shape: list[int]
+    steps: list[StepStatsJSON]
+
+
+class StepMetricsJSON(TypedDict):
+    step: int
+    metrics: dict[str, JSONValue]
+
+
+class TrendFindingJSON(TypedDict):
+    kind: FindingKind
+    severity: Severity
+    leaf: str
+    step: int
+    message: str
+
+
+class ThresholdsJSON(TypedDict):
+    explode: float
+    vanish: float
+    norm_jump: float
+
+
+class TrendJSON(TypedDict):
+    schema_version: int
+    root: str
+    item: str
+    steps: list[int]
+    leaves: list[LeafTrendJSON]
+    metrics: list[StepMetricsJSON]
+    findings: list[TrendFindingJSON]
+    thresholds: ThresholdsJSON
+    ok: bool
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """One leaf at one step; ``update_*`` against the previous listed step holding the leaf
+    with the same shape (None at the first)."""
+
+    step: int
+    norm: float
+    rms: float | None
+    max_abs: float
+    mean: float | None
+    zeros: float
+    nonfinite: int
+    update_norm: float | None
+    update_ratio: float | None
+
+    def to_json(self) -> StepStatsJSON:
+        return {
+            "step": self.step,
+            "norm": self.norm,
+            "rms": self.rms,
+            "max_abs": self.max_abs,
+            "mean": self.mean,
+            "zeros": self.zeros,
+            "nonfinite": self.nonfinite,
+            "update_norm": self.update_norm,
+            "update_ratio": self.update_ratio,
+        }
+
+
+@dataclass(frozen=True)
+class LeafTrend:
+    name: str
+    part: str | None
+    dtype: str
+    shape: tuple[int, ...]
+    steps: tuple[StepStats, ...]
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype.startswith(("float", "bfloat"))
+
+    def to_json(self) -> LeafTrendJSON:
+        return {
+            "name": self.name,
+            "part": self.part,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "steps": [s.to_json() for s in self.steps],
+        }
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: FindingKind
+    severity: Severity
+    leaf: str
+    step: int
+    message: str
+
+    def to_json(self) -> TrendFindingJSON:
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "leaf": self.leaf,
+            "step": self.step,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class TrendReport:
+    #: 1: the first version.
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    root: str
+    item: str
+    steps: tuple[int, ...]
+    leaves: tuple[LeafTrend, ...]
+    metrics: tuple[tuple[int, dict[str, JSONValue]], ...]
+    findings: tuple[Finding, ...]
+    options: TrendOptions
+
+    @property
+    def ok(self) -> bool:
+        """No error-level finding (what ``--check`` exits 1 on)."""
+        return not any(f.severity == "error" for f in self.findings)
+
+    def leaf(self, name: str) -> LeafTrend:
+        return next(lf for lf in self.leaves if lf.name == name)
+
+    def to_json(self) -> TrendJSON:
+        o = self.options
+        return {
+            "schema_version": self.SCHEMA_VERSION,
+            "root": self.root,
+            "item": self.item,
+            "steps": list(self.steps),
+            "leaves": [lf.to_json() for lf in self.leaves],
+            "metrics": [{"step": s, "metrics": _finite(m)} for s, m in self.metrics],
+            "findings": [f.to_json() for f in self.findings],
+            "thresholds": {"explode": o.explode, "vanish": o.vanish, "norm_jump": o.norm_jump},
+            "ok": self.ok,
+        }
+
+
+def _finite(metrics: dict[str, JSONValue]) -> dict[str, JSONValue]:
+    """The metrics with NaN/Inf as null (Orbax writes them as ``NaN``, which JSON is not)."""
+    import math
+
+    return {
+        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in metrics.items()
+    }

@@ -1,0 +1,234 @@
+"""``trend`` on real training runs (``tests/support/trend_runs.py``): every figure is numpy's on
+the values Orbax restores, the findings name exactly the frozen, zero and NaN leaves and steps,
+figures merge across blocks, and the selection of steps."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import ckpt_cli
+from ckpt_cli.core.trend import run as trend_run
+from ckpt_cli.core.trend.accum import Acc
+from ckpt_cli.core.trend.plan import plan_trend
+from ckpt_cli.core.trend.run import trend
+from ckpt_cli.core.trend.types import TrendOptions, TrendReport
+from ckpt_cli.errors import NotFoundError, UsageError
+from tests.support.trend_runs import FROZEN, NAN_LEAF, NAN_STEP, STEPS, TrendRuns
+
+ZERO_LEAVES = {
+    "params.gate",
+    "params.Dense_1.bias",  # frozen, and zero from its initializer on
+    "opt_state.inner_states.train.inner_state.0.mu.gate",
+    "opt_state.inner_states.train.inner_state.0.nu.gate",
+}
+
+
+def restored(root: Path, step: int) -> dict[str, np.ndarray]:
+    """The step as Orbax restores it, flattened to ckpt's dotted leaf names."""
+    import jax
+    import orbax.checkpoint as ocp
+
+    tree = ocp.StandardCheckpointer().restore((root / str(step) / "default").absolute())
+    flat = {}
+    for path, value in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        name = ".".join(
+            str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path
+        )
+        flat[name] = np.asarray(value)
+    assert flat
+    return flat
+
+
+def expected(values: dict[int, dict[str, np.ndarray]]) -> dict[str, list[dict[str, Any]]]:
+    """Each leaf's rows as numpy computes them over the finite values, in float64."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    prev: dict[str, np.ndarray] = {}
+    for step in sorted(values):
+        for name, raw in values[step].items():
+            x = raw.astype(np.float64)
+            finite = x[np.isfinite(x)]
+            norm = float(np.sqrt(np.sum(finite**2)))
+            row: dict[str, Any] = {
+                "step": step,
+                "norm": norm,
+                "rms": float(np.sqrt(np.mean(finite**2))) if finite.size else None,
+                "max_abs": float(np.max(np.abs(finite))) if finite.size else 0.0,
+                "mean": float(np.mean(finite)) if finite.size else None,
+                "zeros": float(np.mean(x == 0)),
+                "nonfinite": int(np.sum(~np.isfinite(x))),
+                "update_norm": None,
+                "update_ratio": None,
+            }
+            if name in prev:
+                d = x - prev[name]
+                row["update_norm"] = float(np.sqrt(np.sum(d[np.isfinite(d)] ** 2)))
+                before = out[name][-1]["norm"]
+                row["update_ratio"] = row["update_norm"] / before if before else None
+            out.setdefault(name, []).append(row)
+            prev[name] = x
+    return out
+
+
+def assert_rows_equal(report: TrendReport, want: dict[str, list[dict[str, Any]]]) -> None:
+    got = {lf.name: [s.to_json() for s in lf.steps] for lf in report.leaves}
+    assert want and set(got) == set(want)
+    for name, rows in want.items():
+        assert len(got[name]) == len(rows) == STEPS, name
+        for g, w in zip(got[name], rows, strict=True):
+            assert set(g) == set(w)
+            for key, value in w.items():
+                if value is None:
+                    assert g[key] is None, (name, g["step"], key)
+                else:
+                    assert g[key] == pytest.approx(value, rel=1e-9, abs=1e-12), (name, key, g)
+
+
+@pytest.fixture(scope="module")
+def reports(trend_runs: TrendRuns) -> dict[str, TrendReport]:
+    return {
+        "healthy": trend(plan_trend(trend_runs.healthy)),
+        "diverged": trend(plan_trend(trend_runs.diverged)),
+    }
+
+
+@pytest.mark.parametrize("run", ["healthy", "diverged"])
+def test_every_figure_is_numpys_on_the_values_orbax_restores(
+    trend_runs: TrendRuns, reports: dict[str, TrendReport], run: str
+) -> None:
+    root = getattr(trend_runs, run)
+    values = {step: restored(root, step) for step in range(1, STEPS + 1)}
+    report = reports[run]
+    assert report.steps == tuple(range(1, STEPS + 1))
+    assert_rows_equal(report, expected(values))
+
+
+def test_the_healthy_run_finds_the_frozen_layer_and_the_zero_leaves(
+    reports: dict[str, TrendReport],
+) -> None:
+    report = reports["healthy"]
+    found = {(f.kind, f.leaf, f.step, f.severity) for f in report.findings}
+    frozen = {("frozen", leaf, 1, "warning") for leaf in FROZEN if leaf not in ZERO_LEAVES}
+    zero = {("zero", leaf, 1, "warning") for leaf in ZERO_LEAVES}
+    assert found == frozen | zero
+    assert report.ok
+
+
+def test_the_diverged_run_names_each_leaf_at_its_first_nonfinite_step(
+    trend_runs: TrendRuns, reports: dict[str, TrendReport]
+) -> None:
+    values = {step: restored(trend_runs.diverged, step) for step in range(1, STEPS + 1)}
+    first: dict[str, int] = {}
+    for step in sorted(values):
+        for name, x in values[step].items():
+            if x.dtype.kind == "f" and not np.isfinite(x).all():
+                first.setdefault(name, step)
+    assert first[NAN_LEAF] == NAN_STEP and len(first) > 1
+    report = reports["diverged"]
+    errors = [f for f in report.findings if f.severity == "error"]
+    assert {(f.leaf, f.step) for f in errors} == set(first.items())
+    assert all(f.kind == "nonfinite" for f in errors)
+    # Errors first, the earliest first: the NaN put in at NAN_STEP, then what it spread to.
+    assert report.findings[0].leaf == NAN_LEAF and report.findings[0].step == NAN_STEP
+    assert report.findings[: len(errors)] == tuple(errors)
+    # A leaf turned NaN changed: it is not frozen, nor zero any more.
+    warned = {(f.kind, f.leaf) for f in report.findings if f.severity == "warning"}
+    assert warned == {("frozen", "params.Dense_1.kernel"), ("zero", "params.Dense_1.bias")}
+    assert not report.ok and report.to_json()["ok"] is False
+
+
+def test_the_metrics_are_the_losses_saved_with_each_step(
+    trend_runs: TrendRuns, reports: dict[str, TrendReport]
+) -> None:
+    metrics = dict(reports["healthy"].metrics)
+    assert sorted(metrics) == list(range(1, STEPS + 1))
+    assert {s: m["loss"] for s, m in metrics.items()} == pytest.approx(trend_runs.losses)
+    # The diverged run's loss is NaN after the NaN: null in the document (JSON has no NaN).
+    doc = reports["diverged"].to_json()["metrics"]
+    assert doc[-1]["metrics"]["loss"] is None and doc[0]["metrics"]["loss"] is not None
+
+
+def test_figures_merge_across_blocks(
+    trend_runs: TrendRuns, reports: dict[str, TrendReport], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks of 64 bytes (a leaf of 128 values is read in 8 pieces per step): the same figures
+    as whole-leaf reads."""
+    monkeypatch.setattr(trend_run, "MIN_STEP_BLOCK", 64)
+    reads = []
+    real = trend_run.read_block
+
+    def counted(reader: Any, block: Any) -> Any:
+        reads.append(block)
+        return real(reader, block)
+
+    monkeypatch.setattr(trend_run, "read_block", counted)
+    small = trend(plan_trend(trend_runs.diverged, TrendOptions(block_bytes=64)))
+    big = reports["diverged"]
+    # Dense_0.kernel (8 x 16 float32, 512 bytes): 8 blocks at each of the 6 steps.
+    assert len(reads) >= 8 * STEPS
+    assert all(math.prod(s.stop - s.start for s in b) * 4 <= 64 for b in reads)
+    assert [lf.name for lf in small.leaves] == [lf.name for lf in big.leaves]
+    for a, b in zip(small.leaves, big.leaves, strict=True):
+        for sa, sb in zip(a.steps, b.steps, strict=True):
+            for key, value in sb.to_json().items():
+                if value is None:
+                    assert sa.to_json()[key] is None
+                else:
+                    assert sa.to_json()[key] == pytest.approx(value, rel=1e-12), (a.name, key)
+    assert small.findings == big.findings
+
+
+def test_merged_accumulators_are_one_over_the_whole() -> None:
+    rng = np.random.default_rng(0)
+    x, prev = rng.standard_normal(1000), rng.standard_normal(1000)
+    x[[3, 500]] = [np.nan, np.inf]
+    x[10:20] = 0
+    whole, a, b = Acc(), Acc(), Acc()
+    whole.add(x, prev)
+    a.add(x[:400], prev[:400])
+    b.add(x[400:], prev[400:])
+    m = a.merge(b)
+    assert (m.size, m.finite, m.zeros, m.nonfinite) == (1000, 998, 10, 2)
+    assert m.norm == pytest.approx(whole.norm, rel=1e-12)
+    assert m.update_norm == pytest.approx(whole.update_norm, rel=1e-12)
+    assert m.max_abs == whole.max_abs and m.mean == pytest.approx(whole.mean, rel=1e-12)
+    assert m.zero_fraction == 0.01
+
+
+def test_steps_selects_a_range_and_updates_start_there(trend_runs: TrendRuns) -> None:
+    report = trend(plan_trend(trend_runs.healthy, TrendOptions(steps="3-5", match="params.*")))
+    assert report.steps == (3, 4, 5)
+    assert report.leaves and all(lf.name.startswith("params.") for lf in report.leaves)
+    for lf in report.leaves:
+        assert [s.step for s in lf.steps] == [3, 4, 5]
+        assert lf.steps[0].update_norm is None and lf.steps[1].update_norm is not None
+
+
+def test_a_step_directory_is_one_step_with_its_metrics(trend_runs: TrendRuns) -> None:
+    report = trend(plan_trend(trend_runs.healthy / "2"))
+    assert report.steps == (2,)
+    assert dict(report.metrics)[2]["loss"] == pytest.approx(trend_runs.losses[2])
+    assert all(s.update_norm is None for lf in report.leaves for s in lf.steps)
+
+
+def test_bad_selections_are_refused(trend_runs: TrendRuns) -> None:
+    with pytest.raises(UsageError, match="not a list of steps"):
+        plan_trend(trend_runs.healthy, TrendOptions(steps="x"))
+    with pytest.raises(NotFoundError, match="step 9 is not a committed step"):
+        plan_trend(trend_runs.healthy, TrendOptions(steps="9"))
+    with pytest.raises(NotFoundError, match="no committed step matches"):
+        plan_trend(trend_runs.healthy, TrendOptions(steps="100-"))
+    with pytest.raises(NotFoundError, match="no leaf"):
+        plan_trend(trend_runs.healthy, TrendOptions(match="nothing.*here"))
+
+
+def test_the_public_api_plans_and_runs(trend_runs: TrendRuns) -> None:
+    plan = ckpt_cli.plan_trend(str(trend_runs.healthy), ckpt_cli.TrendOptions(steps="5-"))
+    assert isinstance(plan, ckpt_cli.TrendPlan)
+    report = ckpt_cli.trend(plan)
+    assert isinstance(report, ckpt_cli.TrendReport) and report.steps == (5, 6)
+    assert not math.isnan(report.leaf(NAN_LEAF).steps[-1].norm)
