@@ -222,6 +222,8 @@ def _piped_runs(command: str, tmp: Any) -> list[list[Any]]:
         "cp": [["cp", SEED, tmp / "cp"]],
         "pin": [["pin", root, "500", "--note", "kept"]],
         "unpin": [["pin", root, "500"], ["unpin", root, "500"]],
+        "du": [["du", SEED], ["du", SEED, "--by", "leaf", "--top", "3"]],
+        "trend": [["trend", SEED]],
     }
     return runs[command]
 

@@ -134,17 +134,22 @@ def test_reshard_on_dask_stops_its_tasks(
         args = [a.format(root=big_root, dst=dst) for a in RESHARD_BIG]
         args += ["--executor", "dask", "--scheduler", cluster.scheduler_address]
         args += ["--unit-bytes", "16MiB", "--force-split"]
-        # The workers read, not the driver: wait for the first data they write.
-        run = interrupt(args, sig, started=lambda pid: _written(dst) >= 16 << 20)
+        # The workers read, not the driver: wait for the first data they write (a data file of
+        # a worker's database, not 16 MiB of them: on a loaded host the poll saw that much only
+        # as the last unit committed, and the signal came after the step was written).
+        run = interrupt(args, sig, started=lambda pid: _data_written(dst) > 0, settle_s=0.05)
         assert_stopped_cleanly(run)
         assert _tasks_left(cluster.scheduler_address) == 0
         assert tree_state(dst) == {}, run.describe()
 
 
-def _written(dst: Path) -> int:
+def _data_written(dst: Path) -> int:
+    """Bytes of OCDBT data files (``d/``) under ``dst``."""
     total = 0
     for dirpath, _, files in os.walk(dst):
-        for name in files:  # TensorStore's lock files come and go while we look
+        if Path(dirpath).name != "d":
+            continue
+        for name in files:
             with contextlib.suppress(FileNotFoundError):
                 total += (Path(dirpath) / name).stat().st_size
     return total
