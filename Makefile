@@ -228,7 +228,11 @@ lint: $(STAMP)
 types: $(STAMP)
 	$(VENV)/bin/mypy
 
+# ckpt_cli compiled first: the tests start ckpt in thousands of processes, and where
+# PYTHONDONTWRITEBYTECODE is set (this CI's machines) each would compile every module it imports
+# again (0.24 -> 0.17 s for `ckpt inspect`); an installed wheel is compiled by pip.
 pytest: $(STAMP)
+	$(PY) -m compileall -q ckpt_cli tests/support > /dev/null
 	$(VENV)/bin/pytest -n 2 -q
 
 # The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/; `docs-check`, part of
