@@ -18,7 +18,6 @@ their own request limit (``--max-requests``): a request waits on the network.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import threading
@@ -152,6 +151,8 @@ def tune_allocator(environ: Mapping[str, str] = os.environ) -> bool:
     ``MALLOC_*`` settings win (nothing is changed), as does ``CKPT_MALLOC=0``."""
     if environ.get("CKPT_MALLOC") == "0" or any(k.startswith("MALLOC_") for k in environ):
         return False
+    import ctypes
+
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # not glibc (macOS, musl without mallopt)

@@ -6,8 +6,8 @@ A ``TrendReport`` is what ``ckpt trend --json`` prints (``to_json``) and what
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Literal, TypedDict
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, ClassVar, Literal, TypedDict, cast
 
 from ckpt_cli.core.schema import JSONValue
 
@@ -152,17 +152,7 @@ class StepStats:
     update_ratio: float | None
 
     def to_json(self) -> StepStatsJSON:
-        return {
-            "step": self.step,
-            "norm": self.norm,
-            "rms": self.rms,
-            "max_abs": self.max_abs,
-            "mean": self.mean,
-            "zeros": self.zeros,
-            "nonfinite": self.nonfinite,
-            "update_norm": self.update_norm,
-            "update_ratio": self.update_ratio,
-        }
+        return cast("StepStatsJSON", asdict(self))  # the fields are the document's
 
 
 @dataclass(frozen=True)
@@ -196,13 +186,7 @@ class Finding:
     message: str
 
     def to_json(self) -> TrendFindingJSON:
-        return {
-            "kind": self.kind,
-            "severity": self.severity,
-            "leaf": self.leaf,
-            "step": self.step,
-            "message": self.message,
-        }
+        return cast("TrendFindingJSON", asdict(self))  # the fields are the document's
 
 
 @dataclass(frozen=True)
