@@ -1,26 +1,18 @@
 """``ckpt digest`` of Orbax: the ``ld1`` digest of every leaf of an item or step.
 
-Reads are chunk-aligned (``stream_blocks``: every stored chunk decoded once, a large one in
-slabs from TensorStore's cache) in any order, since the digest of each block merges into its
-leaf's whatever the order; memory stays under ``memory_limit``.
+Reads are ``verify --deep``'s (``format.scan.scan_leaves``): every stored chunk decoded once, on
+``--threads`` threads, a chunk larger than a slab streamed slab by slab; blocks come in any order,
+since the digest of each merges into its leaf's whatever the order. Memory: two slabs a thread.
 """
 
 from __future__ import annotations
 
 import json
-import math
-from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 from ckpt_cli.core.digest import DigestReport, ItemDigests, LeafDigest, block_budget, sorted_leaves
-from ckpt_cli.core.digest.ld1 import Partial, finish, merge
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.storage import StorageOptions, open_location
-from ckpt_cli.core.threads import threads
-from ckpt_cli.errors import CkptError, first_line
-
-DIGEST_IN_FLIGHT = 8
 
 
 def digest_path(
@@ -47,34 +39,47 @@ def digest_path(
 def _digest_item(
     report: Any, budget: int, memory_limit: int, on_bytes: ByteProgress
 ) -> ItemDigests:
+    """Every leaf's digest through ``scan_leaves``, as ``verify --deep`` reads: a chunk larger
+    than a slab is decoded by ``chunkstream`` on the scan's threads into slabs hashed there (no
+    whole chunk in memory, no TensorStore copy of it); smaller chunks through TensorStore."""
     from ckpt_cli.core.format.arrays import ItemStore, cached_context
     from ckpt_cli.core.format.blocks import cache_bytes
-    from ckpt_cli.core.format.scan import OPEN_CACHE_BYTES, ScanTask, open_readers
+    from ckpt_cli.core.format.scan import (
+        OPEN_CACHE_BYTES,
+        SCAN_BLOCK_BYTES,
+        ScanTask,
+        ld1_of,
+        scan_leaves,
+    )
 
     leaves: dict[str, LeafDigest] = {}
     for leaf in report.leaves:
         found = _value_digest(leaf) if leaf.array is None else None
         if found is not None:
             leaves[leaf.name] = found
-    tasks = [ScanTask(x.name, x.array, x.database) for x in report.leaves if x.array is not None]
+    infos = {x.name: x.array for x in report.leaves if x.array is not None}
+    tasks = [ScanTask(x.name, x.array, x.database, ld1=True) for x in report.leaves if x.array]
+    slab = min(budget, SCAN_BLOCK_BYTES)
     if tasks:
-        cache = cache_bytes((t.info for t in tasks), budget)
+        cache = cache_bytes((t.info for t in tasks), slab)
         store = ItemStore(
             report.ref.location,
             report.zarr_format == 3,
             cached_context(max(cache, OPEN_CACHE_BYTES)),
         )
-        flight = _Flight(max(budget, memory_limit // 4 - cache), on_bytes)
-        for task, reader in open_readers(store, tasks, cache):
-            acc = flight.start(task.name, task.info)
-            if isinstance(reader, CkptError):
-                acc.problem = reader.message
-                continue
-            _submit_leaf(task.info, reader, budget, acc, flight)
-        flight.drain(0)
-        for acc in flight.leaves:
-            leaves[acc.name] = acc.result()
+        for scan in scan_leaves(store, tasks, slab, on_bytes):
+            info = infos[scan.name]
+            digest = ld1_of(scan)
+            problem = None if digest else _problem(scan.error)
+            leaves[scan.name] = LeafDigest(scan.name, info.dtype, info.shape, digest, problem)
     return ItemDigests(report.ref.name, str(report.ref.location), sorted_leaves(leaves))
+
+
+def _problem(error: str | None) -> str:
+    if error is not None and error.startswith("cannot open leaf"):
+        return error
+    why = error or "not every chunk was read"
+    return f"a chunk cannot be read or decoded ({why}); restore this step from a copy"
 
 
 def _value_digest(leaf: Any) -> LeafDigest | None:
@@ -90,72 +95,3 @@ def _value_digest(leaf: Any) -> LeafDigest | None:
         text = json.dumps(json.loads(leaf.value), sort_keys=True, separators=(",", ":"))
         return LeafDigest(leaf.name, "json", (), digest_text(text, "json"))
     return LeafDigest(leaf.name, "string", (), digest_text(leaf.value))
-
-
-class _Leaf:
-    """A leaf being digested: the merge of the partials of the blocks read so far."""
-
-    def __init__(self, name: str, info: Any) -> None:
-        self.name = name
-        self.info = info
-        self.partial = Partial(info.dtype, info.shape, info.nbytes)
-        self.problem: str | None = None
-
-    def add(self, origin: tuple[int, ...], block: Any) -> None:
-        from ckpt_cli.core.digest.ld1_threads import partial_threaded
-
-        p = partial_threaded(origin, block, self.info.shape, self.info.dtype)
-        self.partial = merge([self.partial, p])
-
-    def result(self) -> LeafDigest:
-        info = self.info
-        if self.problem is not None:
-            return LeafDigest(self.name, info.dtype, info.shape, None, self.problem)
-        return LeafDigest(self.name, info.dtype, info.shape, finish(self.partial))
-
-
-class _Flight:
-    """Block reads in flight, at most ``DIGEST_IN_FLIGHT`` and ``limit`` bytes."""
-
-    def __init__(self, limit: int, on_bytes: Callable[[int], None]) -> None:
-        self.limit = limit
-        self.on_bytes = on_bytes
-        self.pending: deque[tuple[_Leaf, tuple[int, ...], Any, int]] = deque()
-        self.bytes = 0
-        self.leaves: list[_Leaf] = []
-
-    def start(self, name: str, info: Any) -> _Leaf:
-        self.leaves.append(_Leaf(name, info))
-        return self.leaves[-1]
-
-    def submit(self, acc: _Leaf, origin: tuple[int, ...], fut: Any, nbytes: int) -> None:
-        self.pending.append((acc, origin, fut, nbytes))
-        self.bytes += nbytes
-        self.drain(max(DIGEST_IN_FLIGHT, 2 * threads()))
-
-    def drain(self, count: int) -> None:
-        while self.pending and (len(self.pending) > count or self.bytes > self.limit):
-            acc, origin, fut, nbytes = self.pending.popleft()
-            self.bytes -= nbytes
-            if acc.problem is None:
-                try:
-                    acc.add(origin, fut.result())
-                except Exception as e:
-                    acc.problem = f"a chunk cannot be read or decoded ({first_line(e)}); restore this step from a copy"
-            self.on_bytes(nbytes)
-
-
-def _submit_leaf(info: Any, reader: Any, budget: int, acc: _Leaf, flight: _Flight) -> None:
-    from ckpt_cli.core.format.blocks import stream_blocks
-    from ckpt_cli.core.format.scan import read_block
-
-    for sl in stream_blocks(info, budget):
-        if acc.problem is not None:
-            return
-        nbytes = math.prod(s.stop - s.start for s in sl) * info.itemsize
-        try:
-            fut = read_block(reader, sl)
-        except Exception as e:
-            acc.problem = f"a chunk cannot be read ({first_line(e)})"
-            return
-        flight.submit(acc, tuple(s.start for s in sl), fut, nbytes)
