@@ -10,7 +10,7 @@ S3CKPT := AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(CKPT) --s3-endpoin
 
 .PHONY: demo test check lint types pytest docs docs-check docs-reference fixtures fixtures-matrix bench clean schemas
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml ckpt_cli/_kernels.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

@@ -7,8 +7,10 @@ it documents; then with each extra installed, the read commands still import no 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import tarfile
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -68,7 +70,8 @@ def test_the_sdist_and_the_wheel_pass_twine_check_strict(dists: Dists) -> None:
 
 
 def test_the_wheel_carries_the_name_version_and_urls_of_the_project(dists: Dists) -> None:
-    assert dists.wheel.name == f"ckpt_orbax-{__version__}-py3-none-any.whl"
+    py = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    assert dists.wheel.name.startswith(f"ckpt_orbax-{__version__}-{py}-{py}-"), dists.wheel.name
     assert dists.sdist.name == f"ckpt_orbax-{__version__}.tar.gz"
     meta = _metadata(dists.wheel)
     assert meta["Name"] == [DIST_NAME] and meta["Version"] == [__version__]
@@ -79,6 +82,35 @@ def test_the_wheel_carries_the_name_version_and_urls_of_the_project(dists: Dists
     with zipfile.ZipFile(dists.wheel) as z:
         entry = z.read(f"ckpt_orbax-{__version__}.dist-info/entry_points.txt").decode()
     assert "ckpt = ckpt_cli.app:main" in entry
+
+
+def test_the_wheel_carries_the_compiled_kernel_and_the_sdist_its_source(
+    dists: Dists, wheel_venv: WheelVenv, tmp_path: Path
+) -> None:
+    with zipfile.ZipFile(dists.wheel) as z:
+        kernels = [n for n in z.namelist() if n.startswith("ckpt_cli/_kernels.")]
+    assert [n for n in kernels if n.endswith(".so")], kernels
+    with tarfile.open(dists.sdist) as t:
+        assert f"ckpt_orbax-{__version__}/ckpt_cli/_kernels.c" in t.getnames()
+    code = "from ckpt_cli.core.digest import ld1_kernel; print(ld1_kernel.available())"
+    r = wheel_venv.run("python", "-c", code, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "True", r.stdout + r.stderr
+
+
+def test_without_a_compiler_the_wheel_still_builds_without_the_kernel(
+    dists: Dists, tmp_path: Path
+) -> None:
+    env = {**os.environ, "CC": "false", "LDSHARED": "false"}
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(dists.sdist)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    (wheel,) = tmp_path.glob("ckpt_orbax-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+    assert "ckpt_cli/core/digest/ld1_kernel.py" in names
+    assert not [n for n in names if n.startswith("ckpt_cli/_kernels.") and n.endswith(".so")]
 
 
 def test_the_wheel_alone_brings_no_extra_and_no_checkout(

@@ -45,7 +45,11 @@ EXTRAS = set(
 ALLOWED: dict[str, str] = {}
 #: ``pip install ARGS`` up to the end of the line, a closing backtick or a comment.
 INSTALL = re.compile(r"\b(?:pip|pipx) install ([^`#\n]*)")
-WHEEL = re.compile(r"^(?:[\w./-]*/)?ckpt_orbax-(?P<version>[^-]+)-py3-none-any\.whl$")
+#: The wheel: ``py3-none-any``, or tagged for a Python and platform (the compiled kernel inside);
+#: a ``*`` for the tags where a page cannot know them.
+WHEEL = re.compile(
+    r"^(?:[\w./-]*/)?ckpt_orbax-(?P<version>[^-]+)-[\w.*]+(?:-[\w.*]+-[\w.*]+)?\.whl$"
+)
 
 
 def foreign(arguments: str) -> list[str]:

@@ -397,13 +397,27 @@ _SPAN_BLOCKS = 32
 
 
 def _fold_blocks(w: Any, b0: int) -> tuple[int, int]:
-    """Both sums over whole blocks ``b0, b0+1...`` (``w``: their words), ``_SPAN_BLOCKS`` rows
-    per numpy call, each writing into one of two scratch arrays allocated once (at most twice
-    the bytes of ``w``): no temporaries."""
+    """Both sums over whole blocks ``b0, b0+1...`` (``w``: their words): each block's two sums
+    by the compiled kernel (``ld1_kernel``) or numpy, then weighed by the blocks' keys."""
     import numpy as np
+
+    from ckpt_cli.core.digest.ld1_kernel import block_sums
 
     a, c = tables()
     rows = w.reshape(-1, BLOCK_WORDS)
+    n = rows.shape[0]
+    sums = block_sums(rows, a, c, M1, M2)
+    if sums is None:
+        sums = _block_sums_np(rows, a, c)
+    r1, r2 = _keys(np.arange(b0, b0 + n, dtype=np.uint64))
+    return int((sums[0] * r1).sum()) & MASK, int((sums[1] * r2).sum()) & MASK
+
+
+def _block_sums_np(rows: Any, a: Any, c: Any) -> Any:
+    """``ld1_kernel.block_sums`` in numpy: ``_SPAN_BLOCKS`` rows per call, into two scratch
+    arrays allocated once (no temporaries)."""
+    import numpy as np
+
     n = rows.shape[0]
     sums = np.empty((2, n), np.uint64)
     y = np.empty((min(_SPAN_BLOCKS, n), BLOCK_WORDS), np.uint64)
@@ -416,8 +430,7 @@ def _fold_blocks(w: Any, b0: int) -> tuple[int, int]:
         yg.sum(axis=1, out=sums[0, g : g + m])
         yg *= c
         yg.sum(axis=1, out=sums[1, g : g + m])
-    r1, r2 = _keys(np.arange(b0, b0 + n, dtype=np.uint64))
-    return int((sums[0] * r1).sum()) & MASK, int((sums[1] * r2).sum()) & MASK
+    return sums
 
 
 def _fold_scattered(offs: Any, values: Any, nbytes: int, frags: list[Fragments]) -> tuple[int, int]:

@@ -1,0 +1,72 @@
+"""ld1's block sums in compiled code: ``ckpt_cli/_kernels.c``, built at install (optional).
+
+numpy hashes a span of whole blocks in nine calls over scratch arrays; each call gives the GIL
+up and takes it back, and on a many-core host those hand-overs, not the arithmetic, cap all
+threads together at about 5 GiB/s (docs/explanation/performance.md). The C loop does the same
+arithmetic in one pass over the words, called through ctypes, which holds no GIL during the
+call: threads hash at once. Where the library was not built (no compiler at install) or
+``CKPT_KERNELS=0`` is set, ``block_sums`` returns None and the caller runs numpy: the same bits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.machinery
+import os
+from pathlib import Path
+from typing import Any
+
+_NAME = "_kernels"
+
+
+@functools.cache
+def _block_sums_fn() -> Any:
+    """The C function, or None (not built, not loadable, or turned off)."""
+    if os.environ.get("CKPT_KERNELS") == "0":
+        return None
+    package = Path(__file__).resolve().parents[2]  # ckpt_cli/
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = package / f"{_NAME}{suffix}"
+        if not path.is_file():
+            continue
+        try:
+            fn = ctypes.CDLL(str(path)).ckpt_ld1_block_sums
+        except (OSError, AttributeError):
+            return None
+        p, n, u64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64
+        fn.argtypes = [p, n, n, p, p, u64, u64, p, p]
+        fn.restype = None
+        return fn
+    return None
+
+
+def available() -> bool:
+    """Whether the compiled block sums are in use."""
+    return _block_sums_fn() is not None
+
+
+def block_sums(rows: Any, a: Any, c: Any, m1: int, m2: int) -> Any | None:
+    """``(2, n)`` uint64: both sums of each row of ``rows`` (n rows of whole blocks of words,
+    C-contiguous, any alignment) with the tables ``a`` and ``c``; None: use numpy."""
+    import numpy as np
+
+    fn = _block_sums_fn()
+    if fn is None or not rows.flags.c_contiguous:
+        return None
+    n, width = rows.shape
+    if a.shape != (width,) or c.shape != (width,):
+        return None
+    sums = np.empty((2, n), np.uint64)
+    fn(
+        rows.ctypes.data,
+        n,
+        width,
+        a.ctypes.data,
+        c.ctypes.data,
+        m1,
+        m2,
+        sums.ctypes.data,
+        sums.ctypes.data + 8 * n,
+    )
+    return sums
