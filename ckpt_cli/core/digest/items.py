@@ -59,7 +59,10 @@ def _digest_item(
             leaves[leaf.name] = found
     infos = {x.name: x.array for x in report.leaves if x.array is not None}
     tasks = [ScanTask(x.name, x.array, x.database, ld1=True) for x in report.leaves if x.array]
-    slab = min(budget, SCAN_BLOCK_BYTES)
+    from ckpt_cli.core.threads import threads
+
+    # Two slabs a thread in flight, each with its read buffer: a quarter of the limit at most.
+    slab = max(1 << 20, min(budget, SCAN_BLOCK_BYTES, memory_limit // (4 * threads())))
     if tasks:
         cache = cache_bytes((t.info for t in tasks), slab)
         store = ItemStore(
