@@ -29,11 +29,21 @@ _DIGESTS = {
     "recorded": "digests recorded",
     "not-recorded": "digests NOT recorded (errors)",
     "not-read": "not read (see the note)",
+    # safetensors: the ld1 digests `ckpt export` records in each file's __metadata__
+    "in-metadata": "ld1 digests in the metadata (values need --deep)",
+    "none-in-metadata": "no ld1 digests in the metadata (not written by ckpt export)",
+    "missing": "missing",
+    "unreadable": "not read (its header is damaged)",
 }
 
 
 def summary_line(report: VerifyReport) -> str:
     c = report.checked_json()
+    if report.kind == "safetensors":
+        size = sum(i.bytes_decoded for i in report.items)
+        read = f", {human_bytes(size)} read" if report.level != "structure" else ""
+        what = f"{plural(c['files'], 'file')}, {plural(c['arrays'], 'tensor')}{read}"
+        return f"safetensors {report.path}: {what}; level {report.level}"
     parts = [plural(c["items"], "item"), plural(c["arrays"], "array"), plural(c["chunks"], "chunk")]
     if c["steps"]:
         parts.insert(0, plural(len(c["steps"]), "step"))
