@@ -274,7 +274,7 @@ def verify(
         mark_committed=mark_committed,
     )
     if is_safetensors_source(os.fspath(path)):
-        from ckpt_cli.core.verify.safetensors import verify_safetensors
+        from ckpt_cli.core.safetensors.checks import verify_safetensors
 
         return verify_safetensors(os.fspath(path), options, on_progress)
     return verify_path(open_location(os.fspath(path), storage), options, on_progress, executor)

@@ -106,7 +106,7 @@ def _inspect_safetensors(
     if not is_safetensors_source(path):
         return False
     from ckpt_cli.commands import inspect_text as render
-    from ckpt_cli.core.inspect.safetensors import inspect_safetensors
+    from ckpt_cli.core.safetensors.contents import inspect_safetensors
 
     given = [
         o for o, v in (("--step", step), ("--item", item), ("--layout", layout)) if v is not None
@@ -130,7 +130,7 @@ def _inspect_safetensors(
 def _json() -> JsonOutput:
     """What ``--json`` prints (loaded when asked: ``ckpt --help`` imports no core module)."""
     from ckpt_cli.core.inspect import InspectJSON, ItemReport, StepInspectJSON
-    from ckpt_cli.core.inspect.safetensors import SafetensorsInspectJSON
+    from ckpt_cli.core.safetensors.contents import SafetensorsInspectJSON
 
     return JsonOutput(
         (InspectJSON, StepInspectJSON, SafetensorsInspectJSON), ItemReport.SCHEMA_VERSION

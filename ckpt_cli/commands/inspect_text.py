@@ -22,7 +22,7 @@ from ckpt_cli.commands._text import (
 )
 from ckpt_cli.core.format.sharding import ShardLayout
 from ckpt_cli.core.inspect import InspectResult, ItemReport, Leaf, StepInspection
-from ckpt_cli.core.inspect.safetensors import SafetensorsInspection
+from ckpt_cli.core.safetensors.contents import SafetensorsInspection
 from ckpt_cli.core.state import StatePart
 from ckpt_cli.core.stats import LeafStats
 from ckpt_cli.core.step_state import TrainingState

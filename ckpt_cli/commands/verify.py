@@ -209,7 +209,7 @@ def _verify_safetensors(
 
     if not is_safetensors_source(path):
         return False
-    from ckpt_cli.core.verify.safetensors import verify_safetensors
+    from ckpt_cli.core.safetensors.checks import verify_safetensors
 
     if scale.scaled:
         raise UsageError(

@@ -128,7 +128,7 @@ class _Check:
                 self.add(
                     "data-file-missing",
                     f"{loc.index_name} names {name}, which is not in {loc.directory}: download "
-                    f"every shard the index lists ({len(placed)} tensors are in it)",
+                    f"every shard the index lists (it holds {len(placed)} of its tensors)",
                     name,
                     placed,
                 )

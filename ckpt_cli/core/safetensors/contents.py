@@ -24,6 +24,7 @@ from ckpt_cli.core.safetensors.dtypes import TO_NUMPY
 from ckpt_cli.core.safetensors.header import TensorEntry
 from ckpt_cli.core.safetensors.reader import SafetensorsReader, SourceFiles, check_against_index
 from ckpt_cli.core.safetensors.source import Located, locate, strict
+from ckpt_cli.core.schema import JSONValue
 from ckpt_cli.core.stats import LeafStats, StatsJSON, blocks_stats
 from ckpt_cli.errors import UsageError
 
@@ -57,7 +58,7 @@ class SafetensorsFileJSON(TypedDict):
 class SafetensorsIndexJSON(TypedDict):
     name: str
     total_size: int | None
-    metadata: dict[str, Any]
+    metadata: dict[str, JSONValue]
 
 
 class SafetensorsTotalsJSON(TypedDict):
@@ -76,7 +77,7 @@ class SafetensorsInspectJSON(TypedDict):
     path: str
     index: SafetensorsIndexJSON | None
     #: The folder's config.json, its keys in ``CONFIG_KEYS`` only; None without one.
-    config: dict[str, Any] | None
+    config: dict[str, JSONValue] | None
     files: list[SafetensorsFileJSON]
     totals: SafetensorsTotalsJSON
     tensors: list[SafetensorsTensorJSON]
@@ -138,7 +139,7 @@ class SafetensorsInspection:
         return sum(t.entry.nbytes for t in self.tensors)
 
     @property
-    def config(self) -> dict[str, Any] | None:
+    def config(self) -> dict[str, JSONValue] | None:
         config = self.located.config
         return None if config is None else {k: config[k] for k in CONFIG_KEYS if k in config}
 
