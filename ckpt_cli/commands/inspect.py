@@ -155,5 +155,6 @@ COMMAND = Command(
         "runs/exp7 --step 1000",
         "runs/exp7 --flat --filter 'params.*kernel' --stats",
         "runs/exp7 --layout params.Dense_0.kernel",
+        "export --filter 'params.*kernel'",
     ),
 )

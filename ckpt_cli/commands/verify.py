@@ -309,5 +309,6 @@ COMMAND = Command(
         "runs/exp7 --deep --json",
         "runs/exp7 --record",
         "runs/exp7 --latest --sample 5% --junit verify.xml",
+        "export/model.safetensors.index.json --deep",
     ),
 )

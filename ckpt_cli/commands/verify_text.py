@@ -64,10 +64,8 @@ def item_lines(report: VerifyReport) -> list[str]:
             f"no digests recorded in any of the {len(items)} items "
             f"(`ckpt verify {report.path} --record` records them)"
         ]
-    if report.kind == "safetensors" and len(items) > 1 and len({i.digests for i in items}) == 1:
-        quiet = [i for i in items if not errors[id(i)]]
-        if len(quiet) == len(items):  # 30 shards in one state: one line, not 30
-            return [f"all {len(items)} files: {_digests(items[0])}"]
+    if report.kind == "safetensors":
+        return _file_lines(items, errors)
     by_step: dict[int | None, list[ItemCheck]] = {}
     for i in items:
         by_step.setdefault(i.step, []).append(i)
@@ -86,6 +84,25 @@ def item_lines(report: VerifyReport) -> list[str]:
         for i in group:
             found = f"; {plural(errors[id(i)], 'error')}" if errors[id(i)] else ""
             lines.append(f"{i.path}: {_digests(i)}{found}")
+    return lines
+
+
+def _file_lines(items: list[ItemCheck], errors: dict[int, int]) -> list[str]:
+    """Safetensors: a file with errors on its own line, the others grouped by digest state
+    (30 clean shards are one line, not 30)."""
+    lines: list[str] = []
+    states: dict[str, list[ItemCheck]] = {}
+    for i in items:
+        if errors[id(i)]:
+            lines.append(f"{i.path}: {_digests(i)}; {plural(errors[id(i)], 'error')}")
+        else:
+            states.setdefault(i.digests, []).append(i)
+    for group in states.values():
+        if len(group) == 1:
+            lines.append(f"{group[0].path}: {_digests(group[0])}")
+        else:
+            which = "all " if len(group) == len(items) else "the other " if len(states) == 1 else ""
+            lines.append(f"{which}{len(group)} files: {_digests(group[0])}")
     return lines
 
 
