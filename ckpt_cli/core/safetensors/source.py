@@ -40,7 +40,7 @@ class Located:
 
     path: str  # as given
     directory: str
-    #: File names in ``directory``: the index's files in its order (present or not), else every
+    #: File names in ``directory``, sorted: the index's files (present or not), else every
     #: ``.safetensors`` file of the folder (or the one file named).
     files: tuple[str, ...]
     index_name: str | None = None
@@ -151,7 +151,7 @@ def _from_index(path: str, directory: str, index_name: str) -> Located:
     return Located(
         path,
         directory,
-        index.files,
+        tuple(sorted(index.files)),
         index_name,
         index,
         None if index.weight_map else f"{index_name}: 'weight_map' lists no tensor",
