@@ -17,6 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_cli.core.format.names import (
+    COMMIT_MARKER,
+    STEP_METADATA,
+    looks_like_item,
+    parse_step_name,
+)
 from ckpt_cli.core.safetensors.header import LENGTH_BYTES, MAX_HEADER_BYTES
 from ckpt_cli.core.safetensors.plan import INDEX_SUFFIX, ShardIndex, parse_index
 from ckpt_cli.errors import (
@@ -74,10 +80,22 @@ def is_safetensors_source(path: str) -> bool:
         return True
     try:
         if os.path.isdir(local):
-            return any(n.endswith((".safetensors", INDEX_SUFFIX)) for n in os.listdir(local))
+            names = os.listdir(local)
+            weights = any(n.endswith((".safetensors", INDEX_SUFFIX)) for n in names)
+            return weights and not _orbax_names(local, names)
         return os.path.isfile(local) and _starts_like_safetensors(local)
     except OSError:
         return False
+
+
+def _orbax_names(directory: str, names: list[str]) -> bool:
+    """Whether a folder is (also) an Orbax root, step or item: a ``model.safetensors`` exported
+    into a run's directory must not turn ``ckpt verify runs/exp7`` into a check of that file."""
+    if looks_like_item(names) or STEP_METADATA in names or COMMIT_MARKER in names:
+        return True
+    return any(
+        parse_step_name(n) is not None and os.path.isdir(os.path.join(directory, n)) for n in names
+    )
 
 
 def _starts_like_safetensors(path: str) -> bool:

@@ -3,6 +3,7 @@ and config.json of each, with damage kept as messages instead of raised."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,14 @@ def test_which_paths_are_safetensors(tmp_path: Path) -> None:
     assert is_safetensors_source(str(tmp_path / "weights.bin"))  # sniffed from its header
     assert not is_safetensors_source(str(tmp_path / "text.bin"))
     assert not is_safetensors_source(str(FIXTURES / "seed_mlp"))
+    run = tmp_path / "run"  # an Orbax root with an export dropped into it stays a checkpoint
+    shutil.copytree(FIXTURES / "seed_mlp", run)
+    shutil.copy(tmp_path / "weights.bin", run / "model.safetensors")
+    shutil.copy(tmp_path / "weights.bin", run / "500" / "model.safetensors")
+    shutil.copy(tmp_path / "weights.bin", run / "500" / "default" / "model.safetensors")
+    for path in (run, run / "500", run / "500" / "default"):
+        assert not is_safetensors_source(str(path)), path
+    assert is_safetensors_source(str(run / "model.safetensors"))
     assert not is_safetensors_source("s3://bucket/runs/exp7")
     with pytest.raises(UnsupportedError, match="local disk only"):
         is_safetensors_source("s3://bucket/hf/model.safetensors")
