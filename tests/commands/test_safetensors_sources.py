@@ -5,6 +5,7 @@ never a traceback nor exit 70."""
 from __future__ import annotations
 
 import shutil
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
@@ -72,8 +73,11 @@ def test_verify_deep_finds_a_value_changed_after_export(cli, tmp_path: Path) -> 
         "params.Dense_1.kernel",
         "model.safetensors",
     )
-    text = cli("verify", out, "--deep")
+    text = cli("verify", out, "--deep", "--junit", tmp_path / "v.xml")
     assert text.code == 1 and "params.Dense_1.kernel" in text.stdout and "FAILED" in text.stdout
+    suites = ET.parse(tmp_path / "v.xml").getroot()
+    failed = [c.get("name") for c in suites.iter("testcase") if c.find("failure") is not None]
+    assert failed == ["params.Dense_1.kernel"]
 
 
 def test_verify_damage_exits_1_naming_file_and_tensor(cli, folder: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
