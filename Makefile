@@ -161,6 +161,15 @@ demo: $(STAMP)
 	@echo "== a hostile header (a shape of 40 dimensions): refused before anything is allocated, one line naming the field, exit 3"
 	$(PY) -c "import json, struct; h = json.dumps({'x': {'dtype': 'F32', 'shape': [1] * 40, 'data_offsets': [0, 4]}}).encode(); open('$(DEMO)-rank40.safetensors', 'wb').write(struct.pack('<Q', len(h)) + h + bytes(4))"
 	$(CKPT) import $(DEMO)-rank40.safetensors $(DEMO)-bad || true
+	@echo "== safetensors as a source: inspect and verify a Hugging Face folder (--deep reads every tensor: NaN/Inf, the ld1 digests export recorded)"
+	$(CKPT) inspect $(DEMO)-llama-hf --filter 'layers.0.self_attn'
+	$(CKPT) verify $(DEMO)-llama-hf --deep
+	@echo "== a value changed by 1e-3 after export: --deep names the tensor, exit 1; the truncated file and the hostile header: exit 1, each problem named"
+	rm -rf $(DEMO)-pt-changed && cp -r $(DEMO)-pt $(DEMO)-pt-changed
+	$(PY) -c "import json, struct, numpy as np; p = '$(DEMO)-pt-changed/model.safetensors'; b = bytearray(open(p, 'rb').read()); n = struct.unpack('<Q', b[:8])[0]; o = 8 + n + json.loads(b[8:8 + n])['layers.0.weight']['data_offsets'][0]; b[o:o + 4] = (np.frombuffer(bytes(b[o:o + 4]), np.float32) + np.float32(1e-3)).tobytes(); open(p, 'wb').write(bytes(b))"
+	$(CKPT) verify $(DEMO)-pt-changed --deep || true
+	$(CKPT) verify $(DEMO)-pt-bad.safetensors || true
+	$(CKPT) verify $(DEMO)-rank40.safetensors --json | $(PY) -c "import json, sys; d = json.load(sys.stdin); print(d['ok'], [(p['code'], p['file']) for p in d['problems']])" || true
 	@echo "== ckpt prune --dry-run: the plan (keep with reasons, delete with sizes); nothing changes"
 	$(CKPT) prune $(DEMO) --keep-last 1 --keep-every 500 --dry-run
 	@echo "== ckpt prune --yes: delete what no rule keeps (step 400)"

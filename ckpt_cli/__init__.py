@@ -246,9 +246,10 @@ def verify(
     on_progress: ProgressFn | None = None,
     storage: StorageOptions | None = None,
 ) -> VerifyReport:
-    """Check a root (all committed steps, or ``step``/``latest``), a step or an item, exactly as
-    ``ckpt verify`` does, and return its report (``report.ok``, ``report.problems``,
-    ``report.to_json()`` = ``ckpt verify --json``). Damage is reported, never raised.
+    """Check a root (all committed steps, or ``step``/``latest``), a step, an item or
+    safetensors (a file, index or Hugging Face folder), exactly as ``ckpt verify`` does, and
+    return its report (``report.ok``, ``report.problems``, ``report.to_json()`` = ``ckpt verify
+    --json``). Damage is reported, never raised.
 
     ``deep`` decodes every chunk; ``record`` stores digests after a clean deep pass;
     ``sample=SampleSpec(percent=5)`` (or ``bytes=...``) checks a random subset, ``seed`` fixes
@@ -256,6 +257,7 @@ def verify(
     when the split pays (``report.scale`` says; ``force_split=True`` splits anyway).
     Example: ``assert ckpt_cli.verify("runs/exp7", deep=True).ok``.
     """
+    from ckpt_cli.core.safetensors.source import is_safetensors_source
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.verify.run import verify_path
     from ckpt_cli.core.verify.types import VerifyOptions
@@ -271,6 +273,10 @@ def verify(
         fail_on_nonfinite=fail_on_nonfinite,
         mark_committed=mark_committed,
     )
+    if is_safetensors_source(os.fspath(path)):
+        from ckpt_cli.core.safetensors.checks import verify_safetensors
+
+        return verify_safetensors(os.fspath(path), options, on_progress)
     return verify_path(open_location(os.fspath(path), storage), options, on_progress, executor)
 
 

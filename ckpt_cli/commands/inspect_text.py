@@ -12,14 +12,17 @@ from ckpt_cli.commands._text import (
     human_bytes,
     human_count,
     painter,
+    plural,
     say,
     shape_str,
     table_lines,
+    text_width,
     tree_lines,
     use_color,
 )
 from ckpt_cli.core.format.sharding import ShardLayout
 from ckpt_cli.core.inspect import InspectResult, ItemReport, Leaf, StepInspection
+from ckpt_cli.core.safetensors.contents import SafetensorsInspection
 from ckpt_cli.core.state import StatePart
 from ckpt_cli.core.stats import LeafStats
 from ckpt_cli.core.step_state import TrainingState
@@ -302,3 +305,80 @@ def _block_list(layout: ShardLayout) -> Table:
 def _bounds(layout: ShardLayout, dim: int, i: int) -> tuple[int, int]:
     size = layout.block_shape[dim]
     return i * size, min((i + 1) * size, layout.shape[dim])
+
+
+def print_safetensors(result: SafetensorsInspection) -> None:
+    """A safetensors source: what it is, its files and their metadata, then one row per tensor
+    (the file as its number in the list of files when there are several)."""
+    color = use_color()
+    paint = painter(color)
+    loc = result.located
+    shown = (
+        f"{len(result.tensors)} of {result.all_tensors}"
+        if result.all_tensors != len(result.tensors)
+        else str(result.all_tensors)
+    )
+    where = f"; index {loc.index_name}" if loc.index_name else ""
+    say(
+        f"safetensors {result.path}: {shown} tensors in {plural(len(result.files), 'file')}, "
+        f"{human_bytes(result.total_bytes)}{where}",
+        color,
+        "bold",
+    )
+    if result.config:
+        facts = ", ".join(f"{k} {_config_value(v)}" for k, v in result.config.items())
+        say(f"config.json: {facts}", color)
+    several = len(result.files) > 1
+    for n, f in enumerate(result.files, 1):
+        number = f"{n}. " if several else ""
+        say(
+            f"{number}{f.name}: {human_bytes(f.size)}, {plural(f.tensors, 'tensor')}, "
+            f"header {human_bytes(f.header_bytes)}",
+            color,
+            indent="  " if several else "",
+        )
+    _print_metadata(result, paint, color)
+    headers = ["tensor", "dtype", "shape", "bytes", *(["file"] if several else []), "offsets"]
+    stats = any(t.stats is not None for t in result.tensors)
+    if stats:
+        headers.append("stats")
+    numbers = {f.name: str(n) for n, f in enumerate(result.files, 1)}
+    rows = []
+    for t in result.tensors:
+        e = t.entry
+        row = [(e.name, ""), (e.dtype, "cyan"), (shape_str(e.shape), "cyan")]
+        row.append((human_bytes(e.nbytes), ""))
+        if several:
+            row.append((numbers[t.file], "dim"))
+        row.append((f"{e.begin}-{e.end}", "dim"))
+        if stats:
+            row.append((_stats_str(t.stats, painter(False)), ""))
+        rows.append(row)
+    emit(table_lines(headers, rows, paint, right=frozenset({3}), wrap_last=stats), color)
+
+
+def _print_metadata(result: SafetensorsInspection, paint: Paint, color: bool) -> None:
+    """Each file's ``__metadata__`` (once when every file has the same), values cut to a line."""
+    metas = {f.name: f.metadata for f in result.files if f.metadata}
+    if not metas:
+        return
+    same = len(set(map(repr, metas.values()))) == 1
+    groups = (
+        [("metadata", next(iter(metas.values())))]
+        if same
+        else [(f"metadata of {name}", meta) for name, meta in metas.items()]
+    )
+    width = text_width() or 100
+    for title, meta in groups:
+        say(title + ":", color, "dim")
+        for key, value in sorted(meta.items()):
+            line = f"  {key} = {value}"
+            if len(line) > width:
+                line = line[: max(20, width - 13)] + f"… ({len(value):,} chars)"
+            emit([paint(line, "")], color)
+
+
+def _config_value(value: object) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)

@@ -27,6 +27,7 @@ from ckpt_cli.commands._output import emit_json, note, warn
 from ckpt_cli.errors import EXIT_PROBLEMS, UsageError
 
 if TYPE_CHECKING:
+    from ckpt_cli.core.scale import ScaleOptions
     from ckpt_cli.core.verify.types import SampleSpec, VerifyOptions, VerifyReport
 
 VerifyStepOpt = Annotated[
@@ -159,7 +160,8 @@ def verify(
     unit_bytes: UnitBytesOpt = UNIT_BYTES,
     force_split: ForceSplitOpt = False,
 ) -> None:
-    """Check a checkpoint for damage: a root (all committed steps), a step or an item.
+    """Check a checkpoint for damage: a root (all committed steps), a step or an item; or
+    safetensors: a file, an index or a Hugging Face folder of shards.
 
     Structure (default, no array data): JSON files, leaves against arrays, zarr headers against
     write shapes and sharding, every chunk key, OCDBT CRCs and reference bounds, unknown files,
@@ -167,6 +169,10 @@ def verify(
     stores digests so later runs catch silently changed bytes; --sample checks a random subset
     (5%, 2GiB) or the N-th of T disjoint ones (2/7). --max-duration 10m bounds a deep run and
     reports its coverage; --rotate makes successive runs continue until every chunk was read.
+
+    Safetensors (a local .safetensors file, an index, or a Hugging Face folder): every header
+    (JSON, size, dtypes, offsets tiling the file), the index against its shards, config.json;
+    --deep reads every tensor in blocks: NaN/Inf, and the ld1 digests `ckpt export` recorded.
 
     Exit codes: 0 no errors (warnings allowed unless --strict) · 1 problems found · 2 usage ·
     3 not a checkpoint or unreadable.
@@ -181,11 +187,40 @@ def verify(
         max_duration, rotate, upgrade,
     )  # fmt: skip
     scale = ScaleOptions.from_flags(executor, workers, scheduler, force_split, unit_bytes, threads)
+    if _verify_safetensors(ctx, path, options, scale, json_out, junit):
+        return
     run = run_context(ctx, json_out, scale, start=deep or record)
     location = open_location(path, run.storage)
     with run.progress() as on_progress:
         report = verify_path(location, options, on_progress, scale.executor, scale.unit_bytes)
     _report(report, junit, json_out, mark_committed)
+
+
+def _verify_safetensors(
+    ctx: typer.Context,
+    path: str,
+    options: VerifyOptions,
+    scale: ScaleOptions,
+    json_out: bool,
+    junit: str | None,
+) -> bool:
+    """A safetensors file, index or folder checked and reported; False for anything else."""
+    from ckpt_cli.core.safetensors.source import is_safetensors_source
+
+    if not is_safetensors_source(path):
+        return False
+    from ckpt_cli.core.safetensors.checks import verify_safetensors
+
+    if scale.scaled:
+        raise UsageError(
+            "--workers and --executor apply to Orbax checkpoints: safetensors files are "
+            "read in this process"
+        )
+    run = run_context(ctx, json_out, scale)
+    with run.progress() as on_progress:
+        report = verify_safetensors(path, options, on_progress)
+    _report(report, junit, json_out, mark_committed=False)
+    return True
 
 
 def _verify_options(
@@ -274,5 +309,6 @@ COMMAND = Command(
         "runs/exp7 --deep --json",
         "runs/exp7 --record",
         "runs/exp7 --latest --sample 5% --junit verify.xml",
+        "export/model.safetensors.index.json --deep",
     ),
 )

@@ -29,11 +29,21 @@ _DIGESTS = {
     "recorded": "digests recorded",
     "not-recorded": "digests NOT recorded (errors)",
     "not-read": "not read (see the note)",
+    # safetensors: the ld1 digests `ckpt export` records in each file's __metadata__
+    "in-metadata": "ld1 digests in the metadata (values need --deep)",
+    "none-in-metadata": "no ld1 digests in the metadata (not written by ckpt export)",
+    "missing": "missing",
+    "unreadable": "not read (its header is damaged)",
 }
 
 
 def summary_line(report: VerifyReport) -> str:
     c = report.checked_json()
+    if report.kind == "safetensors":
+        size = sum(i.bytes_decoded for i in report.items)
+        read = f", {human_bytes(size)} read" if report.level != "structure" else ""
+        what = f"{plural(c['files'], 'file')}, {plural(c['arrays'], 'tensor')}{read}"
+        return f"safetensors {report.path}: {what}; level {report.level}"
     parts = [plural(c["items"], "item"), plural(c["arrays"], "array"), plural(c["chunks"], "chunk")]
     if c["steps"]:
         parts.insert(0, plural(len(c["steps"]), "step"))
@@ -54,6 +64,8 @@ def item_lines(report: VerifyReport) -> list[str]:
             f"no digests recorded in any of the {len(items)} items "
             f"(`ckpt verify {report.path} --record` records them)"
         ]
+    if report.kind == "safetensors":
+        return _file_lines(items, errors)
     by_step: dict[int | None, list[ItemCheck]] = {}
     for i in items:
         by_step.setdefault(i.step, []).append(i)
@@ -72,6 +84,25 @@ def item_lines(report: VerifyReport) -> list[str]:
         for i in group:
             found = f"; {plural(errors[id(i)], 'error')}" if errors[id(i)] else ""
             lines.append(f"{i.path}: {_digests(i)}{found}")
+    return lines
+
+
+def _file_lines(items: list[ItemCheck], errors: dict[int, int]) -> list[str]:
+    """Safetensors: a file with errors on its own line, the others grouped by digest state
+    (30 clean shards are one line, not 30)."""
+    lines: list[str] = []
+    states: dict[str, list[ItemCheck]] = {}
+    for i in items:
+        if errors[id(i)]:
+            lines.append(f"{i.path}: {_digests(i)}; {plural(errors[id(i)], 'error')}")
+        else:
+            states.setdefault(i.digests, []).append(i)
+    for group in states.values():
+        if len(group) == 1:
+            lines.append(f"{group[0].path}: {_digests(group[0])}")
+        else:
+            which = "all " if len(group) == len(items) else "the other " if len(states) == 1 else ""
+            lines.append(f"{which}{len(group)} files: {_digests(group[0])}")
     return lines
 
 

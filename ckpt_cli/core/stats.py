@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -104,6 +104,15 @@ class _Acc:
         return LeafStats(
             self.n, self.nan, self.inf, self.lo, self.hi, self.mean, math.sqrt(self.m2 / self.n)
         )
+
+
+def blocks_stats(blocks: Iterable[Any]) -> LeafStats:
+    """Min, max, mean, std and NaN/Inf counts of the values of ``blocks`` (numpy arrays: one
+    tensor's pieces, in any order), merged as they come."""
+    acc = _Acc()
+    for block in blocks:
+        acc.add(block)
+    return acc.result()
 
 
 def leaf_stats(

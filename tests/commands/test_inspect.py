@@ -18,8 +18,8 @@ def test_inspect_json_contract_seed(cli) -> None:  # type: ignore[no-untyped-def
     assert r.code == 0, r.stderr
     doc = r.json()
     # 2: JSON-item values as values; 3: kind, key_data, other_items; 4: the step's training
-    # state across its items
-    assert doc["schema_version"] == 5 and doc["ok"] is True
+    # state across its items; 5: empty/unknown items; 6: the safetensors document
+    assert doc["schema_version"] == 6 and doc["ok"] is True
     assert (doc["step"], doc["item"]) == (500, "default")
     assert doc["path"] == str(FIXTURES / "seed_mlp" / "500" / "default")
     leaves = leaves_by_name(doc)

@@ -98,8 +98,8 @@ def test_flipped_byte_caught_by_a_full_sample(cli) -> None:  # type: ignore[no-u
 def test_json_document_shape(cli) -> None:  # type: ignore[no-untyped-def]
     doc = cli("verify", DAMAGED / "truncated-data-file", "--json").json()
     assert (
-        doc["schema_version"] == 5
-    )  # 2: problems carry leaves; 3: rotation.warnings; 4: scale; 5: notes
+        doc["schema_version"] == 6
+    )  # 2: problems carry leaves; 3: rotation.warnings; 4: scale; 5: notes; 6: safetensors
     assert isinstance(doc["ok"], bool) and isinstance(doc["checked"], dict)
     assert doc["problems"]
     for p in doc["problems"]:

@@ -143,6 +143,7 @@ SHOWN_OUTPUT = {
     "docs/how-to/reshard.md",
     "docs/how-to/diff.md",
     "docs/how-to/export.md",
+    "docs/how-to/huggingface.md",
     "docs/how-to/inspecting.md",
     "docs/how-to/retention.md",
 }

@@ -2,7 +2,8 @@
 outside, fed generated content, drives the real CLI (in-process, ``cli``: the real ``main()``)
 to exit 0, 1, 2 or 3 with no traceback and no "internal error" on stderr.
 
-Inputs: a safetensors header and a ``model.safetensors.index.json`` (``import``), a migrate spec
+Inputs: a safetensors header and a ``model.safetensors.index.json`` (``import``; ``verify
+--deep`` of the file and of the folder), a migrate spec
 (``migrate``), reshard rules (``reshard``), the ``verify --rotate`` state, a pin
 (``_CKPT_PINNED.json``: ``ls``, ``prune``), a digest record (``verify``), the OCDBT manifest
 (``verify --deep``, ``inspect``). Orbax's JSON metadata (``_METADATA``, ``_CHECKPOINT_METADATA``,
@@ -88,7 +89,11 @@ def _reference_safetensors(directory: Path, names: dict[str, list[int]], file: s
 
 def _header(tmp: Path) -> Target:
     src = _reference_safetensors(tmp, {"params.w": [2, 3], "params.b": [3]}, "model.safetensors")
-    return Target(src, [["import", str(src), str(tmp / "out"), "--dry-run", "--json"]], HEADER)
+    commands = [
+        ["import", str(src), str(tmp / "out"), "--dry-run", "--json"],
+        ["verify", str(src), "--deep", "--json"],
+    ]
+    return Target(src, commands, HEADER)
 
 
 def _index(tmp: Path) -> Target:
@@ -99,7 +104,11 @@ def _index(tmp: Path) -> Target:
         weight_map[name] = file
     index = tmp / "model.safetensors.index.json"
     index.write_text(json.dumps({"metadata": {"total_size": 48}, "weight_map": weight_map}))
-    return Target(index, [["import", str(index), str(tmp / "out"), "--dry-run", "--json"]], JSON)
+    commands = [
+        ["import", str(index), str(tmp / "out"), "--dry-run", "--json"],
+        ["verify", str(tmp), "--deep", "--json"],
+    ]
+    return Target(index, commands, JSON)
 
 
 def _spec(tmp: Path) -> Target:

@@ -239,8 +239,8 @@ NEEDS: dict[str, tuple[str, ...]] = {
     # The examples of each command's --help (its Command record).
     "ls": ("runs/exp7", "s3://bucket/runs/exp7"),
     "du": ("runs/exp7", "s3://bucket/runs/exp7"),
-    "inspect": ("runs/exp7",),
-    "verify": ("runs/exp7",),
+    "inspect": ("runs/exp7", "export"),
+    "verify": ("runs/exp7", "export"),
     "digest": ("runs/exp7", "export"),
     "diff": ("runs/exp7", "runs/exp7-4x2", "runs/a", "runs/b"),
     "doctor": ("runs/exp7", "runs/exp8", "hf/llama", "model.py"),
@@ -262,6 +262,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "docs/how-to/diff.md": ("runs/exp7 (sharded_4x2)", "runs/exp7-2x4 (sharded_4x2)"),
     "docs/how-to/doctor.md": ("runs/exp7 (demo)",),
     "docs/how-to/export.md": ("runs/exp7",),
+    "docs/how-to/huggingface.md": ("runs/exp7", "export"),
     "docs/how-to/inspecting.md": ("ckpt_dir", "demo_runs/exp7"),
     "docs/how-to/migrate.md": ("runs/exp7 (demo)",),
     "docs/how-to/object-storage.md": (

@@ -12,21 +12,18 @@ from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.safetensors.dtypes import numpy_dtype_name
 from ckpt_cli.core.safetensors.reader import SafetensorsReader, find_files
 from ckpt_cli.core.storage import StorageOptions
-from ckpt_cli.errors import CkptError, UsageError
+from ckpt_cli.errors import CkptError, UnsupportedError, UsageError
 
 
 def is_safetensors(path: str) -> bool:
-    """Whether ``path`` names safetensors (a file, an index, or a local directory of them)."""
-    local = path.removeprefix("file://")
-    if "://" in local:
-        return False
-    if local.endswith((".safetensors", ".safetensors.index.json")):
-        return True
+    """Whether ``path`` names safetensors (a file, an index, or a local directory of them, not
+    an Orbax root, step or item that also holds one): ``source.is_safetensors_source``, with
+    a bucket path never safetensors here."""
+    from ckpt_cli.core.safetensors.source import is_safetensors_source
+
     try:
-        return os.path.isdir(local) and any(
-            n.endswith((".safetensors", ".safetensors.index.json")) for n in os.listdir(local)
-        )
-    except OSError:
+        return is_safetensors_source(path)
+    except UnsupportedError:
         return False
 
 

@@ -70,9 +70,11 @@ def like_tree(path: str, item: str | None, storage: StorageOptions | None) -> Tr
 
 
 def _is_safetensors(path: str) -> bool:
-    if path.endswith((".safetensors", ".safetensors.index.json")):
-        return True
-    return os.path.isdir(path) and any(n.endswith(".safetensors") for n in os.listdir(path))
+    """A safetensors file, index or folder (not an Orbax checkpoint that also holds one); a
+    bucket path named like safetensors is refused (local files only)."""
+    from ckpt_cli.core.safetensors.source import is_safetensors_source
+
+    return is_safetensors_source(path)
 
 
 def _safetensors_tree(path: str) -> Tree:

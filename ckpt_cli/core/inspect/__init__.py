@@ -228,8 +228,9 @@ class ItemReport:
     #: state is the step's, across its items (``scope``, ``items``, ``missing``, ``notes``; per
     #: part ``required``, ``items``, ``source``), with the data order as an optional part.
     #: 5: kinds ``empty`` and ``unknown`` (an item ckpt carries without reading it), the
-    #: item's ``handler`` and a ``note`` (documents and ``other_items``).
-    SCHEMA_VERSION: ClassVar[int] = 5
+    #: item's ``handler`` and a ``note`` (documents and ``other_items``). 6: a third
+    #: document, safetensors (``source: "safetensors"``: tensors, files, index, config).
+    SCHEMA_VERSION: ClassVar[int] = 6
 
     ref: ItemRef
     storage: str  # ocdbt | ocdbt-unmerged | zarr | json | none (empty) | unknown

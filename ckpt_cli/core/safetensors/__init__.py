@@ -6,7 +6,9 @@ Modules: ``dtypes`` (the dtype table), ``header`` (encode and parse a header), `
 contiguous pieces tensors stream in), ``plan`` (tensors -> shard files, the HF index),
 ``writer`` (one file, block by block, renamed when complete), ``reader`` (blocks by positioned
 reads; a Hugging Face directory through its index), ``tree`` (the tree's containers, recorded as
-``ckpt.tree``), ``export``/``import_`` (plans) and ``export_run``/``import_run``.
+``ckpt.tree``), ``export``/``import_`` (plans) and ``export_run``/``import_run``; as a source
+for the read commands: ``source`` (the files of a file, index or Hugging Face folder, damage kept
+as messages), ``contents`` (``ckpt inspect``) and ``checks`` (``ckpt verify``).
 """
 
 from __future__ import annotations

@@ -49,6 +49,15 @@ CODES: dict[str, tuple[Severity, str]] = {
     "nonfinite": ("warning", "a floating-point leaf holds NaN or Inf"),
     "decode-error": ("error", "a chunk cannot be read or decoded"),
     "unreadable": ("error", "a file or directory cannot be listed or read"),
+    "safetensors-header-invalid": (
+        "error",
+        "a safetensors header is damaged, or its tensors do not tile the file (truncated?)",
+    ),
+    "index-invalid": ("error", "a *.safetensors.index.json does not parse or lists no tensor"),
+    "index-mismatch": ("error", "a safetensors index and its shards disagree on a tensor"),
+    "tensor-duplicated": ("error", "a tensor is in two safetensors files"),
+    "shard-unlisted": ("warning", "a .safetensors file beside an index that the index omits"),
+    "dtype-unsupported": ("warning", "a tensor's dtype is not decoded: its values were not read"),
 }
 
 

@@ -21,7 +21,8 @@ from ckpt_cli.core.verify.ocdbt import Ref
 from ckpt_cli.core.verify.problems import Problem, ProblemJSON, problem
 
 Level = Literal["structure", "deep", "sample"]
-CheckedKind = Literal["root", "step", "item"]
+#: ``safetensors``: a safetensors file, index or Hugging Face folder (schema 6).
+CheckedKind = Literal["root", "step", "item", "safetensors"]
 
 
 class SampleJSON(TypedDict):
@@ -340,8 +341,9 @@ class VerifyReport:
 
     path: str
     #: 2: problems name every leaf they hurt (leaves); 3: rotation.warnings; 4: scale (the
-    #: split decision of a scaled-out deep pass); 5: notes (items named, not read).
-    SCHEMA_VERSION: ClassVar[int] = 5
+    #: split decision of a scaled-out deep pass); 5: notes (items named, not read); 6: kind
+    #: ``safetensors`` (a file, index or folder of shards: one item per file).
+    SCHEMA_VERSION: ClassVar[int] = 6
     kind: CheckedKind
     level: Level
     items: tuple[ItemCheck, ...]
