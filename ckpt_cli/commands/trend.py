@@ -57,6 +57,16 @@ HtmlOpt = Annotated[
         show_default=False,
     ),
 ]
+GroupOpt = Annotated[
+    str,
+    typer.Option(
+        "--group",
+        help="How the tables (and the page's plots) group the leaves: part (parameters, "
+        "optimizer state, the rest), module (the name without its last component), "
+        "depth (the first 2 components of the name) or depth:N.",
+        metavar="HOW",
+    ),
+]
 ExplodeOpt = Annotated[
     float,
     typer.Option(
@@ -93,6 +103,7 @@ def trend(
     steps: TrendStepsOpt = None,
     item: ItemOpt = None,
     match: MatchOpt = None,
+    group: GroupOpt = "part",
     check: CheckOpt = False,
     html: HtmlOpt = None,
     explode: ExplodeOpt = 10.0,
@@ -120,23 +131,37 @@ def trend(
 
     options = TrendOptions(steps, item, match, explode, vanish, norm_jump)
     run = run_context(ctx, json_out, ScaleOptions.from_flags(threads=threads))
+    _check_group(group)
     plan = plan_trend(open_location(path, run.storage), options)
     with run.progress() as on_progress:
         report = run_trend(plan, on_progress)
-    _report(report, json_out, check, html)
+    _report(report, json_out, check, html, group)
 
 
-def _report(report: TrendReport, json_out: bool, check: bool, html: str | None) -> None:
+def _check_group(group: str) -> None:
+    from ckpt_cli.commands.trend_text import parse_group
+    from ckpt_cli.errors import UsageError
+
+    try:
+        parse_group(group)
+    except ValueError:
+        raise UsageError(
+            f"--group {group!r} is not a grouping",
+            hint="use part, module, depth or depth:N (N >= 1)",
+        ) from None
+
+
+def _report(report: TrendReport, json_out: bool, check: bool, html: str | None, group: str) -> None:
     from ckpt_cli.commands import trend_text as render
 
     if html is not None:  # first: a page that cannot be written is the one error
         from ckpt_cli.commands.trend_html import write_html
 
-        write_html(report, html)
+        write_html(report, html, group)
     if json_out:
         emit_json(report)
     else:
-        render.print_report(report)
+        render.print_report(report, group)
     if check and not report.ok:
         errors = sum(1 for f in report.findings if f.severity == "error")
         if json_out:
@@ -169,5 +194,6 @@ COMMAND = Command(
         "runs/exp7",
         "runs/exp7 --steps 500- --match 'params.*kernel' --json",
         "runs/exp7 --check",
+        "runs/exp7 --group module --html trend.html",
     ),
 )

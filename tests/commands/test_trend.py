@@ -4,14 +4,15 @@ text view (findings first, sparklines, 80 columns), ``--check`` and bad input.""
 from __future__ import annotations
 
 import json
+import math
 from html.parser import HTMLParser
 
 import pytest
 
-from ckpt_cli.commands.trend_text import common_prefix, report_lines, sparkline
+from ckpt_cli.commands.trend_text import common_prefix, group_series, report_lines, sparkline
 from ckpt_cli.core.trend.plan import plan_trend
 from ckpt_cli.core.trend.run import trend
-from ckpt_cli.core.trend.types import TrendReport
+from ckpt_cli.core.trend.types import TrendOptions, TrendReport
 from tests.support.paths import FIXTURES
 from tests.support.trend_runs import NAN_LEAF, NAN_STEP, STEPS, TrendRuns
 
@@ -115,6 +116,8 @@ def test_match_item_and_a_fixture_release(cli) -> None:  # type: ignore[no-untyp
         (["--match", "("], 2, "not a valid pattern"),
         (["--match", "nothing"], 3, "no leaf of"),
         (["--explode", "0.5"], 2, "--explode"),
+        (["--group", "layer"], 2, "--group 'layer' is not a grouping"),
+        (["--group", "depth:0"], 2, "--group 'depth:0' is not a grouping"),
     ],
 )
 def test_bad_input_is_one_line_and_its_exit_code(  # type: ignore[no-untyped-def]
@@ -168,8 +171,9 @@ def test_html_is_one_self_contained_page(cli, trend_runs: TrendRuns, tmp_path) -
     names = [lf["name"] for lf in doc["leaves"]]
     assert names and all(name in text for name in names)
     assert "script" not in page.tags and not page.urls  # nothing to fetch, nothing to run
-    # One chart per metric, two per leaf, and the heat map with a cell per leaf and step.
-    assert page.tags.count("svg") == 1 + 2 * len(names) + 1
+    # One chart per metric, two per group (parameters, optimizer state, the rest) and per leaf,
+    # and the heat map with a cell per leaf and step.
+    assert page.tags.count("svg") == 1 + 2 * 3 + 2 * len(names) + 1
     cells = sum(len(lf["steps"]) for lf in doc["leaves"])
     assert page.tags.count("rect") == cells
     # Every finding links to its leaf's row.
@@ -182,3 +186,56 @@ def test_html_to_a_missing_directory_is_one_line(cli, trend_runs: TrendRuns, tmp
     r = cli("trend", trend_runs.healthy, "--html", tmp_path / "no" / "page.html")
     assert r.code == 3 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 2
     assert not (tmp_path / "no").exists()
+
+
+def test_group_by_module_and_by_depth(cli, trend_runs: TrendRuns) -> None:  # type: ignore[no-untyped-def]
+    def titles(*args: str) -> list[str]:
+        r = cli("trend", trend_runs.healthy, *args)
+        assert r.code == 0, r.stderr
+        lines = r.stdout.splitlines()
+        return [lines[i + 1] for i, line in enumerate(lines[:-1]) if line == ""]
+
+    assert titles("--group", "module") == [
+        "params.Dense_0 (2 leaves)",
+        "params.Dense_1 (2 leaves)",
+        "params (1 leaf)",
+        "opt_state.inner_states.train.inner_state.0 (1 leaf)",
+        "opt_state.inner_states.train.inner_state.0.mu.Dense_0 (2 leaves)",
+        "opt_state.inner_states.train.inner_state.0.mu (1 leaf)",
+        "opt_state.inner_states.train.inner_state.0.nu.Dense_0 (2 leaves)",
+        "opt_state.inner_states.train.inner_state.0.nu (1 leaf)",
+        "(top level) (1 leaf)",
+    ]
+    assert titles("--group", "depth") == [
+        "params.Dense_0 (2 leaves)",
+        "params.Dense_1 (2 leaves)",
+        "params (1 leaf)",
+        "opt_state.inner_states (7 leaves, under opt_state.inner_states.train.inner_state.0.)",
+        "(top level) (1 leaf)",
+    ]
+    assert titles("--group", "depth:1") == [
+        "params (5 leaves)",
+        "opt_state (7 leaves, under opt_state.inner_states.train.inner_state.0.)",
+        "(top level) (1 leaf)",
+    ]
+    assert titles() == titles("--group", "part")
+    # Rows leave the group's name out; the JSON does not change with the grouping.
+    r = cli("trend", trend_runs.healthy, "--group", "module")
+    assert any(line.lstrip().startswith("kernel ") for line in r.stdout.splitlines())
+    doc = cli("trend", trend_runs.healthy, "--json", "--group", "module").json()
+    assert doc == cli("trend", trend_runs.healthy, "--json").json()
+
+
+def test_group_series_is_the_norm_of_the_group_as_one_vector(trend_runs: TrendRuns) -> None:
+    report = trend(plan_trend(trend_runs.healthy, TrendOptions(match="params.Dense_0.*")))
+    leaves = list(report.leaves)
+    assert len(leaves) == 2
+    norms, ratios = group_series(report.steps, leaves)
+    for i, step in enumerate(report.steps):
+        rows = [next(s for s in lf.steps if s.step == step) for lf in leaves]
+        assert norms[i] == pytest.approx(math.sqrt(sum(s.norm**2 for s in rows)), rel=1e-12)
+    assert ratios[0] is None
+    prev = [lf.steps[0] for lf in leaves]
+    cur = [lf.steps[1] for lf in leaves]
+    want = math.sqrt(sum(s.update_norm**2 for s in cur) / sum(s.norm**2 for s in prev))  # type: ignore[operator]
+    assert ratios[1] == pytest.approx(want, rel=1e-12)
