@@ -96,6 +96,17 @@ NormJumpOpt = Annotated[
     ),
 ]
 
+DeadUnitsOpt = Annotated[
+    int,
+    typer.Option(
+        "--dead-units",
+        min=1,
+        help="A leaf of 2+ dimensions with at least N units (last axis) all zero at a step "
+        "that were not at the step before is `dead`.",
+        metavar="N",
+    ),
+]
+
 
 def trend(
     ctx: typer.Context,
@@ -109,6 +120,7 @@ def trend(
     explode: ExplodeOpt = 10.0,
     vanish: VanishOpt = 10.0,
     norm_jump: NormJumpOpt = 4.0,
+    dead_units: DeadUnitsOpt = 1,
     json_out: JsonOpt = False,
     threads: ThreadsOpt = THREADS,
 ) -> None:
@@ -117,7 +129,8 @@ def trend(
     before (its norm, and the ratio to the previous norm); the run's metrics; findings first.
 
     Findings: nonfinite (error: the first step a leaf holds NaN/Inf), frozen (a float leaf that
-    never changes while others do), zero (all zeros at every step), exploding/vanishing (an
+    never changes while others do), zero (all zeros at every step), dead (units, along the last
+    axis, all zero that were not at the step before, --dead-units), exploding/vanishing (an
     update ratio far from the leaf's median, --explode/--vanish), norm-jump (--norm-jump).
 
     Exit codes: 0 done (with --check: no error-level finding) · 1 --check found an error ·
@@ -129,7 +142,7 @@ def trend(
     from ckpt_cli.core.trend.run import trend as run_trend
     from ckpt_cli.core.trend.types import TrendOptions
 
-    options = TrendOptions(steps, item, match, explode, vanish, norm_jump)
+    options = TrendOptions(steps, item, match, explode, vanish, norm_jump, dead_units=dead_units)
     run = run_context(ctx, json_out, ScaleOptions.from_flags(threads=threads))
     _check_group(group)
     plan = plan_trend(open_location(path, run.storage), options)

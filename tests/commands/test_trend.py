@@ -18,6 +18,7 @@ from tests.support.trend_runs import NAN_LEAF, NAN_STEP, STEPS, TrendRuns
 
 STEP_KEYS = {
     "step", "norm", "rms", "max_abs", "mean", "zeros", "nonfinite", "update_norm", "update_ratio",
+    "dead_units", "new_dead_units",
 }  # fmt: skip
 
 
@@ -25,7 +26,7 @@ def test_json_is_the_documented_shape(cli, trend_runs: TrendRuns) -> None:  # ty
     r = cli("trend", trend_runs.diverged, "--json")
     assert r.code == 0, r.stderr  # without --check, findings do not fail the command
     doc = r.json()
-    assert doc["schema_version"] == TrendReport.SCHEMA_VERSION == 1
+    assert doc["schema_version"] == TrendReport.SCHEMA_VERSION == 2
     assert set(doc) == {
         "schema_version", "root", "item", "steps", "leaves", "metrics", "findings",
         "thresholds", "ok",
@@ -44,7 +45,9 @@ def test_json_is_the_documented_shape(cli, trend_runs: TrendRuns) -> None:  # ty
         "message": "1 NaN/Inf value(s) at step 5, the first listed step with any",
     }
     assert doc["ok"] is False
-    assert doc["thresholds"] == {"explode": 10.0, "vanish": 10.0, "norm_jump": 4.0}
+    assert doc["thresholds"] == {
+        "explode": 10.0, "vanish": 10.0, "norm_jump": 4.0, "dead_units": 1,
+    }  # fmt: skip
     assert doc["metrics"][-1] == {"step": STEPS, "metrics": {"loss": None}}  # NaN: null
     json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
 
@@ -55,7 +58,7 @@ def test_check_exits_1_on_nan_and_0_on_a_healthy_run(cli, trend_runs: TrendRuns)
     assert bad.stdout.splitlines()[2].startswith(f"  error nonfinite {NAN_LEAF} @ {NAN_STEP}")
     good = cli("trend", trend_runs.healthy, "--check")
     assert good.code == 0, good.stderr
-    assert "findings: 0 errors, 5 warnings" in good.stdout
+    assert "findings: 0 errors, 6 warnings" in good.stdout
     # Before the NaN, the same run is healthy.
     assert cli("trend", trend_runs.diverged, "--check", "--steps", f"-{NAN_STEP - 1}").code == 0
     j = cli("trend", trend_runs.diverged, "--check", "--json")
@@ -68,7 +71,7 @@ def test_text_puts_findings_first_then_a_table_per_part(cli, trend_runs: TrendRu
     assert r.code == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"trend {trend_runs.healthy} (item default): 6 steps 1-6, 13 leaves")
-    assert lines[1] == "findings: 0 errors, 5 warnings"
+    assert lines[1] == "findings: 0 errors, 6 warnings"
     assert lines[2].startswith("  warning zero opt_state.")
     metric = next(line for line in lines if line.startswith("metric loss: "))
     # The loss falls at every step: from the top bar to the bottom one.
@@ -116,6 +119,7 @@ def test_match_item_and_a_fixture_release(cli) -> None:  # type: ignore[no-untyp
         (["--match", "("], 2, "not a valid pattern"),
         (["--match", "nothing"], 3, "no leaf of"),
         (["--explode", "0.5"], 2, "--explode"),
+        (["--dead-units", "0"], 2, "--dead-units"),
         (["--group", "layer"], 2, "--group 'layer' is not a grouping"),
         (["--group", "depth:0"], 2, "--group 'depth:0' is not a grouping"),
     ],

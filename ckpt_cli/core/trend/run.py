@@ -52,6 +52,9 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
         for seg in _segments(leaf.at)
     ]
     accs = [[Acc() for _ in seg] for _, seg, _ in segments]
+    dead: list[list[tuple[int, int] | None]] = [[None] * len(seg) for _, seg, _ in segments]
+    left = [0] * len(segments)  # blocks of a segment submitted and not yet merged
+    submitted = 0  # segments whose every block is submitted
     workers = max(1, threads())
     with ThreadPoolExecutor(workers, thread_name_prefix="ckpt-trend") as pool:
         pending: deque[tuple[int, Future[list[Acc]]]] = deque()
@@ -59,15 +62,22 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
         def drain() -> None:
             i, fut = pending.popleft()
             accs[i] = [a.merge(b) for a, b in zip(accs[i], fut.result(), strict=True)]
+            left[i] -= 1
+            if not left[i] and i < submitted:  # every block merged: units counted, freed
+                dead[i] = _dead_units(accs[i])
 
         for i, (leaf, _, readers) in enumerate(segments):
             for block in _blocks(readers, per_step):
+                left[i] += 1
                 pending.append((i, pool.submit(_block, leaf.name, readers, block, done)))
                 if len(pending) >= workers + IN_FLIGHT:
                     drain()
+            submitted = i + 1
+            if not left[i]:
+                dead[i] = _dead_units(accs[i])
         while pending:
             drain()
-    leaves = _rows(plan, segments, accs)
+    leaves = _rows(plan, segments, accs, dead)
     metrics = tuple((r.step, r.metrics) for r in plan.steps if r.metrics)
     report = TrendReport(
         plan.root,
@@ -84,15 +94,33 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
 Segment = list[tuple[int, ArrayInfo, str]]
 
 
+def _dead_units(accs: list[Acc]) -> list[tuple[int, int] | None]:
+    """Per step of a segment: (units all 0, units all 0 that were not at the step before), or
+    None for a leaf of fewer than two dimensions; the units' flags are dropped."""
+    out: list[tuple[int, int] | None] = []
+    before = None
+    for acc in accs:
+        alive, acc.alive = acc.alive, None
+        if alive is None:
+            out.append(None)
+            continue
+        died = 0 if before is None else int((before & ~alive).sum())
+        out.append((int(alive.size - alive.sum()), died))
+        before = alive
+    return out
+
+
 def _rows(
     plan: TrendPlan,
     segments: list[tuple[LeafPlan, Segment, list[LeafReader]]],
     accs: list[list[Acc]],
+    dead: list[list[tuple[int, int] | None]],
 ) -> tuple[LeafTrend, ...]:
     rows: dict[str, list[StepStats]] = {leaf.name: [] for leaf in plan.leaves}
-    for (leaf, seg, _), seg_accs in zip(segments, accs, strict=True):
+    for (leaf, seg, _), seg_accs, seg_dead in zip(segments, accs, dead, strict=True):
         prev_norm: float | None = None
         for i, ((step, _, _), acc) in enumerate(zip(seg, seg_accs, strict=True)):
+            units = seg_dead[i]
             upd = acc.update if i else None
             upd_norm = math.sqrt(upd) if upd is not None else None
             ratio = upd_norm / prev_norm if upd_norm is not None and prev_norm else None
@@ -107,6 +135,8 @@ def _rows(
                     acc.nonfinite,
                     upd_norm,
                     ratio,
+                    None if units is None else units[0],
+                    None if units is None or not i else units[1],
                 )
             )
             prev_norm = acc.norm
@@ -141,6 +171,8 @@ def _block(
     the step before within the segment)."""
     futures = [read_block(r, block) for r in readers]
     nbytes = math.prod(s.stop - s.start for s in block) * readers[0].info.itemsize
+    shape = readers[0].info.shape
+    units = (shape[-1], block[-1]) if len(shape) >= 2 else None
     out = []
     prev = None
     for fut in futures:
@@ -152,7 +184,7 @@ def _block(
                 hint="run `ckpt verify --deep` on the step",
             ) from None
         acc = Acc()
-        acc.add(x, prev)
+        acc.add(x, prev, units)
         out.append(acc)
         prev = x
         done(nbytes)

@@ -16,12 +16,13 @@ if TYPE_CHECKING:
     from ckpt_cli.core.format.discovery import ItemRef
 
 Severity = Literal["error", "warning"]
-FindingKind = Literal["nonfinite", "frozen", "zero", "exploding", "vanishing", "norm-jump"]
+FindingKind = Literal["nonfinite", "frozen", "zero", "dead", "exploding", "vanishing", "norm-jump"]
 
-#: Defaults of the thresholds (``--explode``, ``--vanish``, ``--norm-jump``).
+#: Defaults of the thresholds (``--explode``, ``--vanish``, ``--norm-jump``, ``--dead-units``).
 EXPLODE = 10.0
 VANISH = 10.0
 NORM_JUMP = 4.0
+DEAD_UNITS = 1
 #: Bytes of one leaf's block at all its steps together (each step's block is a share of it).
 TREND_BLOCK_BYTES = 4 << 20
 
@@ -33,7 +34,9 @@ class TrendOptions:
     ``explode``: an update ratio above this many times the leaf's median ratio is
     ``exploding``; ``vanish``: below the median divided by this, ``vanishing`` (both need three
     or more ratios of the leaf). ``norm_jump``: a norm growing or shrinking by more than this
-    factor from one listed step to the next.
+    factor from one listed step to the next. ``dead_units``: a leaf of two or more dimensions
+    with at least this many units (along its last axis) all 0 at a step that were not at the
+    step before is ``dead``.
     """
 
     steps: str | None = None
@@ -43,6 +46,7 @@ class TrendOptions:
     vanish: float = VANISH
     norm_jump: float = NORM_JUMP
     block_bytes: int = TREND_BLOCK_BYTES
+    dead_units: int = DEAD_UNITS
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,8 @@ class StepStatsJSON(TypedDict):
     nonfinite: int
     update_norm: float | None
     update_ratio: float | None
+    dead_units: int | None
+    new_dead_units: int | None
 
 
 class LeafTrendJSON(TypedDict):
@@ -122,6 +128,7 @@ class ThresholdsJSON(TypedDict):
     explode: float
     vanish: float
     norm_jump: float
+    dead_units: int
 
 
 class TrendJSON(TypedDict):
@@ -139,7 +146,9 @@ class TrendJSON(TypedDict):
 @dataclass(frozen=True)
 class StepStats:
     """One leaf at one step; ``update_*`` against the previous listed step holding the leaf
-    with the same shape (None at the first)."""
+    with the same shape (None at the first). ``dead_units``: units (along the last axis) all 0,
+    ``new_dead_units``: those of them not all 0 at that previous step (None for a leaf of fewer
+    than two dimensions, and ``new_dead_units`` at the first step)."""
 
     step: int
     norm: float
@@ -150,6 +159,8 @@ class StepStats:
     nonfinite: int
     update_norm: float | None
     update_ratio: float | None
+    dead_units: int | None = None
+    new_dead_units: int | None = None
 
     def to_json(self) -> StepStatsJSON:
         return cast("StepStatsJSON", asdict(self))  # the fields are the document's
@@ -191,8 +202,9 @@ class Finding:
 
 @dataclass(frozen=True)
 class TrendReport:
-    #: 1: the first version.
-    SCHEMA_VERSION: ClassVar[int] = 1
+    #: 1: the first version. 2: ``dead_units``, ``new_dead_units`` per step, the ``dead``
+    #: finding and its threshold.
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     root: str
     item: str
@@ -220,7 +232,12 @@ class TrendReport:
             "leaves": [lf.to_json() for lf in self.leaves],
             "metrics": [{"step": s, "metrics": _finite(m)} for s, m in self.metrics],
             "findings": [f.to_json() for f in self.findings],
-            "thresholds": {"explode": o.explode, "vanish": o.vanish, "norm_jump": o.norm_jump},
+            "thresholds": {
+                "explode": o.explode,
+                "vanish": o.vanish,
+                "norm_jump": o.norm_jump,
+                "dead_units": o.dead_units,
+            },
             "ok": self.ok,
         }
 
