@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from ckpt_cli.core.copy.select import parse_steps
 from ckpt_cli.core.format.arrays import ArrayInfo
 from ckpt_cli.core.format.discovery import detect
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.inspect.item import inspect_item
 from ckpt_cli.core.listing import StepInfo, list_root
+from ckpt_cli.core.step_ranges import parse_steps
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.trend.types import LeafPlan, StepRead, TrendOptions, TrendPlan
 from ckpt_cli.errors import NotFoundError
