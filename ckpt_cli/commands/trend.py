@@ -107,6 +107,15 @@ DeadUnitsOpt = Annotated[
     ),
 ]
 
+ReadAllOpt = Annotated[
+    bool,
+    typer.Option(
+        "--read-all",
+        help="Read every step, even a leaf whose recorded digest (verify --record, save-time "
+        "digests) equals the previous step's: by default such a leaf is not read again.",
+    ),
+]
+
 
 def trend(
     ctx: typer.Context,
@@ -121,6 +130,7 @@ def trend(
     vanish: VanishOpt = 10.0,
     norm_jump: NormJumpOpt = 4.0,
     dead_units: DeadUnitsOpt = 1,
+    read_all: ReadAllOpt = False,
     json_out: JsonOpt = False,
     threads: ThreadsOpt = THREADS,
 ) -> None:
@@ -142,7 +152,9 @@ def trend(
     from ckpt_cli.core.trend.run import trend as run_trend
     from ckpt_cli.core.trend.types import TrendOptions
 
-    options = TrendOptions(steps, item, match, explode, vanish, norm_jump, dead_units=dead_units)
+    options = TrendOptions(
+        steps, item, match, explode, vanish, norm_jump, dead_units=dead_units, read_all=read_all
+    )
     run = run_context(ctx, json_out, ScaleOptions.from_flags(threads=threads))
     _check_group(group)
     plan = plan_trend(open_location(path, run.storage), options)

@@ -66,9 +66,14 @@ def summary_line(report: TrendReport) -> str:
     steps = report.steps
     span = f"{steps[0]}" if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
     values = sum(math.prod(lf.shape) for lf in report.leaves)
+    skipped = (
+        f", {plural(report.skipped_reads, 'leaf read')} skipped (recorded digests unchanged)"
+        if report.skipped_reads
+        else ""
+    )
     return (
         f"trend {report.root} (item {report.item}): {plural(len(steps), 'step')} {span}, "
-        f"{plural(len(report.leaves), 'leaf', 'leaves')}, {human_count(values)} values"
+        f"{plural(len(report.leaves), 'leaf', 'leaves')}, {human_count(values)} values{skipped}"
     )
 
 

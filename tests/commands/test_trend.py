@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from html.parser import HTMLParser
 
 import pytest
@@ -29,7 +30,7 @@ def test_json_is_the_documented_shape(cli, trend_runs: TrendRuns) -> None:  # ty
     assert doc["schema_version"] == TrendReport.SCHEMA_VERSION == 2
     assert set(doc) == {
         "schema_version", "root", "item", "steps", "leaves", "metrics", "findings",
-        "thresholds", "ok",
+        "thresholds", "skipped_reads", "ok",
     }  # fmt: skip
     assert doc["steps"] == list(range(1, STEPS + 1)) and doc["item"] == "default"
     assert doc["leaves"]
@@ -243,3 +244,18 @@ def test_group_series_is_the_norm_of_the_group_as_one_vector(trend_runs: TrendRu
     cur = [lf.steps[1] for lf in leaves]
     want = math.sqrt(sum(s.update_norm**2 for s in cur) / sum(s.norm**2 for s in prev))  # type: ignore[operator]
     assert ratios[1] == pytest.approx(want, rel=1e-12)
+
+
+def test_read_all_reads_what_the_records_would_skip(cli, trend_runs: TrendRuns, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    root = tmp_path / "run"
+    shutil.copytree(trend_runs.healthy, root)
+    before = cli("trend", root, "--json").json()
+    assert before["skipped_reads"] == 0  # no record yet
+    assert cli("verify", root, "--record").code == 0
+    r = cli("trend", root)
+    assert r.code == 0, r.stderr
+    assert "25 leaf reads skipped (recorded digests unchanged)" in r.stdout.splitlines()[0]
+    skipped = cli("trend", root, "--json").json()
+    everything = cli("trend", root, "--json", "--read-all").json()
+    assert skipped["skipped_reads"] == 25 and everything["skipped_reads"] == 0
+    assert skipped["leaves"] == everything["leaves"] == before["leaves"]

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader, cached_context
 from ckpt_cli.core.format.blocks import cache_bytes, iter_blocks, stream_blocks
@@ -51,6 +52,8 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
         for leaf in plan.leaves
         for seg in _segments(leaf.at)
     ]
+    recorded = {r.step: r.digests for r in plan.steps}
+    same = [_unchanged(leaf.name, seg, recorded) for leaf, seg, _ in segments]
     accs = [[Acc() for _ in seg] for _, seg, _ in segments]
     dead: list[list[tuple[int, int] | None]] = [[None] * len(seg) for _, seg, _ in segments]
     left = [0] * len(segments)  # blocks of a segment submitted and not yet merged
@@ -69,7 +72,8 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
         for i, (leaf, _, readers) in enumerate(segments):
             for block in _blocks(readers, per_step):
                 left[i] += 1
-                pending.append((i, pool.submit(_block, leaf.name, readers, block, done)))
+                task = pool.submit(_block, leaf.name, readers, same[i], block, done)
+                pending.append((i, task))
                 if len(pending) >= workers + IN_FLIGHT:
                     drain()
             submitted = i + 1
@@ -87,6 +91,7 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
         metrics,
         (),
         plan.options,
+        sum(sum(s) for s in same),
     )
     return replace(report, findings=findings(report))
 
@@ -146,6 +151,13 @@ def _rows(
     )
 
 
+def _unchanged(name: str, seg: Segment, recorded: dict[int, dict[str, str]]) -> list[bool]:
+    """Per step of a segment: whether its recorded digest of the leaf equals the previous
+    step's (its values are that step's: not read)."""
+    keys = [recorded[step].get(name) for step, _, _ in seg]
+    return [i > 0 and k is not None and k == keys[i - 1] for i, k in enumerate(keys)]
+
+
 def _segments(at: tuple[tuple[int, ArrayInfo, str], ...]) -> list[Segment]:
     """Runs of consecutive steps whose array has one shape: updates are taken within a run."""
     out: list[Segment] = []
@@ -165,17 +177,26 @@ def _blocks(readers: list[LeafReader], budget: int) -> Iterable[Block]:
 
 
 def _block(
-    name: str, readers: list[LeafReader], block: Block, done: Callable[[int], None]
+    name: str,
+    readers: list[LeafReader],
+    same: list[bool],
+    block: Block,
+    done: Callable[[int], None],
 ) -> list[Acc]:
     """One block of a leaf at every step of a segment: its accumulators (the update against
-    the step before within the segment)."""
-    futures = [read_block(r, block) for r in readers]
+    the step before within the segment). A step whose values are the step before's (``same``)
+    is not read: its accumulator is that step's, with no update."""
+    futures = [None if s else read_block(r, block) for r, s in zip(readers, same, strict=True)]
     nbytes = math.prod(s.stop - s.start for s in block) * readers[0].info.itemsize
     shape = readers[0].info.shape
     units = (shape[-1], block[-1]) if len(shape) >= 2 else None
-    out = []
+    out: list[Acc] = []
     prev = None
     for fut in futures:
+        if fut is None:
+            out.append(replace(out[-1], update=0.0, alive=_copy(out[-1].alive)))
+            done(nbytes)
+            continue
         try:
             x = fut.result()
         except Exception as e:
@@ -189,3 +210,7 @@ def _block(
         prev = x
         done(nbytes)
     return out
+
+
+def _copy(alive: Any) -> Any:
+    return None if alive is None else alive.copy()

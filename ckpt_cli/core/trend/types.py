@@ -6,7 +6,7 @@ A ``TrendReport`` is what ``ckpt trend --json`` prints (``to_json``) and what
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal, TypedDict, cast
 
 from ckpt_cli.core.schema import JSONValue
@@ -36,7 +36,8 @@ class TrendOptions:
     or more ratios of the leaf). ``norm_jump``: a norm growing or shrinking by more than this
     factor from one listed step to the next. ``dead_units``: a leaf of two or more dimensions
     with at least this many units (along its last axis) all 0 at a step that were not at the
-    step before is ``dead``.
+    step before is ``dead``. ``read_all``: read every step even where the recorded digests
+    (``verify --record``, save-time digests) say a leaf holds the previous step's values.
     """
 
     steps: str | None = None
@@ -47,16 +48,19 @@ class TrendOptions:
     norm_jump: float = NORM_JUMP
     block_bytes: int = TREND_BLOCK_BYTES
     dead_units: int = DEAD_UNITS
+    read_all: bool = False
 
 
 @dataclass(frozen=True)
 class StepRead:
-    """One listed step: where its item is, and its metrics."""
+    """One listed step: where its item is, its metrics, and its recorded digests (leaf -> what
+    identifies its values, ``records.values_key``)."""
 
     step: int
     ref: ItemRef
     metrics: dict[str, JSONValue] | None
     zarr3: bool = False
+    digests: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,7 @@ class TrendJSON(TypedDict):
     metrics: list[StepMetricsJSON]
     findings: list[TrendFindingJSON]
     thresholds: ThresholdsJSON
+    skipped_reads: int
     ok: bool
 
 
@@ -203,7 +208,7 @@ class Finding:
 @dataclass(frozen=True)
 class TrendReport:
     #: 1: the first version. 2: ``dead_units``, ``new_dead_units`` per step, the ``dead``
-    #: finding and its threshold.
+    #: finding and its threshold, ``skipped_reads``.
     SCHEMA_VERSION: ClassVar[int] = 2
 
     root: str
@@ -213,6 +218,8 @@ class TrendReport:
     metrics: tuple[tuple[int, dict[str, JSONValue]], ...]
     findings: tuple[Finding, ...]
     options: TrendOptions
+    #: Leaf-steps not read: their recorded digest equals the previous listed step's.
+    skipped_reads: int = 0
 
     @property
     def ok(self) -> bool:
@@ -238,6 +245,7 @@ class TrendReport:
                 "norm_jump": o.norm_jump,
                 "dead_units": o.dead_units,
             },
+            "skipped_reads": self.skipped_reads,
             "ok": self.ok,
         }
 

@@ -4,7 +4,9 @@ figures merge across blocks, and the selection of steps."""
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 
 import ckpt_cli
+from ckpt_cli.core.digest.records import DIGEST_FILE
 from ckpt_cli.core.trend import run as trend_run
 from ckpt_cli.core.trend.accum import Acc
 from ckpt_cli.core.trend.plan import plan_trend
@@ -302,3 +305,54 @@ def test_units_merge_across_row_and_column_blocks() -> None:
         merged = merged.merge(p)
     assert whole.alive.tolist() == [True, False, True, True, True, True]
     assert merged.alive.tolist() == whole.alive.tolist()
+
+
+def test_recorded_digests_skip_the_reads_of_unchanged_leaves(  # type: ignore[no-untyped-def]
+    cli, trend_runs: TrendRuns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After ``verify --record``, a leaf whose ld1 digest at a step equals the step before's is
+    not read there: the frozen and zero leaves are read at their first step only, and every
+    figure and finding is the one a full read gives."""
+    root = tmp_path / "healthy"
+    shutil.copytree(trend_runs.healthy, root)
+    assert cli("verify", root, "--record").code == 0
+    records = {
+        step: json.loads((root / str(step) / "default" / DIGEST_FILE).read_text())["leaves"]
+        for step in range(1, STEPS + 1)
+    }
+    unchanged = [
+        (name, step)
+        for step in range(2, STEPS + 1)
+        for name, d in records[step].items()
+        if d["ld1"] == records[step - 1][name]["ld1"]
+    ]
+    assert {name for name, _ in unchanged} == set(FROZEN) | ZERO_LEAVES
+    assert len(unchanged) == 5 * (STEPS - 1)
+
+    reads: list[Any] = []
+    real = trend_run.read_block
+
+    def counted(reader: Any, block: Any) -> Any:
+        reads.append(block)
+        return real(reader, block)
+
+    monkeypatch.setattr(trend_run, "read_block", counted)
+    everything = trend(plan_trend(root, TrendOptions(read_all=True)))
+    all_reads = len(reads)
+    assert all_reads == 13 * STEPS and everything.skipped_reads == 0  # a block per leaf and step
+    reads.clear()
+    skipping = trend(plan_trend(root))
+    assert len(reads) == all_reads - len(unchanged)
+    assert skipping.skipped_reads == len(unchanged)
+    assert [[s.to_json() for s in lf.steps] for lf in skipping.leaves] == [
+        [s.to_json() for s in lf.steps] for lf in everything.leaves
+    ]
+    assert skipping.findings == everything.findings
+    assert skipping.to_json()["skipped_reads"] == 25
+
+    # A damaged record is no record: that step's leaves are read (and its successor's).
+    (root / "3" / "default" / DIGEST_FILE).write_text("{not json")
+    reads.clear()
+    damaged = trend(plan_trend(root))
+    assert damaged.skipped_reads == len(unchanged) - 2 * 5
+    assert len(reads) == all_reads - damaged.skipped_reads
