@@ -1,7 +1,8 @@
 """``ckpt trend --html FILE``: one self-contained page (inline SVG and CSS, no script, no
-network resource): the findings linked to their leaves, each metric's curve, a table per part
-of the state with norm and update-ratio curves per leaf, and a heat map of update ratios
-(leaf x step; a cell's exact figures are in its tooltip)."""
+network resource): the findings linked to their leaves, each metric's curve, per group of
+leaves (``--group``: part of the state, module, depth) the group's norm and update ratio and a
+table with each leaf's curves, and a heat map of update ratios (leaf x step, in group order; a
+cell's exact figures are in its tooltip)."""
 
 from __future__ import annotations
 

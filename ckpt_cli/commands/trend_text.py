@@ -1,5 +1,6 @@
-"""Rendering for ``trend``: findings first, the metrics, then a table per part of the state
-(parameters, optimizer state, the rest) with sparklines of each leaf's norm and update ratio."""
+"""Rendering for ``trend``: findings first, the metrics, then a table per group of leaves
+(``--group``: by part of the state, the default, by module or by the first N components of the
+name) with sparklines of each leaf's norm and update ratio."""
 
 from __future__ import annotations
 
