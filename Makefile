@@ -8,7 +8,7 @@ DEMO := demo_runs/exp7
 S3PORT := 9055
 S3CKPT := AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo $(CKPT) --s3-endpoint http://127.0.0.1:$(S3PORT)
 
-.PHONY: demo test check lint types pytest docs docs-check docs-reference fixtures fixtures-matrix bench clean schemas
+.PHONY: demo test check lint types pytest browser docs docs-check docs-reference fixtures fixtures-matrix bench clean schemas
 
 $(STAMP): pyproject.toml ckpt_cli/_kernels.c
 	$(PYTHON) -m venv $(VENV)
@@ -231,8 +231,8 @@ check: lint types docs-check
 	$(VENV)/bin/pytest -n 2 -q -m "not slow"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check ckpt_cli tests bench examples fixtures/make_fixtures.py fixtures/make_damaged.py docs/gen_reference.py docs/gen_lists.py docs/hooks.py
-	$(VENV)/bin/ruff format --check ckpt_cli tests docs/gen_reference.py docs/gen_lists.py docs/hooks.py
+	$(VENV)/bin/ruff check ckpt_cli tests bench examples fixtures/make_fixtures.py fixtures/make_damaged.py docs/gen_reference.py docs/gen_lists.py docs/hooks.py docs/gen_trend_page.py
+	$(VENV)/bin/ruff format --check ckpt_cli tests docs/gen_reference.py docs/gen_lists.py docs/hooks.py docs/gen_trend_page.py
 
 types: $(STAMP)
 	$(VENV)/bin/mypy
@@ -240,9 +240,19 @@ types: $(STAMP)
 # ckpt_cli compiled first: the tests start ckpt in thousands of processes, and where
 # PYTHONDONTWRITEBYTECODE is set (this CI's machines) each would compile every module it imports
 # again (0.24 -> 0.17 s for `ckpt inspect`); an installed wheel is compiled by pip.
-pytest: $(STAMP)
+pytest: $(STAMP) browser
 	$(PY) -m compileall -q ckpt_cli tests/support > /dev/null
 	$(VENV)/bin/pytest -n 2 -q
+
+# The browser the tests open ckpt trend's page in (tests/commands/test_trend_browser.py):
+# Debian's chromium, installed when missing (about 25 s here, apt-get update included); as root,
+# or through sudo.
+browser:
+	@command -v chromium > /dev/null || { \
+	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium > /dev/null; }
+	@chromium --version
 
 # The documentation site (mkdocs.yml, docs/): `make docs` builds it into site/; `docs-check`, part of
 # `make test`, builds it strictly into a temporary directory (a broken link or anchor fails) and

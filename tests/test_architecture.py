@@ -79,7 +79,17 @@ GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
 
 # Layers, lowest first: a module imports only its own layer or lower ones, and within a layer
 # only its own group (the read operations, verify and write do not lean on one another).
-READ_OPS = ("listing", "inspect", "state", "step_state", "stats", "diff", "digest", "checkpoint")
+READ_OPS = (
+    "listing",
+    "inspect",
+    "state",
+    "step_state",
+    "stats",
+    "diff",
+    "digest",
+    "checkpoint",
+    "trend",
+)
 UTILITIES = (
     "progress",
     "schema",
@@ -92,6 +102,7 @@ UTILITIES = (
     "textfiles",
     "regex",
     "threads",
+    "step_ranges",
 )
 
 
@@ -125,9 +136,6 @@ def layer(name: str) -> tuple[int, str]:
         # du: the read view of a root that leans on verify's walk of every OCDBT version.
         if sub in ("prune", "reshard", "migrate", "copy", "du"):
             return 5, sub
-        # trend: a read operation that takes its --steps as cp does (copy.select): above copy.
-        if sub == "trend":
-            return 6, sub
         # safetensors: the format, and export/import, which reuse the rule language, migrate's
         # planner and reshard's partition rules: one layer above them.
         if sub == "safetensors":

@@ -57,6 +57,16 @@ HtmlOpt = Annotated[
         show_default=False,
     ),
 ]
+GroupOpt = Annotated[
+    str,
+    typer.Option(
+        "--group",
+        help="How the tables (and the page's plots) group the leaves: part (parameters, "
+        "optimizer state, the rest), module (the name without its last component), "
+        "depth (the first 2 components of the name) or depth:N.",
+        metavar="HOW",
+    ),
+]
 ExplodeOpt = Annotated[
     float,
     typer.Option(
@@ -86,6 +96,26 @@ NormJumpOpt = Annotated[
     ),
 ]
 
+DeadUnitsOpt = Annotated[
+    int,
+    typer.Option(
+        "--dead-units",
+        min=1,
+        help="A leaf of 2+ dimensions with at least N units (last axis) all zero at a step "
+        "that were not at the step before is `dead`.",
+        metavar="N",
+    ),
+]
+
+ReadAllOpt = Annotated[
+    bool,
+    typer.Option(
+        "--read-all",
+        help="Read every step, even a leaf whose recorded digest (verify --record, save-time "
+        "digests) equals the previous step's: by default such a leaf is not read again.",
+    ),
+]
+
 
 def trend(
     ctx: typer.Context,
@@ -93,11 +123,14 @@ def trend(
     steps: TrendStepsOpt = None,
     item: ItemOpt = None,
     match: MatchOpt = None,
+    group: GroupOpt = "part",
     check: CheckOpt = False,
     html: HtmlOpt = None,
     explode: ExplodeOpt = 10.0,
     vanish: VanishOpt = 10.0,
     norm_jump: NormJumpOpt = 4.0,
+    dead_units: DeadUnitsOpt = 1,
+    read_all: ReadAllOpt = False,
     json_out: JsonOpt = False,
     threads: ThreadsOpt = THREADS,
 ) -> None:
@@ -106,7 +139,8 @@ def trend(
     before (its norm, and the ratio to the previous norm); the run's metrics; findings first.
 
     Findings: nonfinite (error: the first step a leaf holds NaN/Inf), frozen (a float leaf that
-    never changes while others do), zero (all zeros at every step), exploding/vanishing (an
+    never changes while others do), zero (all zeros at every step), dead (units, along the last
+    axis, all zero that were not at the step before, --dead-units), exploding/vanishing (an
     update ratio far from the leaf's median, --explode/--vanish), norm-jump (--norm-jump).
 
     Exit codes: 0 done (with --check: no error-level finding) · 1 --check found an error ·
@@ -118,25 +152,41 @@ def trend(
     from ckpt_cli.core.trend.run import trend as run_trend
     from ckpt_cli.core.trend.types import TrendOptions
 
-    options = TrendOptions(steps, item, match, explode, vanish, norm_jump)
+    options = TrendOptions(
+        steps, item, match, explode, vanish, norm_jump, dead_units=dead_units, read_all=read_all
+    )
     run = run_context(ctx, json_out, ScaleOptions.from_flags(threads=threads))
+    _check_group(group)
     plan = plan_trend(open_location(path, run.storage), options)
     with run.progress() as on_progress:
         report = run_trend(plan, on_progress)
-    _report(report, json_out, check, html)
+    _report(report, json_out, check, html, group)
 
 
-def _report(report: TrendReport, json_out: bool, check: bool, html: str | None) -> None:
+def _check_group(group: str) -> None:
+    from ckpt_cli.commands.trend_text import parse_group
+    from ckpt_cli.errors import UsageError
+
+    try:
+        parse_group(group)
+    except ValueError:
+        raise UsageError(
+            f"--group {group!r} is not a grouping",
+            hint="use part, module, depth or depth:N (N >= 1)",
+        ) from None
+
+
+def _report(report: TrendReport, json_out: bool, check: bool, html: str | None, group: str) -> None:
     from ckpt_cli.commands import trend_text as render
 
     if html is not None:  # first: a page that cannot be written is the one error
         from ckpt_cli.commands.trend_html import write_html
 
-        write_html(report, html)
+        write_html(report, html, group)
     if json_out:
         emit_json(report)
     else:
-        render.print_report(report)
+        render.print_report(report, group)
     if check and not report.ok:
         errors = sum(1 for f in report.findings if f.severity == "error")
         if json_out:
@@ -169,5 +219,6 @@ COMMAND = Command(
         "runs/exp7",
         "runs/exp7 --steps 500- --match 'params.*kernel' --json",
         "runs/exp7 --check",
+        "runs/exp7 --group module --html trend.html",
     ),
 )

@@ -1,7 +1,8 @@
 """``ckpt trend --html FILE``: one self-contained page (inline SVG and CSS, no script, no
-network resource): the findings linked to their leaves, each metric's curve, a table per part
-of the state with norm and update-ratio curves per leaf, and a heat map of update ratios
-(leaf x step; a cell's exact figures are in its tooltip)."""
+network resource): the findings linked to their leaves, each metric's curve, per group of
+leaves (``--group``: part of the state, module, depth) the group's norm and update ratio and a
+table with each leaf's curves, and a heat map of update ratios (leaf x step, in group order; a
+cell's exact figures are in its tooltip)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,12 @@ table{border-collapse:collapse}td,th{padding:2px 8px;text-align:left;vertical-al
 tr:target{background:#fff3b0}.error{color:#b00020}.warning{color:#8a5a00}
 code{font-size:.95em}.num{text-align:right;font-variant-numeric:tabular-nums}
 svg{display:block}.axis{fill:#666;font-size:10px}
+.group{display:flex;gap:1em}figure{margin:0}figcaption{color:#666;font-size:12px}
 """
 
 
-def page(report: TrendReport) -> str:
-    """The whole page."""
+def page(report: TrendReport, group: str = "part") -> str:
+    """The whole page; ``group`` as ``--group`` groups the leaves."""
     from ckpt_cli.commands.trend_text import groups, metric_series, summary_line
 
     ids = leaf_ids(report.leaves)
@@ -54,35 +56,58 @@ def page(report: TrendReport) -> str:
         for name, values in series.items():
             out.append(f"<h3>{escape(name)}</h3>")
             out.append(_chart(list(report.steps), values, 600, 160, f"metric {name}"))
-    for title, leaves in groups(report):
-        out.append(f"<h2>{escape(title.capitalize())}</h2>")
-        out.append(
-            "<table><tr><th>leaf</th><th>dtype</th><th>shape</th><th>norm</th>"
-            '<th class="num">last</th><th>update ratio</th><th class="num">last</th></tr>'
-        )
-        for lf in leaves:
-            steps = [s.step for s in lf.steps]
-            last = lf.steps[-1]
-            out.append(
-                f'<tr id="{ids[lf.name]}"><td><code>{escape(lf.name)}</code></td>'
-                f"<td>{escape(lf.dtype)}</td><td>{escape(str(list(lf.shape)))}</td>"
-                f"<td>{_chart(steps, [s.norm for s in lf.steps], 160, 36, 'norm')}</td>"
-                f'<td class="num">{_num(last.norm)}</td>'
-                f"<td>{_chart(steps, [s.update_ratio for s in lf.steps], 160, 36, 'ratio')}</td>"
-                f'<td class="num">{_num(last.update_ratio)}</td></tr>'
-            )
-        out.append("</table>")
+    grouped = groups(report, group)
+    for title, prefix, leaves in grouped:
+        heading = title[:1].upper() + title[1:] if group == "part" else title
+        out += _group(report, heading, prefix, leaves, ids)
     out.append("<h2>Update ratio, leaf x step</h2>")
-    out.append(_heatmap(report, ids))
+    out.append(_heatmap(report, [lf for _, _, leaves in grouped for lf in leaves], ids))
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
 
-def write_html(report: TrendReport, path: str) -> None:
+def _group(
+    report: TrendReport, title: str, prefix: str, leaves: list[LeafTrend], ids: dict[str, str]
+) -> list[str]:
+    """A group's heading, its norm and update ratio over the steps (all its leaves as one),
+    and a row per leaf (its name without ``prefix``)."""
+    from ckpt_cli.commands.trend_text import group_series
+
+    under = f", under <code>{escape(prefix)}</code>" if prefix else ""
+    n = f"{len(leaves)} leaf" if len(leaves) == 1 else f"{len(leaves)} leaves"
+    norms, ratios = group_series(report.steps, leaves)
+    steps = list(report.steps)
+    out = [
+        f"<h2>{escape(title)}</h2><p>{n}{under}</p>",
+        '<div class="group">'
+        f"<figure>{_chart(steps, norms, 360, 120, f'{title} norm')}"
+        "<figcaption>norm of the group</figcaption></figure>"
+        f"<figure>{_chart(steps, ratios, 360, 120, f'{title} update ratio')}"
+        "<figcaption>update ratio of the group</figcaption></figure></div>",
+        "<table><tr><th>leaf</th><th>dtype</th><th>shape</th><th>norm</th>"
+        '<th class="num">last</th><th>update ratio</th><th class="num">last</th></tr>',
+    ]
+    for lf in leaves:
+        row = [s.step for s in lf.steps]
+        last = lf.steps[-1]
+        out.append(
+            f'<tr id="{ids[lf.name]}"><td><code title="{escape(lf.name)}">'
+            f"{escape(lf.name[len(prefix) :])}</code></td>"
+            f"<td>{escape(lf.dtype)}</td><td>{escape(str(list(lf.shape)))}</td>"
+            f"<td>{_chart(row, [s.norm for s in lf.steps], 160, 36, 'norm')}</td>"
+            f'<td class="num">{_num(last.norm)}</td>'
+            f"<td>{_chart(row, [s.update_ratio for s in lf.steps], 160, 36, 'ratio')}</td>"
+            f'<td class="num">{_num(last.update_ratio)}</td></tr>'
+        )
+    out.append("</table>")
+    return out
+
+
+def write_html(report: TrendReport, path: str, group: str = "part") -> None:
     """The page at ``path``, written to a temporary name and renamed."""
     from ckpt_cli.core.storage.local import LocalLocation
 
-    data = page(report).encode()
+    data = page(report, group).encode()
     LocalLocation(str(Path(path))).write_bytes(data, create_parents=False)
 
 
@@ -143,7 +168,8 @@ def _color(ratio: float | None, lo: float, hi: float, nonfinite: bool) -> str:
     return f"rgb({int(255 * t)},{int(80 + 100 * (1 - t))},{int(255 * (1 - t))})"
 
 
-def _heatmap(report: TrendReport, ids: dict[str, str]) -> str:
+def _heatmap(report: TrendReport, leaves: Sequence[LeafTrend], ids: dict[str, str]) -> str:
+    """A cell per leaf (in ``leaves``' order) and step, coloured by the update ratio."""
     logs = [
         math.log10(s.update_ratio)
         for lf in report.leaves
@@ -151,9 +177,9 @@ def _heatmap(report: TrendReport, ids: dict[str, str]) -> str:
         if s.update_ratio is not None and s.update_ratio > 0
     ]
     lo, hi = (min(logs), max(logs)) if logs else (0.0, 0.0)
-    cell, label = 22, 12 + 7 * max(len(lf.name) for lf in report.leaves)
+    cell, label = 22, 12 + 6 * max(len(lf.name) for lf in leaves)
     width = label + cell * len(report.steps) + 4
-    height = 20 + cell * len(report.leaves)
+    height = 20 + cell * len(leaves)
     col = {step: i for i, step in enumerate(report.steps)}
     svg = [
         f'<svg role="img" aria-label="update ratio heat map" width="{width}" height="{height}" '
@@ -161,7 +187,7 @@ def _heatmap(report: TrendReport, ids: dict[str, str]) -> str:
     ]
     for step, i in col.items():
         svg.append(f'<text class="axis" x="{label + i * cell + 2}" y="12">{step}</text>')
-    for r, lf in enumerate(report.leaves):
+    for r, lf in enumerate(leaves):
         y = 16 + r * cell
         svg.append(
             f'<a href="#{ids[lf.name]}"><text class="axis" x="0" y="{y + 14}">'
@@ -172,9 +198,11 @@ def _heatmap(report: TrendReport, ids: dict[str, str]) -> str:
             tip = f"{lf.name} @ {s.step}: update ratio {_num(s.update_ratio)}, norm {_num(s.norm)}"
             if s.nonfinite:
                 tip += f", {s.nonfinite} NaN/Inf"
+            # An update of exactly 0 is a white cell: outlined, or it would not show.
+            edge = ' stroke="#9e9e9e"' if s.update_ratio == 0 else ""
             svg.append(
                 f'<rect x="{label + col[s.step] * cell}" y="{y}" width="{cell - 2}" '
-                f'height="{cell - 2}" fill="{fill}"><title>{escape(tip)}</title></rect>'
+                f'height="{cell - 2}" fill="{fill}"{edge}><title>{escape(tip)}</title></rect>'
             )
     svg.append("</svg>")
     return "".join(svg)

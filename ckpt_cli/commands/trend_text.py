@@ -1,5 +1,6 @@
-"""Rendering for ``trend``: findings first, the metrics, then a table per part of the state
-(parameters, optimizer state, the rest) with sparklines of each leaf's norm and update ratio."""
+"""Rendering for ``trend``: findings first, the metrics, then a table per group of leaves
+(``--group``: by part of the state, the default, by module or by the first N components of the
+name) with sparklines of each leaf's norm and update ratio."""
 
 from __future__ import annotations
 
@@ -66,13 +67,18 @@ def summary_line(report: TrendReport) -> str:
     steps = report.steps
     span = f"{steps[0]}" if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
     values = sum(math.prod(lf.shape) for lf in report.leaves)
+    skipped = (
+        f", {plural(report.skipped_reads, 'leaf read')} skipped (recorded digests unchanged)"
+        if report.skipped_reads
+        else ""
+    )
     return (
         f"trend {report.root} (item {report.item}): {plural(len(steps), 'step')} {span}, "
-        f"{plural(len(report.leaves), 'leaf', 'leaves')}, {human_count(values)} values"
+        f"{plural(len(report.leaves), 'leaf', 'leaves')}, {human_count(values)} values{skipped}"
     )
 
 
-def report_lines(report: TrendReport, width: int | None) -> list[str]:
+def report_lines(report: TrendReport, width: int | None, group: str = "part") -> list[str]:
     paint = painter(False)
     lines = wrap(summary_line(report), width, indent="  ")
     errors = sum(1 for f in report.findings if f.severity == "error")
@@ -93,10 +99,9 @@ def report_lines(report: TrendReport, width: int | None) -> list[str]:
     for name, series in metric_series(report).items():
         finite = [v for v in series if v is not None]
         lines.append(f"metric {name}: {sparkline(series)} {_num(finite[0])} -> {_num(finite[-1])}")
-    for title, leaves in groups(report):
-        prefix = common_prefix([lf.name for lf in leaves])
+    for title, prefix, leaves in groups(report, group):
         lines.append("")
-        under = f", under {prefix}" if prefix else ""
+        under = f", under {prefix}" if prefix and prefix != title + "." else ""
         lines.append(f"{title} ({plural(len(leaves), 'leaf', 'leaves')}{under})")
         rows = []
         for lf in leaves:
@@ -125,23 +130,70 @@ def report_lines(report: TrendReport, width: int | None) -> list[str]:
     return lines
 
 
-def print_report(report: TrendReport) -> None:
+def print_report(report: TrendReport, group: str = "part") -> None:
     # Plain text even on a terminal: leaf names may hold brackets that Rich reads as markup.
-    emit(report_lines(report, text_width()), False)
+    emit(report_lines(report, text_width(), group), False)
 
 
-def groups(report: TrendReport) -> list[tuple[str, list[LeafTrend]]]:
-    out = []
-    taken: set[str] = set()
-    for part, title in _PARTS:
-        leaves = [lf for lf in report.leaves if lf.part == part]
-        if leaves:
-            out.append((title, leaves))
-            taken.update(lf.name for lf in leaves)
-    rest = [lf for lf in report.leaves if lf.name not in taken]
-    if rest:
-        out.append(("other leaves", rest))
-    return out
+#: How ``--group`` groups leaves: by part of the state, by module (the name without its last
+#: component), or by the first N components of the name (``depth:N``; ``depth`` is ``depth:2``).
+GROUPINGS = ("part", "module", "depth")
+DEFAULT_DEPTH = 2
+TOP_LEVEL = "(top level)"
+
+
+def parse_group(text: str) -> tuple[str, int]:
+    """``part``, ``module``, ``depth`` or ``depth:N`` as (grouping, depth); ValueError when
+    it is none of them."""
+    kind, _, n = text.partition(":")
+    if kind not in GROUPINGS or (n and (kind != "depth" or not n.isdigit() or int(n) < 1)):
+        raise ValueError(text)
+    return kind, int(n) if n else DEFAULT_DEPTH
+
+
+def groups(report: TrendReport, group: str = "part") -> list[tuple[str, str, list[LeafTrend]]]:
+    """The leaves in groups (title, the prefix its rows leave out, leaves): parameters' groups
+    first, then the optimizer state's, then the rest, each in the order of its first leaf."""
+    kind, depth = parse_group(group)
+    rank = {part: i for i, (part, _) in enumerate(_PARTS)}
+    titles = dict(_PARTS)
+    out: dict[str, list[LeafTrend]] = {}
+    for lf in sorted(report.leaves, key=lambda lf: rank.get(lf.part or "", len(rank))):
+        if kind == "part":
+            key = titles.get(lf.part or "", "other leaves")
+        else:
+            parts = lf.name.split(".")
+            keep = len(parts) - 1 if kind == "module" else min(depth, len(parts) - 1)
+            key = ".".join(parts[:keep]) or TOP_LEVEL
+        out.setdefault(key, []).append(lf)
+    return [(key, _prefix(key, leaves), leaves) for key, leaves in out.items()]
+
+
+def _prefix(key: str, leaves: list[LeafTrend]) -> str:
+    """What a group's rows leave out of their names: the dotted components they share, at
+    least the group's own name (module and depth groups)."""
+    shared = common_prefix([lf.name for lf in leaves])
+    own = key + "." if all(lf.name.startswith(key + ".") for lf in leaves) else ""
+    return shared if len(shared) > len(own) else own
+
+
+def group_series(
+    steps: Sequence[int], leaves: Sequence[LeafTrend]
+) -> tuple[list[float | None], list[float | None]]:
+    """A group's norm (the L2 norm of all its leaves together) and update ratio (the norm of
+    all their updates over the norm of all their previous values) at each step."""
+    squares: dict[int, float] = {}
+    updates: dict[int, float] = {}
+    before: dict[int, float] = {}
+    for lf in leaves:
+        for prev, cur in zip((None, *lf.steps), lf.steps, strict=False):
+            squares[cur.step] = squares.get(cur.step, 0.0) + cur.norm**2
+            if prev is not None and cur.update_norm is not None:
+                updates[cur.step] = updates.get(cur.step, 0.0) + cur.update_norm**2
+                before[cur.step] = before.get(cur.step, 0.0) + prev.norm**2
+    norms = [math.sqrt(squares[s]) if s in squares else None for s in steps]
+    ratios = [math.sqrt(updates[s] / before[s]) if before.get(s) else None for s in steps]
+    return norms, ratios
 
 
 def metric_series(report: TrendReport) -> dict[str, list[float | None]]:

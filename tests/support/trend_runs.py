@@ -4,6 +4,8 @@ worker): a linen MLP with optax, saved by a ``CheckpointManager`` at every step 
 
 Both runs freeze ``Dense_1`` (``optax.multi_transform`` with ``set_to_zero``), and keep ``gate``
 at zero (the loss multiplies it by zero: its gradient, Adam moments and updates are all zero).
+Both kill unit ``DEAD_UNIT`` of ``DEAD_LEAF`` at step ``DEAD_STEP``: a mask multiplied into
+the parameters after each update from then on keeps its column of the kernel at zero.
 The diverged run then puts a NaN into ``params.Dense_0.kernel`` before saving step ``NAN_STEP``
 (and the steps after it, training on).
 """
@@ -22,6 +24,9 @@ NAN_STEP = 5
 #: The leaves the findings must name (names as ckpt writes them).
 FROZEN = ("params.Dense_1.bias", "params.Dense_1.kernel")
 NAN_LEAF = "params.Dense_0.kernel"
+DEAD_LEAF = "params.Dense_0.kernel"
+DEAD_UNIT = 7
+DEAD_STEP = 3
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,11 @@ def train(root: Path, nan_at: int | None) -> dict[int, float]:
             loss, grads = jax.value_and_grad(loss_fn)(params)
             updates, opt_state = tx.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
+            if step >= DEAD_STEP:
+                mask = np.ones(params["Dense_0"]["kernel"].shape, np.float32)
+                mask[:, DEAD_UNIT] = 0
+                kernel = params["Dense_0"]["kernel"] * mask
+                params = {**params, "Dense_0": {**params["Dense_0"], "kernel": kernel}}
             if nan_at is not None and step == nan_at:
                 kernel = np.array(params["Dense_0"]["kernel"])
                 kernel[0, 0] = math.nan

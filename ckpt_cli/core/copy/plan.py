@@ -29,7 +29,6 @@ from ckpt_cli.core.copy.destination import (
     dest_state,
     with_dest,
 )
-from ckpt_cli.core.copy.select import StepSelection
 from ckpt_cli.core.format.discovery import (
     Detected,
     StepRef,
@@ -42,6 +41,7 @@ from ckpt_cli.core.format.names import (
     ROOT_METADATA_DIR,
     parse_step_name,
 )
+from ckpt_cli.core.step_ranges import StepSelection
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.errors import (
     CkptError,

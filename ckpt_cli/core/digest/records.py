@@ -46,7 +46,7 @@ from ckpt_cli.core.digest.ld1 import Partial
 from ckpt_cli.core.format.arrays import ArrayInfo
 from ckpt_cli.core.format.names import COMMIT_MARKER
 from ckpt_cli.core.storage import Location
-from ckpt_cli.errors import InvalidMetadataError, SourceDigestError
+from ckpt_cli.errors import CkptError, InvalidMetadataError, SourceDigestError
 
 DIGEST_FILE = "_CKPT_DIGESTS.json"
 #: ``verify --rotate``'s state, next to the digests (``verify/budget.py``): never recorded.
@@ -249,6 +249,29 @@ def string_digest(value: str) -> LeafDigest:
     from ckpt_cli.core.digest.ld1 import digest_text
 
     return LeafDigest("string", (), hashlib.sha256(value.encode()).hexdigest(), digest_text(value))
+
+
+def values_key(d: LeafDigest) -> str | None:
+    """What identifies a leaf's values in a record: its digest (``ld1``, else SHA-256) with its
+    dtype and shape; two leaves with one key hold the same values. None for a string leaf or a
+    leaf recorded without a digest."""
+    value = f"ld1:{d.ld1}" if d.ld1 else (f"sha256:{d.digest}" if d.digest else None)
+    if value is None or d.dtype == "string":
+        return None
+    return f"{value} {d.dtype}{list(d.shape)}"
+
+
+def recorded_values(item: Location) -> dict[str, str]:
+    """Leaf -> ``values_key`` of each array leaf the item's record holds: none when it has no
+    record, or a damaged one (``verify`` reports that)."""
+    try:
+        record = read_digests(item)
+    except CkptError:
+        return {}
+    if record is None:
+        return {}
+    keys = {name: values_key(d) for name, d in record.leaves.items()}
+    return {name: key for name, key in keys.items() if key is not None}
 
 
 def same_values(recorded: LeafDigest, got: LeafDigest) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
-from ckpt_cli.core.digest.records import DIGEST_FILE, read_digests
+from ckpt_cli.core.digest.records import DIGEST_FILE, recorded_values
 from ckpt_cli.core.du.ocdbt import Range, is_ocdbt, walk_item
 from ckpt_cli.core.du.types import (
     Duplicate,
@@ -286,20 +286,7 @@ def _each_step(
 def _digests(item: Location, files: Files) -> dict[str, str]:
     """Leaf -> its recorded digest (``verify --record``), dtype and shape in the key: none
     when the item has no record or a damaged one (``verify`` reports that)."""
-    if DIGEST_FILE not in files:
-        return {}
-    try:
-        record = read_digests(item)
-    except CkptError:
-        return {}
-    if record is None:
-        return {}
-    out = {}
-    for name, d in record.leaves.items():
-        value = f"ld1:{d.ld1}" if d.ld1 else (f"sha256:{d.digest}" if d.digest else None)
-        if value is not None and d.dtype != "string":
-            out[name] = f"{value} {d.dtype}{list(d.shape)}"
-    return out
+    return recorded_values(item) if DIGEST_FILE in files else {}
 
 
 def duplicates(steps: list[StepUsage]) -> list[Duplicate]:

@@ -1,7 +1,9 @@
 """Statistics of one leaf at one step, merged block by block (and across workers) in float64.
 
 Every figure but ``nonfinite`` and ``zeros`` is over the finite values; ``update`` sums the
-squared difference to the previous step over the elements finite at both steps.
+squared difference to the previous step over the elements finite at both steps. For a leaf of
+two or more dimensions, ``alive`` marks its units (the last axis: a Dense kernel's outputs)
+holding any value that is not 0 (NaN counts as not 0); blocks merge by OR-ing it.
 """
 
 from __future__ import annotations
@@ -21,11 +23,19 @@ class Acc:
     squares: float = 0.0  # sum of their squares
     max_abs: float = 0.0
     update: float = 0.0  # sum of (x - prev)^2 where both are finite
+    alive: Any = None  # numpy bool per unit (2-D and up), None for fewer dimensions
 
-    def add(self, x: Any, prev: Any = None) -> None:
-        """Fold one block (and the same block of the previous step) in."""
+    def add(self, x: Any, prev: Any = None, units: tuple[int, slice] | None = None) -> None:
+        """Fold one block (and the same block of the previous step) in; ``units``: the leaf's
+        number of units and the block's slice of them (2-D and up)."""
         import numpy as np
 
+        if units is not None:
+            a = np.asarray(x)
+            if self.alive is None:
+                self.alive = np.zeros(units[0], dtype=bool)
+            cols = a.reshape(-1, a.shape[-1]) if a.size else np.zeros((0, a.shape[-1]), a.dtype)
+            self.alive[units[1]] |= (cols != 0).any(axis=0)
         x = _float64(x)
         flat = x.reshape(-1)
         self.size += flat.size
@@ -58,6 +68,7 @@ class Acc:
             self.squares + other.squares,
             max(self.max_abs, other.max_abs),
             self.update + other.update,
+            _or(self.alive, other.alive),
         )
 
     @property
@@ -80,6 +91,12 @@ class Acc:
     def update_norm(self) -> float:
         """||x - prev|| of the blocks added with a previous step's."""
         return math.sqrt(self.update)
+
+
+def _or(a: Any, b: Any) -> Any:
+    if a is None or b is None:
+        return b if a is None else a
+    return a | b
 
 
 def _float64(x: Any) -> Any:

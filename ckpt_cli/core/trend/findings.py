@@ -1,8 +1,10 @@
-"""What a run's figures say: non-finite values (an error), frozen and all-zero leaves, update
-ratios far from the leaf's median, norms that jump between listed steps (warnings).
+"""What a run's figures say: non-finite values (an error), frozen and all-zero leaves, units
+that became all zero, update ratios far from the leaf's median, norms that jump between listed
+steps (warnings).
 
 Only floating-point leaves are judged (integer leaves, a step counter, change by design).
-Thresholds are ``TrendOptions``' (``--explode``, ``--vanish``, ``--norm-jump``).
+Thresholds are ``TrendOptions``' (``--explode``, ``--vanish``, ``--norm-jump``,
+``--dead-units``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def findings(report: TrendReport) -> tuple[Finding, ...]:
         out += zero
         if not zero and anything_moved:
             out += _frozen(leaf)
+        out += _dead(leaf, report.options.dead_units)
         out += _ratios(leaf, report.options.explode, report.options.vanish)
         out += _jumps(leaf, report.options.norm_jump)
     order = {lf.name: i for i, lf in enumerate(report.leaves)}
@@ -71,6 +74,25 @@ def _frozen(leaf: LeafTrend) -> list[Finding]:
             f"never changes {_span(leaf.steps)}, while other leaves do",
         )
     ]
+
+
+def _dead(leaf: LeafTrend, least: int) -> list[Finding]:
+    out = []
+    for prev, cur in _pairs(leaf):
+        if cur.new_dead_units is None or cur.new_dead_units < least:
+            continue
+        units = leaf.shape[-1]
+        out.append(
+            Finding(
+                "dead",
+                "warning",
+                leaf.name,
+                cur.step,
+                f"{cur.new_dead_units} of {units} units (last axis) all zero at step {cur.step} "
+                f"that were not at step {prev.step} ({cur.dead_units} all zero now)",
+            )
+        )
+    return out
 
 
 def _ratios(leaf: LeafTrend, explode: float, vanish: float) -> list[Finding]:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
-from ckpt_cli.core.copy.select import parse_steps
+from ckpt_cli.core.digest.records import recorded_values
 from ckpt_cli.core.format.arrays import ArrayInfo
 from ckpt_cli.core.format.discovery import detect
 from ckpt_cli.core.format.resolve import resolve_item
 from ckpt_cli.core.inspect.item import inspect_item
 from ckpt_cli.core.listing import StepInfo, list_root
+from ckpt_cli.core.step_ranges import parse_steps
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.trend.types import LeafPlan, StepRead, TrendOptions, TrendPlan
 from ckpt_cli.errors import NotFoundError
@@ -52,7 +53,7 @@ def plan_trend(
             listing = list_root(location, detected=found)
             metrics = listing.steps[0].metrics if listing.steps else None
         reads.append(StepRead(step, ref, metrics))
-    reads, leaves = _leaves(reads, options.match)
+    reads, leaves = _leaves(reads, options.match, not options.read_all)
     if not leaves:
         what = f"matches {options.match!r}" if options.match else "is an array"
         raise NotFoundError(
@@ -82,16 +83,18 @@ def _selected(steps: tuple[StepInfo, ...], text: str | None) -> list[StepInfo]:
 
 
 def _leaves(
-    reads: list[StepRead], match: str | None
+    reads: list[StepRead], match: str | None, records: bool
 ) -> tuple[list[StepRead], tuple[LeafPlan, ...]]:
-    """The steps with their zarr format, and every numeric array leaf matching ``match``, in
-    the order of the first step holding it, with its array at each step."""
+    """The steps with their zarr format (and recorded digests when ``records``), and every
+    numeric array leaf matching ``match``, in the order of the first step holding it, with its
+    array at each step."""
     order: dict[str, tuple[str | None, str, tuple[int, ...]]] = {}
     at: dict[str, list[tuple[int, ArrayInfo, str]]] = {}
     done = []
     for read in reads:
         report = inspect_item(read.ref, match)
-        done.append(replace(read, zarr3=report.zarr_format == 3))
+        digests = recorded_values(read.ref.location) if records and len(reads) > 1 else {}
+        done.append(replace(read, zarr3=report.zarr_format == 3, digests=digests))
         for leaf in report.leaves:
             if leaf.array is None or leaf.random_key_impl or leaf.dtype is None:
                 continue

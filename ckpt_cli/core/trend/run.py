@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader, cached_context
 from ckpt_cli.core.format.blocks import cache_bytes, iter_blocks, stream_blocks
@@ -51,7 +52,12 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
         for leaf in plan.leaves
         for seg in _segments(leaf.at)
     ]
+    recorded = {r.step: r.digests for r in plan.steps}
+    same = [_unchanged(leaf.name, seg, recorded) for leaf, seg, _ in segments]
     accs = [[Acc() for _ in seg] for _, seg, _ in segments]
+    dead: list[list[tuple[int, int] | None]] = [[None] * len(seg) for _, seg, _ in segments]
+    left = [0] * len(segments)  # blocks of a segment submitted and not yet merged
+    submitted = 0  # segments whose every block is submitted
     workers = max(1, threads())
     with ThreadPoolExecutor(workers, thread_name_prefix="ckpt-trend") as pool:
         pending: deque[tuple[int, Future[list[Acc]]]] = deque()
@@ -59,15 +65,23 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
         def drain() -> None:
             i, fut = pending.popleft()
             accs[i] = [a.merge(b) for a, b in zip(accs[i], fut.result(), strict=True)]
+            left[i] -= 1
+            if not left[i] and i < submitted:  # every block merged: units counted, freed
+                dead[i] = _dead_units(accs[i])
 
         for i, (leaf, _, readers) in enumerate(segments):
             for block in _blocks(readers, per_step):
-                pending.append((i, pool.submit(_block, leaf.name, readers, block, done)))
+                left[i] += 1
+                task = pool.submit(_block, leaf.name, readers, same[i], block, done)
+                pending.append((i, task))
                 if len(pending) >= workers + IN_FLIGHT:
                     drain()
+            submitted = i + 1
+            if not left[i]:
+                dead[i] = _dead_units(accs[i])
         while pending:
             drain()
-    leaves = _rows(plan, segments, accs)
+    leaves = _rows(plan, segments, accs, dead)
     metrics = tuple((r.step, r.metrics) for r in plan.steps if r.metrics)
     report = TrendReport(
         plan.root,
@@ -77,6 +91,7 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
         metrics,
         (),
         plan.options,
+        sum(sum(s) for s in same),
     )
     return replace(report, findings=findings(report))
 
@@ -84,15 +99,33 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
 Segment = list[tuple[int, ArrayInfo, str]]
 
 
+def _dead_units(accs: list[Acc]) -> list[tuple[int, int] | None]:
+    """Per step of a segment: (units all 0, units all 0 that were not at the step before), or
+    None for a leaf of fewer than two dimensions; the units' flags are dropped."""
+    out: list[tuple[int, int] | None] = []
+    before = None
+    for acc in accs:
+        alive, acc.alive = acc.alive, None
+        if alive is None:
+            out.append(None)
+            continue
+        died = 0 if before is None else int((before & ~alive).sum())
+        out.append((int(alive.size - alive.sum()), died))
+        before = alive
+    return out
+
+
 def _rows(
     plan: TrendPlan,
     segments: list[tuple[LeafPlan, Segment, list[LeafReader]]],
     accs: list[list[Acc]],
+    dead: list[list[tuple[int, int] | None]],
 ) -> tuple[LeafTrend, ...]:
     rows: dict[str, list[StepStats]] = {leaf.name: [] for leaf in plan.leaves}
-    for (leaf, seg, _), seg_accs in zip(segments, accs, strict=True):
+    for (leaf, seg, _), seg_accs, seg_dead in zip(segments, accs, dead, strict=True):
         prev_norm: float | None = None
         for i, ((step, _, _), acc) in enumerate(zip(seg, seg_accs, strict=True)):
+            units = seg_dead[i]
             upd = acc.update if i else None
             upd_norm = math.sqrt(upd) if upd is not None else None
             ratio = upd_norm / prev_norm if upd_norm is not None and prev_norm else None
@@ -107,6 +140,8 @@ def _rows(
                     acc.nonfinite,
                     upd_norm,
                     ratio,
+                    None if units is None else units[0],
+                    None if units is None or not i else units[1],
                 )
             )
             prev_norm = acc.norm
@@ -114,6 +149,13 @@ def _rows(
         LeafTrend(leaf.name, leaf.part, leaf.dtype, leaf.shape, tuple(rows[leaf.name]))
         for leaf in plan.leaves
     )
+
+
+def _unchanged(name: str, seg: Segment, recorded: dict[int, dict[str, str]]) -> list[bool]:
+    """Per step of a segment: whether its recorded digest of the leaf equals the previous
+    step's (its values are that step's: not read)."""
+    keys = [recorded[step].get(name) for step, _, _ in seg]
+    return [i > 0 and k is not None and k == keys[i - 1] for i, k in enumerate(keys)]
 
 
 def _segments(at: tuple[tuple[int, ArrayInfo, str], ...]) -> list[Segment]:
@@ -135,15 +177,26 @@ def _blocks(readers: list[LeafReader], budget: int) -> Iterable[Block]:
 
 
 def _block(
-    name: str, readers: list[LeafReader], block: Block, done: Callable[[int], None]
+    name: str,
+    readers: list[LeafReader],
+    same: list[bool],
+    block: Block,
+    done: Callable[[int], None],
 ) -> list[Acc]:
     """One block of a leaf at every step of a segment: its accumulators (the update against
-    the step before within the segment)."""
-    futures = [read_block(r, block) for r in readers]
+    the step before within the segment). A step whose values are the step before's (``same``)
+    is not read: its accumulator is that step's, with no update."""
+    futures = [None if s else read_block(r, block) for r, s in zip(readers, same, strict=True)]
     nbytes = math.prod(s.stop - s.start for s in block) * readers[0].info.itemsize
-    out = []
+    shape = readers[0].info.shape
+    units = (shape[-1], block[-1]) if len(shape) >= 2 else None
+    out: list[Acc] = []
     prev = None
     for fut in futures:
+        if fut is None:
+            out.append(replace(out[-1], update=0.0, alive=_copy(out[-1].alive)))
+            done(nbytes)
+            continue
         try:
             x = fut.result()
         except Exception as e:
@@ -152,8 +205,12 @@ def _block(
                 hint="run `ckpt verify --deep` on the step",
             ) from None
         acc = Acc()
-        acc.add(x, prev)
+        acc.add(x, prev, units)
         out.append(acc)
         prev = x
         done(nbytes)
     return out
+
+
+def _copy(alive: Any) -> Any:
+    return None if alive is None else alive.copy()

@@ -6,7 +6,7 @@ A ``TrendReport`` is what ``ckpt trend --json`` prints (``to_json``) and what
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal, TypedDict, cast
 
 from ckpt_cli.core.schema import JSONValue
@@ -16,12 +16,13 @@ if TYPE_CHECKING:
     from ckpt_cli.core.format.discovery import ItemRef
 
 Severity = Literal["error", "warning"]
-FindingKind = Literal["nonfinite", "frozen", "zero", "exploding", "vanishing", "norm-jump"]
+FindingKind = Literal["nonfinite", "frozen", "zero", "dead", "exploding", "vanishing", "norm-jump"]
 
-#: Defaults of the thresholds (``--explode``, ``--vanish``, ``--norm-jump``).
+#: Defaults of the thresholds (``--explode``, ``--vanish``, ``--norm-jump``, ``--dead-units``).
 EXPLODE = 10.0
 VANISH = 10.0
 NORM_JUMP = 4.0
+DEAD_UNITS = 1
 #: Bytes of one leaf's block at all its steps together (each step's block is a share of it).
 TREND_BLOCK_BYTES = 4 << 20
 
@@ -33,7 +34,10 @@ class TrendOptions:
     ``explode``: an update ratio above this many times the leaf's median ratio is
     ``exploding``; ``vanish``: below the median divided by this, ``vanishing`` (both need three
     or more ratios of the leaf). ``norm_jump``: a norm growing or shrinking by more than this
-    factor from one listed step to the next.
+    factor from one listed step to the next. ``dead_units``: a leaf of two or more dimensions
+    with at least this many units (along its last axis) all 0 at a step that were not at the
+    step before is ``dead``. ``read_all``: read every step even where the recorded digests
+    (``verify --record``, save-time digests) say a leaf holds the previous step's values.
     """
 
     steps: str | None = None
@@ -43,16 +47,20 @@ class TrendOptions:
     vanish: float = VANISH
     norm_jump: float = NORM_JUMP
     block_bytes: int = TREND_BLOCK_BYTES
+    dead_units: int = DEAD_UNITS
+    read_all: bool = False
 
 
 @dataclass(frozen=True)
 class StepRead:
-    """One listed step: where its item is, and its metrics."""
+    """One listed step: where its item is, its metrics, and its recorded digests (leaf -> what
+    identifies its values, ``records.values_key``)."""
 
     step: int
     ref: ItemRef
     metrics: dict[str, JSONValue] | None
     zarr3: bool = False
+    digests: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,8 @@ class StepStatsJSON(TypedDict):
     nonfinite: int
     update_norm: float | None
     update_ratio: float | None
+    dead_units: int | None
+    new_dead_units: int | None
 
 
 class LeafTrendJSON(TypedDict):
@@ -122,6 +132,7 @@ class ThresholdsJSON(TypedDict):
     explode: float
     vanish: float
     norm_jump: float
+    dead_units: int
 
 
 class TrendJSON(TypedDict):
@@ -133,13 +144,16 @@ class TrendJSON(TypedDict):
     metrics: list[StepMetricsJSON]
     findings: list[TrendFindingJSON]
     thresholds: ThresholdsJSON
+    skipped_reads: int
     ok: bool
 
 
 @dataclass(frozen=True)
 class StepStats:
     """One leaf at one step; ``update_*`` against the previous listed step holding the leaf
-    with the same shape (None at the first)."""
+    with the same shape (None at the first). ``dead_units``: units (along the last axis) all 0,
+    ``new_dead_units``: those of them not all 0 at that previous step (None for a leaf of fewer
+    than two dimensions, and ``new_dead_units`` at the first step)."""
 
     step: int
     norm: float
@@ -150,6 +164,8 @@ class StepStats:
     nonfinite: int
     update_norm: float | None
     update_ratio: float | None
+    dead_units: int | None = None
+    new_dead_units: int | None = None
 
     def to_json(self) -> StepStatsJSON:
         return cast("StepStatsJSON", asdict(self))  # the fields are the document's
@@ -191,8 +207,9 @@ class Finding:
 
 @dataclass(frozen=True)
 class TrendReport:
-    #: 1: the first version.
-    SCHEMA_VERSION: ClassVar[int] = 1
+    #: 1: the first version. 2: ``dead_units``, ``new_dead_units`` per step, the ``dead``
+    #: finding and its threshold, ``skipped_reads``.
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     root: str
     item: str
@@ -201,6 +218,8 @@ class TrendReport:
     metrics: tuple[tuple[int, dict[str, JSONValue]], ...]
     findings: tuple[Finding, ...]
     options: TrendOptions
+    #: Leaf-steps not read: their recorded digest equals the previous listed step's.
+    skipped_reads: int = 0
 
     @property
     def ok(self) -> bool:
@@ -220,7 +239,13 @@ class TrendReport:
             "leaves": [lf.to_json() for lf in self.leaves],
             "metrics": [{"step": s, "metrics": _finite(m)} for s, m in self.metrics],
             "findings": [f.to_json() for f in self.findings],
-            "thresholds": {"explode": o.explode, "vanish": o.vanish, "norm_jump": o.norm_jump},
+            "thresholds": {
+                "explode": o.explode,
+                "vanish": o.vanish,
+                "norm_jump": o.norm_jump,
+                "dead_units": o.dead_units,
+            },
+            "skipped_reads": self.skipped_reads,
             "ok": self.ok,
         }
 

@@ -1,6 +1,6 @@
-"""Which steps ``ckpt cp`` takes (``core/copy/select.py``): ``--steps`` ranges, ``--step``,
-``--latest`` and ``ROOT@STEPS``, one selection from them, and the usage errors of a list that is
-none."""
+"""Which steps ``ckpt cp`` takes (``core/copy/select.py``): ``--steps`` ranges (parsed by
+``core/step_ranges.py``, tests/core/test_step_ranges.py), ``--step``, ``--latest`` and
+``ROOT@STEPS``, one selection from them, and the usage errors of a list that is none."""
 
 from __future__ import annotations
 
@@ -8,19 +8,9 @@ import re
 
 import pytest
 
-from ckpt_cli.core.copy.select import combine, parse_steps
+from ckpt_cli.core.copy.select import combine
+from ckpt_cli.core.step_ranges import parse_steps
 from ckpt_cli.errors import UsageError
-
-
-def test_parse_steps() -> None:
-    sel = parse_steps("100-300,500,700-")
-    assert [s for s in (50, 100, 200, 300, 400, 500, 600, 700, 10**6) if sel.matches(s)] == [
-        100, 200, 300, 500, 700, 10**6,
-    ]  # fmt: skip
-    assert parse_steps("-300").matches(0) and not parse_steps("-300").matches(301)
-    for bad in ("", "a-b", "300-100", "1-2-3", "-"):
-        with pytest.raises(UsageError):
-            parse_steps(bad)
 
 
 def test_selection_is_described_as_it_was_given() -> None:

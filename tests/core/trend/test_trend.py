@@ -4,7 +4,9 @@ figures merge across blocks, and the selection of steps."""
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +14,23 @@ import numpy as np
 import pytest
 
 import ckpt_cli
+from ckpt_cli.core.digest.records import DIGEST_FILE
 from ckpt_cli.core.trend import run as trend_run
 from ckpt_cli.core.trend.accum import Acc
 from ckpt_cli.core.trend.plan import plan_trend
 from ckpt_cli.core.trend.run import trend
 from ckpt_cli.core.trend.types import TrendOptions, TrendReport
 from ckpt_cli.errors import NotFoundError, UsageError
-from tests.support.trend_runs import FROZEN, NAN_LEAF, NAN_STEP, STEPS, TrendRuns
+from tests.support.trend_runs import (
+    DEAD_LEAF,
+    DEAD_STEP,
+    DEAD_UNIT,
+    FROZEN,
+    NAN_LEAF,
+    NAN_STEP,
+    STEPS,
+    TrendRuns,
+)
 
 ZERO_LEAVES = {
     "params.gate",
@@ -63,12 +75,20 @@ def expected(values: dict[int, dict[str, np.ndarray]]) -> dict[str, list[dict[st
                 "nonfinite": int(np.sum(~np.isfinite(x))),
                 "update_norm": None,
                 "update_ratio": None,
+                "dead_units": None,
+                "new_dead_units": None,
             }
+            if x.ndim >= 2:  # units: the last axis; dead: every value 0 (NaN is not 0)
+                dead = np.all(raw.reshape(-1, raw.shape[-1]) == 0, axis=0)
+                row["dead_units"] = int(dead.sum())
             if name in prev:
                 d = x - prev[name]
                 row["update_norm"] = float(np.sqrt(np.sum(d[np.isfinite(d)] ** 2)))
                 before = out[name][-1]["norm"]
                 row["update_ratio"] = row["update_norm"] / before if before else None
+                if x.ndim >= 2:
+                    was = np.all(prev[name].reshape(-1, x.shape[-1]) == 0, axis=0)
+                    row["new_dead_units"] = int((dead & ~was).sum())
             out.setdefault(name, []).append(row)
             prev[name] = x
     return out
@@ -114,8 +134,36 @@ def test_the_healthy_run_finds_the_frozen_layer_and_the_zero_leaves(
     found = {(f.kind, f.leaf, f.step, f.severity) for f in report.findings}
     frozen = {("frozen", leaf, 1, "warning") for leaf in FROZEN if leaf not in ZERO_LEAVES}
     zero = {("zero", leaf, 1, "warning") for leaf in ZERO_LEAVES}
-    assert found == frozen | zero
+    dead = {("dead", DEAD_LEAF, DEAD_STEP, "warning")}
+    assert found == frozen | zero | dead
     assert report.ok
+
+
+def test_the_unit_the_mask_killed_is_dead_from_its_step_on(
+    trend_runs: TrendRuns, reports: dict[str, TrendReport]
+) -> None:
+    """Unit DEAD_UNIT's column of the kernel is all zero from DEAD_STEP on, and at no step
+    before: one ``dead`` finding, at that step; the counts per step say so too."""
+    values = {step: restored(trend_runs.healthy, step)[DEAD_LEAF] for step in range(1, STEPS + 1)}
+    zero_at = [s for s, v in values.items() if not v[:, DEAD_UNIT].any()]
+    assert zero_at == list(range(DEAD_STEP, STEPS + 1))
+    rows = reports["healthy"].leaf(DEAD_LEAF).steps
+    assert [r.dead_units for r in rows] == [0] * (DEAD_STEP - 1) + [1] * (STEPS - DEAD_STEP + 1)
+    assert [r.new_dead_units for r in rows] == [None] + [int(r.step == DEAD_STEP) for r in rows[1:]]
+    (dead,) = [f for f in reports["healthy"].findings if f.kind == "dead"]
+    assert (dead.leaf, dead.step) == (DEAD_LEAF, DEAD_STEP)
+    assert dead.message == (
+        f"1 of 16 units (last axis) all zero at step {DEAD_STEP} that were not at step "
+        f"{DEAD_STEP - 1} (1 all zero now)"
+    )
+    # One-dimensional leaves have no units; a step range that starts after the death has none.
+    assert reports["healthy"].leaf("params.Dense_0.bias").steps[-1].dead_units is None
+    later = trend(plan_trend(trend_runs.healthy, TrendOptions(steps=f"{DEAD_STEP}-")))
+    assert not [f for f in later.findings if f.kind == "dead"]
+    assert later.leaf(DEAD_LEAF).steps[0].dead_units == 1
+    # --dead-units 2: one unit is not enough.
+    strict = trend(plan_trend(trend_runs.healthy, TrendOptions(dead_units=2, match="params.*")))
+    assert not [f for f in strict.findings if f.kind == "dead"]
 
 
 def test_the_diverged_run_names_each_leaf_at_its_first_nonfinite_step(
@@ -137,7 +185,11 @@ def test_the_diverged_run_names_each_leaf_at_its_first_nonfinite_step(
     assert report.findings[: len(errors)] == tuple(errors)
     # A leaf turned NaN changed: it is not frozen, nor zero any more.
     warned = {(f.kind, f.leaf) for f in report.findings if f.severity == "warning"}
-    assert warned == {("frozen", "params.Dense_1.kernel"), ("zero", "params.Dense_1.bias")}
+    assert warned == {
+        ("frozen", "params.Dense_1.kernel"),
+        ("zero", "params.Dense_1.bias"),
+        ("dead", DEAD_LEAF),
+    }
     assert not report.ok and report.to_json()["ok"] is False
 
 
@@ -232,3 +284,75 @@ def test_the_public_api_plans_and_runs(trend_runs: TrendRuns) -> None:
     report = ckpt_cli.trend(plan)
     assert isinstance(report, ckpt_cli.TrendReport) and report.steps == (5, 6)
     assert not math.isnan(report.leaf(NAN_LEAF).steps[-1].norm)
+
+
+def test_units_merge_across_row_and_column_blocks() -> None:
+    """A unit (column) is all zero only when every block holding part of it says so."""
+    x = np.arange(1.0, 25.0).reshape(4, 6)
+    x[:, 1] = 0  # dead
+    x[:3, 4] = 0  # zero in the first block of rows only: alive
+    x[:, 5] = [0, 0, 0, np.nan]  # NaN is not zero: alive
+    whole = Acc()
+    whole.add(x, units=(6, slice(0, 6)))
+    parts = []
+    for rows in (slice(0, 3), slice(3, 4)):
+        for cols in (slice(0, 4), slice(4, 6)):
+            acc = Acc()
+            acc.add(x[rows, cols], units=(6, cols))
+            parts.append(acc)
+    merged = parts[0]
+    for p in parts[1:]:
+        merged = merged.merge(p)
+    assert whole.alive.tolist() == [True, False, True, True, True, True]
+    assert merged.alive.tolist() == whole.alive.tolist()
+
+
+def test_recorded_digests_skip_the_reads_of_unchanged_leaves(  # type: ignore[no-untyped-def]
+    cli, trend_runs: TrendRuns, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After ``verify --record``, a leaf whose ld1 digest at a step equals the step before's is
+    not read there: the frozen and zero leaves are read at their first step only, and every
+    figure and finding is the one a full read gives."""
+    root = tmp_path / "healthy"
+    shutil.copytree(trend_runs.healthy, root)
+    assert cli("verify", root, "--record").code == 0
+    records = {
+        step: json.loads((root / str(step) / "default" / DIGEST_FILE).read_text())["leaves"]
+        for step in range(1, STEPS + 1)
+    }
+    unchanged = [
+        (name, step)
+        for step in range(2, STEPS + 1)
+        for name, d in records[step].items()
+        if d["ld1"] == records[step - 1][name]["ld1"]
+    ]
+    assert {name for name, _ in unchanged} == set(FROZEN) | ZERO_LEAVES
+    assert len(unchanged) == 5 * (STEPS - 1)
+
+    reads: list[Any] = []
+    real = trend_run.read_block
+
+    def counted(reader: Any, block: Any) -> Any:
+        reads.append(block)
+        return real(reader, block)
+
+    monkeypatch.setattr(trend_run, "read_block", counted)
+    everything = trend(plan_trend(root, TrendOptions(read_all=True)))
+    all_reads = len(reads)
+    assert all_reads == 13 * STEPS and everything.skipped_reads == 0  # a block per leaf and step
+    reads.clear()
+    skipping = trend(plan_trend(root))
+    assert len(reads) == all_reads - len(unchanged)
+    assert skipping.skipped_reads == len(unchanged)
+    assert [[s.to_json() for s in lf.steps] for lf in skipping.leaves] == [
+        [s.to_json() for s in lf.steps] for lf in everything.leaves
+    ]
+    assert skipping.findings == everything.findings
+    assert skipping.to_json()["skipped_reads"] == 25
+
+    # A damaged record is no record: that step's leaves are read (and its successor's).
+    (root / "3" / "default" / DIGEST_FILE).write_text("{not json")
+    reads.clear()
+    damaged = trend(plan_trend(root))
+    assert damaged.skipped_reads == len(unchanged) - 2 * 5
+    assert len(reads) == all_reads - damaged.skipped_reads
