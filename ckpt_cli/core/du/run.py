@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from ckpt_cli.core.digest.records import DIGEST_FILE, read_digests
+from ckpt_cli.core.du.deep import add_digests, uncompared, upload_garbage
 from ckpt_cli.core.du.ocdbt import Range, is_ocdbt, walk_item
 from ckpt_cli.core.du.types import (
     Duplicate,
@@ -35,6 +36,7 @@ from ckpt_cli.core.format.names import (
     split_key,
 )
 from ckpt_cli.core.format.ocdbt import Value
+from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import CkptError
 
@@ -181,6 +183,7 @@ def item_usage(
         exact,
         note,
         _digests(item, files),
+        item,
     )
     return usage, garbage
 
@@ -296,7 +299,7 @@ def _digests(item: Location, files: Files) -> dict[str, str]:
         return {}
     out = {}
     for name, d in record.leaves.items():
-        value = f"ld1:{d.ld1}" if d.ld1 else (f"sha256:{d.digest}" if d.digest else None)
+        value = d.ld1 if d.ld1 else (f"sha256:{d.digest}" if d.digest else None)
         if value is not None and d.dtype != "string":
             out[name] = f"{value} {d.dtype}{list(d.shape)}"
     return out
@@ -329,8 +332,16 @@ def duplicates(steps: list[StepUsage]) -> list[Duplicate]:
     return out
 
 
-def disk_usage(location: Location) -> DuReport:
-    """Where the bytes under ``location`` (a root, a step or an item) are, and which are garbage."""
+def disk_usage(
+    location: Location,
+    *,
+    deep: bool = False,
+    memory_limit: int = 1 << 30,
+    on_progress: ProgressFn | None = None,
+) -> DuReport:
+    """Where the bytes under ``location`` (a root, a step or an item) are, and which are
+    garbage. ``deep``: compute the digests no record holds of the leaves found in several
+    steps (reads their values, under ``memory_limit``), so that duplicates are found."""
     found = detect(location)
     if found.kind == "legacy":
         raise legacy_msgpack_error(location)
@@ -354,6 +365,9 @@ def disk_usage(location: Location) -> DuReport:
         item, garbage = item_usage(location, location.name, files, None, str(location.parent))
         steps = [StepUsage(None, "", str(location), "-", total, (item,), 0)]
         other = 0
+    garbage += upload_garbage(location, str(location) if found.kind == "root" else None)
+    if deep:
+        steps = add_digests(steps, memory_limit, on_progress)
     return DuReport(
         str(location),
         found.kind,
@@ -362,4 +376,6 @@ def disk_usage(location: Location) -> DuReport:
         other,
         tuple(garbage),
         tuple(duplicates(steps)),
+        deep,
+        len(uncompared(steps)),
     )
