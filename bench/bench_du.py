@@ -92,15 +92,17 @@ def routes(
         "ckpt du": ([*ckpt, "du", str(root)], local),
         "ckpt du --json": ([*ckpt, "du", str(root), "--json"], local),
     }
+    # -P: the current directory (this checkout) is not put before PYTHONPATH's package.
+    old = [sys.executable, "-P", "-m", "ckpt_cli"]
     if a.baseline:
         base = {**local, "PYTHONPATH": str(a.baseline.resolve())}
-        out["ckpt du (baseline)"] = ([*ckpt, "du", str(root)], base)
+        out["ckpt du (baseline)"] = ([*old, "du", str(root)], base)
     if url is not None:
         out["s3: ckpt ls -v"] = ([*ckpt, "ls", "-v", url], s3_env)
         out["s3: ckpt du"] = ([*ckpt, "du", url], s3_env)
         if a.baseline:
             base = {**s3_env, "PYTHONPATH": str(a.baseline.resolve())}
-            out["s3: ckpt du (baseline)"] = ([*ckpt, "du", url], base)
+            out["s3: ckpt du (baseline)"] = ([*old, "du", url], base)
     if a.deep_steps:
         few = root.parent / f"root_{a.deep_steps}steps"
         build(few, a.deep_steps)

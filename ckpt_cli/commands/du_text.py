@@ -169,13 +169,14 @@ def duplicate_lines(report: DuReport, top: int, typed: str | None = None) -> lis
 
 
 def notes(report: DuReport, typed: str | None = None) -> list[str]:
-    return [
+    out = [
         line
         for s in report.steps
         for i in s.items
         if i.note
         for line in wrap(f"note: {_as_typed(i.path, report, typed)}: {i.note}", WIDTH)
     ]
+    return out + [line for note in report.notes for line in wrap(f"note: {note}", WIDTH)]
 
 
 def print_report(report: DuReport, by: str | None, top: int, typed: str | None = None) -> None:

@@ -16,6 +16,7 @@ from dataclasses import replace
 from ckpt_cli.core.du.types import Garbage, StepUsage
 from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.storage import Location
+from ckpt_cli.errors import CkptError, UnreachableError
 
 #: (step index, item index, leaf name)
 Slot = tuple[int, int, str]
@@ -69,16 +70,22 @@ def add_digests(
     return out
 
 
-def upload_garbage(location: Location, root: str | None) -> list[Garbage]:
+def upload_garbage(location: Location, root: str | None) -> tuple[list[Garbage], str | None]:
     """The multipart uploads begun under ``location`` and never completed nor aborted (a
     bucket only): each with the bytes of its parts (``ListParts``; not counted past
-    ``MAX_COUNTED`` uploads) and how to abort it."""
+    ``MAX_COUNTED`` uploads) and how to abort it. When the store refuses to list them (a
+    credential without ``s3:ListBucketMultipartUploads``): none, and a note saying so."""
     from ckpt_cli.core.storage.remote import RemoteLocation
     from ckpt_cli.core.storage.uploads import MAX_COUNTED, open_uploads
 
-    uploads = open_uploads(location)
+    try:
+        uploads = open_uploads(location)
+    except UnreachableError:
+        raise
+    except CkptError as e:
+        return [], f"open multipart uploads not listed: {e.message}"
     if not uploads or not isinstance(location, RemoteLocation):
-        return []
+        return [], None
     store = location.store
     count = len(uploads) <= MAX_COUNTED
     out = []
@@ -99,4 +106,4 @@ def upload_garbage(location: Location, root: str | None) -> list[Garbage]:
         if not count:
             hint = f"parts not counted (over {MAX_COUNTED} open uploads); " + hint
         out.append(Garbage("open-upload", store.url(u.key), size, hint))
-    return out
+    return out, None

@@ -365,7 +365,8 @@ def disk_usage(
         item, garbage = item_usage(location, location.name, files, None, str(location.parent))
         steps = [StepUsage(None, "", str(location), "-", total, (item,), 0)]
         other = 0
-    garbage += upload_garbage(location, str(location) if found.kind == "root" else None)
+    uploads, note = upload_garbage(location, str(location) if found.kind == "root" else None)
+    garbage += uploads
     if deep:
         steps = add_digests(steps, memory_limit, on_progress)
     return DuReport(
@@ -378,4 +379,5 @@ def disk_usage(
         tuple(duplicates(steps)),
         deep,
         len(uncompared(steps)),
+        (note,) if note else (),
     )

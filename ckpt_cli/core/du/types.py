@@ -107,6 +107,7 @@ class DuJSON(TypedDict):
     duplicate_bytes: int
     deep: bool
     uncompared_leaves: int
+    notes: list[str]
     steps: list[StepUsageJSON]
     garbage: list[GarbageJSON]
     duplicates: list[DuplicateJSON]
@@ -265,7 +266,7 @@ class Duplicate:
 class DuReport:
     """``ckpt du``: a root, a step or an item, every byte accounted for."""
 
-    #: 2: ``deep``, ``uncompared_leaves``; garbage of kind ``open-upload`` (outside
+    #: 2: ``deep``, ``uncompared_leaves``, ``notes``; garbage of kind ``open-upload`` (outside
     #: ``total_bytes``: no listing of files shows it).
     SCHEMA_VERSION: ClassVar[int] = 2
 
@@ -281,6 +282,8 @@ class DuReport:
     #: Leaves found in several steps (same item, name, dtype and shape) whose values were not
     #: compared: no digest recorded, none computed (no ``--deep``, or unreadable).
     uncompared_leaves: int = 0
+    #: What ``du`` could not look at (a bucket's open uploads it may not list).
+    notes: tuple[str, ...] = ()
 
     @property
     def duplicate_bytes(self) -> int:
@@ -307,6 +310,7 @@ class DuReport:
             "duplicate_bytes": self.duplicate_bytes,
             "deep": self.deep,
             "uncompared_leaves": self.uncompared_leaves,
+            "notes": list(self.notes),
             "steps": [s.to_json() for s in self.steps],
             "garbage": [g.to_json() for g in self.garbage],
             "duplicates": [d.to_json() for d in self.duplicates],
