@@ -224,16 +224,16 @@ class _Decoded:
 
 
 def _walk_decoded(item: Location, files: dict[str, int]) -> ItemDatabases:
-    """Every manifest of the item in one batched read, then the b-tree nodes of every
-    version a level at a time (all databases together): each node read once. Superseded
-    single-node versions are referenced, not decoded (as ``scan_database`` does). The latest
+    """Every manifest of the item (``disk_usage`` fetched them all at once), then the b-tree
+    nodes of every version a level at a time (all databases together): each node read once.
+    Superseded single-node versions are referenced, not decoded (as ``scan_database``). The latest
     single-node version of a per-process database beside a merged root is decoded only when
     a data file is left unreferenced: its values can only add references (a merged root's
     values, its nodes' and the versions' root nodes reference every data file of a sound
     save), so a sound save costs one read less per process."""
     dbs = databases(files)
     names = [f"{db}/{MANIFEST}" if db else MANIFEST for db in dbs]
-    manifests = item.read_ranges([(item.child(n), 0, files[n]) for n in names])
+    manifests = [item.child(n).read_bytes() for n in names]  # prefetched on a bucket
     walk = _Decoded(item, files)
     todo: list[_Todo] = []
     later: list[_Todo] = []

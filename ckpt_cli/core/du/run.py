@@ -27,6 +27,7 @@ from ckpt_cli.core.format.arrays import parse_zarr_header
 from ckpt_cli.core.format.discovery import detect, legacy_msgpack_error, step_status
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
+    MANIFEST,
     TMP_MARKER,
     TOMBSTONE,
     WRITING_MARKER,
@@ -347,6 +348,9 @@ def disk_usage(
         raise legacy_msgpack_error(location)
     files = {rel: e.size for rel, e in location.walk()}
     total = sum(files.values())
+    # Every OCDBT manifest under the path at once (``max_requests`` in flight on a bucket):
+    # each item's walk then starts from its manifests without a round trip of its own.
+    location.prefetch([location.child(rel) for rel in files if rel.endswith(MANIFEST)])
     garbage: list[Garbage] = []
     if found.kind == "root":
         steps, garbage, other = _root(location, files)

@@ -26,7 +26,7 @@ def files_of(item: Path) -> dict[str, int]:
 
 
 class CountingReads:
-    """Every (file, start, end) an item's walk reads."""
+    """Every (file, start, end) an item's walk reads in ranges."""
 
     def __init__(self, item: Location) -> None:
         self.reads: list[tuple[str, int, int]] = []
@@ -49,10 +49,10 @@ def check_same(item: Path) -> None:
     assert theirs.exact and mine.exact
     assert mine.values and mine.values == theirs.values
     assert (mine.unreferenced, mine.unused) == (theirs.unreferenced, theirs.unused)
-    # Each manifest and each node read once.
-    assert len(counting.reads) == len(set(counting.reads))
-    manifests = [r for r in counting.reads if r[0].endswith("manifest.ocdbt")]
-    assert len(manifests) == len(databases(files))
+    # Each node read once, in ranged reads (the manifests are whole files, read once each:
+    # tests/commands/test_du_bucket.py counts the GETs).
+    assert counting.reads and len(counting.reads) == len(set(counting.reads))
+    assert not [r for r in counting.reads if r[0].endswith("manifest.ocdbt")]
 
 
 @pytest.mark.parametrize("layout", ["ocdbt-zarr2", "ocdbt-zarr3"])
