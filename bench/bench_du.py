@@ -16,7 +16,9 @@ checked; the median wall time, CPU time and peak RSS are reported, with the core
 ``tests/support/remote_servers.py``, which counts every request), with one multipart upload
 left open, and ``ckpt ls -v`` / ``ckpt du`` run against it too; the table gives each route's
 requests per run (``LIST`` = ListObjectsV2 pages of 1,000 keys, ``GET``...). moto is Python: on
-a small host its own work bounds the wall time, so the request counts matter more there.
+a small host its own work bounds the wall time, so the request counts matter more there; and
+a child forked from this process (which then holds moto) reports its parent's pages in its
+peak RSS: take memory figures from a run without ``--bucket``.
 ``--baseline DIR``: ``ckpt du`` also runs with another commit's package
 (``git archive REV ckpt_cli | tar -x -C DIR``), in the same run. ``--deep-steps N``: ``ckpt du
 --deep`` on the first N steps' copy (every leaf read and hashed), against ``ckpt digest`` of
