@@ -39,6 +39,7 @@ demo: $(STAMP)
 	@echo "== ckpt du: where the bytes go, per step, then the largest leaves of the latest step"
 	$(CKPT) du $(DEMO)
 	$(CKPT) du $(DEMO)/600 --by leaf --top 5
+	$(CKPT) du $(DEMO) --deep
 	@echo "== ckpt du on a root with unfinished saves: the garbage, and the command that reclaims it"
 	$(CKPT) du fixtures/ckpts/with_tmp
 	@echo "== ckpt trend: did the run train? per leaf norms and update ratios over the steps, findings first"

@@ -10,7 +10,14 @@ import typer
 
 from ckpt_cli.commands._command import Command, JsonOutput
 from ckpt_cli.commands._context import run_context
-from ckpt_cli.commands._options import JsonOpt, PathArg
+from ckpt_cli.commands._options import (
+    MEMORY_LIMIT,
+    THREADS,
+    JsonOpt,
+    MemoryLimitOpt,
+    PathArg,
+    ThreadsOpt,
+)
 from ckpt_cli.commands._output import emit_json
 
 
@@ -38,31 +45,52 @@ TopOpt = Annotated[
     ),
 ]
 
+DeepOpt = Annotated[
+    bool,
+    typer.Option(
+        "--deep",
+        help="Compare leaves no record covers by their values: compute the ld1 digest of "
+        "each leaf found in several steps (same item, name, dtype, shape) that has no "
+        "recorded digest. Reads those arrays, under --memory-limit.",
+    ),
+]
+
 
 def du(
     ctx: typer.Context,
     path: PathArg,
     by: ByOpt = None,
     top: TopOpt = 20,
+    deep: DeepOpt = False,
+    memory_limit: MemoryLimitOpt = MEMORY_LIMIT,
     json_out: JsonOpt = False,
+    threads: ThreadsOpt = THREADS,
 ) -> None:
     """Where the bytes of a root, step or item go: per step, item and leaf, and the garbage.
 
     Totals add up to the file sizes under PATH. A leaf's bytes are its stored chunks (from the
     OCDBT b-tree's value ranges, or its zarr directory); logical bytes are dtype size x
     elements, and the ratio shows what compression saves. Garbage: OCDBT data files no
-    version references, ranges of data files only older versions read, unfinished saves;
-    each with the command that reclaims it. Duplicates: leaves whose digests recorded by
-    `ckpt verify --deep --record` are equal in several steps, and what one copy would save.
-    Reads only metadata: no JAX, no array data.
+    version references, ranges of data files only older versions read,
+    unfinished saves, open multipart uploads in a bucket; each with the command that reclaims
+    it. Duplicates: leaves whose ld1 digests are equal in several steps, and what one copy
+    would save; digests recorded by `ckpt verify --deep --record`, or with --deep computed
+    here. Without --deep, reads only metadata: no JAX, no array data.
     Exit codes: 0 counted (garbage is no error) · 2 usage · 3 not found or not a checkpoint.
     """
     from ckpt_cli.commands import du_text as render
     from ckpt_cli.core.du import disk_usage
+    from ckpt_cli.core.scale import ScaleOptions
     from ckpt_cli.core.storage import open_location
 
-    run = run_context(ctx, json_out)
-    report = disk_usage(open_location(path, run.storage))
+    run = run_context(ctx, json_out, ScaleOptions(threads=threads))
+    with run.progress() as on_progress:
+        report = disk_usage(
+            open_location(path, run.storage),
+            deep=deep,
+            memory_limit=memory_limit,
+            on_progress=on_progress,
+        )
     if json_out:
         emit_json(report)
     else:
@@ -93,6 +121,7 @@ COMMAND = Command(
     examples=(
         "runs/exp7",
         "runs/exp7 --by leaf --top 10",
+        "runs/exp7 --deep",
         "s3://bucket/runs/exp7 --json",
     ),
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ckpt_cli.commands._text import emit, human_bytes, painter, plural, use_color, wrap
-from ckpt_cli.core.du.types import LEFTOVER_KINDS, DuReport, Garbage, ratio
+from ckpt_cli.core.du.types import LEFTOVER_KINDS, UNLISTED_KINDS, DuReport, Garbage, ratio
 
 WIDTH = 80
 NAME = 31
@@ -79,6 +79,12 @@ def summary(report: DuReport) -> list[str]:
         f" + other files {human_bytes(report.other_bytes)}"
         f" + leftover saves {human_bytes(report.garbage_bytes - inside)}"
     )
+    unlisted = [g for g in report.garbage if g.kind in UNLISTED_KINDS]
+    if unlisted:
+        text += (
+            f"; besides, {plural(len(unlisted), 'open upload')} "
+            f"{human_bytes(sum(g.bytes for g in unlisted))}"
+        )
     return wrap(text, WIDTH)
 
 
@@ -118,15 +124,35 @@ def garbage_lines(
     return out
 
 
-def duplicate_lines(report: DuReport, top: int) -> list[str]:
-    """Leaves stored with equal values in several steps (from ``verify --record`` records)."""
+def _uncompared(report: DuReport, typed: str | None) -> list[str]:
+    """Why leaves found in several steps were not compared, and how to compare them."""
+    n = report.uncompared_leaves
+    if not n:
+        return []
+    path = typed or report.path
+    if report.deep:
+        text = f"{plural(n, 'leaf', 'leaves')} could not be read: not compared (`ckpt verify`)"
+    else:
+        text = (
+            f"{plural(n, 'leaf', 'leaves')} in several steps without a recorded digest: not "
+            f"compared; `ckpt du {path} --deep` reads and compares them (or `ckpt verify "
+            f"{path} --deep --record` records digests once)"
+        )
+    return wrap(("duplicates: " if not report.duplicates else "  ") + text, WIDTH, indent="    ")
+
+
+def duplicate_lines(report: DuReport, top: int, typed: str | None = None) -> list[str]:
+    """Leaves stored with equal values in several steps (digests recorded or, ``--deep``,
+    computed), then the leaves not compared."""
     dups = report.duplicates
     if not dups:
-        return []
-    out = [
+        return _uncompared(report, typed)
+    out = wrap(
         f"duplicates: {plural(len(dups), 'leaf', 'leaves')} stored again in several steps; "
-        f"one copy each would save {human_bytes(report.duplicate_bytes)}"
-    ]
+        f"one copy each would save {human_bytes(report.duplicate_bytes)}",
+        WIDTH,
+        indent="    ",
+    )
     shown = dups[:top] if top else dups
     for d in shown:
         steps = ",".join("-" if s is None else str(s) for s in d.steps)
@@ -139,17 +165,18 @@ def duplicate_lines(report: DuReport, top: int) -> list[str]:
         )
     if len(dups) > len(shown):
         out.append(f"  ... {plural(len(dups) - len(shown), 'more leaf', 'more leaves')}")
-    return out
+    return out + _uncompared(report, typed)
 
 
 def notes(report: DuReport, typed: str | None = None) -> list[str]:
-    return [
+    out = [
         line
         for s in report.steps
         for i in s.items
         if i.note
         for line in wrap(f"note: {_as_typed(i.path, report, typed)}: {i.note}", WIDTH)
     ]
+    return out + [line for note in report.notes for line in wrap(f"note: {note}", WIDTH)]
 
 
 def print_report(report: DuReport, by: str | None, top: int, typed: str | None = None) -> None:
@@ -162,6 +189,6 @@ def print_report(report: DuReport, by: str | None, top: int, typed: str | None =
     out += [paint(line, "") for line in summary(report)]
     style = "yellow" if report.garbage else ""
     out += [paint(line, style) for line in garbage_lines(report.garbage, report, typed)]
-    out += [paint(line, "") for line in duplicate_lines(report, top)]
+    out += [paint(line, "") for line in duplicate_lines(report, top, typed)]
     out += [paint(line, "") for line in notes(report, typed)]
     emit(out, color)

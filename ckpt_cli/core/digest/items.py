@@ -8,6 +8,7 @@ since the digest of each merges into its leaf's whatever the order. Memory: two 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from ckpt_cli.core.digest import DigestReport, ItemDigests, LeafDigest, block_budget, sorted_leaves
@@ -24,16 +25,34 @@ def digest_path(
 ) -> DigestReport:
     """The digests of an Orbax item (every leaf) or a step (every item); safetensors:
     ``digest/safetensors.py``."""
-    budget = block_budget(memory_limit)
     from ckpt_cli.core.format.resolve import resolve_items
-    from ckpt_cli.core.inspect.item import inspect_item
 
     refs = resolve_items(open_location(path, storage), step)
-    reports = [inspect_item(ref) for ref in refs]
+    items = digest_items([(ref, None) for ref in refs], memory_limit, on_progress)
+    return DigestReport("orbax", path, refs[0].step if refs else None, tuple(items))
+
+
+def digest_items(
+    wanted: Sequence[tuple[Any, Collection[str] | None]],
+    memory_limit: int = 1 << 30,
+    on_progress: ProgressFn | None = None,
+) -> list[ItemDigests]:
+    """The digests of items (``ItemRef``), one after another under ``memory_limit``, each
+    of every leaf or of the leaves named (one progress for all)."""
+    from dataclasses import replace
+
+    from ckpt_cli.core.inspect.item import inspect_item
+
+    budget = block_budget(memory_limit)
+    reports = []
+    for ref, names in wanted:
+        report = inspect_item(ref)
+        if names is not None:
+            report = replace(report, leaves=tuple(x for x in report.leaves if x.name in names))
+        reports.append(report)
     total = sum(leaf.array.nbytes for r in reports for leaf in r.leaves if leaf.array)
     on_bytes = ByteProgress(on_progress, "digest", total)
-    items = tuple(_digest_item(r, budget, memory_limit, on_bytes) for r in reports)
-    return DigestReport("orbax", path, refs[0].step if refs else None, items)
+    return [_digest_item(r, budget, memory_limit, on_bytes) for r in reports]
 
 
 def _digest_item(

@@ -255,7 +255,8 @@ def values_key(d: LeafDigest) -> str | None:
     """What identifies a leaf's values in a record: its digest (``ld1``, else SHA-256) with its
     dtype and shape; two leaves with one key hold the same values. None for a string leaf or a
     leaf recorded without a digest."""
-    value = f"ld1:{d.ld1}" if d.ld1 else (f"sha256:{d.digest}" if d.digest else None)
+    ld1 = d.ld1 if d.ld1 is None or d.ld1.startswith("ld1:") else f"ld1:{d.ld1}"
+    value = ld1 if ld1 else (f"sha256:{d.digest}" if d.digest else None)
     if value is None or d.dtype == "string":
         return None
     return f"{value} {d.dtype}{list(d.shape)}"

@@ -1,11 +1,13 @@
 """Attribute an OCDBT item's bytes to its leaves, and find the bytes no version reads.
 
-Two walks of each database of the item (the merged root and every ``ocdbt.process_N``):
-
-- the latest version, decoded here (``format/ocdbt.py``, a level of b-tree nodes per batched
-  read): every key's value (inline bytes, or a data file range), which the leaves are made of;
-- every version, through TensorStore (``verify/ocdbt.scan_database``): which data files any
-  version references, and every version's b-tree and version-tree nodes.
+One walk of every database of the item (the merged root and every ``ocdbt.process_N``),
+decoded here (``format/ocdbt.py``): every manifest in one batched read, then the b-tree nodes
+of every version a level at a time, each node read once. The latest version gives every key's
+value (inline bytes, or a data file range), which the leaves are made of; every version gives
+the data files it references and its nodes' bytes. Superseded single-node versions are
+referenced, not decoded (as ``verify/ocdbt.scan_database`` does). Where this decoder stops (a
+numbered manifest, version-tree nodes, damage), TensorStore walks the item instead
+(``scan_database``), and says what is damaged.
 
 A data file below ``d/`` that no version of any database references is garbage. So are the
 bytes of a referenced data file that no value of the latest version and no node of any
@@ -19,12 +21,21 @@ versions (one per batch of writes), each with its own root node. When a walk can
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ckpt_cli.core.format.names import MANIFEST
-from ckpt_cli.core.format.ocdbt import OcdbtFormatError, Value, read_values
+from ckpt_cli.core.format.ocdbt import (
+    MAX_HEIGHT,
+    NodeRef,
+    OcdbtFormatError,
+    Value,
+    decode_node,
+    read_values,
+    read_versions,
+)
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import CkptError
 
@@ -79,8 +90,42 @@ def _covered(ranges: list[tuple[int, int]]) -> int:
     return total
 
 
+def _garbage(
+    out: ItemDatabases,
+    dbs: list[str],
+    files: dict[str, int],
+    referenced: set[str],
+    live: dict[str, list[tuple[int, int]]],
+) -> bool:
+    """Fill ``out``'s garbage from what the walks referenced; False (nothing filled) for a
+    damaged item: a directory of data files without its manifest, or a node or value past the
+    end of its file (or in a missing one), whose unreferenced bytes are no garbage to delete."""
+    holders = {name.rpartition("d/")[0].rstrip("/") for name in files if _DATA_FILE.fullmatch(name)}
+    if not holders <= set(dbs) or any(
+        files.get(file, -1) < max(end for _, end in spans) for file, spans in live.items()
+    ):
+        return False
+    for name, size in sorted(files.items()):
+        if not _DATA_FILE.fullmatch(name):
+            continue
+        if name not in referenced:
+            out.unreferenced.append(name)
+        elif (unused := size - _covered(live.get(name, []))) > 0:
+            out.unused[name] = unused
+    return True
+
+
 def walk_item(item: Location, files: dict[str, int]) -> ItemDatabases:
-    """Walk every database of ``item`` (``files``: its files, item-relative, with sizes)."""
+    """Walk every database of ``item`` (``files``: its files, item-relative, with sizes):
+    decoded here, each manifest and node read once; through TensorStore where this decoder
+    stops (damage, a numbered manifest, version-tree nodes), which says what it found."""
+    try:
+        return _walk_decoded(item, files)
+    except (OcdbtFormatError, CkptError, ValueError):
+        return _walk_tensorstore(item, files)
+
+
+def _walk_tensorstore(item: Location, files: dict[str, int]) -> ItemDatabases:
     from ckpt_cli.core.verify.ocdbt import scan_database
 
     out = ItemDatabases()
@@ -111,24 +156,109 @@ def walk_item(item: Location, files: dict[str, int]) -> ItemDatabases:
             if not isinstance(v, bytes):
                 live.setdefault(v[0], []).append((v[1], v[1] + v[2]))
             out.values[key] = v
-    # A directory of data files without its manifest, or a value past the end of its file
-    # (or in a missing one): a damaged item, whose unreferenced bytes are no garbage to delete.
-    holders = {name.rpartition("d/")[0].rstrip("/") for name in files if _DATA_FILE.fullmatch(name)}
-    scans_complete &= holders <= set(dbs)
-    scans_complete &= all(
-        files.get(file, -1) >= max(end for _, end in spans) for file, spans in live.items()
-    )
-    if not scans_complete:
+    if not scans_complete or not _garbage(out, dbs, files, referenced, live):
         out.exact = False
         out.note = "the OCDBT database is damaged (`ckpt verify` says where): no garbage reported"
         return out
-    for name, size in sorted(files.items()):
-        if not _DATA_FILE.fullmatch(name):
-            continue
-        if name not in referenced:
-            out.unreferenced.append(name)
-        elif (unused := size - _covered(live.get(name, []))) > 0:
-            out.unused[name] = unused
     if not out.exact:
         out.note = "OCDBT manifest read through TensorStore: inline chunks count 0 bytes"
+    return out
+
+
+def _rel(db: str, path: str) -> str:
+    """An item-relative file name from a path relative to database ``db``."""
+    out = posixpath.normpath(posixpath.join(db, path))
+    if out.startswith("../") or out == ".." or posixpath.isabs(out):
+        raise OcdbtFormatError("a data file path leads out of the item")
+    return out
+
+
+#: (database, node, whether its values are the live ones) for one level of the walk.
+_Todo = tuple[str, NodeRef, bool]
+
+
+class _Decoded:
+    """The state of ``_walk_decoded``: what is referenced, what is live, the latest values."""
+
+    def __init__(self, item: Location, files: dict[str, int]) -> None:
+        self.item, self.files = item, files
+        self.referenced: set[str] = set()
+        self.live: dict[str, list[tuple[int, int]]] = {}
+        self.values: dict[bytes, Value | Range] = {}
+        self.seen: dict[tuple[str, int, int], bool] = {}
+
+    def node_ref(self, db: str, node: NodeRef) -> tuple[str, int, int]:
+        """Note a node's bytes as referenced metadata: (file, offset, length)."""
+        file = _rel(db, node.path)
+        if self.files.get(file, -1) < node.offset + node.length:
+            raise OcdbtFormatError("a node lies past the end of its file (or in none)")
+        self.referenced.add(file)
+        self.live.setdefault(file, []).append((node.offset, node.offset + node.length))
+        return (file, node.offset, node.length)
+
+    def level(self, todo: list[_Todo]) -> list[_Todo]:
+        """Decode one level of nodes (one batched read); the level below."""
+        batch: list[tuple[_Todo, tuple[str, int, int]]] = []
+        for db, node, keep in sorted(todo, key=lambda t: not t[2]):  # live trees first
+            ref = self.node_ref(db, node)
+            if self.seen.get(ref, False) or (ref in self.seen and not keep):
+                continue
+            self.seen[ref] = keep
+            batch.append(((db, node, keep), ref))
+        data = self.item.read_ranges([(self.item.child(f), o, o + n) for _, (f, o, n) in batch])
+        below: list[_Todo] = []
+        for ((db, node, keep), _), encoded in zip(batch, data, strict=True):
+            if len(encoded) != node.length or node.height > MAX_HEIGHT:
+                raise OcdbtFormatError("node shorter than its reference")
+            children, values = decode_node(encoded, node)
+            below += [(db, c, keep) for c in children]
+            for key, v in values.items():
+                if not isinstance(v, bytes):
+                    v = (_rel(db, v[0]), v[1], v[2])
+                    self.referenced.add(v[0])
+                    if keep:
+                        self.live.setdefault(v[0], []).append((v[1], v[1] + v[2]))
+                if keep:
+                    self.values[key] = v
+        return below
+
+
+def _walk_decoded(item: Location, files: dict[str, int]) -> ItemDatabases:
+    """Every manifest of the item (``disk_usage`` fetched them all at once), then the b-tree
+    nodes of every version a level at a time (all databases together): each node read once.
+    Superseded single-node versions are referenced, not decoded (as ``scan_database``). The latest
+    single-node version of a per-process database beside a merged root is decoded only when
+    a data file is left unreferenced: its values can only add references (a merged root's
+    values, its nodes' and the versions' root nodes reference every data file of a sound
+    save), so a sound save costs one read less per process."""
+    dbs = databases(files)
+    names = [f"{db}/{MANIFEST}" if db else MANIFEST for db in dbs]
+    manifests = [item.child(n).read_bytes() for n in names]  # prefetched on a bucket
+    walk = _Decoded(item, files)
+    todo: list[_Todo] = []
+    later: list[_Todo] = []
+    for db, manifest in zip(dbs, manifests, strict=True):
+        roots = [r for r in read_versions(manifest) if r is not None]
+        if not roots:
+            continue
+        *older, latest = roots
+        live = not db or "" not in dbs
+        if live or latest.height:
+            todo.append((db, latest, live))
+        else:
+            walk.node_ref(db, latest)
+            later.append((db, latest, False))
+        for r in older:
+            if r.height:
+                todo.append((db, r, False))
+            else:
+                walk.node_ref(db, r)
+    while todo:
+        todo = walk.level(todo)
+    data = [n for n in files if _DATA_FILE.fullmatch(n)]
+    if later and not walk.referenced.issuperset(data):
+        walk.level(later)
+    out = ItemDatabases(values=walk.values)
+    if not _garbage(out, dbs, files, walk.referenced, walk.live):
+        raise OcdbtFormatError("damaged: TensorStore's walk says where")
     return out

@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from ckpt_cli.core.digest.records import DIGEST_FILE, recorded_values
+from ckpt_cli.core.du.deep import add_digests, uncompared, upload_garbage
 from ckpt_cli.core.du.ocdbt import Range, is_ocdbt, walk_item
 from ckpt_cli.core.du.types import (
     Duplicate,
@@ -26,6 +27,7 @@ from ckpt_cli.core.format.arrays import parse_zarr_header
 from ckpt_cli.core.format.discovery import detect, legacy_msgpack_error, step_status
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
+    MANIFEST,
     TMP_MARKER,
     TOMBSTONE,
     WRITING_MARKER,
@@ -35,6 +37,7 @@ from ckpt_cli.core.format.names import (
     split_key,
 )
 from ckpt_cli.core.format.ocdbt import Value
+from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import CkptError
 
@@ -181,6 +184,7 @@ def item_usage(
         exact,
         note,
         _digests(item, files),
+        item,
     )
     return usage, garbage
 
@@ -316,13 +320,24 @@ def duplicates(steps: list[StepUsage]) -> list[Duplicate]:
     return out
 
 
-def disk_usage(location: Location) -> DuReport:
-    """Where the bytes under ``location`` (a root, a step or an item) are, and which are garbage."""
+def disk_usage(
+    location: Location,
+    *,
+    deep: bool = False,
+    memory_limit: int = 1 << 30,
+    on_progress: ProgressFn | None = None,
+) -> DuReport:
+    """Where the bytes under ``location`` (a root, a step or an item) are, and which are
+    garbage. ``deep``: compute the digests no record holds of the leaves found in several
+    steps (reads their values, under ``memory_limit``), so that duplicates are found."""
     found = detect(location)
     if found.kind == "legacy":
         raise legacy_msgpack_error(location)
     files = {rel: e.size for rel, e in location.walk()}
     total = sum(files.values())
+    # Every OCDBT manifest under the path at once (``max_requests`` in flight on a bucket):
+    # each item's walk then starts from its manifests without a round trip of its own.
+    location.prefetch([location.child(rel) for rel in files if rel.endswith(MANIFEST)])
     garbage: list[Garbage] = []
     if found.kind == "root":
         steps, garbage, other = _root(location, files)
@@ -341,6 +356,10 @@ def disk_usage(location: Location) -> DuReport:
         item, garbage = item_usage(location, location.name, files, None, str(location.parent))
         steps = [StepUsage(None, "", str(location), "-", total, (item,), 0)]
         other = 0
+    uploads, note = upload_garbage(location, str(location) if found.kind == "root" else None)
+    garbage += uploads
+    if deep:
+        steps = add_digests(steps, memory_limit, on_progress)
     return DuReport(
         str(location),
         found.kind,
@@ -349,4 +368,7 @@ def disk_usage(location: Location) -> DuReport:
         other,
         tuple(garbage),
         tuple(duplicates(steps)),
+        deep,
+        len(uncompared(steps)),
+        (note,) if note else (),
     )

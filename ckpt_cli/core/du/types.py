@@ -22,13 +22,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, TypedDict
+from typing import Any, ClassVar, Literal, TypedDict
 
 GarbageKind = Literal[
-    "unreferenced-file", "unreferenced-ranges", "tmp-save", "tmp-item", "unfinished-write", "trash"
+    "unreferenced-file",
+    "unreferenced-ranges",
+    "tmp-save",
+    "tmp-item",
+    "unfinished-write",
+    "trash",
+    "open-upload",
 ]
 #: Garbage beside the steps, never counted in one (the rest lies inside a step's bytes).
 LEFTOVER_KINDS = frozenset({"tmp-save", "unfinished-write", "trash"})
+#: Garbage no listing of files shows, outside ``total_bytes``: a bucket's open uploads.
+UNLISTED_KINDS = frozenset({"open-upload"})
 ItemFormat = Literal["ocdbt", "zarr", "other"]
 
 
@@ -97,6 +105,9 @@ class DuJSON(TypedDict):
     other_bytes: int
     garbage_bytes: int
     duplicate_bytes: int
+    deep: bool
+    uncompared_leaves: int
+    notes: list[str]
     steps: list[StepUsageJSON]
     garbage: list[GarbageJSON]
     duplicates: list[DuplicateJSON]
@@ -161,8 +172,11 @@ class ItemUsage:
     exact: bool = True
     note: str | None = None
     #: Leaf -> its digest recorded by ``verify --record`` (with dtype and shape): how
-    #: ``duplicates`` finds equal values across steps. Not part of the JSON.
+    #: ``duplicates`` finds equal values across steps (with ``--deep``, computed ones too).
+    #: Not part of the JSON.
     recorded: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    #: The item's ``Location``, which ``--deep`` reads. Not part of the JSON.
+    location: Any = field(default=None, compare=False, repr=False)
 
     @property
     def leaf_bytes(self) -> int:
@@ -252,7 +266,9 @@ class Duplicate:
 class DuReport:
     """``ckpt du``: a root, a step or an item, every byte accounted for."""
 
-    SCHEMA_VERSION: ClassVar[int] = 1
+    #: 2: ``deep``, ``uncompared_leaves``, ``notes``; garbage of kind ``open-upload`` (outside
+    #: ``total_bytes``: no listing of files shows it).
+    SCHEMA_VERSION: ClassVar[int] = 2
 
     path: str
     kind: str  # root | step | item
@@ -261,6 +277,13 @@ class DuReport:
     other_bytes: int
     garbage: tuple[Garbage, ...]
     duplicates: tuple[Duplicate, ...] = ()
+    #: Whether digests no record holds were computed from the values (``--deep``).
+    deep: bool = False
+    #: Leaves found in several steps (same item, name, dtype and shape) whose values were not
+    #: compared: no digest recorded, none computed (no ``--deep``, or unreadable).
+    uncompared_leaves: int = 0
+    #: What ``du`` could not look at (a bucket's open uploads it may not list).
+    notes: tuple[str, ...] = ()
 
     @property
     def duplicate_bytes(self) -> int:
@@ -285,6 +308,9 @@ class DuReport:
             "other_bytes": self.other_bytes,
             "garbage_bytes": self.garbage_bytes,
             "duplicate_bytes": self.duplicate_bytes,
+            "deep": self.deep,
+            "uncompared_leaves": self.uncompared_leaves,
+            "notes": list(self.notes),
             "steps": [s.to_json() for s in self.steps],
             "garbage": [g.to_json() for g in self.garbage],
             "duplicates": [d.to_json() for d in self.duplicates],

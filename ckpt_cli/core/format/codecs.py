@@ -70,7 +70,7 @@ def zstd_decompress(data: bytes) -> bytes | None:
     if size == _ZSTD_ERROR or (size != _ZSTD_UNKNOWN and size > MAX_DECODED_BYTES):
         return None
     known = size != _ZSTD_UNKNOWN
-    capacity = size if known else max(64 << 10, 4 * len(data))
+    capacity = size if known else max(4 << 10, 8 * len(data))
     while True:
         out = ctypes.create_string_buffer(max(1, capacity))
         n = int(lib.ZSTD_decompress(out, capacity, data, len(data)))

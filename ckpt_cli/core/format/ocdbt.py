@@ -80,7 +80,18 @@ class _Reader:
         return out
 
     def varints(self, n: int) -> list[int]:
-        return [self.varint() for _ in range(n)]
+        out: list[int] = []
+        data, pos, end = self.data, self.pos, len(self.data)
+        for _ in range(n):
+            if pos < end and data[pos] < 0x80:  # one byte: most lengths, ids and counts
+                out.append(data[pos])
+                pos += 1
+                continue
+            self.pos = pos
+            out.append(self.varint())
+            pos = self.pos
+        self.pos = pos
+        return out
 
 
 def _body(encoded: bytes, magic: int) -> _Reader:
@@ -139,8 +150,9 @@ def _refs(r: _Reader, files: list[tuple[str, str]], n: int) -> list[tuple[str, s
     return out
 
 
-def read_root(manifest: bytes) -> NodeRef | None:
-    """The latest version's root node; None for an empty database."""
+def _inline_versions(manifest: bytes) -> tuple[_Reader, list[NodeRef | None]]:
+    """The root node of each version inlined in the manifest, oldest first (None: the empty
+    tree), and the reader left at the statistics that follow them."""
     r = _body(manifest, MANIFEST_MAGIC)
     r.take(16)  # uuid
     if r.byte() != 0:
@@ -156,11 +168,28 @@ def read_root(manifest: bytes) -> NodeRef | None:
         raise OcdbtFormatError("no version")
     r.varints(n)  # generation numbers
     heights = list(r.take(n))
-    refs = _refs(r, files, n)
-    base, path, offset, length = refs[-1]
-    if not path and not length:
-        return None  # the empty tree: no root node
-    return NodeRef(path, offset, length, heights[-1], base, b"")
+    roots: list[NodeRef | None] = [
+        NodeRef(path, offset, length, height, base, b"") if path or length else None
+        for (base, path, offset, length), height in zip(_refs(r, files, n), heights, strict=True)
+    ]
+    return r, roots
+
+
+def read_versions(manifest: bytes) -> list[NodeRef | None]:
+    """The root node of every version the manifest lists, oldest first (None: the empty
+    tree). Versions older than the inline ones live in version-tree nodes, which this reader
+    does not follow: such a manifest raises ``OcdbtFormatError``."""
+    r, roots = _inline_versions(manifest)
+    r.varints(3 * len(roots))  # statistics: keys, tree bytes, indirect value bytes
+    r.take(8 * len(roots))  # commit times (uint64le)
+    if r.varint():
+        raise OcdbtFormatError("version tree nodes")
+    return roots
+
+
+def read_root(manifest: bytes) -> NodeRef | None:
+    """The latest version's root node; None for an empty database."""
+    return _inline_versions(manifest)[1][-1]
 
 
 def _keys(r: _Reader, n: int, interior: bool) -> tuple[list[bytes], list[int]]:

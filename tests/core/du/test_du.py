@@ -6,61 +6,15 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
-from ckpt_cli.core.du import DuReport, disk_usage
+from ckpt_cli.core.du import Duplicate, DuReport, disk_usage
 from ckpt_cli.core.du.types import LEFTOVER_KINDS
 from ckpt_cli.core.storage import open_location
+from tests.support.du_saves import LAYOUTS, TREE, save
 from tests.support.paths import FIXTURES
-
-LAYOUTS = {
-    "ocdbt-zarr2": {"use_ocdbt": True, "use_zarr3": False},
-    "ocdbt-zarr3": {"use_ocdbt": True, "use_zarr3": True},
-    "plain-zarr2": {"use_ocdbt": False, "use_zarr3": False},
-    "plain-zarr3": {"use_ocdbt": False, "use_zarr3": True},
-}
-#: Leaf name -> (shape, dtype) of the saved tree; logical bytes follow.
-TREE = {
-    "params.dense.kernel": ((64, 48), "float32"),
-    "params.dense.bias": ((48,), "float32"),
-    "params.embed": ((40, 16), "bfloat16"),
-    "params.frozen": ((24, 8), "float32"),
-    "step": ((), "int32"),
-}
-
-
-def _tree(seed: int) -> dict[str, Any]:
-    import jax.numpy as jnp
-    import ml_dtypes
-
-    rng = np.random.default_rng(seed)
-    return {
-        "params": {
-            "dense": {
-                "kernel": jnp.asarray(rng.standard_normal((64, 48), dtype=np.float32)),
-                "bias": jnp.asarray(rng.standard_normal(48, dtype=np.float32)),
-            },
-            "embed": jnp.asarray(rng.standard_normal((40, 16)).astype(ml_dtypes.bfloat16)),
-            # The same values in every step: a frozen leaf.
-            "frozen": jnp.asarray(np.random.default_rng(7).standard_normal((24, 8), np.float32)),
-        },
-        "step": jnp.int32(seed),
-    }
-
-
-def save(root: Path, layout: str, steps: tuple[int, ...] = (1, 2)) -> Path:
-    """A CheckpointManager root, one PyTree item per step, as Orbax's docs show."""
-    import orbax.checkpoint as ocp
-
-    handler = ocp.PyTreeCheckpointHandler(**LAYOUTS[layout])
-    with ocp.CheckpointManager(root, item_handlers=handler) as m:
-        for step in steps:
-            m.save(step, args=ocp.args.PyTreeSave(_tree(step)))
-        m.wait_until_finished()
-    return root
 
 
 def walked(path: Path) -> int:
@@ -206,19 +160,10 @@ def test_leftover_saves_of_a_fixture_are_never_steps() -> None:
     assert all(g.bytes == walked(Path(g.path)) for g in report.garbage)
 
 
-def test_a_frozen_leaf_is_a_duplicate_across_steps(tmp_path: Path) -> None:
-    """With digests recorded (``verify --deep --record``), the leaf whose values never change
-    is listed once, with its steps and what one copy would save; nothing else is."""
-    import ckpt_cli
-
-    root = save(tmp_path / "run", "ocdbt-zarr2", steps=(1, 2, 3))
-    assert not disk_usage(open_location(str(root))).duplicates  # no records: nothing claimed
-    assert ckpt_cli.verify(root, deep=True, record=True).ok
-    report = disk_usage(open_location(str(root)))
-    check_sums(report, root)
+def frozen_duplicate(report: DuReport) -> Duplicate:
+    """The one duplicate a root saved by ``save`` holds (params.frozen), its savings checked."""
     (dup,) = report.duplicates
     assert (dup.item, dup.leaf, dup.steps) == ("default", "params.frozen", (1, 2, 3))
-    assert dup.digest.startswith("ld1:")
     sizes = [
         leaf.bytes
         for s in report.steps
@@ -229,6 +174,51 @@ def test_a_frozen_leaf_is_a_duplicate_across_steps(tmp_path: Path) -> None:
     assert len(sizes) == 3 and dup.bytes == sum(sizes)
     assert dup.saved_bytes == sum(sizes) - max(sizes) == report.duplicate_bytes
     assert dup.saved_bytes > 24 * 8 * 4  # two copies of incompressible float32 values
+    return dup
+
+
+@pytest.mark.parametrize("layout", ["ocdbt-zarr2", "plain-zarr3"])
+def test_a_frozen_leaf_is_a_duplicate_with_deep_or_records(tmp_path: Path, layout: str) -> None:
+    """Without records, only ``deep`` (values read, digests computed) finds the leaf whose
+    values never change, with its steps and what one copy would save; nothing else is claimed.
+    Recorded digests (``verify --deep --record``) then find the same, without reading values."""
+    import ckpt_cli
+    from ckpt_cli.core.digest.items import digest_path
+
+    root = save(tmp_path / "run", layout, steps=(1, 2, 3))
+    plain = disk_usage(open_location(str(root)))
+    assert not plain.duplicates and not plain.deep
+    assert plain.uncompared_leaves == 3 * len(TREE)  # every leaf is in every step
+    deep = disk_usage(open_location(str(root)), deep=True, memory_limit=64 << 20)
+    check_sums(deep, root)
+    assert deep.deep and deep.uncompared_leaves == 0
+    dup = frozen_duplicate(deep)
+    expect = digest_path(str(root / "2" / "default")).digests()["params.frozen"]
+    assert expect is not None and dup.digest == expect
+    assert deep.to_json()["duplicates"] == [dup.to_json()]
+    assert ckpt_cli.verify(root, deep=True, record=True).ok
+    recorded = disk_usage(open_location(str(root)))
+    check_sums(recorded, root)
+    assert recorded.uncompared_leaves == 0
+    assert frozen_duplicate(recorded) == dup
+
+
+def test_deep_reads_only_leaves_no_record_covers(tmp_path: Path) -> None:
+    """A step copied from a recorded one carries its record, and the record's digests compare
+    with those ``deep`` computes; a root of one step has nothing to compare."""
+    import ckpt_cli
+
+    root = save(tmp_path / "run", "ocdbt-zarr2", steps=(1, 2))
+    assert ckpt_cli.verify(root, deep=True, record=True).ok
+    shutil.copytree(root / "2", root / "3")
+    report = disk_usage(open_location(str(root)), deep=True)
+    assert report.uncompared_leaves == 0
+    dups = {d.leaf: d.steps for d in report.duplicates}
+    assert dups["params.frozen"] == (1, 2, 3)
+    assert dups["params.dense.kernel"] == (2, 3)  # step 3 is step 2 again
+    single = save(tmp_path / "one", "ocdbt-zarr2", steps=(1,))
+    alone = disk_usage(open_location(str(single)))
+    assert alone.uncompared_leaves == 0 and not alone.duplicates
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,155 @@
+"""``ckpt du`` on a bucket (moto and SeaweedFS): the local answer for every layout and for
+garbage made by real saves (a planted data file, a database rewritten in place, a leftover tmp
+save), ``--deep`` there too, the multipart uploads left open under the path as garbage with the
+bytes of their parts, and (moto, which counts requests) each manifest read once."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.support.buckets import normalized
+from tests.support.du_saves import save
+from tests.support.paths import FIXTURES
+from tests.support.remote_servers import BUCKET
+from tests.support.storage_fixtures import S3
+
+
+def walked(path: Path) -> int:
+    return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() or p.is_symlink())
+
+
+@pytest.fixture(scope="module")
+def with_garbage(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real OCDBT root (3 steps, a frozen leaf, no records) made untidy: a data file nothing
+    references, step 2's database rewritten in place, and a save left unfinished."""
+    import tensorstore as ts
+
+    root = save(tmp_path_factory.mktemp("du") / "run", "ocdbt-zarr3", steps=(1, 2, 3))
+    (root / "1" / "default" / "d" / ("0" * 32)).write_bytes(np.arange(250, dtype=np.int32))
+    item = root / "2" / "default"
+    arr = ts.open(
+        {
+            "driver": "zarr3",
+            "kvstore": {"driver": "ocdbt", "base": f"file://{item}", "path": "params.embed/"},
+        }
+    ).result()
+    arr.write(np.ones((40, 16), dtype=arr.dtype.numpy_dtype)).result()
+    shutil.copytree(root / "3", root / "4.orbax-checkpoint-tmp-1712345678")
+    return root
+
+
+def same(cli: Any, local: str, url: str, *args: str) -> dict[str, Any]:
+    a = cli("du", local, "--json", *args)
+    b = cli("du", url, "--json", *args)
+    assert a.code == b.code == 0, (a.stderr, b.stderr)
+    doc = b.json()
+    assert normalized(a.json(), local, url) == doc
+    return doc
+
+
+@pytest.mark.parametrize("name", ["seed_mlp", "v1_zarr3", "no_ocdbt", "no_ocdbt_zarr3", "with_tmp"])
+def test_a_bucket_gives_the_local_answer_for_each_layout(cli: Any, s3: S3, name: str) -> None:
+    doc = same(cli, str(FIXTURES / name), s3.fixture(name))
+    assert doc["total_bytes"] == walked(FIXTURES / name)
+    assert doc["steps"] and all(s["items"] for s in doc["steps"])
+
+
+def test_garbage_and_deep_duplicates_in_a_bucket(
+    cli: Any, s3: S3, s3_prefix: str, with_garbage: Path
+) -> None:
+    url = s3.put_dir(with_garbage, s3_prefix)
+    doc = same(cli, str(with_garbage), url)
+    assert doc["total_bytes"] == walked(with_garbage)
+    kinds = Counter(g["kind"] for g in doc["garbage"])
+    assert kinds == {"unreferenced-file": 1, "unreferenced-ranges": 1, "tmp-save": 1}
+    planted = next(g for g in doc["garbage"] if g["kind"] == "unreferenced-file")
+    assert planted["bytes"] == 1000 and planted["path"] == f"{url}/1/default/d/{'0' * 32}"
+    assert not doc["duplicates"] and doc["uncompared_leaves"] > 0
+    deep = same(cli, str(with_garbage), url, "--deep")
+    assert deep["deep"] and deep["uncompared_leaves"] == 0
+    # params.embed differs in step 2 (rewritten); params.frozen is the same in all three.
+    assert [(d["leaf"], d["steps"]) for d in deep["duplicates"]] == [("params.frozen", [1, 2, 3])]
+
+
+def test_open_uploads_are_garbage_with_their_parts(cli: Any, s3: S3, s3_prefix: str) -> None:
+    """An upload begun and never completed (a killed writer's) under the root: listed with the
+    bytes of its parts and how to abort it, outside ``total_bytes``; aborted, it is gone."""
+    url = s3.put_dir(FIXTURES / "seed_mlp", s3_prefix)
+    key = f"{s3_prefix}/500/default/d/{'a' * 32}"
+    upload = s3.client.create_multipart_upload(Bucket=BUCKET, Key=key)["UploadId"]
+    s3.client.upload_part(Bucket=BUCKET, Key=key, PartNumber=1, UploadId=upload, Body=b"x" * 12345)
+    other = s3.client.create_multipart_upload(Bucket=BUCKET, Key="elsewhere/x")["UploadId"]
+    try:
+        doc = cli("du", url, "--json").json()
+        assert doc["total_bytes"] == walked(FIXTURES / "seed_mlp")
+        (g,) = [g for g in doc["garbage"] if g["kind"] == "open-upload"]
+        assert g["path"] == f"s3://{BUCKET}/{key}" and g["bytes"] == 12345
+        assert f"ckpt prune {url} --clean-tmp" in g["hint"]
+        assert f"--key {key} --upload-id {upload}" in g["hint"]
+        assert doc["garbage_bytes"] == 12345
+        text = cli("du", url).stdout
+        assert "besides, 1 open upload 12.1 KiB" in text
+        assert "open-upload: 500/default/d/" in text
+        assert all(len(line) <= 80 for line in text.splitlines())
+        s3.client.abort_multipart_upload(Bucket=BUCKET, Key=key, UploadId=upload)
+        assert not [g for g in cli("du", url, "--json").json()["garbage"]]
+    finally:
+        s3.client.abort_multipart_upload(Bucket=BUCKET, Key="elsewhere/x", UploadId=other)
+
+
+def test_a_missing_bucket_path_is_exit_3(cli: Any, s3: S3, s3_prefix: str) -> None:
+    r = cli("du", f"s3://{BUCKET}/{s3_prefix}/nope")
+    assert r.code == 3 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.moto_only
+def test_each_manifest_and_node_is_read_once(cli: Any, s3: S3, s3_prefix: str) -> None:
+    """12 steps: one listing of the files, one listing of the open uploads, and per step one
+    GET of each manifest and of each b-tree node it decodes."""
+    for step in range(12):
+        s3.put_dir(FIXTURES / "seed_mlp" / "500", f"{s3_prefix}/{step}")
+    url = f"s3://{BUCKET}/{s3_prefix}"
+    seen: list[tuple[str, str]] = []
+    s3.server.before_request = lambda kind, path: seen.append((kind, path))
+    doc = cli("du", url, "--json").json()
+    s3.server.before_request = None
+    assert len(doc["steps"]) == 12
+    kinds = Counter(kind for kind, _ in seen)
+    assert kinds["LIST"] == 1
+    gets = Counter(path for kind, path in seen if kind == "GET")
+    manifests = [p for p in gets if p.endswith("/manifest.ocdbt")]
+    assert len(manifests) == 2 * 12  # the merged root and ocdbt.process_0, each step
+    assert all(gets[p] == 1 for p in manifests)
+    # Per step: 2 manifests and the merged root's node (ocdbt.process_0's single-node
+    # versions are only referenced: every data file is), plus ListMultipartUploads once.
+    assert sum(gets.values()) == 3 * 12 + 1, gets
+
+
+@pytest.mark.moto_only
+def test_uploads_the_store_will_not_list_are_a_note_not_a_failure(
+    cli: Any, s3: S3, s3_prefix: str
+) -> None:
+    """A credential may read objects without listing multipart uploads: du still answers,
+    with a note that the open uploads were not listed."""
+    url = s3.put_dir(FIXTURES / "with_tmp", s3_prefix)
+
+    def refuse(kind: str, path: str) -> None:
+        if kind == "GET" and path.rstrip("/") == f"/{BUCKET}":  # ListMultipartUploads
+            raise PermissionError("the test's credential may not list uploads")
+
+    s3.server.before_request = refuse
+    r = cli("du", url, "--json")
+    s3.server.before_request = None
+    assert r.code == 0, r.stderr
+    doc = r.json()
+    assert doc["total_bytes"] == walked(FIXTURES / "with_tmp")
+    (note,) = doc["notes"]
+    assert note.startswith("open multipart uploads not listed: ")
+    assert not [g for g in doc["garbage"] if g["kind"] == "open-upload"]
