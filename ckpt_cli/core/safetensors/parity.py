@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +28,10 @@ from ckpt_cli.core.safetensors.parity_source import (
     SafetensorsSide,
     Side,
     Tensor,
+    block_budget,
     is_safetensors,
 )
+from ckpt_cli.core.spec import ops
 from ckpt_cli.core.storage import StorageOptions
 from ckpt_cli.errors import CkptError, UsageError, first_line
 
@@ -225,11 +227,20 @@ def _itemsize(x: Tensor, y: Tensor) -> int:
     return int(max(numpy_dtype(x.dtype).itemsize, numpy_dtype(y.dtype).itemsize))
 
 
-def block_budget(memory_limit: int) -> tuple[int, int]:
-    """Bytes of one block, and of the blocks read ahead on each side: a block's comparison
-    holds a few float64 copies of it, so blocks stay at 8 MiB at most."""
-    block = max(1 << 20, min(8 << 20, memory_limit // 64))
-    return block, max(block, min(64 << 20, memory_limit // 16))
+def regions(t: Tensor, itemsize: int, block: int) -> Iterator[ops.Region]:
+    """The boxes ``t`` is read and compared in, each about ``block`` bytes at most: whole
+    chunks of A's source (in A's layout: a transposed leaf's chunks transposed), merged while
+    they fit and a chunk larger than a block cut in slabs (``format.blocks.stream_blocks``),
+    so each source chunk is decoded once; C-contiguous runs when A's values do not come from
+    one chunked leaf (a split, a concat: the chunk cache holds what blocks share)."""
+    from ckpt_cli.core.format.arrays import ArrayInfo
+    from ckpt_cli.core.format.blocks import stream_blocks
+
+    if t.shape and t.chunks is not None and len(t.chunks) == len(t.shape):
+        yield from stream_blocks(ArrayInfo(t.dtype, t.shape, t.chunks, 3, None), block)
+        return
+    for start, shape in contiguous_blocks(t.shape, itemsize, block):
+        yield tuple(slice(s, s + n) for s, n in zip(start, shape, strict=True))
 
 
 def _stream(sa: Side, sb: Side, jobs: list[_Job], memory_limit: int, on_bytes: Any) -> None:
@@ -245,7 +256,7 @@ def _stream(sa: Side, sb: Side, jobs: list[_Job], memory_limit: int, on_bytes: A
         held -= n
         if job.error is None:
             try:
-                job.acc.add(sa.result(job.a.name, fa), sb.result(job.b.name, fb))
+                _add(job, sa.result(job.a.name, fa), sb.result(job.b.name, fb), block)
             except CkptError as e:
                 job.error = e.message
             except Exception as e:
@@ -254,9 +265,8 @@ def _stream(sa: Side, sb: Side, jobs: list[_Job], memory_limit: int, on_bytes: A
 
     for job in jobs:
         itemsize = _itemsize(job.a, job.b)
-        for start, shape in contiguous_blocks(job.a.shape, itemsize, block, job.a.chunks):
-            region = tuple(slice(s, s + n) for s, n in zip(start, shape, strict=True))
-            nbytes = math.prod(shape) * itemsize
+        for region in regions(job.a, itemsize, block):
+            nbytes = math.prod(r.stop - r.start for r in region) * itemsize
             try:
                 pending.append((job, sa.fetch(job.a.name, region), sb.fetch(job.b.name, region), nbytes))  # fmt: skip
             except CkptError as e:
@@ -270,3 +280,14 @@ def _stream(sa: Side, sb: Side, jobs: list[_Job], memory_limit: int, on_bytes: A
                 consume()
     while pending:
         consume()
+
+
+def _add(job: _Job, a: Any, b: Any, block: int) -> None:
+    """Compare a pair of blocks ``block`` bytes at a time along the first axis (the float64
+    temporaries of a comparison are a few times what it compares)."""
+    if a.ndim == 0 or a.shape[0] <= 1 or a.nbytes <= block:
+        job.acc.add(a, b)
+        return
+    rows = max(1, block // max(1, a.nbytes // a.shape[0]))
+    for i in range(0, a.shape[0], rows):
+        job.acc.add(a[i : i + rows], b[i : i + rows])

@@ -26,6 +26,13 @@ from ckpt_cli.errors import RefusedError, UnsupportedError
 READ_THREADS = 4
 
 
+def block_budget(memory_limit: int) -> tuple[int, int]:
+    """Bytes of one block, and of the blocks in flight on each side: a comparison holds a few
+    float64 copies of what it compares, so a block is 8 MiB at most."""
+    block = max(1 << 20, min(8 << 20, memory_limit // 64))
+    return block, max(block, min(16 << 20, memory_limit // 32))
+
+
 @dataclass(frozen=True)
 class Tensor:
     """One tensor of a side: its name, dtype (numpy/ml_dtypes name), shape, and the chunk
@@ -148,16 +155,22 @@ class OrbaxSide:
         self.ctx = ops.EvalContext(self._store(report, memory_limit), {})
 
     def _store(self, report: Any, memory_limit: int) -> Any:
-        """The item's arrays, with a chunk cache that lets blocks cutting a chunk (a transposed
-        read, a chunk larger than a block) decode it once."""
+        """The item's arrays, with a chunk cache for the tensors read in blocks that cut their
+        source's chunks (a split, a concat, a chunk larger than a block): two of the largest
+        such chunks, so each is decoded once."""
         from ckpt_cli.core.format.arrays import ItemStore, cached_context
         from ckpt_cli.core.format.blocks import decoded_chunk_bytes
         from ckpt_cli.core.format.scan import OPEN_CACHE_BYTES
-        from ckpt_cli.core.write.pipeline import source_cache_bytes
 
-        sources = [n for e in self.exprs.values() for n in e.walk() if isinstance(n, ops.Source)]
-        cache = source_cache_bytes(memory_limit, (decoded_chunk_bytes(n.info) for n in sources))
-        context = cached_context(max(cache, OPEN_CACHE_BYTES))
+        block, _ = block_budget(memory_limit)
+        cut = [
+            decoded_chunk_bytes(n.info)
+            for e in self.exprs.values()
+            for n in e.walk()
+            if isinstance(n, ops.Source)
+            and (ops.source_chunks(e) is None or decoded_chunk_bytes(n.info) > block)
+        ]
+        context = cached_context(OPEN_CACHE_BYTES + 2 * max(cut, default=0))
         return ItemStore(report.ref.location, report.zarr_format == 3, context)
 
     def ref(self) -> ItemRef:

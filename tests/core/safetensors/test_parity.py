@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ckpt_cli.core.safetensors.parity import ParityOptions, block_budget, diff_parity
-from ckpt_cli.core.safetensors.parity_source import is_safetensors
+from ckpt_cli.core.safetensors.parity import ParityOptions, diff_parity
+from ckpt_cli.core.safetensors.parity_source import block_budget, is_safetensors
 from ckpt_cli.errors import InvalidSafetensorsError
 
 #: A fused attention projection [D, 3D] (q, k, v side by side), as a JAX model keeps it; the
@@ -94,7 +94,7 @@ def test_blocks_stream_in_bounded_memory(tmp_path: Path) -> None:
     del big, changed
     limit = 64 << 20
     block, held = block_budget(limit)
-    assert block == 1 << 20 and held == 4 << 20
+    assert block == 1 << 20 and held == 2 << 20
     tracemalloc.start()
     try:
         report = diff_parity(
@@ -108,8 +108,10 @@ def test_blocks_stream_in_bounded_memory(tmp_path: Path) -> None:
     w = next(d for d in report.all_leaves if d.name == "w")
     assert w.status == "different" and w.mismatched == 1 and w.elements == 1536 * 4096
     assert w.max_abs is not None and abs(w.max_abs - 0.25) < 1e-6
-    # The blocks in flight and a few float64 copies of one block, never the 24 MiB tensor.
-    assert peak < held + 8 * block, peak
+    # The blocks in flight on both sides and a few float64 copies of one block, well under
+    # the 24 MiB tensor.
+    bound = 2 * (held + block) + 8 * block
+    assert bound < 24 << 20 and peak < bound, peak
 
 
 def test_what_names_safetensors(tmp_path: Path) -> None:
