@@ -12,7 +12,7 @@ to ``layers.NN.weight`` (the PyTorch layout: each block of a tensor reads a colu
 source). Each contender runs in a fresh process; wall time, CPU time and peak RSS are measured
 in the same run:
 
-``ckpt diff SRC EXPORT --spec``
+``ckpt diff SRC EXPORT --spec`` (default ``--memory-limit 1GiB``, and ``256MiB``)
     the parity check: both sides streamed block by block, every value compared.
 ``verify --deep SRC`` + ``digest EXPORT``
     reading both sides once each: ckpt's deep verify of the Orbax step (every chunk decoded and
@@ -32,7 +32,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from _harness import REPO, Run, run, run_rss  # bench/ is on sys.path when a script runs
+from _harness import REPO, Run, run, run_rss, run_usage  # bench/ is on sys.path when a script runs
 
 ROWS, COLS = 4096, 4096
 LEAF_BYTES = ROWS * COLS * 4
@@ -68,8 +68,11 @@ import resource, sys, time
 t0 = time.perf_counter()
 import numpy as np, orbax.checkpoint as ocp, safetensors.numpy
 src, export = sys.argv[1], sys.argv[2]
-with ocp.CheckpointManager(src) as mgr:
-    tree = mgr.restore(1, args=ocp.args.PyTreeRestore())
+import jax
+mgr = ocp.CheckpointManager(src, item_handlers=ocp.PyTreeCheckpointHandler())
+meta = mgr.item_metadata(1)
+restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), meta)
+tree = mgr.restore(1, args=ocp.args.PyTreeRestore(restore_args=restore_args))
 hf = {}
 import glob
 for f in sorted(glob.glob(export + "/*.safetensors")):
@@ -112,6 +115,9 @@ def main() -> None:
     results: dict[str, Run] = {}
     print("running ckpt diff --spec ...", flush=True)
     results["ckpt diff --spec"] = ckpt("diff", str(src), str(export), "--spec", str(spec))
+    results["ckpt diff --spec 256MiB"] = ckpt(
+        "diff", str(src), str(export), "--spec", str(spec), "--memory-limit", "256MiB"
+    )
     print("running verify --deep + digest ...", flush=True)
     verify = ckpt("verify", str(src), "--deep")
     digest = ckpt("digest", str(export))
@@ -120,8 +126,8 @@ def main() -> None:
     both = verify.wall_s + digest.wall_s
     if not args.skip_today:
         print("running orbax restore + load_file + numpy ...", flush=True)
-        secs, rss = run(TODAY, str(src), str(export))
-        results["orbax+load_file+numpy"] = Run(secs, rss / 2**20, "")
+        secs, rss, cpu = run_usage(TODAY, str(src), str(export))
+        results["orbax+load_file+numpy"] = Run(secs, rss / 2**20, "", cpu)
     load = Path("/proc/loadavg").read_text().split()[:3]
     print(f"\n{os.cpu_count()} cores, load {load} (1, 5, 15 min)")
     print(f"{'contender':<26}{'wall s':>9}{'CPU s':>8}{'peak RSS':>12}")

@@ -249,7 +249,7 @@ COMMAND = Command(
         "runs/exp7@900 runs/exp7@1000  # exit 1: the values differ",
         "runs/exp7 runs/exp7-4x2 --atol 1e-6",
         "runs/a runs/b --structure",
-        "runs/exp7 hf-folder --spec examples/llama_to_hf.yaml  # the same weights as the export?",
-        "model.safetensors other.safetensors --atol 1e-3 --ignore 'lm_head.*'",
+        "runs/llama hf --spec llama_to_hf.yaml  # a run against its Hugging Face export",
+        "runs/exp7 model.safetensors --filter 'params.*' --ignore '*.bias'",
     ),
 )
