@@ -160,3 +160,29 @@ def test_damaged_and_misused_sides(cli, tmp_path: Path) -> None:  # type: ignore
     assert r.code in (2, 3) and len(r.stderr.strip().splitlines()) == 1
     r = cli("diff", out, out, "--ignore", "(")
     assert r.code == 2 and "--ignore" in r.stderr
+
+
+def test_a_parity_diff_imports_no_jax_and_structure_reads_no_values(
+    cli, tmp_path: Path, torch_state
+) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    from tests.support.startup_probe import PROBE
+
+    folder = hf_folder(tmp_path / "hf", torch_state)
+    args = ["diff", str(MLP), str(folder), "--spec", str(SPEC)]
+    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(args)], capture_output=True, text=True, check=True)  # fmt: skip
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("HEAVY="))
+    assert json.loads(line[len("HEAVY=") :]) == [] and "EQUAL" in proc.stdout
+    # --structure: names, dtypes and shapes; a file whose values are garbage still compares equal.
+    (folder / "model-00002-of-00002.safetensors").write_bytes(
+        bytes(len((folder / "model-00002-of-00002.safetensors").read_bytes()))
+    )
+    r = cli("diff", MLP, folder, "--spec", SPEC, "--structure", "--json")
+    assert r.code == 3  # a zeroed header is not safetensors: unreadable, not "equal"
+    hf = hf_folder(tmp_path / "hf2", {**torch_state, "layers.0.bias": torch_state["layers.0.bias"] + 1})  # fmt: skip
+    r = cli("diff", MLP, hf, "--spec", SPEC, "--structure", "--json")
+    assert r.code == 0 and r.json()["structure_only"] is True
+    assert all(x["max_abs_diff"] is None for x in r.json()["leaves"])
+    assert cli("diff", MLP, hf, "--spec", SPEC).code == 1
