@@ -244,7 +244,6 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "digest": ("runs/exp7", "export"),
     "diff": (
         "runs/exp7", "runs/exp7-4x2", "runs/a", "runs/b", "runs/llama", "hf", "llama_to_hf.yaml",
-        "model.safetensors",
     ),
     "doctor": ("runs/exp7", "runs/exp8", "hf/llama", "model.py"),
     "trend": ("runs/exp7",),
