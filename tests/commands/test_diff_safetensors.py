@@ -143,6 +143,23 @@ def test_bfloat16_tensors_and_a_cast_export(cli, tmp_path: Path) -> None:  # typ
     assert cli("diff", MLP, out, "--spec", SPEC, "--compare-cast", "--rtol", "4e-3").code == 0
 
 
+def test_a_missing_shard_and_a_corrupted_header_are_unreadable(
+    cli, tmp_path: Path, torch_state
+) -> None:  # type: ignore[no-untyped-def]
+    missing = hf_folder(tmp_path / "missing", torch_state)
+    (missing / "model-00002-of-00002.safetensors").unlink()
+    garbled = hf_folder(tmp_path / "garbled", torch_state)
+    shard = garbled / "model-00001-of-00002.safetensors"
+    raw = bytearray(shard.read_bytes())
+    raw[8:12] = b"}}}}"  # the header's JSON broken
+    shard.write_bytes(bytes(raw))
+    for folder, phrase in ((missing, "model-00002-of-00002.safetensors"), (garbled, "model-00001-of-00002.safetensors")):  # fmt: skip
+        r = cli("diff", MLP, folder, "--spec", SPEC)
+        assert r.code == 3, (r.stdout, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and phrase in r.stderr
+        assert "Traceback" not in r.stderr and not r.stdout.strip()
+
+
 def test_damaged_and_misused_sides(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "pt"
     assert cli("export", MLP, out, "--spec", SPEC).code == 0
