@@ -178,12 +178,25 @@ class OrbaxSide:
 
     def fetch(self, name: str, region: ops.Region) -> Any:
         self.ctx.begin(self.whole[name])
-        return self.exprs[name].fetch(region, self.ctx)
+        e = self.exprs[name]
+        if isinstance(e, ops.Transpose):
+            # A comparison reads a transposed view as well as a copy: no contiguous copy of
+            # every block (export's writer needs one; most of a transposing diff's CPU).
+            inner = [slice(0, 0)] * len(e.axes)
+            for i, axis in enumerate(e.axes):
+                inner[axis] = region[i]
+            return e.axes, e.inner.fetch(tuple(inner), self.ctx)
+        return None, e.fetch(region, self.ctx)
 
     def result(self, name: str, pending: Any) -> Any:
+        import numpy as np
+
         from ckpt_cli.core.safetensors.dtypes import numpy_dtype
 
-        values = ops.resolve(pending)
+        axes, fetched = pending
+        values = ops.resolve(fetched)
+        if axes is not None:
+            values = np.transpose(values, axes)
         want = numpy_dtype(self.tensors[name].dtype)
         return values if values.dtype == want else values.astype(want)
 
