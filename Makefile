@@ -156,6 +156,12 @@ demo: $(STAMP)
 	$(CKPT) export $(DEMO)-llama $(DEMO)-llama-hf --spec examples/llama_to_hf.yaml --max-shard-size 40KB --json | $(PY) -c "import json, sys; d = json.load(sys.stdin); print(d['index'], [f['name'] for f in d['files']])"
 	$(CKPT) import $(DEMO)-llama-hf $(DEMO)-llama-back --spec examples/hf_to_llama.yaml --target examples.llama_tree:abstract_state
 	$(CKPT) diff $(DEMO)-llama $(DEMO)-llama-back
+	@echo "== weight parity: the Orbax run against its Hugging Face export, through the same spec (exit 0); then a copy with one value moved by 1e-3 (exit 1, the tensor named with its max abs error)"
+	$(CKPT) diff $(DEMO)-llama $(DEMO)-llama-hf --spec examples/llama_to_hf.yaml
+	rm -rf $(DEMO)-llama-hf-bad && cp -r $(DEMO)-llama-hf $(DEMO)-llama-hf-bad
+	$(PY) -c "import glob, safetensors.numpy as s; f = sorted(glob.glob('$(DEMO)-llama-hf-bad/*.safetensors'))[0]; t = s.load_file(f); k = sorted(t)[0]; t[k].flat[0] += 1e-3; s.save_file(t, f, metadata={'format': 'pt'}); print('moved', k, 'by 1e-3')"
+	$(CKPT) diff $(DEMO)-llama $(DEMO)-llama-hf-bad --spec examples/llama_to_hf.yaml; echo "exit $$?"
+	$(CKPT) diff $(DEMO)-llama $(DEMO)-llama-hf-bad --spec examples/llama_to_hf.yaml --atol 1e-2 --json | $(PY) -c "import json, sys; d = json.load(sys.stdin); print('--atol 1e-2:', 'equal' if d['ok'] else 'different', d['summary']['equal'], 'tensors')"
 	@echo "== a truncated safetensors file: one line, exit 3, nothing written"
 	$(PY) -c "b = open('$(DEMO)-pt/model.safetensors', 'rb').read(); open('$(DEMO)-pt-bad.safetensors', 'wb').write(b[:-5])"
 	$(CKPT) import $(DEMO)-pt-bad.safetensors $(DEMO)-bad || true

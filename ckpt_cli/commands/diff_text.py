@@ -53,11 +53,17 @@ def print_report(report: DiffReport, show_all: bool) -> None:
     color = use_color()
     paint = painter(color)
     pairs = report.pairs
-    for label, ref in (("A", report.a), ("B", report.b)):
+    for i, (label, ref) in enumerate((("A", report.a), ("B", report.b))):
         step = f" step {ref.step}" if ref.step is not None else ""
         where = ref.step_location if len(pairs) > 1 and ref.step_location else ref.location
         what = f"items {', '.join(p.a.name for p in pairs)}" if len(pairs) > 1 else "item"
-        say(f"{label}: {where}{step} ({what if len(pairs) > 1 else f'{what} {ref.name}'})", color)
+        if report.formats[i] == "safetensors":
+            what = "safetensors"
+        spec = f", through spec {report.spec}" if i == 0 and report.spec else ""
+        say(
+            f"{label}: {where}{step} ({what if len(pairs) > 1 else f'{what} {ref.name}'}{spec})",
+            color,
+        )
     for pair in pairs:
         shown = [d for d in pair.leaves if show_all or not d.equal]
         if len(pairs) > 1:
@@ -79,6 +85,8 @@ def print_report(report: DiffReport, show_all: bool) -> None:
         else (f"atol={report.atol:g}, rtol={report.rtol:g}")
     )
     word, colour = ("EQUAL", "green") if report.equal else ("DIFFERENT", "red")
+    if report.ignored:
+        tol += f"; {report.ignored} ignored (--ignore)"
     rest = f" ({tol}): {plural(len(report.all_leaves), 'leaf', 'leaves')}: {counts or 'none'}"
     # Wrapped at spaces like every other line: a narrow terminal must not fold it mid-word.
     first, *more = wrap(word + rest, text_width(), indent="  ")

@@ -23,7 +23,7 @@ def test_same_values_in_other_layouts_are_equal(cli) -> None:  # type: ignore[no
         r = cli("diff", FIXTURES / a, FIXTURES / b, "--json")
         assert r.code == 0, r.stdout
         doc = r.json()
-        assert doc["schema_version"] == 3 and doc["equal"] is True
+        assert doc["schema_version"] == 4 and doc["equal"] is True
         assert doc["leaves"]
         assert all(leaf["status"] == "equal" for leaf in doc["leaves"])
         assert all(leaf["max_abs_diff"] in (0.0, None) for leaf in doc["leaves"])
@@ -128,7 +128,7 @@ def test_structure_reports_a_reshard_for_another_mesh(cli, tmp_path: Path) -> No
         r = cli("diff", "--structure", src, dst, "--json")
         assert r.code == 1, r.stdout  # --structure: a layout change is a difference
         doc = r.json()
-        assert doc["schema_version"] == 3 and doc["equal"] is False
+        assert doc["schema_version"] == 4 and doc["equal"] is False
         assert doc["summary"]["sharding_changed"] == 3 and doc["summary"]["equal"] == 1
         assert _sharding_notes(doc) == notes
         text = cli("diff", "--structure", src, dst)

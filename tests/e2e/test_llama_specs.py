@@ -86,3 +86,63 @@ def test_hugging_face_llama_imports_into_the_scanned_flax_tree(tmp_path: Path) -
     q = np.asarray(state["params"]["layers"]["q"]["kernel"])
     assert q.shape == (lt.LAYERS, lt.DIM, lt.DIM)
     assert q.tobytes() == params["layers"]["q"]["kernel"].tobytes()
+
+
+def numpy_hf_state(params: Any, layers: int) -> dict[str, Any]:
+    """The Hugging Face Llama state dict made by numpy alone: scanned leaves unstacked, Dense
+    kernels transposed to nn.Linear's [out, in]."""
+    t = np.ascontiguousarray
+    sd = {
+        "model.embed_tokens.weight": params["embed"]["embedding"],
+        "model.norm.weight": params["final_norm"]["scale"],
+        "lm_head.weight": t(params["lm_head"]["kernel"].T),
+    }
+    stack = params["layers"]
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        sd |= {p + f"self_attn.{n}_proj.weight": t(stack[n]["kernel"][i].T) for n in "qkvo"}
+        sd |= {p + f"mlp.{n}_proj.weight": t(stack[n]["kernel"][i].T) for n in ("gate", "up", "down")}  # fmt: skip
+        sd[p + "input_layernorm.weight"] = stack["attn_norm"]["scale"][i]
+        sd[p + "post_attention_layernorm.weight"] = stack["mlp_norm"]["scale"][i]
+    return sd
+
+
+def test_diff_proves_a_llama_run_and_a_hugging_face_folder_hold_the_same_weights(
+    cli, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from safetensors.numpy import save_file
+
+    lt, params = saved_llama(tmp_path / "run")
+    spec = REPO / "examples" / "llama_to_hf.yaml"
+    sd = numpy_hf_state(params, lt.LAYERS)
+    assert set(sd) == hf_names(lt.LAYERS)
+    # A folder as transformers' save_pretrained lays it out, written by the safetensors library.
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    names = sorted(sd)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}  # fmt: skip
+    for file, part in shards.items():
+        save_file({n: sd[n] for n in part}, str(hf / file), metadata={"format": "pt"})
+    weight_map = {n: f for f, part in shards.items() for n in part}
+    (hf / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))  # fmt: skip
+    r = cli("diff", tmp_path / "run", hf, "--spec", spec, "--json")
+    assert r.code == 0, r.stdout + r.stderr
+    assert {x["name"] for x in r.json()["leaves"]} == set(sd)
+    # ckpt's own export compares equal too, and a value moved by 1e-3 is named.
+    assert cli("export", tmp_path / "run", tmp_path / "exported", "--spec", spec).code == 0
+    assert cli("diff", tmp_path / "run", tmp_path / "exported", "--spec", spec).code == 0
+    name = "model.layers.1.mlp.down_proj.weight"
+    w = sd[name].copy()
+    w[2, 3] += np.float32(1e-3)
+    save_file({n: (w if n == name else sd[n]) for n in shards["model-00001-of-00002.safetensors"]}, str(hf / "model-00001-of-00002.safetensors"))  # fmt: skip
+    assert name in shards["model-00001-of-00002.safetensors"]
+    r = cli("diff", tmp_path / "run", hf, "--spec", spec, "--json")
+    assert r.code == 1
+    bad = [x for x in r.json()["leaves"] if x["status"] != "equal"]
+    assert [x["name"] for x in bad] == [name] and bad[0]["mismatched"] == 1
+    assert bad[0]["max_abs_diff"] == float(np.abs(w.astype(np.float64) - sd[name].astype(np.float64)).max())  # fmt: skip
+    # Without the spec no name matches: every tensor is on one side only.
+    doc = cli("diff", tmp_path / "run", hf, "--json").json()
+    assert doc["summary"]["only_b"] == len(sd) and doc["summary"]["equal"] == 0

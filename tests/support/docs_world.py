@@ -242,7 +242,9 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "inspect": ("runs/exp7", "export"),
     "verify": ("runs/exp7", "export"),
     "digest": ("runs/exp7", "export"),
-    "diff": ("runs/exp7", "runs/exp7-4x2", "runs/a", "runs/b"),
+    "diff": (
+        "runs/exp7", "runs/exp7-4x2", "runs/a", "runs/b", "runs/llama", "hf", "llama_to_hf.yaml",
+    ),
     "doctor": ("runs/exp7", "runs/exp8", "hf/llama", "model.py"),
     "trend": ("runs/exp7",),
     "prune": ("runs/exp7",),

@@ -60,6 +60,13 @@ class SideJSON(TypedDict):
     item: str
 
 
+class DiffSideJSON(SideJSON):
+    """A side of a diff: where, and its format (``orbax``, or ``safetensors``: then ``item``
+    names the file, or the index's shards, and ``step`` is null)."""
+
+    format: str
+
+
 class ToleranceJSON(TypedDict):
     atol: float
     rtol: float
@@ -81,8 +88,8 @@ class ItemDiffJSON(TypedDict):
     """One pair of items of the same name compared (v3)."""
 
     item: str
-    a: SideJSON
-    b: SideJSON
+    a: DiffSideJSON
+    b: DiffSideJSON
     equal: bool
     summary: dict[str, int]
     leaves: list[LeafDiffJSON]
@@ -95,11 +102,16 @@ class DiffJSON(TypedDict):
 
     schema_version: int
     ok: bool
-    a: SideJSON
-    b: SideJSON
+    a: DiffSideJSON
+    b: DiffSideJSON
     equal: bool
     tolerance: ToleranceJSON
     compare_cast: bool
+    #: ``--spec``: the migrate spec applied to A's names and values before comparing.
+    spec: str | None
+    #: ``--ignore`` patterns, and how many names they left out (both sides counted).
+    ignore: list[str]
+    ignored: int
     #: ``--structure``: names, kinds, dtypes, shapes, shardings compared; no array data read.
     structure_only: bool
     summary: dict[str, int]
@@ -157,8 +169,14 @@ class DiffReport:
     more: tuple[DiffReport, ...] = ()
     items_only_a: tuple[str, ...] = ()
     items_only_b: tuple[str, ...] = ()
-    #: 2: structure_only (--structure). 3: items, items_only_a, items_only_b.
-    SCHEMA_VERSION: ClassVar[int] = 3
+    #: Each side's format: ``orbax`` or ``safetensors``.
+    formats: tuple[str, str] = ("orbax", "orbax")
+    spec: str | None = None
+    ignore: tuple[str, ...] = ()
+    ignored: int = 0
+    #: 2: structure_only (--structure). 3: items, items_only_a, items_only_b. 4: each side's
+    #: format; spec, ignore, ignored (safetensors sides, --spec, --ignore).
+    SCHEMA_VERSION: ClassVar[int] = 4
 
     @property
     def pairs(self) -> tuple[DiffReport, ...]:
@@ -182,11 +200,14 @@ class DiffReport:
         return {
             "schema_version": self.SCHEMA_VERSION,
             "ok": self.equal,
-            "a": side_json(self.a),
-            "b": side_json(self.b),
+            "a": self.side(0),
+            "b": self.side(1),
             "equal": self.equal,
             "tolerance": {"atol": self.atol, "rtol": self.rtol},
             "compare_cast": self.compare_cast,
+            "spec": self.spec,
+            "ignore": list(self.ignore),
+            "ignored": self.ignored,
             "structure_only": self.structure_only,
             "summary": {s: self.count(s) for s in STATUSES},
             "leaves": [d.to_json() for d in self.all_leaves],
@@ -199,12 +220,16 @@ class DiffReport:
         """This pair of items alone (its ``more`` aside)."""
         return {
             "item": self.a.name,
-            "a": side_json(self.a),
-            "b": side_json(self.b),
+            "a": self.side(0),
+            "b": self.side(1),
             "equal": all(d.equal for d in self.leaves),
             "summary": {s: sum(d.status == s for d in self.leaves) for s in STATUSES},
             "leaves": [d.to_json() for d in self.leaves],
         }
+
+    def side(self, i: int) -> DiffSideJSON:
+        """Side A (0) or B (1) with its format."""
+        return {**side_json((self.a, self.b)[i]), "format": self.formats[i]}
 
 
 def side_json(ref: ItemRef) -> SideJSON:

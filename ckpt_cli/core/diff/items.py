@@ -5,6 +5,7 @@ handler ckpt does not read file by file."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 
 from ckpt_cli.core.diff import (
@@ -51,9 +52,11 @@ def diff_paths(
     item_b: str | None = None,
     memory_limit: int = MEMORY_LIMIT,
     structure_only: bool = False,
+    ignore: tuple[str, ...] = (),
 ) -> DiffReport:
     """``ckpt diff A B``: resolve both sides (``step`` for both roots unless ``step_a`` or
-    ``step_b``; ``item`` for both unless ``item_a`` or ``item_b``), then compare them."""
+    ``step_b``; ``item`` for both unless ``item_a`` or ``item_b``), then compare them; leaves
+    a pattern of ``ignore`` finds are left out."""
     _check_tolerance(atol, rtol)
     step_a = step_a if step_a is not None else step
     step_b = step_b if step_b is not None else step
@@ -76,6 +79,7 @@ def diff_paths(
             on_progress,
             memory_limit=memory_limit,
             structure_only=structure_only,
+            ignore=ignore,
         )
         for ref_a, ref_b in pairs
     ]
@@ -160,18 +164,40 @@ def diff_items(
     *,
     memory_limit: int = MEMORY_LIMIT,
     structure_only: bool = False,
+    ignore: tuple[str, ...] = (),
 ) -> DiffReport:
     """Compare ``a`` with ``b`` leaf by leaf (progress as ``data`` bytes of the arrays in both),
-    holding about ``memory_limit`` bytes at most; ``structure_only``: no array data read."""
+    holding about ``memory_limit`` bytes at most; ``structure_only``: no array data read;
+    leaves (or files) a pattern of ``ignore`` finds are left out."""
     _check_tolerance(atol, rtol)
+    ignored = ignore_filter(ignore)
     ra, rb = inspect_item(a, name_filter), inspect_item(b, name_filter)
+    report = DiffReport(a, b, atol, rtol, compare_cast, (), structure_only, ignore=ignore)
     if "unknown" in (ra.kind, rb.kind):
         files = () if structure_only else _diff_files(a, b, name_filter)
-        return DiffReport(a, b, atol, rtol, compare_cast, files, structure_only)
+        kept = tuple(d for d in files if not ignored(d.name))
+        return replace(report, leaves=kept, ignored=len(files) - len(kept))
+    ra, na = _without(ra, ignored)
+    rb, nb = _without(rb, ignored)
     leaves = _diff_leaves(
         ra, rb, atol, rtol, compare_cast, on_progress, memory_limit, structure_only
     )
-    return DiffReport(a, b, atol, rtol, compare_cast, leaves, structure_only)
+    return replace(report, leaves=leaves, ignored=na + nb)
+
+
+def ignore_filter(patterns: tuple[str, ...]) -> Callable[[str], bool]:
+    """Whether a name is left out: ``--ignore`` patterns (globs or RE2 regexes, searched
+    anywhere in the name, as ``--filter``), any one of them."""
+    from ckpt_cli.core.format.names import compile_leaf_pattern
+
+    compiled = [compile_leaf_pattern(p, "--ignore") for p in patterns]
+    return lambda name: any(r.search(name) for r in compiled)
+
+
+def _without(report: ItemReport, ignored: Callable[[str], bool]) -> tuple[ItemReport, int]:
+    """The report without the leaves ``ignored`` finds, and how many those were."""
+    kept = tuple(x for x in report.leaves if not ignored(x.name))
+    return replace(report, leaves=kept), len(report.leaves) - len(kept)
 
 
 def _diff_leaves(
