@@ -126,7 +126,8 @@ def layer(name: str) -> tuple[int, str]:
         if sub in ("prune", "reshard", "migrate", "copy", "du"):
             return 5, sub
         # trend: a read operation that takes its --steps as cp does (copy.select): above copy.
-        if sub == "trend":
+        # average: a writer over reshard's layout and migrate's destination: above both.
+        if sub in ("trend", "average"):
             return 6, sub
         # safetensors: the format, and export/import, which reuse the rule language, migrate's
         # planner and reshard's partition rules: one layer above them.
