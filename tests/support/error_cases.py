@@ -540,7 +540,7 @@ CASES: list[Case] = [
             "400,500",
             "--weights",
             "1,-1",
-        ],  # fmt: skip
+        ],
         "is not a positive number",
     ),
     Case(
