@@ -186,7 +186,7 @@ COMMAND = Command(
     writer=_writer,
     examples=(
         "runs/exp7 runs/exp7-avg --steps 600,900,1000",
-        "runs/exp7 runs/exp7-avg --steps 600,900,1000 --weights 1,2,3 --dry-run",
-        "runs/exp7 runs/exp7-ema --steps 600,900,1000 --ema 0.9 --optimizer drop",
+        "runs/exp7 avg --steps 600,900,1000 --weights 1,2,3 --dry-run",
+        "runs/exp7 ema --steps 900,1000 --ema 0.9 --optimizer drop",
     ),
 )
