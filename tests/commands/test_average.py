@@ -261,6 +261,13 @@ def test_nnx_model_and_optimizer_items(cli: Any, tmp_path: Path, optimizer: str)
         np.testing.assert_allclose(value, weighted([s[name] for s in saved], [1, 1, 1]), 1e-6)
     loss = nnx_step(model, nnx.Optimizer(model, TX, wrt=nnx.Param), next(DataIter()))
     assert np.isfinite(float(loss))
+    only = cli("average", root, tmp_path / "only", "--steps", "2,3", "--item", "model",
+               "--optimizer", optimizer, "--json")  # fmt: skip
+    assert only.code == 0, only.stderr
+    assert only.json()["items"] == ["model"]
+    meta = json.loads((tmp_path / "only" / "3" / "_CHECKPOINT_METADATA").read_text())
+    kept = ["model"] if optimizer == "drop" else ["model", "optimizer"]
+    assert sorted(meta["item_handlers"]) == kept  # the other item is copied unless dropped
 
 
 def test_dry_run_json_is_the_plan_and_writes_nothing(

@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal, TypedDict
 
 from ckpt_cli.core.format.discovery import ItemRef
 from ckpt_cli.core.format.names import compile_filter
-from ckpt_cli.core.format.resolve import resolve_trees
+from ckpt_cli.core.format.resolve import resolve_items, resolve_trees
 from ckpt_cli.core.inspect import ItemReport, Leaf
 from ckpt_cli.core.inspect.item import inspect_item
 from ckpt_cli.core.migrate.plan import resolve_destination
@@ -240,6 +240,10 @@ def plan_average(
             f"--optimizer drop leaves nothing of step {steps[-1]}: its items are "
             + ", ".join(r.name for r in base)
         )
+    if mode == "drop" and item is not None:
+        # The step's other items are copied: its optimizer items are not, as without --item.
+        others = resolve_items(base[0].step_location or src) if base[0].step is not None else []
+        dropped += [r.name for r in others if r.name != item and _optimizer_item(r.name)]
     report = items[0].report
     return AveragePlan(
         source=items[0].source,
