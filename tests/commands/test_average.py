@@ -365,3 +365,21 @@ def test_leaves_that_differ_between_steps_are_named_and_nothing_is_written(
     assert missing.code == 2
     assert "leaf v is not in step 1" in missing.json()["error"]["message"]
     assert not out.exists()
+
+
+def test_a_recorded_source_gets_a_recorded_average(cli: Any, tmp_path: Path) -> None:
+    """The last step has a digest record: the new step's digests are recorded (its averaged
+    values are new), and `verify --deep` checks them."""
+    import shutil
+
+    from tests.support.paths import FIXTURES
+
+    root = shutil.copytree(FIXTURES / "seed_mlp", tmp_path / "run")
+    assert cli("verify", root, "--step", "500", "--record").code == 0
+    out = tmp_path / "avg"
+    r = cli("average", root, out, "--steps", "300,400,500", "--json")
+    assert r.code == 0, r.stderr
+    assert r.json()["digests"] == "recorded"
+    checked = cli("verify", out, "--deep", "--json")
+    assert checked.code == 0, checked.stdout
+    assert checked.json()["checked"]["digests"] == {"500/default": "checked"}

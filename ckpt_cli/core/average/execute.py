@@ -18,7 +18,7 @@ from ckpt_cli.core.average.plan import AverageItem, AveragePlan
 from ckpt_cli.core.digest.records import read_digests
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context
 from ckpt_cli.core.format.blocks import decoded_chunk_bytes
-from ckpt_cli.core.migrate.execute import has_digests, record_step_digests
+from ckpt_cli.core.migrate.execute import digests_of, has_digests
 from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.reshard.execute import reshard_leaves
 from ckpt_cli.core.storage import open_location
@@ -51,11 +51,8 @@ def execute(plan: AveragePlan, on_progress: ProgressFn | None = None) -> WriteRe
         step=plan.step_out,
         skip_items=frozenset(plan.dropped_items),
     )
-    digests = None
-    if has_digests(plan.source.location):
-        recorded = record_step_digests(open_location(out.path, plan.destination.options))
-        digests = "recorded" if recorded else "not recorded (run `ckpt verify` on the step)"
-    return WriteResult(plan, out, seconds, digests)
+    record = has_digests(plan.source.location)
+    return WriteResult(plan, out, seconds, digests_of(out.path, plan.destination, record))
 
 
 def step_write_options(write: WriteOptions, steps: int) -> WriteOptions:
