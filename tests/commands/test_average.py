@@ -301,6 +301,11 @@ def test_step_out_and_root_slash_n_name_the_step(
     assert [s["step"] for s in listed["steps"]] == [7, 8]
     again = cli("average", root, out, "--steps", "10,20", "--step-out", "7")
     assert again.code == 3 and "already exists" in again.stderr
+    before = sorted(p.name for p in root.iterdir())
+    inside = cli("average", root, root / "40", "--steps", "10,20")
+    assert inside.code == 2 and not inside.stdout
+    assert "lies inside the source root" in inside.stderr
+    assert sorted(p.name for p in root.iterdir()) == before
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ from ckpt_cli.core.reshard.plan import ReshardLayout, plan_like
 from ckpt_cli.core.state import telling_name
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.memory import bound_allocator
-from ckpt_cli.core.write.rewrite import WrittenJSON
+from ckpt_cli.core.write.rewrite import WrittenJSON, prepare_destination
 from ckpt_cli.core.write.types import WriteOptions
 from ckpt_cli.errors import UsageError
 
@@ -244,6 +244,7 @@ def plan_average(
         # The step's other items are copied: its optimizer items are not, as without --item.
         others = resolve_items(base[0].step_location or src) if base[0].step is not None else []
         dropped += [r.name for r in others if r.name != item and _optimizer_item(r.name)]
+    prepare_destination(dest, items[0].source)  # refused before the plan is shown
     report = items[0].report
     return AveragePlan(
         source=items[0].source,
