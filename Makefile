@@ -137,6 +137,14 @@ demo: $(STAMP)
 	$(CKPT) reshard $(DEMO)-nnx $(DEMO)-nnx-2x4 --mesh data=2,model=4 --rule 'linear.kernel.*=[null, model]'
 	$(CKPT) diff $(DEMO)-nnx $(DEMO)-nnx-2x4 --structure --filter 'kernel' || true
 	$(CKPT) migrate $(DEMO)-nnx $(DEMO)-nnx-wide --spec examples/nnx_widen_16_to_24.yaml --dry-run
+	@echo "== ckpt average: steps 400 500 600 averaged into a new step 600 (parameters: the mean; Adam moments, step and rng: step 600's), streamed; then it resumes training"
+	rm -rf $(DEMO)-avg
+	$(CKPT) average $(DEMO) $(DEMO)-avg --steps 400,500,600
+	$(CKPT) diff $(DEMO)@600 $(DEMO)-avg@600 --filter '^(opt_state.*|rng|step)$$'
+	$(PY) examples/train_mlp.py --workdir $(DEMO)-avg --steps 700
+	$(CKPT) ls $(DEMO)-avg
+	@echo "== ckpt average --ema --optimizer drop --dry-run: the EMA's weights per step, the optimizer state left out"
+	$(CKPT) average $(DEMO) $(DEMO)-ema --steps 400,500,600 --ema 0.9 --optimizer drop --dry-run
 	@echo "== ckpt export: step 600 to PyTorch nn.Linear names and layout (safetensors), streamed"
 	rm -rf $(DEMO)-pt $(DEMO)-back $(DEMO)-pt-bad.safetensors $(DEMO)-rank40.safetensors $(DEMO)-bad $(DEMO)-llama $(DEMO)-llama-hf $(DEMO)-llama-back
 	$(CKPT) export $(DEMO) $(DEMO)-pt --step 600 --spec examples/mlp_to_pytorch.yaml

@@ -24,6 +24,9 @@ Writers plan first and write on ``execute``; a plan is frozen, its ``to_json()``
                                  rules={"params.*kernel": [None, "model"]})
     result = ckpt_cli.execute(plan)           # WriteResult; also plan_migration, plan_prune
 
+    plan = ckpt_cli.plan_average("runs/exp7", "runs/exp7-avg", [600, 900, 1000], ema=0.9)
+    ckpt_cli.execute(plan)                    # WriteResult: the mean (EMA) of the steps' floats
+
     plan = ckpt_cli.plan_export("runs/exp7", "runs/exp7-hf", spec="examples/mlp_to_pytorch.yaml")
     ckpt_cli.execute(plan)                    # safetensors files; ckpt_cli.plan_import(...) back
 
@@ -49,6 +52,7 @@ from ckpt_cli._version import __version__
 from ckpt_cli.errors import CkptError
 
 if TYPE_CHECKING:
+    from ckpt_cli.core.average.plan import AveragePlan, plan_average
     from ckpt_cli.core.checkpoint import Checkpoint, Item
     from ckpt_cli.core.copy.execute import CopyResult
     from ckpt_cli.core.copy.plan import CopyPlan, plan_copy
@@ -82,6 +86,7 @@ if TYPE_CHECKING:
     import_ = plan_import
 
 __all__ = [
+    "AveragePlan",
     "Checkpoint",
     "CkptError",
     "Compression",
@@ -121,6 +126,7 @@ __all__ = [
     "execute",
     "merge_digest",
     "open",
+    "plan_average",
     "plan_copy",
     "plan_export",
     "plan_import",
@@ -134,6 +140,8 @@ __all__ = [
 
 #: Public names defined in the core, imported on first use (``import ckpt_cli`` stays cheap).
 _LAZY = {
+    "AveragePlan": "ckpt_cli.core.average.plan",
+    "plan_average": "ckpt_cli.core.average.plan",
     "TrendOptions": "ckpt_cli.core.trend.types",
     "TrendPlan": "ckpt_cli.core.trend.types",
     "TrendReport": "ckpt_cli.core.trend.types",

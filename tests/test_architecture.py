@@ -136,6 +136,9 @@ def layer(name: str) -> tuple[int, str]:
         # du: the read view of a root that leans on verify's walk of every OCDBT version.
         if sub in ("prune", "reshard", "migrate", "copy", "du"):
             return 5, sub
+        # average: a writer over reshard's layout and migrate's destination: above both.
+        if sub == "average":
+            return 6, sub
         # safetensors: the format, and export/import, which reuse the rule language, migrate's
         # planner and reshard's partition rules: one layer above them.
         if sub == "safetensors":

@@ -14,6 +14,7 @@ it.
 from __future__ import annotations
 
 from ckpt_cli.commands import (
+    average,
     cp,
     diff,
     digest,
@@ -45,6 +46,7 @@ COMMANDS: tuple[Command, ...] = (
     prune.COMMAND,
     reshard.COMMAND,
     migrate.COMMAND,
+    average.COMMAND,
     export.COMMAND,
     import_.COMMAND,
     cp.COMMAND,

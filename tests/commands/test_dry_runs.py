@@ -38,6 +38,8 @@ def _arguments(command: str, tmp_path: Path, cli) -> list[object]:  # type: igno
         return [SEED, out, "--spec", spec]
     if command == "reshard":
         return [SEED, out, "--mesh", "data=1"]
+    if command == "average":
+        return [SEED, out, "--steps", "300,400,500"]
     if command in ("export", "cp"):
         return [SEED, out]
     if command == "import":
@@ -48,7 +50,7 @@ def _arguments(command: str, tmp_path: Path, cli) -> list[object]:  # type: igno
 
 
 def test_the_commands_with_a_dry_run() -> None:
-    assert _with_dry_run() == ["prune", "reshard", "migrate", "export", "import", "cp"]
+    assert _with_dry_run() == ["prune", "reshard", "migrate", "average", "export", "import", "cp"]
 
 
 @pytest.mark.parametrize("json", [False, True], ids=["text", "json"])

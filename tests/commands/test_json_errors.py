@@ -65,6 +65,7 @@ NOT_APPLICABLE: dict[str, dict[str, str]] = {
     "prune": {},
     "reshard": {},
     "migrate": {},
+    "average": {},
     "export": {"locked": "writes a new directory under a tmp name: takes no root lock"},
     "import": {
         "not-a-checkpoint": "reads safetensors files, not a checkpoint (invalid-metadata instead)",

@@ -260,9 +260,10 @@ def test_execute_dispatches_every_writers_plan_through_the_registry() -> None:
         ckpt_cli.ExportPlan,
         ckpt_cli.ImportPlan,
         ckpt_cli.CopyPlan,
+        ckpt_cli.AveragePlan,
     }
     named = [c.name for c in COMMANDS if c.writer is not None]
-    assert named == ["prune", "reshard", "migrate", "export", "import", "cp"]
+    assert named == ["prune", "reshard", "migrate", "average", "export", "import", "cp"]
     with pytest.raises(TypeError, match="not a plan ckpt executes: object"):
         ckpt_cli.execute(object())  # type: ignore[arg-type]
 

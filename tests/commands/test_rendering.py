@@ -217,6 +217,10 @@ def _piped_runs(command: str, tmp: Any) -> list[list[Any]]:
         "prune": [["prune", root, "--keep-last", "2", "--dry-run"]],
         "reshard": [["reshard", SEED, tmp / "rs", "--mesh", "data=1"]],
         "migrate": [["migrate", SEED, tmp / "mg", "--spec", spec]],
+        "average": [
+            ["average", SEED, tmp / "av", "--steps", "300,400,500", "--dry-run"],
+            ["average", SEED, tmp / "av", "--steps", "300,500", "--ema", "0.9"],
+        ],
         "export": [["export", SEED, tmp / "ex", "--max-shard-size", "8KiB"]],
         "import": [["export", SEED, tmp / "ex1"], ["import", tmp / "ex1", tmp / "im"]],
         "cp": [["cp", SEED, tmp / "cp"]],

@@ -165,6 +165,11 @@ SUCCESSES: list[Run] = [
         "migrate",
         lambda w: ["migrate", str(w.good), str(w.tmp / "md"), "--spec", str(w.spec), "--dry-run"],
     ),
+    ("average", lambda w: ["average", str(w.good), str(w.tmp / "a"), "--steps", "300,400,500"]),
+    (
+        "average",
+        lambda w: ["average", str(w.good), str(w.tmp / "ad"), "--steps", "400,500", "--dry-run"],
+    ),
     ("export", lambda w: ["export", str(w.good), str(w.tmp / "x"), "--params-only"]),
     (
         "export",

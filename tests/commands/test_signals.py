@@ -102,6 +102,7 @@ def test_verify_record_stops_without_recording(
     [
         pytest.param(RESHARD_BIG, id="reshard"),
         pytest.param(MIGRATE_BIG, id="migrate"),
+        pytest.param(["average", "{root}", "{dst}", "--steps", "1,2"], id="average"),
         pytest.param(
             [*RESHARD_BIG, "--workers", "2", "--unit-bytes", "32MiB", "--force-split"],
             id="reshard-workers",

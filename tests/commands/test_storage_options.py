@@ -65,6 +65,8 @@ CASES = [
     Case("reshard", "like", lambda p: ["reshard", str(p.good), str(p.tmp / "o"), "--like", URL]),
     Case("migrate", "source", lambda p: ["migrate", URL, str(p.tmp / "o"), "--spec", str(p.spec)]),
     Case("migrate", "destination", lambda p: ["migrate", str(p.good), URL, "--spec", str(p.spec)]),
+    Case("average", "source", lambda p: ["average", URL, str(p.tmp / "o"), "--steps", "1,2"]),
+    Case("average", "destination", lambda p: ["average", str(p.good), URL, "--steps", "400,500"]),
     Case("cp", "source", lambda p: ["cp", URL, str(p.tmp / "o")]),
     Case("cp", "destination", lambda p: ["cp", str(p.good), URL]),
     Case("export", "source", lambda p: ["export", URL, str(p.tmp / "o")]),

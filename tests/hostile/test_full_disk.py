@@ -126,6 +126,7 @@ def disk(tmp_path: Path) -> Iterator[Disk]:
 COMMANDS: dict[str, Callable[[Disk], list[object]]] = {
     "reshard": lambda d: ["reshard", d.side / "src", d.mnt / "dst", "--mesh", "data=8"],
     "migrate": lambda d: ["migrate", d.side / "src", d.mnt / "dst", "--spec", d.side / "spec.yaml"],
+    "average": lambda d: ["average", d.side / "src", d.mnt / "dst", "--steps", "300,400,500"],
     "cp": lambda d: ["cp", d.side / "src", d.mnt / "dst"],
     "export": lambda d: ["export", d.side / "src", d.mnt / "dst"],
     "import": lambda d: ["import", d.side / "model.safetensors", d.mnt / "dst"],
@@ -136,7 +137,7 @@ COMMANDS: dict[str, Callable[[Disk], list[object]]] = {
 }
 #: The writers that take their source elsewhere; the free space lets them take the lock and
 #: start the step (tmp dir, owner record), then runs out inside the data or metadata writes.
-MID_WRITE = {"reshard": 16, "migrate": 16, "import": 16, "export": 16}
+MID_WRITE = {"reshard": 16, "migrate": 16, "average": 16, "import": 16, "export": 16}
 
 
 def _run_refused(d: Disk, name: str, expect: str, *, as_user: bool = False) -> Run:

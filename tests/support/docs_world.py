@@ -250,6 +250,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "prune": ("runs/exp7",),
     "reshard": ("runs/exp7", "r.yaml", "runs/other"),
     "migrate": ("runs/exp7", "widen.yaml", "cast.yaml", "model.py"),
+    "average": ("runs/exp7",),
     "export": ("runs/exp7", "mlp_to_pytorch.yaml", "runs/llama", "llama_to_hf.yaml"),
     "import": (
         "runs/exp7", "out", "pytorch_to_mlp.yaml", "hf", "hf_to_llama.yaml",
@@ -261,6 +262,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     # The pages.
     "docs/explanation/scale-out.md": ("run", "rules.yaml"),
     "docs/how-to/du.md": (),
+    "docs/how-to/average.md": ("runs/exp7",),
     "docs/how-to/diff.md": ("runs/exp7 (sharded_4x2)", "runs/exp7-2x4 (sharded_4x2)"),
     "docs/how-to/doctor.md": ("runs/exp7 (demo)",),
     "docs/how-to/export.md": ("runs/exp7",),

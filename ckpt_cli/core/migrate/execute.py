@@ -66,11 +66,7 @@ def execute(plan: MigrationPlan, on_progress: ProgressFn | None = None) -> Write
         on_progress=on_progress,
         step=plan.step_out,
     )
-    digests = None
-    if record:
-        recorded = record_step_digests(open_location(out.path, plan.destination.options))
-        digests = "recorded" if recorded else "not recorded (run `ckpt verify` on the step)"
-    return WriteResult(plan, out, seconds, digests)
+    return WriteResult(plan, out, seconds, digests_of(out.path, plan.destination, record))
 
 
 @dataclass(frozen=True)
@@ -158,6 +154,15 @@ def _source(expr: ops.Node, ctx: ops.EvalContext) -> Callable[[ops.Region], Any]
         return expr.fetch(region, ctx)
 
     return read
+
+
+def digests_of(path: str, destination: Location, record: bool) -> str | None:
+    """The ``digests`` of a written step's result: when ``record``, the step at ``path`` (in
+    ``destination``'s storage) read back and its digests recorded; None when not asked."""
+    if not record:
+        return None
+    recorded = record_step_digests(open_location(path, destination.options))
+    return "recorded" if recorded else "not recorded (run `ckpt verify` on the step)"
 
 
 def record_step_digests(step: Location) -> tuple[str, ...]:

@@ -165,6 +165,7 @@ def run_write(
     operation: dict[str, Any],
     on_progress: ProgressFn | None = None,
     step: int | None = None,
+    skip_items: frozenset[str] = frozenset(),
 ) -> tuple[StepOutput, float]:
     """``write_items`` with ``options`` (``zarr3``: the output zarr version, resolved): the
     executor opened when it scales out, progress as ``label`` bytes of the arrays. Returns the
@@ -188,6 +189,7 @@ def run_write(
             executor=executor,
             unit_bytes=options.unit_bytes,
             check_destination=False,
+            skip_items=skip_items,
         )
     if declined is not None:
         out = replace(out, scale=declined)
@@ -271,13 +273,15 @@ def write_items(
     executor: Executor | None = None,
     unit_bytes: int = DEFAULT_UNIT_BYTES,
     check_destination: bool = True,
+    skip_items: frozenset[str] = frozenset(),
 ) -> StepOutput:
     """Write ``items`` (of one source step) as step ``step`` (default: the source's number) of
     the root ``dst``, named as the source step is (``step_dir_name``), its other items copied;
     one commit. An item's ``leaf_digests`` (values known unchanged, e.g. by reshard) are
     recorded with fresh file checksums, so verify keeps checking them; its ``kind`` picks its
     handler. With ``executor`` the arrays are written in units by its workers; metadata,
-    digests and the commit stay here. ``check_destination`` False: the caller already did."""
+    digests and the commit stay here. ``check_destination`` False: the caller already did.
+    ``skip_items``: items of the source step left out of the new step (not copied)."""
     src = items[0].source
     assert all(i.source.step_location == src.step_location for i in items), "one source step"
     if check_destination:
@@ -301,7 +305,8 @@ def write_items(
             record()
         if src.step_location is not None and src.location != src.step_location:
             handlers = source_meta.item_handlers if source_meta else None
-            copy_other_items(src, writer, handlers, memory_limit, {i.source.name for i in items})
+            skip = {i.source.name for i in items} | skip_items
+            copy_other_items(src, writer, handlers, memory_limit, skip)
         custom = _with_history(source_meta, {**operation, "source": str(src.location)})
         metrics = source_meta.metrics if source_meta else None
         final = writer.commit(custom, metrics, before_marker=records[0] if top else None)
