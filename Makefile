@@ -255,9 +255,12 @@ types: $(STAMP)
 # ckpt_cli compiled first: the tests start ckpt in thousands of processes, and where
 # PYTHONDONTWRITEBYTECODE is set (this CI's machines) each would compile every module it imports
 # again (0.24 -> 0.17 s for `ckpt inspect`); an installed wheel is compiled by pip.
+# --dist loadgroup: the tests sharing a costly fixture (a module-scoped Orbax save, a training run,
+# the wheel) run on one worker, scheduled first (tests/conftest.py, xdist_groups); --durations:
+# the slowest tests, where to look when the run grows.
 pytest: $(STAMP) browser
 	$(PY) -m compileall -q ckpt_cli tests/support > /dev/null
-	$(VENV)/bin/pytest -n 2 -q
+	$(VENV)/bin/pytest -n 2 --dist loadgroup -q --durations=20
 
 # The browser the tests open ckpt trend's page in (tests/commands/test_trend_browser.py):
 # Debian's chromium, installed when missing (about 25 s here, apt-get update included); as root,

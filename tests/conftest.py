@@ -37,6 +37,11 @@ pytest_plugins = [
 #: The S3 servers a test that takes the ``s3`` fixture runs on (tests/support/storage_fixtures.py).
 S3_SERVERS = ("moto", "seaweedfs")
 
+#: Session fixtures each xdist worker would build for itself (a training run saved, a Keras
+#: process, the wheel and its venvs behind a lock the other worker waits on): the tests that
+#: take one run on one worker (``xdist_groups``), so it is built once per run.
+ONE_WORKER = ("tutorial_run", "trend_runs", "keras_loader", "dists", "wheel_venv", "extras_venv")
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
@@ -51,6 +56,60 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "s3_kind" in metafunc.fixturenames:
         only = metafunc.definition.get_closest_marker("moto_only") is not None
         metafunc.parametrize("s3_kind", ["moto"] if only else list(S3_SERVERS))
+
+
+def xdist_groups(items: list[pytest.Item]) -> dict[str, list[pytest.Item]]:
+    """The tests that share a costly fixture, by group: those of one module with a module-scoped
+    fixture, and those taking a fixture of ``ONE_WORKER`` (joined where a test has both)."""
+    parent: dict[str, str] = {}
+
+    def find(key: str) -> str:
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    keys: list[tuple[pytest.Item, list[str]]] = []
+    for item in items:
+        defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        mine = [f"fixture:{name}" for name in ONE_WORKER if name in defs]
+        if any(d.scope == "module" for ds in defs.values() for d in ds):
+            mine.append(f"module:{item.nodeid.split('::', 1)[0]}")
+        keys.append((item, mine))
+        for other in mine[1:]:
+            parent[find(other)] = find(mine[0])
+    groups: dict[str, list[pytest.Item]] = {}
+    for item, mine in keys:
+        if mine:
+            groups.setdefault(find(mine[0]), []).append(item)
+    return groups
+
+
+@pytest.hookimpl(tryfirst=True)  # the groups in place before any other plugin reads node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` (``make pytest``) each group of ``xdist_groups`` runs on one
+    worker, and the groups are scheduled first, largest first: a module fixture (Orbax saves,
+    models trained) is built once, not once per worker, and what is left at the end of a run is
+    single tests, so neither worker waits long on the other."""
+    if not config.getoption("loadgroup", default=False):  # set on the workers of loadgroup
+        return
+    for name, members in xdist_groups(items).items():
+        label = name.split(":", 1)[1].replace("/", ".").replace("@", "_")
+        for item in members:
+            _suffix_nodeid(item, f"@{label}")
+
+
+def _suffix_nodeid(item: pytest.Item, suffix: str) -> None:
+    """What xdist does for an ``xdist_group`` mark (the group is the nodeid after its last
+    ``@``), on the node id of pytest >= 9.1 (``_id``) as on the older one (``_nodeid``), which
+    xdist 3.8 alone writes, so that its own marks group nothing under pytest 9."""
+    new = item.nodeid + suffix
+    if hasattr(item, "_id"):
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(new)
+    else:
+        item._nodeid = new
+    assert item.nodeid == new, (item.nodeid, new)
 
 
 @pytest.fixture

@@ -39,6 +39,8 @@ def record_faults(request: pytest.FixtureRequest) -> Any:
 
     def record(**counts: Any) -> None:
         name = request.node.nodeid.split("::", 1)[1]
+        if name.rfind("@") > name.rfind("]"):  # the xdist group (tests/conftest.py)
+            name = name.rsplit("@", 1)[0]
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
         doc = {"test": name, "long": long_mode(request.config), **counts}
         (results_dir(request.config) / f"{safe}.json").write_text(json.dumps(doc))
