@@ -64,7 +64,9 @@ class StorageOptions:
         ``CKPT_S3_ENDPOINT``, ``AWS_ENDPOINT_URL_S3``, ``AWS_ENDPOINT_URL``; the region from
         ``AWS_REGION`` or ``AWS_DEFAULT_REGION``; the GCS endpoint from
         ``TENSORSTORE_GCS_HTTP_URL`` (TensorStore's own), else ``STORAGE_EMULATOR_HOST``;
-        ``max_requests`` (``--max-requests``) else ``CKPT_MAX_REQUESTS``, else 64."""
+        ``max_requests`` (``--max-requests``) else ``CKPT_MAX_REQUESTS``, else 64; the
+        attempts of a failed request and of a listing from ``CKPT_REQUEST_ATTEMPTS`` (1-10, else
+        4: a CI job that would rather fail at once on a dead endpoint sets 1)."""
         env = os.environ if environ is None else environ
         endpoint = next(
             (
@@ -88,7 +90,11 @@ class StorageOptions:
         if max_requests is None:
             raw = env.get("CKPT_MAX_REQUESTS", "")
             max_requests = int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_MAX_REQUESTS
+        raw = env.get("CKPT_REQUEST_ATTEMPTS", "")
+        attempts = int(raw) if raw.isdigit() and 1 <= int(raw) <= 10 else 4
         return cls(
+            request_retries=attempts,
+            list_attempts=attempts,
             max_requests=max(1, max_requests),
             s3_endpoint=endpoint.rstrip("/") if endpoint else None,
             s3_region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
