@@ -45,20 +45,15 @@ class Tensor:
 
 
 def is_safetensors(target: str) -> bool:
-    """Whether ``target`` names safetensors: a ``.safetensors`` file, an index file, or a local
-    directory holding such files and no Orbax step or item."""
+    """Whether ``target`` names safetensors, as the read commands decide it
+    (``source.is_safetensors_source``: a folder that is also an Orbax root, step or item stays a
+    checkpoint); a bucket path named like safetensors is one, refused when opened."""
+    from ckpt_cli.core.safetensors.source import is_safetensors_source
+
     path = target.removeprefix("file://")
     if "://" in path:
-        return path.endswith((".safetensors", INDEX_SUFFIX))
-    if os.path.isfile(path):
-        return path.endswith((".safetensors", INDEX_SUFFIX))
-    if not os.path.isdir(path):
-        return False
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return False
-    return any(n.endswith((".safetensors", INDEX_SUFFIX)) for n in names)
+        return path.rstrip("/").endswith((".safetensors", INDEX_SUFFIX))
+    return is_safetensors_source(target)
 
 
 class SafetensorsSide:
