@@ -52,6 +52,9 @@ def _parse(command: Any, name: str, param: Any, value: str) -> Any:
         "x" for p in command.params if p.param_type_name == "argument" and p.required
     ]  # the required arguments, never opened: the command does not run
     args += ["--spec", "x"] if name == "migrate" else []
+    for p in command.params:  # required options (average's --steps), never used either
+        if p.param_type_name == "option" and p.required and p is not param:
+            args += [p.opts[0], "1"]
     ctx = command.make_context(name, [*args, param.opts[0], value])
     parsed = ctx.params[param.name]
     return parsed.bytes if isinstance(parsed, SampleSpec) else parsed
