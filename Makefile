@@ -260,7 +260,7 @@ types: $(STAMP)
 # the slowest tests, where to look when the run grows.
 pytest: $(STAMP) browser
 	$(PY) -m compileall -q ckpt_cli tests/support > /dev/null
-	$(VENV)/bin/pytest -n 2 --dist loadgroup -q --durations=20
+	$(VENV)/bin/pytest -n 3 --dist loadgroup -q --durations=20
 
 # The browser the tests open ckpt trend's page in (tests/commands/test_trend_browser.py):
 # Debian's chromium, installed when missing (about 25 s here, apt-get update included); as root,
