@@ -11,9 +11,10 @@ import json
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from ckpt_cli.core.digest import DigestReport, ItemDigests, LeafDigest, block_budget, sorted_leaves
+from ckpt_cli.core.digest import DigestReport, ItemDigests, LeafDigest, sorted_leaves
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.storage import StorageOptions, open_location
+from ckpt_cli.core.threads import threads
 
 
 def digest_path(
@@ -43,7 +44,6 @@ def digest_items(
 
     from ckpt_cli.core.inspect.item import inspect_item
 
-    budget = block_budget(memory_limit)
     reports = []
     for ref, names in wanted:
         report = inspect_item(ref)
@@ -52,12 +52,10 @@ def digest_items(
         reports.append(report)
     total = sum(leaf.array.nbytes for r in reports for leaf in r.leaves if leaf.array)
     on_bytes = ByteProgress(on_progress, "digest", total)
-    return [_digest_item(r, budget, memory_limit, on_bytes) for r in reports]
+    return [_digest_item(r, memory_limit, on_bytes) for r in reports]
 
 
-def _digest_item(
-    report: Any, budget: int, memory_limit: int, on_bytes: ByteProgress
-) -> ItemDigests:
+def _digest_item(report: Any, memory_limit: int, on_bytes: ByteProgress) -> ItemDigests:
     """Every leaf's digest through ``scan_leaves``, as ``verify --deep`` reads: a chunk larger
     than a slab is decoded by ``chunkstream`` on the scan's threads into slabs hashed there (no
     whole chunk in memory, no TensorStore copy of it); smaller chunks through TensorStore."""
@@ -77,11 +75,11 @@ def _digest_item(
         if found is not None:
             leaves[leaf.name] = found
     infos = {x.name: x.array for x in report.leaves if x.array is not None}
-    tasks = [ScanTask(x.name, x.array, x.database, ld1=True) for x in report.leaves if x.array]
-    from ckpt_cli.core.threads import threads
-
+    tasks = [
+        ScanTask(x.name, x.array, x.database, ld1=True) for x in report.leaves if x.name in infos
+    ]
     # Two slabs a thread in flight, each with its read buffer: a quarter of the limit at most.
-    slab = max(1 << 20, min(budget, SCAN_BLOCK_BYTES, memory_limit // (4 * threads())))
+    slab = max(1 << 20, min(SCAN_BLOCK_BYTES, memory_limit // (4 * threads())))
     if tasks:
         cache = cache_bytes((t.info for t in tasks), slab)
         store = ItemStore(
