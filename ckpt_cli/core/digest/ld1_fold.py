@@ -381,12 +381,20 @@ def _fold_span(w: Any, u0: int) -> tuple[int, int]:
 
     if not w.size:
         return 0, 0
+    from ckpt_cli.core.digest.ld1_kernel import block_sums
+
     a, c = tables()
     b, j = divmod(u0, BLOCK_WORDS)
-    y = np.add(w, a[j : j + w.size])
-    _mix_into(y, np.empty_like(y))
     r1, r2 = block_keys(b)
-    return (r1 * int(y.sum())) & MASK, (r2 * int(np.dot(y, c[j : j + w.size]))) & MASK
+    aw, cw = a[j : j + w.size], c[j : j + w.size]
+    # The compiled kernel takes a span as one row of its own width (the tables from word j):
+    # the numpy calls below hold the GIL between their steps, and every slab has two spans.
+    sums = block_sums(w.reshape(1, -1), aw, cw, M1, M2)
+    if sums is not None:
+        return (r1 * int(sums[0, 0])) & MASK, (r2 * int(sums[1, 0])) & MASK
+    y = np.add(w, aw)
+    _mix_into(y, np.empty_like(y))
+    return (r1 * int(y.sum())) & MASK, (r2 * int(np.dot(y, cw))) & MASK
 
 
 #: Whole blocks per group of ``_fold_blocks``: numpy calls of 4 MiB. Threads hash at once only
