@@ -30,6 +30,8 @@ from ckpt_cli.errors import CkptError, StorageError
 #: A range is read in reads of this size, ``RANGE_READS`` at once (memory: their product).
 RANGE_READ_BYTES = 4 << 20
 RANGE_READS = 8
+#: Ranges of the local files a writer just wrote, summed on this process's threads.
+LOCAL_RANGE_BYTES = 32 << 20
 
 #: (item-relative path, start, end) of one byte range of a file.
 Range = tuple[str, int, int]
@@ -158,19 +160,42 @@ def record_digests(
 
 
 def file_sums(item_dir: Location) -> dict[str, FileSum]:
-    """CRC-32 of every recorded file just written; on object stores 4 files at a time (each
-    with its own ranged reads in flight), as the files are read back from the store."""
-    rels = [rel for rel, _ in item_dir.walk() if recorded_file(rel)]
+    """CRC-32 of every recorded file just written: on a local disk in byte ranges of
+    ``LOCAL_RANGE_BYTES`` on this process's threads (zlib gives the GIL up while it sums), joined
+    in order (one thread reading a 4 GiB step back took a tenth of a reshard's time on a
+    13-core host); on object stores 4 files at a time (each with its own ranged reads in
+    flight), as the files are read back from the store."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ckpt_cli.core.threads import threads
+
+    listed = [(rel, e.size) for rel, e in item_dir.walk() if recorded_file(rel)]
+    if item_dir.parallel_reads <= 1:
+        n = threads()
+        ranges = [r for group in cut_ranges(sorted(listed), LOCAL_RANGE_BYTES) for r in group]
+        if n <= 1 or len(ranges) <= 1:
+            return {rel: file_checksum(item_dir.child(*rel.split("/"))) for rel, _ in listed}
+        with ThreadPoolExecutor(min(n, len(ranges)), thread_name_prefix="ckpt-hash") as pool:
+            pieces = list(pool.map(lambda r: range_checksum(item_dir, *r), ranges))
+        return _joined(item_dir, pieces)
+    rels = [rel for rel, _ in listed]
 
     def one(rel: str) -> FileSum:
         return file_checksum(item_dir.child(*rel.split("/")))
 
-    if item_dir.parallel_reads <= 1 or len(rels) <= 1:
+    if len(rels) <= 1:
         return {rel: one(rel) for rel in rels}
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(min(4, len(rels))) as pool:
         return dict(zip(rels, pool.map(one, rels), strict=True))
+
+
+def _joined(item_dir: Location, pieces: list[Piece]) -> dict[str, FileSum]:
+    """Each file's sum from its ranges' pieces; the first range that failed raises."""
+    sums = dict(join_ranges(pieces))
+    failed = next(((rel, got) for rel, got in sums.items() if isinstance(got, str)), None)
+    if failed is not None:
+        raise StorageError(f"cannot read back {failed[0]} in {item_dir}: {failed[1]}")
+    return {rel: got for rel, got in sums.items() if isinstance(got, FileSum)}
 
 
 #: Bytes of a file-checksum unit when the workers read the written files back.
@@ -187,8 +212,4 @@ def file_sums_on(item_dir: Location, executor: Executor) -> dict[str, FileSum]:
         for ranges in cut_ranges(files, RANGE_UNIT_BYTES)
     )
     pieces = [p for done in executor.map(checksum_ranges, units) for p in done]
-    sums = dict(join_ranges(pieces))
-    failed = next(((rel, got) for rel, got in sums.items() if isinstance(got, str)), None)
-    if failed is not None:
-        raise StorageError(f"cannot read back {failed[0]} in {item_dir}: {failed[1]}")
-    return {rel: got for rel, got in sums.items() if isinstance(got, FileSum)}
+    return _joined(item_dir, pieces)
