@@ -196,19 +196,31 @@ def ts_context(n: int | None = None, file_io: int = FILE_IO_MIN, **extra: Any) -
     return ts.Context(ts_context_spec(n, file_io, **extra))
 
 
-_pools: dict[int, Any] = {}
+_pools: dict[tuple[str, int], Any] = {}
 _pools_lock = threading.Lock()
+
+
+def _named_pool(prefix: str, n: int | None) -> Any:
+    """The process's pool of ``n`` threads named ``prefix``, made once per name and size."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = threads() if n is None else n
+    with _pools_lock:
+        pool = _pools.get((prefix, n))
+        if pool is None:
+            pool = _pools[prefix, n] = ThreadPoolExecutor(n, thread_name_prefix=prefix)
+        return pool
 
 
 def hash_pool(n: int | None = None) -> Any:
     """The process's pool of ``n`` threads (default ``threads()``) for the parts of one block
     (``digest/ld1_threads.py``, file checksums in ranges): made once per size, threads named
     ``ckpt-hash``. A task on it must never wait on another task of it."""
-    from concurrent.futures import ThreadPoolExecutor
+    return _named_pool("ckpt-hash", n)
 
-    n = threads() if n is None else n
-    with _pools_lock:
-        pool = _pools.get(n)
-        if pool is None:
-            pool = _pools[n] = ThreadPoolExecutor(n, thread_name_prefix="ckpt-hash")
-        return pool
+
+def read_pool(n: int | None = None) -> Any:
+    """The process's pool of ``n`` threads (default ``threads()``) that decode whole chunks of a
+    read (``arrays.LeafReader``, ``chunkread.read_rows``) and run what follows on them
+    (``spec.ops.then``): threads named ``ckpt-read``. Its tasks never wait on one another."""
+    return _named_pool("ckpt-read", n)

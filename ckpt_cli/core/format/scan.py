@@ -31,7 +31,8 @@ from ckpt_cli.core.digest.ld1 import Partial, finish, merge
 from ckpt_cli.core.digest.records import ValueHasher, c_order_block
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader
 from ckpt_cli.core.format.blocks import cache_bytes, is_large, iter_blocks, stream_blocks
-from ckpt_cli.core.format.chunkstream import Place, chunk_layout, chunk_slabs
+from ckpt_cli.core.format.chunkread import Place, chunk_layout
+from ckpt_cli.core.format.chunkstream import chunk_slabs
 from ckpt_cli.core.threads import threads
 from ckpt_cli.errors import CkptError, StorageError, first_line
 

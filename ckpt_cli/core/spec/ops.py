@@ -40,9 +40,37 @@ class Pending:
 
 
 def then(value: Any, f: Callable[[Any], Any]) -> Any:
+    """``f`` of a value, or of a future's value once it lands. A block decoded on the read pool
+    (``arrays.LeafReader``) is a ``concurrent.futures.Future``: ``f`` (a cast, a transpose)
+    then runs on that pool as soon as the block is there, not on the caller's thread when it
+    asks, so the blocks in flight are cast at once."""
+    from concurrent.futures import Future
+
+    if isinstance(value, Future):
+        return _chained(value, f)
     if hasattr(value, "result"):
         return Pending([value], lambda v: f(v[0]))
     return f(value)
+
+
+def _chained(value: Any, f: Callable[[Any], Any]) -> Any:
+    from concurrent.futures import Future
+
+    from ckpt_cli.core.threads import read_pool
+
+    out: Future[Any] = Future()
+
+    def run(done: Future[Any]) -> None:
+        try:
+            out.set_result(f(done.result()))
+        except BaseException as e:
+            out.set_exception(e)
+
+    # Submitted once the read is done: no task of the pool ever waits on another. Neither
+    # closure holds ``value``: a reference cycle through its callbacks would keep every block
+    # read alive until the garbage collector ran (gigabytes on a large migrate).
+    value.add_done_callback(lambda done: read_pool().submit(run, done))
+    return out
 
 
 def resolve(value: Any) -> Any:

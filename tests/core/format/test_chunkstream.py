@@ -198,7 +198,8 @@ def test_chunk_slabs_rebuild_edge_chunks_of_every_layout(
 ) -> None:
     """Edge chunks are stored padded: the slabs, clipped and put together, are the array."""
     from ckpt_cli.core.format.arrays import ArrayInfo
-    from ckpt_cli.core.format.chunkstream import chunk_layout, chunk_slabs
+    from ckpt_cli.core.format.chunkread import chunk_layout
+    from ckpt_cli.core.format.chunkstream import chunk_slabs
 
     x = np.random.default_rng(1).standard_normal((100, 30), dtype=np.float32)
     meta = {**codecs["metadata"], "shape": [100, 30]}
@@ -223,7 +224,8 @@ def test_chunk_slabs_rebuild_edge_chunks_of_every_layout(
 
 def test_a_truncated_chunk_is_a_storage_error(tmp_path: Path) -> None:
     from ckpt_cli.core.format.arrays import ArrayInfo
-    from ckpt_cli.core.format.chunkstream import chunk_layout, chunk_slabs
+    from ckpt_cli.core.format.chunkread import chunk_layout
+    from ckpt_cli.core.format.chunkstream import chunk_slabs
     from ckpt_cli.errors import StorageError
 
     x = np.random.default_rng(2).standard_normal((64, 64), dtype=np.float32)

@@ -1,0 +1,139 @@
+"""Reads of whole large chunks decode here (``LeafReader.read`` -> ``chunkread.read_rows``):
+the values TensorStore reads, for every layout that streams and for edge chunks; any other block
+goes to TensorStore; a damaged chunk gets TensorStore's own error; ``CKPT_ROW_READS=0`` turns
+it off."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tensorstore as ts
+
+from ckpt_cli.core.format import chunkread
+from ckpt_cli.core.format.arrays import ArrayInfo, LeafReader
+
+ROWS, COLS, CHUNK_ROWS = 1300, 1024, 512  # chunks of 2 MiB (float32): the edge one padded
+
+
+def _array(tmp_path: Path, driver: str, codec: str, dtype: str = "float32") -> tuple[Any, Any]:
+    import ml_dtypes
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((ROWS, COLS), dtype=np.float32)
+    if dtype == "bfloat16":
+        x = x.astype(ml_dtypes.bfloat16)
+    if driver == "zarr":
+        meta: dict[str, Any] = {
+            "shape": [ROWS, COLS],
+            "chunks": [CHUNK_ROWS, COLS],
+            "dtype": "<f4" if dtype == "float32" else "bfloat16",
+            "compressor": {"id": "zstd", "level": 1} if codec == "zstd" else None,
+        }
+    else:
+        inner = [{"name": "bytes", "configuration": {"endian": "little"}}]
+        if codec == "zstd":
+            inner.append({"name": "zstd", "configuration": {"level": 1}})
+        meta = {
+            "shape": [ROWS, COLS],
+            "data_type": dtype,
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [CHUNK_ROWS, COLS]}},
+            "codecs": [
+                {
+                    "name": "sharding_indexed",
+                    "configuration": {"chunk_shape": [CHUNK_ROWS, COLS], "codecs": inner},
+                }
+            ],
+        }
+    spec = {"driver": driver, "kvstore": f"file://{tmp_path}/a/", "metadata": meta}
+    arr = ts.open(spec, create=True).result()
+    arr.write(x).result()
+    return ts.open({"driver": driver, "kvstore": f"file://{tmp_path}/a/"}).result(), x
+
+
+def _reader(arr: Any, dtype: str = "float32", zarr: int = 2) -> LeafReader:
+    info = ArrayInfo(dtype, (ROWS, COLS), (CHUNK_ROWS, COLS), zarr, "zstd")
+    return LeafReader(arr, info)
+
+
+@pytest.fixture(autouse=True)
+def _small_chunks_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(chunkread, "ROWS_MIN_CHUNK_BYTES", 1 << 20)
+
+
+@pytest.mark.parametrize(
+    ("driver", "codec", "dtype"),
+    [
+        ("zarr", "zstd", "float32"),
+        ("zarr", "raw", "float32"),
+        ("zarr", "zstd", "bfloat16"),
+        ("zarr3", "zstd", "float32"),
+        ("zarr3", "raw", "bfloat16"),
+    ],
+)
+def test_whole_chunk_rows_decode_here_and_equal_tensorstore(
+    tmp_path: Path, driver: str, codec: str, dtype: str
+) -> None:
+    arr, x = _array(tmp_path, driver, codec, dtype)
+    reader = _reader(arr, dtype, 2 if driver == "zarr" else 3)
+    blocks = [(0, ROWS), (0, CHUNK_ROWS), (CHUNK_ROWS, 2 * CHUNK_ROWS), (1024, ROWS)]
+    for a, b in blocks:
+        block = (slice(a, b), slice(0, COLS))
+        fut = reader.read(block)
+        assert isinstance(fut, Future), (a, b)  # decoded here, not by TensorStore
+        got = fut.result()
+        assert got.dtype == x.dtype and got.shape == (b - a, COLS)
+        assert np.array_equal(got.view(np.uint8), x[a:b].view(np.uint8)), (a, b)
+
+
+def test_other_blocks_go_to_tensorstore(tmp_path: Path) -> None:
+    arr, x = _array(tmp_path, "zarr", "zstd")
+    reader = _reader(arr)
+    others = [
+        (slice(0, 100), slice(0, COLS)),  # part of a chunk
+        (slice(0, CHUNK_ROWS), slice(0, 512)),  # part of each row
+        (slice(256, 768), slice(0, COLS)),  # not on chunk boundaries
+    ]
+    for block in others:
+        fut = reader.read(block)
+        assert not isinstance(fut, Future), block
+        assert np.array_equal(np.asarray(fut.result()), x[block])
+
+
+def test_turned_off_and_small_chunks_go_to_tensorstore(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arr, _ = _array(tmp_path, "zarr", "zstd")
+    block = (slice(0, CHUNK_ROWS), slice(0, COLS))
+    monkeypatch.setenv("CKPT_ROW_READS", "0")
+    assert not isinstance(_reader(arr).read(block), Future)
+    monkeypatch.delenv("CKPT_ROW_READS")
+    monkeypatch.setattr(chunkread, "ROWS_MIN_CHUNK_BYTES", 4 << 20)  # chunks of 2 MiB
+    assert not isinstance(_reader(arr).read(block), Future)
+
+
+def test_a_damaged_chunk_gets_tensorstores_error(tmp_path: Path) -> None:
+    arr, _ = _array(tmp_path, "zarr", "zstd")
+    chunk = tmp_path / "a" / "1.0"
+    raw = chunk.read_bytes()
+    chunk.write_bytes(raw[: len(raw) // 2])
+    block = (slice(CHUNK_ROWS, 2 * CHUNK_ROWS), slice(0, COLS))
+    with pytest.raises(Exception) as here:
+        _reader(arr).read(block).result()
+    with pytest.raises(Exception) as there:
+        arr[block].read().result()
+    assert type(here.value) is type(there.value) and str(here.value) == str(there.value)
+
+
+def test_rows_region_takes_only_whole_full_width_chunks() -> None:
+    shape, chunk = (1300, 64), (512, 64)
+    full = slice(0, 64)
+    assert chunkread.rows_region(shape, chunk, (slice(0, 1300), full)) == (0, 1300)
+    assert chunkread.rows_region(shape, chunk, (slice(512, 1024), full)) == (512, 1024)
+    assert chunkread.rows_region(shape, chunk, (slice(0, 100), full)) is None
+    assert chunkread.rows_region(shape, chunk, (slice(0, 512), slice(0, 32))) is None
+    assert chunkread.rows_region(shape, (512, 32), (slice(0, 512), full)) is None
+    assert chunkread.rows_region((), (), ()) is None
