@@ -5,6 +5,7 @@ into the files of a temporary directory renamed to the output when every file is
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections import deque
@@ -14,10 +15,13 @@ from typing import Any, TypedDict
 from typing_extensions import NotRequired
 
 from ckpt_cli.core.digest.records import BlockDigests
+from ckpt_cli.core.format.scan import Locate
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.safetensors.export import ExportPlan, ExportPlanJSON, ExportTensor
+from ckpt_cli.core.safetensors.export_slabs import SlabJob, cast_chain, jobs_for, slab_bytes
 from ckpt_cli.core.safetensors.ld1 import LD1_KEY, encode, expected, fill_headers
 from ckpt_cli.core.spec import ops
+from ckpt_cli.core.threads import threads
 from ckpt_cli.errors import RefusedError
 
 
@@ -74,13 +78,13 @@ def execute(plan: ExportPlan, on_progress: ProgressFn | None = None) -> ExportRe
     """Write the plan's files into a temporary directory, then rename it to ``plan.out``.
     Progress as ``export`` bytes."""
     from ckpt_cli.core.storage import open_location
-    from ckpt_cli.core.verify.gate import require_sound_source
+    from ckpt_cli.core.verify.gate import chunk_locator, require_sound_source
     from ckpt_cli.core.write.claim import claim_lock
 
     report = plan.report
     assert report is not None, "an ExportPlan from plan_export"
     # As reshard and migrate: never a link out of the checkpoint, nor damage, carried over.
-    require_sound_source(report.ref)
+    facts = require_sound_source(report.ref)
     parent = os.path.dirname(plan.out) or "."
     undo_dirs = open_location(parent).make_dirs_undoable()
     try:
@@ -91,7 +95,7 @@ def execute(plan: ExportPlan, on_progress: ProgressFn | None = None) -> ExportRe
             "export",
         )
         try:
-            return _execute(plan, report, parent, on_progress)
+            return _execute(plan, report, parent, on_progress, chunk_locator(facts))
         finally:
             claim.release()
     except BaseException:
@@ -100,7 +104,11 @@ def execute(plan: ExportPlan, on_progress: ProgressFn | None = None) -> ExportRe
 
 
 def _execute(
-    plan: ExportPlan, report: Any, parent: str, on_progress: ProgressFn | None
+    plan: ExportPlan,
+    report: Any,
+    parent: str,
+    on_progress: ProgressFn | None,
+    locate: Locate | None = None,
 ) -> ExportResult:
     import contextlib
     import secrets
@@ -126,7 +134,7 @@ def _execute(
         )
         ctx = ops.EvalContext(store, {})
         digests = BlockDigests(expected(plan.metadata), [t.name for t in plan.tensors])
-        stream = _Stream(ctx, memory_limit, on_bytes, digests)
+        stream = _Stream(ctx, memory_limit, on_bytes, digests, locate)
         with SafetensorsSink(tmp, plan.files) as sink, contextlib.closing(stream):
             # The writer thread stops (closing) before the sink closes its files (abort).
             by_name = {t.name: t for t in plan.tensors}
@@ -283,14 +291,22 @@ class _Opener:
 
 class _Stream:
     """Blocks of the tensors in file order: reads a few blocks ahead (TensorStore decodes on its
-    own threads) while one thread writes finished blocks, all under the memory limit."""
+    own threads) while one thread writes finished blocks, all under the memory limit. A tensor
+    whose chunks exceed a slab is a job of its own instead (``export_slabs``), on a pool that
+    reads and writes it while the blocks of the others flow."""
 
     def __init__(
-        self, ctx: ops.EvalContext, memory_limit: int, on_bytes: Any, digests: BlockDigests
+        self,
+        ctx: ops.EvalContext,
+        memory_limit: int,
+        on_bytes: Any,
+        digests: BlockDigests,
+        locate: Locate | None = None,
     ) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self.ctx = ctx
+        self.locate = locate  # where streamed chunks lie in local files (verify's references)
         self.digests = digests  # verify while writing: tensors with a carried ld1
         self.budget = _budget(memory_limit)
         self.limit = _limit(memory_limit)
@@ -303,14 +319,31 @@ class _Stream:
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-export-write")
         self.held = 0
         self.done = 0
+        n = threads()
+        self.slab = slab_bytes(self.limit, n)
+        self.job_pool = ThreadPoolExecutor(
+            jobs_for(memory_limit, self.slab, n), thread_name_prefix="ckpt-export-job"
+        )
+        self.jobs: deque[tuple[SlabJob, Any, int]] = deque()
 
     def close(self) -> None:
+        for job, _, _ in self.jobs:
+            job.cancelled = True
+        self.job_pool.shutdown(wait=True, cancel_futures=True)
         self.pool.shutdown(wait=True, cancel_futures=True)
 
     def tensor(self, t: ExportTensor, sink: Any) -> None:
         from ckpt_cli.core.format.dtypes import dtype_itemsize
         from ckpt_cli.core.safetensors.blocks import contiguous_blocks
 
+        job = self._job(t)
+        if job is not None:
+            sink.share(t.name)  # jobs write in any order: through the page cache
+            fut = self.job_pool.submit(job.run, sink.write, self.on_bytes)
+            self.jobs.append((job, fut, math.prod(t.shape) * dtype_itemsize(t.dtype)))
+            while self.jobs and self.jobs[0][1].done():
+                self._finish_job()
+            return
         whole = frozenset(id(n) for n in t.expr.walk() if n.whole)
         itemsize = dtype_itemsize(t.dtype)
         chunks = ops.source_chunks(t.expr)
@@ -331,6 +364,38 @@ class _Stream:
             self._start_write(sink)
         while self.writes:
             self._finish_write()
+        while self.jobs:
+            self._finish_job()
+
+    def _job(self, t: ExportTensor) -> SlabJob | None:
+        """A job streaming ``t`` slab by slab, when it is a leaf (or casts of one) whose chunks
+        exceed a slab and can be streamed here; None: blocks through TensorStore."""
+        from ckpt_cli.core.format.scan import streamed_slabs
+
+        chain = cast_chain(t.expr)
+        if chain is None:
+            return None
+        source, casts = chain
+        reader = self.ctx.reader(source.name, source.info, source.database)
+        where = functools.partial(self.locate, source.name) if self.locate else None
+        slabs = streamed_slabs(source.info, reader, self.slab, c_order=True, locate=where)
+        if slabs is None:
+            return None
+        return SlabJob(t.name, slabs, casts, t.shape, t.dtype, t.name in self.digests.collect)
+
+    def _finish_job(self) -> None:
+        from ckpt_cli.errors import CkptError, StorageError, first_line
+
+        job, fut, nbytes = self.jobs.popleft()
+        try:
+            found = fut.result()
+        except CkptError:
+            raise
+        except Exception as e:
+            raise StorageError(f"cannot read the source of {job.name!r}: {first_line(e)}") from None
+        if found is not None:
+            self.digests.absorb(job.name, found)
+        self.done += nbytes
 
     def _start_write(self, sink: Any) -> None:
         import numpy as np

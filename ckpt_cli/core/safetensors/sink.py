@@ -36,6 +36,14 @@ class SafetensorsSink:
         self.abort()
 
     def write(self, name: str, start: tuple[int, ...], block: Any) -> None:
+        self._writer(name).write_block(name, start, block)
+
+    def share(self, name: str) -> None:
+        """Several threads will write into the file holding ``name`` (``writer.share``); its
+        writer is opened here, on the caller's thread, so the threads only write."""
+        self._writer(name).share()
+
+    def _writer(self, name: str) -> SafetensorsWriter:
         file = self._file_of[name]
         writer = self._writers.get(file)
         if writer is None:
@@ -45,7 +53,7 @@ class SafetensorsSink:
             writer = SafetensorsWriter(os.path.join(self.directory, file), shard)
             writer.open()
             self._writers[file] = writer
-        writer.write_block(name, start, block)
+        return writer
 
     def finish_file(self, file: str) -> None:
         """Commit one file as soon as its tensors are written (frees its descriptor)."""

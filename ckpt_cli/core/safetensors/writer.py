@@ -23,6 +23,7 @@ import errno
 import os
 import secrets
 import sys
+import threading
 from types import TracebackType
 from typing import Any
 
@@ -52,6 +53,8 @@ class SafetensorsWriter:
         self.tmp_path = f"{path}{TMP_MARK}{secrets.token_hex(4)}"
         self._entries = shard.header.by_name()
         self._written: dict[str, list[tuple[int, int]]] = {n: [] for n in self._entries}
+        #: Guards the bookkeeping (and the direct stream) when several threads write blocks.
+        self._lock = threading.Lock()
         self._fd: int | None = None
         self.bytes_written = 0
         self._unsynced = 0
@@ -97,34 +100,48 @@ class SafetensorsWriter:
         if count == 0:
             return
         first = flat_offset(entry.shape, start) if entry.shape else 0
-        self._claim(name, first, first + count)
         data = np.ascontiguousarray(block)
         if data.dtype.byteorder == ">":
             data = data.astype(data.dtype.newbyteorder("<"))
         raw = data.reshape(-1).view(np.uint8)
         offset = self.shard.header.data_start + entry.begin + first * itemsize(entry.dtype)
-        if self._fd is None:
-            raise ValueError(f"{self.path}: the writer is not open")
         try:
-            done = 0
-            if self._direct is not None:
-                try:
-                    if self._direct.append(raw.data, offset):
-                        self.bytes_written += raw.nbytes
-                        return
-                except _Refused as e:
-                    done = e.done
-                self._leave_direct()
-            _pwrite_all(self._fd, raw.data[done:], offset + done)
-            self._unsynced += raw.nbytes
-            if self._unsynced >= SYNC_EVERY:
+            with self._lock:
+                fd = self._fd
+                if fd is None:
+                    raise ValueError(f"{self.path}: the writer is not open")
+                self._claim(name, first, first + count)
+                done = 0
+                if self._direct is not None:
+                    try:
+                        if self._direct.append(raw.data, offset):
+                            self.bytes_written += raw.nbytes
+                            return
+                    except _Refused as e:
+                        done = e.done
+                    self._leave_direct()
+            # Outside the lock: the jobs of a shared file write their blocks at once.
+            _pwrite_all(fd, raw.data[done:], offset + done)
+            with self._lock:
+                self.bytes_written += raw.nbytes
+                self._unsynced += raw.nbytes
+                if self._unsynced < SYNC_EVERY:
+                    return
                 end = offset + raw.nbytes
-                start_writeback(self._fd, min(self._synced_to, offset), end)
-                self._synced_to = end
-                self._unsynced = 0
+                begin, self._synced_to, self._unsynced = min(self._synced_to, offset), end, 0
+            start_writeback(fd, begin, end)
         except OSError as e:
             raise StorageError.from_error(f"cannot write {self.tmp_path}", e) from None
-        self.bytes_written += raw.nbytes
+
+    def share(self) -> None:
+        """Blocks will come from several threads in any order from now on: the direct stream
+        (blocks in file order only) hands over to positioned writes through the page cache."""
+        with self._lock:
+            if self._direct is not None:
+                try:
+                    self._leave_direct()
+                except OSError as e:
+                    raise StorageError.from_error(f"cannot write {self.tmp_path}", e) from None
 
     def write_tensor(self, name: str, array: Any) -> None:
         entry = self._entries[name]

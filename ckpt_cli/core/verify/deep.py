@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import random
 import secrets
 import threading
@@ -32,6 +31,7 @@ from ckpt_cli.core.digest.records import (
 from ckpt_cli.core.format.arrays import ArrayInfo
 from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES, LeafScan, ScanTask, ld1_of, scan_leaves
 from ckpt_cli.core.verify.budget import chunk_key, subset_of
+from ckpt_cli.core.verify.gate import chunk_locator
 from ckpt_cli.core.verify.types import DataResult, ItemFacts, NonFinite, SampleInfo, SampleSpec
 from ckpt_cli.errors import CkptError
 
@@ -94,7 +94,9 @@ def deep_item(
             if i >= first_leaf
         ]
         if facts.store is not None:
-            for scan in scan_leaves(facts.store, tasks, budget, progress, stop, _locator(facts)):
+            for scan in scan_leaves(
+                facts.store, tasks, budget, progress, stop, chunk_locator(facts)
+            ):
                 _take_scan(facts, result, scan, facts.arrays[scan.name][0])
                 if scan.complete and scan.error is None:
                     result.leaves_complete += 1
@@ -109,24 +111,6 @@ def deep_item(
 
         result.digests[name] = string_digest(value)
     return result
-
-
-def _locator(facts: ItemFacts) -> Callable[[str, str], tuple[str, int, int] | None] | None:
-    """Where a chunk's stored bytes lie in a local data file, from the structure pass's OCDBT
-    references (``ItemFacts.keys``): streamed chunks are then read from a mapping of the file."""
-    from ckpt_cli.core.storage.local import LocalLocation
-
-    base = facts.inventory.base if facts.inventory else None
-    if not isinstance(base, LocalLocation) or facts.store is None or facts.store.layout != "ocdbt":
-        return None
-
-    def locate(leaf: str, key: str) -> tuple[str, int, int] | None:
-        ref = facts.keys.get(f"{leaf}/{key}".encode())
-        if ref is None:
-            return None
-        return os.path.join(base.path, *ref.file.split("/")), ref.offset, ref.length
-
-    return locate
 
 
 def _file_workers(facts: ItemFacts) -> int:

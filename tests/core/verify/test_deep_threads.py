@@ -64,6 +64,7 @@ def test_streamed_chunks_are_read_from_the_data_files(
 
     from ckpt_cli.core.format import chunkstream, scan
     from ckpt_cli.core.format.resolve import resolve_items
+    from ckpt_cli.core.verify.gate import chunk_locator
     from ckpt_cli.core.verify.structure import check_item
 
     rng = np.random.default_rng(9)
@@ -73,7 +74,7 @@ def test_streamed_chunks_are_read_from_the_data_files(
         mgr.wait_until_finished()
     loc = open_location(str(tmp_path / "root"))
     facts = check_item(resolve_items(loc, None)[0].location, "x", loc, True)
-    locate = deep._locator(facts)
+    locate = chunk_locator(facts)
     assert locate is not None
     opened: list[tuple[str, int, int]] = []
     real = chunkstream.FileValue
