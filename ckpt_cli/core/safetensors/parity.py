@@ -33,7 +33,6 @@ from ckpt_cli.core.safetensors.parity_source import (
 )
 from ckpt_cli.core.spec import ops
 from ckpt_cli.core.storage import StorageOptions
-from ckpt_cli.core.write.memory import bound_allocator
 from ckpt_cli.errors import CkptError, UsageError, first_line
 
 #: Block pairs read ahead at most.
@@ -79,10 +78,6 @@ def diff_parity(
         raise UsageError("--atol and --rtol must not be negative")
     ignored = ignore_filter(options.ignore)
     kept = _name_filter(options.name_filter)
-    if not options.structure_only:
-        # One malloc arena: freed blocks of the read threads are reused, not kept per thread
-        # (a 512 MiB diff peaked at 327 MiB with glibc's arenas, 184 MiB with one).
-        bound_allocator()
     side_a = _open(a, steps[0], items[0], "--step-a", storage, options, spec_side=True)
     try:
         side_b = _open(b, steps[1], items[1], "--step-b", storage, options, spec_side=False)
