@@ -97,12 +97,23 @@ class LocalFile:
             if missing > 0:  # a mapping past the end would kill the process (SIGBUS)
                 return missing
             aligned = start - start % mmap.ALLOCATIONGRANULARITY
-            with mmap.mmap(
+            window = mmap.mmap(
                 self._fd, start + length - aligned, offset=aligned, access=mmap.ACCESS_READ
-            ) as window:
-                rows = np.frombuffer(window, out.dtype, (k - i) * row // width, start - aligned)  # fmt: skip
-                out[i - first : k - first] = rows.reshape((k - i, *shape[1:]))[(slice(None), *region[1:])]  # fmt: skip
-                del rows  # the mapping closes only once no array points into it
+            )
+            try:
+                rows: Any = np.frombuffer(
+                    window, out.dtype, (k - i) * row // width, start - aligned
+                )
+                box: Any = None
+                try:
+                    box = rows.reshape((k - i, *shape[1:]))[(slice(None), *region[1:])]
+                    out[i - first : k - first] = box
+                finally:
+                    # The mapping closes only once no array points into it (an interrupt
+                    # mid-copy included: a BufferError would hide it).
+                    box = rows = None
+            finally:
+                window.close()
         return 0
 
     def close(self) -> None:
