@@ -14,10 +14,12 @@ in the same run:
 
 ``ckpt diff SRC EXPORT --spec`` (default ``--memory-limit 1GiB``, and ``256MiB``)
     the parity check: both sides streamed block by block, every value compared.
+``verify --deep SRC`` + ``verify --deep EXPORT``
+    reading both sides once each, as the issue's goal words it (a diff within 1.5x of the
+    two): ckpt's deep verify of the Orbax step (every chunk decoded, counted and hashed) and of
+    the export (every tensor read: NaN/Inf counts, the ``ld1`` digests export recorded).
 ``verify --deep SRC`` + ``digest EXPORT``
-    reading both sides once each: ckpt's deep verify of the Orbax step (every chunk decoded and
-    checked), and the ``ld1`` digest of every tensor of the export (every byte read): the
-    issue's goal is a diff within 1.5x of these two together.
+    the same with the ``ld1`` digest of every tensor of the export in place of its verify.
 ``orbax restore + load_file + numpy``
     the route of today (MaxText's script): both models whole in memory, compared by numpy.
 
@@ -118,12 +120,14 @@ def main() -> None:
     results["ckpt diff --spec 256MiB"] = ckpt(
         "diff", str(src), str(export), "--spec", str(spec), "--memory-limit", "256MiB"
     )
-    print("running verify --deep + digest ...", flush=True)
+    print("running verify --deep of both, digest ...", flush=True)
     verify = ckpt("verify", str(src), "--deep")
+    verify_export = ckpt("verify", str(export), "--deep")
     digest = ckpt("digest", str(export))
     results["verify --deep SRC"] = verify
+    results["verify --deep EXPORT"] = verify_export
     results["digest EXPORT"] = digest
-    both = verify.wall_s + digest.wall_s
+    both = verify.wall_s + verify_export.wall_s
     if not args.skip_today:
         print("running orbax restore + load_file + numpy ...", flush=True)
         secs, rss, cpu = run_usage(TODAY, str(src), str(export))
@@ -134,7 +138,12 @@ def main() -> None:
     for name, r in results.items():
         print(f"{name:<26}{r.wall_s:>9.1f}{r.cpu_s:>8.1f}{r.rss_mib:>9.0f} MiB")
     d = results["ckpt diff --spec"]
-    print(f"diff / (verify --deep + digest): {d.wall_s / both:.2f}x wall (goal <= 1.5x)")
+    cpu = verify.cpu_s + verify_export.cpu_s
+    print(
+        f"diff / verify --deep of both: {d.wall_s / both:.2f}x wall (goal <= 1.5x), {d.cpu_s / cpu:.2f}x CPU"
+    )
+    with_digest = verify.wall_s + digest.wall_s
+    print(f"diff / (verify --deep SRC + digest EXPORT): {d.wall_s / with_digest:.2f}x wall")
     print(f"diff peak RSS: {d.rss_mib:.0f} MiB (goal <= 300 MiB at 2 GiB)")
 
 

@@ -23,6 +23,7 @@ from ckpt_cli.core.format.blocks import (
     block_shape,
     is_large,
     iter_blocks,
+    region_slabs,
     stream_blocks,
 )
 from ckpt_cli.core.format.scan import (
@@ -255,12 +256,27 @@ class Compare:
         import numpy as np
 
         a, b = np.asarray(a), np.asarray(b)
-        if a.dtype == b.dtype and a.dtype.itemsize in (1, 2, 4, 8) and a.shape == b.shape:
-            # Equal bits are equal values (the same NaN too): most blocks of most diffs are
-            # unchanged, and one integer comparison costs far less than the float64 pass.
-            bits = f"u{a.dtype.itemsize}"
-            if np.array_equal(a.view(bits), b.view(bits)):
-                return
+        if a.ndim == 0 and b.ndim == 0:
+            a, b = a.reshape(1), b.reshape(1)  # so that a tile of them is an array too
+        if a.shape != b.shape or not a.size:
+            self._values(a, b)
+            return
+        # Equal bits are equal values (the same NaN too): most blocks of most diffs are
+        # unchanged, and one integer comparison costs far less than the float64 pass.
+        same = a.dtype == b.dtype and a.dtype.itemsize in (1, 2, 4, 8)
+        bits = f"u{a.dtype.itemsize}" if same else None
+        for tile in layout_tiles(a, b):
+            x, y = a[tile], b[tile]
+            if bits is not None and np.array_equal(x.view(bits), y.view(bits)):
+                continue
+            # The float64 temporaries of the value pass stay small whatever the block.
+            for part in value_parts(x.shape):
+                self._values(x[part], y[part])
+
+    def _values(self, a: Any, b: Any) -> None:
+        """Fold in one pair of (small) blocks whose bits differ: the float64 pass."""
+        import numpy as np
+
         exact = self.exact_ints and a.dtype.kind in "iub" and not (self.atol or self.rtol)
         if exact:
             # Integers compare in their own dtype: float64 would round int64 beyond 2**53.
@@ -289,6 +305,54 @@ class Compare:
             rel = ~bad & ~same & (bf != 0)
             if rel.any():
                 self.max_rel = max(self.max_rel, float((diff[rel] / np.abs(bf[rel])).max()))
+
+
+#: Elements of one tile when the two blocks' layouts differ (a transposed view against a C-order
+#: block), and its extent along A's contiguous axis: both sides' tiles stay in the CPU's caches.
+#: One comparison over a whole 8 MiB float32 block took 7-8 ms, tiles of 512 x 64 2.8-3.0 ms
+#: (a [4096, 512] band; tiles of 32 x 1024 or 256 x 128 took 4-10 ms).
+LAYOUT_TILE_ELEMENTS = 1 << 15
+LAYOUT_TILE_RUN = 512
+#: Elements compared at once in the float64 pass (its temporaries: a few MiB at most).
+VALUE_PART_ELEMENTS = 1 << 18
+
+
+def _fast_axis(x: Any) -> int | None:
+    """The axis along which ``x``'s elements are adjacent in memory (smallest stride among the
+    axes longer than 1); None for fewer than two such axes."""
+    axes = [d for d in range(x.ndim) if x.shape[d] > 1]
+    if len(axes) < 2:
+        return None
+    return min(axes, key=lambda d: abs(x.strides[d]))
+
+
+def layout_tiles(a: Any, b: Any) -> list[tuple[slice, ...]]:
+    """Boxes covering two blocks of one shape: the whole block when their elements lie in the
+    same order, else tiles of ``LAYOUT_TILE_RUN`` along A's contiguous axis by what fits
+    ``LAYOUT_TILE_ELEMENTS`` along B's, so neither side is read a cache line per element."""
+    import itertools
+
+    whole = tuple(slice(0, n) for n in a.shape)
+    p, q = _fast_axis(a), _fast_axis(b)
+    if p is None or q is None or p == q:
+        return [whole]
+    rest = math.prod(n for d, n in enumerate(a.shape) if d not in (p, q))
+    rows = LAYOUT_TILE_RUN
+    cols = max(1, LAYOUT_TILE_ELEMENTS // (rows * rest))
+    tiles = []
+    for i, j in itertools.product(range(0, a.shape[p], rows), range(0, a.shape[q], cols)):
+        box = list(whole)
+        box[p], box[q] = slice(i, min(i + rows, a.shape[p])), slice(j, min(j + cols, a.shape[q]))
+        tiles.append(tuple(box))
+    return tiles
+
+
+def value_parts(shape: tuple[int, ...]) -> list[tuple[slice, ...]]:
+    """C-order slabs of ``shape`` of ``VALUE_PART_ELEMENTS`` elements at most (one row of the
+    cut axis at least)."""
+    if math.prod(shape) <= VALUE_PART_ELEMENTS:
+        return [tuple(slice(0, n) for n in shape)]
+    return region_slabs(tuple(slice(0, n) for n in shape), 1, VALUE_PART_ELEMENTS)
 
 
 def _same(a: Any, b: Any) -> Any:

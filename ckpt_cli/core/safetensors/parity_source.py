@@ -3,7 +3,9 @@ any block of them read without holding the rest.
 
 A side is either safetensors (``SafetensorsSide``: a ``.safetensors`` file, a
 ``*.safetensors.index.json``, or a Hugging Face folder of shards and index; positioned reads,
-one descriptor per file, a few reads in flight on a small thread pool) or one Orbax item
+one descriptor per file, a few reads in flight on a small thread pool; a box of many short runs,
+a column band of a transposed kernel, copied from a few MiB of the file's mapping at a time:
+``SafetensorsReader.read_box``) or one Orbax item
 (``OrbaxSide``: its leaves through a migrate spec, as ``ckpt export`` maps them, computed
 block by block through TensorStore). ``is_safetensors`` says which a path names.
 """

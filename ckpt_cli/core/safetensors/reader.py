@@ -2,8 +2,12 @@
 
 ``SafetensorsReader`` validates the header against the file's real size when it opens, then
 reads any C-contiguous block of a tensor into a fresh buffer of exactly its size (``os.preadv``
-into a numpy array: no mmap, so pages already read do not stay in the process's memory). The
-byte source is a small protocol, so a ranged reader of an object store can stand in for a file.
+into a numpy array: no lasting mmap, so pages already read do not stay in the process's memory).
+Any other box (``read_box``) is one positioned read per C-contiguous run, or, when the runs are
+short (a column band of a transposed kernel: thousands of runs of a few KiB), copied out of a
+mapping of a few MiB of the file at a time, each unmapped before the next (``LocalFile.gather``:
+one copy in numpy instead of a system call and a Python step per run). The byte source is a
+small protocol, so a ranged reader of an object store can stand in for a file.
 ``open_source`` finds the files of a Hugging Face directory through its index.
 """
 
@@ -26,6 +30,12 @@ from ckpt_cli.core.safetensors.header import (
 )
 from ckpt_cli.core.safetensors.plan import INDEX_SUFFIX, ShardIndex, parse_index
 from ckpt_cli.errors import InvalidSafetensorsError, NotFoundError, StorageError, UnsupportedError
+
+#: A box whose runs are shorter than this is gathered from mappings of a local file.
+GATHER_RUN_BYTES = 64 << 10
+#: Bytes of the file mapped at once while gathering (what a gather adds to the RSS, beside the
+#: box it fills); rows of the first axis larger than this are read run by run.
+GATHER_WINDOW_BYTES = 4 << 20
 
 
 class ByteSource(Protocol):
@@ -64,6 +74,47 @@ class LocalFile:
                 break
             done += n
         return done
+
+    def gather(
+        self, offset: int, shape: tuple[int, ...], region: tuple[slice, ...], out: Any
+    ) -> int:
+        """Copy box ``region`` of the C-order array ``out.dtype[shape]`` stored at ``offset`` into
+        ``out``, from mappings of about ``GATHER_WINDOW_BYTES`` of the file (rows of the first
+        axis), each unmapped before the next. Returns the bytes past the end of the file that
+        the box needs (0: copied; else nothing is mapped there: the file shrank)."""
+        import mmap
+
+        import numpy as np
+
+        width = int(out.dtype.itemsize)
+        row = math.prod(shape[1:]) * width
+        step = max(1, GATHER_WINDOW_BYTES // max(1, row))
+        first, stop = int(region[0].start), int(region[0].stop)
+        for i in range(first, stop, step):
+            k = min(stop, i + step)
+            start, length = offset + i * row, (k - i) * row
+            missing = start + length - os.fstat(self._fd).st_size
+            if missing > 0:  # a mapping past the end would kill the process (SIGBUS)
+                return missing
+            aligned = start - start % mmap.ALLOCATIONGRANULARITY
+            window = mmap.mmap(
+                self._fd, start + length - aligned, offset=aligned, access=mmap.ACCESS_READ
+            )
+            try:
+                rows: Any = np.frombuffer(
+                    window, out.dtype, (k - i) * row // width, start - aligned
+                )
+                box: Any = None
+                try:
+                    box = rows.reshape((k - i, *shape[1:]))[(slice(None), *region[1:])]
+                    out[i - first : k - first] = box
+                finally:
+                    # The mapping closes only once no array points into it (an interrupt
+                    # mid-copy included: a BufferError would hide it).
+                    box = rows = None
+            finally:
+                window.close()
+        return 0
 
     def close(self) -> None:
         os.close(self._fd)
@@ -151,17 +202,39 @@ class SafetensorsReader:
         out = np.empty(box, dtype=dtype)
         if out.size == 0:
             return out
-        runs = out.reshape(-1, math.prod(box[j:])).view(np.uint8)
         step = itemsize(entry.dtype)
         base = self.header.data_start + entry.begin
-        for i, prefix in enumerate(itertools.product(*(range(a, b) for a, b in bounds[:j]))):
-            first = flat_offset(shape, (*prefix, *(a for a, _ in bounds[j:])))
-            self._read_exact(base + first * step, runs[i].data)
+        if not self._gathered(base, shape, bounds, out, math.prod(box[j:]) * step):
+            runs = out.reshape(-1, math.prod(box[j:])).view(np.uint8)
+            for i, prefix in enumerate(itertools.product(*(range(a, b) for a, b in bounds[:j]))):
+                first = flat_offset(shape, (*prefix, *(a for a, _ in bounds[j:])))
+                self._read_exact(base + first * step, runs[i].data)
         if dtype == np.bool_ and out.view(np.uint8).max(initial=0) > 1:
             raise InvalidSafetensorsError(
                 f"{self.name}: tensor {name!r} is BOOL but holds bytes other than 0 and 1"
             )
         return out
+
+    def _gathered(
+        self, base: int, shape: tuple[int, ...], bounds: list[tuple[int, int]], out: Any, run: int
+    ) -> bool:
+        """Whether the box was copied from mappings of the file (short runs of a local file
+        whose rows fit a window); False: read it run by run."""
+        row = math.prod(shape[1:]) * out.dtype.itemsize
+        if not isinstance(self.source, LocalFile) or run >= GATHER_RUN_BYTES:
+            return False
+        if row > GATHER_WINDOW_BYTES or out.size * out.dtype.itemsize <= run:
+            return False
+        region = tuple(slice(a, b) for a, b in bounds)
+        try:
+            missing = self.source.gather(base, shape, region, out)
+        except OSError as e:
+            raise StorageError(f"cannot read {self.name}: {e.strerror or e}") from None
+        if missing:
+            raise InvalidSafetensorsError(
+                f"{self.name}: the file ended {missing:,} bytes before the box read of it ends (it changed while being read?)"
+            )
+        return True
 
     def read_rows(self, name: str, start: int, stop: int) -> Any:
         entry = self.tensors[name]

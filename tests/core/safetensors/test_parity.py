@@ -3,6 +3,7 @@ by the ``safetensors`` library, streamed block by block; figures checked against
 
 from __future__ import annotations
 
+import dataclasses
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,69 @@ def test_what_names_safetensors(tmp_path: Path) -> None:
     (tmp_path / "bad.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{}")
     with pytest.raises(InvalidSafetensorsError):
         diff_parity(str(tmp_path / "bad.safetensors"), str(tmp_path), ParityOptions())
+
+
+TRANSPOSE_SPEC = r"""
+version: 1
+rules:
+  - {op: transpose, match: 'params\.kernel', axes: [1, 0]}
+  - {op: rename, from: 'params\.kernel', to: 'weight'}
+"""
+
+
+def test_a_row_sharded_kernel_against_its_transpose_in_column_bands(tmp_path: Path) -> None:
+    """Rows sharded over 8 devices: each 256 KiB chunk is a column band of the [out, in] tensor,
+    gathered from the file's mapping and compared in tiles against a transposed view; equal, then
+    every figure as numpy gives it when values move in several bands."""
+    import jax
+    import orbax.checkpoint as ocp
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+    from safetensors.numpy import save_file
+
+    from ckpt_cli.core.safetensors.reader import LocalFile
+
+    rng = np.random.default_rng(8)
+    kernel = rng.standard_normal((1024, 512)).astype(np.float32)  # [in, out], 2 MiB
+    kernel[100, 7] = np.nan
+    rows = NamedSharding(Mesh(np.array(jax.devices()[:8]), ("data",)), P("data", None))
+    ckptr = ocp.StandardCheckpointer()
+    ckptr.save(tmp_path / "ckpt", {"params": {"kernel": jax.device_put(kernel, rows)}})
+    ckptr.wait_until_finished()
+    spec = tmp_path / "t.yaml"
+    spec.write_text(TRANSPOSE_SPEC)
+    weight = np.ascontiguousarray(kernel.T)
+    save_file({"weight": weight}, str(tmp_path / "model.safetensors"))
+    gathers = []
+    real = LocalFile.gather
+
+    def spy(self: LocalFile, *args: Any) -> int:
+        gathers.append(args[2])
+        return real(self, *args)
+
+    options = ParityOptions(spec=str(spec), memory_limit=64 << 20)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(LocalFile, "gather", spy)
+    try:
+        report = diff_parity(str(tmp_path / "ckpt"), str(tmp_path), options)
+        assert report.equal and [d.name for d in report.all_leaves] == ["weight"]
+        assert len(gathers) >= 2  # column bands, not the whole tensor
+        assert all(g[1].stop - g[1].start < 1024 for g in gathers)
+        changed = weight.copy()
+        changed[3, 10] += np.float32(1e-3)  # row 3 of the [out, in] tensor: band of column 10
+        changed[500, 1000] = np.float32(7.0)
+        changed[200, 700] = -changed[200, 700]
+        save_file({"weight": changed}, str(tmp_path / "model.safetensors"))
+        for atol in (0.0, 1e-2):
+            with_atol = dataclasses.replace(options, atol=atol)
+            d = diff_parity(str(tmp_path / "ckpt"), str(tmp_path), with_atol).all_leaves[0]
+            a, b = weight.astype(np.float64), changed.astype(np.float64)
+            same = (a == b) | (np.isnan(a) & np.isnan(b))
+            diff = np.where(same, 0.0, np.abs(a - b))
+            assert d.status == "different" and d.elements == weight.size
+            assert d.mismatched == int((~same & (diff > atol)).sum())
+            assert d.max_abs == float(diff.max())
+            rel = ~same & (b != 0)
+            assert d.max_rel == float((diff[rel] / np.abs(b[rel])).max())
+    finally:
+        mp.undo()
