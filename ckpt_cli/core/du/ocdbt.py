@@ -2,7 +2,8 @@
 
 One walk of every database of the item (the merged root and every ``ocdbt.process_N``),
 decoded here (``format/ocdbt.py``): every manifest in one batched read, then the b-tree nodes
-of every version a level at a time, each node read once. The latest version gives every key's
+of every version a level at a time, each node read once; ``walk_items`` walks many items side
+by side, each level of all of them in one batched read. The latest version gives every key's
 value (inline bytes, or a data file range), which the leaves are made of; every version gives
 the data files it references and its nodes' bytes. Superseded single-node versions are
 referenced, not decoded (as ``verify/ocdbt.scan_database`` does). Where this decoder stops (a
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ckpt_cli.core.format.names import MANIFEST
@@ -43,6 +44,8 @@ _PROCESS_MANIFEST = re.compile(r"(ocdbt\.process_\d+)/" + re.escape(MANIFEST))
 _DATA_FILE = re.compile(r"(?:ocdbt\.process_\d+/)?d/[^/]+")
 #: (item-relative file, offset, length)
 Range = tuple[str, int, int]
+#: Where this decoder stops (damage, a form it does not read), or a read fails.
+_STOPS = (OcdbtFormatError, CkptError, ValueError)
 
 
 @dataclass
@@ -121,7 +124,7 @@ def walk_item(item: Location, files: dict[str, int]) -> ItemDatabases:
     stops (damage, a numbered manifest, version-tree nodes), which says what it found."""
     try:
         return _walk_decoded(item, files)
-    except (OcdbtFormatError, CkptError, ValueError):
+    except _STOPS:
         return _walk_tensorstore(item, files)
 
 
@@ -144,7 +147,7 @@ def _walk_tensorstore(item: Location, files: dict[str, int]) -> ItemDatabases:
             continue  # readers open the merged root: its values are the live ones
         try:
             values = _latest(item, db)
-        except (OcdbtFormatError, CkptError, ValueError):
+        except _STOPS:
             # A manifest this decoder does not read (numbered manifests): TensorStore's keys,
             # whose inline values have no length here (those leaves count 0 bytes).
             out.exact = False
@@ -178,10 +181,10 @@ _Todo = tuple[str, NodeRef, bool]
 
 
 class _Decoded:
-    """The state of ``_walk_decoded``: what is referenced, what is live, the latest values."""
+    """The state of a decoded walk: what is referenced, what is live, the latest values."""
 
-    def __init__(self, item: Location, files: dict[str, int]) -> None:
-        self.item, self.files = item, files
+    def __init__(self, files: dict[str, int]) -> None:
+        self.files = files
         self.referenced: set[str] = set()
         self.live: dict[str, list[tuple[int, int]]] = {}
         self.values: dict[bytes, Value | Range] = {}
@@ -196,16 +199,21 @@ class _Decoded:
         self.live.setdefault(file, []).append((node.offset, node.offset + node.length))
         return (file, node.offset, node.length)
 
-    def level(self, todo: list[_Todo]) -> list[_Todo]:
-        """Decode one level of nodes (one batched read); the level below."""
+    def plan(self, todo: list[_Todo]) -> list[tuple[_Todo, tuple[str, int, int]]]:
+        """The nodes of one level still to read: each once, live trees first."""
         batch: list[tuple[_Todo, tuple[str, int, int]]] = []
-        for db, node, keep in sorted(todo, key=lambda t: not t[2]):  # live trees first
+        for db, node, keep in sorted(todo, key=lambda t: not t[2]):
             ref = self.node_ref(db, node)
             if self.seen.get(ref, False) or (ref in self.seen and not keep):
                 continue
             self.seen[ref] = keep
             batch.append(((db, node, keep), ref))
-        data = self.item.read_ranges([(self.item.child(f), o, o + n) for _, (f, o, n) in batch])
+        return batch
+
+    def take(
+        self, batch: list[tuple[_Todo, tuple[str, int, int]]], data: list[bytes]
+    ) -> list[_Todo]:
+        """Decode one level's nodes (``data``: the bytes ``plan`` asked for); the level below."""
         below: list[_Todo] = []
         for ((db, node, keep), _), encoded in zip(batch, data, strict=True):
             if len(encoded) != node.length or node.height > MAX_HEIGHT:
@@ -223,42 +231,118 @@ class _Decoded:
         return below
 
 
-def _walk_decoded(item: Location, files: dict[str, int]) -> ItemDatabases:
-    """Every manifest of the item (``disk_usage`` fetched them all at once), then the b-tree
-    nodes of every version a level at a time (all databases together): each node read once.
-    Superseded single-node versions are referenced, not decoded (as ``scan_database``). The latest
-    single-node version of a per-process database beside a merged root is decoded only when
-    a data file is left unreferenced: its values can only add references (a merged root's
-    values, its nodes' and the versions' root nodes reference every data file of a sound
-    save), so a sound save costs one read less per process."""
-    dbs = databases(files)
-    names = [f"{db}/{MANIFEST}" if db else MANIFEST for db in dbs]
-    manifests = [item.child(n).read_bytes() for n in names]  # prefetched on a bucket
-    walk = _Decoded(item, files)
-    todo: list[_Todo] = []
-    later: list[_Todo] = []
-    for db, manifest in zip(dbs, manifests, strict=True):
-        roots = [r for r in read_versions(manifest) if r is not None]
-        if not roots:
-            continue
-        *older, latest = roots
-        live = not db or "" not in dbs
-        if live or latest.height:
-            todo.append((db, latest, live))
-        else:
-            walk.node_ref(db, latest)
-            later.append((db, latest, False))
-        for r in older:
-            if r.height:
-                todo.append((db, r, False))
+class _ItemWalk:
+    """One item's decoded walk, a level at a time: ``reads`` says what the next level needs,
+    ``take`` decodes it. Every manifest of the item first (``disk_usage`` fetched them all at
+    once), then the b-tree nodes of every version (all databases together): each node read
+    once. Superseded single-node versions are referenced, not decoded (as ``scan_database``).
+    The latest single-node version of a per-process database beside a merged root is decoded
+    only when a data file is left unreferenced: its values can only add references (a merged
+    root's values, its nodes' and the versions' root nodes reference every data file of a
+    sound save), so a sound save costs one read less per process."""
+
+    def __init__(self, item: Location, files: dict[str, int]) -> None:
+        self.item, self.files = item, files
+        self.dbs = databases(files)
+        names = [f"{db}/{MANIFEST}" if db else MANIFEST for db in self.dbs]
+        manifests = [item.child(n).read_bytes() for n in names]  # prefetched on a bucket
+        self.walk = _Decoded(files)
+        self.todo: list[_Todo] = []
+        self.later: list[_Todo] = []
+        for db, manifest in zip(self.dbs, manifests, strict=True):
+            roots = [r for r in read_versions(manifest) if r is not None]
+            if not roots:
+                continue
+            *older, latest = roots
+            live = not db or "" not in self.dbs
+            if live or latest.height:
+                self.todo.append((db, latest, live))
             else:
-                walk.node_ref(db, r)
-    while todo:
-        todo = walk.level(todo)
-    data = [n for n in files if _DATA_FILE.fullmatch(n)]
-    if later and not walk.referenced.issuperset(data):
-        walk.level(later)
-    out = ItemDatabases(values=walk.values)
-    if not _garbage(out, dbs, files, walk.referenced, walk.live):
-        raise OcdbtFormatError("damaged: TensorStore's walk says where")
+                self.walk.node_ref(db, latest)
+                self.later.append((db, latest, False))
+            for r in older:
+                if r.height:
+                    self.todo.append((db, r, False))
+                else:
+                    self.walk.node_ref(db, r)
+        self._batch: list[tuple[_Todo, tuple[str, int, int]]] = []
+        self._next()
+
+    def _next(self) -> None:
+        """Plan the next level; once the trees are done, the deferred latest versions where
+        a data file is still unreferenced."""
+        while True:
+            if not self.todo and self.later:
+                data = [n for n in self.files if _DATA_FILE.fullmatch(n)]
+                if not self.walk.referenced.issuperset(data):
+                    self.todo = self.later
+                self.later = []
+            self._batch, self.todo = self.walk.plan(self.todo), []
+            if self._batch or not self.later:
+                return
+
+    @property
+    def done(self) -> bool:
+        return not self._batch
+
+    def reads(self) -> list[tuple[Location, int, int]]:
+        return [(self.item.child(f), o, o + n) for _, (f, o, n) in self._batch]
+
+    def take(self, data: list[bytes]) -> None:
+        self.todo = self.walk.take(self._batch, data)
+        self._next()
+
+    def result(self) -> ItemDatabases:
+        out = ItemDatabases(values=self.walk.values)
+        if not _garbage(out, self.dbs, self.files, self.walk.referenced, self.walk.live):
+            raise OcdbtFormatError("damaged: TensorStore's walk says where")
+        return out
+
+
+def _walk_decoded(item: Location, files: dict[str, int]) -> ItemDatabases:
+    """One item's decoded walk, each level one batched read; raises where the decoder stops."""
+    walk = _ItemWalk(item, files)
+    while not walk.done:
+        walk.take(item.read_ranges(walk.reads()))
+    return walk.result()
+
+
+def walk_items(
+    where: Location, items: Sequence[tuple[Location, dict[str, int]]]
+) -> list[ItemDatabases]:
+    """``walk_item`` of each item (in ``where``'s store), their walks side by side: each
+    level of every item's b-trees in one ``read_ranges`` (on a bucket, ``max_requests`` or
+    more in flight across items, instead of one item's few nodes at a time). An item where
+    the decoder stops, or whose read fails, is walked again on its own (``walk_item``: its
+    own reads, TensorStore where the decoder stops), which says what is wrong."""
+    walks: dict[int, _ItemWalk] = {}
+    for i, (item, files) in enumerate(items):
+        try:
+            walks[i] = _ItemWalk(item, files)
+        except _STOPS:
+            continue
+    active = [i for i, w in walks.items() if not w.done]
+    while active:
+        asked = {i: walks[i].reads() for i in active}
+        try:
+            data = where.read_ranges([r for i in active for r in asked[i]])
+        except CkptError:
+            for i in active:
+                del walks[i]
+            break
+        at = 0
+        for i in active:
+            n = len(asked[i])
+            try:
+                walks[i].take(data[at : at + n])
+            except _STOPS:
+                del walks[i]
+            at += n
+        active = [i for i in active if i in walks and not walks[i].done]
+    out: list[ItemDatabases] = []
+    for i, (item, files) in enumerate(items):
+        try:
+            out.append(walks[i].result() if i in walks else walk_item(item, files))
+        except _STOPS:
+            out.append(walk_item(item, files))
     return out
