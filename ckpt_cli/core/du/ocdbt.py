@@ -2,12 +2,13 @@
 
 One walk of every database of the item (the merged root and every ``ocdbt.process_N``),
 decoded here (``format/ocdbt.py``): every manifest in one batched read, then the b-tree nodes
-of every version a level at a time, each node read once; ``walk_items`` walks many items side
-by side, each level of all of them in one batched read. The latest version gives every key's
+of every version a level at a time, each node read once, with the version tree nodes that hold
+the versions older than a manifest lists (more than 16 commits); ``walk_items`` walks many
+items side by side, each level of all of them in one batched read. The latest version gives every key's
 value (inline bytes, or a data file range), which the leaves are made of; every version gives
 the data files it references and its nodes' bytes. Superseded single-node versions are
 referenced, not decoded (as ``verify/ocdbt.scan_database`` does). Where this decoder stops (a
-numbered manifest, version-tree nodes, damage), TensorStore walks the item instead
+numbered manifest, damage), TensorStore walks the item instead
 (``scan_database``), and says what is damaged.
 
 A data file below ``d/`` that no version of any database references is garbage. So are the
@@ -33,9 +34,11 @@ from ckpt_cli.core.format.ocdbt import (
     NodeRef,
     OcdbtFormatError,
     Value,
+    VersionNodeRef,
     decode_node,
+    decode_version_node,
+    read_manifest,
     read_values,
-    read_versions,
 )
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import CkptError
@@ -121,7 +124,7 @@ def _garbage(
 def walk_item(item: Location, files: dict[str, int]) -> ItemDatabases:
     """Walk every database of ``item`` (``files``: its files, item-relative, with sizes):
     decoded here, each manifest and node read once; through TensorStore where this decoder
-    stops (damage, a numbered manifest, version-tree nodes), which says what it found."""
+    stops (damage, a numbered manifest), which says what it found."""
     try:
         return _walk_decoded(item, files)
     except _STOPS:
@@ -190,8 +193,9 @@ class _Decoded:
         self.values: dict[bytes, Value | Range] = {}
         self.seen: dict[tuple[str, int, int], bool] = {}
 
-    def node_ref(self, db: str, node: NodeRef) -> tuple[str, int, int]:
-        """Note a node's bytes as referenced metadata: (file, offset, length)."""
+    def node_ref(self, db: str, node: NodeRef | VersionNodeRef) -> tuple[str, int, int]:
+        """Note a node's bytes (a b-tree's, a version tree's) as referenced metadata: (file,
+        offset, length)."""
         file = _rel(db, node.path)
         if self.files.get(file, -1) < node.offset + node.length:
             raise OcdbtFormatError("a node lies past the end of its file (or in none)")
@@ -249,8 +253,12 @@ class _ItemWalk:
         self.walk = _Decoded(files)
         self.todo: list[_Todo] = []
         self.later: list[_Todo] = []
+        #: Version tree nodes still to read (versions older than a manifest holds).
+        self.versions: list[tuple[str, VersionNodeRef]] = []
         for db, manifest in zip(self.dbs, manifests, strict=True):
-            roots = [r for r in read_versions(manifest) if r is not None]
+            inline, nodes = read_manifest(manifest)
+            self.versions += [(db, v) for v in nodes]
+            roots = [r for r in inline if r is not None]
             if not roots:
                 continue
             *older, latest = roots
@@ -260,36 +268,56 @@ class _ItemWalk:
             else:
                 self.walk.node_ref(db, latest)
                 self.later.append((db, latest, False))
-            for r in older:
-                if r.height:
-                    self.todo.append((db, r, False))
-                else:
-                    self.walk.node_ref(db, r)
+            self._older(db, older)
         self._batch: list[tuple[_Todo, tuple[str, int, int]]] = []
+        self._vbatch: list[tuple[tuple[str, VersionNodeRef], tuple[str, int, int]]] = []
         self._next()
 
+    def _older(self, db: str, roots: Iterable[NodeRef | None]) -> None:
+        """Superseded versions: their trees are walked, a single node only referenced."""
+        for r in roots:
+            if r is not None and r.height:
+                self.todo.append((db, r, False))
+            elif r is not None:
+                self.walk.node_ref(db, r)
+
     def _next(self) -> None:
-        """Plan the next level; once the trees are done, the deferred latest versions where
-        a data file is still unreferenced."""
+        """Plan the next level (b-tree and version tree nodes together); once both are done,
+        the deferred latest versions where a data file is still unreferenced."""
         while True:
-            if not self.todo and self.later:
+            if not self.todo and not self.versions and self.later:
                 data = [n for n in self.files if _DATA_FILE.fullmatch(n)]
                 if not self.walk.referenced.issuperset(data):
                     self.todo = self.later
                 self.later = []
             self._batch, self.todo = self.walk.plan(self.todo), []
-            if self._batch or not self.later:
+            self._vbatch = []
+            for db, v in self.versions:
+                ref = self.walk.node_ref(db, v)
+                if ref not in self.walk.seen:
+                    self.walk.seen[ref] = False
+                    self._vbatch.append(((db, v), ref))
+            self.versions = []
+            if self._batch or self._vbatch or not self.later:
                 return
 
     @property
     def done(self) -> bool:
-        return not self._batch
+        return not self._batch and not self._vbatch
 
     def reads(self) -> list[tuple[Location, int, int]]:
-        return [(self.item.child(f), o, o + n) for _, (f, o, n) in self._batch]
+        nodes = [ref for _, ref in self._batch] + [ref for _, ref in self._vbatch]
+        return [(self.item.child(f), o, o + n) for f, o, n in nodes]
 
     def take(self, data: list[bytes]) -> None:
-        self.todo = self.walk.take(self._batch, data)
+        n = len(self._batch)
+        self.todo = self.walk.take(self._batch, data[:n])
+        for ((db, v), _), encoded in zip(self._vbatch, data[n:], strict=True):
+            if len(encoded) != v.length or v.height > MAX_HEIGHT:
+                raise OcdbtFormatError("version node shorter than its reference")
+            below, roots = decode_version_node(encoded, v)
+            self.versions += [(db, b) for b in below]
+            self._older(db, roots)
         self._next()
 
     def result(self) -> ItemDatabases:
