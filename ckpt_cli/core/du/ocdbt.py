@@ -255,14 +255,17 @@ class _ItemWalk:
         self.later: list[_Todo] = []
         #: Version tree nodes still to read (versions older than a manifest holds).
         self.versions: list[tuple[str, VersionNodeRef]] = []
+        #: Keys of the live latest versions (their statistics): what the walk will hold.
+        self.keys = 0
         for db, manifest in zip(self.dbs, manifests, strict=True):
-            inline, nodes = read_manifest(manifest)
+            inline, nodes, keys = read_manifest(manifest)
             self.versions += [(db, v) for v in nodes]
             roots = [r for r in inline if r is not None]
             if not roots:
                 continue
             *older, latest = roots
             live = not db or "" not in self.dbs
+            self.keys += keys if live else 0
             if live or latest.height:
                 self.todo.append((db, latest, live))
             else:
@@ -335,42 +338,64 @@ def _walk_decoded(item: Location, files: dict[str, int]) -> ItemDatabases:
     return walk.result()
 
 
+class ItemWalks:
+    """Items walked side by side (``walk_item`` of each): each level of every item's b-trees
+    and version trees in one ``read_ranges`` on ``where``'s store (on a bucket, as many in
+    flight as it takes, instead of one item's few nodes at a time). An item where the decoder
+    stops, or whose read fails, is walked again on its own (``walk_item``: its own reads,
+    TensorStore where the decoder stops), which says what is wrong."""
+
+    def __init__(self, where: Location) -> None:
+        self.where = where
+        self.items: list[tuple[Location, dict[str, int]]] = []
+        self._walks: dict[int, _ItemWalk] = {}
+
+    def add(self, item: Location, files: dict[str, int]) -> int:
+        """Add an item (its manifests read, prefetched on a bucket); the keys its walk will
+        hold (its latest version's statistics; 0 where the decoder stops at once)."""
+        self.items.append((item, files))
+        try:
+            walk = _ItemWalk(item, files)
+        except _STOPS:
+            return 0
+        self._walks[len(self.items) - 1] = walk
+        return walk.keys
+
+    def run(self) -> list[ItemDatabases]:
+        """Every item's walk, in the order added."""
+        walks = self._walks
+        active = [i for i, w in walks.items() if not w.done]
+        while active:
+            asked = {i: walks[i].reads() for i in active}
+            try:
+                data = self.where.read_ranges([r for i in active for r in asked[i]])
+            except CkptError:
+                for i in active:
+                    del walks[i]
+                break
+            at = 0
+            for i in active:
+                n = len(asked[i])
+                try:
+                    walks[i].take(data[at : at + n])
+                except _STOPS:
+                    del walks[i]
+                at += n
+            active = [i for i in active if i in walks and not walks[i].done]
+        out: list[ItemDatabases] = []
+        for i, (item, files) in enumerate(self.items):
+            try:
+                out.append(walks[i].result() if i in walks else walk_item(item, files))
+            except _STOPS:
+                out.append(walk_item(item, files))
+        return out
+
+
 def walk_items(
     where: Location, items: Sequence[tuple[Location, dict[str, int]]]
 ) -> list[ItemDatabases]:
-    """``walk_item`` of each item (in ``where``'s store), their walks side by side: each
-    level of every item's b-trees in one ``read_ranges`` (on a bucket, ``max_requests`` or
-    more in flight across items, instead of one item's few nodes at a time). An item where
-    the decoder stops, or whose read fails, is walked again on its own (``walk_item``: its
-    own reads, TensorStore where the decoder stops), which says what is wrong."""
-    walks: dict[int, _ItemWalk] = {}
-    for i, (item, files) in enumerate(items):
-        try:
-            walks[i] = _ItemWalk(item, files)
-        except _STOPS:
-            continue
-    active = [i for i, w in walks.items() if not w.done]
-    while active:
-        asked = {i: walks[i].reads() for i in active}
-        try:
-            data = where.read_ranges([r for i in active for r in asked[i]])
-        except CkptError:
-            for i in active:
-                del walks[i]
-            break
-        at = 0
-        for i in active:
-            n = len(asked[i])
-            try:
-                walks[i].take(data[at : at + n])
-            except _STOPS:
-                del walks[i]
-            at += n
-        active = [i for i in active if i in walks and not walks[i].done]
-    out: list[ItemDatabases] = []
-    for i, (item, files) in enumerate(items):
-        try:
-            out.append(walks[i].result() if i in walks else walk_item(item, files))
-        except _STOPS:
-            out.append(walk_item(item, files))
-    return out
+    """``walk_item`` of each item, side by side (``ItemWalks``)."""
+    walks = ItemWalks(where)
+    for item, files in items:
+        walks.add(item, files)
+    return walks.run()

@@ -14,7 +14,7 @@ from functools import partial
 
 from ckpt_cli.core.digest.records import DIGEST_FILE, recorded_values
 from ckpt_cli.core.du.deep import add_digests, uncompared, upload_garbage
-from ckpt_cli.core.du.ocdbt import ItemDatabases, Range, is_ocdbt, walk_item, walk_items
+from ckpt_cli.core.du.ocdbt import ItemDatabases, ItemWalks, Range, is_ocdbt, walk_item
 from ckpt_cli.core.du.types import (
     Duplicate,
     DuReport,
@@ -49,9 +49,11 @@ Files = dict[str, int]
 #: An OCDBT item's path -> its databases' walk (``walk_items``, done for many steps at once).
 Walked = dict[str, ItemDatabases]
 #: Steps whose items are walked together on an object store (each level of their b-trees one
-#: batched read, as deep as ``metadata_requests``); the walks held are this many steps' latest
-#: keys and inline values at most.
+#: batched read, as deep as ``metadata_requests``), until their latest versions hold
+#: ``WALK_KEYS`` keys: what the walks hold at once (keys and inline values, a few hundred
+#: bytes each) stays bounded whatever the checkpoint's size.
 WALK_STEPS = 256
+WALK_KEYS = 1 << 18
 
 
 def _split(files: Files) -> tuple[dict[str, Files], Files]:
@@ -217,9 +219,32 @@ def _ocdbt_items(loc: Location, files: Files) -> list[tuple[Location, Files]]:
 
 
 def _walk(where: Location, steps: list[tuple[Location, Files]]) -> Walked:
-    """The walks of every OCDBT item of these steps, side by side (``walk_items``)."""
-    items = [found for loc, files in steps for found in _ocdbt_items(loc, files)]
-    return {str(item): dbs for (item, _), dbs in zip(items, walk_items(where, items), strict=True)}
+    """The walks of every OCDBT item of these steps, side by side (``ItemWalks``)."""
+    walks = ItemWalks(where)
+    for loc, files in steps:
+        for item, sub in _ocdbt_items(loc, files):
+            walks.add(item, sub)
+    return _walked(walks)
+
+
+def _walked(walks: ItemWalks) -> Walked:
+    return {str(item): dbs for (item, _), dbs in zip(walks.items, walks.run(), strict=True)}
+
+
+def _chunks(
+    location: Location, todo: list[tuple[StepName, Location, str, Files, str]]
+) -> Iterator[tuple[list[tuple[StepName, Location, str, Files, str]], Walked]]:
+    """The steps ``WALK_STEPS`` at a time, fewer where their latest versions hold more than
+    ``WALK_KEYS`` keys, each group with its items' walks."""
+    walks, chunk, keys = ItemWalks(location), [], 0
+    for t in todo:
+        keys += sum(walks.add(item, sub) for item, sub in _ocdbt_items(t[1], t[3]))
+        chunk.append(t)
+        if len(chunk) >= WALK_STEPS or keys >= WALK_KEYS:
+            yield chunk, _walked(walks)
+            walks, chunk, keys = ItemWalks(location), [], 0
+    if chunk:
+        yield chunk, _walked(walks)
 
 
 def step_usage(
@@ -318,19 +343,18 @@ def _step_of(
 def _each_step(
     location: Location, todo: list[tuple[StepName, Location, str, Files, str]]
 ) -> Iterator[tuple[StepUsage, list[Garbage]]]:
-    """Each step's usage, in order. On an object store ``WALK_STEPS`` steps at a time: their
-    OCDBT items walked side by side (a level of every item's b-trees in one batched read: a
-    step's walk costs round trips, latency, not CPU), then the rest of each step, several
-    steps at once (as ``verify`` checks items). Locally one step after another."""
+    """Each step's usage, in order. On an object store ``WALK_STEPS`` steps at a time (fewer
+    past ``WALK_KEYS`` keys): their OCDBT items walked side by side (a level of every item's
+    b-trees in one batched read: a step's walk costs round trips, latency, not CPU), then the
+    rest of each step, several steps at once (as ``verify`` checks items). Locally one step
+    after another."""
     if location.parallel_reads <= 1:
         for t in todo:
             yield _step_of(_walk(location, [(t[1], t[3])]), t)
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    for at in range(0, len(todo), WALK_STEPS):
-        chunk = todo[at : at + WALK_STEPS]
-        walked = _walk(location, [(loc, sub) for _, loc, _, sub, _ in chunk])
+    for chunk, walked in _chunks(location, todo):
         workers = max(1, min(len(chunk), location.parallel_reads // 4))
         with ThreadPoolExecutor(workers) as pool:
             yield from pool.map(partial(_step_of, walked), chunk)

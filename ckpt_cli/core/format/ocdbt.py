@@ -171,9 +171,12 @@ def _refs(r: _Reader, files: list[tuple[str, str]], n: int) -> list[tuple[str, s
     return out
 
 
-def _leaf_entries(r: _Reader, files: list[tuple[str, str]]) -> list[NodeRef | None]:
+def _leaf_entries(
+    r: _Reader, files: list[tuple[str, str]], keys: list[int] | None = None
+) -> list[NodeRef | None]:
     """Version tree leaf entries (a manifest's inline versions, a leaf version node's): the
-    root node of each version, oldest first (None: the empty tree)."""
+    root node of each version, oldest first (None: the empty tree); ``keys`` gets each
+    version's number of keys (its statistics)."""
     n = r.varint()
     if n == 0:
         raise OcdbtFormatError("no version")
@@ -185,8 +188,11 @@ def _leaf_entries(r: _Reader, files: list[tuple[str, str]]) -> list[NodeRef | No
         else NodeRef(path, offset, length, height, base, b"")
         for (base, path, offset, length), height in zip(_refs(r, files, n), heights, strict=True)
     ]
-    r.varints(3 * n)  # statistics: keys, tree bytes, indirect value bytes
+    counts = r.varints(n)  # statistics: keys, then tree bytes and indirect value bytes
+    r.varints(2 * n)
     r.take(8 * n)  # commit times (uint64le)
+    if keys is not None:
+        keys += counts
     return roots
 
 
@@ -208,10 +214,11 @@ def _interior_entries(
 
 
 def _inline_versions(
-    manifest: bytes,
+    manifest: bytes, keys: list[int] | None = None
 ) -> tuple[_Reader, list[NodeRef | None], list[tuple[str, str]]]:
     """The root node of each version inlined in the manifest, oldest first (None: the empty
-    tree), the reader left at the version nodes that follow them, and the data file table."""
+    tree), the reader left at the version nodes that follow them, and the data file table;
+    ``keys`` gets each version's number of keys."""
     r = _body(manifest, MANIFEST_MAGIC)
     r.take(16)  # uuid
     if r.byte() != 0:
@@ -222,15 +229,16 @@ def _inline_versions(
     if r.varint() == 1:
         r.take(4)  # zstd level (int32le)
     files = _data_files(r, "")
-    return r, _leaf_entries(r, files), files
+    return r, _leaf_entries(r, files, keys), files
 
 
-def read_manifest(manifest: bytes) -> tuple[list[NodeRef | None], list[VersionNodeRef]]:
+def read_manifest(manifest: bytes) -> tuple[list[NodeRef | None], list[VersionNodeRef], int]:
     """The root nodes of the versions inline in the manifest (the latest ones, oldest first;
-    None: the empty tree), and the version tree nodes that hold the older ones
-    (``decode_version_node``)."""
-    r, roots, files = _inline_versions(manifest)
-    return roots, _interior_entries(r, files, None)
+    None: the empty tree), the version tree nodes that hold the older ones
+    (``decode_version_node``), and the number of keys in the latest version."""
+    keys: list[int] = []
+    r, roots, files = _inline_versions(manifest, keys)
+    return roots, _interior_entries(r, files, None), keys[-1]
 
 
 def decode_version_node(

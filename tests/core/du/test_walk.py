@@ -195,7 +195,7 @@ def test_the_walks_agree_past_the_versions_a_manifest_holds(tmp_path: Path) -> N
     ).result()
     for i in range(20):
         arr.write(np.full((40, 16), i, dtype=arr.dtype.numpy_dtype)).result()
-    _, nodes = read_manifest((item / "manifest.ocdbt").read_bytes())
+    _, nodes, _ = read_manifest((item / "manifest.ocdbt").read_bytes())
     assert nodes
     check_same(item)
     report = disk_usage(open_location(str(root)))

@@ -92,8 +92,9 @@ def test_version_tree_nodes_give_every_version(
     """More commits than the manifest holds: the older versions' roots come from the version
     tree nodes it names (interior and leaf), one per commit after the empty first one."""
     db = kvstore_with_versions(tmp_path / "db", writes, arity_log2)
-    inline, nodes = fmt.read_manifest((db / "manifest.ocdbt").read_bytes())
+    inline, nodes, keys = fmt.read_manifest((db / "manifest.ocdbt").read_bytes())
     assert nodes and inline and inline[-1] is not None
+    assert keys == writes  # the latest version's statistics
     heights: set[int] = set()
 
     def versions_below(v: fmt.VersionNodeRef) -> list[fmt.NodeRef | None]:  # oldest first
