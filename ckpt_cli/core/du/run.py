@@ -52,7 +52,7 @@ Walked = dict[str, ItemDatabases]
 #: batched read, as deep as ``metadata_requests``), until their latest versions hold
 #: ``WALK_KEYS`` keys: what the walks hold at once (keys and inline values, a few hundred
 #: bytes each) stays bounded whatever the checkpoint's size.
-WALK_STEPS = 256
+WALK_STEPS = 4096
 WALK_KEYS = 1 << 18
 
 
