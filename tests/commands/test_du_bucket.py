@@ -5,7 +5,9 @@ bytes of their parts, and (moto, which counts requests) each manifest read once.
 
 from __future__ import annotations
 
+import re
 import shutil
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -130,6 +132,44 @@ def test_each_manifest_and_node_is_read_once(cli: Any, s3: S3, s3_prefix: str) -
     # Per step: 2 manifests and the merged root's node (ocdbt.process_0's single-node
     # versions are only referenced: every data file is), plus ListMultipartUploads once.
     assert sum(gets.values()) == 3 * 12 + 1, gets
+
+
+@pytest.mark.moto_only
+def test_the_nodes_of_every_step_are_read_in_one_wave(cli: Any, s3: S3, s3_prefix: str) -> None:
+    """40 steps: the 40 merged roots' b-tree nodes are asked for together, not a few steps at a
+    time (a request costs latency: in flight at once, 40 cost one round trip). The server
+    holds each node's GET until all 40 are in it; du read them one step at a time, or 16 at
+    a time, would never get there."""
+    steps = 40
+    for step in range(steps):
+        s3.put_dir(FIXTURES / "seed_mlp" / "500", f"{s3_prefix}/{step}")
+    node = re.compile(rf"/{re.escape(s3_prefix)}/\d+/default/d/[0-9a-f]{{32}}$")
+    lock, all_in = threading.Lock(), threading.Event()
+    held: list[str] = []
+    gave_up: list[str] = []  # held 10 s without the others coming
+    gets: Counter[str] = Counter()
+
+    def hold(kind: str, path: str) -> None:
+        if kind != "GET":
+            return
+        with lock:
+            gets[path] += 1
+            if node.search(path):
+                held.append(path)
+                if len(held) == steps:
+                    all_in.set()
+        if node.search(path) and not all_in.wait(10):
+            gave_up.append(path)
+
+    s3.server.before_request = hold
+    try:
+        doc = cli("du", f"s3://{BUCKET}/{s3_prefix}", "--json").json()
+    finally:
+        s3.server.before_request = None
+        all_in.set()
+    assert len(doc["steps"]) == steps and all(s["items"][0]["exact"] for s in doc["steps"])
+    assert len(held) == len(set(held)) == steps and not gave_up
+    assert sum(gets.values()) == 3 * steps + 1, gets
 
 
 @pytest.mark.moto_only

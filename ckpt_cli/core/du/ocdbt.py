@@ -2,11 +2,13 @@
 
 One walk of every database of the item (the merged root and every ``ocdbt.process_N``),
 decoded here (``format/ocdbt.py``): every manifest in one batched read, then the b-tree nodes
-of every version a level at a time, each node read once. The latest version gives every key's
+of every version a level at a time, each node read once, with the version tree nodes that hold
+the versions older than a manifest lists (more than 16 commits); ``walk_items`` walks many
+items side by side, each level of all of them in one batched read. The latest version gives every key's
 value (inline bytes, or a data file range), which the leaves are made of; every version gives
 the data files it references and its nodes' bytes. Superseded single-node versions are
 referenced, not decoded (as ``verify/ocdbt.scan_database`` does). Where this decoder stops (a
-numbered manifest, version-tree nodes, damage), TensorStore walks the item instead
+numbered manifest, damage), TensorStore walks the item instead
 (``scan_database``), and says what is damaged.
 
 A data file below ``d/`` that no version of any database references is garbage. So are the
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ckpt_cli.core.format.names import MANIFEST
@@ -32,9 +34,11 @@ from ckpt_cli.core.format.ocdbt import (
     NodeRef,
     OcdbtFormatError,
     Value,
+    VersionNodeRef,
     decode_node,
+    decode_version_node,
+    read_manifest,
     read_values,
-    read_versions,
 )
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import CkptError
@@ -43,6 +47,8 @@ _PROCESS_MANIFEST = re.compile(r"(ocdbt\.process_\d+)/" + re.escape(MANIFEST))
 _DATA_FILE = re.compile(r"(?:ocdbt\.process_\d+/)?d/[^/]+")
 #: (item-relative file, offset, length)
 Range = tuple[str, int, int]
+#: Where this decoder stops (damage, a form it does not read), or a read fails.
+_STOPS = (OcdbtFormatError, CkptError, ValueError)
 
 
 @dataclass
@@ -118,10 +124,10 @@ def _garbage(
 def walk_item(item: Location, files: dict[str, int]) -> ItemDatabases:
     """Walk every database of ``item`` (``files``: its files, item-relative, with sizes):
     decoded here, each manifest and node read once; through TensorStore where this decoder
-    stops (damage, a numbered manifest, version-tree nodes), which says what it found."""
+    stops (damage, a numbered manifest), which says what it found."""
     try:
         return _walk_decoded(item, files)
-    except (OcdbtFormatError, CkptError, ValueError):
+    except _STOPS:
         return _walk_tensorstore(item, files)
 
 
@@ -144,7 +150,7 @@ def _walk_tensorstore(item: Location, files: dict[str, int]) -> ItemDatabases:
             continue  # readers open the merged root: its values are the live ones
         try:
             values = _latest(item, db)
-        except (OcdbtFormatError, CkptError, ValueError):
+        except _STOPS:
             # A manifest this decoder does not read (numbered manifests): TensorStore's keys,
             # whose inline values have no length here (those leaves count 0 bytes).
             out.exact = False
@@ -178,17 +184,18 @@ _Todo = tuple[str, NodeRef, bool]
 
 
 class _Decoded:
-    """The state of ``_walk_decoded``: what is referenced, what is live, the latest values."""
+    """The state of a decoded walk: what is referenced, what is live, the latest values."""
 
-    def __init__(self, item: Location, files: dict[str, int]) -> None:
-        self.item, self.files = item, files
+    def __init__(self, files: dict[str, int]) -> None:
+        self.files = files
         self.referenced: set[str] = set()
         self.live: dict[str, list[tuple[int, int]]] = {}
         self.values: dict[bytes, Value | Range] = {}
         self.seen: dict[tuple[str, int, int], bool] = {}
 
-    def node_ref(self, db: str, node: NodeRef) -> tuple[str, int, int]:
-        """Note a node's bytes as referenced metadata: (file, offset, length)."""
+    def node_ref(self, db: str, node: NodeRef | VersionNodeRef) -> tuple[str, int, int]:
+        """Note a node's bytes (a b-tree's, a version tree's) as referenced metadata: (file,
+        offset, length)."""
         file = _rel(db, node.path)
         if self.files.get(file, -1) < node.offset + node.length:
             raise OcdbtFormatError("a node lies past the end of its file (or in none)")
@@ -196,16 +203,21 @@ class _Decoded:
         self.live.setdefault(file, []).append((node.offset, node.offset + node.length))
         return (file, node.offset, node.length)
 
-    def level(self, todo: list[_Todo]) -> list[_Todo]:
-        """Decode one level of nodes (one batched read); the level below."""
+    def plan(self, todo: list[_Todo]) -> list[tuple[_Todo, tuple[str, int, int]]]:
+        """The nodes of one level still to read: each once, live trees first."""
         batch: list[tuple[_Todo, tuple[str, int, int]]] = []
-        for db, node, keep in sorted(todo, key=lambda t: not t[2]):  # live trees first
+        for db, node, keep in sorted(todo, key=lambda t: not t[2]):
             ref = self.node_ref(db, node)
             if self.seen.get(ref, False) or (ref in self.seen and not keep):
                 continue
             self.seen[ref] = keep
             batch.append(((db, node, keep), ref))
-        data = self.item.read_ranges([(self.item.child(f), o, o + n) for _, (f, o, n) in batch])
+        return batch
+
+    def take(
+        self, batch: list[tuple[_Todo, tuple[str, int, int]]], data: list[bytes]
+    ) -> list[_Todo]:
+        """Decode one level's nodes (``data``: the bytes ``plan`` asked for); the level below."""
         below: list[_Todo] = []
         for ((db, node, keep), _), encoded in zip(batch, data, strict=True):
             if len(encoded) != node.length or node.height > MAX_HEIGHT:
@@ -223,42 +235,167 @@ class _Decoded:
         return below
 
 
-def _walk_decoded(item: Location, files: dict[str, int]) -> ItemDatabases:
-    """Every manifest of the item (``disk_usage`` fetched them all at once), then the b-tree
-    nodes of every version a level at a time (all databases together): each node read once.
-    Superseded single-node versions are referenced, not decoded (as ``scan_database``). The latest
-    single-node version of a per-process database beside a merged root is decoded only when
-    a data file is left unreferenced: its values can only add references (a merged root's
-    values, its nodes' and the versions' root nodes reference every data file of a sound
-    save), so a sound save costs one read less per process."""
-    dbs = databases(files)
-    names = [f"{db}/{MANIFEST}" if db else MANIFEST for db in dbs]
-    manifests = [item.child(n).read_bytes() for n in names]  # prefetched on a bucket
-    walk = _Decoded(item, files)
-    todo: list[_Todo] = []
-    later: list[_Todo] = []
-    for db, manifest in zip(dbs, manifests, strict=True):
-        roots = [r for r in read_versions(manifest) if r is not None]
-        if not roots:
-            continue
-        *older, latest = roots
-        live = not db or "" not in dbs
-        if live or latest.height:
-            todo.append((db, latest, live))
-        else:
-            walk.node_ref(db, latest)
-            later.append((db, latest, False))
-        for r in older:
-            if r.height:
-                todo.append((db, r, False))
+class _ItemWalk:
+    """One item's decoded walk, a level at a time: ``reads`` says what the next level needs,
+    ``take`` decodes it. Every manifest of the item first (``disk_usage`` fetched them all at
+    once), then the b-tree nodes of every version (all databases together): each node read
+    once. Superseded single-node versions are referenced, not decoded (as ``scan_database``).
+    The latest single-node version of a per-process database beside a merged root is decoded
+    only when a data file is left unreferenced: its values can only add references (a merged
+    root's values, its nodes' and the versions' root nodes reference every data file of a
+    sound save), so a sound save costs one read less per process."""
+
+    def __init__(self, item: Location, files: dict[str, int]) -> None:
+        self.item, self.files = item, files
+        self.dbs = databases(files)
+        names = [f"{db}/{MANIFEST}" if db else MANIFEST for db in self.dbs]
+        manifests = [item.child(n).read_bytes() for n in names]  # prefetched on a bucket
+        self.walk = _Decoded(files)
+        self.todo: list[_Todo] = []
+        self.later: list[_Todo] = []
+        #: Version tree nodes still to read (versions older than a manifest holds).
+        self.versions: list[tuple[str, VersionNodeRef]] = []
+        #: Keys of the live latest versions (their statistics): what the walk will hold.
+        self.keys = 0
+        for db, manifest in zip(self.dbs, manifests, strict=True):
+            inline, nodes, keys = read_manifest(manifest)
+            self.versions += [(db, v) for v in nodes]
+            roots = [r for r in inline if r is not None]
+            if not roots:
+                continue
+            *older, latest = roots
+            live = not db or "" not in self.dbs
+            self.keys += keys if live else 0
+            if live or latest.height:
+                self.todo.append((db, latest, live))
             else:
-                walk.node_ref(db, r)
-    while todo:
-        todo = walk.level(todo)
-    data = [n for n in files if _DATA_FILE.fullmatch(n)]
-    if later and not walk.referenced.issuperset(data):
-        walk.level(later)
-    out = ItemDatabases(values=walk.values)
-    if not _garbage(out, dbs, files, walk.referenced, walk.live):
-        raise OcdbtFormatError("damaged: TensorStore's walk says where")
-    return out
+                self.walk.node_ref(db, latest)
+                self.later.append((db, latest, False))
+            self._older(db, older)
+        self._batch: list[tuple[_Todo, tuple[str, int, int]]] = []
+        self._vbatch: list[tuple[tuple[str, VersionNodeRef], tuple[str, int, int]]] = []
+        self._next()
+
+    def _older(self, db: str, roots: Iterable[NodeRef | None]) -> None:
+        """Superseded versions: their trees are walked, a single node only referenced."""
+        for r in roots:
+            if r is not None and r.height:
+                self.todo.append((db, r, False))
+            elif r is not None:
+                self.walk.node_ref(db, r)
+
+    def _next(self) -> None:
+        """Plan the next level (b-tree and version tree nodes together); once both are done,
+        the deferred latest versions where a data file is still unreferenced."""
+        while True:
+            if not self.todo and not self.versions and self.later:
+                data = [n for n in self.files if _DATA_FILE.fullmatch(n)]
+                if not self.walk.referenced.issuperset(data):
+                    self.todo = self.later
+                self.later = []
+            self._batch, self.todo = self.walk.plan(self.todo), []
+            self._vbatch = []
+            for db, v in self.versions:
+                ref = self.walk.node_ref(db, v)
+                if ref not in self.walk.seen:
+                    self.walk.seen[ref] = False
+                    self._vbatch.append(((db, v), ref))
+            self.versions = []
+            if self._batch or self._vbatch or not self.later:
+                return
+
+    @property
+    def done(self) -> bool:
+        return not self._batch and not self._vbatch
+
+    def reads(self) -> list[tuple[Location, int, int]]:
+        nodes = [ref for _, ref in self._batch] + [ref for _, ref in self._vbatch]
+        return [(self.item.child(f), o, o + n) for f, o, n in nodes]
+
+    def take(self, data: list[bytes]) -> None:
+        n = len(self._batch)
+        self.todo = self.walk.take(self._batch, data[:n])
+        for ((db, v), _), encoded in zip(self._vbatch, data[n:], strict=True):
+            if len(encoded) != v.length or v.height > MAX_HEIGHT:
+                raise OcdbtFormatError("version node shorter than its reference")
+            below, roots = decode_version_node(encoded, v)
+            self.versions += [(db, b) for b in below]
+            self._older(db, roots)
+        self._next()
+
+    def result(self) -> ItemDatabases:
+        out = ItemDatabases(values=self.walk.values)
+        if not _garbage(out, self.dbs, self.files, self.walk.referenced, self.walk.live):
+            raise OcdbtFormatError("damaged: TensorStore's walk says where")
+        return out
+
+
+def _walk_decoded(item: Location, files: dict[str, int]) -> ItemDatabases:
+    """One item's decoded walk, each level one batched read; raises where the decoder stops."""
+    walk = _ItemWalk(item, files)
+    while not walk.done:
+        walk.take(item.read_ranges(walk.reads()))
+    return walk.result()
+
+
+class ItemWalks:
+    """Items walked side by side (``walk_item`` of each): each level of every item's b-trees
+    and version trees in one ``read_ranges`` on ``where``'s store (on a bucket, as many in
+    flight as it takes, instead of one item's few nodes at a time). An item where the decoder
+    stops, or whose read fails, is walked again on its own (``walk_item``: its own reads,
+    TensorStore where the decoder stops), which says what is wrong."""
+
+    def __init__(self, where: Location) -> None:
+        self.where = where
+        self.items: list[tuple[Location, dict[str, int]]] = []
+        self._walks: dict[int, _ItemWalk] = {}
+
+    def add(self, item: Location, files: dict[str, int]) -> int:
+        """Add an item (its manifests read, prefetched on a bucket); the keys its walk will
+        hold (its latest version's statistics; 0 where the decoder stops at once)."""
+        self.items.append((item, files))
+        try:
+            walk = _ItemWalk(item, files)
+        except _STOPS:
+            return 0
+        self._walks[len(self.items) - 1] = walk
+        return walk.keys
+
+    def run(self) -> list[ItemDatabases]:
+        """Every item's walk, in the order added."""
+        walks = self._walks
+        active = [i for i, w in walks.items() if not w.done]
+        while active:
+            asked = {i: walks[i].reads() for i in active}
+            try:
+                data = self.where.read_ranges([r for i in active for r in asked[i]])
+            except CkptError:
+                for i in active:
+                    del walks[i]
+                break
+            at = 0
+            for i in active:
+                n = len(asked[i])
+                try:
+                    walks[i].take(data[at : at + n])
+                except _STOPS:
+                    del walks[i]
+                at += n
+            active = [i for i in active if i in walks and not walks[i].done]
+        out: list[ItemDatabases] = []
+        for i, (item, files) in enumerate(self.items):
+            try:
+                out.append(walks[i].result() if i in walks else walk_item(item, files))
+            except _STOPS:
+                out.append(walk_item(item, files))
+        return out
+
+
+def walk_items(
+    where: Location, items: Sequence[tuple[Location, dict[str, int]]]
+) -> list[ItemDatabases]:
+    """``walk_item`` of each item, side by side (``ItemWalks``)."""
+    walks = ItemWalks(where)
+    for item, files in items:
+        walks.add(item, files)
+    return walks.run()

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
+from functools import partial
 
 from ckpt_cli.core.digest.records import DIGEST_FILE, recorded_values
 from ckpt_cli.core.du.deep import add_digests, uncompared, upload_garbage
-from ckpt_cli.core.du.ocdbt import Range, is_ocdbt, walk_item
+from ckpt_cli.core.du.ocdbt import ItemDatabases, ItemWalks, Range, is_ocdbt, walk_item
 from ckpt_cli.core.du.types import (
     Duplicate,
     DuReport,
@@ -45,6 +46,14 @@ TRASH_PREFIX = ".ckpt-trash-"  # prune's trash directories (core/prune/plan.py)
 HEADERS = (".zarray", "zarr.json")
 
 Files = dict[str, int]
+#: An OCDBT item's path -> its databases' walk (``walk_items``, done for many steps at once).
+Walked = dict[str, ItemDatabases]
+#: Steps whose items are walked together on an object store (each level of their b-trees one
+#: batched read, as deep as ``metadata_requests``), until their latest versions hold
+#: ``WALK_KEYS`` keys: what the walks hold at once (keys and inline values, a few hundred
+#: bytes each) stays bounded whatever the checkpoint's size.
+WALK_STEPS = 4096
+WALK_KEYS = 1 << 18
 
 
 def _split(files: Files) -> tuple[dict[str, Files], Files]:
@@ -134,9 +143,15 @@ def _leaves_zarr(item: Location, files: Files) -> tuple[LeafUsage, ...]:
 
 
 def item_usage(
-    item: Location, name: str, files: Files, step: int | None, step_path: str
+    item: Location,
+    name: str,
+    files: Files,
+    step: int | None,
+    step_path: str,
+    walked: Walked | None = None,
 ) -> tuple[ItemUsage, list[Garbage]]:
-    """One item: its leaves, and the garbage inside its databases."""
+    """One item: its leaves, and the garbage inside its databases (walked here unless
+    ``walked`` holds the walk)."""
     total = sum(files.values())
     fmt: ItemFormat = "other"
     garbage: list[Garbage] = []
@@ -144,7 +159,7 @@ def item_usage(
     exact, note = True, None
     if is_ocdbt(files):
         fmt = "ocdbt"
-        dbs = walk_item(item, files)
+        dbs = (walked or {}).get(str(item)) or walk_item(item, files)
         leaves = _leaves_ocdbt(item, dbs.values, files)
         exact, note = dbs.exact, dbs.note
         for rel in dbs.unreferenced:
@@ -189,8 +204,56 @@ def item_usage(
     return usage, garbage
 
 
+def _is_item_dir(d: str) -> bool:
+    return TMP_MARKER not in d and not d.startswith(".")
+
+
+def _ocdbt_items(loc: Location, files: Files) -> list[tuple[Location, Files]]:
+    """The OCDBT items of a step, as ``step_usage`` finds them."""
+    dirs, top = _split(files)
+    if looks_like_item(set(dirs) | set(top)):
+        found = [(loc, files)]
+    else:
+        found = [(loc.child(d), sub) for d, sub in sorted(dirs.items()) if _is_item_dir(d)]
+    return [(item, sub) for item, sub in found if is_ocdbt(sub)]
+
+
+def _walk(where: Location, steps: list[tuple[Location, Files]]) -> Walked:
+    """The walks of every OCDBT item of these steps, side by side (``ItemWalks``)."""
+    walks = ItemWalks(where)
+    for loc, files in steps:
+        for item, sub in _ocdbt_items(loc, files):
+            walks.add(item, sub)
+    return _walked(walks)
+
+
+def _walked(walks: ItemWalks) -> Walked:
+    return {str(item): dbs for (item, _), dbs in zip(walks.items, walks.run(), strict=True)}
+
+
+def _chunks(
+    location: Location, todo: list[tuple[StepName, Location, str, Files, str]]
+) -> Iterator[tuple[list[tuple[StepName, Location, str, Files, str]], Walked]]:
+    """The steps ``WALK_STEPS`` at a time, fewer where their latest versions hold more than
+    ``WALK_KEYS`` keys, each group with its items' walks."""
+    walks, chunk, keys = ItemWalks(location), [], 0
+    for t in todo:
+        keys += sum(walks.add(item, sub) for item, sub in _ocdbt_items(t[1], t[3]))
+        chunk.append(t)
+        if len(chunk) >= WALK_STEPS or keys >= WALK_KEYS:
+            yield chunk, _walked(walks)
+            walks, chunk, keys = ItemWalks(location), [], 0
+    if chunk:
+        yield chunk, _walked(walks)
+
+
 def step_usage(
-    loc: Location, name: str, files: Files, step: int | None, status: str
+    loc: Location,
+    name: str,
+    files: Files,
+    step: int | None,
+    status: str,
+    walked: Walked | None = None,
 ) -> tuple[StepUsage, list[Garbage]]:
     """One step: its items, its own files, the item saves left unfinished inside it."""
     dirs, top = _split(files)
@@ -198,7 +261,7 @@ def step_usage(
     items: list[ItemUsage] = []
     own = 0
     if looks_like_item(set(dirs) | set(top)):  # a single-item Checkpointer's save
-        single, found = item_usage(loc, "default", files, step, str(loc))
+        single, found = item_usage(loc, "default", files, step, str(loc), walked)
         return StepUsage(step, name, str(loc), status, sum(files.values()), (single,), 0), found
     leftover = 0
     for d, sub in sorted(dirs.items()):
@@ -216,10 +279,10 @@ def step_usage(
                     step=step,
                 )
             )
-        elif d.startswith("."):
+        elif not _is_item_dir(d):
             own += size
         else:
-            usage, found = item_usage(loc.child(d), d, sub, step, str(loc))
+            usage, found = item_usage(loc.child(d), d, sub, step, str(loc), walked)
             items.append(usage)
             garbage += found
     own += sum(top.values())
@@ -271,20 +334,30 @@ def _root(location: Location, files: Files) -> tuple[list[StepUsage], list[Garba
     return steps, garbage, other
 
 
+def _step_of(
+    walked: Walked, t: tuple[StepName, Location, str, Files, str]
+) -> tuple[StepUsage, list[Garbage]]:
+    return step_usage(t[1], t[2], t[3], t[0].step, t[4], walked)
+
+
 def _each_step(
     location: Location, todo: list[tuple[StepName, Location, str, Files, str]]
 ) -> Iterator[tuple[StepUsage, list[Garbage]]]:
-    """Each step's usage, in order. On an object store several steps at once, as ``verify``
-    checks items (a step costs a few round trips: latency, not CPU); locally one by one."""
-    if location.parallel_reads <= 1 or len(todo) <= 1:
-        for parsed, loc, d, sub, status in todo:
-            yield step_usage(loc, d, sub, parsed.step, status)
+    """Each step's usage, in order. On an object store ``WALK_STEPS`` steps at a time (fewer
+    past ``WALK_KEYS`` keys): their OCDBT items walked side by side (a level of every item's
+    b-trees in one batched read: a step's walk costs round trips, latency, not CPU), then the
+    rest of each step, several steps at once (as ``verify`` checks items). Locally one step
+    after another."""
+    if location.parallel_reads <= 1:
+        for t in todo:
+            yield _step_of(_walk(location, [(t[1], t[3])]), t)
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    workers = max(1, min(len(todo), location.parallel_reads // 4))
-    with ThreadPoolExecutor(workers) as pool:
-        yield from pool.map(lambda t: step_usage(t[1], t[2], t[3], t[0].step, t[4]), todo)
+    for chunk, walked in _chunks(location, todo):
+        workers = max(1, min(len(chunk), location.parallel_reads // 4))
+        with ThreadPoolExecutor(workers) as pool:
+            yield from pool.map(partial(_step_of, walked), chunk)
 
 
 def _digests(item: Location, files: Files) -> dict[str, str]:
@@ -350,7 +423,8 @@ def disk_usage(
             if location.requires_commit_marker and COMMIT_MARKER not in names
             else "committed"
         )
-        usage, garbage = step_usage(location, location.name, files, step_no, status)
+        walked = _walk(location, [(location, files)])
+        usage, garbage = step_usage(location, location.name, files, step_no, status, walked)
         steps, other = [usage], 0
     else:
         item, garbage = item_usage(location, location.name, files, None, str(location.parent))

@@ -5,7 +5,10 @@ the configuration and the latest versions; a version names its root b-tree node 
 offset, length); interior nodes name their children the same way, and leaf nodes hold each key
 with its value inline (up to ``max_inline_value_bytes``, 1,024 for Orbax) or a reference to it.
 Every encoded node is ``magic (u32be), length (u64le), version, compression`` + body (zstd or
-raw) + a CRC-32C footer. Varints are LEB128.
+raw) + a CRC-32C footer. Varints are LEB128. A manifest lists the latest versions inline (up to
+``2**version_tree_arity_log2``, 16 by default) and names version tree nodes for the older ones:
+interior nodes name version nodes, leaf nodes list versions as the manifest does
+(``read_manifest``, ``decode_version_node``: ``du`` walks every version).
 
 ``inspect`` needs only the zarr headers (and one scalar) of an item, all inline in a few leaf
 nodes: reading those nodes level by level, all of a level at once, costs a handful of ranged
@@ -24,6 +27,9 @@ from ckpt_cli.core.format.codecs import crc32c_matches, zstd_decompress
 
 MANIFEST_MAGIC = 0x0CDB3A2A
 BTREE_MAGIC = 0x0CDB20DE
+VERSION_MAGIC = 0x0CDB1234
+#: Offset and length of a version's root when its tree is empty (TensorStore's "missing").
+_MISSING = (1 << 64) - 1
 MAX_HEIGHT = 64
 
 
@@ -44,6 +50,18 @@ class NodeRef:
     base: str
     #: The bytes every key below this node starts with.
     prefix: bytes
+
+
+@dataclass(frozen=True)
+class VersionNodeRef:
+    """A version tree node: ``length`` bytes at ``offset`` of ``path``, holding older versions'
+    root nodes (``height`` 0) or version nodes below it."""
+
+    path: str
+    offset: int
+    length: int
+    height: int
+    base: str
 
 
 #: A value: its bytes (inline) or where they are (path, offset, length).
@@ -143,6 +161,9 @@ def _refs(r: _Reader, files: list[tuple[str, str]], n: int) -> list[tuple[str, s
     lengths = r.varints(n)
     out = []
     for i, off, length in zip(ids, offsets, lengths, strict=True):
+        if off == length == _MISSING:  # an empty version's root: no file
+            out.append(("", "", off, length))
+            continue
         if i >= len(files):
             raise OcdbtFormatError("data file id out of range")
         base, rel = files[i]
@@ -150,9 +171,54 @@ def _refs(r: _Reader, files: list[tuple[str, str]], n: int) -> list[tuple[str, s
     return out
 
 
-def _inline_versions(manifest: bytes) -> tuple[_Reader, list[NodeRef | None]]:
+def _leaf_entries(
+    r: _Reader, files: list[tuple[str, str]], keys: list[int] | None = None
+) -> list[NodeRef | None]:
+    """Version tree leaf entries (a manifest's inline versions, a leaf version node's): the
+    root node of each version, oldest first (None: the empty tree); ``keys`` gets each
+    version's number of keys (its statistics)."""
+    n = r.varint()
+    if n == 0:
+        raise OcdbtFormatError("no version")
+    r.varints(n)  # generation numbers
+    heights = list(r.take(n))
+    roots: list[NodeRef | None] = [
+        None
+        if (offset == length == _MISSING) or not (path or length)
+        else NodeRef(path, offset, length, height, base, b"")
+        for (base, path, offset, length), height in zip(_refs(r, files, n), heights, strict=True)
+    ]
+    counts = r.varints(n)  # statistics: keys, then tree bytes and indirect value bytes
+    r.varints(2 * n)
+    r.take(8 * n)  # commit times (uint64le)
+    if keys is not None:
+        keys += counts
+    return roots
+
+
+def _interior_entries(
+    r: _Reader, files: list[tuple[str, str]], height: int | None
+) -> list[VersionNodeRef]:
+    """Version tree interior entries: the version nodes they name, oldest first. ``height``:
+    theirs (one less than the node's); None in a manifest, which gives each its own."""
+    n = r.varint()
+    r.varints(n)  # latest generation number below each
+    refs = _refs(r, files, n)
+    r.varints(n)  # generations below each
+    r.take(8 * n)  # earliest commit time below each
+    heights = list(r.take(n)) if height is None else [height] * n
+    return [
+        VersionNodeRef(path, offset, length, h, base)
+        for (base, path, offset, length), h in zip(refs, heights, strict=True)
+    ]
+
+
+def _inline_versions(
+    manifest: bytes, keys: list[int] | None = None
+) -> tuple[_Reader, list[NodeRef | None], list[tuple[str, str]]]:
     """The root node of each version inlined in the manifest, oldest first (None: the empty
-    tree), and the reader left at the statistics that follow them."""
+    tree), the reader left at the version nodes that follow them, and the data file table;
+    ``keys`` gets each version's number of keys."""
     r = _body(manifest, MANIFEST_MAGIC)
     r.take(16)  # uuid
     if r.byte() != 0:
@@ -163,28 +229,32 @@ def _inline_versions(manifest: bytes) -> tuple[_Reader, list[NodeRef | None]]:
     if r.varint() == 1:
         r.take(4)  # zstd level (int32le)
     files = _data_files(r, "")
-    n = r.varint()
-    if n == 0:
-        raise OcdbtFormatError("no version")
-    r.varints(n)  # generation numbers
-    heights = list(r.take(n))
-    roots: list[NodeRef | None] = [
-        NodeRef(path, offset, length, height, base, b"") if path or length else None
-        for (base, path, offset, length), height in zip(_refs(r, files, n), heights, strict=True)
-    ]
-    return r, roots
+    return r, _leaf_entries(r, files, keys), files
 
 
-def read_versions(manifest: bytes) -> list[NodeRef | None]:
-    """The root node of every version the manifest lists, oldest first (None: the empty
-    tree). Versions older than the inline ones live in version-tree nodes, which this reader
-    does not follow: such a manifest raises ``OcdbtFormatError``."""
-    r, roots = _inline_versions(manifest)
-    r.varints(3 * len(roots))  # statistics: keys, tree bytes, indirect value bytes
-    r.take(8 * len(roots))  # commit times (uint64le)
-    if r.varint():
-        raise OcdbtFormatError("version tree nodes")
-    return roots
+def read_manifest(manifest: bytes) -> tuple[list[NodeRef | None], list[VersionNodeRef], int]:
+    """The root nodes of the versions inline in the manifest (the latest ones, oldest first;
+    None: the empty tree), the version tree nodes that hold the older ones
+    (``decode_version_node``), and the number of keys in the latest version."""
+    keys: list[int] = []
+    r, roots, files = _inline_versions(manifest, keys)
+    return roots, _interior_entries(r, files, None), keys[-1]
+
+
+def decode_version_node(
+    encoded: bytes, ref: VersionNodeRef
+) -> tuple[list[VersionNodeRef], list[NodeRef | None]]:
+    """One version tree node: the version nodes below it (interior), or the root node of each
+    version it holds (leaf; None: the empty tree)."""
+    r = _body(encoded, VERSION_MAGIC)
+    r.byte()  # version_tree_arity_log2
+    height = r.byte()
+    if height != ref.height:
+        raise OcdbtFormatError("unexpected version node height")
+    files = _data_files(r, ref.base)
+    if height == 0:
+        return [], _leaf_entries(r, files)
+    return _interior_entries(r, files, height - 1), []
 
 
 def read_root(manifest: bytes) -> NodeRef | None:

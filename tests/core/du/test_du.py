@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from ckpt_cli.core.du import Duplicate, DuReport, disk_usage
+from ckpt_cli.core.du import run as du_run
 from ckpt_cli.core.du.types import LEFTOVER_KINDS
-from ckpt_cli.core.storage import open_location
+from ckpt_cli.core.storage import Location, open_location
 from tests.support.du_saves import LAYOUTS, TREE, save
 from tests.support.paths import FIXTURES
 
@@ -237,3 +238,32 @@ def test_a_damaged_database_reports_no_garbage(name: str) -> None:
         for i in s.items:
             assert i.metadata_bytes >= 0
             assert i.bytes == i.leaf_bytes + i.metadata_bytes + i.garbage_bytes
+
+
+@pytest.mark.parametrize(("keys", "waves"), [(None, 1), (60, 3)])
+def test_steps_walk_together_within_a_budget_of_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keys: int | None, waves: int
+) -> None:
+    """Where reads overlap (a bucket), the steps' root nodes are read in one batch, or in
+    batches of as many steps as ``WALK_KEYS`` allows (seed_mlp's merged root holds 30 keys:
+    two steps a batch under 60): the same figures either way."""
+    root = tmp_path / "run"
+    for step in range(6):
+        shutil.copytree(FIXTURES / "seed_mlp" / "500", root / str(step))
+    if keys is not None:
+        monkeypatch.setattr(du_run, "WALK_KEYS", keys)
+    loc = open_location(str(root))
+    loc.parallel_reads = 64  # type: ignore[misc]  # as on a bucket
+    calls: list[int] = []
+    real = loc.read_ranges
+
+    def read_ranges(ranges: list[tuple[Location, int, int]]) -> list[bytes]:
+        calls.append(len(ranges))
+        return real(ranges)
+
+    loc.read_ranges = read_ranges  # type: ignore[method-assign]
+    report = disk_usage(loc)
+    assert calls == [6 // waves] * waves
+    alone = disk_usage(open_location(str(root)))
+    assert report.to_json() == alone.to_json()
+    assert len(report.steps) == 6 and all(s.items[0].exact for s in report.steps)

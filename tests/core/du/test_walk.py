@@ -5,13 +5,23 @@ same unreferenced files and unused ranges, on real saves, a rewrite in place and
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ckpt_cli.core.du.ocdbt import _walk_decoded, _walk_tensorstore, databases
+from ckpt_cli.core.du import disk_usage
+from ckpt_cli.core.du.ocdbt import (
+    _walk_decoded,
+    _walk_tensorstore,
+    databases,
+    walk_item,
+    walk_items,
+)
+from ckpt_cli.core.format.ocdbt import read_manifest
 from ckpt_cli.core.storage import Location, open_location
+from ckpt_cli.errors import StorageError
 from tests.support.du_saves import save
 from tests.support.paths import FIXTURES
 
@@ -92,3 +102,107 @@ def test_the_walks_agree_on_fixtures(name: str) -> None:
     assert items
     for item in items:
         check_same(item)
+
+
+class Batches:
+    """Every ``read_ranges`` call on a location (one per wave of reads), and a failure to
+    raise on a chosen call."""
+
+    def __init__(self, where: Location, fail_on: int | None = None) -> None:
+        self.calls: list[list[tuple[str, int, int]]] = []
+        real = where.read_ranges
+
+        def read_ranges(ranges: list[tuple[Location, int, int]]) -> list[bytes]:
+            self.calls.append([(str(loc), a, b) for loc, a, b in ranges])
+            if len(self.calls) == fail_on:
+                raise StorageError("cannot read: the bucket answered 503")
+            return real(ranges)
+
+        where.read_ranges = read_ranges  # type: ignore[method-assign]
+
+
+def steps_root(tmp_path: Path, n: int) -> Path:
+    root = tmp_path / "run"
+    for step in range(n):
+        shutil.copytree(FIXTURES / "seed_mlp" / "500", root / str(step))
+    return root
+
+
+def items_of(root: Path, where: Location) -> list[tuple[Location, dict[str, int]]]:
+    found = sorted(root.iterdir(), key=lambda p: int(p.name))
+    return [(where.child(f"{p.name}/default"), files_of(p / "default")) for p in found]
+
+
+def test_walk_items_reads_each_level_of_every_item_in_one_batch(tmp_path: Path) -> None:
+    """Six steps, each a merged root (one node) over ``ocdbt.process_0``: one batched read of
+    the six root nodes, not six reads; each item's answer the one its own walk gives."""
+    root = steps_root(tmp_path, 6)
+    where = open_location(str(root))
+    batches = Batches(where)
+    items = items_of(root, where)
+    walks = walk_items(where, items)
+    assert len(batches.calls) == 1 and len(batches.calls[0]) == 6
+    steps = {r[0].split("/run/")[1].split("/")[0] for r in batches.calls[0]}
+    assert steps == {str(s) for s in range(6)}
+    alone = [
+        walk_item(open_location(str(root / p.name / "default")), f)
+        for p, (_, f) in zip(sorted(root.iterdir(), key=lambda p: int(p.name)), items, strict=True)
+    ]
+    assert len(walks) == 6
+    for mine, theirs in zip(walks, alone, strict=True):
+        assert mine.exact and mine.values and mine.values == theirs.values
+        assert (mine.unreferenced, mine.unused) == (theirs.unreferenced, theirs.unused) == ([], {})
+
+
+def test_walk_items_walks_a_damaged_item_and_a_failed_wave_on_their_own(tmp_path: Path) -> None:
+    """A step whose data file is cut short stops the decoder: that item alone goes to
+    TensorStore's walk (damaged, no garbage); the others' nodes are still read together. When
+    the batched read itself fails, every item of it is walked again on its own, to the same
+    answers."""
+    root = steps_root(tmp_path, 4)
+    data = root / "2" / "default" / "ocdbt.process_0" / "d" / "c580382fa02320644994b4d71544e9fb"
+    data.write_bytes(data.read_bytes()[:50])
+    where = open_location(str(root))
+    batches = Batches(where)
+    walks = walk_items(where, items_of(root, where))
+    assert len(walks) == 4
+    assert not walks[2].exact and walks[2].note and "damaged" in walks[2].note
+    assert [w.exact for i, w in enumerate(walks) if i != 2] == [True] * 3
+    assert batches.calls and len(batches.calls[0]) == 3  # the three sound items' root nodes
+
+    good = steps_root(tmp_path / "good", 3)
+    where = open_location(str(good))
+    failing = Batches(where, fail_on=1)
+    again = walk_items(where, items_of(good, where))
+    assert len(failing.calls) == 1 and len(failing.calls[0]) == 3
+    assert len(again) == 3 and all(w.exact and w.values for w in again)
+    assert again[0].values == again[1].values == again[2].values
+
+
+def test_the_walks_agree_past_the_versions_a_manifest_holds(tmp_path: Path) -> None:
+    """A real save whose database was rewritten in place 20 times: more versions than its
+    manifest holds (16), the older ones in version tree nodes, which this walk reads (each
+    once, beside the b-tree nodes) instead of handing the item to TensorStore."""
+    import tensorstore as ts
+
+    root = save(tmp_path / "run", "ocdbt-zarr3", steps=(1,))
+    item = root / "1" / "default"
+    arr = ts.open(
+        {
+            "driver": "zarr3",
+            "kvstore": {"driver": "ocdbt", "base": f"file://{item}", "path": "params.embed/"},
+        }
+    ).result()
+    for i in range(20):
+        arr.write(np.full((40, 16), i, dtype=arr.dtype.numpy_dtype)).result()
+    _, nodes, _ = read_manifest((item / "manifest.ocdbt").read_bytes())
+    assert nodes
+    check_same(item)
+    report = disk_usage(open_location(str(root)))
+    (usage,) = report.steps[0].items
+    assert usage.exact and usage.note is None and usage.garbage_bytes > 0
+    loc = open_location(str(item))
+    counting = CountingReads(loc)
+    _walk_decoded(loc, files_of(item))
+    wanted = {(str(loc.child(v.path)), v.offset, v.offset + v.length) for v in nodes}
+    assert wanted <= set(counting.reads)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ckpt_cli.core.format import codecs
+from ckpt_cli.core.format import ocdbt as fmt
 from ckpt_cli.core.format.ocdbt import Fetch, OcdbtFormatError, Value, read_values
 from tests.support.paths import FIXTURES
 
@@ -69,3 +70,45 @@ def test_a_flipped_byte_in_a_node_is_refused(tmp_path: Path) -> None:
     for cut in (0, 7, 17, len(manifest) - 1):
         with pytest.raises(OcdbtFormatError):
             read_values(manifest[:cut], fetch)
+
+
+def kvstore_with_versions(path: Path, writes: int, arity_log2: int) -> Path:
+    """A database of ``writes`` commits (one key each, the first rewritten at the end) whose
+    version tree has nodes of arity ``2**arity_log2``: the manifest holds only the latest."""
+    import tensorstore as ts
+
+    spec = {"version_tree_arity_log2": arity_log2}
+    kv = ts.KvStore.open({"driver": "ocdbt", "base": f"file://{path}", "config": spec}).result()
+    for i in range(writes):
+        kv.write(f"k{i:03d}", bytes([i]) * (40 + 60 * (i % 40))).result()
+    kv.write("k000", b"rewritten" * 300).result()
+    return path
+
+
+@pytest.mark.parametrize(("writes", "arity_log2"), [(12, 1), (40, 4)])
+def test_version_tree_nodes_give_every_version(
+    tmp_path: Path, writes: int, arity_log2: int
+) -> None:
+    """More commits than the manifest holds: the older versions' roots come from the version
+    tree nodes it names (interior and leaf), one per commit after the empty first one."""
+    db = kvstore_with_versions(tmp_path / "db", writes, arity_log2)
+    inline, nodes, keys = fmt.read_manifest((db / "manifest.ocdbt").read_bytes())
+    assert nodes and inline and inline[-1] is not None
+    assert keys == writes  # the latest version's statistics
+    heights: set[int] = set()
+
+    def versions_below(v: fmt.VersionNodeRef) -> list[fmt.NodeRef | None]:  # oldest first
+        heights.add(v.height)
+        children, roots = fmt.decode_version_node(
+            (db / v.path).read_bytes()[v.offset :][: v.length], v
+        )
+        return roots + [r for c in children for r in versions_below(c)]
+
+    older = [r for v in nodes for r in versions_below(v)]
+    assert 0 in heights and max(heights) > 0  # leaf and interior version nodes
+    versions = older + inline
+    assert versions[0] is None  # the empty tree of generation 1
+    assert len([r for r in versions if r is not None]) == writes + 1
+    for r in versions[1:]:
+        assert r is not None
+        fmt.decode_node((db / r.path).read_bytes()[r.offset : r.offset + r.length], r)
