@@ -34,20 +34,9 @@ from ckpt_cli.core.safetensors.dtypes import FROM_NUMPY, TO_NUMPY, numpy_dtype
 from ckpt_cli.core.safetensors.header import parse_header
 from ckpt_cli.core.safetensors.reader import check_against_index
 from ckpt_cli.errors import InvalidMetadataError, InvalidSafetensorsError, RefusedError
+from tests.support.random_tensors import random_array
 
 DTYPES = sorted(FROM_NUMPY)
-
-
-def random_array(rng: np.random.Generator, dtype: str, shape: tuple[int, ...]) -> Any:
-    dt = numpy_dtype(dtype)
-    if dtype == "bool":
-        return rng.integers(0, 2, size=shape).astype(bool)
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-        return rng.integers(info.min, info.max, size=shape, dtype=dt, endpoint=True)
-    # Floats from random bits: NaNs, infinities and subnormals included, compared as bytes.
-    bits = rng.integers(0, 256, size=(*shape, dt.itemsize), dtype=np.uint8)
-    return bits.view(dt).reshape(shape)
 
 
 def tensor_set(seed: int) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import safetensors.numpy as stn
 from ckpt_cli.core.safetensors import reader as reader_mod
 from ckpt_cli.core.safetensors.reader import LocalFile, SafetensorsReader
 from ckpt_cli.errors import InvalidSafetensorsError
-from tests.core.safetensors.test_format import random_array
+from tests.support.random_tensors import random_array
 
 
 @pytest.fixture
