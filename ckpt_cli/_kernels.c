@@ -101,32 +101,47 @@ struct ckpt_strip {
   int64_t finite, zeros;
 };
 
-/* The figures of values i0 <= i < i1 (at most CKPT_STRIP): widened to doubles, then summed in
- * 2 x LANES lanes, vectors of LANES doubles (VD, and VL: 64-bit integers as wide). */
-#define CKPT_STRIP_FN(NAME, VD, VL, LANES, ATTR)                                                \
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_convertvector)
+#define CKPT_CONVERT 1
+#endif
+#endif
+
+/* The figures of values i0 <= i < i1 (at most CKPT_STRIP), summed in 2 x LANES lanes, vectors
+ * of LANES doubles (VD, and VL: 64-bit integers as wide; VF: as many floats). A whole strip of
+ * float32 is widened as it is loaded; any other is widened into a buffer first. */
+#define CKPT_STRIP_FN(NAME, VD, VL, VF, LANES, ATTR)                                            \
   typedef double VD __attribute__((vector_size(8 * LANES)));                                  \
   typedef int64_t VL __attribute__((vector_size(8 * LANES)));                                 \
+  typedef float VF __attribute__((vector_size(4 * LANES)));                                   \
   ATTR static void NAME(const unsigned char *x, const unsigned char *prev, size_t i0, size_t i1, \
                         int kind, struct ckpt_strip *r) {                                      \
     double v[CKPT_STRIP + 2 * LANES], d[CKPT_STRIP + 2 * LANES];                               \
     size_t m = i1 - i0, padded = (m + 2 * LANES - 1) / (2 * LANES) * (2 * LANES);              \
-    ckpt_widen(x, i0, i1, kind, v);                                                            \
-    for (size_t i = m; i < padded; i++)                                                        \
-      v[i] = 0.0; /* counted as zeros, then taken off */                                       \
-    if (prev) {                                                                                \
-      ckpt_widen(prev, i0, i1, kind, d);                                                       \
-      for (size_t i = 0; i < m; i++)                                                           \
-        d[i] = v[i] - d[i];                                                                    \
+    int direct = CKPT_DIRECT && kind == CKPT_F32 && m == padded;                               \
+    const unsigned char *xs = x + 4 * i0, *ps = prev ? prev + 4 * i0 : NULL;                   \
+    if (!direct) {                                                                             \
+      ckpt_widen(x, i0, i1, kind, v);                                                          \
       for (size_t i = m; i < padded; i++)                                                      \
-        d[i] = 0.0;                                                                            \
+        v[i] = 0.0; /* counted as zeros, then taken off */                                     \
+      if (prev) {                                                                              \
+        ckpt_widen(prev, i0, i1, kind, d);                                                     \
+        for (size_t i = m; i < padded; i++)                                                    \
+          d[i] = 0.0;                                                                          \
+      }                                                                                        \
     }                                                                                          \
     VD zero = {0}, big = zero + DBL_MAX, s[2] = {zero, zero}, q[2] = {zero, zero};             \
     VD u[2] = {zero, zero}, mx[2] = {zero, zero};                                              \
     VL none = {0}, sign = none + INT64_MIN, fins[2] = {none, none}, zs[2] = {none, none};      \
     for (size_t i = 0; i < padded; i += 2 * LANES) {                                           \
       for (int k = 0; k < 2; k++) {                                                            \
-        VD w, a;                                                                               \
-        memcpy(&w, v + i + LANES * k, sizeof w);                                               \
+        size_t at = i + LANES * k;                                                             \
+        VD w, a, e = zero;                                                                     \
+        CKPT_LOAD(VD, VF, w, xs, v, at);                                                       \
+        if (prev) {                                                                            \
+          CKPT_LOAD(VD, VF, e, ps, d, at);                                                     \
+          e = w - e;                                                                           \
+        }                                                                                      \
         a = (VD)((VL)w & ~sign);                                                               \
         VL fin = a <= big; /* -1 where finite, 0 for NaN and Inf */                            \
         fins[k] -= fin;                                                                        \
@@ -136,17 +151,9 @@ struct ckpt_strip {
         q[k] += w * w;                                                                         \
         VL more = (a > mx[k]) & fin;                                                           \
         mx[k] = (VD)(((VL)a & more) | ((VL)mx[k] & ~more));                                    \
-      }                                                                                        \
-    }                                                                                          \
-    if (prev) {                                                                                \
-      for (size_t i = 0; i < padded; i += 2 * LANES) {                                         \
-        for (int k = 0; k < 2; k++) {                                                          \
-          VD e;                                                                                \
-          memcpy(&e, d + i + LANES * k, sizeof e);                                             \
-          VL ok = (VD)((VL)e & ~sign) <= big;                                                  \
-          e = (VD)((VL)e & ok);                                                                \
-          u[k] += e * e;                                                                       \
-        }                                                                                      \
+        VL ok = (VD)((VL)e & ~sign) <= big;                                                    \
+        e = (VD)((VL)e & ok);                                                                  \
+        u[k] += e * e;                                                                         \
       }                                                                                        \
     }                                                                                          \
     VD st = s[0] + s[1], sq = q[0] + q[1], su = u[0] + u[1];                                   \
@@ -164,12 +171,30 @@ struct ckpt_strip {
     r->finite -= (int64_t)(padded - m);                                                        \
   }
 
+/* LANES doubles at `at`: float32 from `raw` widened as loaded (`direct`), else from `buf`. */
+#ifdef CKPT_CONVERT
+#define CKPT_DIRECT 1
+#define CKPT_LOAD(VD, VF, dst, raw, buf, at)                                                   \
+  do {                                                                                         \
+    if (direct) {                                                                              \
+      VF f_;                                                                                   \
+      memcpy(&f_, (raw) + 4 * (at), sizeof f_);                                                \
+      dst = __builtin_convertvector(f_, VD);                                                   \
+    } else {                                                                                   \
+      memcpy(&dst, (buf) + (at), sizeof dst);                                                  \
+    }                                                                                          \
+  } while (0)
+#else
+#define CKPT_DIRECT 0
+#define CKPT_LOAD(VD, VF, dst, raw, buf, at) memcpy(&dst, (buf) + (at), sizeof dst)
+#endif
+
 /* Two doubles a vector: what every x86-64 (SSE2) and arm64 (NEON) target has. */
-CKPT_STRIP_FN(ckpt_strip_2, ckpt_v2d, ckpt_v2l, 2, )
+CKPT_STRIP_FN(ckpt_strip_2, ckpt_v2d, ckpt_v2l, ckpt_v2f, 2, )
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CKPT_HAVE_AVX2 1
 /* Four a vector on x86-64 hosts with AVX2, chosen at run time. */
-CKPT_STRIP_FN(ckpt_strip_4, ckpt_v4d, ckpt_v4l, 4, __attribute__((target("avx2"))))
+CKPT_STRIP_FN(ckpt_strip_4, ckpt_v4d, ckpt_v4l, ckpt_v4f, 4, __attribute__((target("avx2"))))
 #endif
 
 /* Statistics of the `n` values at `x` (of `kind`), in one pass, in float64: out[0] the sum of

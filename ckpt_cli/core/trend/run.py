@@ -229,22 +229,29 @@ def _stream(
     name: str, info: ArrayInfo, slabs: list[Slabs | None], done: Callable[[int], None]
 ) -> list[Acc]:
     """A leaf streamed at every step of a segment together, slab by slab (the steps' slabs
-    line up: one shape, one chunking): its accumulators, as ``_block``'s. Memory: a slab and a
-    range read per step, whatever the chunk's size."""
+    line up: one shape, one chunking): its accumulators, as ``_block``'s. The steps decode and
+    count on up to ``threads()`` threads of their own (a leaf saved whole from one device is
+    one chunk: one task). Memory: a slab and a range read per step, whatever the chunk's size."""
     units = info.shape[-1] if len(info.shape) >= 2 else None
     accs = [Acc() for _ in slabs]
     read = [(i, s) for i, s in enumerate(slabs) if s is not None]
+    parts: list[Any] = []
+
+    def fold(k: int) -> None:
+        origin, x = parts[k]
+        cols = (units, slice(origin[-1], origin[-1] + x.shape[-1])) if units else None
+        accs[read[k][0]].add(x, parts[k - 1][1] if k else None, cols)
+
+    ways = min(len(read), max(1, threads()))
     try:
-        for parts in zip(*(s for _, s in read), strict=True):
-            prev = None
-            for (i, _), (origin, x) in zip(read, parts, strict=True):
-                cols = (units, slice(origin[-1], origin[-1] + x.shape[-1])) if units else None
-                accs[i].add(x, prev, cols)
-                prev = x
-                done(x.nbytes)
+        with ThreadPoolExecutor(ways, thread_name_prefix="ckpt-trend-steps") as steps:
+            while (parts := list(steps.map(lambda s: next(s[1], None), read)))[0] is not None:
+                list(steps.map(fold, range(len(read))))
+                done(sum(x.nbytes for _, x in parts))
     except Exception as e:
         raise _unreadable(name, e) from None
     finally:
+        parts.clear()
         for _, s in read:
             getattr(s, "close", lambda: None)()
     for i, step_slabs in enumerate(slabs):
