@@ -14,8 +14,10 @@ task per leaf), where its layout allows (``chunkstream``), else held so in the c
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -63,7 +65,8 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
     left = [0] * len(segments)  # blocks of a segment submitted and not yet merged
     submitted = 0  # segments whose every block is submitted
     workers = max(1, threads())
-    with ThreadPoolExecutor(workers, thread_name_prefix="ckpt-trend") as pool:
+    stop = threading.Event()  # set on the way out: streaming tasks end at their next slab
+    with ThreadPoolExecutor(workers, thread_name_prefix="ckpt-trend") as pool, _setting(stop):
         pending: deque[tuple[int, Future[list[Acc]]]] = deque()
 
         def drain() -> None:
@@ -74,7 +77,7 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
                 dead[i] = _dead_units(accs[i])
 
         for i, (leaf, _, readers) in enumerate(segments):
-            for job in _jobs(leaf.name, readers, same[i], per_step, budget, done):
+            for job in _jobs(leaf.name, readers, same[i], per_step, budget, done, stop):
                 left[i] += 1
                 pending.append((i, pool.submit(job)))
                 if len(pending) >= workers + IN_FLIGHT:
@@ -186,12 +189,13 @@ def _jobs(
     per_step: int,
     budget: int,
     done: Callable[[int], None],
+    stop: threading.Event,
 ) -> Iterator[Callable[[], list[Acc]]]:
     """The tasks reading a segment: one streaming the whole leaf (``_stream``) where its chunks
     exceed the block budget and stream here, else one per block."""
     slabs = _streams(readers, same, per_step, budget)
     if slabs is not None:
-        yield functools.partial(_stream, name, readers[0].info, slabs, done)
+        yield functools.partial(_stream, name, readers[0].info, slabs, done, stop)
         return
     for block in _blocks(readers, per_step):
         yield functools.partial(_block, name, readers, same, block, done)
@@ -226,12 +230,18 @@ def _streams(
 
 
 def _stream(
-    name: str, info: ArrayInfo, slabs: list[Slabs | None], done: Callable[[int], None]
+    name: str,
+    info: ArrayInfo,
+    slabs: list[Slabs | None],
+    done: Callable[[int], None],
+    stop: threading.Event,
 ) -> list[Acc]:
     """A leaf streamed at every step of a segment together, slab by slab (the steps' slabs
     line up: one shape, one chunking): its accumulators, as ``_block``'s. The steps decode and
     count on up to ``threads()`` threads of their own (a leaf saved whole from one device is
-    one chunk: one task). Memory: a slab and a range read per step, whatever the chunk's size."""
+    one chunk: one task). Memory: a slab and a range read per step, whatever the chunk's size.
+    Once ``stop`` is set (the run is abandoned: Ctrl-C) it ends at the next slab; its figures
+    are then partial, and never used."""
     units = info.shape[-1] if len(info.shape) >= 2 else None
     accs = [Acc() for _ in slabs]
     read = [(i, s) for i, s in enumerate(slabs) if s is not None]
@@ -245,7 +255,7 @@ def _stream(
     ways = min(len(read), max(1, threads()))
     try:
         with ThreadPoolExecutor(ways, thread_name_prefix="ckpt-trend-steps") as steps:
-            while (parts := list(steps.map(lambda s: next(s[1], None), read)))[0] is not None:
+            while not stop.is_set() and (parts := list(steps.map(_next, read)))[0] is not None:
                 list(steps.map(fold, range(len(read))))
                 done(sum(x.nbytes for _, x in parts))
     except Exception as e:
@@ -259,6 +269,19 @@ def _stream(
             accs[i] = replace(accs[i - 1], update=0.0, alive=_copy(accs[i - 1].alive))
             done(info.nbytes)
     return accs
+
+
+def _next(step: tuple[int, Slabs]) -> Any:
+    return next(step[1], None)
+
+
+@contextlib.contextmanager
+def _setting(event: threading.Event) -> Iterator[None]:
+    """Set ``event`` when the block ends, however it ends."""
+    try:
+        yield
+    finally:
+        event.set()
 
 
 def _block(

@@ -8,6 +8,8 @@ import json
 import math
 import shutil
 from pathlib import Path
+from threading import Event
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -292,6 +294,32 @@ def test_chunks_over_the_block_budget_stream_slab_by_slab(
     assert 0 < sum(len(v) for v in slabs.values()) < read_all
     assert_same_figures(skipping, everything)
     assert_same_figures(everything, reports["healthy"])
+
+
+def test_a_streamed_leaf_is_every_slab_at_every_step_and_stops_at_the_next_slab() -> None:
+    """``_stream`` folds slab k of every step with slab k of the step before; once the run is
+    abandoned (Ctrl-C sets ``stop``), it reads no further slab of any step."""
+    values = np.random.default_rng(5).standard_normal((3, 40, 6)).astype(np.float32)
+    read: list[tuple[int, int]] = []
+
+    def slabs(step: int) -> Any:
+        for row in range(0, 40, 4):
+            read.append((step, row))
+            yield (row, 0), values[step, row : row + 4]
+
+    info: Any = SimpleNamespace(shape=(40, 6), nbytes=40 * 6 * 4)  # what _stream reads of it
+    whole = trend_run._stream("x", info, [slabs(0), None, slabs(2)], lambda n: None, Event())
+    assert len(read) == 2 * 10
+    assert [a.size for a in whole] == [240, 240, 240]
+    assert whole[0].norm == pytest.approx(float(np.linalg.norm(values[0].astype(np.float64))))
+    assert whole[1].norm == whole[0].norm and whole[1].update == 0.0  # step 1: as step 0
+    moved = values[2].astype(np.float64) - values[0]
+    assert whole[2].update == pytest.approx(float(np.sum(moved**2)), rel=1e-12)
+
+    read.clear()
+    stop = Event()
+    trend_run._stream("x", info, [slabs(0), slabs(1)], lambda n: stop.set(), stop)
+    assert sorted(read) == [(0, 0), (1, 0)]
 
 
 def test_merged_accumulators_are_one_over_the_whole() -> None:
