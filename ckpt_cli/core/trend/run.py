@@ -65,8 +65,8 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
     left = [0] * len(segments)  # blocks of a segment submitted and not yet merged
     submitted = 0  # segments whose every block is submitted
     workers = max(1, threads())
-    stop = threading.Event()  # set on the way out: streaming tasks end at their next slab
-    with ThreadPoolExecutor(workers, thread_name_prefix="ckpt-trend") as pool, _setting(stop):
+    streaming = _Streaming(max(1, workers // max(1, len(plan.steps))))
+    with ThreadPoolExecutor(workers, thread_name_prefix="ckpt-trend") as pool, streaming.ending():
         pending: deque[tuple[int, Future[list[Acc]]]] = deque()
 
         def drain() -> None:
@@ -77,7 +77,7 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
                 dead[i] = _dead_units(accs[i])
 
         for i, (leaf, _, readers) in enumerate(segments):
-            for job in _jobs(leaf.name, readers, same[i], per_step, budget, done, stop):
+            for job in _jobs(leaf.name, readers, same[i], per_step, budget, done, streaming):
                 left[i] += 1
                 pending.append((i, pool.submit(job)))
                 if len(pending) >= workers + IN_FLIGHT:
@@ -189,19 +189,38 @@ def _jobs(
     per_step: int,
     budget: int,
     done: Callable[[int], None],
-    stop: threading.Event,
+    streaming: _Streaming,
 ) -> Iterator[Callable[[], list[Acc]]]:
     """The tasks reading a segment: one streaming the whole leaf (``_stream``) where its chunks
     exceed the block budget and stream here, else one per block."""
     slabs = _streams(readers, same, per_step, budget)
     if slabs is not None:
-        yield functools.partial(_stream, name, readers[0].info, slabs, done, stop)
+        yield functools.partial(_stream, name, readers[0].info, slabs, done, streaming)
         return
     for block in _blocks(readers, per_step):
         yield functools.partial(_block, name, readers, same, block, done)
 
 
 Slabs = Iterator[tuple[Any, Any]]
+
+
+class _Streaming:
+    """What a run's streaming tasks share: ``stop``, set on the way out (Ctrl-C: they end at
+    their next slab), and ``slots``: how many stream at once (every core busy with the steps of
+    ``threads() // steps`` leaves, one at least), so memory is a slab and a range read per step
+    of those leaves, not of every leaf in flight."""
+
+    def __init__(self, slots: int) -> None:
+        self.stop = threading.Event()
+        self.slots = threading.Semaphore(slots)
+
+    @contextlib.contextmanager
+    def ending(self) -> Iterator[None]:
+        """Set ``stop`` when the block ends, however it ends."""
+        try:
+            yield
+        finally:
+            self.stop.set()
 
 
 def _streams(
@@ -234,14 +253,14 @@ def _stream(
     info: ArrayInfo,
     slabs: list[Slabs | None],
     done: Callable[[int], None],
-    stop: threading.Event,
+    streaming: _Streaming,
 ) -> list[Acc]:
     """A leaf streamed at every step of a segment together, slab by slab (the steps' slabs
     line up: one shape, one chunking): its accumulators, as ``_block``'s. The steps decode and
     count on up to ``threads()`` threads of their own (a leaf saved whole from one device is
     one chunk: one task). Memory: a slab and a range read per step, whatever the chunk's size.
-    Once ``stop`` is set (the run is abandoned: Ctrl-C) it ends at the next slab; its figures
-    are then partial, and never used."""
+    It waits for one of ``streaming.slots``; once ``streaming.stop`` is set (the run is
+    abandoned: Ctrl-C) it ends at the next slab, its figures then partial, and never used."""
     units = info.shape[-1] if len(info.shape) >= 2 else None
     accs = [Acc() for _ in slabs]
     read = [(i, s) for i, s in enumerate(slabs) if s is not None]
@@ -254,8 +273,14 @@ def _stream(
 
     ways = min(len(read), max(1, threads()))
     try:
-        with ThreadPoolExecutor(ways, thread_name_prefix="ckpt-trend-steps") as steps:
-            while not stop.is_set() and (parts := list(steps.map(_next, read)))[0] is not None:
+        with (
+            streaming.slots,
+            ThreadPoolExecutor(ways, thread_name_prefix="ckpt-trend-steps") as steps,
+        ):
+            while (
+                not streaming.stop.is_set()
+                and (parts := list(steps.map(_next, read)))[0] is not None
+            ):
                 list(steps.map(fold, range(len(read))))
                 done(sum(x.nbytes for _, x in parts))
     except Exception as e:
@@ -273,15 +298,6 @@ def _stream(
 
 def _next(step: tuple[int, Slabs]) -> Any:
     return next(step[1], None)
-
-
-@contextlib.contextmanager
-def _setting(event: threading.Event) -> Iterator[None]:
-    """Set ``event`` when the block ends, however it ends."""
-    try:
-        yield
-    finally:
-        event.set()
 
 
 def _block(

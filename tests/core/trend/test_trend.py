@@ -8,7 +8,6 @@ import json
 import math
 import shutil
 from pathlib import Path
-from threading import Event
 from types import SimpleNamespace
 from typing import Any
 
@@ -308,7 +307,8 @@ def test_a_streamed_leaf_is_every_slab_at_every_step_and_stops_at_the_next_slab(
             yield (row, 0), values[step, row : row + 4]
 
     info: Any = SimpleNamespace(shape=(40, 6), nbytes=40 * 6 * 4)  # what _stream reads of it
-    whole = trend_run._stream("x", info, [slabs(0), None, slabs(2)], lambda n: None, Event())
+    streaming = trend_run._Streaming(1)
+    whole = trend_run._stream("x", info, [slabs(0), None, slabs(2)], lambda n: None, streaming)
     assert len(read) == 2 * 10
     assert [a.size for a in whole] == [240, 240, 240]
     assert whole[0].norm == pytest.approx(float(np.linalg.norm(values[0].astype(np.float64))))
@@ -317,8 +317,7 @@ def test_a_streamed_leaf_is_every_slab_at_every_step_and_stops_at_the_next_slab(
     assert whole[2].update == pytest.approx(float(np.sum(moved**2)), rel=1e-12)
 
     read.clear()
-    stop = Event()
-    trend_run._stream("x", info, [slabs(0), slabs(1)], lambda n: stop.set(), stop)
+    trend_run._stream("x", info, [slabs(0), slabs(1)], lambda n: streaming.stop.set(), streaming)
     assert sorted(read) == [(0, 0), (1, 0)]
 
 
