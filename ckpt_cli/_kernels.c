@@ -216,6 +216,7 @@ void ckpt_trend_stats(const unsigned char *x, const unsigned char *prev, size_t 
   void (*strip)(const unsigned char *, const unsigned char *, size_t, size_t, int,
                 struct ckpt_strip *) = ckpt_strip_2;
 #ifdef CKPT_HAVE_AVX2
+  __builtin_cpu_init(); /* idempotent; what cpu_supports reads */
   if (!narrow && __builtin_cpu_supports("avx2"))
     strip = ckpt_strip_4;
 #endif
