@@ -34,3 +34,227 @@ void ckpt_ld1_block_sums(const unsigned char *words, size_t nblocks, size_t bloc
     s1[b] = x1;
   }
 }
+
+/* ---- trend's statistics of a block (ckpt_cli/core/trend/kernel.py) ---------------------- */
+#include <float.h>
+#include <math.h>
+
+enum { CKPT_F32 = 0, CKPT_F64 = 1, CKPT_BF16 = 2, CKPT_F16 = 3 };
+
+static inline double ckpt_f16(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
+  if (e == 0x1f) {
+    bits = sign | 0x7f800000u | (m << 13); /* Inf, NaN */
+  } else if (e) {
+    bits = sign | ((e + 112u) << 23) | (m << 13);
+  } else { /* 0 or subnormal: m * 2^-24, exact in float32 */
+    float f = (float)m * 5.9604644775390625e-08f;
+    return sign ? -(double)f : (double)f;
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+/* Values i0 <= i < i1 of `p` (of `kind`) as doubles into `out`. */
+static inline void ckpt_widen(const unsigned char *p, size_t i0, size_t i1, int kind,
+                              double *out) {
+  size_t m = i1 - i0;
+  if (kind == CKPT_F32) {
+    const unsigned char *q = p + 4 * i0;
+    for (size_t i = 0; i < m; i++) {
+      float f;
+      memcpy(&f, q + 4 * i, 4);
+      out[i] = f;
+    }
+  } else if (kind == CKPT_F64) {
+    memcpy(out, p + 8 * i0, 8 * m);
+  } else {
+    const unsigned char *q = p + 2 * i0;
+    for (size_t i = 0; i < m; i++) {
+      uint16_t h;
+      memcpy(&h, q + 2 * i, 2);
+      if (kind == CKPT_BF16) { /* bfloat16: the upper half of a float32 */
+        uint32_t bits = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &bits, 4);
+        out[i] = f;
+      } else {
+        out[i] = ckpt_f16(h);
+      }
+    }
+  }
+}
+
+/* Neumaier's compensated sum: `s + c` is the running total. */
+static inline void ckpt_nadd(double *s, double *c, double v) {
+  double t = *s + v;
+  *c += fabs(*s) >= fabs(v) ? (*s - t) + v : (v - t) + *s;
+  *s = t;
+}
+
+#define CKPT_STRIP 1024
+
+/* One strip's figures: sums over its finite values (`update`: over its finite differences). */
+struct ckpt_strip {
+  double total, squares, update, max_abs;
+  int64_t finite, zeros;
+};
+
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_convertvector)
+#define CKPT_CONVERT 1
+#endif
+#endif
+
+/* The figures of values i0 <= i < i1 (at most CKPT_STRIP), summed in 2 x LANES lanes, vectors
+ * of LANES doubles (VD, and VL: 64-bit integers as wide; VF: as many floats). A whole strip of
+ * float32 is widened as it is loaded; any other is widened into a buffer first. */
+#define CKPT_STRIP_FN(NAME, VD, VL, VF, LANES, ATTR)                                            \
+  typedef double VD __attribute__((vector_size(8 * LANES)));                                  \
+  typedef int64_t VL __attribute__((vector_size(8 * LANES)));                                 \
+  typedef float VF __attribute__((vector_size(4 * LANES)));                                   \
+  ATTR static void NAME(const unsigned char *x, const unsigned char *prev, size_t i0, size_t i1, \
+                        int kind, struct ckpt_strip *r) {                                      \
+    double v[CKPT_STRIP + 2 * LANES], d[CKPT_STRIP + 2 * LANES];                               \
+    size_t m = i1 - i0, padded = (m + 2 * LANES - 1) / (2 * LANES) * (2 * LANES);              \
+    int direct = CKPT_DIRECT && kind == CKPT_F32 && m == padded;                               \
+    const unsigned char *xs = x + 4 * i0, *ps = prev ? prev + 4 * i0 : NULL;                   \
+    if (!direct) {                                                                             \
+      ckpt_widen(x, i0, i1, kind, v);                                                          \
+      for (size_t i = m; i < padded; i++)                                                      \
+        v[i] = 0.0; /* counted as zeros, then taken off */                                     \
+      if (prev) {                                                                              \
+        ckpt_widen(prev, i0, i1, kind, d);                                                     \
+        for (size_t i = m; i < padded; i++)                                                    \
+          d[i] = 0.0;                                                                          \
+      }                                                                                        \
+    }                                                                                          \
+    VD zero = {0}, big = zero + DBL_MAX, s[2] = {zero, zero}, q[2] = {zero, zero};             \
+    VD u[2] = {zero, zero}, mx[2] = {zero, zero};                                              \
+    VL none = {0}, sign = none + INT64_MIN, fins[2] = {none, none}, zs[2] = {none, none};      \
+    for (size_t i = 0; i < padded; i += 2 * LANES) {                                           \
+      for (int k = 0; k < 2; k++) {                                                            \
+        size_t at = i + LANES * k;                                                             \
+        VD w, a, e = zero;                                                                     \
+        CKPT_LOAD(VD, VF, w, xs, v, at);                                                       \
+        if (prev) {                                                                            \
+          CKPT_LOAD(VD, VF, e, ps, d, at);                                                     \
+          e = w - e;                                                                           \
+        }                                                                                      \
+        a = (VD)((VL)w & ~sign);                                                               \
+        VL fin = a <= big; /* -1 where finite, 0 for NaN and Inf */                            \
+        fins[k] -= fin;                                                                        \
+        zs[k] -= w == zero;                                                                    \
+        w = (VD)((VL)w & fin);                                                                 \
+        s[k] += w;                                                                             \
+        q[k] += w * w;                                                                         \
+        VL more = (a > mx[k]) & fin;                                                           \
+        mx[k] = (VD)(((VL)a & more) | ((VL)mx[k] & ~more));                                    \
+        VL ok = (VD)((VL)e & ~sign) <= big;                                                    \
+        e = (VD)((VL)e & ok);                                                                  \
+        u[k] += e * e;                                                                         \
+      }                                                                                        \
+    }                                                                                          \
+    VD st = s[0] + s[1], sq = q[0] + q[1], su = u[0] + u[1];                                   \
+    VL sf = fins[0] + fins[1], sz = zs[0] + zs[1];                                             \
+    *r = (struct ckpt_strip){0, 0, 0, 0, 0, -(int64_t)(padded - m)};                           \
+    for (int k = 0; k < LANES; k++) {                                                          \
+      r->total += st[k];                                                                       \
+      r->squares += sq[k];                                                                     \
+      r->update += su[k];                                                                      \
+      r->finite += sf[k];                                                                      \
+      r->zeros += sz[k];                                                                       \
+      r->max_abs = mx[0][k] > r->max_abs ? mx[0][k] : r->max_abs;                              \
+      r->max_abs = mx[1][k] > r->max_abs ? mx[1][k] : r->max_abs;                              \
+    }                                                                                          \
+    r->finite -= (int64_t)(padded - m);                                                        \
+  }
+
+/* LANES doubles at `at`: float32 from `raw` widened as loaded (`direct`), else from `buf`. */
+#ifdef CKPT_CONVERT
+#define CKPT_DIRECT 1
+#define CKPT_LOAD(VD, VF, dst, raw, buf, at)                                                   \
+  do {                                                                                         \
+    if (direct) {                                                                              \
+      VF f_;                                                                                   \
+      memcpy(&f_, (raw) + 4 * (at), sizeof f_);                                                \
+      dst = __builtin_convertvector(f_, VD);                                                   \
+    } else {                                                                                   \
+      memcpy(&dst, (buf) + (at), sizeof dst);                                                  \
+    }                                                                                          \
+  } while (0)
+#else
+#define CKPT_DIRECT 0
+#define CKPT_LOAD(VD, VF, dst, raw, buf, at) memcpy(&dst, (buf) + (at), sizeof dst)
+#endif
+
+/* Two doubles a vector: what every x86-64 (SSE2) and arm64 (NEON) target has. */
+CKPT_STRIP_FN(ckpt_strip_2, ckpt_v2d, ckpt_v2l, ckpt_v2f, 2, )
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CKPT_HAVE_AVX2 1
+/* Four a vector on x86-64 hosts with AVX2, chosen at run time. */
+CKPT_STRIP_FN(ckpt_strip_4, ckpt_v4d, ckpt_v4l, ckpt_v4f, 4, __attribute__((target("avx2"))))
+#endif
+
+/* Statistics of the `n` values at `x` (of `kind`), in one pass, in float64: out[0] the sum of
+ * the finite values, out[1] the sum of their squares, out[2] the largest |value| among them
+ * (0 if none), out[3] the sum of (x - prev)^2 over the elements where that difference is
+ * finite (0 when `prev` is NULL; `prev`: n values of the same kind); counts[0] the values
+ * equal to 0 (-0.0 included), counts[1] the NaN and Inf. A strip of CKPT_STRIP values is
+ * widened to doubles and summed in lanes, the strips' sums compensated (Neumaier): as close
+ * to the exact sums as numpy's pairwise float64 sums, or closer (the last bits may differ
+ * between hosts with and without AVX2). When `alive` is not NULL, the values are rows of
+ * `width` and alive[j] |= (value j of any row != 0) (NaN is not 0). `narrow`: two lanes a
+ * vector even where AVX2 would give four (for the tests). */
+void ckpt_trend_stats(const unsigned char *x, const unsigned char *prev, size_t n, int kind,
+                      unsigned char *alive, size_t width, double *out, int64_t *counts,
+                      int narrow) {
+  double tot[3] = {0}, cmp[3] = {0}, maxabs = 0.0;
+  int64_t zeros = 0, finite = 0;
+  (void)narrow;
+  void (*strip)(const unsigned char *, const unsigned char *, size_t, size_t, int,
+                struct ckpt_strip *) = ckpt_strip_2;
+#ifdef CKPT_HAVE_AVX2
+  __builtin_cpu_init(); /* idempotent; what cpu_supports reads */
+  if (!narrow && __builtin_cpu_supports("avx2"))
+    strip = ckpt_strip_4;
+#endif
+  for (size_t start = 0; start < n; start += CKPT_STRIP) {
+    struct ckpt_strip r;
+    strip(x, prev, start, n - start < CKPT_STRIP ? n : start + CKPT_STRIP, kind, &r);
+    ckpt_nadd(&tot[0], &cmp[0], r.total);
+    ckpt_nadd(&tot[1], &cmp[1], r.squares);
+    ckpt_nadd(&tot[2], &cmp[2], r.update);
+    maxabs = r.max_abs > maxabs ? r.max_abs : maxabs;
+    zeros += r.zeros;
+    finite += r.finite;
+  }
+  out[0] = tot[0] + cmp[0];
+  out[1] = tot[1] + cmp[1];
+  out[2] = maxabs;
+  out[3] = tot[2] + cmp[2];
+  counts[0] = zeros;
+  counts[1] = (int64_t)n - finite;
+  if (alive == NULL || width == 0)
+    return;
+  size_t size = kind == CKPT_F64 ? 8 : kind == CKPT_F32 ? 4 : 2;
+  for (size_t r = 0; r + width <= n; r += width) {
+    const unsigned char *row = x + r * size;
+    for (size_t j = 0; j < width; j++) { /* any bit but the sign's set: not 0 */
+      if (size == 8) {
+        uint64_t b;
+        memcpy(&b, row + 8 * j, 8);
+        alive[j] |= (b << 1) != 0;
+      } else if (size == 4) {
+        uint32_t b;
+        memcpy(&b, row + 4 * j, 4);
+        alive[j] |= (uint32_t)(b << 1) != 0;
+      } else {
+        uint16_t b;
+        memcpy(&b, row + 2 * j, 2);
+        alive[j] |= (uint16_t)(b << 1) != 0;
+      }
+    }
+  }
+}

@@ -103,6 +103,7 @@ UTILITIES = (
     "regex",
     "threads",
     "step_ranges",
+    "kernels",
 )
 
 

@@ -5,40 +5,24 @@ up and takes it back, and on a many-core host those hand-overs, not the arithmet
 threads together at about 5 GiB/s (docs/explanation/performance.md). The C loop does the same
 arithmetic in one pass over the words, called through ctypes, which holds no GIL during the
 call: threads hash at once. Where the library was not built (no compiler at install) or
-``CKPT_KERNELS=0`` is set, ``block_sums`` returns None and the caller runs numpy: the same bits.
+``CKPT_KERNELS=0`` is set (``core/kernels.py``), ``block_sums`` returns None and the caller
+runs numpy: the same bits.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import importlib.machinery
-import os
-from pathlib import Path
 from typing import Any
 
-_NAME = "_kernels"
+from ckpt_cli.core.kernels import function
 
 
 @functools.cache
 def _block_sums_fn() -> Any:
     """The C function, or None (not built, not loadable, or turned off)."""
-    if os.environ.get("CKPT_KERNELS") == "0":
-        return None
-    package = Path(__file__).resolve().parents[2]  # ckpt_cli/
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = package / f"{_NAME}{suffix}"
-        if not path.is_file():
-            continue
-        try:
-            fn = ctypes.CDLL(str(path)).ckpt_ld1_block_sums
-        except (OSError, AttributeError):
-            return None
-        p, n, u64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64
-        fn.argtypes = [p, n, n, p, p, u64, u64, p, p]
-        fn.restype = None
-        return fn
-    return None
+    p, n, u64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64
+    return function("ckpt_ld1_block_sums", [p, n, n, p, p, u64, u64, p, p])
 
 
 def available() -> bool:

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ckpt_cli.core.trend.kernel import Stats, block_stats
+
 
 @dataclass
 class Acc:
@@ -27,35 +29,29 @@ class Acc:
 
     def add(self, x: Any, prev: Any = None, units: tuple[int, slice] | None = None) -> None:
         """Fold one block (and the same block of the previous step) in; ``units``: the leaf's
-        number of units and the block's slice of them (2-D and up)."""
+        number of units and the block's slice of them (2-D and up). The compiled kernel when
+        it reads the blocks (``kernel.block_stats``), else numpy: the same figures."""
         import numpy as np
 
+        a = np.asarray(x)
+        alive = None
         if units is not None:
-            a = np.asarray(x)
             if self.alive is None:
                 self.alive = np.zeros(units[0], dtype=bool)
-            cols = a.reshape(-1, a.shape[-1]) if a.size else np.zeros((0, a.shape[-1]), a.dtype)
-            self.alive[units[1]] |= (cols != 0).any(axis=0)
-        x = _float64(x)
-        flat = x.reshape(-1)
-        self.size += flat.size
-        self.zeros += int(flat.size - np.count_nonzero(flat))
-        if flat.size and np.isfinite(flat.min()) and np.isfinite(flat.max()):
-            values = flat  # min and max propagate NaN and Inf: all finite, no mask needed
-        else:
-            values = flat[np.isfinite(flat)]
-            self.nonfinite += flat.size - values.size
-        n = values.size
-        self.finite += n
-        if n:
-            self.total += float(values.sum())
-            self.squares += float(np.dot(values, values))
-            self.max_abs = max(self.max_abs, float(values.max()), -float(values.min()))
-        if prev is not None:
-            d = flat - _float64(prev).reshape(-1)
-            if d.size and not (np.isfinite(d.min()) and np.isfinite(d.max())):
-                d = d[np.isfinite(d)]
-            self.update += float(np.dot(d, d))
+            alive = self.alive[units[1]]
+        p = None if prev is None else np.asarray(prev)
+        stats = block_stats(a, p, alive)
+        if stats is None:
+            stats = stats_numpy(a, p, alive)
+        zeros, nonfinite, total, squares, max_abs, update = stats
+        self.size += a.size
+        self.zeros += zeros
+        self.nonfinite += nonfinite
+        self.finite += a.size - nonfinite
+        self.total += total
+        self.squares += squares
+        self.max_abs = max(self.max_abs, max_abs)
+        self.update += update
 
     def merge(self, other: Acc) -> Acc:
         """Both accumulators as one (blocks read by different workers)."""
@@ -97,6 +93,33 @@ def _or(a: Any, b: Any) -> Any:
     if a is None or b is None:
         return b if a is None else a
     return a | b
+
+
+def stats_numpy(a: Any, prev: Any = None, alive: Any = None) -> Stats:
+    """``kernel.block_stats`` in numpy (any dtype), in float64."""
+    import numpy as np
+
+    if alive is not None:
+        cols = a.reshape(-1, a.shape[-1]) if a.size else np.zeros((0, a.shape[-1]), a.dtype)
+        alive |= (cols != 0).any(axis=0)
+    flat = _float64(a).reshape(-1)
+    zeros = int(flat.size - np.count_nonzero(flat))
+    if flat.size and np.isfinite(flat.min()) and np.isfinite(flat.max()):
+        values = flat  # min and max propagate NaN and Inf: all finite, no mask needed
+    else:
+        values = flat[np.isfinite(flat)]
+    total = squares = max_abs = update = 0.0
+    if values.size:
+        total = float(values.sum())
+        squares = float(np.dot(values, values))
+        max_abs = max(0.0, float(values.max()), -float(values.min()))
+    if prev is not None:
+        with np.errstate(invalid="ignore", over="ignore"):  # Inf - Inf: NaN, left out below
+            d = flat - _float64(prev).reshape(-1)
+        if d.size and not (np.isfinite(d.min()) and np.isfinite(d.max())):
+            d = d[np.isfinite(d)]
+        update = float(np.dot(d, d))
+    return zeros, flat.size - values.size, total, squares, max_abs, update
 
 
 def _float64(x: Any) -> Any:

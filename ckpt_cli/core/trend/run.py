@@ -5,22 +5,28 @@ holding the leaf (TensorStore futures) and folds each into an accumulator, the p
 copy of the block giving the update. Tasks of all leaves run on ``threads()`` workers, at most
 ``threads() + IN_FLIGHT`` at once, and their accumulators merge in float64 (``accum.Acc``), so
 one large leaf uses every core. Each selected step is read once, and memory is bounded by the
-tasks in flight times the block budget (``TrendOptions.block_bytes``, shared by a leaf's steps,
-in float64), whatever the leaf's or the checkpoint's size; a chunk larger than a step's block
-is held once per step in TensorStore's cache."""
+tasks in flight times the block budget (``TrendOptions.block_bytes``, shared by a leaf's steps;
+a block is summed as read by ``kernel.py``, or converted to float64 where numpy sums it),
+whatever the leaf's or the checkpoint's size. A chunk larger than a step's block and within
+the budget is held once per step in TensorStore's cache; a leaf whose chunks exceed the budget
+is streamed as ``verify --deep`` streams it (``_stream``: a slab and a range read per step, one
+task per leaf), where its layout allows (``chunkstream``), else held so in the cache."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
+import threading
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader, cached_context
-from ckpt_cli.core.format.blocks import cache_bytes, iter_blocks, stream_blocks
-from ckpt_cli.core.format.scan import read_block
+from ckpt_cli.core.format.blocks import cache_bytes, is_large, iter_blocks, stream_blocks
+from ckpt_cli.core.format.scan import read_block, streamed_slabs
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.threads import threads
 from ckpt_cli.core.trend.accum import Acc
@@ -59,7 +65,8 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
     left = [0] * len(segments)  # blocks of a segment submitted and not yet merged
     submitted = 0  # segments whose every block is submitted
     workers = max(1, threads())
-    with ThreadPoolExecutor(workers, thread_name_prefix="ckpt-trend") as pool:
+    streaming = _Streaming(max(1, workers // max(1, len(plan.steps))))
+    with ThreadPoolExecutor(workers, thread_name_prefix="ckpt-trend") as pool, streaming.ending():
         pending: deque[tuple[int, Future[list[Acc]]]] = deque()
 
         def drain() -> None:
@@ -70,10 +77,9 @@ def trend(plan: TrendPlan, on_progress: ProgressFn | None = None) -> TrendReport
                 dead[i] = _dead_units(accs[i])
 
         for i, (leaf, _, readers) in enumerate(segments):
-            for block in _blocks(readers, per_step):
+            for job in _jobs(leaf.name, readers, same[i], per_step, budget, done, streaming):
                 left[i] += 1
-                task = pool.submit(_block, leaf.name, readers, same[i], block, done)
-                pending.append((i, task))
+                pending.append((i, pool.submit(job)))
                 if len(pending) >= workers + IN_FLIGHT:
                     drain()
             submitted = i + 1
@@ -176,6 +182,124 @@ def _blocks(readers: list[LeafReader], budget: int) -> Iterable[Block]:
     return iter_blocks(first, first.chunk_shape)
 
 
+def _jobs(
+    name: str,
+    readers: list[LeafReader],
+    same: list[bool],
+    per_step: int,
+    budget: int,
+    done: Callable[[int], None],
+    streaming: _Streaming,
+) -> Iterator[Callable[[], list[Acc]]]:
+    """The tasks reading a segment: one streaming the whole leaf (``_stream``) where its chunks
+    exceed the block budget and stream here, else one per block."""
+    slabs = _streams(readers, same, per_step, budget)
+    if slabs is not None:
+        yield functools.partial(_stream, name, readers[0].info, slabs, done, streaming)
+        return
+    for block in _blocks(readers, per_step):
+        yield functools.partial(_block, name, readers, same, block, done)
+
+
+Slabs = Iterator[tuple[Any, Any]]
+
+
+class _Streaming:
+    """What a run's streaming tasks share: ``stop``, set on the way out (Ctrl-C: they end at
+    their next slab), and ``slots``: how many stream at once (every core busy with the steps of
+    ``threads() // steps`` leaves, one at least), so memory is a slab and a range read per step
+    of those leaves, not of every leaf in flight."""
+
+    def __init__(self, slots: int) -> None:
+        self.stop = threading.Event()
+        self.slots = threading.Semaphore(slots)
+
+    @contextlib.contextmanager
+    def ending(self) -> Iterator[None]:
+        """Set ``stop`` when the block ends, however it ends."""
+        try:
+            yield
+        finally:
+            self.stop.set()
+
+
+def _streams(
+    readers: list[LeafReader], same: list[bool], per_step: int, budget: int
+) -> list[Slabs | None] | None:
+    """Per step of a segment whose chunks exceed ``budget``: its slabs of ``per_step`` bytes,
+    streamed here as ``verify --deep`` streams them (``chunkstream``: range reads, zstd decoded
+    as a stream), or None for a step not read (``same``); None when a step cannot stream or the
+    steps' chunks differ (TensorStore reads the segment)."""
+    first = readers[0].info
+    if not is_large(first, budget):
+        return None
+    out: list[Slabs | None] = []
+    for reader, s in zip(readers, same, strict=True):
+        info = reader.info
+        if s:
+            out.append(None)
+            continue
+        if info.chunk_shape != first.chunk_shape or info.dtype != first.dtype:
+            return None
+        slabs = streamed_slabs(info, reader, per_step)
+        if slabs is None:
+            return None
+        out.append(slabs)
+    return out
+
+
+def _stream(
+    name: str,
+    info: ArrayInfo,
+    slabs: list[Slabs | None],
+    done: Callable[[int], None],
+    streaming: _Streaming,
+) -> list[Acc]:
+    """A leaf streamed at every step of a segment together, slab by slab (the steps' slabs
+    line up: one shape, one chunking): its accumulators, as ``_block``'s. The steps decode and
+    count on up to ``threads()`` threads of their own (a leaf saved whole from one device is
+    one chunk: one task). Memory: a slab and a range read per step, whatever the chunk's size.
+    It waits for one of ``streaming.slots``; once ``streaming.stop`` is set (the run is
+    abandoned: Ctrl-C) it ends at the next slab, its figures then partial, and never used."""
+    units = info.shape[-1] if len(info.shape) >= 2 else None
+    accs = [Acc() for _ in slabs]
+    read = [(i, s) for i, s in enumerate(slabs) if s is not None]
+    parts: list[Any] = []
+
+    def fold(k: int) -> None:
+        origin, x = parts[k]
+        cols = (units, slice(origin[-1], origin[-1] + x.shape[-1])) if units else None
+        accs[read[k][0]].add(x, parts[k - 1][1] if k else None, cols)
+
+    ways = min(len(read), max(1, threads()))
+    try:
+        with (
+            streaming.slots,
+            ThreadPoolExecutor(ways, thread_name_prefix="ckpt-trend-steps") as steps,
+        ):
+            while (
+                not streaming.stop.is_set()
+                and (parts := list(steps.map(_next, read)))[0] is not None
+            ):
+                list(steps.map(fold, range(len(read))))
+                done(sum(x.nbytes for _, x in parts))
+    except Exception as e:
+        raise _unreadable(name, e) from None
+    finally:
+        parts.clear()
+        for _, s in read:
+            getattr(s, "close", lambda: None)()
+    for i, step_slabs in enumerate(slabs):
+        if step_slabs is None:  # the step before's values: its figures, no update
+            accs[i] = replace(accs[i - 1], update=0.0, alive=_copy(accs[i - 1].alive))
+            done(info.nbytes)
+    return accs
+
+
+def _next(step: tuple[int, Slabs]) -> Any:
+    return next(step[1], None)
+
+
 def _block(
     name: str,
     readers: list[LeafReader],
@@ -200,16 +324,19 @@ def _block(
         try:
             x = fut.result()
         except Exception as e:
-            raise StorageError(
-                f"cannot read leaf {name!r}: {first_line(e)}",
-                hint="run `ckpt verify --deep` on the step",
-            ) from None
+            raise _unreadable(name, e) from None
         acc = Acc()
         acc.add(x, prev, units)
         out.append(acc)
         prev = x
         done(nbytes)
     return out
+
+
+def _unreadable(name: str, e: Exception) -> StorageError:
+    return StorageError(
+        f"cannot read leaf {name!r}: {first_line(e)}", hint="run `ckpt verify --deep` on the step"
+    )
 
 
 def _copy(alive: Any) -> Any:

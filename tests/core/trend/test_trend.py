@@ -8,6 +8,7 @@ import json
 import math
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -208,8 +209,9 @@ def test_figures_merge_across_blocks(
     trend_runs: TrendRuns, reports: dict[str, TrendReport], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Blocks of 64 bytes (a leaf of 128 values is read in 8 pieces per step): the same figures
-    as whole-leaf reads."""
+    as whole-leaf reads. (Read through TensorStore: streaming is the next test's.)"""
     monkeypatch.setattr(trend_run, "MIN_STEP_BLOCK", 64)
+    monkeypatch.setattr(trend_run, "streamed_slabs", lambda *a, **k: None)
     reads = []
     real = trend_run.read_block
 
@@ -232,6 +234,91 @@ def test_figures_merge_across_blocks(
                 else:
                     assert sa.to_json()[key] == pytest.approx(value, rel=1e-12), (a.name, key)
     assert small.findings == big.findings
+
+
+def assert_same_figures(got: TrendReport, want: TrendReport) -> None:
+    assert [lf.name for lf in got.leaves] == [lf.name for lf in want.leaves]
+    for a, b in zip(got.leaves, want.leaves, strict=True):
+        assert [s.step for s in a.steps] == [s.step for s in b.steps]
+        for sa, sb in zip(a.steps, b.steps, strict=True):
+            for key, value in sb.to_json().items():
+                if value is None:
+                    assert sa.to_json()[key] is None, (a.name, key)
+                else:
+                    assert sa.to_json()[key] == pytest.approx(value, rel=1e-12), (a.name, key)
+    assert got.findings == want.findings
+
+
+def test_chunks_over_the_block_budget_stream_slab_by_slab(
+    cli: Any,
+    trend_runs: TrendRuns,
+    reports: dict[str, TrendReport],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A chunk larger than the block budget is streamed as ``verify --deep`` streams it (range
+    reads, zstd decoded as a stream), every step of the leaf in step, never decoded whole
+    through TensorStore: the same figures, and with recorded digests the same skipped reads."""
+    monkeypatch.setattr(trend_run, "MIN_STEP_BLOCK", 64)
+    slabs: dict[str, list[int]] = {}
+    real_streamed = trend_run.streamed_slabs
+
+    def streamed(info: Any, reader: Any, budget: int) -> Any:
+        got = real_streamed(info, reader, budget)
+        assert got is not None, info
+        for _, values in got:
+            slabs.setdefault(str(info.shape), []).append(values.nbytes)
+            yield _, values
+
+    blocks: list[Any] = []
+    real_block = trend_run._block
+    monkeypatch.setattr(trend_run, "streamed_slabs", streamed)
+    monkeypatch.setattr(trend_run, "_block", lambda *a: blocks.append(a[3]) or real_block(*a))
+    small = trend(plan_trend(trend_runs.diverged, TrendOptions(block_bytes=64)))
+    assert_same_figures(small, reports["diverged"])
+    # Dense_0.kernel (8 x 16 float32, one 512-byte chunk): 8 slabs of 64 bytes at each step.
+    assert slabs["(8, 16)"] and max(slabs["(8, 16)"]) <= 64
+    assert len(slabs["(8, 16)"]) >= 8 * STEPS
+    assert all(math.prod(s.stop - s.start for s in b) * 4 <= 64 for b in blocks)
+
+    root = tmp_path / "healthy"
+    shutil.copytree(trend_runs.healthy, root)
+    assert cli("verify", root, "--record").code == 0
+    slabs.clear()
+    everything = trend(plan_trend(root, TrendOptions(block_bytes=64, read_all=True)))
+    read_all = sum(len(v) for v in slabs.values())
+    slabs.clear()
+    skipping = trend(plan_trend(root, TrendOptions(block_bytes=64)))
+    assert skipping.skipped_reads == 25 and everything.skipped_reads == 0
+    assert 0 < sum(len(v) for v in slabs.values()) < read_all
+    assert_same_figures(skipping, everything)
+    assert_same_figures(everything, reports["healthy"])
+
+
+def test_a_streamed_leaf_is_every_slab_at_every_step_and_stops_at_the_next_slab() -> None:
+    """``_stream`` folds slab k of every step with slab k of the step before; once the run is
+    abandoned (Ctrl-C sets ``stop``), it reads no further slab of any step."""
+    values = np.random.default_rng(5).standard_normal((3, 40, 6)).astype(np.float32)
+    read: list[tuple[int, int]] = []
+
+    def slabs(step: int) -> Any:
+        for row in range(0, 40, 4):
+            read.append((step, row))
+            yield (row, 0), values[step, row : row + 4]
+
+    info: Any = SimpleNamespace(shape=(40, 6), nbytes=40 * 6 * 4)  # what _stream reads of it
+    streaming = trend_run._Streaming(1)
+    whole = trend_run._stream("x", info, [slabs(0), None, slabs(2)], lambda n: None, streaming)
+    assert len(read) == 2 * 10
+    assert [a.size for a in whole] == [240, 240, 240]
+    assert whole[0].norm == pytest.approx(float(np.linalg.norm(values[0].astype(np.float64))))
+    assert whole[1].norm == whole[0].norm and whole[1].update == 0.0  # step 1: as step 0
+    moved = values[2].astype(np.float64) - values[0]
+    assert whole[2].update == pytest.approx(float(np.sum(moved**2)), rel=1e-12)
+
+    read.clear()
+    trend_run._stream("x", info, [slabs(0), slabs(1)], lambda n: streaming.stop.set(), streaming)
+    assert sorted(read) == [(0, 0), (1, 0)]
 
 
 def test_merged_accumulators_are_one_over_the_whole() -> None:
