@@ -21,8 +21,17 @@ from tests.support.storage_fixtures import S3
 
 pytestmark = [pytest.mark.slow, pytest.mark.moto_only]
 
-#: Requests a worker's deepest window may lack against the single process's.
-MARGIN = 2
+#: The share of the single process's deepest window a worker's may lack: a worker whose two
+#: units overlap only partly (CPU starved under a loaded CI, 3 test workers on 2 cores) measured
+#: 25 of 32; a halved window, what this guards against, is 16.
+MARGIN = 0.25
+
+
+def short_of(window: int) -> int:
+    """The deepest window a worker must reach, against the single process's ``window``."""
+    return window - int(window * MARGIN)
+
+
 #: 8 MiB: four leaves, 32 chunk reads, as many as the single process keeps in flight.
 UNIT = 8 << 20
 
@@ -92,7 +101,7 @@ def test_each_worker_keeps_a_single_process_window_in_verify_deep(
         scaled, many = deep(pool)
     workers = {pid: n for pid, n in many.items() if pid != os.getpid()}
     assert len(workers) == 2, many
-    assert min(workers.values()) >= one[os.getpid()] - MARGIN, (one, many)
+    assert min(workers.values()) >= short_of(one[os.getpid()]), (one, many)
     assert single.ok and scaled.ok
     assert single.to_json()["checked"] == scaled.to_json()["checked"]
 
@@ -143,5 +152,5 @@ def test_each_worker_keeps_a_single_process_window_in_reshard(
         many = reshard(f"{base}/scaled", pool)
     workers = {pid: n for pid, n in many.items() if pid != os.getpid()}
     assert len(workers) == 2, many
-    assert min(workers.values()) >= one[os.getpid()] - MARGIN, (one, many)
+    assert min(workers.values()) >= short_of(one[os.getpid()]), (one, many)
     assert cli("diff", f"{base}/single", f"{base}/scaled").code == 0
