@@ -105,6 +105,8 @@ def test_verify_record_stops_without_recording(
         pytest.param(RESHARD_BIG, id="reshard"),
         pytest.param(MIGRATE_BIG, id="migrate"),
         pytest.param(["average", "{root}", "{dst}", "--steps", "1,2"], id="average"),
+        # The big leaf is one 256 MiB chunk: export streams it as a job of its own.
+        pytest.param(["export", "{root}", "{dst}", "--threads", "2"], id="export"),
         pytest.param(
             [*RESHARD_BIG, "--workers", "2", "--unit-bytes", "32MiB", "--force-split"],
             id="reshard-workers",
@@ -123,6 +125,7 @@ def test_writer_stops_and_leaves_nothing(
     assert "wrote" not in run.stdout, run.describe()
     # No step, finished or not, and no worker database: an empty destination at most.
     assert [rel for rel in tree_state(dst)] == [], run.describe()
+    assert not [p.name for p in tmp_path.iterdir() if "ckpt-tmp" in p.name], run.describe()
     assert tree_state(big_root) == before
 
 
