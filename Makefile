@@ -148,6 +148,10 @@ demo: $(STAMP)
 	@echo "== ckpt export: step 600 to PyTorch nn.Linear names and layout (safetensors), streamed"
 	rm -rf $(DEMO)-pt $(DEMO)-back $(DEMO)-pt-bad.safetensors $(DEMO)-rank40.safetensors $(DEMO)-bad $(DEMO)-llama $(DEMO)-llama-hf $(DEMO)-llama-back
 	$(CKPT) export $(DEMO) $(DEMO)-pt --step 600 --spec examples/mlp_to_pytorch.yaml
+	@echo "== --threads: export decodes, hashes and writes on every core (tensors of large chunks each on a thread of their own); the same bytes at 1 thread and at all of them"
+	rm -rf $(DEMO)-pt1
+	$(CKPT) export $(DEMO) $(DEMO)-pt1 --step 600 --spec examples/mlp_to_pytorch.yaml --threads 1 > /dev/null
+	cmp $(DEMO)-pt/model.safetensors $(DEMO)-pt1/model.safetensors && echo "identical at --threads 1 and at the default (every CPU this process may use)"
 	@echo "== the safetensors library loads it"
 	$(PY) -c "import safetensors.numpy as s; t = s.load_file('$(DEMO)-pt/model.safetensors'); print({k: (str(v.dtype), v.shape) for k, v in sorted(t.items())})"
 	@echo "== ckpt import: back into an Orbax step 600; ckpt diff: the parameters are equal"
