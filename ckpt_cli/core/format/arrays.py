@@ -155,6 +155,10 @@ class ItemStore:
     def __init__(self, item: Location, use_zarr3: bool, context: Any = None) -> None:
         #: A ``ts.Context`` shared by every open (a chunk cache for readers that revisit chunks).
         self.context = context
+        #: Where a leaf's chunk lies in a local data file, (leaf, chunk key) -> (path, offset,
+        #: length) or None, when the caller knows (``verify.gate.chunk_locator``): the readers'
+        #: whole-chunk decodes read those bytes from the file, not through the OCDBT kvstore.
+        self.locate: Any = None
         self.item = item
         self.use_zarr3 = use_zarr3
         children = {e.name: e for e in item.list()}
@@ -310,7 +314,10 @@ class ItemStore:
             if name not in self._raw_headers:
                 self.read_headers([name])
             return _UnmergedReader(self, name, info)
-        return LeafReader(self.open_array(name, label), info)
+        reader = LeafReader(self.open_array(name, label), info)
+        if self.locate is not None:
+            reader.locate = functools.partial(self.locate, name)
+        return reader
 
     def chunk_keys(self, label: str, name: str) -> list[bytes]:
         """Chunk keys of one leaf in one database (header excluded), prefix-listed."""
@@ -341,6 +348,7 @@ class LeafReader:
         self.array = array
         self.info = info
         self._layout: Any = False  # the chunks' streamable layout, once asked (None: none)
+        self.locate: Any = None  # chunk key -> its place in a local file, or None (kvstore)
 
     def read(self, block: tuple[slice, ...]) -> Any:
         """A future of the block's values. Whole chunks of a leaf cut along its first axis, each
@@ -384,7 +392,7 @@ class LeafReader:
         out = np.empty((rows[1] - rows[0], *self.info.shape[1:]), self.array.dtype.numpy_dtype)
         try:
             return chunkread.read_rows(
-                self.array.kvstore, layout, self.info.chunk_shape[0], rows, out
+                self.array.kvstore, layout, self.info.chunk_shape[0], rows, out, self.locate
             )
         except Exception:
             return self.array[block].read().result()  # TensorStore's values, or its error

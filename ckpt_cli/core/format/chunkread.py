@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -247,18 +248,26 @@ def rows_region(
 
 
 def read_rows(
-    kv: Any, layout: ChunkLayout, chunk_rows: int, rows: tuple[int, int], out: Any
+    kv: Any,
+    layout: ChunkLayout,
+    chunk_rows: int,
+    rows: tuple[int, int],
+    out: Any,
+    locate: Callable[[str], Place | None] | None = None,
 ) -> Any:
     """Decode the chunks holding rows ``[a, b)`` straight into ``out`` (their values, C order;
     the padding of an edge chunk never decoded); returns ``out``. Each chunk streams (its
     stored bytes in ranges of ``RANGE_BYTES``): decoding a whole chunk in one call ran 10 %
     faster on the 13-core host but held each chunk's stored bytes too, 380 MiB more at 13
-    threads on 32 MiB chunks."""
+    threads on 32 MiB chunks. ``locate(chunk key)``: where a chunk lies in a local file (read
+    from the file, ``FileValue``), or None (through ``kv``)."""
     a, b = rows
     for first in range(a, b, chunk_rows):
         last = min(b, first + chunk_rows)
         index = (first // chunk_rows,) + (0,) * (out.ndim - 1)
-        reader = ChunkReader(kv, layout.key(index), layout)
+        key = layout.key(index)
+        place = locate(key) if locate is not None else None
+        reader = ChunkReader(FileValue(place) if place else kv, key, layout)
         try:
             reader.fill(out[first - a : last - a])
         finally:

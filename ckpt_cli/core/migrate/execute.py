@@ -18,7 +18,7 @@ from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.spec import ops
 from ckpt_cli.core.spec.target import import_function
 from ckpt_cli.core.storage import Location, open_location
-from ckpt_cli.core.verify.gate import require_sound_source
+from ckpt_cli.core.verify.gate import Locate, chunk_locator, require_sound_source
 from ckpt_cli.core.write.pipeline import source_cache_bytes
 from ckpt_cli.core.write.rewrite import ItemOut, WriteResult, prepare_destination, run_write
 from ckpt_cli.core.write.types import (
@@ -38,7 +38,8 @@ def execute(plan: MigrationPlan, on_progress: ProgressFn | None = None) -> Write
     ``migrate`` bytes."""
     if plan.refusal is not None:
         raise plan.refusal
-    require_sound_source(plan.source)
+    # The structure check's OCDBT references: where each source chunk lies in a local file.
+    located = {plan.source: chunk_locator(require_sound_source(plan.source))}
     prepare_destination(plan.destination, plan.source)
     for item in plan.more:
         require_sound_source(item.source)
@@ -47,7 +48,7 @@ def execute(plan: MigrationPlan, on_progress: ProgressFn | None = None) -> Write
     for item in plan.items:
         outs = migrate_leaves(
             item.report, item.leaves, plan.zarr3, write.compression, write.memory_limit,
-            plan.functions,
+            plan.functions, located.get(item.source),
         )  # fmt: skip
         # Unchanged leaves keep their recorded ld1: checked against the blocks written.
         exprs = {out.name: leaf.expr for out, leaf in zip(outs, item.leaves, strict=True)}
@@ -95,14 +96,16 @@ def migrate_leaves(
     compression: Compression,
     memory_limit: int,
     functions: dict[str, Callable[..., Any]] | None = None,
+    locate: Locate | None = None,
 ) -> list[LeafOut]:
     """The output leaves of an item's plan, each array computing its regions from the source
-    item."""
+    item (``locate``: where its chunks lie in local files, ``ItemStore.locate``)."""
     # Source chunks that straddle output blocks (or are read in slabs) are decoded once, then
     # served from the cache.
     chunks = (decoded_chunk_bytes(leaf.array) for leaf in report.leaves if leaf.array is not None)
     cache = cached_context(source_cache_bytes(memory_limit, chunks))
     store = ItemStore(report.ref.location, report.zarr_format == 3, cache)
+    store.locate = locate
     ctx = ops.EvalContext(store, functions or {})
     out = []
     for leaf in planned:

@@ -11,7 +11,7 @@ from ckpt_cli.core.format.blocks import decoded_chunk_bytes
 from ckpt_cli.core.inspect import ItemReport
 from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.reshard.plan import ReshardLayout, ReshardPlan
-from ckpt_cli.core.verify.gate import require_sound_source
+from ckpt_cli.core.verify.gate import Locate, chunk_locator, require_sound_source
 from ckpt_cli.core.write.pipeline import source_cache_bytes
 from ckpt_cli.core.write.rewrite import ItemOut, WriteResult, prepare_destination, run_write
 from ckpt_cli.core.write.types import (
@@ -46,13 +46,18 @@ def execute(plan: ReshardPlan, on_progress: ProgressFn | None = None) -> WriteRe
     ``reshard`` bytes."""
     if plan.refusal is not None:
         raise plan.refusal
-    for item in plan.items:
-        require_sound_source(item.source)
+    # The structure check's OCDBT references: where each source chunk lies in a local file.
+    located = [chunk_locator(require_sound_source(item.source)) for item in plan.items]
     prepare_destination(plan.destination, plan.source)
     items = []
-    for item in plan.items:
+    for item, locate in zip(plan.items, located, strict=True):
         leaves = reshard_leaves(
-            item.report, item.layout, plan.zarr3, plan.write.compression, plan.write.memory_limit
+            item.report,
+            item.layout,
+            plan.zarr3,
+            plan.write.compression,
+            plan.write.memory_limit,
+            locate,
         )
         record = read_digests(item.source.location)
         names = {x.name for x in leaves}
@@ -76,13 +81,16 @@ def reshard_leaves(
     zarr3: bool,
     compression: Compression,
     memory_limit: int,
+    locate: Locate | None = None,
 ) -> list[LeafOut]:
-    """The output leaves of a plan, each array reading its values from the source item."""
+    """The output leaves of a plan, each array reading its values from the source item
+    (``locate``: where its chunks lie in local files, ``ItemStore.locate``)."""
     # Source chunks that straddle output blocks (or are read in slabs) are decoded once, then
     # served from the cache.
     chunks = (decoded_chunk_bytes(leaf.array) for leaf in report.leaves if leaf.array is not None)
     cache = cached_context(source_cache_bytes(memory_limit, chunks))
     store = ItemStore(report.ref.location, report.zarr_format == 3, cache)
+    store.locate = locate
     out = []
     for p in plan.leaves:
         leaf = p.leaf

@@ -42,7 +42,11 @@ def require_sound_source(ref: ItemRef) -> ItemFacts:
     )
 
 
-def chunk_locator(facts: ItemFacts) -> Callable[[str, str], tuple[str, int, int] | None] | None:
+#: (leaf, chunk key) -> where the chunk's stored bytes lie in a local file, or None.
+Locate = Callable[[str, str], tuple[str, int, int] | None]
+
+
+def chunk_locator(facts: ItemFacts) -> Locate | None:
     """Where a chunk's stored bytes lie in a local data file, from the structure pass's OCDBT
     references (``ItemFacts.keys``): chunks streamed here are then read from the file itself
     (``chunkread.FileValue``), not through the OCDBT kvstore. None off a local disk or OCDBT."""

@@ -137,3 +137,58 @@ def test_rows_region_takes_only_whole_full_width_chunks() -> None:
     assert chunkread.rows_region(shape, chunk, (slice(0, 512), slice(0, 32))) is None
     assert chunkread.rows_region(shape, (512, 32), (slice(0, 512), full)) is None
     assert chunkread.rows_region((), (), ()) is None
+
+
+@pytest.mark.parametrize("command", ["reshard", "migrate"])
+def test_writers_read_whole_chunks_from_the_data_files(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+) -> None:
+    """``reshard`` and ``migrate`` of a one-device save with recorded digests (so each block's
+    values pass through ckpt, to be checked against them; without, TensorStore copies an
+    unchanged leaf by itself): each whole chunk is decoded on the read pool from its data file,
+    at the place the source's structure check found (not through the OCDBT kvstore), and the
+    output holds the source's values."""
+    import orbax.checkpoint as ocp
+
+    from tests.support.cli import run_cli
+    from tests.support.read_count import save_one_chunk_leaves
+
+    state = save_one_chunk_leaves(tmp_path / "src")
+    recorded = run_cli(["verify", str(tmp_path / "src"), "--record"], capsys)
+    assert recorded.code == 0, recorded.stderr
+    opened: list[str] = []
+    real = chunkread.FileValue
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def __init__(self, place: tuple[str, int, int]) -> None:
+            opened.append(place[0])
+            super().__init__(place)
+
+    monkeypatch.setattr(chunkread, "FileValue", Spy)
+    out = tmp_path / "out"
+    if command == "reshard":
+        args = ["reshard", str(tmp_path / "src"), str(out), "--mesh", "data=2", "--rule", "*=[data, null]"]  # fmt: skip
+    else:
+        spec = tmp_path / "keep.yaml"
+        spec.write_text(
+            "version: 1\nrules:\n  - {op: cast, match: 'params\\.w', dtype: bfloat16}\n"
+        )
+        args = ["migrate", str(tmp_path / "src"), str(out), "--spec", str(spec)]
+    result = run_cli(args, capsys)
+    assert result.code == 0, result.stderr
+    # Both leaves are one chunk of 2 MiB or more (the threshold lowered to 1 MiB here).
+    assert len(opened) == 2 and all("/d/" in p for p in opened), opened
+    restored = ocp.CheckpointManager(out).restore(0, args=ocp.args.StandardRestore())
+    params = state["params"]
+    assert isinstance(params, dict) and params
+    for name, value in params.items():
+        want = np.asarray(value)
+        if command == "migrate" and name == "w":
+            import ml_dtypes
+
+            want = want.astype(ml_dtypes.bfloat16)
+        got = np.asarray(restored["params"][name])
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
