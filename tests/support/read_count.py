@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 def file_bytes_read() -> int:
@@ -50,3 +51,18 @@ def save_one_chunk_leaves(root: Path) -> dict[str, object]:
         mgr.save(0, args=ocp.args.StandardSave(state))
         mgr.wait_until_finished()
     return state
+
+
+def file_values_opened(monkeypatch: Any, module: Any) -> list[str]:
+    """The data files a reader opens to read chunks from directly (``FileValue``, replaced in
+    ``module``, where the reader looks the name up), in order, while the test runs."""
+    opened: list[str] = []
+    real = module.FileValue
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def __init__(self, place: tuple[str, int, int]) -> None:
+            opened.append(place[0])
+            super().__init__(place)
+
+    monkeypatch.setattr(module, "FileValue", Spy)
+    return opened

@@ -154,20 +154,12 @@ def test_writers_read_whole_chunks_from_the_data_files(
     import orbax.checkpoint as ocp
 
     from tests.support.cli import run_cli
-    from tests.support.read_count import save_one_chunk_leaves
+    from tests.support.read_count import file_values_opened, save_one_chunk_leaves
 
     state = save_one_chunk_leaves(tmp_path / "src")
     recorded = run_cli(["verify", str(tmp_path / "src"), "--record"], capsys)
     assert recorded.code == 0, recorded.stderr
-    opened: list[str] = []
-    real = chunkread.FileValue
-
-    class Spy(real):  # type: ignore[misc, valid-type]
-        def __init__(self, place: tuple[str, int, int]) -> None:
-            opened.append(place[0])
-            super().__init__(place)
-
-    monkeypatch.setattr(chunkread, "FileValue", Spy)
+    opened = file_values_opened(monkeypatch, chunkread)
     out = tmp_path / "out"
     if command == "reshard":
         args = ["reshard", str(tmp_path / "src"), str(out), "--mesh", "data=2", "--rule", "*=[data, null]"]  # fmt: skip

@@ -14,7 +14,7 @@ import pytest
 
 from ckpt_cli.core.safetensors import export_slabs
 from tests.support.cli import run_cli
-from tests.support.read_count import save_one_chunk_leaves
+from tests.support.read_count import file_values_opened, save_one_chunk_leaves
 
 pytestmark = pytest.mark.xdist_group("export_slabs")
 
@@ -187,14 +187,6 @@ def test_streamed_chunks_are_read_from_the_data_files(
     from ckpt_cli.core.format import chunkstream
 
     src, _ = one_chunk_src
-    opened: list[str] = []
-    real = chunkstream.FileValue
-
-    class Spy(real):  # type: ignore[misc, valid-type]
-        def __init__(self, place: tuple[str, int, int]) -> None:
-            opened.append(place[0])
-            super().__init__(place)
-
-    monkeypatch.setattr(chunkstream, "FileValue", Spy)
+    opened = file_values_opened(monkeypatch, chunkstream)
     _export(src, tmp_path / "out", capsys, "--threads", "4", "--memory-limit", "32MiB")
     assert len(opened) == 2 and all("/d/" in p for p in opened), opened
