@@ -66,10 +66,16 @@ def _chained(value: Any, f: Callable[[Any], Any]) -> Any:
         except BaseException as e:
             out.set_exception(e)
 
+    def schedule(done: Future[Any]) -> None:
+        try:
+            read_pool().submit(run, done)
+        except RuntimeError:  # the interpreter is exiting (Ctrl-C): nobody waits for the block
+            out.cancel()
+
     # Submitted once the read is done: no task of the pool ever waits on another. Neither
     # closure holds ``value``: a reference cycle through its callbacks would keep every block
     # read alive until the garbage collector ran (gigabytes on a large migrate).
-    value.add_done_callback(lambda done: read_pool().submit(run, done))
+    value.add_done_callback(schedule)
     return out
 
 

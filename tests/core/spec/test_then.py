@@ -86,3 +86,23 @@ def test_a_chained_block_is_freed_without_the_garbage_collector() -> None:
         assert refs and refs[0]() is None
     finally:
         gc.enable()
+
+
+def test_a_block_landing_while_the_interpreter_exits_is_dropped_quietly(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After Ctrl-C the interpreter refuses new pool tasks while queued reads still land: their
+    chained work is dropped (the future cancelled), never a traceback from the callback."""
+    from ckpt_cli.core import threads
+
+    class Closed:
+        def submit(self, *args: object) -> None:
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    monkeypatch.setattr(threads, "read_pool", lambda n=None: Closed())
+    value: Future[np.ndarray] = Future()
+    out = ops.then(value, lambda v: v)
+    with caplog.at_level("DEBUG", logger="concurrent.futures"):
+        value.set_result(np.zeros(2))
+    assert out.cancelled()
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
