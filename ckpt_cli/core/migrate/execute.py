@@ -12,13 +12,14 @@ from ckpt_cli.core.digest.carried import carried, recorded_leaves
 from ckpt_cli.core.digest.records import read_digests
 from ckpt_cli.core.format.arrays import ItemStore, cached_context
 from ckpt_cli.core.format.blocks import decoded_chunk_bytes
+from ckpt_cli.core.format.scan import Locate
 from ckpt_cli.core.inspect import ItemReport
 from ckpt_cli.core.migrate.plan import DestLeaf, MigrationPlan
 from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.spec import ops
 from ckpt_cli.core.spec.target import import_function
 from ckpt_cli.core.storage import Location, open_location
-from ckpt_cli.core.verify.gate import Locate, chunk_locator, require_sound_source
+from ckpt_cli.core.verify.gate import chunk_locator, require_sound_source
 from ckpt_cli.core.write.pipeline import source_cache_bytes
 from ckpt_cli.core.write.rewrite import ItemOut, WriteResult, prepare_destination, run_write
 from ckpt_cli.core.write.types import (

@@ -6,11 +6,11 @@ chunk is decoded, so it costs what ``ckpt verify`` without ``--deep`` costs."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from ckpt_cli.core.format.discovery import ItemRef
 from ckpt_cli.core.format.items import step_handler
 from ckpt_cli.core.format.metadata import read_step_metadata
+from ckpt_cli.core.format.scan import Locate
 from ckpt_cli.core.verify.structure import check_item
 from ckpt_cli.core.verify.types import ItemFacts
 from ckpt_cli.errors import RefusedError
@@ -40,10 +40,6 @@ def require_sound_source(ref: ItemRef) -> ItemFacts:
         f"the source {ref.location} {what}, nothing written: {first.code} at {where}{more}",
         hint=f"run `ckpt verify {ref.location}` for every problem; restore the source from a copy",
     )
-
-
-#: (leaf, chunk key) -> where the chunk's stored bytes lie in a local file, or None.
-Locate = Callable[[str, str], tuple[str, int, int] | None]
 
 
 def chunk_locator(facts: ItemFacts) -> Locate | None:
