@@ -38,6 +38,7 @@ handled by the scheduler with no code here (``client.map`` + ``as_completed``).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 import time
@@ -307,16 +308,20 @@ class DaskExecutor(Executor):
         units: Iterable[T],
         on_done: Callable[[R], None] | None = None,
     ) -> list[R]:
-        from distributed import as_completed
+        import uuid
+
+        from distributed import Event, as_completed
 
         self._preloading.join()
+        stop = Event(f"ckpt-stop-{uuid.uuid4().hex}", client=self.client)
         futures: list[Any] = []
         index: dict[Any, int] = {}
         results: dict[int, R] = {}
         arrived = as_completed()
         try:
             for unit in units:  # each submitted as the planner yields it
-                futures.append(self.client.submit(in_slot, fn, unit, pure=False, retries=1))
+                task = self.client.submit(in_slot, fn, unit, stop.name, pure=False, retries=1)
+                futures.append(task)
                 index[futures[-1].key] = len(futures) - 1
                 arrived.add(futures[-1])
             for fut in arrived:
@@ -334,9 +339,12 @@ class DaskExecutor(Executor):
                 if on_done is not None:
                     on_done(value)
         except BaseException:
-            # Interrupted or failed: cancel what has not run, and wait for the units already
-            # running to end (Dask cannot stop a running task), so that none writes into a step
-            # the caller is about to remove.
+            # Interrupted or failed: no unit starts from now on (``in_slot`` asks ``stop``;
+            # left set: a task the cancel has not reached yet may still ask), cancel what has
+            # not run, and wait for the units already running to end (Dask cannot stop a
+            # running task), so that none writes into a step the caller is about to remove.
+            with contextlib.suppress(Exception):  # the cluster went away: nothing runs there
+                stop.set()
             self.client.cancel([f for f in futures if not f.done()])
             self._wait_stopped({f.key for f in futures})
             raise

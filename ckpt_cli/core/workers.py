@@ -103,11 +103,18 @@ def counted(fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
             _RUNNING[0] -= 1
 
 
-def in_slot(fn: Callable[[T], R], unit: T) -> R:
+def in_slot(fn: Callable[[T], R], unit: T, stop: str | None = None) -> R:
     """A Dask task: run ``unit`` in one of this worker's ``UNITS_PER_WORKER`` slots, seceded
     from the worker's thread pool so that the worker starts its next task meanwhile (the task
     after that waits here for a slot, holding its thread: at most ``UNITS_PER_WORKER`` units
-    run in a worker process, and each of its threads holds at most one more)."""
+    run in a worker process, and each of its threads holds at most one more).
+
+    ``stop``: the name of a Dask ``Event`` the driver sets when it gives the run up (Ctrl-C, a
+    failed unit), asked at the scheduler just before the unit starts. A cancel reaches the
+    worker on another connection than the driver's question "what still runs there?", so a
+    task the worker held ready could start after the answer "nothing", and write into a step
+    the driver was removing. Asked here, the event orders the two: a unit that starts has seen
+    it unset, so it was already running when the driver set it, and the driver waits for it."""
     _SLOTS.acquire()
     try:
         try:
@@ -116,6 +123,11 @@ def in_slot(fn: Callable[[T], R], unit: T) -> R:
             secede()
         except Exception:  # not on a Dask worker's thread (a test calling it directly)
             pass
+        if stop is not None:
+            from distributed import Event
+
+            if Event(stop).is_set():
+                raise RuntimeError("the ckpt run that submitted this unit was stopped")
         return counted(fn, unit)
     finally:
         _SLOTS.release()

@@ -132,3 +132,31 @@ def test_each_dask_worker_runs_two_units_at_once_never_more() -> None:
     with local_cluster() as cluster, DaskExecutor(cluster.scheduler_address) as dask:
         states = dask.map(held, range(12))
     assert_two_units_per_worker(states, 2)
+
+
+def touch(path: str) -> str:
+    from pathlib import Path
+
+    Path(path).write_text("written")
+    return path
+
+
+def test_a_dask_unit_asked_to_start_after_the_driver_stopped_does_not_run(tmp_path: Any) -> None:
+    """The driver sets the run's stop event before it asks the workers what still runs; a task
+    a worker starts after that (its cancel still on the way) ends before writing anything."""
+    import pytest
+    from distributed import Event
+
+    from ckpt_cli.core.workers import in_slot
+    from tests.support.cluster import local_cluster
+
+    with local_cluster() as cluster, DaskExecutor(cluster.scheduler_address) as dask:
+        stop = Event("ckpt-stop-test", client=dask.client)
+        ran = dask.client.submit(in_slot, touch, str(tmp_path / "ran"), stop.name, pure=False)
+        assert ran.result() == str(tmp_path / "ran")
+        stop.set()
+        late = dask.client.submit(in_slot, touch, str(tmp_path / "late"), stop.name, pure=False)
+        with pytest.raises(RuntimeError, match="was stopped"):
+            late.result()
+    assert (tmp_path / "ran").read_text() == "written"
+    assert not (tmp_path / "late").exists()

@@ -58,6 +58,9 @@ class Listing:
             except Exception as e:
                 raise self.store.error(f"cannot list {self.store.url(prefix)}", e) from None
             self.listed = [p for p in self.listed if not p.startswith(prefix)] + [prefix]
+            for key in self._span(prefix):  # gone since an earlier listing of a wider prefix
+                self.info.pop(key, None)
+                self.tags.pop(key, None)
             for obj in found:
                 self.info[obj.key] = (obj.size, obj.mtime)
                 if obj.tag is not None:
@@ -68,6 +71,18 @@ class Listing:
 
     def below(self, prefix: str) -> list[str]:
         """Listed keys that start with ``prefix`` (which must be covered)."""
+        with self.lock:
+            return self._span(prefix)
+
+    def below_info(self, prefix: str) -> list[tuple[str, int, float]]:
+        """``below`` with each key's size and time, taken together: listing ``prefix`` again
+        (another thread's ``forget``) cannot come between the keys and their sizes."""
+        with self.lock:
+            self.ensure(prefix)
+            info = self.info
+            return [(k, *info[k]) for k in self._span(prefix)]
+
+    def _span(self, prefix: str) -> list[str]:
         lo = bisect.bisect_left(self.keys, prefix)
         hi = bisect.bisect_left(self.keys, prefix + "\U0010ffff")
         return self.keys[lo:hi]
@@ -109,8 +124,25 @@ class Listing:
                 oldest = next(iter(self.cache))
                 self.cached_bytes -= len(self.cache.pop(oldest))
 
-    def clear(self) -> None:
+    def forget(self, key: str) -> None:
+        """Forget what was listed at ``key`` and below it (the next question lists it again),
+        and nothing else: locations sharing this listing keep what they know of their own
+        prefixes (two steps of one ``cp`` check their files at once, each after forgetting
+        its own). A wider prefix listed earlier is no longer taken as covering ``key``."""
+        below = f"{key}/" if key else ""
         with self.lock:
-            self.keys, self.info, self.listed, self.cache = [], {}, [], {}
-            self.tags = {}
-            self.cached_bytes = 0
+            self.listed = [p for p in self.listed if not (key.startswith(p) or p.startswith(below))]
+            gone = self._span(below) if below else list(self.keys)
+            if key in self.info:
+                gone.append(key)
+            if len(gone) == len(self.keys):
+                self.keys, self.info, self.tags = [], {}, {}
+            else:
+                for k in gone:
+                    del self.info[k]
+                    self.tags.pop(k, None)
+                self.keys = sorted(self.info)
+            if self.cache:
+                dropped = set(gone)
+                for entry in [e for e in self.cache if e[0] in dropped]:
+                    self.cached_bytes -= len(self.cache.pop(entry))

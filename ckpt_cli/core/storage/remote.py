@@ -138,11 +138,9 @@ class RemoteLocation(RemoteBulk, Location):
         return out
 
     def walk(self) -> Iterator[tuple[str, Entry]]:
-        self._listing.ensure(self._dir)
-        for k in self._listing.below(self._dir):
+        for k, size, mtime in self._listing.below_info(self._dir):
             if k.endswith("/"):
                 continue
-            size, mtime = self._listing.info[k]
             rel = k[len(self._dir) :]
             yield rel, Entry(rel.rsplit("/", 1)[-1], False, size, mtime)
 
@@ -301,7 +299,7 @@ class RemoteLocation(RemoteBulk, Location):
         return _ObjectLock(self, stamp.generation)
 
     def refresh(self) -> None:
-        self._listing.clear()
+        self._listing.forget(self.key)
 
     def notes(self) -> tuple[str, ...]:
         return tuple(self._listing.notes)

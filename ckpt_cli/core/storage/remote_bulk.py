@@ -121,6 +121,8 @@ class RemoteBulk:
         if not remote:
             return {}
         self.refresh()
+        for d in remote:
+            self._listing.forget(d.key)
         parents = {d.key.rsplit("/", 1)[0] if "/" in d.key else "" for d in remote}
         if len(parents) == 1 and len(remote) > 1:
             parent = parents.pop()
