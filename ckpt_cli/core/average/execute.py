@@ -18,6 +18,7 @@ from ckpt_cli.core.average.plan import AverageItem, AveragePlan
 from ckpt_cli.core.digest.records import read_digests
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, cached_context
 from ckpt_cli.core.format.blocks import decoded_chunk_bytes
+from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.migrate.execute import digests_of, has_digests
 from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.reshard.execute import reshard_leaves
@@ -113,6 +114,7 @@ def _averaged(
         written,
         source=recipe.reader(list(stores)),
         source_chunk_bytes=max(sizes),
+        source_itemsize=sum(dtype_itemsize(i.info.dtype) for i in inputs),  # read together
         plan=recipe,
     )
 

@@ -12,6 +12,7 @@ from ckpt_cli.core.digest.carried import carried, recorded_leaves
 from ckpt_cli.core.digest.records import read_digests
 from ckpt_cli.core.format.arrays import ItemStore, cached_context
 from ckpt_cli.core.format.blocks import decoded_chunk_bytes
+from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.scan import Locate
 from ckpt_cli.core.inspect import ItemReport
 from ckpt_cli.core.migrate.plan import DestLeaf, MigrationPlan
@@ -134,6 +135,7 @@ def migrate_leaves(
                 string_value=leaf.string_value,
                 source_chunks=ops.source_chunks(leaf.expr) if leaf.expr is not None else None,
                 source_chunk_bytes=_largest_source_chunk(leaf.expr),
+                source_itemsize=_source_itemsize(leaf.expr),
                 plan=recipe,
             )
         )
@@ -148,6 +150,12 @@ def _largest_source_chunk(expr: ops.Node | None) -> int | None:
         if isinstance(n, ops.Source)
     ]
     return max(sizes, default=None)
+
+
+def _source_itemsize(expr: ops.Node | None) -> int | None:
+    """Bytes per output element the expression's source reads hold (None: reads none)."""
+    sources = [n for n in (expr.walk() if expr else []) if isinstance(n, ops.Source)]
+    return sum(dtype_itemsize(n.info.dtype) for n in sources) if sources else None
 
 
 def _source(expr: ops.Node, ctx: ops.EvalContext) -> Callable[[ops.Region], Any]:

@@ -161,8 +161,10 @@ class Pipeline:
         self.limit = max(self.budget, writer.memory_limit // 4)
         self.opens: dict[int, Any] = {}
         self.slab = slab_budget(self.budget) if writer.slab_reads else None
-        self.reads: deque[tuple[Any, Any, LeafOut, tuple[slice, ...], int]] = deque()
-        self.writes: deque[tuple[Any, LeafOut, int, int]] = deque()
+        #: (read, array, leaf, region, bytes, bytes held); writes: (commit, leaf, bytes,
+        #: bytes already reported, bytes held).
+        self.reads: deque[tuple[Any, Any, LeafOut, tuple[slice, ...], int, int]] = deque()
+        self.writes: deque[tuple[Any, LeafOut, int, int, int]] = deque()
         self.held = 0
         self.assembling: _Assembly | None = None  # the large block being read, for a drain
         self.copied = 0  # blocks TensorStore copied from the source by itself (``_Copy``)
@@ -172,9 +174,13 @@ class Pipeline:
             assert leaf.array is not None and leaf.source is not None
             arr = self._opened(i)
             itemsize = dtype_itemsize(leaf.array.dtype)
+            # What a block in flight holds: its source's values (float32 before a cast to
+            # bfloat16: twice the block), or the block itself, whichever is larger.
+            held_itemsize = max(itemsize, leaf.source_itemsize or 0)
             slabbed = slab_source(self.writer.memory_limit, leaf.source_chunk_bytes)
             for region in regions:
-                nbytes = math.prod(s.stop - s.start for s in region) * itemsize
+                elements = math.prod(s.stop - s.start for s in region)
+                nbytes = elements * itemsize
                 # A block over the budget is one output chunk over it: read in slabs. A block
                 # within it is read whole, in one read (each source chunk decoded once when
                 # the block is made of whole source chunks, no slab copies).
@@ -185,8 +191,9 @@ class Pipeline:
                     self.copied += 1
                 else:
                     read = leaf.source(region)
-                self.reads.append((read, arr, leaf, region, nbytes))
-                self.held += nbytes
+                held = elements * held_itemsize
+                self.reads.append((read, arr, leaf, region, nbytes, held))
+                self.held += held
                 while self.reads and (len(self.reads) > self.depth or self.held > self.limit):
                     self._start_write()
                 while self.writes and (len(self.writes) > self.depth or self.held > self.limit):
@@ -235,10 +242,10 @@ class Pipeline:
     def _start_write(self) -> None:
         import numpy as np
 
-        fut, arr, leaf, region, nbytes = self.reads.popleft()
+        fut, arr, leaf, region, nbytes, held = self.reads.popleft()
         reported = 0
         if isinstance(fut, _Copy):
-            self.writes.append((fut.write.commit, leaf, nbytes, reported))
+            self.writes.append((fut.write.commit, leaf, nbytes, reported, held))
             return
         assembled = isinstance(fut, _Assembly)
         try:
@@ -264,10 +271,10 @@ class Pipeline:
             write = arr[region].write(values, can_reference_source_data_indefinitely=True)
         else:
             write = arr[region].write(values)
-        self.writes.append((write.commit, leaf, nbytes, reported))
+        self.writes.append((write.commit, leaf, nbytes, reported, held))
 
     def _finish_write(self) -> None:
-        fut, leaf, nbytes, reported = self.writes.popleft()
+        fut, leaf, nbytes, reported, held = self.writes.popleft()
         try:
             fut.result()
         except Exception as e:
@@ -275,7 +282,7 @@ class Pipeline:
             raise StorageError.from_error(
                 f"cannot write leaf {leaf.name!r} to {dest}", e, dest.describe_error(e)
             ) from None
-        self.held -= nbytes
+        self.held -= held
         if self.on_bytes and nbytes > reported:
             self.on_bytes(nbytes - reported)
 

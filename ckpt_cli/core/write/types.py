@@ -158,6 +158,10 @@ class LeafOut:
     #: read from stored chunks): the pipeline reads a block in slabs only when that chunk fits
     #: the writer's source cache (``pipeline.slab_source``).
     source_chunk_bytes: int | None = None
+    #: Bytes per output element that the source's reads hold before they become the output's
+    #: values (a cast from float32 to bfloat16: 4; an average of two float32 leaves: 8); None:
+    #: the output's own itemsize. The pipeline counts a block in flight at the larger of the two.
+    source_itemsize: int | None = None
     #: How a worker of a scaled-out run rebuilds ``source`` (None: this process only).
     plan: SourcePlan | None = None
 
