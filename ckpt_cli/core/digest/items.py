@@ -78,8 +78,9 @@ def _digest_item(report: Any, memory_limit: int, on_bytes: ByteProgress) -> Item
     tasks = [
         ScanTask(x.name, x.array, x.database, ld1=True) for x in report.leaves if x.name in infos
     ]
-    # Two slabs a thread in flight, each with its read buffer: a quarter of the limit at most.
-    slab = max(1 << 20, min(SCAN_BLOCK_BYTES, memory_limit // (4 * threads())))
+    # Two slabs a thread in flight, each with its stored-bytes ranges (``chunk_slabs``: a range
+    # is at most a slab, held up to three times): a quarter of the limit at most.
+    slab = max(1 << 20, min(SCAN_BLOCK_BYTES, memory_limit // (8 * threads())))
     if tasks:
         cache = cache_bytes((t.info for t in tasks), slab)
         store = ItemStore(

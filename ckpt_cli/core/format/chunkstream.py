@@ -9,7 +9,7 @@ zarr3 shards have one inner chunk each (inner = outer = the write shape), so eve
 writes decodes whole in TensorStore: a 512 MiB shard costs 0.5-1 GiB to read whatever box.
 
 Here a chunk stored uncompressed or as one zstd frame (Orbax's zarr2 and zarr3 alike, in OCDBT
-or plain directories) is read in byte ranges of ``RANGE_BYTES`` and decoded by libzstd's
+or plain directories) is read in byte ranges of ``RANGE_BYTES`` (a slab at most) and decoded by libzstd's
 streaming decoder (its window, 0.5-2 MiB at Orbax's levels, is all it keeps), slab by slab.
 Any other layout (blosc, filters, F order, big-endian, several inner chunks, a missing chunk)
 is left to TensorStore (``chunk_layout`` returns None) and its whole-chunk decode is counted.
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ArrayInfo
-from ckpt_cli.core.format.chunkread import ChunkLayout, ChunkReader, FileValue, Place
+from ckpt_cli.core.format.chunkread import RANGE_BYTES, ChunkLayout, ChunkReader, FileValue, Place
 
 
 def chunk_slabs(
@@ -50,9 +50,12 @@ def chunk_slabs(
     chunk = info.chunk_shape
     whole = tuple(slice(0, c) for c in chunk)
     slabs = region_slabs(whole, info.itemsize, budget)
+    # Stored bytes read per range: no more than a slab (a job holds a range two or three times
+    # over: TensorStore's read, its bytes, the decoder's input), so a small budget bounds both.
+    ranges = max(1 << 20, min(RANGE_BYTES, budget))
     for index in np.ndindex(*info.chunk_grid):
         place = locate(layout.key(index)) if locate is not None else None
-        reader = ChunkReader(FileValue(place) if place else kv, layout.key(index), layout)
+        reader = ChunkReader(FileValue(place) if place else kv, layout.key(index), layout, ranges)
         origin = tuple(i * c for i, c in zip(index, chunk, strict=True))
         try:
             for sl in slabs:

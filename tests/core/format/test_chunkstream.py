@@ -241,3 +241,48 @@ def test_a_truncated_chunk_is_a_storage_error(tmp_path: Path) -> None:
     assert layout is not None
     with pytest.raises(StorageError, match="ends early"):
         list(chunk_slabs(arr.kvstore, layout, info, np.float32, 1024))
+
+
+class _CountedKv:
+    """A TensorStore kvstore whose range reads are recorded (their sizes)."""
+
+    def __init__(self, kv: Any) -> None:
+        self.kv = kv
+        self.sizes: list[int] = []
+
+    def read(self, key: str, byte_range: slice) -> Any:
+        got = self.kv.read(key, byte_range=byte_range)
+        value = got.result()
+        if byte_range.start >= 0 and value.state == "value":
+            self.sizes.append(len(value.value))
+        return got
+
+
+@pytest.mark.parametrize(("budget", "biggest"), [(1 << 20, 1 << 20), (16 << 20, 4 << 20)])
+def test_stored_bytes_are_read_in_ranges_no_larger_than_a_slab(
+    tmp_path: Path, budget: int, biggest: int
+) -> None:
+    """A job holds its range reads beside its slab: with a small budget (many threads under a
+    small ``--memory-limit``) the ranges shrink with the slabs; a larger one keeps 4 MiB reads
+    (an object store pays a request per range)."""
+    from ckpt_cli.core.format.arrays import ArrayInfo
+    from ckpt_cli.core.format.chunkread import RANGE_BYTES, chunk_layout
+    from ckpt_cli.core.format.chunkstream import chunk_slabs
+
+    assert RANGE_BYTES == 4 << 20
+    rows, cols = 3 << 10, 1 << 10  # 12 MiB of float32, one chunk (random: zstd keeps ~11 MiB)
+    x = np.random.default_rng(3).standard_normal((rows, cols), dtype=np.float32)
+    meta = {"compressor": {"id": "zstd"}, "shape": [rows, cols], "chunks": [rows, cols]}
+    meta["dtype"] = "<f4"
+    arr = ts.open(
+        {"driver": "zarr", "kvstore": f"file://{tmp_path}/", "metadata": meta}, create=True
+    ).result()
+    arr.write(x).result()
+    info = ArrayInfo("float32", (rows, cols), (rows, cols), 2, "zstd")
+    layout = chunk_layout(arr.spec().to_json()["metadata"], info)
+    assert layout is not None
+    kv = _CountedKv(arr.kvstore)
+    out = np.concatenate([v for _, v in chunk_slabs(kv, layout, info, np.float32, budget)])
+    assert np.array_equal(out, x)
+    assert len(kv.sizes) > 1 and sum(kv.sizes) == (tmp_path / "0.0").stat().st_size
+    assert max(kv.sizes) == biggest
