@@ -78,7 +78,7 @@ def test_the_wheel_carries_the_name_version_and_urls_of_the_project(dists: Dists
     assert f"Issues, {ISSUES}" in meta["Project-URL"]
     assert {"orbax", "dask"} <= set(meta["Provides-Extra"])
     required = {r.split(";")[0].split(">")[0].split("<")[0].strip() for r in meta["Requires-Dist"]}
-    assert "typing-extensions" in required
+    assert {"typing-extensions", "isal"} <= required
     with zipfile.ZipFile(dists.wheel) as z:
         entry = z.read(f"ckpt_orbax-{__version__}.dist-info/entry_points.txt").decode()
     assert "ckpt = ckpt_cli.app:main" in entry

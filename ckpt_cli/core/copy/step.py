@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -19,6 +18,7 @@ from ckpt_cli.core.copy.objects import (
     write_stream,
 )
 from ckpt_cli.core.copy.plan import CpStepOutcomeJSON, StepStatus
+from ckpt_cli.core.digest.crc import crc32
 from ckpt_cli.core.digest.records import DIGEST_FILE, FileSum, file_checksum, recorded_file
 from ckpt_cli.core.format.items import is_noop_handler
 from ckpt_cli.core.format.metadata import read_step_metadata
@@ -174,7 +174,7 @@ class StepJob:
             if stop.is_set():
                 raise Stopped
             hasher.update(piece)
-            crc = zlib.crc32(piece, crc)
+            crc = crc32(piece, crc)
             n += len(piece)
         if recorded is not None and (f"{crc:08x}" != recorded.crc32 or n != recorded.size):
             return False
@@ -193,7 +193,7 @@ class StepJob:
         for piece in src.iter_bytes(PIECE):
             if stop.is_set():
                 raise Stopped
-            crc = zlib.crc32(piece, crc)
+            crc = crc32(piece, crc)
             n += len(piece)
             if held is not None:
                 yield held

@@ -3,7 +3,7 @@ chunks) and the digests they check or record.
 
 Decoding runs through ``scan.scan_leaves`` (TensorStore futures, bounded in flight). The file
 checksum pass reads raw files on a thread pool at the same time (half of ``--threads``, at
-least 2): ``zlib.crc32`` and file reads release the GIL, so the two overlap instead of adding
+least 2): ``crc.crc32`` and file reads release the GIL, so the two overlap instead of adding
 up. A file larger than ``RANGE_BYTES`` is checksummed in byte ranges on that pool, joined with
 ``crc32_combine`` (``filesums``): one large data file no longer takes one thread alone.
 """
