@@ -300,17 +300,39 @@ class SeaweedServer:
 
     def put_objects(self, objects: Iterable[tuple[str, bytes]]) -> int:
         """Store objects over HTTP, 32 at a time: 2.5 ms an object here (4.7 ms one by one),
-        the client's CPU and the server's sharing 2 cores."""
+        the client's CPU and the server's sharing 2 cores. A key that is also a directory of
+        other keys (``r/231`` beside ``r/231/a``) goes out once every key below it is stored
+        (``directories_last``): SeaweedFS keeps such a key as the content of its directory, and
+        when the two PUTs arrive together it loses one of them while answering both 200."""
         from concurrent.futures import ThreadPoolExecutor
 
         client = self.client(pool=32)
         items = list(objects)
         with ThreadPoolExecutor(32) as pool:
-            for f in [
-                pool.submit(client.put_object, Bucket=BUCKET, Key=k, Body=data) for k, data in items
-            ]:
-                f.result()
+            for wave in directories_last(items):
+                for f in [
+                    pool.submit(client.put_object, Bucket=BUCKET, Key=k, Body=data)
+                    for k, data in wave
+                ]:
+                    f.result()
         return len(items)
+
+
+def directories_last(items: list[tuple[str, bytes]]) -> list[list[tuple[str, bytes]]]:
+    """``items`` in waves for SeaweedFS: the keys that name no directory of another key, then
+    those that do, the deepest first, so that no key goes out before every key below it is
+    stored. Its filer stores an object ``r/231`` beside ``r/231/…`` as the content of the
+    directory entry ``r/231``; a PUT of ``r/231`` racing the PUT that creates that directory
+    either loses the object (the new directory is written over it: ``HEAD`` 404) or keeps it as
+    a plain file (the keys below it stay readable, but no listing shows them), with every PUT
+    answered 200 (seaweedfs 4.48: 31 objects lost and 4 directories hidden of 7,680 such pairs
+    sent together on 2 busy cores). Once the directories exist, the later waves only give them
+    content."""
+    directories = {k[:i] for k, _ in items for i, c in enumerate(k) if c == "/"}
+    depths = sorted({k.count("/") for k, _ in items if k in directories}, reverse=True)
+    waves = [[item for item in items if item[0] not in directories]]
+    waves += [[i for i in items if i[0] in directories and i[0].count("/") == d] for d in depths]
+    return [w for w in waves if w]
 
 
 def _add_generation_header() -> None:

@@ -3,8 +3,9 @@ every key comes back: on moto (byte order) and on SeaweedFS, which lists in its 
 tree's order (``6/…`` before ``6.orbax-checkpoint-tmp-1/…``) and reads ``StartAfter="r/231"``
 as "after the directory 231". The roots are made of names that sort next to each other
 differently in the two orders, so every range boundary falls on such a name; the listing must
-equal the plain, sequential one and what was put. What the answers cannot prove complete (a
-step saved while the ranges run) is listed again as one plain listing, which says so."""
+equal the plain, sequential one and what was put. A key beside its own prefix (``231`` and
+``231/``) is listed whole wherever a page ends beside it. What the answers cannot prove complete
+(a step saved while the ranges run) is listed again as one plain listing, which says so."""
 
 from __future__ import annotations
 
@@ -79,6 +80,59 @@ def test_small_pages_move_the_boundaries_over_every_name(
     ranges = re.search(r"in (\d+) parallel key ranges", notes[0])
     assert ranges is not None and 2 <= int(ranges.group(1)) <= max_requests
     assert sorted(o.key for o in store.list_objects(s3_prefix + "/")) == want
+
+
+#: A key beside its own prefix (``231`` and ``231/``) between two children, and one key after.
+BESIDE = ("230/a", "230/z", "231", "231/a", "231/b/c", "231/z", "232/a", "24")
+
+
+def test_a_key_beside_its_prefix_is_paged_whole_at_every_page_size(s3: S3, s3_prefix: str) -> None:
+    """Pages of 1 to 8 keys put a page boundary on each side of ``231`` (SeaweedFS answers a page
+    that ends on it with the token ``231/``) and between ``231`` and the prefix ``231/`` of a
+    delimiter listing: both listings page through it whole."""
+    prefix = s3_prefix + "/"
+    want = [prefix + rel for rel in BESIDE]
+    s3.server.put_objects((k, k.encode()) for k in want)
+    store = open_store("s3", BUCKET, StorageOptions(s3_endpoint=s3.endpoint))
+    for limit in range(1, len(want) + 1):
+        for delimiter in (None, "/"):
+            objects: list[str] = []
+            prefixes: list[str] = []
+            token: str | None = None
+            for _ in range(2 * len(want)):
+                page = store.list_page(prefix, token, delimiter=delimiter, limit=limit)
+                objects += [o.key for o in page.objects]
+                prefixes += page.prefixes
+                token = page.token
+                if token is None:
+                    break
+            assert token is None, (limit, delimiter)
+            if delimiter is None:
+                assert objects == want, limit
+            else:
+                assert (objects, prefixes) == (
+                    [prefix + "231", prefix + "24"],
+                    [prefix + "230/", prefix + "231/", prefix + "232/"],
+                ), limit
+
+
+@pytest.mark.parametrize("before", [998, 999, 1000])
+def test_a_key_beside_its_prefix_on_the_first_pages_edge_is_listed(
+    s3: S3, s3_prefix: str, before: int
+) -> None:
+    """``before`` keys ahead of ``231``: the first page of 1,000 ends just before it (on
+    ``230/z``), on it, or on ``231/a``; the parallel ranges go on from there and miss nothing."""
+    fill = before - 2  # 230/a and 230/z come before 231 too
+    filler = [f"{s3_prefix}/1{i:03}/{rel}" for i in range(fill // 2) for rel in ("a", "b")]
+    filler += [f"{s3_prefix}/199/a"] * (fill % 2)
+    want = sorted(filler + [f"{s3_prefix}/{rel}" for rel in BESIDE])
+    assert want.index(f"{s3_prefix}/231") == before
+    s3.server.put_objects((k, k.encode()) for k in want)
+    store = open_store("s3", BUCKET, StorageOptions(s3_endpoint=s3.endpoint, max_requests=4))
+    assert store.list_page(s3_prefix + "/").objects[-1].key == want[999]  # the first page's edge
+    got, notes = listed(store, s3_prefix + "/")
+    assert got == want
+    assert len(notes) == 1 and "every child accounted for" in notes[0], notes
 
 
 def test_a_child_whose_keys_were_all_deleted_is_no_false_alarm(s3: S3, s3_prefix: str) -> None:
