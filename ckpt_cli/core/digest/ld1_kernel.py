@@ -25,6 +25,18 @@ def _block_sums_fn() -> Any:
     return function("ckpt_ld1_block_sums", [p, n, n, p, p, u64, u64, p, p])
 
 
+@functools.cache
+def _block_sums_on_fn() -> Any:
+    """The C function that takes the path (plain C, AVX-512) to run, or None."""
+    p, n, u64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64
+    args = [p, n, n, p, p, u64, u64, p, p, ctypes.c_int]
+    return function("ckpt_ld1_block_sums_on", args, ctypes.c_int)
+
+
+#: ``block_sums_on``'s paths: the one the CPU runs fastest, then each one by name.
+PATHS = {"auto": 0, "c": 1, "avx512": 2}
+
+
 def available() -> bool:
     """Whether the compiled block sums are in use."""
     return _block_sums_fn() is not None
@@ -54,3 +66,17 @@ def block_sums(rows: Any, a: Any, c: Any, m1: int, m2: int) -> Any | None:
         sums.ctypes.data + 8 * n,
     )
     return sums
+
+
+def block_sums_on(rows: Any, a: Any, c: Any, m1: int, m2: int, path: str) -> tuple[Any, str]:
+    """``block_sums`` on one path of the kernel (``PATHS``; a path this CPU lacks runs the next
+    slower one), and the path taken: for the tests, which compare every path with numpy."""
+    import numpy as np
+
+    fn = _block_sums_on_fn()
+    assert fn is not None and rows.flags.c_contiguous
+    n, width = rows.shape
+    sums = np.empty((2, n), np.uint64)
+    args = (rows.ctypes.data, n, width, a.ctypes.data, c.ctypes.data, m1, m2)
+    taken = fn(*args, sums.ctypes.data, sums.ctypes.data + 8 * n, PATHS[path])
+    return sums, {v: k for k, v in PATHS.items()}[taken]

@@ -53,3 +53,34 @@ def test_rows_not_contiguous_fall_back_to_numpy() -> None:
     words = np.zeros((4, 2 * BW), np.uint64)[:, :BW]
     a, c = ld1_fold.tables()
     assert ld1_kernel.block_sums(words, a, c, ld1_fold.M1, ld1_fold.M2) is None
+
+
+def _sums(rows: np.ndarray, a: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Both sums of rows of any width, as the kernel's comment defines them (mod 2^64)."""
+    y = rows + a
+    for m in (ld1_fold.M1, ld1_fold.M2):
+        y = y * np.uint64(m)
+        y ^= y >> np.uint64(32)
+    return np.stack([y.sum(axis=1, dtype=np.uint64), (y * c).sum(axis=1, dtype=np.uint64)])
+
+
+@pytest.mark.parametrize("path", ["c", "avx512", "auto"])
+@pytest.mark.parametrize("width", [BW, 8, 7, 5, 1])
+def test_every_path_of_the_kernel_gives_numpys_sums(path: str, width: int) -> None:
+    """Plain C and AVX-512 (eight words a step with its 64-bit multiply, where this CPU has
+    AVX512DQ): the same sums to the bit, also for rows whose width leaves words after the last
+    whole vector."""
+    rng = np.random.default_rng(width)
+    blocks = 3
+    rows = rng.integers(0, 2**64, (blocks, width), dtype=np.uint64, endpoint=False)
+    rows[0, :] = np.uint64(2**64 - 1)  # every carry
+    a, c = ld1_fold.tables()
+    a, c = np.ascontiguousarray(a[:width]), np.ascontiguousarray(c[:width])
+    want = _sums(rows, a, c)
+    if width == BW:  # the reference is the library's numpy route
+        assert np.array_equal(want, ld1_fold._block_sums_np(rows, a, c))
+    got, taken = ld1_kernel.block_sums_on(rows, a, c, ld1_fold.M1, ld1_fold.M2, path)
+    assert taken in ld1_kernel.PATHS
+    if path != "auto":
+        assert ld1_kernel.PATHS[taken] <= ld1_kernel.PATHS[path]
+    assert np.array_equal(got, want), (path, taken)
