@@ -85,11 +85,12 @@ class RemoteLocation(RemoteBulk, Location):
 
     # Questions answered from the listing.
 
-    def _children(self) -> dict[str, list[str]]:
-        self._listing.ensure(self._dir)
-        groups: dict[str, list[str]] = {}
-        for k in self._listing.below(self._dir):
-            groups.setdefault(k[len(self._dir) :].split("/", 1)[0], []).append(k)
+    def _children(self) -> dict[str, list[tuple[str, int, float]]]:
+        """The keys below, with their sizes and times, by child name (taken in one go: see
+        ``Listing.below_info``)."""
+        groups: dict[str, list[tuple[str, int, float]]] = {}
+        for k in self._listing.below_info(self._dir):
+            groups.setdefault(k[0][len(self._dir) :].split("/", 1)[0], []).append(k)
         groups.pop("", None)  # a "directory marker" object named like the prefix itself
         return groups
 
@@ -127,14 +128,11 @@ class RemoteLocation(RemoteBulk, Location):
                 raise NotACheckpointDirError(f"{self} is a file, not a directory")
             raise NotFoundError(f"{self} does not exist")
         out = []
-        info = self._listing.info
         for name, keys in sorted(groups.items()):
-            whole = f"{self._dir}{name}"
-            if keys == [whole]:
-                size, mtime = info[whole]
-                out.append(Entry(name, False, size, mtime))
+            if len(keys) == 1 and keys[0][0] == f"{self._dir}{name}":
+                out.append(Entry(name, False, keys[0][1], keys[0][2]))
             else:
-                out.append(Entry(name, True, 0, max(info[k][1] for k in keys)))
+                out.append(Entry(name, True, 0, max(mtime for _, _, mtime in keys)))
         return out
 
     def walk(self) -> Iterator[tuple[str, Entry]]:
