@@ -69,7 +69,7 @@ class TrendUnit:
     parts: tuple[Part, ...]
     per_step: int  # a step's share of a block (``read.step_block``)
     budget: int  # the block budget (``TrendOptions.block_bytes``)
-    cache: int  # bytes of the chunk cache a worker opens the steps with
+    cache: int  # bytes of the chunk cache one process reading the plan opens the steps with
 
     @property
     def nbytes(self) -> int:
@@ -243,8 +243,8 @@ def _store(unit: TrendUnit, source: StepSource) -> ItemStore:
         stores = _STORES[unit.run]
         if source.step not in stores:
             context = next((s.context for s in stores.values()), None)
-            if context is None and unit.cache:
-                context = cached_context(unit.cache)
+            if context is None and unit.cache:  # the units running at once each walk chunks
+                context = cached_context(unit.cache * UNITS_PER_WORKER)
             location = open_location(source.item, source.storage)
             stores[source.step] = ItemStore(location, source.zarr3, context)
         return stores[source.step]
