@@ -5,6 +5,7 @@ Run from the repository root::
 
     .venv/bin/python bench/bench_trend.py              # 4 steps x 256 MiB
     .venv/bin/python bench/bench_trend.py --mib 1024   # the issue's 4 x 1 GiB
+    .venv/bin/python bench/bench_trend.py --workers 2 --no-numpy   # trend on 1 vs 2 workers
 
 The run is built once with REAL Orbax under ``bench/out/trend/`` (git-ignored): a
 CheckpointManager root of 4 steps, ``params.embed`` of ``--mib`` MiB float32 saved in 4 MiB
@@ -15,7 +16,9 @@ taking turns; the median wall and CPU time (user + system) and the peak RSS (``w
 reported, with the load (``uptime``) before and after: on a shared host, load stretches wall
 time far more than CPU time. ``ckpt trend, CKPT_KERNELS=0`` is trend with its statistics in
 numpy (``core/trend/kernel.py``); ``--no-orbax`` leaves out the Orbax restore, which holds
-about 10 GiB at ``--mib 1024``.
+about 10 GiB at ``--mib 1024``. ``--workers N`` adds ``ckpt trend --workers N --force-split``
+(local worker processes, units of the default ``--unit-bytes``; its peak RSS is the largest
+process's: the driver or one worker); ``--no-numpy`` leaves out the numpy contender.
 """
 
 from __future__ import annotations
@@ -89,6 +92,13 @@ def main() -> None:
         action="store_true",
         help="leave out the Orbax restore (it holds ~10 GiB at --mib 1024)",
     )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="also time trend on this many local worker processes (--force-split)",
+    )
+    ap.add_argument("--no-numpy", action="store_true", help="leave out CKPT_KERNELS=0")
     args = ap.parse_args()
     root = (
         WORKDIR / f"run_{args.mib}mib"
@@ -108,9 +118,13 @@ def main() -> None:
     contenders = {
         "ckpt trend": (trend_cmd, ENV),
         "ckpt verify --deep": ([*CKPT, "verify", str(root), "--deep", "--json"], ENV),
-        # The same trend with its statistics in numpy (what it ran before the kernel).
-        "ckpt trend, CKPT_KERNELS=0": (trend_cmd, {**ENV, "CKPT_KERNELS": "0"}),
     }
+    if args.workers:
+        scaled = [*trend_cmd, "--workers", str(args.workers), "--force-split"]
+        contenders[f"ckpt trend --workers {args.workers}"] = (scaled, ENV)
+    if not args.no_numpy:
+        # The same trend with its statistics in numpy (what it ran before the kernel).
+        contenders["ckpt trend, CKPT_KERNELS=0"] = (trend_cmd, {**ENV, "CKPT_KERNELS": "0"})
     if not args.no_orbax:
         contenders["(a) orbax restore + numpy"] = ([PYTHON, "-c", RESTORE, str(root)], ENV)
     runs: dict[str, list[Run]] = {name: [] for name in contenders}
@@ -129,8 +143,11 @@ def main() -> None:
             }
         )
     load_after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    trend, verify, numpy_trend = rows[:3]
-    orbax = rows[3] if len(rows) > 3 else None
+    named = {r["contender"]: r for r in rows}
+    trend, verify = named["ckpt trend"], named["ckpt verify --deep"]
+    numpy_trend = named.get("ckpt trend, CKPT_KERNELS=0")
+    workers = named.get(f"ckpt trend --workers {args.workers}")
+    orbax = named.get("(a) orbax restore + numpy")
     result = {
         "cpus": os.cpu_count(),
         "steps": STEPS,
@@ -141,9 +158,18 @@ def main() -> None:
         "rows": rows,
         "trend_vs_verify_time": round(trend["wall_s"] / verify["wall_s"], 2),
         "trend_vs_verify_cpu": round(trend["cpu_s"] / verify["cpu_s"], 2),
-        "numpy_trend_vs_verify_time": round(numpy_trend["wall_s"] / verify["wall_s"], 2),
-        "numpy_trend_vs_verify_cpu": round(numpy_trend["cpu_s"] / verify["cpu_s"], 2),
     }
+    if numpy_trend is not None:
+        result["numpy_trend_vs_verify_time"] = round(numpy_trend["wall_s"] / verify["wall_s"], 2)
+        result["numpy_trend_vs_verify_cpu"] = round(numpy_trend["cpu_s"] / verify["cpu_s"], 2)
+    if workers is not None:
+        result["workers"] = args.workers
+        result["workers_vs_one_time"] = round(workers["wall_s"] / trend["wall_s"], 2)
+        result["workers_vs_verify_time"] = round(workers["wall_s"] / verify["wall_s"], 2)
+        docs = [json.loads(runs[name][0].out) for name in ("ckpt trend", workers["contender"])]
+        result["workers_scale"] = docs[1].pop("scale")
+        docs[0].pop("scale")
+        result["workers_same_document"] = docs[0] == docs[1]
     if orbax is not None:
         result["trend_vs_orbax_time"] = round(trend["wall_s"] / orbax["wall_s"], 2)
         result["trend_vs_orbax_rss"] = round(trend["peak_rss_mib"] / orbax["peak_rss_mib"], 2)

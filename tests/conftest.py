@@ -30,7 +30,7 @@ pytest_plugins = [
     "tests.support.tutorial_run",  # tutorial_run: the tutorial's run, saved once per worker
     "tests.support.wheel",  # dists, wheel_venv, extras_venv: the built sdist and wheel, venvs of the wheel
     "tests.support.keras_loader",  # keras_loader: one Keras 3 loader process per worker
-    "tests.support.trend_runs",  # trend_runs: training runs saved at every step (ckpt trend)
+    "tests.support.trend_runs",  # trend_runs, wide_run: runs saved at every step (ckpt trend)
 ]
 
 
@@ -40,7 +40,15 @@ S3_SERVERS = ("moto", "seaweedfs")
 #: Session fixtures each xdist worker would build for itself (a training run saved, a Keras
 #: process, the wheel and its venvs behind a lock the other worker waits on): the tests that
 #: take one run on one worker (``xdist_groups``), so it is built once per run.
-ONE_WORKER = ("tutorial_run", "trend_runs", "keras_loader", "dists", "wheel_venv", "extras_venv")
+ONE_WORKER = (
+    "tutorial_run",
+    "trend_runs",
+    "wide_run",
+    "keras_loader",
+    "dists",
+    "wheel_venv",
+    "extras_venv",
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:

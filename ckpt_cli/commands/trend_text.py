@@ -16,12 +16,20 @@ from ckpt_cli.commands._text import (
     text_width,
     wrap,
 )
+from ckpt_cli.core.scale import Scale
 from ckpt_cli.core.trend.types import LeafTrend, TrendReport
 
 BARS = "▁▂▃▄▅▆▇█"
 #: Widest sparkline: more steps than this are sampled evenly (first and last kept).
 SPARK_WIDTH = 16
 _PARTS = (("params", "parameters"), ("opt_state", "optimizer state"))
+
+
+def scale_line(scale: Scale) -> str:
+    """How a run asked to scale out read (a note on stderr)."""
+    if not scale.split:
+        return f"not split: {scale.reason}"
+    return f"{scale.units} units on {scale.workers} {scale.executor} workers"
 
 
 def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:

@@ -5,14 +5,15 @@ scales out takes (``--executor``, ``--workers``, ``--scheduler``, ``--force-spli
 ``ScaleOptions`` is built once from the command line (``from_flags``) and passed whole: the
 command's run holds it (``commands/_context.Run.scale``), a writer's ``WriteOptions`` is built
 from it (its ``executor`` and ``unit_bytes``, the fields the public API has always taken), and
-verify's deep pass takes its executor and unit size. The memory
-limit is not part of it: every array command bounds its memory (diff, digest, export and import
+verify's deep pass and trend take its executor and unit size (how such a read-only pass ran
+is its report's ``Scale``). The memory limit is not part of it: every array command bounds its memory (diff, digest, export and import
 too, which never scale out), and a writer checks it against its chunk size (``WriteOptions``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import TypedDict, cast
 
 from ckpt_cli.core.executor import ExecutorSpec
 
@@ -49,3 +50,33 @@ class ScaleOptions:
     def scaled(self) -> bool:
         """Whether the work is split into units run by workers (else: this process)."""
         return self.executor.scaled
+
+
+class ReadScaleJSON(TypedDict):
+    """How a read-only pass asked to scale out ran (``verify --deep``, ``trend``): split into
+    units on the workers, or kept in one process (``split`` false, ``reason`` says why; no
+    unit ran)."""
+
+    executor: str
+    workers: int
+    units: int
+    worker_seconds: float  # summed time inside units
+    split: bool
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How a read-only pass asked to scale out ran (``ReadScaleJSON``)."""
+
+    executor: str
+    workers: int
+    units: int = 0
+    worker_seconds: float = 0.0
+    split: bool = True
+    reason: str | None = None
+
+    def to_json(self) -> ReadScaleJSON:
+        out = cast("ReadScaleJSON", asdict(self))  # the fields are the document's
+        out["worker_seconds"] = round(self.worker_seconds, 3)
+        return out

@@ -21,6 +21,7 @@ WORKER_PRELOAD = (
     "tensorstore",
     "ckpt_cli.core.write.distributed",
     "ckpt_cli.core.verify.distributed",
+    "ckpt_cli.core.trend.distributed",
 )
 #: Times this process ran the worker initializer (1 in a pool worker, 0 in the driver).
 _WORKER_STARTS = 0

@@ -54,8 +54,11 @@ def _ids(sig: signal.Signals) -> str:
         pytest.param(["verify", "{root}", "--deep", "--json"], id="verify-deep-json"),
         pytest.param(["diff", "{root}@1", "{root}@2", "--filter", "embed"], id="diff"),
         pytest.param(["inspect", "{root}", "--stats", "--flat"], id="inspect-stats"),
-        # its one-chunk embedding streams at both steps at once (core/trend/run.py's _stream)
+        # its one-chunk embedding streams at both steps at once (core/trend/read.py's _stream)
         pytest.param(["trend", "{root}", "--json"], id="trend-streamed"),
+        pytest.param(
+            ["trend", "{root}", "--workers", "2", "--force-split", "--json"], id="trend-workers"
+        ),
         pytest.param(
             ["verify", "{root}", "--deep", "--workers", "2", "--force-split"], id="verify-workers"
         ),

@@ -27,11 +27,12 @@ def test_json_is_the_documented_shape(cli, trend_runs: TrendRuns) -> None:  # ty
     r = cli("trend", trend_runs.diverged, "--json")
     assert r.code == 0, r.stderr  # without --check, findings do not fail the command
     doc = r.json()
-    assert doc["schema_version"] == TrendReport.SCHEMA_VERSION == 2
+    assert doc["schema_version"] == TrendReport.SCHEMA_VERSION == 3
     assert set(doc) == {
         "schema_version", "root", "item", "steps", "leaves", "metrics", "findings",
-        "thresholds", "skipped_reads", "ok",
+        "thresholds", "skipped_reads", "scale", "ok",
     }  # fmt: skip
+    assert doc["scale"] is None  # not asked to scale out
     assert doc["steps"] == list(range(1, STEPS + 1)) and doc["item"] == "default"
     assert doc["leaves"]
     for leaf in doc["leaves"]:

@@ -77,6 +77,10 @@ NOT_RUN: dict[tuple[str, str], str] = {
         "ckpt verify run/ --deep --executor dask",
     ): "starts a Dask cluster (seconds); tests/e2e/test_scale_out.py runs verify on one",
     (
+        "docs/how-to/trend.md",
+        "ckpt trend s3://bucket/exp7 --executor dask --scheduler tcp://10.0.0.5:8786",
+    ): "needs the Dask cluster at 10.0.0.5; tests/commands/test_trend_workers.py runs trend on one",
+    (
         "docs/how-to/doctor.md",
         "ckpt doctor runs/big --target model:sharded_state --hosts 2",
     ): "a 1 GiB checkpoint (make_big.py); tests/core/doctor/test_preflight.py checks --hosts",

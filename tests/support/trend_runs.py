@@ -29,6 +29,14 @@ DEAD_UNIT = 7
 DEAD_STEP = 3
 
 
+#: ``wide_run``: its steps, and the leaf sharded over 8 devices in chunks of 256 rows (4 MiB a
+#: step: several blocks, so a scaled-out trend cuts it into units), NaN at ``WIDE_NAN_STEP``.
+WIDE_STEPS = (10, 20, 30)
+WIDE_LEAF = "params.embed"
+WIDE_SHAPE = (2048, 512)
+WIDE_NAN_STEP = 30
+
+
 @dataclass(frozen=True)
 class TrendRuns:
     healthy: Path
@@ -98,3 +106,42 @@ def trend_runs(tmp_path_factory: pytest.TempPathFactory) -> TrendRuns:
     losses = train(base / "healthy", None)
     train(base / "diverged", NAN_STEP)
     return TrendRuns(base / "healthy", base / "diverged", losses)
+
+
+def save_wide(root: Path) -> None:
+    """``WIDE_STEPS`` of a CheckpointManager: ``WIDE_LEAF`` sharded by rows over 8 devices,
+    moving each step (a NaN at ``WIDE_NAN_STEP``), a replicated kernel that never moves, and
+    the step counter."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import orbax.checkpoint as ocp
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
+    rs = np.random.RandomState(0)
+    embed = rs.normal(size=WIDE_SHAPE).astype(np.float32)
+    kernel = rs.normal(size=(64, 32)).astype(np.float32)
+    with ocp.CheckpointManager(root.absolute()) as mngr:
+        for step in WIDE_STEPS:
+            embed = embed + 0.01 * rs.normal(size=WIDE_SHAPE).astype(np.float32)
+            values = embed.copy()
+            if step == WIDE_NAN_STEP:
+                values[3, 7] = math.nan
+            tree = {
+                "params": {
+                    "embed": jax.device_put(jnp.asarray(values), NamedSharding(mesh, P("data"))),
+                    "kernel": jax.device_put(jnp.asarray(kernel), NamedSharding(mesh, P())),
+                },
+                "step": jnp.asarray(step, jnp.int32),
+            }
+            mngr.save(step, args=ocp.args.StandardSave(tree))
+        mngr.wait_until_finished()
+
+
+@pytest.fixture(scope="session")
+def wide_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("trend-wide") / "run"
+    save_wide(root)
+    return root

@@ -309,8 +309,14 @@ class ItemStore:
             value = self.reader(name, info, label).read(()).result().reshape(-1)[0].item()
         return value
 
+    @property
+    def multi_chunk_blocks(self) -> bool:
+        """Whether this item's readers read blocks spanning chunks (``LeafReader``): all but
+        an unmerged OCDBT item of several processes' databases (``_UnmergedReader``)."""
+        return not (self.layout == "ocdbt-unmerged" and len(self.process_dbs) > 1)
+
     def reader(self, name: str, info: ArrayInfo, label: str = "") -> LeafReader:
-        if self.layout == "ocdbt-unmerged" and len(self.process_dbs) > 1:
+        if not self.multi_chunk_blocks:
             if name not in self._raw_headers:
                 self.read_headers([name])
             return _UnmergedReader(self, name, info)

@@ -1,5 +1,10 @@
 """Statistics of one leaf at one step, merged block by block (and across workers) in float64.
 
+The sums (of the values, their squares, the squared updates) are exact across blocks: each is
+kept as Shewchuk's non-overlapping partials (what ``math.fsum`` keeps) and rounded once when
+read, so the figures do not depend on the order blocks merge in: one process or many workers,
+any split into units, give the same bits. Within a block the kernel (or numpy) sums in float64.
+
 Every figure but ``nonfinite`` and ``zeros`` is over the finite values; ``update`` sums the
 squared difference to the previous step over the elements finite at both steps. For a leaf of
 two or more dimensions, ``alive`` marks its units (the last axis: a Dense kernel's outputs)
@@ -9,7 +14,7 @@ holding any value that is not 0 (NaN counts as not 0); blocks merge by OR-ing it
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ckpt_cli.core.trend.kernel import Stats, block_stats
@@ -21,11 +26,11 @@ class Acc:
     finite: int = 0
     zeros: int = 0
     nonfinite: int = 0
-    total: float = 0.0  # sum of the finite values
-    squares: float = 0.0  # sum of their squares
     max_abs: float = 0.0
-    update: float = 0.0  # sum of (x - prev)^2 where both are finite
     alive: Any = None  # numpy bool per unit (2-D and up), None for fewer dimensions
+    #: The exact sums' partials: of the finite values, of their squares, of (x - prev)^2 where
+    #: both are finite (``total``, ``squares``, ``update`` round them).
+    sums: tuple[list[float], list[float], list[float]] = field(default_factory=lambda: ([], [], []))
 
     def add(self, x: Any, prev: Any = None, units: tuple[int, slice] | None = None) -> None:
         """Fold one block (and the same block of the previous step) in; ``units``: the leaf's
@@ -48,24 +53,48 @@ class Acc:
         self.zeros += zeros
         self.nonfinite += nonfinite
         self.finite += a.size - nonfinite
-        self.total += total
-        self.squares += squares
         self.max_abs = max(self.max_abs, max_abs)
-        self.update += update
+        for partials, value in zip(self.sums, (total, squares, update), strict=True):
+            _grow(partials, value)
 
     def merge(self, other: Acc) -> Acc:
-        """Both accumulators as one (blocks read by different workers)."""
+        """Both accumulators as one (blocks read by different workers): exact, so any order of
+        merging gives the same figures."""
+        sums = ([*self.sums[0]], [*self.sums[1]], [*self.sums[2]])
+        for partials, more in zip(sums, other.sums, strict=True):
+            for value in more:
+                _grow(partials, value)
         return Acc(
             self.size + other.size,
             self.finite + other.finite,
             self.zeros + other.zeros,
             self.nonfinite + other.nonfinite,
-            self.total + other.total,
-            self.squares + other.squares,
             max(self.max_abs, other.max_abs),
-            self.update + other.update,
             _or(self.alive, other.alive),
+            sums,
         )
+
+    def again(self) -> Acc:
+        """The figures of the same values at the next step (a step not read: its recorded
+        digest is this one's), with no update."""
+        alive = None if self.alive is None else self.alive.copy()
+        sums: tuple[list[float], list[float], list[float]] = ([*self.sums[0]], [*self.sums[1]], [])
+        return Acc(self.size, self.finite, self.zeros, self.nonfinite, self.max_abs, alive, sums)
+
+    @property
+    def total(self) -> float:
+        """The sum of the finite values."""
+        return _round(self.sums[0])
+
+    @property
+    def squares(self) -> float:
+        """The sum of their squares."""
+        return _round(self.sums[1])
+
+    @property
+    def update(self) -> float:
+        """The sum of (x - prev)^2 over the elements finite at both steps."""
+        return _round(self.sums[2])
 
     @property
     def norm(self) -> float:
@@ -87,6 +116,37 @@ class Acc:
     def update_norm(self) -> float:
         """||x - prev|| of the blocks added with a previous step's."""
         return math.sqrt(self.update)
+
+
+def _grow(partials: list[float], x: float) -> None:
+    """Add ``x`` to the exact sum held as non-overlapping ``partials`` (Shewchuk's algorithm,
+    as ``math.fsum``). An overflow or a value that is not finite leaves one partial: the sum
+    is then Inf or NaN whatever the order, as float64 sums are."""
+    if not math.isfinite(x) or (partials and not math.isfinite(partials[-1])):
+        partials[:] = [sum(partials) + x]
+        return
+    i = 0
+    for y in partials:
+        if abs(x) < abs(y):
+            x, y = y, x
+        hi = x + y
+        if not math.isfinite(hi):
+            partials[:] = [hi]
+            return
+        lo = y - (hi - x)
+        if lo:
+            partials[i] = lo
+            i += 1
+        x = hi
+    partials[i:] = [x]
+
+
+def _round(partials: list[float]) -> float:
+    """The exact sum of ``partials``, rounded once."""
+    try:
+        return math.fsum(partials)
+    except (OverflowError, ValueError):  # Inf and -Inf, or an overflow: what float64 gives
+        return sum(partials)
 
 
 def _or(a: Any, b: Any) -> Any:

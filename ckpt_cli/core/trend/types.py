@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Literal, TypedDict, cast
 
+from ckpt_cli.core.scale import ReadScaleJSON, Scale
 from ckpt_cli.core.schema import JSONValue
 
 if TYPE_CHECKING:
@@ -145,6 +146,7 @@ class TrendJSON(TypedDict):
     findings: list[TrendFindingJSON]
     thresholds: ThresholdsJSON
     skipped_reads: int
+    scale: ReadScaleJSON | None
     ok: bool
 
 
@@ -208,8 +210,9 @@ class Finding:
 @dataclass(frozen=True)
 class TrendReport:
     #: 1: the first version. 2: ``dead_units``, ``new_dead_units`` per step, the ``dead``
-    #: finding and its threshold, ``skipped_reads``.
-    SCHEMA_VERSION: ClassVar[int] = 2
+    #: finding and its threshold, ``skipped_reads``. 3: ``scale`` (how a run asked to scale
+    #: out read).
+    SCHEMA_VERSION: ClassVar[int] = 3
 
     root: str
     item: str
@@ -220,6 +223,8 @@ class TrendReport:
     options: TrendOptions
     #: Leaf-steps not read: their recorded digest equals the previous listed step's.
     skipped_reads: int = 0
+    #: How the reads scaled out (None: not asked to).
+    scale: Scale | None = None
 
     @property
     def ok(self) -> bool:
@@ -246,6 +251,7 @@ class TrendReport:
                 "dead_units": o.dead_units,
             },
             "skipped_reads": self.skipped_reads,
+            "scale": None if self.scale is None else self.scale.to_json(),
             "ok": self.ok,
         }
 

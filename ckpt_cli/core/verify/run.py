@@ -19,6 +19,7 @@ from ckpt_cli.core.executor import Executor, ExecutorSpec, decline, open_executo
 from ckpt_cli.core.format.discovery import detect
 from ckpt_cli.core.format.names import COMMIT_MARKER, PRUNE_LOCK
 from ckpt_cli.core.progress import ByteProgress, Progress, ProgressFn
+from ckpt_cli.core.scale import Scale
 from ckpt_cli.core.split import should_split
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.storage.locks import holder_command, holder_of, take_lock
@@ -36,7 +37,6 @@ from ckpt_cli.core.verify.types import (
     Level,
     Rotation,
     SampleInfo,
-    Scale,
     VerifyOptions,
     VerifyReport,
 )

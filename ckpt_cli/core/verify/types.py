@@ -16,6 +16,7 @@ from ckpt_cli.core.digest.records import DigestRecord, FileSum, LeafDigest
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
 from ckpt_cli.core.format.names import chunk_key
 from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES
+from ckpt_cli.core.scale import ReadScaleJSON, Scale
 from ckpt_cli.core.verify.inventory import Inventory
 from ckpt_cli.core.verify.ocdbt import Ref
 from ckpt_cli.core.verify.problems import Problem, ProblemJSON, problem
@@ -83,16 +84,9 @@ class SummaryJSON(TypedDict):
     warnings: int
 
 
-class VerifyScaleJSON(TypedDict):
+class VerifyScaleJSON(ReadScaleJSON):
     """How a ``--workers``/``--executor dask`` deep pass ran: split into units on the workers,
     or kept in one process (``split`` false, ``reason`` says why; no unit ran)."""
-
-    executor: str
-    workers: int
-    units: int
-    worker_seconds: float  # summed time inside units
-    split: bool
-    reason: str | None
 
 
 class VerifyJSON(TypedDict):
@@ -311,28 +305,6 @@ class SampleInfo:
     bytes: int
     of_bytes: int
     subset: str | None = None  # "n/t"
-
-
-@dataclass(frozen=True)
-class Scale:
-    """How a deep pass asked to scale out ran (``VerifyScaleJSON``)."""
-
-    executor: str
-    workers: int
-    units: int = 0
-    worker_seconds: float = 0.0
-    split: bool = True
-    reason: str | None = None
-
-    def to_json(self) -> VerifyScaleJSON:
-        return {
-            "executor": self.executor,
-            "workers": self.workers,
-            "units": self.units,
-            "worker_seconds": round(self.worker_seconds, 3),
-            "split": self.split,
-            "reason": self.reason,
-        }
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import pytest
 
 import ckpt_cli
 from ckpt_cli.core.digest.records import DIGEST_FILE
-from ckpt_cli.core.trend import run as trend_run
+from ckpt_cli.core.trend import read as trend_read
 from ckpt_cli.core.trend.accum import Acc
 from ckpt_cli.core.trend.plan import plan_trend
 from ckpt_cli.core.trend.run import trend
@@ -210,16 +210,16 @@ def test_figures_merge_across_blocks(
 ) -> None:
     """Blocks of 64 bytes (a leaf of 128 values is read in 8 pieces per step): the same figures
     as whole-leaf reads. (Read through TensorStore: streaming is the next test's.)"""
-    monkeypatch.setattr(trend_run, "MIN_STEP_BLOCK", 64)
-    monkeypatch.setattr(trend_run, "streamed_slabs", lambda *a, **k: None)
+    monkeypatch.setattr(trend_read, "MIN_STEP_BLOCK", 64)
+    monkeypatch.setattr(trend_read, "streamed_slabs", lambda *a, **k: None)
     reads = []
-    real = trend_run.read_block
+    real = trend_read.read_block
 
     def counted(reader: Any, block: Any) -> Any:
         reads.append(block)
         return real(reader, block)
 
-    monkeypatch.setattr(trend_run, "read_block", counted)
+    monkeypatch.setattr(trend_read, "read_block", counted)
     small = trend(plan_trend(trend_runs.diverged, TrendOptions(block_bytes=64)))
     big = reports["diverged"]
     # Dense_0.kernel (8 x 16 float32, 512 bytes): 8 blocks at each of the 6 steps.
@@ -259,9 +259,9 @@ def test_chunks_over_the_block_budget_stream_slab_by_slab(
     """A chunk larger than the block budget is streamed as ``verify --deep`` streams it (range
     reads, zstd decoded as a stream), every step of the leaf in step, never decoded whole
     through TensorStore: the same figures, and with recorded digests the same skipped reads."""
-    monkeypatch.setattr(trend_run, "MIN_STEP_BLOCK", 64)
+    monkeypatch.setattr(trend_read, "MIN_STEP_BLOCK", 64)
     slabs: dict[str, list[int]] = {}
-    real_streamed = trend_run.streamed_slabs
+    real_streamed = trend_read.streamed_slabs
 
     def streamed(info: Any, reader: Any, budget: int) -> Any:
         got = real_streamed(info, reader, budget)
@@ -271,9 +271,9 @@ def test_chunks_over_the_block_budget_stream_slab_by_slab(
             yield _, values
 
     blocks: list[Any] = []
-    real_block = trend_run._block
-    monkeypatch.setattr(trend_run, "streamed_slabs", streamed)
-    monkeypatch.setattr(trend_run, "_block", lambda *a: blocks.append(a[3]) or real_block(*a))
+    real_block = trend_read._block
+    monkeypatch.setattr(trend_read, "streamed_slabs", streamed)
+    monkeypatch.setattr(trend_read, "_block", lambda *a: blocks.append(a[3]) or real_block(*a))
     small = trend(plan_trend(trend_runs.diverged, TrendOptions(block_bytes=64)))
     assert_same_figures(small, reports["diverged"])
     # Dense_0.kernel (8 x 16 float32, one 512-byte chunk): 8 slabs of 64 bytes at each step.
@@ -307,8 +307,8 @@ def test_a_streamed_leaf_is_every_slab_at_every_step_and_stops_at_the_next_slab(
             yield (row, 0), values[step, row : row + 4]
 
     info: Any = SimpleNamespace(shape=(40, 6), nbytes=40 * 6 * 4)  # what _stream reads of it
-    streaming = trend_run._Streaming(1)
-    whole = trend_run._stream("x", info, [slabs(0), None, slabs(2)], lambda n: None, streaming)
+    streaming = trend_read.Streaming(1)
+    whole = trend_read._stream("x", info, [slabs(0), None, slabs(2)], lambda n: None, streaming)
     assert len(read) == 2 * 10
     assert [a.size for a in whole] == [240, 240, 240]
     assert whole[0].norm == pytest.approx(float(np.linalg.norm(values[0].astype(np.float64))))
@@ -317,7 +317,7 @@ def test_a_streamed_leaf_is_every_slab_at_every_step_and_stops_at_the_next_slab(
     assert whole[2].update == pytest.approx(float(np.sum(moved**2)), rel=1e-12)
 
     read.clear()
-    trend_run._stream("x", info, [slabs(0), slabs(1)], lambda n: streaming.stop.set(), streaming)
+    trend_read._stream("x", info, [slabs(0), slabs(1)], lambda n: streaming.stop.set(), streaming)
     assert sorted(read) == [(0, 0), (1, 0)]
 
 
@@ -417,13 +417,13 @@ def test_recorded_digests_skip_the_reads_of_unchanged_leaves(  # type: ignore[no
     assert len(unchanged) == 5 * (STEPS - 1)
 
     reads: list[Any] = []
-    real = trend_run.read_block
+    real = trend_read.read_block
 
     def counted(reader: Any, block: Any) -> Any:
         reads.append(block)
         return real(reader, block)
 
-    monkeypatch.setattr(trend_run, "read_block", counted)
+    monkeypatch.setattr(trend_read, "read_block", counted)
     everything = trend(plan_trend(root, TrendOptions(read_all=True)))
     all_reads = len(reads)
     assert all_reads == 13 * STEPS and everything.skipped_reads == 0  # a block per leaf and step
