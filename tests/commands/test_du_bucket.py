@@ -135,15 +135,20 @@ def test_each_manifest_and_node_is_read_once(cli: Any, s3: S3, s3_prefix: str) -
 
 
 @pytest.mark.moto_only
-def test_the_nodes_of_every_step_are_read_in_one_wave(cli: Any, s3: S3, s3_prefix: str) -> None:
-    """40 steps: the 40 merged roots' b-tree nodes are asked for together, not a few steps at a
-    time (a request costs latency: in flight at once, 40 cost one round trip). The server
-    holds each node's GET until all 40 are in it; du read them one step at a time, or 16 at
-    a time, would never get there."""
+def test_every_step_is_read_in_one_wave(cli: Any, s3: S3, s3_prefix: str) -> None:
+    """40 steps: the 40 merged roots' manifests, their b-tree nodes and the 40
+    ``ocdbt.process_0`` manifests are asked for together, 120 GETs in flight at once, no read
+    waiting for another's answer (a request costs latency: in flight at once, 120 cost one
+    round trip, as ``ls -v``'s one read a step does). The server holds each of those GETs
+    until all 120 are in it; a du that read a step's nodes after its manifests, or a few
+    steps at a time, would never get there."""
     steps = 40
     for step in range(steps):
         s3.put_dir(FIXTURES / "seed_mlp" / "500", f"{s3_prefix}/{step}")
-    node = re.compile(rf"/{re.escape(s3_prefix)}/\d+/default/d/[0-9a-f]{{32}}$")
+    first = re.compile(
+        rf"/{re.escape(s3_prefix)}/\d+/default/"
+        r"(?:d/[0-9a-f]{32}|manifest\.ocdbt|ocdbt\.process_0/manifest\.ocdbt)$"
+    )
     lock, all_in = threading.Lock(), threading.Event()
     held: list[str] = []
     gave_up: list[str] = []  # held 10 s without the others coming
@@ -154,11 +159,11 @@ def test_the_nodes_of_every_step_are_read_in_one_wave(cli: Any, s3: S3, s3_prefi
             return
         with lock:
             gets[path] += 1
-            if node.search(path):
+            if first.search(path):
                 held.append(path)
-                if len(held) == steps:
+                if len(held) == 3 * steps:
                     all_in.set()
-        if node.search(path) and not all_in.wait(10):
+        if first.search(path) and not all_in.wait(10):
             gave_up.append(path)
 
     s3.server.before_request = hold
@@ -168,7 +173,10 @@ def test_the_nodes_of_every_step_are_read_in_one_wave(cli: Any, s3: S3, s3_prefi
         s3.server.before_request = None
         all_in.set()
     assert len(doc["steps"]) == steps and all(s["items"][0]["exact"] for s in doc["steps"])
-    assert len(held) == len(set(held)) == steps and not gave_up
+    assert len(held) == len(set(held)) == 3 * steps and not gave_up
+    nodes = [p for p in held if "/default/d/" in p]
+    assert len(nodes) == steps
+    # Three GETs a step (ListMultipartUploads once more): no read of a node twice, no other.
     assert sum(gets.values()) == 3 * steps + 1, gets
 
 

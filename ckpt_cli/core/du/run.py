@@ -14,7 +14,14 @@ from functools import partial
 
 from ckpt_cli.core.digest.records import DIGEST_FILE, recorded_values
 from ckpt_cli.core.du.deep import add_digests, uncompared, upload_garbage
-from ckpt_cli.core.du.ocdbt import ItemDatabases, ItemWalks, Range, is_ocdbt, walk_item
+from ckpt_cli.core.du.ocdbt import (
+    ItemDatabases,
+    ItemWalks,
+    Range,
+    first_reads,
+    is_ocdbt,
+    walk_item,
+)
 from ckpt_cli.core.du.types import (
     Duplicate,
     DuReport,
@@ -28,7 +35,6 @@ from ckpt_cli.core.format.arrays import parse_zarr_header
 from ckpt_cli.core.format.discovery import detect, legacy_msgpack_error, step_status
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
-    MANIFEST,
     TMP_MARKER,
     TOMBSTONE,
     WRITING_MARKER,
@@ -408,9 +414,10 @@ def disk_usage(
         raise legacy_msgpack_error(location)
     files = {rel: e.size for rel, e in location.walk()}
     total = sum(files.values())
-    # Every OCDBT manifest under the path at once (``max_requests`` in flight on a bucket):
-    # each item's walk then starts from its manifests without a round trip of its own.
-    location.prefetch([location.child(rel) for rel in files if rel.endswith(MANIFEST)])
+    # Every OCDBT manifest under the path at once, and each merged root's b-tree nodes
+    # (``first_reads``; ``max_requests`` in flight on a bucket): each item's walk then starts
+    # from its manifests and nodes without a round trip of its own.
+    location.prefetch([location.child(rel) for rel in first_reads(files)])
     garbage: list[Garbage] = []
     if found.kind == "root":
         steps, garbage, other = _root(location, files)
