@@ -135,19 +135,23 @@ def test_each_manifest_and_node_is_read_once(cli: Any, s3: S3, s3_prefix: str) -
 
 
 @pytest.mark.moto_only
-def test_every_step_is_read_in_one_wave(cli: Any, s3: S3, s3_prefix: str) -> None:
-    """40 steps: the 40 merged roots' manifests, their b-tree nodes and the 40
-    ``ocdbt.process_0`` manifests are asked for together, 120 GETs in flight at once, no read
-    waiting for another's answer (a request costs latency: in flight at once, 120 cost one
-    round trip, as ``ls -v``'s one read a step does). The server holds each of those GETs
-    until all 120 are in it; a du that read a step's nodes after its manifests, or a few
-    steps at a time, would never get there."""
+def test_every_step_is_read_in_one_wave(cli: Any, s3: S3, s3_prefix: str, tmp_path: Path) -> None:
+    """40 recorded steps: the 40 merged roots' manifests, their b-tree nodes, the 40
+    ``ocdbt.process_0`` manifests, the 40 digest records and the listing of the open uploads
+    are asked for together, 161 GETs in flight at once, no read waiting for another's answer
+    (a request costs latency: in flight at once, 161 cost one round trip, as ``ls -v``'s one
+    read a step does). The server holds each of those GETs until all 161 are in it; a du that
+    read a step's nodes after its manifests, or its record afterwards, or a few steps at a
+    time, or listed the uploads at the end, would never get there."""
     steps = 40
-    for step in range(steps):
-        s3.put_dir(FIXTURES / "seed_mlp" / "500", f"{s3_prefix}/{step}")
+    step = tmp_path / "500"
+    shutil.copytree(FIXTURES / "seed_mlp" / "500", step)
+    assert cli("verify", str(step), "--record").code == 0
+    for i in range(steps):
+        s3.put_dir(step, f"{s3_prefix}/{i}")
     first = re.compile(
-        rf"/{re.escape(s3_prefix)}/\d+/default/"
-        r"(?:d/[0-9a-f]{32}|manifest\.ocdbt|ocdbt\.process_0/manifest\.ocdbt)$"
+        rf"/{re.escape(s3_prefix)}/\d+/default/(?:d/[0-9a-f]{{32}}|manifest\.ocdbt"
+        rf"|ocdbt\.process_0/manifest\.ocdbt|_CKPT_DIGESTS\.json)$|^/{BUCKET}/?$"
     )
     lock, all_in = threading.Lock(), threading.Event()
     held: list[str] = []
@@ -161,7 +165,7 @@ def test_every_step_is_read_in_one_wave(cli: Any, s3: S3, s3_prefix: str) -> Non
             gets[path] += 1
             if first.search(path):
                 held.append(path)
-                if len(held) == 3 * steps:
+                if len(held) == 4 * steps + 1:
                     all_in.set()
         if first.search(path) and not all_in.wait(10):
             gave_up.append(path)
@@ -173,11 +177,11 @@ def test_every_step_is_read_in_one_wave(cli: Any, s3: S3, s3_prefix: str) -> Non
         s3.server.before_request = None
         all_in.set()
     assert len(doc["steps"]) == steps and all(s["items"][0]["exact"] for s in doc["steps"])
-    assert len(held) == len(set(held)) == 3 * steps and not gave_up
-    nodes = [p for p in held if "/default/d/" in p]
-    assert len(nodes) == steps
-    # Three GETs a step (ListMultipartUploads once more): no read of a node twice, no other.
-    assert sum(gets.values()) == 3 * steps + 1, gets
+    assert len(held) == len(set(held)) == 4 * steps + 1 and not gave_up
+    assert len([p for p in held if "/default/d/" in p]) == steps
+    # Four GETs a step and ListMultipartUploads: no read of a node twice, no other.
+    assert sum(gets.values()) == 4 * steps + 1, gets
+    assert [d["steps"] for d in doc["duplicates"]]  # the records were read
 
 
 @pytest.mark.moto_only

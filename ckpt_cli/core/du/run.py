@@ -9,12 +9,13 @@ for the data files they reference. No JAX, no array data.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 
 from ckpt_cli.core.digest.records import DIGEST_FILE, recorded_values
 from ckpt_cli.core.du.deep import add_digests, uncompared, upload_garbage
 from ckpt_cli.core.du.ocdbt import (
+    FIRST_READ_BYTES,
     ItemDatabases,
     ItemWalks,
     Range,
@@ -399,6 +400,40 @@ def duplicates(steps: list[StepUsage]) -> list[Duplicate]:
     return out
 
 
+def _first_reads(files: Files) -> list[str]:
+    """``first_reads``, and the items' digest records (``verify --record``), up to
+    ``FIRST_READ_BYTES`` of them: read with the rest, not a request a step afterwards."""
+    out, budget = first_reads(files), FIRST_READ_BYTES
+    for rel, size in files.items():
+        if rel.rpartition("/")[2] == DIGEST_FILE and size <= budget:
+            out.append(rel)
+            budget -= size
+    return out
+
+
+def _uploads_meanwhile(
+    location: Location, root: str | None
+) -> Callable[[], tuple[list[Garbage], str | None]]:
+    """``upload_garbage``, on a bucket begun now in a thread of its own: its requests (and
+    building botocore's client, 0.2 s of CPU) overlap the listing's and the walk's round
+    trips instead of following them. Its answer, or its error, when called."""
+    if location.parallel_reads <= 1:
+        return partial(upload_garbage, location, root)
+    import threading
+    from concurrent.futures import Future
+
+    future: Future[tuple[list[Garbage], str | None]] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(upload_garbage(location, root))
+        except BaseException as e:  # raised where the answer is asked for
+            future.set_exception(e)
+
+    threading.Thread(target=run, name="ckpt-du-uploads", daemon=True).start()
+    return future.result
+
+
 def disk_usage(
     location: Location,
     *,
@@ -412,12 +447,13 @@ def disk_usage(
     found = detect(location)
     if found.kind == "legacy":
         raise legacy_msgpack_error(location)
+    uploads = _uploads_meanwhile(location, str(location) if found.kind == "root" else None)
     files = {rel: e.size for rel, e in location.walk()}
     total = sum(files.values())
-    # Every OCDBT manifest under the path at once, and each merged root's b-tree nodes
-    # (``first_reads``; ``max_requests`` in flight on a bucket): each item's walk then starts
-    # from its manifests and nodes without a round trip of its own.
-    location.prefetch([location.child(rel) for rel in first_reads(files)])
+    # Every OCDBT manifest under the path at once, each merged root's b-tree nodes and the
+    # digest records (``_first_reads``; ``max_requests`` in flight on a bucket): each item's
+    # walk then starts from its manifests and nodes without a round trip of its own.
+    location.prefetch([location.child(rel) for rel in _first_reads(files)])
     garbage: list[Garbage] = []
     if found.kind == "root":
         steps, garbage, other = _root(location, files)
@@ -437,8 +473,8 @@ def disk_usage(
         item, garbage = item_usage(location, location.name, files, None, str(location.parent))
         steps = [StepUsage(None, "", str(location), "-", total, (item,), 0)]
         other = 0
-    uploads, note = upload_garbage(location, str(location) if found.kind == "root" else None)
-    garbage += uploads
+    found_uploads, note = uploads()
+    garbage += found_uploads
     if deep:
         steps = add_digests(steps, memory_limit, on_progress)
     return DuReport(
