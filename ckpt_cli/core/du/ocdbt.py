@@ -83,6 +83,17 @@ NODE_FILE_BYTES = 1 << 20
 FIRST_READ_BYTES = 32 << 20
 
 
+def item_dirs(files: Iterable[str]) -> set[str]:
+    """The directories of the OCDBT items among ``files`` ("" or ending in "/")."""
+    out = set()
+    for rel in files:
+        if (m := _MERGED_BESIDE.fullmatch(rel)) is not None:
+            out.add(m.group(1))
+        elif rel.rpartition("/")[2] == MANIFEST:
+            out.add(rel[: -len(MANIFEST)])
+    return out
+
+
 def first_reads(files: dict[str, int]) -> list[str]:
     """What ``du`` reads before any walk, all at once (``files``: every file under the path,
     with its size): every manifest, and the data files of each merged root beside per-process

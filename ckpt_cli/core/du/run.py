@@ -9,11 +9,11 @@ for the data files they reference. No JAX, no array data.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 
 from ckpt_cli.core.digest.records import DIGEST_FILE, recorded_values
-from ckpt_cli.core.du.deep import add_digests, uncompared, upload_garbage
+from ckpt_cli.core.du.deep import add_digests, uncompared, uploads_meanwhile
 from ckpt_cli.core.du.ocdbt import (
     FIRST_READ_BYTES,
     ItemDatabases,
@@ -21,6 +21,7 @@ from ckpt_cli.core.du.ocdbt import (
     Range,
     first_reads,
     is_ocdbt,
+    item_dirs,
     walk_item,
 )
 from ckpt_cli.core.du.types import (
@@ -401,37 +402,29 @@ def duplicates(steps: list[StepUsage]) -> list[Duplicate]:
 
 
 def _first_reads(files: Files) -> list[str]:
-    """``first_reads``, and the items' digest records (``verify --record``), up to
-    ``FIRST_READ_BYTES`` of them: read with the rest, not a request a step afterwards."""
+    """``first_reads``, the items' digest records (``verify --record``) and the zarr headers
+    of items without OCDBT, up to ``FIRST_READ_BYTES`` of them: read with the rest, not a
+    batch a step afterwards (each its own connections)."""
     out, budget = first_reads(files), FIRST_READ_BYTES
+    ocdbt = item_dirs(out)
     for rel, size in files.items():
-        if rel.rpartition("/")[2] == DIGEST_FILE and size <= budget:
-            out.append(rel)
-            budget -= size
+        name = rel.rpartition("/")[2]
+        if size > budget or (name != DIGEST_FILE and not _plain_header(rel, ocdbt)):
+            continue
+        out.append(rel)
+        budget -= size
     return out
 
 
-def _uploads_meanwhile(
-    location: Location, root: str | None
-) -> Callable[[], tuple[list[Garbage], str | None]]:
-    """``upload_garbage``, on a bucket begun now in a thread of its own: its requests (and
-    building botocore's client, 0.2 s of CPU) overlap the listing's and the walk's round
-    trips instead of following them. Its answer, or its error, when called."""
-    if location.parallel_reads <= 1:
-        return partial(upload_garbage, location, root)
-    import threading
-    from concurrent.futures import Future
-
-    future: Future[tuple[list[Garbage], str | None]] = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(upload_garbage(location, root))
-        except BaseException as e:  # raised where the answer is asked for
-            future.set_exception(e)
-
-    threading.Thread(target=run, name="ckpt-du-uploads", daemon=True).start()
-    return future.result
+def _plain_header(rel: str, ocdbt: set[str]) -> bool:
+    """A zarr header file outside every OCDBT item (``ocdbt``: their directories, "" or
+    ending in "/") and outside the saves ``du`` does not read (unfinished, hidden)."""
+    if rel.rpartition("/")[2] not in HEADERS or TMP_MARKER in rel:
+        return False
+    parts = rel.split("/")
+    if any(p.startswith(".") for p in parts[:-1]):
+        return False
+    return not any("/".join(parts[:i]) + "/" * (i > 0) in ocdbt for i in range(len(parts)))
 
 
 def disk_usage(
@@ -447,7 +440,7 @@ def disk_usage(
     found = detect(location)
     if found.kind == "legacy":
         raise legacy_msgpack_error(location)
-    uploads = _uploads_meanwhile(location, str(location) if found.kind == "root" else None)
+    uploads = uploads_meanwhile(location, str(location) if found.kind == "root" else None)
     files = {rel: e.size for rel, e in location.walk()}
     total = sum(files.values())
     # Every OCDBT manifest under the path at once, each merged root's b-tree nodes and the

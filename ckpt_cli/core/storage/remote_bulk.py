@@ -37,14 +37,17 @@ class RemoteBulk:
 
     def prefetch(self, files: Sequence[Location], tail: int | None = None) -> None:
         """One GET per listed file (``ObjectStore.read_object``), ``max_requests`` of them in
-        flight; the contents wait in the listing's cache."""
+        flight, none for a file the cache already holds; the contents wait in the listing's
+        cache."""
         info = self._listing.info
         wanted = []
         for f in files:
             if isinstance(f, RemoteBulk) and f._listing is self._listing and f.key in info:
                 size = info[f.key][0]
-                if size <= PREFETCH_MAX_BYTES:
-                    whole = tail is None or size <= tail
+                whole = tail is None or size <= tail
+                if size <= PREFETCH_MAX_BYTES and (
+                    self._listing.take(f.key, None if whole else tail) is None
+                ):
                     wanted.append((f.key, None if whole else tail, size))
         if not wanted:
             return
