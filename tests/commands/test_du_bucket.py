@@ -9,6 +9,7 @@ import re
 import shutil
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,42 +135,90 @@ def test_each_manifest_and_node_is_read_once(cli: Any, s3: S3, s3_prefix: str) -
     assert sum(gets.values()) == 3 * 12 + 1, gets
 
 
-@pytest.mark.moto_only
-def test_the_nodes_of_every_step_are_read_in_one_wave(cli: Any, s3: S3, s3_prefix: str) -> None:
-    """40 steps: the 40 merged roots' b-tree nodes are asked for together, not a few steps at a
-    time (a request costs latency: in flight at once, 40 cost one round trip). The server
-    holds each node's GET until all 40 are in it; du read them one step at a time, or 16 at
-    a time, would never get there."""
-    steps = 40
-    for step in range(steps):
-        s3.put_dir(FIXTURES / "seed_mlp" / "500", f"{s3_prefix}/{step}")
-    node = re.compile(rf"/{re.escape(s3_prefix)}/\d+/default/d/[0-9a-f]{{32}}$")
-    lock, all_in = threading.Lock(), threading.Event()
-    held: list[str] = []
-    gave_up: list[str] = []  # held 10 s without the others coming
-    gets: Counter[str] = Counter()
+class HoldAll:
+    """A moto hook (``before_request``): every GET whose path ``wanted`` matches is held until
+    ``count`` of them are in the server (10 s at most: then it is noted in ``gave_up``), so
+    that they pass only if the client asks for all of them without waiting for an answer;
+    ``gets`` counts every GET by path."""
 
-    def hold(kind: str, path: str) -> None:
+    def __init__(self, wanted: Callable[[str], object], count: int) -> None:
+        self.wanted, self.count = wanted, count
+        self.lock, self.all_in = threading.Lock(), threading.Event()
+        self.held: list[str] = []
+        self.gave_up: list[str] = []
+        self.gets: Counter[str] = Counter()
+
+    def __call__(self, kind: str, path: str) -> None:
         if kind != "GET":
             return
-        with lock:
-            gets[path] += 1
-            if node.search(path):
-                held.append(path)
-                if len(held) == steps:
-                    all_in.set()
-        if node.search(path) and not all_in.wait(10):
-            gave_up.append(path)
+        with self.lock:
+            self.gets[path] += 1
+            if self.wanted(path):
+                self.held.append(path)
+                if len(self.held) == self.count:
+                    self.all_in.set()
+        if self.wanted(path) and not self.all_in.wait(10):
+            self.gave_up.append(path)
 
+
+def du_held(cli: Any, s3: S3, url: str, hold: HoldAll) -> dict[str, Any]:
     s3.server.before_request = hold
     try:
-        doc = cli("du", f"s3://{BUCKET}/{s3_prefix}", "--json").json()
+        return cli("du", url, "--json").json()
     finally:
         s3.server.before_request = None
-        all_in.set()
+        hold.all_in.set()
+
+
+@pytest.mark.moto_only
+def test_every_step_is_read_in_one_wave(cli: Any, s3: S3, s3_prefix: str, tmp_path: Path) -> None:
+    """40 recorded steps: the 40 merged roots' manifests, their b-tree nodes, the 40
+    ``ocdbt.process_0`` manifests, the 40 digest records and the listing of the open uploads
+    are asked for together, 161 GETs in flight at once, no read waiting for another's answer
+    (a request costs latency: in flight at once, 161 cost one round trip, as ``ls -v``'s one
+    read a step does). The server holds each of those GETs until all 161 are in it; a du that
+    read a step's nodes after its manifests, or its record afterwards, or a few steps at a
+    time, or listed the uploads at the end, would never get there."""
+    steps = 40
+    step = tmp_path / "500"
+    shutil.copytree(FIXTURES / "seed_mlp" / "500", step)
+    assert cli("verify", str(step), "--record").code == 0
+    for i in range(steps):
+        s3.put_dir(step, f"{s3_prefix}/{i}")
+    first = re.compile(
+        rf"/{re.escape(s3_prefix)}/\d+/default/(?:d/[0-9a-f]{{32}}|manifest\.ocdbt"
+        rf"|ocdbt\.process_0/manifest\.ocdbt|_CKPT_DIGESTS\.json)$|^/{BUCKET}/?$"
+    )
+    hold = HoldAll(first.search, 4 * steps + 1)
+    doc = du_held(cli, s3, f"s3://{BUCKET}/{s3_prefix}", hold)
     assert len(doc["steps"]) == steps and all(s["items"][0]["exact"] for s in doc["steps"])
-    assert len(held) == len(set(held)) == steps and not gave_up
-    assert sum(gets.values()) == 3 * steps + 1, gets
+    assert len(hold.held) == len(set(hold.held)) == 4 * steps + 1 and not hold.gave_up
+    assert len([p for p in hold.held if "/default/d/" in p]) == steps
+    # Four GETs a step and ListMultipartUploads: no read of a node twice, no other.
+    assert sum(hold.gets.values()) == 4 * steps + 1, hold.gets
+    assert [d["steps"] for d in doc["duplicates"]]  # the records were read
+
+
+@pytest.mark.moto_only
+def test_the_headers_of_plain_zarr_steps_are_read_once_in_one_wave(
+    cli: Any, s3: S3, s3_prefix: str
+) -> None:
+    """40 steps saved without OCDBT: every leaf's ``.zarray`` is asked for in the same wave,
+    once (not a batch a step, each on connections of its own, 16 steps at a time). The
+    server holds each header's GET until all 120 are in."""
+    steps, step = 40, FIXTURES / "no_ocdbt" / "0"
+    headers = sorted(p.relative_to(step) for p in step.rglob(".zarray"))
+    assert headers
+    for i in range(steps):
+        s3.put_dir(step, f"{s3_prefix}/{i}")
+    hold = HoldAll(lambda path: path.endswith("/.zarray"), steps * len(headers))
+    doc = du_held(cli, s3, f"s3://{BUCKET}/{s3_prefix}", hold)
+    assert len(doc["steps"]) == steps and not hold.gave_up
+    leaves = doc["steps"][0]["items"][0]["leaves"]
+    assert len(leaves) == len(headers) and all(leaf["dtype"] for leaf in leaves)
+    assert len(hold.held) == len(set(hold.held)) == steps * len(headers)
+    # Each header once, and ListMultipartUploads.
+    assert sum(hold.gets.values()) == steps * len(headers) + 1, hold.gets
 
 
 @pytest.mark.moto_only

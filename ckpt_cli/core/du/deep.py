@@ -11,7 +11,9 @@ shape) that no record covers. Without ``--deep`` they are counted as not compare
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 from ckpt_cli.core.du.types import Garbage, StepUsage
 from ckpt_cli.core.progress import ProgressFn
@@ -107,3 +109,26 @@ def upload_garbage(location: Location, root: str | None) -> tuple[list[Garbage],
             hint = f"parts not counted (over {MAX_COUNTED} open uploads); " + hint
         out.append(Garbage("open-upload", store.url(u.key), size, hint))
     return out, None
+
+
+def uploads_meanwhile(
+    location: Location, root: str | None
+) -> Callable[[], tuple[list[Garbage], str | None]]:
+    """``upload_garbage``, on a bucket begun now in a thread of its own: its requests (and
+    building botocore's client, 0.2 s of CPU) overlap the listing's and the walk's round
+    trips instead of following them. Its answer, or its error, when called."""
+    if location.parallel_reads <= 1:
+        return partial(upload_garbage, location, root)
+    import threading
+    from concurrent.futures import Future
+
+    future: Future[tuple[list[Garbage], str | None]] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(upload_garbage(location, root))
+        except BaseException as e:  # raised where the answer is asked for
+            future.set_exception(e)
+
+    threading.Thread(target=run, name="ckpt-du-uploads", daemon=True).start()
+    return future.result

@@ -45,6 +45,8 @@ from ckpt_cli.errors import CkptError
 
 _PROCESS_MANIFEST = re.compile(r"(ocdbt\.process_\d+)/" + re.escape(MANIFEST))
 _DATA_FILE = re.compile(r"(?:ocdbt\.process_\d+/)?d/[^/]+")
+#: A per-process manifest anywhere below a path: group 1, its item's directory ("" or "…/").
+_MERGED_BESIDE = re.compile(r"((?:.*/)?)ocdbt\.process_\d+/" + re.escape(MANIFEST))
 #: (item-relative file, offset, length)
 Range = tuple[str, int, int]
 #: Where this decoder stops (damage, a form it does not read), or a read fails.
@@ -72,6 +74,45 @@ def databases(files: Iterable[str]) -> list[str]:
 
 def is_ocdbt(files: Iterable[str]) -> bool:
     return bool(databases(files))
+
+
+#: A merged root's data file no larger than this is read whole with the manifests
+#: (``first_reads``), ...
+NODE_FILE_BYTES = 1 << 20
+#: ... until the files so read hold this many bytes: past it, the walk reads their nodes.
+FIRST_READ_BYTES = 32 << 20
+
+
+def item_dirs(files: Iterable[str]) -> set[str]:
+    """The directories of the OCDBT items among ``files`` ("" or ending in "/")."""
+    out = set()
+    for rel in files:
+        if (m := _MERGED_BESIDE.fullmatch(rel)) is not None:
+            out.add(m.group(1))
+        elif rel.rpartition("/")[2] == MANIFEST:
+            out.add(rel[: -len(MANIFEST)])
+    return out
+
+
+def first_reads(files: dict[str, int]) -> list[str]:
+    """What ``du`` reads before any walk, all at once (``files``: every file under the path,
+    with its size): every manifest, and the data files of each merged root beside per-process
+    databases. Those hold only the merged root's b-tree nodes (its values point into the
+    per-process databases), which the walk reads next: read whole in the same wave, they cost
+    no round trip of their own (three reads a step in one wave, not two waves)."""
+    merged = {
+        m.group(1)
+        for rel in files
+        if (m := _MERGED_BESIDE.fullmatch(rel)) and m.group(1) + MANIFEST in files
+    }
+    out = [rel for rel in files if rel.rpartition("/")[2] == MANIFEST]
+    budget = FIRST_READ_BYTES
+    for rel, size in files.items():
+        head, sep, name = rel.rpartition("d/")
+        if sep and "/" not in name and head in merged and size <= min(NODE_FILE_BYTES, budget):
+            out.append(rel)
+            budget -= size
+    return out
 
 
 def _latest(item: Location, db: str) -> dict[bytes, Value | Range]:

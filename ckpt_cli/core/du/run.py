@@ -13,8 +13,17 @@ from collections.abc import Iterator
 from functools import partial
 
 from ckpt_cli.core.digest.records import DIGEST_FILE, recorded_values
-from ckpt_cli.core.du.deep import add_digests, uncompared, upload_garbage
-from ckpt_cli.core.du.ocdbt import ItemDatabases, ItemWalks, Range, is_ocdbt, walk_item
+from ckpt_cli.core.du.deep import add_digests, uncompared, uploads_meanwhile
+from ckpt_cli.core.du.ocdbt import (
+    FIRST_READ_BYTES,
+    ItemDatabases,
+    ItemWalks,
+    Range,
+    first_reads,
+    is_ocdbt,
+    item_dirs,
+    walk_item,
+)
 from ckpt_cli.core.du.types import (
     Duplicate,
     DuReport,
@@ -28,7 +37,6 @@ from ckpt_cli.core.format.arrays import parse_zarr_header
 from ckpt_cli.core.format.discovery import detect, legacy_msgpack_error, step_status
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
-    MANIFEST,
     TMP_MARKER,
     TOMBSTONE,
     WRITING_MARKER,
@@ -393,6 +401,32 @@ def duplicates(steps: list[StepUsage]) -> list[Duplicate]:
     return out
 
 
+def _first_reads(files: Files) -> list[str]:
+    """``first_reads``, the items' digest records (``verify --record``) and the zarr headers
+    of items without OCDBT, up to ``FIRST_READ_BYTES`` of them: read with the rest, not a
+    batch a step afterwards (each its own connections)."""
+    out, budget = first_reads(files), FIRST_READ_BYTES
+    ocdbt = item_dirs(out)
+    for rel, size in files.items():
+        name = rel.rpartition("/")[2]
+        if size > budget or (name != DIGEST_FILE and not _plain_header(rel, ocdbt)):
+            continue
+        out.append(rel)
+        budget -= size
+    return out
+
+
+def _plain_header(rel: str, ocdbt: set[str]) -> bool:
+    """A zarr header file outside every OCDBT item (``ocdbt``: their directories, "" or
+    ending in "/") and outside the saves ``du`` does not read (unfinished, hidden)."""
+    if rel.rpartition("/")[2] not in HEADERS or TMP_MARKER in rel:
+        return False
+    parts = rel.split("/")
+    if any(p.startswith(".") for p in parts[:-1]):
+        return False
+    return not any("/".join(parts[:i]) + "/" * (i > 0) in ocdbt for i in range(len(parts)))
+
+
 def disk_usage(
     location: Location,
     *,
@@ -406,11 +440,13 @@ def disk_usage(
     found = detect(location)
     if found.kind == "legacy":
         raise legacy_msgpack_error(location)
+    uploads = uploads_meanwhile(location, str(location) if found.kind == "root" else None)
     files = {rel: e.size for rel, e in location.walk()}
     total = sum(files.values())
-    # Every OCDBT manifest under the path at once (``max_requests`` in flight on a bucket):
-    # each item's walk then starts from its manifests without a round trip of its own.
-    location.prefetch([location.child(rel) for rel in files if rel.endswith(MANIFEST)])
+    # Every OCDBT manifest under the path at once, each merged root's b-tree nodes and the
+    # digest records (``_first_reads``; ``max_requests`` in flight on a bucket): each item's
+    # walk then starts from its manifests and nodes without a round trip of its own.
+    location.prefetch([location.child(rel) for rel in _first_reads(files)])
     garbage: list[Garbage] = []
     if found.kind == "root":
         steps, garbage, other = _root(location, files)
@@ -430,8 +466,8 @@ def disk_usage(
         item, garbage = item_usage(location, location.name, files, None, str(location.parent))
         steps = [StepUsage(None, "", str(location), "-", total, (item,), 0)]
         other = 0
-    uploads, note = upload_garbage(location, str(location) if found.kind == "root" else None)
-    garbage += uploads
+    found_uploads, note = uploads()
+    garbage += found_uploads
     if deep:
         steps = add_digests(steps, memory_limit, on_progress)
     return DuReport(

@@ -37,14 +37,17 @@ class RemoteBulk:
 
     def prefetch(self, files: Sequence[Location], tail: int | None = None) -> None:
         """One GET per listed file (``ObjectStore.read_object``), ``max_requests`` of them in
-        flight; the contents wait in the listing's cache."""
+        flight, none for a file the cache already holds; the contents wait in the listing's
+        cache."""
         info = self._listing.info
         wanted = []
         for f in files:
             if isinstance(f, RemoteBulk) and f._listing is self._listing and f.key in info:
                 size = info[f.key][0]
-                if size <= PREFETCH_MAX_BYTES:
-                    whole = tail is None or size <= tail
+                whole = tail is None or size <= tail
+                if size <= PREFETCH_MAX_BYTES and (
+                    self._listing.take(f.key, None if whole else tail) is None
+                ):
                     wanted.append((f.key, None if whole else tail, size))
         if not wanted:
             return
@@ -62,15 +65,23 @@ class RemoteBulk:
 
     def read_ranges(self, ranges: Sequence[tuple[Location, int, int]]) -> builtins.list[bytes]:
         """One ranged GET per entry (``ObjectStore.read_objects``: ``max_requests`` or more in
-        flight); the first failure in the order asked raises (as a ``StorageError`` naming the
-        file), after every read has finished."""
+        flight), none for a range of a file prefetched whole (``prefetch``); the first failure
+        in the order asked raises (as a ``StorageError`` naming the file), after every read
+        has finished."""
         if any(not isinstance(loc, RemoteBulk) for loc, _, _ in ranges):
             raise StorageError(f"read_ranges on {self} got locations of another store")
         store = self.store
         keys = [loc.key if isinstance(loc, RemoteBulk) else "" for loc, _, _ in ranges]
-        wanted = [i for i, (_, start, end) in enumerate(ranges) if end > start]
-        answers = store.read_objects([(keys[i], ranges[i][1], ranges[i][2]) for i in wanted])
         out: builtins.list[bytes] = [b""] * len(ranges)
+        wanted = []
+        for i, (loc, start, end) in enumerate(ranges):
+            cache = loc._listing if isinstance(loc, RemoteBulk) else self._listing
+            whole = cache.take(keys[i], None) if end > start else None
+            if whole is not None and end <= len(whole):
+                out[i] = whole[start:end]
+            elif end > start:
+                wanted.append(i)
+        answers = store.read_objects([(keys[i], ranges[i][1], ranges[i][2]) for i in wanted])
         for i, data in zip(wanted, answers, strict=True):
             _, start, end = ranges[i]
             url = store.url(keys[i])

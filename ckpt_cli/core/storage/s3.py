@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -41,6 +42,7 @@ class S3Store(ObjectStore):
         self._endpoint = options.s3_endpoint
         self.region = options.s3_region or "us-east-1"
         self._client: Any = None
+        self._client_lock = threading.Lock()
         self._session: Any = None
         self._signer: Presigner | None = None
         #: Kept-alive connections of small reads (``read_object``) by (scheme, host:port).
@@ -76,7 +78,7 @@ class S3Store(ObjectStore):
         return "default"
 
     def _s3(self) -> Any:
-        with self._lock:
+        with self._client_lock:  # not _lock, which small reads take while a client is built
             if self._client is None:
                 try:
                     import botocore.session
@@ -213,10 +215,8 @@ class S3Store(ObjectStore):
         (AWS_SESSION_TOKEN, or the older AWS_SECURITY_TOKEN)."""
         if self.options.s3_credentials not in ("auto", "environment"):
             return None
-        access, secret = (
-            os.environ.get("AWS_ACCESS_KEY_ID"),
-            os.environ.get("AWS_SECRET_ACCESS_KEY"),
-        )
+        access = os.environ.get("AWS_ACCESS_KEY_ID")
+        secret = os.environ.get("AWS_SECRET_ACCESS_KEY")
         if not access or not secret:
             return None
         token = os.environ.get("AWS_SESSION_TOKEN") or os.environ.get("AWS_SECURITY_TOKEN")

@@ -16,6 +16,7 @@ Likewise a listing page: botocore's response parser spent 64 ms of CPU on a page
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 from collections.abc import Mapping
@@ -41,6 +42,9 @@ def host_header(scheme: str, netloc: str) -> str:
     return netloc[: -len(default)] if default and netloc.endswith(default) else netloc
 
 
+# A URL's query repeats the names and values of the one before (one date a second, one
+# credential): quoting ten of them again was a third of signing ``du``'s 3,000 reads.
+@functools.lru_cache(maxsize=1024)
 def _q(text: str) -> str:
     """RFC 3986 encoding of a query name or value, as SigV4 wants it."""
     return quote(text, safe="-_.~")

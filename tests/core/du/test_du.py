@@ -267,3 +267,25 @@ def test_steps_walk_together_within_a_budget_of_keys(
     alone = disk_usage(open_location(str(root)))
     assert report.to_json() == alone.to_json()
     assert len(report.steps) == 6 and all(s.items[0].exact for s in report.steps)
+
+
+def test_first_reads_are_plain_headers_records_and_ocdbt_metadata(tmp_path: Path) -> None:
+    """What ``du`` fetches at once on a bucket: the zarr headers of a step saved without
+    OCDBT and its digest record, an OCDBT step's manifests and merged-root node file; never
+    the headers of an unfinished save, nor the per-process data files."""
+    root = tmp_path / "run"
+    shutil.copytree(FIXTURES / "no_ocdbt" / "0", root / "0")
+    shutil.copytree(FIXTURES / "no_ocdbt" / "0", root / "1.orbax-checkpoint-tmp-5")
+    shutil.copytree(FIXTURES / "seed_mlp" / "500", root / "2")
+    (root / "0" / "default" / "_CKPT_DIGESTS.json").write_text("{}")
+    files = {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+    got = du_run._first_reads(files)
+    assert len(got) == len(set(got))
+    headers = sorted(r for r in got if r.endswith(".zarray"))
+    assert headers and all(r.startswith("0/default/") for r in headers)
+    assert headers == sorted(r for r in files if r.startswith("0/") and r.endswith(".zarray"))
+    assert "0/default/_CKPT_DIGESTS.json" in got
+    rest = sorted(set(got) - set(headers) - {"0/default/_CKPT_DIGESTS.json"})
+    assert rest and all(r.startswith("2/default/") for r in rest)
+    assert not [r for r in rest if "ocdbt.process_0/d/" in r]
+    assert len([r for r in rest if r.endswith("manifest.ocdbt")]) == 2

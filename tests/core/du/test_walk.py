@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 
 from ckpt_cli.core.du import disk_usage
+from ckpt_cli.core.du import ocdbt as du_ocdbt
 from ckpt_cli.core.du.ocdbt import (
     _walk_decoded,
     _walk_tensorstore,
     databases,
+    first_reads,
     walk_item,
     walk_items,
 )
@@ -206,3 +208,40 @@ def test_the_walks_agree_past_the_versions_a_manifest_holds(tmp_path: Path) -> N
     _walk_decoded(loc, files_of(item))
     wanted = {(str(loc.child(v.path)), v.offset, v.offset + v.length) for v in nodes}
     assert wanted <= set(counting.reads)
+
+
+def test_first_reads_are_every_manifest_and_the_merged_roots_node_files(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Read before any walk: every manifest, and the data files of each merged root beside
+    per-process databases (its b-tree nodes), never a per-process database's data files nor
+    those of a database with no merged root over it; past ``FIRST_READ_BYTES``, no more."""
+    root = FIXTURES / "multiprocess"
+    files = files_of(root)
+    merged = sorted(r for r in files if r.startswith("3/default/d/"))
+    assert merged and [r for r in files if "/ocdbt.process_" in r and "/d/" in r]
+    got = first_reads(files)
+    manifests = sorted(r for r in files if r.endswith("manifest.ocdbt"))
+    assert len(manifests) == 3
+    assert sorted(got) == sorted(manifests + merged)
+    unmerged = files_of(FIXTURES / "unmerged_ocdbt")
+    assert sorted(first_reads(unmerged)) == sorted(
+        r for r in unmerged if r.endswith("manifest.ocdbt")
+    )
+    monkeypatch.setattr(du_ocdbt, "FIRST_READ_BYTES", files[merged[0]] - 1)
+    assert sorted(first_reads(files)) == manifests
+
+
+def test_a_walk_from_first_reads_needs_no_more_reads(tmp_path: Path) -> None:
+    """Three steps of a real save read together by ``first_reads``: every node the walks
+    decode lies in those files (the merged roots' nodes), and the walks give what they give
+    without them."""
+    root = steps_root(tmp_path, 3)
+    files = files_of(root)
+    first = set(first_reads(files))
+    where = open_location(str(root))
+    batches = Batches(where)
+    walks = walk_items(where, items_of(root, where))
+    assert len(walks) == 3 and all(w.exact and w.values for w in walks)
+    read = [r for call in batches.calls for r in call]
+    assert read and {str(Path(f).relative_to(root)) for f, _, _ in read} <= first
