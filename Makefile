@@ -45,6 +45,10 @@ demo: $(STAMP)
 	@echo "== ckpt trend: did the run train? per leaf norms and update ratios over the steps, findings first"
 	$(CKPT) trend $(DEMO) --html $(DEMO)-trend.html
 	@echo "   (the same as one page: $(DEMO)-trend.html)"
+	@echo "== ckpt trend on 2 worker processes (--force-split: this run is too small to pay for them): the same rows and findings, to the bit"
+	$(CKPT) trend $(DEMO) --json > demo_runs/trend-1.json
+	$(CKPT) trend $(DEMO) --workers 2 --force-split --unit-bytes 4KiB --json > demo_runs/trend-w2.json
+	$(PY) -c "import json, sys; a, b = (json.load(open(f)) for f in sys.argv[1:]); print('scale:', b['scale']); a.pop('scale'); b.pop('scale'); print('the same document as one process') if a == b else sys.exit('trend --workers 2 differs')" demo_runs/trend-1.json demo_runs/trend-w2.json
 	@echo "== a sharded checkpoint: which device holds which block"
 	$(CKPT) inspect fixtures/ckpts/sharded_4x2 --layout params.w
 	@echo "== checkpoints of other Orbax releases: a root of 0.4.3 (steps without step metadata), a Composite save of 0.12.8 (state + JSON + ArraySave)"
