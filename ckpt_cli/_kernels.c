@@ -78,9 +78,9 @@ ckpt_ld1_avx512(const unsigned char *words, size_t nblocks, size_t block_words,
  * host runs with numpy. Returns the path taken. AVX2 has no 64-bit multiply: built from 32-bit
  * products it ran slower than plain C here (0.65-0.95 against 0.98-1.27 GB/s a core), so it
  * has no path; AVX-512's ran 2.45-3.50. */
-int ckpt_ld1_block_sums_on(const unsigned char *words, size_t nblocks, size_t block_words,
-                           const uint64_t *a, const uint64_t *c, uint64_t m1, uint64_t m2,
-                           uint64_t *s0, uint64_t *s1, int path) {
+int ckpt_ld1_block_sums(const unsigned char *words, size_t nblocks, size_t block_words,
+                        const uint64_t *a, const uint64_t *c, uint64_t m1, uint64_t m2,
+                        uint64_t *s0, uint64_t *s1, int path) {
 #ifdef CKPT_HAVE_LD1_SIMD
   __builtin_cpu_init();
   if (path != 1 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq")) {
@@ -91,12 +91,6 @@ int ckpt_ld1_block_sums_on(const unsigned char *words, size_t nblocks, size_t bl
   (void)path;
   ckpt_ld1_scalar(words, nblocks, block_words, a, c, m1, m2, s0, s1);
   return 1;
-}
-
-void ckpt_ld1_block_sums(const unsigned char *words, size_t nblocks, size_t block_words,
-                         const uint64_t *a, const uint64_t *c, uint64_t m1, uint64_t m2,
-                         uint64_t *s0, uint64_t *s1) {
-  ckpt_ld1_block_sums_on(words, nblocks, block_words, a, c, m1, m2, s0, s1, 0);
 }
 
 /* ---- trend's statistics of a block (ckpt_cli/core/trend/kernel.py) ---------------------- */

@@ -321,9 +321,9 @@ class DaskExecutor(Executor):
         try:
             for unit in units:  # each submitted as the planner yields it
                 task = self.client.submit(in_slot, fn, unit, stop.name, pure=False, retries=1)
+                index[task.key] = len(futures)
                 futures.append(task)
-                index[futures[-1].key] = len(futures) - 1
-                arrived.add(futures[-1])
+                arrived.add(task)
             for fut in arrived:
                 try:
                     value = fut.result()

@@ -6,8 +6,9 @@ scales out takes (``--executor``, ``--workers``, ``--scheduler``, ``--force-spli
 command's run holds it (``commands/_context.Run.scale``), a writer's ``WriteOptions`` is built
 from it (its ``executor`` and ``unit_bytes``, the fields the public API has always taken), and
 verify's deep pass and trend take its executor and unit size (how such a read-only pass ran
-is its report's ``Scale``). The memory limit is not part of it: every array command bounds its memory (diff, digest, export and import
-too, which never scale out), and a writer checks it against its chunk size (``WriteOptions``).
+is its report's ``Scale``). The memory limit is not part of it: every array command bounds its
+memory (diff, digest, export and import too, which never scale out), and a writer checks it
+against its chunk size (``WriteOptions``).
 """
 
 from __future__ import annotations

@@ -20,20 +20,14 @@ from ckpt_cli.core.kernels import function
 
 @functools.cache
 def _block_sums_fn() -> Any:
-    """The C function, or None (not built, not loadable, or turned off)."""
-    p, n, u64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64
-    return function("ckpt_ld1_block_sums", [p, n, n, p, p, u64, u64, p, p])
-
-
-@functools.cache
-def _block_sums_on_fn() -> Any:
-    """The C function that takes the path (plain C, AVX-512) to run, or None."""
+    """The C function (its last argument: the path to run, ``PATHS``), or None (not built, not
+    loadable, or turned off)."""
     p, n, u64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64
     args = [p, n, n, p, p, u64, u64, p, p, ctypes.c_int]
-    return function("ckpt_ld1_block_sums_on", args, ctypes.c_int)
+    return function("ckpt_ld1_block_sums", args, ctypes.c_int)
 
 
-#: ``block_sums_on``'s paths: the one the CPU runs fastest, then each one by name.
+#: The kernel's paths: the one the CPU runs fastest, then each one by name.
 PATHS = {"auto": 0, "c": 1, "avx512": 2}
 
 
@@ -45,35 +39,20 @@ def available() -> bool:
 def block_sums(rows: Any, a: Any, c: Any, m1: int, m2: int) -> Any | None:
     """``(2, n)`` uint64: both sums of each row of ``rows`` (n rows of whole blocks of words,
     C-contiguous, any alignment) with the tables ``a`` and ``c``; None: use numpy."""
-    import numpy as np
-
-    fn = _block_sums_fn()
-    if fn is None or not rows.flags.c_contiguous:
+    if _block_sums_fn() is None or not rows.flags.c_contiguous:
         return None
-    n, width = rows.shape
+    width = rows.shape[1]
     if a.shape != (width,) or c.shape != (width,):
         return None
-    sums = np.empty((2, n), np.uint64)
-    fn(
-        rows.ctypes.data,
-        n,
-        width,
-        a.ctypes.data,
-        c.ctypes.data,
-        m1,
-        m2,
-        sums.ctypes.data,
-        sums.ctypes.data + 8 * n,
-    )
-    return sums
+    return block_sums_on(rows, a, c, m1, m2, "auto")[0]
 
 
 def block_sums_on(rows: Any, a: Any, c: Any, m1: int, m2: int, path: str) -> tuple[Any, str]:
     """``block_sums`` on one path of the kernel (``PATHS``; a path this CPU lacks runs the next
-    slower one), and the path taken: for the tests, which compare every path with numpy."""
+    slower one), and the path taken (the tests compare every path with numpy)."""
     import numpy as np
 
-    fn = _block_sums_on_fn()
+    fn = _block_sums_fn()
     assert fn is not None and rows.flags.c_contiguous
     n, width = rows.shape
     sums = np.empty((2, n), np.uint64)

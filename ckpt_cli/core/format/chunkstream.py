@@ -9,8 +9,9 @@ zarr3 shards have one inner chunk each (inner = outer = the write shape), so eve
 writes decodes whole in TensorStore: a 512 MiB shard costs 0.5-1 GiB to read whatever box.
 
 Here a chunk stored uncompressed or as one zstd frame (Orbax's zarr2 and zarr3 alike, in OCDBT
-or plain directories) is read in byte ranges of ``RANGE_BYTES`` (a slab at most) and decoded by libzstd's
-streaming decoder (its window, 0.5-2 MiB at Orbax's levels, is all it keeps), slab by slab.
+or plain directories) is read in byte ranges of ``RANGE_BYTES`` (a slab at most) and decoded
+by libzstd's streaming decoder (its window, 0.5-2 MiB at Orbax's levels, is all it keeps), slab
+by slab.
 Any other layout (blosc, filters, F order, big-endian, several inner chunks, a missing chunk)
 is left to TensorStore (``chunk_layout`` returns None) and its whole-chunk decode is counted.
 

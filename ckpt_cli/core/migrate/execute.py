@@ -142,19 +142,19 @@ def migrate_leaves(
     return out
 
 
+def _sources(expr: ops.Node | None) -> list[ops.Source]:
+    """The stored leaves an expression reads."""
+    return [n for n in (expr.walk() if expr else []) if isinstance(n, ops.Source)]
+
+
 def _largest_source_chunk(expr: ops.Node | None) -> int | None:
     """Bytes of the largest decoded source chunk an expression reads (None: reads none)."""
-    sizes = [
-        decoded_chunk_bytes(n.info)
-        for n in (expr.walk() if expr else [])
-        if isinstance(n, ops.Source)
-    ]
-    return max(sizes, default=None)
+    return max((decoded_chunk_bytes(n.info) for n in _sources(expr)), default=None)
 
 
 def _source_itemsize(expr: ops.Node | None) -> int | None:
     """Bytes per output element the expression's source reads hold (None: reads none)."""
-    sources = [n for n in (expr.walk() if expr else []) if isinstance(n, ops.Source)]
+    sources = _sources(expr)
     return sum(dtype_itemsize(n.info.dtype) for n in sources) if sources else None
 
 

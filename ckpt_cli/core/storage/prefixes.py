@@ -132,16 +132,16 @@ class Listing:
         below = f"{key}/" if key else ""
         with self.lock:
             self.listed = [p for p in self.listed if not (key.startswith(p) or p.startswith(below))]
-            gone = self._span(below) if below else list(self.keys)
-            if key in self.info:
+            lo = bisect.bisect_left(self.keys, below)
+            hi = bisect.bisect_left(self.keys, below + "\U0010ffff")
+            gone = self.keys[lo:hi]
+            del self.keys[lo:hi]
+            if key and key in self.info:  # the file ``key`` itself
                 gone.append(key)
-            if len(gone) == len(self.keys):
-                self.keys, self.info, self.tags = [], {}, {}
-            else:
-                for k in gone:
-                    del self.info[k]
-                    self.tags.pop(k, None)
-                self.keys = sorted(self.info)
+                del self.keys[bisect.bisect_left(self.keys, key)]
+            for k in gone:
+                del self.info[k]
+                self.tags.pop(k, None)
             if self.cache:
                 dropped = set(gone)
                 for entry in [e for e in self.cache if e[0] in dropped]:

@@ -71,12 +71,12 @@ class RemoteBulk:
         if any(not isinstance(loc, RemoteBulk) for loc, _, _ in ranges):
             raise StorageError(f"read_ranges on {self} got locations of another store")
         store = self.store
-        keys = [loc.key if isinstance(loc, RemoteBulk) else "" for loc, _, _ in ranges]
+        locs = [loc for loc, _, _ in ranges if isinstance(loc, RemoteBulk)]
+        keys = [loc.key for loc in locs]
         out: builtins.list[bytes] = [b""] * len(ranges)
         wanted = []
-        for i, (loc, start, end) in enumerate(ranges):
-            cache = loc._listing if isinstance(loc, RemoteBulk) else self._listing
-            whole = cache.take(keys[i], None) if end > start else None
+        for i, (loc, (_, start, end)) in enumerate(zip(locs, ranges, strict=True)):
+            whole = loc._listing.take(keys[i], None) if end > start else None
             if whole is not None and end <= len(whole):
                 out[i] = whole[start:end]
             elif end > start:
@@ -133,7 +133,8 @@ class RemoteBulk:
             return {}
         self.refresh()
         for d in remote:
-            self._listing.forget(d.key)
+            if self.key and not d.key.startswith(f"{self.key}/"):  # else forgotten just now
+                self._listing.forget(d.key)
         parents = {d.key.rsplit("/", 1)[0] if "/" in d.key else "" for d in remote}
         if len(parents) == 1 and len(remote) > 1:
             parent = parents.pop()

@@ -63,6 +63,8 @@ class UnitLeaf:
     ld1: bool = False
     #: Take the SHA-256 of the leaf (a carried version-1 digest: the whole leaf is in this unit).
     sha256: bool = False
+    #: ``LeafOut.source_itemsize``: the worker's pipeline counts a cast's source values too.
+    source_itemsize: int | None = None
 
     @property
     def name(self) -> str:
@@ -202,7 +204,14 @@ def plan_write_units(
 
 def _unit_leaf(leaf: LeafOut, regions: list[Region]) -> UnitLeaf:
     assert leaf.array is not None and leaf.plan is not None
-    return UnitLeaf(leaf.keypath, leaf.array, leaf.plan, leaf.source_chunks, tuple(regions))
+    return UnitLeaf(
+        leaf.keypath,
+        leaf.array,
+        leaf.plan,
+        leaf.source_chunks,
+        tuple(regions),
+        source_itemsize=leaf.source_itemsize,
+    )
 
 
 # --- worker side -----------------------------------------------------------------------------
@@ -264,6 +273,7 @@ def run_write_unit(unit: WriteUnit) -> UnitDone:
             array=part.array,
             source=part.plan.build(store),
             source_chunks=part.source_chunks,
+            source_itemsize=part.source_itemsize,
         )
         jobs.append((leaf, part.regions))
     wanted = BlockDigests(

@@ -92,3 +92,20 @@ def test_a_cast_counts_its_source_values_against_the_limit(
     assert live[0] == 0
     # The last read is asked for before the pipeline sees the limit passed: one block over.
     assert 2 * block_f32 <= live[1] <= pipe.limit + block_f32, live
+
+
+def test_a_scaled_out_unit_carries_the_source_itemsize_to_its_worker() -> None:
+    """A worker rebuilds the leaf from its unit: the cast's source bytes are counted there too."""
+    from ckpt_cli.core.write.distributed import _unit_leaf
+    from ckpt_cli.core.write.types import ArrayOut, LeafOut
+
+    leaf = LeafOut(
+        keypath=("w",),
+        key_types=(),
+        value_type="jax.Array",
+        array=ArrayOut("bfloat16", (16, 8), (4, 8), zarr3=False),
+        source_itemsize=4,
+        plan=object(),  # type: ignore[arg-type]  # what rebuilds the source: not run here
+    )
+    unit = _unit_leaf(leaf, [(slice(0, 4), slice(0, 8))])
+    assert unit.source_itemsize == 4
