@@ -130,6 +130,15 @@ class _Assembly:
         return [fut for _, fut in self.pending]
 
 
+def _landed(read: Any) -> bool:
+    """Whether a read in flight can be handed to its write without waiting."""
+    if isinstance(read, _Assembly):
+        return False
+    if isinstance(read, _Copy) or not hasattr(read, "done"):
+        return True  # a copy's write is already running; plain values are there
+    return bool(read.done())
+
+
 class _Copy:
     """A block TensorStore copies from the source array into the output array by itself."""
 
@@ -194,15 +203,33 @@ class Pipeline:
                 held = elements * held_itemsize
                 self.reads.append((read, arr, leaf, region, nbytes, held))
                 self.held += held
-                while self.reads and (len(self.reads) > self.depth or self.held > self.limit):
-                    self._start_write()
-                while self.writes and (len(self.writes) > self.depth or self.held > self.limit):
-                    self._finish_write()
+                self._make_room()
         while self.reads:
             self._start_write()
         while self.writes:
             self._finish_write()
         self.digests.check()
+
+    def _make_room(self) -> None:
+        """Wait until the reads and writes in flight are within ``depth`` each and their bytes
+        within ``limit``. Over the limit, reads that have landed are handed to their writes
+        first (no wait: TensorStore encodes them meanwhile), then the oldest write is finished,
+        which frees its bytes while later reads go on decoding; only with no write in flight
+        does it wait for a read. Handing every read to its write before finishing any (the
+        order this replaced) waited for all the reads in flight at once, so the read pool ran
+        dry each time the budget filled (migrate cast of 4 GiB on the 13-core host: 5.9 s at
+        4 threads, 9.3 s at 13)."""
+        while True:
+            over = self.held > self.limit
+            if self.reads and (
+                len(self.reads) > self.depth
+                or (over and (not self.writes or _landed(self.reads[0][0])))
+            ):
+                self._start_write()
+            elif self.writes and (over or len(self.writes) > self.depth):
+                self._finish_write()
+            else:
+                return
 
     def _digest(self, leaf: LeafOut, region: tuple[slice, ...], values: Any) -> None:
         """Add a block about to be written to its leaf's ``ld1`` (when one is expected)."""

@@ -3,6 +3,7 @@ the memory limit."""
 
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 
 import pytest
@@ -109,3 +110,100 @@ def test_a_scaled_out_unit_carries_the_source_itemsize_to_its_worker() -> None:
     )
     unit = _unit_leaf(leaf, [(slice(0, 4), slice(0, 8))])
     assert unit.source_itemsize == 4
+
+
+class _Logged:
+    """A write's commit that logs when the pipeline waits for it."""
+
+    def __init__(self, fut: object, log: list[str], name: str) -> None:
+        self.fut = fut
+        self.log = log
+        self.name = name
+
+    def result(self) -> object:
+        self.log.append(f"write {self.name}")
+        return self.fut.result()  # type: ignore[attr-defined]
+
+
+class _Pending:
+    """A read still decoding (``done()`` is False) until the pipeline waits for it."""
+
+    def __init__(self, values: object, log: list[str], name: str) -> None:
+        self.values = values
+        self.log = log
+        self.name = name
+
+    def done(self) -> bool:
+        return False
+
+    def result(self) -> object:
+        self.log.append(f"read {self.name}")
+        return self.values
+
+
+def test_over_the_limit_the_oldest_write_finishes_before_more_reads_are_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With more threads than the byte limit has blocks, the pipeline used to wait for every
+    read in flight before finishing a write, so the read pool ran dry each time the budget
+    filled (13 threads slower than 4 on the 13-core host). Now it waits for one read, then
+    finishes the oldest write, one of each at a time."""
+    import numpy as np
+    import tensorstore as ts
+
+    from ckpt_cli.core.write.types import ArrayOut, LeafOut
+
+    monkeypatch.setattr(threads, "_chosen", 32)  # depth 32: the byte limit is what binds
+    rows, cols, chunk_rows = 96, 32768, 8
+    block = chunk_rows * cols * 4  # 1 MiB: one output chunk, the least budget
+    log: list[str] = []
+
+    def source(region: tuple[slice, ...]) -> _Pending:
+        shape = tuple(s.stop - s.start for s in region)
+        return _Pending(np.full(shape, region[0].start, np.float32), log, str(region[0].start))
+
+    leaf = LeafOut(
+        keypath=("w",),
+        key_types=(),
+        value_type="jax.Array",
+        array=ArrayOut("float32", (rows, cols), (chunk_rows, cols), zarr3=False),
+        source=source,  # type: ignore[arg-type]
+    )
+    spec = {"driver": "zarr", "kvstore": "memory://", "metadata": {"chunks": [chunk_rows, cols]}}
+    real = ts.open(spec, create=True, dtype=ts.float32, shape=[rows, cols]).result()
+
+    class Array:
+        dtype = real.dtype
+
+        def __getitem__(self, region: tuple[slice, ...]) -> object:
+            class Part:
+                def write(self, values: object, **kw: object) -> object:
+                    w = real[region].write(values, **kw)
+                    return type("W", (), {"commit": _Logged(w.commit, log, str(region[0].start))})
+
+            return Part()
+
+    promise, opened = ts.Promise.new()
+    promise.set_result(Array())
+    writer = SimpleNamespace(
+        in_flight=8,
+        memory_limit=16 * block,
+        slab_reads=False,
+        open_array=lambda _: opened,
+        dest="memory://",
+    )
+    regions = [(slice(r, r + chunk_rows), slice(0, cols)) for r in range(0, rows, chunk_rows)]
+    pipe = Pipeline(writer, [(leaf, regions)], None)  # type: ignore[arg-type]
+    assert pipe.limit == 4 * block
+    pipe.run()
+    reads = [e for e in log if e.startswith("read")]
+    writes = [e for e in log if e.startswith("write")]
+    assert len(reads) == len(writes) == len(regions)
+    # Never two reads waited for in a row while a write could free room (the old order waited
+    # for all five in flight, then finished four writes).
+    first_write = log.index("write 0")
+    assert log[:first_write] == ["read 0"], log
+    runs = [len(list(g)) for k, g in itertools.groupby(e.split()[0] for e in log)]
+    assert max(runs[:-2]) <= 1, log  # alternating until the final drain of reads, then writes
+    # And the values written are the blocks' own.
+    assert (real[::chunk_rows, 0].read().result() == np.arange(0, rows, chunk_rows)).all()
