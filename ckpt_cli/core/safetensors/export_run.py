@@ -18,7 +18,13 @@ from ckpt_cli.core.digest.records import BlockDigests
 from ckpt_cli.core.format.scan import Locate
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.safetensors.export import ExportPlan, ExportPlanJSON, ExportTensor
-from ckpt_cli.core.safetensors.export_slabs import SlabJob, cast_chain, jobs_for, slab_bytes
+from ckpt_cli.core.safetensors.export_slabs import (
+    SlabJob,
+    cast_chain,
+    jobs_for,
+    slab_bytes,
+    tensor_slab,
+)
 from ckpt_cli.core.safetensors.ld1 import LD1_KEY, encode, expected, fill_headers
 from ckpt_cli.core.spec import ops
 from ckpt_cli.core.threads import threads
@@ -292,7 +298,7 @@ class _Opener:
 class _Stream:
     """Blocks of the tensors in file order: reads a few blocks ahead (TensorStore decodes on its
     own threads) while one thread writes finished blocks, all under the memory limit. A tensor
-    whose chunks exceed a slab is a job of its own instead (``export_slabs``), on a pool that
+    whose chunks are large (``tensor_slab``) is a job of its own instead (``export_slabs``), on a pool that
     reads and writes it while the blocks of the others flow."""
 
     def __init__(
@@ -369,16 +375,21 @@ class _Stream:
 
     def _job(self, t: ExportTensor) -> SlabJob | None:
         """A job streaming ``t`` slab by slab, when it is a leaf (or casts of one) whose chunks
-        exceed a slab and can be streamed here; None: blocks through TensorStore."""
+        are large enough (``tensor_slab``) and can be streamed here; None: blocks through
+        TensorStore."""
+        from ckpt_cli.core.format.blocks import decoded_chunk_bytes
         from ckpt_cli.core.format.scan import streamed_slabs
 
         chain = cast_chain(t.expr)
         if chain is None:
             return None
         source, casts = chain
+        slab = tensor_slab(self.slab, decoded_chunk_bytes(source.info))
+        if slab is None:
+            return None
         reader = self.ctx.reader(source.name, source.info, source.database)
         where = functools.partial(self.locate, source.name) if self.locate else None
-        slabs = streamed_slabs(source.info, reader, self.slab, c_order=True, locate=where)
+        slabs = streamed_slabs(source.info, reader, slab, c_order=True, locate=where)
         if slabs is None:
             return None
         return SlabJob(t.name, slabs, casts, t.shape, t.dtype, t.name in self.digests.collect)

@@ -1,4 +1,4 @@
-"""Export streams a leaf whose chunk exceeds a slab as a job of its own (``export_slabs``): the
+"""Export streams a leaf whose chunks are large (``tensor_slab``) as a job of its own (``export_slabs``): the
 same file bytes and digests at 1 and 4 threads, casts applied per slab, a job per such tensor
 (counted), a job's error raised as one line with nothing left behind, and the slabs and jobs
 sized under the memory limit."""
@@ -62,10 +62,10 @@ def test_streamed_tensors_equal_at_one_and_four_threads(
 
     src, state = one_chunk_src
     made = _jobs_counted(monkeypatch)
-    # 32 MiB: slabs of 4 MiB on one thread (the 8 MiB chunk of params.w streams, the 2 MiB
-    # one of params.b goes through TensorStore in the same file), 1 MiB on four (both stream).
+    # 32 MiB: slabs of 4 MiB on one thread (the 8 MiB chunk of params.w streams in them, the
+    # 2 MiB one of params.b in halves: ``tensor_slab``), 1 MiB on four: both stream either way.
     _export(src, tmp_path / "t1", capsys, "--threads", "1", "--memory-limit", "32MiB")
-    assert made == ["params.w"]
+    assert made == ["params.b", "params.w"]  # file order
     made.clear()
     _export(src, tmp_path / "t4", capsys, "--threads", "4", "--memory-limit", "32MiB")
     assert sorted(made) == ["params.b", "params.w"]
@@ -161,6 +161,51 @@ def test_cast_chain_takes_only_casts_of_a_whole_leaf() -> None:
     assert export_slabs.cast_chain(source) == (source, [])
     assert export_slabs.cast_chain(cast) == (source, [cast])
     assert export_slabs.cast_chain(ops.Transpose((32, 64), "float32", source, (1, 0))) is None
+
+
+def test_whether_a_tensor_streams_hangs_on_its_chunks_not_on_the_threads() -> None:
+    """A chunk larger than the slab streams in slabs; one of two minimum slabs up to the slab
+    in halves (8 MiB chunks of a sharded save used to stream at 8 threads and go through
+    TensorStore's ordered blocks at 4, twice as slow); a smaller one does not stream."""
+    mib = 1 << 20
+    assert export_slabs.tensor_slab(4 * mib, 32 * mib) == 4 * mib
+    assert export_slabs.tensor_slab(4 * mib, 8 * mib) == 4 * mib
+    assert export_slabs.tensor_slab(8 * mib, 8 * mib) == 4 * mib
+    assert export_slabs.tensor_slab(8 * mib, 2 * mib) == mib
+    assert export_slabs.tensor_slab(8 * mib, 2 * mib - 1) is None
+    assert export_slabs.tensor_slab(mib, 512 * 1024) is None
+    for threads in (1, 4, 8, 13):
+        slab = export_slabs.slab_bytes(256 * mib, threads)
+        assert export_slabs.tensor_slab(slab, 8 * mib) is not None, threads
+
+
+def test_a_small_chunked_tensor_goes_through_tensorstore_beside_streamed_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks under two minimum slabs are read as blocks through TensorStore, written in the
+    same file as the streamed tensors: the same bytes at 1 and 4 threads."""
+    import orbax.checkpoint as ocp
+    import safetensors.numpy
+
+    rng = np.random.default_rng(1)
+    state = {
+        "w": rng.standard_normal((1024, 2048), dtype=np.float32),  # 8 MiB: streams
+        "c": rng.standard_normal((256, 1024), dtype=np.float32),  # 1 MiB: TensorStore
+    }
+    with ocp.CheckpointManager(tmp_path / "src") as mgr:
+        mgr.save(0, args=ocp.args.StandardSave(state))
+        mgr.wait_until_finished()
+    made = _jobs_counted(monkeypatch)
+    for n in ("1", "4"):
+        _export(tmp_path / "src", tmp_path / f"t{n}", capsys, "--threads", n)
+        assert made == ["w"], n
+        made.clear()
+    one, four = tmp_path / "t1" / "model.safetensors", tmp_path / "t4" / "model.safetensors"
+    assert _sha(one) == _sha(four)
+    out = safetensors.numpy.load_file(str(four))
+    assert sorted(out) == ["c", "w"]
+    for name, value in state.items():
+        assert np.array_equal(out[name], value), name
 
 
 @pytest.mark.parametrize("threads", [1, 2, 4, 13, 64])
