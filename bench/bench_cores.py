@@ -128,9 +128,8 @@ def timed(make: Any, repeat: int, before: Any = None) -> Run:
     return median(out)
 
 
-def contenders(root: Path, work: Path, spec: Path) -> dict[str, Any]:
+def contenders(root: Path, out: Path, spec: Path) -> dict[str, Any]:
     """name -> (args for ckpt given the output path, output path or None)."""
-    out = work / "out"
     r = str(root)
     return {
         "verify --deep": (["verify", r, "--deep"], None),
@@ -160,12 +159,14 @@ def contenders(root: Path, work: Path, spec: Path) -> dict[str, Any]:
     }
 
 
-def sweep(root: Path, work: Path, counts: list[int], repeat: int) -> tuple[list[dict], dict]:
+def sweep(
+    root: Path, work: Path, outdir: Path, counts: list[int], repeat: int
+) -> tuple[list[dict], dict]:
     spec = work / "cast.yaml"
     spec.write_text(CAST_SPEC)
     rows: list[dict[str, Any]] = []
     same: dict[str, set[str]] = {"export": set(), "digest": set()}
-    for name, (args, out) in contenders(root, work, spec).items():
+    for name, (args, out) in contenders(root, outdir, spec).items():
         for n in counts:
             clear = (lambda o=out: shutil.rmtree(o, ignore_errors=True)) if out else None
             run = timed(lambda a=args, n=n: ckpt([*a, "--threads", str(n)]), repeat, clear)
@@ -191,9 +192,9 @@ def tree_hash(path: Path) -> str:
     return h.hexdigest()
 
 
-def orbax_runs(root: Path, work: Path, repeat: int) -> list[dict[str, Any]]:
+def orbax_runs(root: Path, out: Path, repeat: int) -> list[dict[str, Any]]:
     item = str(root / "1" / "default")
-    dst = work / "out" / "orbax"
+    dst = out / "orbax"
     restore = timed(lambda: run_rss([PY, "-c", RESTORE, item], env=ENV), repeat)
     rsave = timed(
         lambda: run_rss([PY, "-c", RESTORE, item, str(dst)], env=ENV),
@@ -249,19 +250,23 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs per contender (median)")
     ap.add_argument("--workdir", default=str(REPO / "bench" / "out" / "cores"))
     ap.add_argument("--json", dest="json_out", help="write every row here")
+    ap.add_argument(
+        "--outdir", help="where outputs are written (default WORKDIR/out; tmpfs keeps disk out)"
+    )
     a = ap.parse_args()
     total = 64 * MIB if a.quick else int(a.gib * GIB)
     leaf = {"one": (8 if a.quick else a.leaf_mib) * MIB, "sharded": (8 if a.quick else 64) * MIB}
     counts = sorted({CPUS if t == "all" else int(t) for t in a.threads.split(",")})
     work = Path(a.workdir)
+    out = Path(a.outdir) if a.outdir else work / "out"
     report: dict[str, Any] = {"cpus": CPUS, "threads": counts, "layouts": {}}
     for layout in a.layouts.split(","):
         root = build(work, layout, total, leaf[layout])
         nbytes = (total // leaf[layout]) * leaf[layout]
         cat(root)  # a hot page cache for everyone
         print(f"{layout}: {root}", flush=True)
-        rows, same = sweep(root, work, counts, a.repeat)
-        rows = orbax_runs(root, work, a.repeat) + rows
+        rows, same = sweep(root, work, out, counts, a.repeat)
+        rows = orbax_runs(root, out, a.repeat) + rows
         report["layouts"][layout] = {"rows": table(layout, rows, nbytes), "same_output": same}
         print(f"same output at every thread count: {same}")
     report["load"] = os.getloadavg()
