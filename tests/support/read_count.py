@@ -60,7 +60,7 @@ def file_values_opened(monkeypatch: Any, module: Any) -> list[str]:
     real = module.FileValue
 
     class Spy(real):  # type: ignore[misc, valid-type]
-        def __init__(self, place: tuple[str, int, int]) -> None:
+        def __init__(self, place: Any) -> None:
             opened.append(place[0])
             super().__init__(place)
 

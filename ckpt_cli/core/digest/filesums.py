@@ -2,8 +2,8 @@
 
 A digest record holds one CRC-32 per data file, and an OCDBT data file often holds most of an
 item: read by one process it is one per-process bandwidth cap long. CRC-32 can be split: the
-CRC-32 of ``A + B`` follows from ``crc32(A)``, ``crc32(B)`` and ``len(B)`` (zlib's
-``crc32_combine``, which Python's ``zlib`` does not expose), so a file is cut into byte ranges
+CRC-32 of ``A + B`` follows from ``crc32(A)``, ``crc32(B)`` and ``len(B)`` (``crc.crc32_combine``:
+ISA-L's, else zlib's algorithm in Python), so a file is cut into byte ranges
 (``cut_ranges``), each range is checksummed on any worker (``checksum_ranges``, a unit) and
 the driver joins them in order (``join_ranges``). Used by ``verify --deep`` on workers and by
 scaled-out writers recording the files they wrote.
@@ -11,10 +11,11 @@ scaled-out writers recording the files they wrote.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import functools
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from ckpt_cli.core.digest.crc import crc32
+from ckpt_cli.core.digest.crc import crc32, crc32_combine
 from ckpt_cli.core.digest.records import (
     FileSum,
     LeafDigest,
@@ -108,43 +109,52 @@ def join_ranges(pieces: Iterable[Piece]) -> list[tuple[str, FileSum | str]]:
     return out
 
 
-def _gf2_times(matrix: list[int], vector: int) -> int:
-    total, i = 0, 0
-    while vector:
-        if vector & 1:
-            total ^= matrix[i]
-        vector >>= 1
-        i += 1
-    return total
+class ReadTaps:
+    """CRC-32s of the byte ranges of local files that readers read anyway (``verify --deep``
+    decoding chunks from their data files: ``chunkread.Place.tap``), so a file's CRC-32 needs
+    only the bytes no reader read (``gaps``), not the whole file a second time. A range that
+    starts where an earlier one of the same file ended extends it (one run per chunk, or
+    several chunks read in file order)."""
 
+    def __init__(self) -> None:
+        import threading
 
-def _gf2_square(matrix: list[int]) -> list[int]:
-    return [_gf2_times(matrix, matrix[n]) for n in range(32)]
+        self._lock = threading.Lock()
+        self._runs: dict[str, dict[int, tuple[int, int]]] = {}  # file -> end -> (start, crc)
 
+    def tap(self, rel: str) -> Callable[[int, memoryview], None]:
+        """What a reader of ``rel`` (item-relative) calls with each range it read."""
+        return functools.partial(self.add, rel)
 
-def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
-    """The CRC-32 of ``A + B`` from ``crc32(A)``, ``crc32(B)`` and ``len(B)``: zlib's
-    algorithm, ``len2`` zero bytes applied to ``crc1`` by squaring the one-zero-bit operator
-    in GF(2)."""
-    if len2 <= 0:
-        return crc1
-    odd = [0xEDB88320] + [1 << n for n in range(31)]  # one zero bit
-    even = _gf2_square(odd)  # two zero bits
-    odd = _gf2_square(even)  # four zero bits
-    while True:
-        even = _gf2_square(odd)  # the first pass: one zero byte
-        if len2 & 1:
-            crc1 = _gf2_times(even, crc1)
-        len2 >>= 1
-        if not len2:
-            break
-        odd = _gf2_square(even)
-        if len2 & 1:
-            crc1 = _gf2_times(odd, crc1)
-        len2 >>= 1
-        if not len2:
-            break
-    return crc1 ^ crc2
+    def add(self, rel: str, offset: int, data: memoryview) -> None:
+        crc, end = crc32(data), offset + len(data)
+        with self._lock:
+            runs = self._runs.setdefault(rel, {})
+            before = runs.pop(offset, None)  # a run that ends where this range starts
+            if before is not None:
+                offset, crc = before[0], crc32_combine(before[1], crc, len(data))
+            runs[end] = (offset, crc)
+
+    def pieces(self, rel: str, size: int) -> tuple[list[Piece], list[Range]]:
+        """The file's tapped ranges that do not overlap (as pieces) and the ranges between
+        them no reader read (to read and sum), together all of ``[0, size)``."""
+        with self._lock:
+            runs = sorted(
+                (start, end, crc) for end, (start, crc) in self._runs.get(rel, {}).items()
+            )
+        pieces: list[Piece] = []
+        gaps: list[Range] = []
+        at = 0
+        for start, end, crc in runs:
+            if start < at or end > size:
+                continue  # overlaps a run taken (its bytes are a gap's), or past the file's end
+            if start > at:
+                gaps.append((rel, at, start))
+            pieces.append((rel, start, end - start, crc))
+            at = end
+        if at < size:
+            gaps.append((rel, at, size))
+        return pieces, gaps
 
 
 def record_digests(

@@ -12,7 +12,7 @@ import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ckpt_cli.core.format import codecs
 from ckpt_cli.errors import StorageError
@@ -100,8 +100,19 @@ def _zstd_stream_lib() -> Any:
     return lib
 
 
-#: Where a chunk's stored bytes are in a local file: (path, offset, length).
-Place = tuple[str, int, int]
+#: Told of every range a ``FileValue`` read: (offset in the file, the bytes, valid only
+#: during the call).
+Tap = Callable[[int, memoryview], None]
+
+
+class Place(NamedTuple):
+    """Where a chunk's stored bytes are in a local file; ``tap``: told of each range read
+    (``verify --deep`` sums the file's CRC-32 from them instead of reading the file again)."""
+
+    path: str
+    offset: int
+    length: int
+    tap: Tap | None = None
 
 
 class FileValue:
@@ -111,7 +122,7 @@ class FileValue:
     (A mapping of the file would save that copy but count every page read in the RSS.)"""
 
     def __init__(self, place: Place) -> None:
-        path, self.offset, self.length = place
+        path, self.offset, self.length, self.tap = place
         self.fd = os.open(path, os.O_RDONLY)
         self.buf = bytearray()
         if self.offset + self.length > os.fstat(self.fd).st_size:
@@ -127,6 +138,8 @@ class FileValue:
             self.buf = bytearray(n)
         view = memoryview(self.buf)[:n]
         got = os.preadv(self.fd, [view], self.offset + a) if n else 0
+        if self.tap is not None and got:
+            self.tap(self.offset + a, view[:got])
         return _Ready(view[:got])
 
     def close(self) -> None:

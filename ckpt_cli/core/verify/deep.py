@@ -5,7 +5,10 @@ Decoding runs through ``scan.scan_leaves`` (TensorStore futures, bounded in flig
 checksum pass reads raw files on a thread pool at the same time (half of ``--threads``, at
 least 2): ``crc.crc32`` and file reads release the GIL, so the two overlap instead of adding
 up. A file larger than ``RANGE_BYTES`` is checksummed in byte ranges on that pool, joined with
-``crc32_combine`` (``filesums``): one large data file no longer takes one thread alone.
+``crc32_combine`` (``crc``): one large data file no longer takes one thread alone. A local
+OCDBT data file that is mostly chunks streamed from it (``_tapped_files``) is not read twice:
+the decoder's reads are summed as they land (``filesums.ReadTaps``) and only the bytes it did
+not read are read after the scan (``_tapped_sums``).
 """
 
 from __future__ import annotations
@@ -31,12 +34,12 @@ from ckpt_cli.core.digest.records import (
 from ckpt_cli.core.format.arrays import ArrayInfo
 from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES, LeafScan, ScanTask, ld1_of, scan_leaves
 from ckpt_cli.core.verify.budget import chunk_key, subset_of
-from ckpt_cli.core.verify.gate import chunk_locator
+from ckpt_cli.core.verify.gate import chunk_locator, local_ocdbt
 from ckpt_cli.core.verify.types import DataResult, ItemFacts, NonFinite, SampleInfo, SampleSpec
 from ckpt_cli.errors import CkptError
 
 if TYPE_CHECKING:
-    from ckpt_cli.core.digest.filesums import Piece
+    from ckpt_cli.core.digest.filesums import Piece, ReadTaps
 
 _FILE_WORKERS = 2
 _REMOTE_FILE_WORKERS = 4
@@ -79,8 +82,14 @@ def deep_item(
     result = DataResult([], {}, {})
     names = sorted(facts.arrays)
     first_leaf, first_block = start or (0, 0)
+    from ckpt_cli.core.digest.filesums import ReadTaps
+
+    whole = stop is None and start is None
+    taps = ReadTaps() if whole and files and local_ocdbt(facts) else None
+    tapped = _tapped_files(facts, budget, want_digests.sha256) if taps else set()
     with ThreadPoolExecutor(_file_workers(facts)) as pool:
-        sums = [] if stop else _submit_sums(pool, facts, files, progress)
+        rest = [rel for rel in files if rel not in tapped]
+        sums = [] if stop else _submit_sums(pool, facts, rest, progress)
         tasks = [
             ScanTask(
                 name,
@@ -95,7 +104,7 @@ def deep_item(
         ]
         if facts.store is not None:
             for scan in scan_leaves(
-                facts.store, tasks, budget, progress, stop, chunk_locator(facts)
+                facts.store, tasks, budget, progress, stop, chunk_locator(facts, taps)
             ):
                 _take_scan(facts, result, scan, facts.arrays[scan.name][0])
                 if scan.complete and scan.error is None:
@@ -105,7 +114,9 @@ def deep_item(
                     result.resume_at = (names.index(scan.name), scan.next_block)
         if stop is not None:
             sums = [(rel, _done(_checksum(facts, rel, progress))) for rel in files if not stop(0)]
-        _take_sums(facts, result, sums)
+        if taps is not None:
+            sums += _tapped_sums(pool, facts, taps, sorted(tapped), progress)
+        _take_sums(facts, result, sorted(sums, key=lambda s: s[0]))
     for name, value in facts.strings.items():
         from ckpt_cli.core.digest.records import string_digest
 
@@ -130,15 +141,60 @@ class _Sum(Protocol):
 
 
 class _Joined:
-    """The CRC-32 of a file checksummed in ranges: its pieces joined once all are done."""
+    """The CRC-32 of a file checksummed in ranges: its pieces joined once all are done
+    (``ready``: pieces summed already, as the decoder read them)."""
 
-    def __init__(self, pieces: list[Future[Piece]]) -> None:
+    def __init__(self, pieces: list[Future[Piece]], ready: list[Piece] | None = None) -> None:
         self.pieces = pieces
+        self.ready = ready or []
 
     def result(self) -> FileSum | str:
         from ckpt_cli.core.digest.filesums import join_ranges
 
-        return join_ranges(f.result() for f in self.pieces)[0][1]
+        return join_ranges([*self.ready, *(f.result() for f in self.pieces)])[0][1]
+
+
+def _tapped_files(facts: ItemFacts, budget: int, sha256: bool) -> set[str]:
+    """Data files whose bytes are mostly chunks the scan streams from the file itself
+    (``chunk_locator``): their CRC-32s are summed from the decoder's reads (``ReadTaps``) and
+    the bytes it did not read, after the scan. The others are read and summed beside it."""
+    from ckpt_cli.core.format.blocks import is_large
+
+    streamed = {
+        name.encode()
+        for name, (info, _) in facts.arrays.items()
+        if is_large(info, budget) and not (sha256 and any(g > 1 for g in info.chunk_grid[1:]))
+    }
+    read: dict[str, int] = {}
+    for key, ref in facts.keys.items():
+        if ref is not None and key.split(b"/", 1)[0] in streamed:
+            read[ref.file] = read.get(ref.file, 0) + ref.length
+    assert facts.inventory is not None
+    sizes = facts.inventory.sizes
+    return {rel for rel, n in read.items() if 0 < (sizes.get(rel) or 0) <= 2 * n}
+
+
+def _tapped_sums(
+    pool: ThreadPoolExecutor,
+    facts: ItemFacts,
+    taps: ReadTaps,
+    files: list[str],
+    progress: _Bytes,
+) -> list[tuple[str, _Sum]]:
+    """Each tapped file's CRC-32: the ranges the decoder read, joined with the rest read now
+    (in ``RANGE_BYTES`` ranges on ``pool``)."""
+    assert facts.inventory is not None
+    out: list[tuple[str, _Sum]] = []
+    for rel in files:
+        pieces, gaps = taps.pieces(rel, facts.inventory.sizes.get(rel) or 0)
+        progress(sum(p[2] for p in pieces))
+        futures = [
+            pool.submit(_range_sum, facts, rel, a, min(end, a + RANGE_BYTES), progress)
+            for _, start, end in gaps
+            for a in range(start, end, RANGE_BYTES)
+        ]
+        out.append((rel, _Joined(futures, pieces)))
+    return out
 
 
 def _submit_sums(

@@ -6,6 +6,7 @@ chunk is decoded, so it costs what ``ckpt verify`` without ``--deep`` costs."""
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from ckpt_cli.core.format.discovery import ItemRef
 from ckpt_cli.core.format.items import step_handler
@@ -14,6 +15,9 @@ from ckpt_cli.core.format.scan import Locate
 from ckpt_cli.core.verify.structure import check_item
 from ckpt_cli.core.verify.types import ItemFacts
 from ckpt_cli.errors import RefusedError
+
+if TYPE_CHECKING:
+    from ckpt_cli.core.digest.filesums import ReadTaps
 
 #: Warnings that still refuse a write: a writer never copies a link or what it points to.
 _REFUSED_WARNINGS = frozenset({"symlink-outside"})
@@ -42,20 +46,37 @@ def require_sound_source(ref: ItemRef) -> ItemFacts:
     )
 
 
-def chunk_locator(facts: ItemFacts) -> Locate | None:
+def chunk_locator(facts: ItemFacts, taps: ReadTaps | None = None) -> Locate | None:
     """Where a chunk's stored bytes lie in a local data file, from the structure pass's OCDBT
     references (``ItemFacts.keys``): chunks streamed here are then read from the file itself
-    (``chunkread.FileValue``), not through the OCDBT kvstore. None off a local disk or OCDBT."""
+    (``chunkread.FileValue``), not through the OCDBT kvstore. None off a local disk or OCDBT.
+    ``taps``: told of every range read, by file (``verify --deep``'s file CRC-32s)."""
+    from ckpt_cli.core.format.chunkread import Place
     from ckpt_cli.core.storage.local import LocalLocation
 
-    base = facts.inventory.base if facts.inventory else None
-    if not isinstance(base, LocalLocation) or facts.store is None or facts.store.layout != "ocdbt":
+    if not local_ocdbt(facts):
         return None
+    base = facts.inventory.base if facts.inventory else None
+    assert isinstance(base, LocalLocation)
 
-    def locate(leaf: str, key: str) -> tuple[str, int, int] | None:
+    def locate(leaf: str, key: str) -> Place | None:
         ref = facts.keys.get(f"{leaf}/{key}".encode())
         if ref is None:
             return None
-        return os.path.join(base.path, *ref.file.split("/")), ref.offset, ref.length
+        path = os.path.join(base.path, *ref.file.split("/"))
+        return Place(path, ref.offset, ref.length, taps.tap(ref.file) if taps else None)
 
     return locate
+
+
+def local_ocdbt(facts: ItemFacts) -> bool:
+    """Whether the item's chunks can be read from its data files at known places: an OCDBT
+    item on a local disk whose structure was checked."""
+    from ckpt_cli.core.storage.local import LocalLocation
+
+    base = facts.inventory.base if facts.inventory else None
+    return (
+        isinstance(base, LocalLocation)
+        and facts.store is not None
+        and facts.store.layout == "ocdbt"
+    )

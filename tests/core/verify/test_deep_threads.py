@@ -63,6 +63,7 @@ def test_streamed_chunks_are_read_from_the_data_files(
     import orbax.checkpoint as ocp
 
     from ckpt_cli.core.format import chunkstream, scan
+    from ckpt_cli.core.format.chunkread import Place
     from ckpt_cli.core.format.resolve import resolve_items
     from ckpt_cli.core.verify.gate import chunk_locator
     from ckpt_cli.core.verify.structure import check_item
@@ -76,21 +77,21 @@ def test_streamed_chunks_are_read_from_the_data_files(
     facts = check_item(resolve_items(loc, None)[0].location, "x", loc, True)
     locate = chunk_locator(facts)
     assert locate is not None
-    opened: list[tuple[str, int, int]] = []
+    opened: list[Place] = []
     real = chunkstream.FileValue
 
     class Spy(real):  # type: ignore[misc, valid-type]
-        def __init__(self, place: tuple[str, int, int]) -> None:
+        def __init__(self, place: Place) -> None:
             opened.append(place)
             super().__init__(place)
 
     monkeypatch.setattr(chunkstream, "FileValue", Spy)
     tasks = [scan.ScanTask(n, facts.arrays[n][0], facts.arrays[n][1], ld1=True) for n in state]
     direct = [scan.ld1_of(s) for s in scan.scan_leaves(facts.store, tasks, locate=locate)]
-    assert len(opened) == 2 and all(Path(p).is_file() for p, _, _ in opened)
+    assert len(opened) == 2 and all(Path(p.path).is_file() for p in opened)
     through_kv = [scan.ld1_of(s) for s in scan.scan_leaves(facts.store, tasks)]
     assert len(opened) == 2
     assert direct == through_kv and all(direct)
-    path, offset, _ = opened[0]
+    path, offset = opened[0].path, opened[0].offset
     with pytest.raises(Exception, match="shorter than the chunk"):
-        real((path, offset, Path(path).stat().st_size - offset + 1))
+        real(Place(path, offset, Path(path).stat().st_size - offset + 1))
