@@ -82,11 +82,7 @@ def deep_item(
     result = DataResult([], {}, {})
     names = sorted(facts.arrays)
     first_leaf, first_block = start or (0, 0)
-    from ckpt_cli.core.digest.filesums import ReadTaps
-
-    whole = stop is None and start is None
-    taps = ReadTaps() if whole and files and local_ocdbt(facts) else None
-    tapped = _tapped_files(facts, budget, want_digests.sha256) if taps else set()
+    taps, tapped = _taps(facts, files, budget, want_digests.sha256, stop is None and not start)
     with ThreadPoolExecutor(_file_workers(facts)) as pool:
         rest = [rel for rel in files if rel not in tapped]
         sums = [] if stop else _submit_sums(pool, facts, rest, progress)
@@ -152,6 +148,18 @@ class _Joined:
         from ckpt_cli.core.digest.filesums import join_ranges
 
         return join_ranges([*self.ready, *(f.result() for f in self.pieces)])[0][1]
+
+
+def _taps(
+    facts: ItemFacts, files: list[str], budget: int, sha256: bool, whole: bool
+) -> tuple[ReadTaps | None, set[str]]:
+    """Where the decoder's reads are summed (a whole pass of a local OCDBT item whose files
+    are wanted), and the files summed from them (``_tapped_files``)."""
+    from ckpt_cli.core.digest.filesums import ReadTaps
+
+    if not (whole and files and local_ocdbt(facts)):
+        return None, set()
+    return ReadTaps(), _tapped_files(facts, budget, sha256)
 
 
 def _tapped_files(facts: ItemFacts, budget: int, sha256: bool) -> set[str]:
