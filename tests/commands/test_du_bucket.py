@@ -200,6 +200,53 @@ def test_every_step_is_read_in_one_wave(cli: Any, s3: S3, s3_prefix: str, tmp_pa
 
 
 @pytest.mark.moto_only
+def test_steps_are_decoded_while_the_wave_is_in_flight(
+    cli: Any, s3: S3, s3_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """12 steps: the server holds the GETs of the last step's files until the 11 other steps
+    are decoded (``step_usage`` of each: its walk is done). A du that decoded the steps after
+    the wave's last answer would never get there (the hold gives up after 10 s, noted). The
+    answer is the one the local root gives."""
+    import ckpt_cli.core.du.run as du_run
+
+    steps = 12
+    for i in range(steps):
+        s3.put_dir(FIXTURES / "seed_mlp" / "500", f"{s3_prefix}/{i}")
+    decoded: list[str] = []
+    others_in = threading.Event()
+    usage = du_run.step_usage
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        out = usage(*args, **kwargs)
+        decoded.append(args[1])
+        if len(decoded) == steps - 1:
+            others_in.set()
+        return out
+
+    held: list[str] = []
+    gave_up: list[str] = []
+
+    def hold(kind: str, path: str) -> None:
+        if kind == "GET" and f"/{s3_prefix}/{steps - 1}/" in path:
+            held.append(path)
+            if not others_in.wait(10):
+                gave_up.append(path)
+
+    monkeypatch.setattr(du_run, "step_usage", counted)
+    s3.server.before_request = hold
+    try:
+        doc = cli("du", f"s3://{BUCKET}/{s3_prefix}", "--json").json()
+    finally:
+        s3.server.before_request = None
+        others_in.set()
+    assert len(held) == 3 and not gave_up  # two manifests and the merged root's node file
+    assert sorted(decoded[:-1], key=int) == [str(i) for i in range(steps - 1)]
+    assert decoded[-1] == str(steps - 1)
+    assert [s["step"] for s in doc["steps"]] == list(range(steps))
+    assert all(s["items"][0]["exact"] and s["items"][0]["leaves"] for s in doc["steps"])
+
+
+@pytest.mark.moto_only
 def test_the_headers_of_plain_zarr_steps_are_read_once_in_one_wave(
     cli: Any, s3: S3, s3_prefix: str
 ) -> None:
