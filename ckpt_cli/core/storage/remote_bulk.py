@@ -96,7 +96,8 @@ class RemoteBulk:
                 out[i] = whole[start:end]
             elif end > start:
                 wanted.append(i)
-        answers = store.read_objects([(keys[i], ranges[i][1], ranges[i][2]) for i in wanted])
+        asked = [(keys[i], ranges[i][1], ranges[i][2]) for i in wanted]
+        answers = store.read_objects(asked) if asked else []
         for i, data in zip(wanted, answers, strict=True):
             _, start, end = ranges[i]
             url = store.url(keys[i])

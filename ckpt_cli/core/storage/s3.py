@@ -169,7 +169,7 @@ class S3Store(ObjectStore):
         fraction of it here. An answer that is not a plain 200/206/404 (and a read that
         failed) is read again by ``read_object`` after the others, with its retries and
         botocore's error handling."""
-        if self._proxied() or len(reads) < 2:
+        if len(reads) < 2 or self._proxied():  # no read, no look at the environment
             yield from enumerate(self._read_threads(reads))
             return
         from ckpt_cli.core.storage.httpmany import Response, fetch_each
