@@ -247,6 +247,51 @@ def test_steps_are_decoded_while_the_wave_is_in_flight(
 
 
 @pytest.mark.moto_only
+def test_a_step_whose_wave_read_fails_is_walked_after_the_wave(
+    cli: Any, s3: S3, s3_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """6 steps; step 2's root node file is deleted as its GET reaches the server (gone between
+    the listing and the read). The other steps are decoded as their reads arrive; step 2 is
+    left to the walk after the wave, which reads it again, stops, and has TensorStore say
+    what is damaged: the item not exact, with the note, and no garbage claimed in it."""
+    import ckpt_cli.core.du.run as du_run
+
+    steps = 6
+    for i in range(steps):
+        s3.put_dir(FIXTURES / "seed_mlp" / "500", f"{s3_prefix}/{i}")
+    early: list[str] = []
+    decode = du_run._early
+
+    def counted(t: Any) -> Any:
+        out = decode(t)
+        if out is not None:
+            early.append(t[2])
+        return out
+
+    node = re.compile(rf"^/{BUCKET}/({re.escape(s3_prefix)}/2/default/d/[0-9a-f]{{32}})$")
+    gone: list[str] = []
+
+    def drop(kind: str, path: str) -> None:
+        if kind == "GET" and (m := node.match(path)) and not gone:
+            gone.append(m.group(1))
+            s3.client.delete_object(Bucket=BUCKET, Key=m.group(1))
+
+    monkeypatch.setattr(du_run, "_early", counted)
+    s3.server.before_request = drop
+    try:
+        r = cli("du", f"s3://{BUCKET}/{s3_prefix}", "--json")
+    finally:
+        s3.server.before_request = None
+    assert len(gone) == 1 and r.code == 0, r.stderr
+    assert sorted(early) == ["0", "1", "3", "4", "5"]
+    items = [s["items"][0] for s in r.json()["steps"]]
+    assert len(items) == steps
+    assert not items[2]["exact"] and "damaged" in items[2]["note"]
+    assert all(i["exact"] and i["leaves"] for n, i in enumerate(items) if n != 2)
+    assert not [g for g in r.json()["garbage"] if "/2/" in g["path"]]
+
+
+@pytest.mark.moto_only
 def test_the_headers_of_plain_zarr_steps_are_read_once_in_one_wave(
     cli: Any, s3: S3, s3_prefix: str
 ) -> None:
