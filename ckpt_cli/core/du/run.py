@@ -15,13 +15,10 @@ from functools import partial
 from ckpt_cli.core.digest.records import DIGEST_FILE, recorded_values
 from ckpt_cli.core.du.deep import add_digests, duplicates, uncompared, uploads_meanwhile
 from ckpt_cli.core.du.ocdbt import (
-    FIRST_READ_BYTES,
     ItemDatabases,
     ItemWalks,
     Range,
-    first_reads,
     is_ocdbt,
-    item_dirs,
     walk_cached,
     walk_item,
 )
@@ -33,7 +30,7 @@ from ckpt_cli.core.du.types import (
     LeafUsage,
     StepUsage,
 )
-from ckpt_cli.core.du.wave import fetch_decoding
+from ckpt_cli.core.du.wave import HEADERS, fetch_decoding, wave_files
 from ckpt_cli.core.format.arrays import parse_zarr_header
 from ckpt_cli.core.format.discovery import detect, legacy_msgpack_error, step_status
 from ckpt_cli.core.format.names import (
@@ -52,7 +49,6 @@ from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.errors import CkptError
 
 TRASH_PREFIX = ".ckpt-trash-"  # prune's trash directories (core/prune/plan.py)
-HEADERS = (".zarray", "zarr.json")
 
 Files = dict[str, int]
 #: An OCDBT item's path -> its databases' walk (``walk_items``, done for many steps at once).
@@ -89,11 +85,11 @@ def _reclaim_tree(where: str) -> str:
     )
 
 
-def _leaves_ocdbt(
-    item: Location, values: dict[bytes, Value | Range], files: Files
-) -> tuple[LeafUsage, ...]:
-    """Leaves of an OCDBT item; a chunk whose data file is missing or cut short counts only
-    what is there (a damaged item: ``verify`` says what)."""
+def _split_values(
+    values: dict[bytes, Value | Range], files: Files
+) -> tuple[dict[str, int], dict[str, Value | Range]]:
+    """An OCDBT item's values: the bytes each leaf stores (a chunk whose data file is missing
+    or cut short counts only what is there), and each leaf's zarr header, inline or where."""
     zarr3 = any(k.endswith(b"zarr.json") for k in values)
     stored: dict[str, int] = defaultdict(int)
     headers: dict[str, Value | Range] = {}
@@ -105,6 +101,14 @@ def _leaves_ocdbt(
             stored[name] += (
                 len(v) if isinstance(v, bytes) else max(0, min(v[2], files.get(v[0], 0) - v[1]))
             )
+    return stored, headers
+
+
+def _leaves_ocdbt(
+    item: Location, values: dict[bytes, Value | Range], files: Files
+) -> tuple[LeafUsage, ...]:
+    """Leaves of an OCDBT item (a damaged one: ``verify`` says what)."""
+    stored, headers = _split_values(values, files)
     out_of_line = [(n, v) for n, v in headers.items() if not isinstance(v, bytes)]
     fetched = item.read_ranges([(item.child(v[0]), v[1], v[1] + v[2]) for _, v in out_of_line])
     raw = {n: v for n, v in headers.items() if isinstance(v, bytes)}
@@ -211,7 +215,7 @@ def item_usage(
         sum(g.bytes for g in garbage),
         exact,
         note,
-        _digests(item, files),
+        recorded_values(item) if DIGEST_FILE in files else {},  # ``verify --record``'s
         item,
     )
     return usage, garbage
@@ -371,28 +375,54 @@ def _each_walked(location: Location, todo: list[Todo]) -> Iterator[Found]:
 
 
 def _early(t: Todo) -> Found | None:
-    """A step decoded in the first wave, its items walked from what the wave holds
-    (``walk_cached``); None where a walk would need a request or the step fails: the usual
-    walk after the wave then reads, decodes and reports it (the errors in their order)."""
+    """A step decoded in the first wave from what the wave holds (``walk_cached``); None where
+    it would need a request (a walk going deeper, headers out of line, a record or a header
+    the wave did not read) or fails: the usual walk after the wave then reads, decodes and
+    reports it (the errors in their order), its reads batched with the other steps'."""
     walked: Walked = {}
     for item, sub in _ocdbt_items(t[1], t[3]):
         dbs = walk_cached(item, sub)
         if dbs is None:
             return None
         walked[str(item)] = dbs
+    if not _held(t[1], t[3], walked):
+        return None
     try:
         return _step_of(walked, t)
     except CkptError:
         return None
 
 
+def _held(loc: Location, files: Files, walked: Walked) -> bool:
+    """Whether ``step_usage`` of this step (its items walked: ``walked``) reads only what this
+    process holds: the zarr headers out of line, the plain zarr headers, the digest records."""
+    dirs, top = _split(files)
+    if looks_like_item(set(dirs) | set(top)):
+        items = [(loc, files)]
+    else:
+        items = [(loc.child(d), sub) for d, sub in dirs.items() if _is_item_dir(d)]
+    for item, sub in items:
+        dbs = walked.get(str(item))
+        if dbs is not None:
+            headers = _split_values(dbs.values, sub)[1].values()
+            reads = [(item.child(v[0]), v[1], v[1] + v[2]) for v in headers if isinstance(v, tuple)]
+        else:
+            names = [r for r in sub if r.rpartition("/")[2] in HEADERS]
+            reads = [(item.child(r), 0, sub[r]) for r in names]
+        if DIGEST_FILE in sub:
+            reads.append((item.child(DIGEST_FILE), 0, sub[DIGEST_FILE]))
+        if reads and item.cached(reads) is None:
+            return False
+    return True
+
+
 def _root(location: Location, files: Files) -> tuple[list[StepUsage], list[Garbage], int]:
-    """Every step of a root, and its garbage: the first wave's reads (``_first_reads``) go
+    """Every step of a root, and its garbage: the first wave's reads (``wave_files``) go
     out step after step, each step decoded as its files arrive (``wave.fetch_decoding``; on
     a bucket), then the steps left walked the usual way."""
     todo, garbage, other = _classify(location, files)
     by_dir: dict[str, list[str]] = defaultdict(list)
-    for rel in _first_reads(files):
+    for rel in wave_files(files):
         by_dir[rel.partition("/")[0]].append(rel)
     groups = [by_dir.pop(t[2], []) for t in todo]
     rest = [rel for rels in by_dir.values() for rel in rels]
@@ -403,38 +433,6 @@ def _root(location: Location, files: Files) -> tuple[list[StepUsage], list[Garba
         steps.append(usage)
         garbage += found
     return steps, garbage, other
-
-
-def _digests(item: Location, files: Files) -> dict[str, str]:
-    """Leaf -> its recorded digest (``verify --record``), dtype and shape in the key: none
-    when the item has no record or a damaged one (``verify`` reports that)."""
-    return recorded_values(item) if DIGEST_FILE in files else {}
-
-
-def _first_reads(files: Files) -> list[str]:
-    """``first_reads``, the items' digest records (``verify --record``) and the zarr headers
-    of items without OCDBT, up to ``FIRST_READ_BYTES`` of them: read with the rest, not a
-    batch a step afterwards (each its own connections)."""
-    out, budget = first_reads(files), FIRST_READ_BYTES
-    ocdbt = item_dirs(out)
-    for rel, size in files.items():
-        name = rel.rpartition("/")[2]
-        if size > budget or (name != DIGEST_FILE and not _plain_header(rel, ocdbt)):
-            continue
-        out.append(rel)
-        budget -= size
-    return out
-
-
-def _plain_header(rel: str, ocdbt: set[str]) -> bool:
-    """A zarr header file outside every OCDBT item (``ocdbt``: their directories, "" or
-    ending in "/") and outside the saves ``du`` does not read (unfinished, hidden)."""
-    if rel.rpartition("/")[2] not in HEADERS or TMP_MARKER in rel:
-        return False
-    parts = rel.split("/")
-    if any(p.startswith(".") for p in parts[:-1]):
-        return False
-    return not any("/".join(parts[:i]) + "/" * (i > 0) in ocdbt for i in range(len(parts)))
 
 
 def _below_root(
@@ -475,12 +473,12 @@ def disk_usage(
     files = {rel: e.size for rel, e in location.walk()}
     total = sum(files.values())
     # Every OCDBT manifest under the path at once, each merged root's b-tree nodes and the
-    # digest records (``_first_reads``; ``metadata_requests`` in flight on a bucket): each
+    # digest records (``wave_files``; ``metadata_requests`` in flight on a bucket): each
     # item's walk then starts from its manifests and nodes without a round trip of its own.
     if found.kind == "root":
         steps, garbage, other = _root(location, files)
     else:
-        location.prefetch([location.child(rel) for rel in _first_reads(files)])
+        location.prefetch([location.child(rel) for rel in wave_files(files)])
         steps, garbage, other = _below_root(location, found.kind, found.entries, files)
     found_uploads, note = uploads()
     garbage += found_uploads

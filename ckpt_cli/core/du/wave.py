@@ -1,7 +1,7 @@
 """``du``'s first wave on a bucket: every file its walks start from, fetched at once, each step
 decoded as soon as its own files are in.
 
-The wave (``run._first_reads``: every manifest, each merged root's node file, the digest
+The wave (``wave_files``: every manifest, each merged root's node file, the digest
 records; three small objects a step for a sound Orbax save) is one ``prefetch`` with
 ``metadata_requests`` in flight. Decoded after it, 1,000 steps cost 0.45 s of CPU here with
 nothing in flight; decoded as the answers arrive (``Location.prefetch_each``) that CPU overlaps
@@ -17,9 +17,39 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from ckpt_cli.core.digest.records import DIGEST_FILE
+from ckpt_cli.core.du.ocdbt import FIRST_READ_BYTES, first_reads, item_dirs
+from ckpt_cli.core.format.names import TMP_MARKER
 from ckpt_cli.core.storage import Location
 
 T = TypeVar("T")
+HEADERS = (".zarray", "zarr.json")
+
+
+def wave_files(files: dict[str, int]) -> list[str]:
+    """``first_reads``, the items' digest records (``verify --record``) and the zarr headers
+    of items without OCDBT, up to ``FIRST_READ_BYTES`` of them: read with the rest, not a
+    batch a step afterwards (each its own connections)."""
+    out, budget = first_reads(files), FIRST_READ_BYTES
+    ocdbt = item_dirs(out)
+    for rel, size in files.items():
+        name = rel.rpartition("/")[2]
+        if size > budget or (name != DIGEST_FILE and not _plain_header(rel, ocdbt)):
+            continue
+        out.append(rel)
+        budget -= size
+    return out
+
+
+def _plain_header(rel: str, ocdbt: set[str]) -> bool:
+    """A zarr header file outside every OCDBT item (``ocdbt``: their directories, "" or
+    ending in "/") and outside the saves ``du`` does not read (unfinished, hidden)."""
+    if rel.rpartition("/")[2] not in HEADERS or TMP_MARKER in rel:
+        return False
+    parts = rel.split("/")
+    if any(p.startswith(".") for p in parts[:-1]):
+        return False
+    return not any("/".join(parts[:i]) + "/" * (i > 0) in ocdbt for i in range(len(parts)))
 
 
 def fetch_decoding(
