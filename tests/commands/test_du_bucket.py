@@ -200,6 +200,136 @@ def test_every_step_is_read_in_one_wave(cli: Any, s3: S3, s3_prefix: str, tmp_pa
 
 
 @pytest.mark.moto_only
+def test_steps_are_decoded_while_the_wave_is_in_flight(
+    cli: Any, s3: S3, s3_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """12 steps: the server holds the GETs of the last step's files until the 11 other steps
+    are decoded (``step_usage`` of each: its walk is done). A du that decoded the steps after
+    the wave's last answer would never get there (the hold gives up after 10 s, noted). Every
+    step comes out whole, in order."""
+    import ckpt_cli.core.du.run as du_run
+
+    steps = 12
+    for i in range(steps):
+        s3.put_dir(FIXTURES / "seed_mlp" / "500", f"{s3_prefix}/{i}")
+    decoded: list[str] = []
+    others_in = threading.Event()
+    usage = du_run.step_usage
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        out = usage(*args, **kwargs)
+        decoded.append(args[1])
+        if len(decoded) == steps - 1:
+            others_in.set()
+        return out
+
+    held: list[str] = []
+    gave_up: list[str] = []
+
+    def hold(kind: str, path: str) -> None:
+        if kind == "GET" and f"/{s3_prefix}/{steps - 1}/" in path:
+            held.append(path)
+            if not others_in.wait(10):
+                gave_up.append(path)
+
+    monkeypatch.setattr(du_run, "step_usage", counted)
+    s3.server.before_request = hold
+    try:
+        doc = cli("du", f"s3://{BUCKET}/{s3_prefix}", "--json").json()
+    finally:
+        s3.server.before_request = None
+        others_in.set()
+    assert len(held) == 3 and not gave_up  # two manifests and the merged root's node file
+    assert sorted(decoded[:-1], key=int) == [str(i) for i in range(steps - 1)]
+    assert decoded[-1] == str(steps - 1)
+    assert [s["step"] for s in doc["steps"]] == list(range(steps))
+    assert all(s["items"][0]["exact"] and s["items"][0]["leaves"] for s in doc["steps"])
+
+
+def decoded_in_the_wave(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The directories of the steps ``du`` will decode in its first wave, as it does."""
+    import ckpt_cli.core.du.run as du_run
+
+    early: list[str] = []
+    decode = du_run._early
+
+    def counted(t: Any) -> Any:
+        out = decode(t)
+        if out is not None:
+            early.append(t[2])
+        return out
+
+    monkeypatch.setattr(du_run, "_early", counted)
+    return early
+
+
+@pytest.mark.moto_only
+def test_a_step_whose_wave_read_fails_is_walked_after_the_wave(
+    cli: Any, s3: S3, s3_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """6 steps; step 2's root node file is deleted as its GET reaches the server (gone between
+    the listing and the read). The other steps are decoded as their reads arrive; step 2 is
+    left to the walk after the wave, which reads it again, stops, and has TensorStore say
+    what is damaged: the item not exact, with the note, and no garbage claimed in it."""
+
+    steps = 6
+    for i in range(steps):
+        s3.put_dir(FIXTURES / "seed_mlp" / "500", f"{s3_prefix}/{i}")
+    early = decoded_in_the_wave(monkeypatch)
+    node = re.compile(rf"^/{BUCKET}/({re.escape(s3_prefix)}/2/default/d/[0-9a-f]{{32}})$")
+    gone: list[str] = []
+
+    def drop(kind: str, path: str) -> None:
+        if kind == "GET" and (m := node.match(path)) and not gone:
+            gone.append(m.group(1))
+            s3.client.delete_object(Bucket=BUCKET, Key=m.group(1))
+
+    s3.server.before_request = drop
+    try:
+        r = cli("du", f"s3://{BUCKET}/{s3_prefix}", "--json")
+    finally:
+        s3.server.before_request = None
+    assert len(gone) == 1 and r.code == 0, r.stderr
+    assert sorted(early) == ["0", "1", "3", "4", "5"]
+    items = [s["items"][0] for s in r.json()["steps"]]
+    assert len(items) == steps
+    assert not items[2]["exact"] and "damaged" in items[2]["note"]
+    assert all(i["exact"] and i["leaves"] for n, i in enumerate(items) if n != 2)
+    assert not [g for g in r.json()["garbage"] if "/2/" in g["path"]]
+
+
+@pytest.mark.moto_only
+@pytest.mark.parametrize("budget", [0, None])
+def test_a_step_needing_a_read_the_wave_did_not_make_is_left_to_the_walk_after_it(
+    cli: Any,
+    s3: S3,
+    s3_prefix: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    budget: int | None,
+) -> None:
+    """4 recorded steps. With no room in the wave for the digest records (``budget`` 0), no
+    step is decoded in the wave (each would read its record on its own, one round trip after
+    another): all are walked after it, their records read together; with the default room,
+    all are decoded in the wave. The answer is the local one either way."""
+    import ckpt_cli.core.du.wave as du_wave
+
+    step = tmp_path / "500"
+    shutil.copytree(FIXTURES / "seed_mlp" / "500", step)
+    assert cli("verify", str(step), "--record").code == 0
+    root = tmp_path / "run"
+    for i in range(4):
+        shutil.copytree(step, root / str(i))
+        s3.put_dir(step, f"{s3_prefix}/{i}")
+    if budget is not None:
+        monkeypatch.setattr(du_wave, "FIRST_READ_BYTES", budget)
+    early = decoded_in_the_wave(monkeypatch)
+    doc = same(cli, str(root), f"s3://{BUCKET}/{s3_prefix}")
+    assert sorted(early) == ([] if budget == 0 else ["0", "1", "2", "3"])
+    assert [d["steps"] for d in doc["duplicates"]]  # the records were read
+
+
+@pytest.mark.moto_only
 def test_the_headers_of_plain_zarr_steps_are_read_once_in_one_wave(
     cli: Any, s3: S3, s3_prefix: str
 ) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
-from ckpt_cli.core.du.types import Garbage, StepUsage
+from ckpt_cli.core.du.types import Duplicate, Garbage, StepUsage
 from ckpt_cli.core.progress import ProgressFn
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import CkptError, UnreachableError
@@ -38,6 +38,33 @@ def uncompared(steps: list[StepUsage]) -> list[Slot]:
             out += [
                 (si, ii, name) for si, ii, name in slots if name not in steps[si].items[ii].recorded
             ]
+    return out
+
+
+def duplicates(steps: list[StepUsage]) -> list[Duplicate]:
+    """Leaves stored with the same values in several steps, from the items' digest records."""
+    seen: dict[tuple[str, str, str], list[tuple[int | None, int]]] = defaultdict(list)
+    for s in steps:
+        for i in s.items:
+            sizes = {leaf.name: leaf.bytes for leaf in i.leaves}
+            for leaf, digest in i.recorded.items():
+                if leaf in sizes:
+                    seen[(i.name, leaf, digest)].append((s.step, sizes[leaf]))
+    out = []
+    for (item, leaf, digest), copies in seen.items():
+        if len(copies) > 1:
+            stored = [b for _, b in copies]
+            out.append(
+                Duplicate(
+                    item,
+                    leaf,
+                    digest.split(" ")[0],
+                    tuple(st for st, _ in copies),
+                    sum(stored),
+                    sum(stored) - max(stored),
+                )
+            )
+    out.sort(key=lambda d: (-d.saved_bytes, d.item, d.leaf))
     return out
 
 

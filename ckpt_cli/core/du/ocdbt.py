@@ -172,6 +172,26 @@ def walk_item(item: Location, files: dict[str, int]) -> ItemDatabases:
         return _walk_tensorstore(item, files)
 
 
+def walk_cached(item: Location, files: dict[str, int]) -> ItemDatabases | None:
+    """``walk_item`` where every read it needs is held already (``Location.cached``: a sound
+    item whose ``first_reads`` are in), without a request; None where it would need one (a
+    deeper tree, versions past the manifest's, a fetch that failed) or where the decoder
+    stops: ``walk_item`` then walks it, and says what is wrong."""
+    names = [f"{db}/{MANIFEST}" if db else MANIFEST for db in databases(files)]
+    try:
+        if item.cached([(item.child(n), 0, files[n]) for n in names]) is None:
+            return None
+        walk = _ItemWalk(item, files)
+        while not walk.done:
+            data = item.cached(walk.reads())
+            if data is None:
+                return None
+            walk.take(data)
+        return walk.result()
+    except _STOPS:
+        return None
+
+
 def _walk_tensorstore(item: Location, files: dict[str, int]) -> ItemDatabases:
     from ckpt_cli.core.verify.ocdbt import scan_database
 

@@ -9,23 +9,20 @@ for the data files they reference. No JAX, no array data.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import partial
 
 from ckpt_cli.core.digest.records import DIGEST_FILE, recorded_values
-from ckpt_cli.core.du.deep import add_digests, uncompared, uploads_meanwhile
+from ckpt_cli.core.du.deep import add_digests, duplicates, uncompared, uploads_meanwhile
 from ckpt_cli.core.du.ocdbt import (
-    FIRST_READ_BYTES,
     ItemDatabases,
     ItemWalks,
     Range,
-    first_reads,
     is_ocdbt,
-    item_dirs,
+    walk_cached,
     walk_item,
 )
 from ckpt_cli.core.du.types import (
-    Duplicate,
     DuReport,
     Garbage,
     ItemFormat,
@@ -33,6 +30,7 @@ from ckpt_cli.core.du.types import (
     LeafUsage,
     StepUsage,
 )
+from ckpt_cli.core.du.wave import HEADERS, fetch_decoding, wave_files
 from ckpt_cli.core.format.arrays import parse_zarr_header
 from ckpt_cli.core.format.discovery import detect, legacy_msgpack_error, step_status
 from ckpt_cli.core.format.names import (
@@ -47,15 +45,18 @@ from ckpt_cli.core.format.names import (
 )
 from ckpt_cli.core.format.ocdbt import Value
 from ckpt_cli.core.progress import ProgressFn
-from ckpt_cli.core.storage import Location
+from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.errors import CkptError
 
 TRASH_PREFIX = ".ckpt-trash-"  # prune's trash directories (core/prune/plan.py)
-HEADERS = (".zarray", "zarr.json")
 
 Files = dict[str, int]
 #: An OCDBT item's path -> its databases' walk (``walk_items``, done for many steps at once).
 Walked = dict[str, ItemDatabases]
+#: A step to report: its name, location, directory, files (step-relative) and status.
+Todo = tuple[StepName, Location, str, Files, str]
+#: A step's report: its usage and the garbage found in it.
+Found = tuple[StepUsage, list[Garbage]]
 #: Steps whose items are walked together on an object store (each level of their b-trees one
 #: batched read, as deep as ``metadata_requests``), until their latest versions hold
 #: ``WALK_KEYS`` keys: what the walks hold at once (keys and inline values, a few hundred
@@ -84,11 +85,11 @@ def _reclaim_tree(where: str) -> str:
     )
 
 
-def _leaves_ocdbt(
-    item: Location, values: dict[bytes, Value | Range], files: Files
-) -> tuple[LeafUsage, ...]:
-    """Leaves of an OCDBT item; a chunk whose data file is missing or cut short counts only
-    what is there (a damaged item: ``verify`` says what)."""
+def _split_values(
+    values: dict[bytes, Value | Range], files: Files
+) -> tuple[dict[str, int], dict[str, Value | Range]]:
+    """An OCDBT item's values: the bytes each leaf stores (a chunk whose data file is missing
+    or cut short counts only what is there), and each leaf's zarr header, inline or where."""
     zarr3 = any(k.endswith(b"zarr.json") for k in values)
     stored: dict[str, int] = defaultdict(int)
     headers: dict[str, Value | Range] = {}
@@ -100,6 +101,14 @@ def _leaves_ocdbt(
             stored[name] += (
                 len(v) if isinstance(v, bytes) else max(0, min(v[2], files.get(v[0], 0) - v[1]))
             )
+    return stored, headers
+
+
+def _leaves_ocdbt(
+    item: Location, values: dict[bytes, Value | Range], files: Files
+) -> tuple[LeafUsage, ...]:
+    """Leaves of an OCDBT item (a damaged one: ``verify`` says what)."""
+    stored, headers = _split_values(values, files)
     out_of_line = [(n, v) for n, v in headers.items() if not isinstance(v, bytes)]
     fetched = item.read_ranges([(item.child(v[0]), v[1], v[1] + v[2]) for _, v in out_of_line])
     raw = {n: v for n, v in headers.items() if isinstance(v, bytes)}
@@ -206,7 +215,7 @@ def item_usage(
         sum(g.bytes for g in garbage),
         exact,
         note,
-        _digests(item, files),
+        recorded_values(item) if DIGEST_FILE in files else {},  # ``verify --record``'s
         item,
     )
     return usage, garbage
@@ -239,9 +248,7 @@ def _walked(walks: ItemWalks) -> Walked:
     return {str(item): dbs for (item, _), dbs in zip(walks.items, walks.run(), strict=True)}
 
 
-def _chunks(
-    location: Location, todo: list[tuple[StepName, Location, str, Files, str]]
-) -> Iterator[tuple[list[tuple[StepName, Location, str, Files, str]], Walked]]:
+def _chunks(location: Location, todo: list[Todo]) -> Iterator[tuple[list[Todo], Walked]]:
     """The steps ``WALK_STEPS`` at a time, fewer where their latest versions hold more than
     ``WALK_KEYS`` keys, each group with its items' walks."""
     walks, chunk, keys = ItemWalks(location), [], 0
@@ -298,9 +305,10 @@ def step_usage(
     return StepUsage(step, name, str(loc), status, total, tuple(items), own, leftover), garbage
 
 
-def _root(location: Location, files: Files) -> tuple[list[StepUsage], list[Garbage], int]:
+def _classify(location: Location, files: Files) -> tuple[list[Todo], list[Garbage], int]:
+    """The steps of a root to report, in order; its garbage directories; its other bytes."""
     dirs, top = _split(files)
-    todo: list[tuple[StepName, Location, str, Files, str]] = []
+    todo: list[Todo] = []
     garbage: list[Garbage] = []
     other = sum(top.values())
     root = str(location)
@@ -335,31 +343,29 @@ def _root(location: Location, files: Files) -> tuple[list[StepUsage], list[Garba
         status = step_status(loc, parsed, frozenset(n.partition("/")[0] for n in sub))
         todo.append((parsed, loc, d, sub, status))
     todo.sort(key=lambda t: (t[0].step, t[2]))
-    steps = []
-    for usage, found in _each_step(location, todo):
-        steps.append(usage)
-        garbage += found
-    return steps, garbage, other
+    return todo, garbage, other
 
 
-def _step_of(
-    walked: Walked, t: tuple[StepName, Location, str, Files, str]
-) -> tuple[StepUsage, list[Garbage]]:
+def _step_of(walked: Walked, t: Todo) -> tuple[StepUsage, list[Garbage]]:
     return step_usage(t[1], t[2], t[3], t[0].step, t[4], walked)
 
 
-def _each_step(
-    location: Location, todo: list[tuple[StepName, Location, str, Files, str]]
-) -> Iterator[tuple[StepUsage, list[Garbage]]]:
-    """Each step's usage, in order. On an object store ``WALK_STEPS`` steps at a time (fewer
-    past ``WALK_KEYS`` keys): their OCDBT items walked side by side (a level of every item's
-    b-trees in one batched read: a step's walk costs round trips, latency, not CPU), then the
-    rest of each step, several steps at once (as ``verify`` checks items). Locally one step
-    after another."""
+def _each_step(location: Location, todo: list[Todo], early: dict[int, Found]) -> Iterator[Found]:
+    """Each step's usage, in order: those ``early`` holds (decoded in the first wave), the
+    others here. On an object store ``WALK_STEPS`` steps at a time (fewer past ``WALK_KEYS``
+    keys): their OCDBT items walked side by side (a level of every item's b-trees in one
+    batched read: a step's walk costs round trips, latency, not CPU), then the rest of each
+    step, several steps at once (as ``verify`` checks items). Locally one step after another."""
     if location.parallel_reads <= 1:
         for t in todo:
             yield _step_of(_walk(location, [(t[1], t[3])]), t)
         return
+    rest = _each_walked(location, [t for i, t in enumerate(todo) if i not in early])
+    for i in range(len(todo)):
+        yield early[i] if i in early else next(rest)
+
+
+def _each_walked(location: Location, todo: list[Todo]) -> Iterator[Found]:
     from concurrent.futures import ThreadPoolExecutor
 
     for chunk, walked in _chunks(location, todo):
@@ -368,63 +374,86 @@ def _each_step(
             yield from pool.map(partial(_step_of, walked), chunk)
 
 
-def _digests(item: Location, files: Files) -> dict[str, str]:
-    """Leaf -> its recorded digest (``verify --record``), dtype and shape in the key: none
-    when the item has no record or a damaged one (``verify`` reports that)."""
-    return recorded_values(item) if DIGEST_FILE in files else {}
+def _early(t: Todo) -> Found | None:
+    """A step decoded in the first wave from what the wave holds (``walk_cached``); None where
+    it would need a request (a walk going deeper, headers out of line, a record or a header
+    the wave did not read) or fails: the usual walk after the wave then reads, decodes and
+    reports it (the errors in their order), its reads batched with the other steps'."""
+    walked: Walked = {}
+    for item, sub in _ocdbt_items(t[1], t[3]):
+        dbs = walk_cached(item, sub)
+        if dbs is None:
+            return None
+        walked[str(item)] = dbs
+    if not _held(t[1], t[3], walked):
+        return None
+    try:
+        return _step_of(walked, t)
+    except CkptError:
+        return None
 
 
-def duplicates(steps: list[StepUsage]) -> list[Duplicate]:
-    """Leaves stored with the same values in several steps, from the items' digest records."""
-    seen: dict[tuple[str, str, str], list[tuple[int | None, int]]] = defaultdict(list)
-    for s in steps:
-        for i in s.items:
-            sizes = {leaf.name: leaf.bytes for leaf in i.leaves}
-            for leaf, digest in i.recorded.items():
-                if leaf in sizes:
-                    seen[(i.name, leaf, digest)].append((s.step, sizes[leaf]))
-    out = []
-    for (item, leaf, digest), copies in seen.items():
-        if len(copies) > 1:
-            stored = [b for _, b in copies]
-            out.append(
-                Duplicate(
-                    item,
-                    leaf,
-                    digest.split(" ")[0],
-                    tuple(st for st, _ in copies),
-                    sum(stored),
-                    sum(stored) - max(stored),
-                )
-            )
-    out.sort(key=lambda d: (-d.saved_bytes, d.item, d.leaf))
-    return out
+def _held(loc: Location, files: Files, walked: Walked) -> bool:
+    """Whether ``step_usage`` of this step (its items walked: ``walked``) reads only what this
+    process holds: the zarr headers out of line, the plain zarr headers, the digest records."""
+    dirs, top = _split(files)
+    if looks_like_item(set(dirs) | set(top)):
+        items = [(loc, files)]
+    else:
+        items = [(loc.child(d), sub) for d, sub in dirs.items() if _is_item_dir(d)]
+    for item, sub in items:
+        dbs = walked.get(str(item))
+        if dbs is not None:
+            headers = _split_values(dbs.values, sub)[1].values()
+            reads = [(item.child(v[0]), v[1], v[1] + v[2]) for v in headers if isinstance(v, tuple)]
+        else:
+            names = [r for r in sub if r.rpartition("/")[2] in HEADERS]
+            reads = [(item.child(r), 0, sub[r]) for r in names]
+        if DIGEST_FILE in sub:
+            reads.append((item.child(DIGEST_FILE), 0, sub[DIGEST_FILE]))
+        if reads and item.cached(reads) is None:
+            return False
+    return True
 
 
-def _first_reads(files: Files) -> list[str]:
-    """``first_reads``, the items' digest records (``verify --record``) and the zarr headers
-    of items without OCDBT, up to ``FIRST_READ_BYTES`` of them: read with the rest, not a
-    batch a step afterwards (each its own connections)."""
-    out, budget = first_reads(files), FIRST_READ_BYTES
-    ocdbt = item_dirs(out)
-    for rel, size in files.items():
-        name = rel.rpartition("/")[2]
-        if size > budget or (name != DIGEST_FILE and not _plain_header(rel, ocdbt)):
-            continue
-        out.append(rel)
-        budget -= size
-    return out
+def _root(location: Location, files: Files) -> tuple[list[StepUsage], list[Garbage], int]:
+    """Every step of a root, and its garbage: the first wave's reads (``wave_files``) go
+    out step after step, each step decoded as its files arrive (``wave.fetch_decoding``; on
+    a bucket), then the steps left walked the usual way."""
+    todo, garbage, other = _classify(location, files)
+    by_dir: dict[str, list[str]] = defaultdict(list)
+    for rel in wave_files(files):
+        by_dir[rel.partition("/")[0]].append(rel)
+    groups = [by_dir.pop(t[2], []) for t in todo]
+    rest = [rel for rels in by_dir.values() for rel in rels]
+    decode = (lambda g: _early(todo[g])) if location.parallel_reads > 1 else None
+    early = fetch_decoding(location, groups, rest, decode)
+    steps = []
+    for usage, found in _each_step(location, todo, early):
+        steps.append(usage)
+        garbage += found
+    return steps, garbage, other
 
 
-def _plain_header(rel: str, ocdbt: set[str]) -> bool:
-    """A zarr header file outside every OCDBT item (``ocdbt``: their directories, "" or
-    ending in "/") and outside the saves ``du`` does not read (unfinished, hidden)."""
-    if rel.rpartition("/")[2] not in HEADERS or TMP_MARKER in rel:
-        return False
-    parts = rel.split("/")
-    if any(p.startswith(".") for p in parts[:-1]):
-        return False
-    return not any("/".join(parts[:i]) + "/" * (i > 0) in ocdbt for i in range(len(parts)))
+def _below_root(
+    location: Location, kind: str, entries: Sequence[Entry], files: Files
+) -> tuple[list[StepUsage], list[Garbage], int]:
+    """A step (``entries``: its children) or an item: its usage, its garbage, no other bytes."""
+    if kind == "step":
+        parsed = parse_step_name(location.name)
+        names = frozenset(e.name for e in entries)
+        status = (
+            "uncommitted"
+            if location.requires_commit_marker and COMMIT_MARKER not in names
+            else "committed"
+        )
+        walked = _walk(location, [(location, files)])
+        usage, garbage = step_usage(
+            location, location.name, files, parsed.step if parsed else None, status, walked
+        )
+        return [usage], garbage, 0
+    item, garbage = item_usage(location, location.name, files, None, str(location.parent))
+    return [StepUsage(None, "", str(location), "-", sum(files.values()), (item,), 0)], garbage, 0
 
 
 def disk_usage(
@@ -444,28 +473,13 @@ def disk_usage(
     files = {rel: e.size for rel, e in location.walk()}
     total = sum(files.values())
     # Every OCDBT manifest under the path at once, each merged root's b-tree nodes and the
-    # digest records (``_first_reads``; ``max_requests`` in flight on a bucket): each item's
-    # walk then starts from its manifests and nodes without a round trip of its own.
-    location.prefetch([location.child(rel) for rel in _first_reads(files)])
-    garbage: list[Garbage] = []
+    # digest records (``wave_files``; ``metadata_requests`` in flight on a bucket): each
+    # item's walk then starts from its manifests and nodes without a round trip of its own.
     if found.kind == "root":
         steps, garbage, other = _root(location, files)
-    elif found.kind == "step":
-        parsed = parse_step_name(location.name)
-        step_no = parsed.step if parsed else None
-        names = frozenset(e.name for e in found.entries)
-        status = (
-            "uncommitted"
-            if location.requires_commit_marker and COMMIT_MARKER not in names
-            else "committed"
-        )
-        walked = _walk(location, [(location, files)])
-        usage, garbage = step_usage(location, location.name, files, step_no, status, walked)
-        steps, other = [usage], 0
     else:
-        item, garbage = item_usage(location, location.name, files, None, str(location.parent))
-        steps = [StepUsage(None, "", str(location), "-", total, (item,), 0)]
-        other = 0
+        location.prefetch([location.child(rel) for rel in wave_files(files)])
+        steps, garbage, other = _below_root(location, found.kind, found.entries, files)
     found_uploads, note = uploads()
     garbage += found_uploads
     if deep:

@@ -99,15 +99,20 @@ class _Reader:
 
     def varints(self, n: int) -> list[int]:
         out: list[int] = []
+        append = out.append
         data, pos, end = self.data, self.pos, len(self.data)
         for _ in range(n):
-            if pos < end and data[pos] < 0x80:  # one byte: most lengths, ids and counts
-                out.append(data[pos])
+            b = data[pos] if pos < end else 0x80
+            if b < 0x80:  # one byte: most lengths, ids and counts
+                append(b)
                 pos += 1
-                continue
-            self.pos = pos
-            out.append(self.varint())
-            pos = self.pos
+            elif pos + 1 < end and data[pos + 1] < 0x80:  # two: most offsets
+                append((b & 0x7F) | (data[pos + 1] << 7))
+                pos += 2
+            else:
+                self.pos = pos
+                append(self.varint())
+                pos = self.pos
         self.pos = pos
         return out
 
@@ -273,11 +278,16 @@ def _unprefixed(r: _Reader, prefixes: list[int], suffixes: list[int]) -> list[by
     """Prefix-compressed strings (keys, paths): each is ``prefixes[i]`` bytes of the one
     before, then ``suffixes[i]`` bytes read here."""
     out: list[bytes] = []
+    data, pos, prev = r.data, r.pos, b""
     for prefix, suffix in zip(prefixes, suffixes, strict=True):
-        prev = out[-1] if out else b""
         if prefix > len(prev):
             raise OcdbtFormatError("prefix longer than the previous string")
-        out.append(prev[:prefix] + r.take(suffix))
+        if suffix < 0 or pos + suffix > len(data):
+            raise OcdbtFormatError("truncated node")
+        prev = prev[:prefix] + data[pos : pos + suffix]
+        pos += suffix
+        out.append(prev)
+    r.pos = pos
     return out
 
 

@@ -115,6 +115,11 @@ class Location:
         the store overlaps requests (object stores only, so far: ``parallel_reads > 1``)."""
         raise NotImplementedError
 
+    def cached(self, ranges: Sequence[tuple[Location, int, int]]) -> builtins.list[bytes] | None:
+        """``read_ranges`` where this process holds every range already (``prefetch``), without
+        a request; None where one is not held (on disk: always, nothing is held)."""
+        return None
+
     def mtime(self) -> float:
         raise NotImplementedError
 
@@ -160,6 +165,14 @@ class Location:
         """Fetch these small files (their last ``tail`` bytes) together, so that the next
         ``read_bytes`` (``read_tail(tail)``) of each costs no request. Files that do not exist
         are skipped; a failed fetch is left to the later read to report."""
+
+    def prefetch_each(self, files: Sequence[Location], tail: int | None = None) -> Iterator[int]:
+        """``prefetch``, the index in ``files`` of each file once it is settled (its bytes held,
+        or its fetch failed or skipped: the later read says), every index once, as the answers
+        arrive: what the caller does with one overlaps the fetches still in flight. Here all
+        at once, in order."""
+        self.prefetch(files, tail)
+        yield from range(len(files))
 
     def write_many(self, files: Sequence[tuple[Location, bytes]]) -> None:
         """``write_bytes`` of each, in no particular order; the first failure raises, after

@@ -17,7 +17,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 import threading
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -46,17 +47,38 @@ def fetch_all(
     ssl_context: ssl.SSLContext | None = None,
 ) -> list[Response | BaseException]:
     """GET every ``(target, headers)`` (target: path and query) from ``url_base``
-    (``scheme://host[:port]``), ``window`` at most in flight; answers in the order asked.
+    (``scheme://host[:port]``), ``window`` at most in flight; answers in the order asked."""
+    out: list[Response | BaseException | None] = [None] * len(requests)
+    for i, answer in fetch_each(
+        url_base, requests, window=window, timeout_s=timeout_s, ssl_context=ssl_context
+    ):
+        out[i] = answer
+    return [a for a in out if a is not None]
 
-    Runs its own event loop in this thread, or in a helper thread when this one already runs
-    one (a notebook's)."""
+
+def fetch_each(
+    url_base: str,
+    requests: Sequence[tuple[str, Mapping[str, str]]],
+    *,
+    window: int,
+    timeout_s: float,
+    ssl_context: ssl.SSLContext | None = None,
+) -> Iterator[tuple[int, Response | BaseException]]:
+    """As ``fetch_all``, each answer as it arrives: ``(index, answer)``, every index once.
+
+    The event loop runs in this thread between the answers it yields, not while the caller
+    works on one: what the caller does with an answer (decoding it) overlaps the requests
+    still in flight, whose answers wait in the sockets' buffers meanwhile. Where this thread
+    already runs a loop (a notebook's), the requests run in a helper thread and the answers
+    come once all are in. Closing the iterator early closes every connection."""
     if not requests:
-        return []
+        return
     job = _Job(url_base, list(requests), window, timeout_s, ssl_context)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(job.run())
+        yield from _each(job)
+        return
     out: list[list[Response | BaseException]] = []
     failed: list[BaseException] = []
 
@@ -71,7 +93,41 @@ def fetch_all(
     thread.join()
     if failed:
         raise failed[0]
-    return out[0]
+    yield from enumerate(out[0])
+
+
+def _each(job: _Job) -> Iterator[tuple[int, Response | BaseException]]:
+    """``job`` on a loop of its own, run until an answer is in, then paused while the caller
+    takes every answer in so far."""
+    loop = asyncio.new_event_loop()
+    try:
+        runner = loop.create_task(job.run())
+        given = 0
+        while given < len(job.requests):
+            if not job.finished:
+                loop.run_until_complete(job.some_finished(runner))
+            while job.finished:
+                i = job.finished.popleft()
+                given += 1
+                answer = job.results[i]
+                assert answer is not None
+                yield i, answer
+        loop.run_until_complete(runner)
+    finally:
+        _shut(loop)
+
+
+def _shut(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what still runs on ``loop`` (its workers close their connections), close it."""
+    try:
+        tasks = asyncio.all_tasks(loop)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        loop.close()
 
 
 class _Job:
@@ -94,6 +150,9 @@ class _Job:
         self.window = max(1, min(window, len(requests)))
         self.timeout = timeout_s
         self.results: list[Response | BaseException | None] = [None] * len(requests)
+        #: Indexes answered and not yet taken (``fetch_each``), in the order they finished.
+        self.finished: deque[int] = deque()
+        self._answered: asyncio.Event | None = None
         self._next = 0
 
     async def run(self) -> list[Response | BaseException]:
@@ -103,6 +162,25 @@ class _Job:
             assert r is not None
             out.append(r)
         return out
+
+    async def some_finished(self, runner: asyncio.Task[object]) -> None:
+        """Return once an answer is in (or the workers are done, or one raised)."""
+        if self._answered is None:
+            self._answered = asyncio.Event()
+        waiter = asyncio.ensure_future(self._answered.wait())
+        try:
+            await asyncio.wait({waiter, runner}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        self._answered.clear()
+        if runner.done():
+            runner.result()  # a worker's unexpected error, raised here
+
+    def _answer(self, i: int, answer: Response | BaseException) -> None:
+        self.results[i] = answer
+        self.finished.append(i)
+        if self._answered is not None:
+            self._answered.set()
 
     def _take(self) -> int | None:
         if self._next >= len(self.requests):
@@ -129,9 +207,9 @@ class _Job:
                         conn = None
                         if attempt == 0 and reused and not isinstance(e, asyncio.TimeoutError):
                             continue  # a kept-alive connection the server had closed
-                        self.results[i] = e
+                        self._answer(i, e)
                         break
-                    self.results[i] = response
+                    self._answer(i, response)
                     if not keep:
                         _close(conn)
                         conn = None

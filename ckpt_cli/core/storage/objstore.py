@@ -127,6 +127,22 @@ class ObjectStore:
         """``read_object`` of every ``(key, start, end)``, ``max_requests`` in flight; each
         answer in the order asked, a failure as its exception."""
         out: list[bytes | Exception | None] = [None] * len(reads)
+        for i, answer in self.read_each(reads):
+            out[i] = answer
+        return out
+
+    def read_each(
+        self, reads: Sequence[tuple[str, int | None, int | None]]
+    ) -> Iterator[tuple[int, bytes | Exception | None]]:
+        """``read_objects``, each answer ``(index, answer)`` as soon as it is final (S3: as it
+        arrives), every index once; here all at once, in the order asked."""
+        yield from enumerate(self._read_threads(reads))
+
+    def _read_threads(
+        self, reads: Sequence[tuple[str, int | None, int | None]]
+    ) -> list[bytes | Exception | None]:
+        """``read_object`` of each on a thread pool, ``max_requests`` in flight."""
+        out: list[bytes | Exception | None] = [None] * len(reads)
 
         def one(i: int) -> None:
             try:

@@ -4,7 +4,7 @@ batched deletes of files and of whole directories (``Location``'s bulk interface
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from ckpt_cli.core.storage.base import Location
@@ -36,32 +36,47 @@ class RemoteBulk:
         raise NotImplementedError
 
     def prefetch(self, files: Sequence[Location], tail: int | None = None) -> None:
-        """One GET per listed file (``ObjectStore.read_object``), ``max_requests`` of them in
+        """One GET per listed file (``ObjectStore.read_objects``), ``max_requests`` of them in
         flight, none for a file the cache already holds; the contents wait in the listing's
         cache."""
+        for _ in self.prefetch_each(files, tail):
+            pass
+
+    def prefetch_each(self, files: Sequence[Location], tail: int | None = None) -> Iterator[int]:
+        """``prefetch``, each file's index as its answer arrives (``ObjectStore.read_each``),
+        those it skips first. A failed read is left out of the cache: the read that needs the
+        file fails again, with its own message."""
         info = self._listing.info
-        wanted = []
-        for f in files:
+        wanted: dict[tuple[str, int | None], builtins.list[int]] = {}
+        sizes: builtins.list[int] = []
+        for n, f in enumerate(files):
             if isinstance(f, RemoteBulk) and f._listing is self._listing and f.key in info:
                 size = info[f.key][0]
-                whole = tail is None or size <= tail
-                if size <= PREFETCH_MAX_BYTES and (
-                    self._listing.take(f.key, None if whole else tail) is None
-                ):
-                    wanted.append((f.key, None if whole else tail, size))
-        if not wanted:
-            return
-        answers = self.store.read_objects(
-            [(k, None if t is None else size - t, size) for k, t, size in wanted]
-        )
-        # A failed read is left out: the read that needs the file fails again, with its own
-        # message.
-        got = {
-            (k, t): data
-            for (k, t, _), data in zip(wanted, answers, strict=True)
-            if isinstance(data, bytes)
-        }
-        self._listing.keep(got)
+                cut = None if tail is None or size <= tail else tail
+                if size <= PREFETCH_MAX_BYTES and self._listing.take(f.key, cut) is None:
+                    if (f.key, cut) not in wanted:
+                        sizes.append(size)
+                    wanted.setdefault((f.key, cut), []).append(n)
+                    continue
+            yield n
+        asked = builtins.list(wanted)
+        reads = [
+            (k, None if t is None else size - t, size)
+            for (k, t), size in zip(asked, sizes, strict=True)
+        ]
+        for i, data in self.store.read_each(reads):
+            if isinstance(data, bytes):
+                self._listing.keep({asked[i]: data})
+            yield from wanted[asked[i]]
+
+    def cached(self, ranges: Sequence[tuple[Location, int, int]]) -> builtins.list[bytes] | None:
+        out = []
+        for loc, start, end in ranges:
+            whole = loc._listing.take(loc.key, None) if isinstance(loc, RemoteBulk) else None
+            if whole is None or end > len(whole):
+                return None
+            out.append(whole[start:end])
+        return out
 
     def read_ranges(self, ranges: Sequence[tuple[Location, int, int]]) -> builtins.list[bytes]:
         """One ranged GET per entry (``ObjectStore.read_objects``: ``max_requests`` or more in
@@ -81,7 +96,8 @@ class RemoteBulk:
                 out[i] = whole[start:end]
             elif end > start:
                 wanted.append(i)
-        answers = store.read_objects([(keys[i], ranges[i][1], ranges[i][2]) for i in wanted])
+        asked = [(keys[i], ranges[i][1], ranges[i][2]) for i in wanted]
+        answers = store.read_objects(asked) if asked else []
         for i, data in zip(wanted, answers, strict=True):
             _, start, end = ranges[i]
             url = store.url(keys[i])

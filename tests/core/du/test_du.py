@@ -12,6 +12,7 @@ import pytest
 
 from ckpt_cli.core.du import Duplicate, DuReport, disk_usage
 from ckpt_cli.core.du import run as du_run
+from ckpt_cli.core.du import wave as du_wave
 from ckpt_cli.core.du.types import LEFTOVER_KINDS
 from ckpt_cli.core.storage import Location, open_location
 from tests.support.du_saves import LAYOUTS, TREE, save
@@ -279,7 +280,7 @@ def test_first_reads_are_plain_headers_records_and_ocdbt_metadata(tmp_path: Path
     shutil.copytree(FIXTURES / "seed_mlp" / "500", root / "2")
     (root / "0" / "default" / "_CKPT_DIGESTS.json").write_text("{}")
     files = {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
-    got = du_run._first_reads(files)
+    got = du_wave.wave_files(files)
     assert len(got) == len(set(got))
     headers = sorted(r for r in got if r.endswith(".zarray"))
     assert headers and all(r.startswith("0/default/") for r in headers)

@@ -112,3 +112,33 @@ def test_version_tree_nodes_give_every_version(
     for r in versions[1:]:
         assert r is not None
         fmt.decode_node((db / r.path).read_bytes()[r.offset : r.offset + r.length], r)
+
+
+def test_threads_decoding_at_once_each_get_their_own_zstd_context() -> None:
+    """zstd frames of real nodes decoded by 8 threads at once (each keeps a context of its own
+    between decodes) give what one thread gives, and TensorStore's values through them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    frames = []
+    for db in DATABASES[:40]:
+        manifest = (db / "manifest.ocdbt").read_bytes()
+        head = fmt._Reader(manifest[:-4])
+        head.pos = 12
+        head.varint()
+        if head.varint() == 1:  # zstd
+            frames.append(manifest[head.pos : -4])
+    assert len(frames) > 10
+    alone = [codecs.zstd_decompress(f) for f in frames]
+    assert all(isinstance(d, bytes) and d for d in alone)
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(codecs.zstd_decompress, frames * 20))
+    assert together == alone * 20
+    db = DATABASES[0]
+    ours = read_values((db / "manifest.ocdbt").read_bytes(), _fetch(db))
+    with ThreadPoolExecutor(8) as pool:
+        again = list(
+            pool.map(
+                lambda _: read_values((db / "manifest.ocdbt").read_bytes(), _fetch(db)), range(16)
+            )
+        )
+    assert again == [ours] * 16

@@ -1,4 +1,4 @@
-"""``httpmany.fetch_all``: many GETs on one event loop, against a real HTTP server on 127.0.0.1
+"""``httpmany.fetch_all`` and ``fetch_each``: many GETs on one event loop, against a real HTTP server on 127.0.0.1
 that answers each path its own way (lengths, chunks, a body ended by closing, a kept-alive
 connection the server drops, a status line that is not HTTP), counting connections and the
 requests it holds at once."""
@@ -9,11 +9,12 @@ import asyncio
 import socket
 import socketserver
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from ckpt_cli.core.storage.httpmany import Response, ResponseError, fetch_all
+from ckpt_cli.core.storage.httpmany import Response, ResponseError, fetch_all, fetch_each
 
 
 class _Server(socketserver.ThreadingTCPServer):
@@ -24,12 +25,16 @@ class _Server(socketserver.ThreadingTCPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.lock = threading.Lock()
         self.connections = 0
+        self.open = 0  # connections not closed yet
         self.in_flight = 0
         self.max_in_flight = 0
         #: Hold every request until this many are in flight at once (then let all go).
         self.hold_until = 0
         self.released = threading.Event()
         self.paths: list[str] = []
+        #: ``/held`` paths wait for this (10 s at most: then they are noted in ``gave_up``).
+        self.let_held_go = threading.Event()
+        self.gave_up: list[str] = []
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -38,6 +43,14 @@ class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         with self.server.lock:
             self.server.connections += 1
+            self.server.open += 1
+        try:
+            self._serve()
+        finally:
+            with self.server.lock:
+                self.server.open -= 1
+
+    def _serve(self) -> None:
         served = 0
         while True:
             line = self.rfile.readline()
@@ -56,6 +69,8 @@ class _Handler(socketserver.StreamRequestHandler):
                 self.server.released.set()
             if self.server.hold_until:
                 self.server.released.wait(10)
+            if path.startswith("/held") and not self.server.let_held_go.wait(10):
+                self.server.gave_up.append(path)
             with self.server.lock:
                 self.server.in_flight -= 1
             if path.startswith("/drop") and served > 0:
@@ -111,6 +126,35 @@ def test_answers_come_in_the_order_asked_within_the_window(server: _Server) -> N
     assert server.released.is_set()  # 16 were in flight together
     assert server.max_in_flight == 16
     assert server.connections == 16  # kept alive: one connection per slot of the window
+
+
+def test_each_answer_is_given_as_it_arrives_while_others_are_in_flight(server: _Server) -> None:
+    """The server holds ``/held`` until the caller has taken every other answer: a fetch that
+    gave its answers only once all were in would never get them (the hold gives up after
+    10 s, noted). Each index comes once; the held one last, in the window all the while."""
+    asks = [("/held", {})] + [(f"/k/{i}", {}) for i in range(40)]
+    order: list[int] = []
+    for i, answer in fetch_each(_base(server), asks, window=8, timeout_s=30):
+        assert isinstance(answer, Response) and answer.status == 200, answer
+        assert answer.body.decode().startswith(asks[i][0] + "|")
+        order.append(i)
+        if len(order) == len(asks) - 1:
+            server.let_held_go.set()
+    assert not server.gave_up
+    assert sorted(order) == list(range(len(asks))) and order[-1] == 0  # asked first
+
+
+def test_closing_the_answers_early_closes_every_connection(server: _Server) -> None:
+    answers = fetch_each(
+        _base(server), [(f"/k/{i}", {}) for i in range(20)], window=4, timeout_s=10
+    )
+    first = next(answers)
+    assert isinstance(first[1], Response) and server.connections >= 1
+    answers.close()
+    deadline = time.monotonic() + 10
+    while server.open and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.open == 0
 
 
 def test_chunked_until_close_and_404_bodies(server: _Server) -> None:
