@@ -223,6 +223,8 @@ demo: $(STAMP)
 	$(S3CKPT) ls s3://demo/exp7-copy
 	@echo "== ls -v: how the bucket was listed (parallel ranges proven complete, or one plain listing) and open multipart uploads"
 	$(S3CKPT) ls -v s3://demo/exp7-copy
+	@echo "== ckpt du on the bucket: the steps' first reads in one wave, each step decoded as its reads arrive"
+	$(S3CKPT) du s3://demo/exp7-copy
 	$(S3CKPT) cp s3://demo/exp7-copy $(DEMO)-copy
 	diff -r -x _CKPT_VERIFY_STATE.json $(DEMO) $(DEMO)-copy && echo "the copy back is byte-identical"
 	@echo "== a directory of saves as the Flax NNX guide makes them (ckpt_dir/state, ckpt_dir/other): ls says each save's kind, cp copies it save by save"
