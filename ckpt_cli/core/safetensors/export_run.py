@@ -298,8 +298,8 @@ class _Opener:
 class _Stream:
     """Blocks of the tensors in file order: reads a few blocks ahead (TensorStore decodes on its
     own threads) while one thread writes finished blocks, all under the memory limit. A tensor
-    whose chunks are large (``tensor_slab``) is a job of its own instead (``export_slabs``), on a pool that
-    reads and writes it while the blocks of the others flow."""
+    whose chunks are large (``tensor_slab``) is a job of its own instead (``export_slabs``), on
+    a pool that reads and writes it while the blocks of the others flow."""
 
     def __init__(
         self,

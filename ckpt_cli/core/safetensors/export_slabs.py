@@ -1,6 +1,7 @@
 """Export's tensors read as ``verify --deep`` reads them: a leaf (or a cast of one) whose chunks
-are large (``tensor_slab``: 2 MiB or more), streamed chunk by chunk and slab by slab (``scan.streamed_slabs``: range reads,
-zstd decoded as a stream into each slab's buffer), one job per tensor on a pool of threads.
+are large (``tensor_slab``: 2 MiB or more), streamed chunk by chunk and slab by slab
+(``scan.streamed_slabs``: range reads, zstd decoded as a stream into each slab's buffer), one
+job per tensor on a pool of threads.
 
 TensorStore decodes a chunk whole for every read that touches it, on its own pool, and a
 tensor saved from one device is one chunk of tens of MiB: export then waited on a few whole

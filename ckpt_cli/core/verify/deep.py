@@ -159,7 +159,7 @@ def _taps(
 
     if not (whole and files and local_ocdbt(facts)):
         return None, set()
-    return ReadTaps(), _tapped_files(facts, budget, sha256)
+    return ReadTaps(), _tapped_files(facts, budget, sha256) & set(files)
 
 
 def _tapped_files(facts: ItemFacts, budget: int, sha256: bool) -> set[str]:
