@@ -47,14 +47,19 @@ def _libzstd() -> Any:
 
 
 class _Context:
-    """A zstd decompression context, freed with this object."""
+    """A zstd decompression context, freed with this object. A signal can stop ``__init__``
+    between the two assignments (Ctrl-C or SIGTERM raise where the call returns): ``__del__``
+    then has no context to free and says nothing (it printed a traceback after
+    "ckpt: interrupted")."""
 
     def __init__(self, lib: Any) -> None:
-        self.lib, self.dctx = lib, lib.ZSTD_createDCtx()
+        self.lib, self.dctx = lib, None
+        self.dctx = lib.ZSTD_createDCtx()
 
     def __del__(self) -> None:
-        if self.dctx:
-            self.lib.ZSTD_freeDCtx(self.dctx)
+        dctx, self.dctx = getattr(self, "dctx", None), None
+        if dctx:
+            self.lib.ZSTD_freeDCtx(dctx)
 
 
 #: One context a thread, made at its first decode and kept: ``ZSTD_decompress`` made and freed

@@ -142,3 +142,35 @@ def test_threads_decoding_at_once_each_get_their_own_zstd_context() -> None:
             )
         )
     assert again == [ours] * 16
+
+
+def test_a_context_stopped_while_made_is_dropped_without_a_word() -> None:
+    """A signal raising while ``ZSTD_createDCtx`` returns left a context with no ``dctx``, and
+    its ``__del__`` printed "Exception ignored ... AttributeError" after "ckpt: interrupted"
+    (CI: a SIGTERM test of `verify --deep --json`). Now it frees nothing and says nothing."""
+    import gc
+    import sys
+
+    freed: list[object] = []
+
+    class Stopped:
+        def ZSTD_createDCtx(self) -> object:
+            raise KeyboardInterrupt
+
+        def ZSTD_freeDCtx(self, dctx: object) -> None:
+            freed.append(dctx)
+
+    unraisable: list[object] = []
+    old = sys.unraisablehook
+    sys.unraisablehook = unraisable.append
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            codecs._Context(Stopped())
+        gc.collect()
+        made = codecs._Context(type("Lib", (Stopped,), {"ZSTD_createDCtx": lambda self: 7})())
+        del made
+        gc.collect()
+    finally:
+        sys.unraisablehook = old
+    assert unraisable == []
+    assert freed == [7]  # a context that was made is freed once
