@@ -225,14 +225,17 @@ def _is_item_dir(d: str) -> bool:
     return TMP_MARKER not in d and not d.startswith(".")
 
 
-def _ocdbt_items(loc: Location, files: Files) -> list[tuple[Location, Files]]:
-    """The OCDBT items of a step, as ``step_usage`` finds them."""
+def _items(loc: Location, files: Files) -> list[tuple[Location, Files]]:
+    """The items of a step, as ``step_usage`` finds them."""
     dirs, top = _split(files)
     if looks_like_item(set(dirs) | set(top)):
-        found = [(loc, files)]
-    else:
-        found = [(loc.child(d), sub) for d, sub in sorted(dirs.items()) if _is_item_dir(d)]
-    return [(item, sub) for item, sub in found if is_ocdbt(sub)]
+        return [(loc, files)]
+    return [(loc.child(d), sub) for d, sub in sorted(dirs.items()) if _is_item_dir(d)]
+
+
+def _ocdbt_items(loc: Location, files: Files) -> list[tuple[Location, Files]]:
+    """The OCDBT items of a step, as ``step_usage`` finds them."""
+    return [(item, sub) for item, sub in _items(loc, files) if is_ocdbt(sub)]
 
 
 def _walk(where: Location, steps: list[tuple[Location, Files]]) -> Walked:
@@ -396,12 +399,7 @@ def _early(t: Todo) -> Found | None:
 def _held(loc: Location, files: Files, walked: Walked) -> bool:
     """Whether ``step_usage`` of this step (its items walked: ``walked``) reads only what this
     process holds: the zarr headers out of line, the plain zarr headers, the digest records."""
-    dirs, top = _split(files)
-    if looks_like_item(set(dirs) | set(top)):
-        items = [(loc, files)]
-    else:
-        items = [(loc.child(d), sub) for d, sub in dirs.items() if _is_item_dir(d)]
-    for item, sub in items:
+    for item, sub in _items(loc, files):
         dbs = walked.get(str(item))
         if dbs is not None:
             headers = _split_values(dbs.values, sub)[1].values()

@@ -72,10 +72,10 @@ class RemoteBulk:
     def cached(self, ranges: Sequence[tuple[Location, int, int]]) -> builtins.list[bytes] | None:
         out = []
         for loc, start, end in ranges:
-            whole = loc._listing.take(loc.key, None) if isinstance(loc, RemoteBulk) else None
-            if whole is None or end > len(whole):
+            held = _held(loc, start, end)
+            if held is None:
                 return None
-            out.append(whole[start:end])
+            out.append(held)
         return out
 
     def read_ranges(self, ranges: Sequence[tuple[Location, int, int]]) -> builtins.list[bytes]:
@@ -90,12 +90,12 @@ class RemoteBulk:
         keys = [loc.key for loc in locs]
         out: builtins.list[bytes] = [b""] * len(ranges)
         wanted = []
-        for i, (loc, (_, start, end)) in enumerate(zip(locs, ranges, strict=True)):
-            whole = loc._listing.take(keys[i], None) if end > start else None
-            if whole is not None and end <= len(whole):
-                out[i] = whole[start:end]
-            elif end > start:
+        for i, (loc, start, end) in enumerate(ranges):
+            held = _held(loc, start, end)
+            if held is None:
                 wanted.append(i)
+            else:
+                out[i] = held
         asked = [(keys[i], ranges[i][1], ranges[i][2]) for i in wanted]
         answers = store.read_objects(asked) if asked else []
         for i, data in zip(wanted, answers, strict=True):
@@ -183,3 +183,12 @@ class RemoteBulk:
                     )
                 else:
                     self._listing.removed(k)
+
+
+def _held(loc: Location, start: int, end: int) -> bytes | None:
+    """Bytes ``[start, end)`` of a file this process holds whole (``prefetch``), without a
+    request (an empty range: nothing to hold); None where it is not held."""
+    if end <= start:
+        return b""
+    whole = loc._listing.take(loc.key, None) if isinstance(loc, RemoteBulk) else None
+    return whole[start:end] if whole is not None and end <= len(whole) else None
