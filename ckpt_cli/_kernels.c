@@ -93,6 +93,41 @@ int ckpt_ld1_block_sums(const unsigned char *words, size_t nblocks, size_t block
   return 1;
 }
 
+/* SplitMix64's output function: the keys of word blocks (ld1_fold.splitmix). */
+static inline uint64_t ckpt_splitmix(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+/* Both ld1 sums of `nwords` whole words at `words` (any alignment) that are words u0, u0+1...
+ * of a leaf's stream, weighed by their blocks' keys: out[0] = sum_b r1_b * s0(b) and
+ * out[1] = sum_b r2_b * s1(b), mod 2^64, with r_b = splitmix(b + seed) | 1 and s0/s1 the
+ * block sums above over the words of block b in range (ld1_fold.fold_words in one call: its
+ * numpy steps each take the GIL). Returns the path taken, as ckpt_ld1_block_sums. */
+int ckpt_ld1_words(const unsigned char *words, size_t nwords, uint64_t u0, size_t block_words,
+                   const uint64_t *a, const uint64_t *c, uint64_t m1, uint64_t m2,
+                   uint64_t seed1, uint64_t seed2, uint64_t *out, int path) {
+  uint64_t l1 = 0, l2 = 0;
+  int taken = 1;
+  size_t done = 0;
+  while (done < nwords) {
+    uint64_t u = u0 + done;
+    uint64_t b = u / block_words;
+    size_t j = (size_t)(u % block_words);
+    size_t n = block_words - j;
+    if (n > nwords - done) n = nwords - done;
+    uint64_t s0, s1;
+    taken = ckpt_ld1_block_sums(words + 8 * done, 1, n, a + j, c + j, m1, m2, &s0, &s1, path);
+    l1 += (ckpt_splitmix(b + seed1) | 1) * s0;
+    l2 += (ckpt_splitmix(b + seed2) | 1) * s1;
+    done += n;
+  }
+  out[0] = l1;
+  out[1] = l2;
+  return taken;
+}
+
 /* ---- trend's statistics of a block (ckpt_cli/core/trend/kernel.py) ---------------------- */
 #include <float.h>
 #include <math.h>

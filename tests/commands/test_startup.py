@@ -41,6 +41,26 @@ def test_read_paths_do_not_import_jax_or_orbax(args: list[str]) -> None:
     assert proc.stdout  # the command really ran and printed something
 
 
+@pytest.mark.parametrize(("given", "want"), [(None, "1"), ("3", "3")])
+def test_numpys_blas_pool_is_one_thread_unless_the_user_says(given: str | None, want: str) -> None:
+    """ckpt's threads do the work; OpenBLAS's pool of a thread a CPU only spun (a user's own
+    setting is kept)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    code = (
+        f"import os, sys; sys.argv=['ckpt','verify',{str(FIXTURES / 'seed_mlp')!r}]\n"
+        "from ckpt_cli.app import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('NUMPY' if 'numpy' in sys.modules else 'NONUMPY', os.environ['OPENBLAS_NUM_THREADS'])"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert proc.stdout.strip().splitlines()[-1] == f"NUMPY {want}"
+
+
 def test_help_does_not_import_tensorstore() -> None:
     code = "import sys; sys.argv=['ckpt','--help']\nfrom ckpt_cli.app import main\ntry:\n    main()\nexcept SystemExit:\n    pass\nprint('TS' if 'tensorstore' in sys.modules else 'NOTS')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -360,11 +360,19 @@ def _fold_rows(rows: Any, starts: Any, head: int, length: int) -> tuple[int, int
 def fold_words(raw: Any, u0: int) -> tuple[int, int]:
     """Both sums over whole words: ``raw`` (uint8, a multiple of 8 bytes) is words u0, u0+1...
 
-    The words up to the first block boundary and after the last one go span by span; the
+    In one call of the compiled kernel where it is built (``ld1_kernel.word_sums``); else the
+    words up to the first block boundary and after the last one go span by span; the
     whole blocks between them in groups of ``_SPAN_BLOCKS`` rows (``_fold_blocks``)."""
     import numpy as np
 
+    from ckpt_cli.core.digest.ld1_kernel import word_sums
+
     w = raw.view("<u8") if raw.size else np.zeros(0, np.uint64)
+    if w.size:
+        a, c = tables()
+        got = word_sums(w, u0, a, c, (M1, M2, SEED_R1, SEED_R2))
+        if got is not None:
+            return got
     head = min(w.size, -u0 % BLOCK_WORDS)
     whole = (w.size - head) // BLOCK_WORDS * BLOCK_WORDS
     l1, l2 = _fold_span(w[:head], u0)

@@ -27,6 +27,13 @@ def _block_sums_fn() -> Any:
     return function("ckpt_ld1_block_sums", args, ctypes.c_int)
 
 
+@functools.cache
+def _words_fn() -> Any:
+    p, n, u64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64
+    args = [p, n, u64, n, p, p, u64, u64, u64, u64, p, ctypes.c_int]
+    return function("ckpt_ld1_words", args, ctypes.c_int)
+
+
 #: The kernel's paths: the one the CPU runs fastest, then each one by name.
 PATHS = {"auto": 0, "c": 1, "avx512": 2}
 
@@ -59,3 +66,34 @@ def block_sums_on(rows: Any, a: Any, c: Any, m1: int, m2: int, path: str) -> tup
     args = (rows.ctypes.data, n, width, a.ctypes.data, c.ctypes.data, m1, m2)
     taken = fn(*args, sums.ctypes.data, sums.ctypes.data + 8 * n, PATHS[path])
     return sums, {v: k for k, v in PATHS.items()}[taken]
+
+
+def word_sums(
+    words: Any, u0: int, a: Any, c: Any, keys: tuple[int, int, int, int], path: str = "auto"
+) -> tuple[int, int] | None:
+    """Both sums of whole words ``words`` (uint64, contiguous) that are words ``u0, u0+1...``
+    of a leaf's stream, each block's sums weighed by its keys (``keys``: m1, m2 and the two
+    seeds of the block keys): ``ld1_fold.fold_words`` in one call that holds no GIL. None:
+    use numpy."""
+    import numpy as np
+
+    fn = _words_fn()
+    if fn is None or not words.flags.c_contiguous:
+        return None
+    out = np.zeros(2, np.uint64)
+    m1, m2, s1, s2 = keys
+    fn(
+        words.ctypes.data,
+        words.size,
+        u0,
+        a.size,
+        a.ctypes.data,
+        c.ctypes.data,
+        m1,
+        m2,
+        s1,
+        s2,
+        out.ctypes.data,
+        PATHS[path],
+    )
+    return int(out[0]), int(out[1])

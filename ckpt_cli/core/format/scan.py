@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.digest.ld1 import Partial, finish, merge
+from ckpt_cli.core.digest.ld1_stream import Stream
 from ckpt_cli.core.digest.records import ValueHasher, c_order_block
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader
 from ckpt_cli.core.format.blocks import cache_bytes, is_large, iter_blocks, stream_blocks
@@ -142,6 +143,8 @@ class _Acc:
         self.hasher = ValueHasher() if task.digest else None
         info = task.info
         self.ld1 = Partial(info.dtype, info.shape, info.nbytes) if task.ld1 else None
+        # Slabs that arrive in C order (a streamed leaf): one kernel call each, no merge.
+        self.stream = Stream(info.dtype, info.shape, info.itemsize) if task.ld1 else None
         self.check_finite = _is_float(task.info.dtype)
         self.nan = 0
         self.inf = 0
@@ -154,7 +157,7 @@ class _Acc:
         import numpy as np
 
         x = np.asarray(block)
-        if self.ld1 is not None:
+        if self.ld1 is not None and not self._streamed(origin, x):
             from ckpt_cli.core.digest.ld1_threads import partial_threaded
 
             box = partial_threaded(origin, x, self.task.info.shape, self.task.info.dtype)
@@ -167,7 +170,18 @@ class _Acc:
         if self.hasher is not None:
             self.hasher.update(x)
 
+    def _streamed(self, origin: tuple[int, ...], x: Any) -> bool:
+        """Whether the stream took the block (one that ``ld1_threads`` would not cut)."""
+        from ckpt_cli.core.digest.ld1_threads import pieces_for
+
+        if self.stream is None or pieces_for(x.nbytes, threads()) > 1:
+            return False
+        return self.stream.add(origin, x)
+
     def result(self) -> LeafScan:
+        if self.ld1 is not None and self.stream is not None and self.stream.offset:
+            self.ld1 = merge([self.ld1, self.stream.partial()])
+            self.stream = None
         whole = self.next_block is None and self.task.start == 0 and self.task.stop is None
         digest = self.hasher.hexdigest() if self.hasher and self.error is None and whole else None
         return LeafScan(

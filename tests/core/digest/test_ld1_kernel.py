@@ -40,12 +40,15 @@ def test_digests_are_the_same_with_the_kernel_turned_off(monkeypatch: pytest.Mon
     with_kernel = ld1.digest_array(x)
     monkeypatch.setenv("CKPT_KERNELS", "0")
     ld1_kernel._block_sums_fn.cache_clear()
+    ld1_kernel._words_fn.cache_clear()
     try:
         assert not ld1_kernel.available()
+        assert ld1_kernel._words_fn() is None
         assert ld1.digest_array(x) == with_kernel
     finally:
         monkeypatch.delenv("CKPT_KERNELS")
         ld1_kernel._block_sums_fn.cache_clear()
+        ld1_kernel._words_fn.cache_clear()
     assert ld1_kernel.available()
 
 
