@@ -8,13 +8,16 @@ since the digest of each merges into its leaf's whatever the order. Memory: two 
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from ckpt_cli.core.digest import DigestReport, ItemDigests, LeafDigest, sorted_leaves
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.storage import StorageOptions, open_location
 from ckpt_cli.core.threads import threads
+
+#: An item's chunk places (``verify.gate.item_locator``): ``format.scan.Locate`` or None.
+Locator = Callable[[Any], Any]
 
 
 def digest_path(
@@ -23,13 +26,15 @@ def digest_path(
     storage: StorageOptions | None = None,
     memory_limit: int = 1 << 30,
     on_progress: ProgressFn | None = None,
+    locator: Locator | None = None,
 ) -> DigestReport:
     """The digests of an Orbax item (every leaf) or a step (every item); safetensors:
-    ``digest/safetensors.py``."""
+    ``digest/safetensors.py``. ``locator(item)``: where its chunks lie in local files
+    (``verify.gate.item_locator``), read from there rather than through TensorStore."""
     from ckpt_cli.core.format.resolve import resolve_items
 
     refs = resolve_items(open_location(path, storage), step)
-    items = digest_items([(ref, None) for ref in refs], memory_limit, on_progress)
+    items = digest_items([(ref, None) for ref in refs], memory_limit, on_progress, locator)
     return DigestReport("orbax", path, refs[0].step if refs else None, tuple(items))
 
 
@@ -37,6 +42,7 @@ def digest_items(
     wanted: Sequence[tuple[Any, Collection[str] | None]],
     memory_limit: int = 1 << 30,
     on_progress: ProgressFn | None = None,
+    locator: Locator | None = None,
 ) -> list[ItemDigests]:
     """The digests of items (``ItemRef``), one after another under ``memory_limit``, each
     of every leaf or of the leaves named (one progress for all)."""
@@ -52,10 +58,15 @@ def digest_items(
         reports.append(report)
     total = sum(leaf.array.nbytes for r in reports for leaf in r.leaves if leaf.array)
     on_bytes = ByteProgress(on_progress, "digest", total)
-    return [_digest_item(r, memory_limit, on_bytes) for r in reports]
+    return [
+        _digest_item(r, memory_limit, on_bytes, locator(r.ref) if locator else None)
+        for r in reports
+    ]
 
 
-def _digest_item(report: Any, memory_limit: int, on_bytes: ByteProgress) -> ItemDigests:
+def _digest_item(
+    report: Any, memory_limit: int, on_bytes: ByteProgress, locate: Any = None
+) -> ItemDigests:
     """Every leaf's digest through ``scan_leaves``, as ``verify --deep`` reads: a chunk larger
     than a slab is decoded by ``chunkstream`` on the scan's threads into slabs hashed there (no
     whole chunk in memory, no TensorStore copy of it); smaller chunks through TensorStore."""
@@ -88,7 +99,7 @@ def _digest_item(report: Any, memory_limit: int, on_bytes: ByteProgress) -> Item
             report.zarr_format == 3,
             cached_context(max(cache, OPEN_CACHE_BYTES)),
         )
-        for scan in scan_leaves(store, tasks, slab, on_bytes):
+        for scan in scan_leaves(store, tasks, slab, on_bytes, locate=locate):
             info = infos[scan.name]
             digest = ld1_of(scan)
             problem = None if digest else _problem(scan.error)

@@ -37,12 +37,13 @@ def digest_any(
     """``ckpt digest PATH``: a safetensors file, index or directory of shards, else an Orbax
     root, step or item (``step`` applies to Orbax only)."""
     from ckpt_cli.core.digest.items import digest_path
+    from ckpt_cli.core.verify.gate import item_locator
 
     if is_safetensors(path):
         if step is not None:
             raise UsageError("--step does not apply to safetensors files")
         return digest_safetensors_path(path, memory_limit, on_progress)
-    return digest_path(path, step, storage, memory_limit, on_progress)
+    return digest_path(path, step, storage, memory_limit, on_progress, item_locator)
 
 
 def digest_safetensors_path(

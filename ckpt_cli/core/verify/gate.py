@@ -23,16 +23,35 @@ if TYPE_CHECKING:
 _REFUSED_WARNINGS = frozenset({"symlink-outside"})
 
 
-def require_sound_source(ref: ItemRef) -> ItemFacts:
-    """Raise ``RefusedError`` when the source item has a structure error (or a symlink); else
-    the structure pass's facts (``chunk_locator`` finds the chunks in them)."""
+def _structure(ref: ItemRef) -> ItemFacts:
+    """The structure pass of one item (what ``ckpt verify`` without ``--deep`` checks)."""
     boundary = ref.root or ref.step_location or ref.location
     is_step = ref.location == ref.step_location
     handler = None
     if ref.step_location is not None and not is_step:
         handlers = read_step_metadata(ref.step_location).item_handlers
         handler = step_handler(handlers, ref.name) if isinstance(handlers, dict) else None
-    facts = check_item(ref.location, ".", boundary, is_step, handler)
+    return check_item(ref.location, ".", boundary, is_step, handler)
+
+
+def item_locator(ref: ItemRef) -> Locate | None:
+    """``chunk_locator`` for a reader that refuses nothing (``digest``, ``du --deep``): the
+    places of a local OCDBT item's chunks when its structure pass found no error; else None
+    (its chunks are read through TensorStore, and what is wrong is reported as it is met)."""
+    from ckpt_cli.core.storage.local import LocalLocation
+
+    if not isinstance(ref.location, LocalLocation):
+        return None
+    facts = _structure(ref)
+    if any(p.severity == "error" for p in facts.problems):
+        return None
+    return chunk_locator(facts)
+
+
+def require_sound_source(ref: ItemRef) -> ItemFacts:
+    """Raise ``RefusedError`` when the source item has a structure error (or a symlink); else
+    the structure pass's facts (``chunk_locator`` finds the chunks in them)."""
+    facts = _structure(ref)
     bad = [p for p in facts.problems if p.severity == "error" or p.code in _REFUSED_WARNINGS]
     if not bad:
         return facts
