@@ -12,11 +12,10 @@ import pytest
 
 from ckpt_cli.core.digest import items as digest_items_module
 from ckpt_cli.core.digest.safetensors import digest_any
-from ckpt_cli.core.format import chunkstream
-from ckpt_cli.core.format.chunkread import Place
 from ckpt_cli.core.format.resolve import resolve_items
 from ckpt_cli.core.storage import open_location
 from ckpt_cli.core.verify.gate import item_locator
+from tests.support.file_values import spy_file_values
 
 
 def _save(root: Path, ocdbt: bool = True) -> dict[str, np.ndarray]:
@@ -31,24 +30,11 @@ def _save(root: Path, ocdbt: bool = True) -> dict[str, np.ndarray]:
     return state
 
 
-def _spy(monkeypatch: pytest.MonkeyPatch) -> list[Place]:
-    opened: list[Place] = []
-    real = chunkstream.FileValue
-
-    class Spy(real):  # type: ignore[misc, valid-type]
-        def __init__(self, place: Place) -> None:
-            opened.append(place)
-            super().__init__(place)
-
-    monkeypatch.setattr(chunkstream, "FileValue", Spy)
-    return opened
-
-
 def test_digest_reads_large_chunks_from_the_data_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     state = _save(tmp_path / "root")
-    opened = _spy(monkeypatch)
+    opened = spy_file_values(monkeypatch)
     item = str(tmp_path / "root" / "0" / "default")
     direct = digest_any(item, memory_limit=64 << 20)
     assert len(opened) == 3  # the three 5 MiB leaves; the small one through TensorStore

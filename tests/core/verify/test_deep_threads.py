@@ -15,6 +15,7 @@ import pytest
 from ckpt_cli.core import threads
 from ckpt_cli.core.storage import open_location
 from ckpt_cli.core.verify import deep
+from tests.support.file_values import spy_file_values
 
 
 def _facts(base: Any, sizes: dict[str, int]) -> Any:
@@ -77,15 +78,8 @@ def test_streamed_chunks_are_read_from_the_data_files(
     facts = check_item(resolve_items(loc, None)[0].location, "x", loc, True)
     locate = chunk_locator(facts)
     assert locate is not None
-    opened: list[Place] = []
     real = chunkstream.FileValue
-
-    class Spy(real):  # type: ignore[misc, valid-type]
-        def __init__(self, place: Place) -> None:
-            opened.append(place)
-            super().__init__(place)
-
-    monkeypatch.setattr(chunkstream, "FileValue", Spy)
+    opened = spy_file_values(monkeypatch)
     tasks = [scan.ScanTask(n, facts.arrays[n][0], facts.arrays[n][1], ld1=True) for n in state]
     direct = [scan.ld1_of(s) for s in scan.scan_leaves(facts.store, tasks, locate=locate)]
     assert len(opened) == 2 and all(Path(p.path).is_file() for p in opened)
