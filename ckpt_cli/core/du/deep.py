@@ -74,6 +74,7 @@ def add_digests(
     """``steps`` with the digests of their uncompared leaves computed from the values."""
     from ckpt_cli.core.digest.items import digest_items
     from ckpt_cli.core.format.discovery import ItemRef
+    from ckpt_cli.core.verify.gate import item_locator
 
     wanted: dict[tuple[int, int], set[str]] = defaultdict(set)
     for si, ii, name in uncompared(steps):
@@ -85,7 +86,7 @@ def add_digests(
     for si, ii in order:
         item = steps[si].items[ii]
         refs.append((ItemRef(item.location, item.name, steps[si].step, None, None), wanted[si, ii]))
-    found = digest_items(refs, memory_limit, on_progress)
+    found = digest_items(refs, memory_limit, on_progress, item_locator)
     out = list(steps)
     for (si, ii), digests in zip(order, found, strict=True):
         item = out[si].items[ii]

@@ -290,3 +290,24 @@ def test_first_reads_are_plain_headers_records_and_ocdbt_metadata(tmp_path: Path
     assert rest and all(r.startswith("2/default/") for r in rest)
     assert not [r for r in rest if "ocdbt.process_0/d/" in r]
     assert len([r for r in rest if r.endswith("manifest.ocdbt")]) == 2
+
+
+def test_deep_reads_large_chunks_from_the_data_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``du --deep`` digests a local OCDBT item's large chunks from its data files at the
+    places its structure pass found (``verify.gate.item_locator``), as ``digest`` does."""
+    import orbax.checkpoint as ocp
+
+    from tests.support.file_values import spy_file_values
+
+    frozen = np.random.default_rng(2).standard_normal((1280, 1024), dtype=np.float32)  # 5 MiB
+    with ocp.CheckpointManager(tmp_path / "run") as mgr:
+        for step in (1, 2):
+            mgr.save(step, args=ocp.args.StandardSave({"frozen": frozen, "step": np.int32(step)}))
+        mgr.wait_until_finished()
+    opened = spy_file_values(monkeypatch)
+    report = disk_usage(open_location(str(tmp_path / "run")), deep=True, memory_limit=64 << 20)
+    assert len(opened) == 2 and all(Path(p.path).is_file() for p in opened)  # once a step
+    (dup,) = report.duplicates
+    assert (dup.leaf, dup.steps) == ("frozen", (1, 2))
