@@ -14,7 +14,7 @@ from ckpt_cli.core.format.metadata import read_step_metadata
 from ckpt_cli.core.format.scan import Locate
 from ckpt_cli.core.verify.structure import check_item
 from ckpt_cli.core.verify.types import ItemFacts
-from ckpt_cli.errors import RefusedError
+from ckpt_cli.errors import CkptError, RefusedError
 
 if TYPE_CHECKING:
     from ckpt_cli.core.digest.filesums import ReadTaps
@@ -42,7 +42,10 @@ def item_locator(ref: ItemRef) -> Locate | None:
 
     if not isinstance(ref.location, LocalLocation):
         return None
-    facts = _structure(ref)
+    try:
+        facts = _structure(ref)
+    except CkptError:
+        return None  # the readers meet it and say so, as they did before
     if any(p.severity == "error" for p in facts.problems):
         return None
     return chunk_locator(facts)

@@ -63,3 +63,25 @@ def test_no_places_off_ocdbt_or_for_a_damaged_item(tmp_path: Path) -> None:
     report = digest_any(str(damaged), memory_limit=64 << 20)
     problems = [x.problem for i in report.items for x in i.leaves if x.problem]
     assert problems, "a deleted data file went unreported"
+
+
+def test_a_structure_pass_that_fails_leaves_the_reads_to_tensorstore(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the structure pass itself stops (an error raised, not a problem found), digest
+    reads as it did before it had places, rather than failing."""
+    from ckpt_cli.core.verify import gate
+    from ckpt_cli.errors import StorageError
+
+    state = _save(tmp_path / "root")
+
+    def fails(ref: object) -> None:
+        raise StorageError("cannot read the item's metadata")
+
+    monkeypatch.setattr(gate, "_structure", fails)
+    ref = resolve_items(open_location(str(tmp_path / "root")), None)[0]
+    assert item_locator(ref) is None
+    opened = spy_file_values(monkeypatch)
+    report = digest_any(str(tmp_path / "root" / "0" / "default"), memory_limit=64 << 20)
+    assert not opened
+    assert sorted(x.name for i in report.items for x in i.leaves if x.digest) == sorted(state)
