@@ -17,12 +17,13 @@ import sys
 from typing import Any
 
 from ckpt_cli.core.digest.ld1 import CODE_BITS, Partial, canonical_bytes, merge
-from ckpt_cli.core.digest.ld1_fold import MASK, fold_words
+from ckpt_cli.core.digest.ld1_fold import MASK, Fragments, fold_words, join_fragments
 
 
 def run_start(origin: tuple[int, ...], box: tuple[int, ...], shape: tuple[int, ...]) -> int | None:
     """The element where a box begins when it is one run of the C-order stream (the axes
-    after its last partial axis whole, those before it one long), else None."""
+    after its last partial axis whole, those before it one long), else None: the one-run case
+    of ``ld1_fold.box_runs``, without its numpy calls (it runs once a slab)."""
     if len(origin) != len(shape) or len(box) != len(shape):
         return None
     partial_axes = [d for d in range(len(shape)) if box[d] != shape[d]]
@@ -85,12 +86,15 @@ class Stream:
         (``merge`` folds it once it is whole: the leaf's last word may be short)."""
         import numpy as np
 
-        n = 1 if self.carry else 0
-        u = (self.offset - len(self.carry)) // 8
-        frags = (
-            np.array([u][:n], np.uint64),
-            np.array([int.from_bytes(self.carry, "little")][:n], np.uint64),
-            np.array([(1 << len(self.carry)) - 1][:n], np.uint64),
-        )
+        frags: Fragments = join_fragments([])
+        if self.carry:
+            u = (self.offset - len(self.carry)) // 8
+            word = int.from_bytes(self.carry, "little")
+            mask = (1 << len(self.carry)) - 1
+            frags = (
+                np.array([u], np.uint64),
+                np.array([word], np.uint64),
+                np.array([mask], np.uint64),
+            )
         whole = Partial(self.dtype, self.shape, self.nbytes, self.l1, self.l2, self.offset, frags)
         return merge([whole])

@@ -85,3 +85,26 @@ def test_a_structure_pass_that_fails_leaves_the_reads_to_tensorstore(
     report = digest_any(str(tmp_path / "root" / "0" / "default"), memory_limit=64 << 20)
     assert not opened
     assert sorted(x.name for i in report.items for x in i.leaves if x.digest) == sorted(state)
+
+
+def test_no_structure_pass_where_no_chunk_streams(tmp_path: Path) -> None:
+    """The places cost a structure pass: an item whose chunks all fit a slab (read through
+    TensorStore whatever the places) is not given one."""
+    import orbax.checkpoint as ocp
+
+    small = {f"b{i}": np.arange(100, dtype=np.float32) + i for i in range(5)}
+    with ocp.Checkpointer(ocp.PyTreeCheckpointHandler()) as ckptr:
+        ckptr.save(tmp_path / "small" / "0" / "default", args=ocp.args.PyTreeSave(small))
+    asked: list[object] = []
+
+    def locator(ref: object) -> None:
+        asked.append(ref)
+
+    item = str(tmp_path / "small" / "0" / "default")
+    report = digest_items_module.digest_path(item, memory_limit=64 << 20, locator=locator)
+    assert not asked
+    assert sorted(x.name for i in report.items for x in i.leaves if x.digest) == sorted(small)
+    big = str(tmp_path / "root" / "0" / "default")
+    _save(tmp_path / "root")
+    digest_items_module.digest_path(big, memory_limit=64 << 20, locator=locator)
+    assert len(asked) == 1  # the item with 5 MiB chunks

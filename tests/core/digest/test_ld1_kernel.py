@@ -17,6 +17,7 @@ def test_the_kernel_is_built_and_loaded() -> None:
     assert ld1_kernel.available(), (
         "ckpt_cli/_kernels.c was not compiled: run `make .venv/.installed`"
     )
+    assert ld1_kernel._words_fn() is not None, "a stale build: run `make .venv/.installed`"
 
 
 @pytest.mark.parametrize("blocks", [1, 2, 33, 70])
