@@ -254,6 +254,12 @@ def main() -> None:
         "--outdir", help="where outputs are written (default WORKDIR/out; tmpfs keeps disk out)"
     )
     a = ap.parse_args()
+    if sys.flags.dont_write_bytecode:
+        print(
+            "note: PYTHONDONTWRITEBYTECODE is set: every contender compiles the modules that have "
+            "no compiled copy yet, each run (run `python -m compileall` on them first)",
+            flush=True,
+        )
     total = 64 * MIB if a.quick else int(a.gib * GIB)
     leaf = {"one": (8 if a.quick else a.leaf_mib) * MIB, "sharded": (8 if a.quick else 64) * MIB}
     counts = sorted({CPUS if t == "all" else int(t) for t in a.threads.split(",")})
