@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -97,7 +98,48 @@ def _zstd_stream_lib() -> Any:
         ctypes.POINTER(_Buf),
     ]
     lib.ZSTD_decompressStream.restype = ctypes.c_size_t
+    lib.ZSTD_DCtx_setParameter.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    lib.ZSTD_DCtx_setParameter.restype = ctypes.c_size_t
     return lib
+
+
+#: ``ZSTD_d_stableOutBuffer`` (zstd's experimental parameter 2, since 1.4.4): the output buffer
+#: holds the whole frame and stays put between calls, so zstd decodes straight into it instead
+#: of into its window buffer and copying out (a level-1 frame of 32 MiB: a 1 MiB window).
+_STABLE_OUT = 1001
+
+
+class _Stream:
+    """A zstd decoding stream, freed with this object (a signal may stop ``__init__`` before
+    the stream is assigned: ``__del__`` then frees nothing and says nothing)."""
+
+    def __init__(self, lib: Any) -> None:
+        self.lib, self.ptr = lib, None
+        self.ptr = lib.ZSTD_createDStream()
+
+    def __del__(self) -> None:
+        ptr, self.ptr = getattr(self, "ptr", None), None
+        if ptr:
+            self.lib.ZSTD_freeDStream(ptr)
+
+
+#: One idle stream a thread, kept between chunks instead of a stream made and freed a chunk
+#: (its tables and window allocated, faulted in and zeroed again each time).
+_idle = threading.local()
+
+
+def _take_stream(lib: Any) -> _Stream:
+    stream = getattr(_idle, "stream", None)
+    _idle.stream = None
+    if stream is None or not stream.ptr:
+        stream = _Stream(lib)
+    lib.ZSTD_initDStream(stream.ptr)
+    return stream
+
+
+def _give_back(stream: _Stream) -> None:
+    if getattr(_idle, "stream", None) is None:
+        _idle.stream = stream
 
 
 #: Told of every range a ``FileValue`` read: (offset in the file, the bytes, valid only
@@ -164,10 +206,8 @@ class ChunkReader:
         self.start, self.end = self._payload(layout)
         self.pos = self.start
         self.lib: Any = _zstd_stream_lib() if layout.zstd else None
-        self.stream: Any = None
-        if self.lib is not None:
-            self.stream = self.lib.ZSTD_createDStream()
-            self.lib.ZSTD_initDStream(self.stream)
+        self.stream: _Stream | None = _take_stream(self.lib) if self.lib is not None else None
+        self.started = False  # whether the stream has been given any input
         self.pending: Any = None
         self.inbuf = _Buf(None, 0, 0)
 
@@ -217,6 +257,7 @@ class ChunkReader:
                 raise StorageError(f"chunk {self.key} is shorter than its shape")
             view[:] = memoryview(data)
             return
+        assert self.stream is not None
         outbuf = _Buf(view.ctypes.data, view.size, 0)
         while outbuf.pos < outbuf.size:
             if self.inbuf.pos >= self.inbuf.size:
@@ -225,16 +266,31 @@ class ChunkReader:
                     raise StorageError(f"chunk {self.key}: its zstd stream ends early")
                 self.pending = np.frombuffer(data, np.uint8)  # read-only: zstd only reads it
                 self.inbuf = _Buf(self.pending.ctypes.data, self.pending.size, 0)
+                if not self.started:
+                    self.started = True
+                    self._stable_if_whole(data, view.size)
             ret = self.lib.ZSTD_decompressStream(
-                self.stream, ctypes.byref(outbuf), ctypes.byref(self.inbuf)
+                self.stream.ptr, ctypes.byref(outbuf), ctypes.byref(self.inbuf)
             )
             if self.lib.ZSTD_isError(ret):
                 raise StorageError(f"chunk {self.key}: zstd cannot decode it (damaged data)")
 
+    def _stable_if_whole(self, first: Any, out_size: int) -> None:
+        """Let zstd decode straight into this fill's output when that output is the whole
+        frame (its content size, read from the frame's header in the first input): the fill
+        then decodes it all in one buffer, as ``ZSTD_d_stableOutBuffer`` requires. Otherwise
+        (slabs, an edge chunk's rows, no size in the header) the stream keeps its window."""
+        assert self.stream is not None
+        head = bytes(memoryview(first)[:18])
+        size = int(codecs._libzstd().ZSTD_getFrameContentSize(head, len(head)))
+        # Set either way: a stream kept from an earlier chunk may hold the other value. A
+        # libzstd without the parameter refuses it, and the stream keeps its window.
+        self.lib.ZSTD_DCtx_setParameter(self.stream.ptr, _STABLE_OUT, int(size == out_size))
+
     def close(self) -> None:
-        if self.stream:
-            self.lib.ZSTD_freeDStream(self.stream)
-            self.stream = None
+        if self.stream is not None:
+            stream, self.stream = self.stream, None
+            _give_back(stream)  # the next chunk's ``_take_stream`` resets it
         self.pending = None
         if isinstance(self.kv, FileValue):
             self.kv.close()
