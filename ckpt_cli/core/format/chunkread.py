@@ -282,7 +282,7 @@ class ChunkReader:
         (slabs, an edge chunk's rows, no size in the header) the stream keeps its window."""
         assert self.stream is not None
         head = bytes(memoryview(first)[:18])
-        size = int(codecs._libzstd().ZSTD_getFrameContentSize(head, len(head)))
+        size = int(self.lib.ZSTD_getFrameContentSize(head, len(head)))
         # Set either way: a stream kept from an earlier chunk may hold the other value. A
         # libzstd without the parameter refuses it, and the stream keeps its window.
         self.lib.ZSTD_DCtx_setParameter(self.stream.ptr, _STABLE_OUT, int(size == out_size))
