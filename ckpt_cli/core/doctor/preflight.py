@@ -27,7 +27,7 @@ from ckpt_cli.core.doctor.types import HostMemory, Memory
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.sharding import MeshSpec
 from ckpt_cli.core.inspect import ItemReport, Leaf
-from ckpt_cli.core.write.pipeline import block_budget, source_cache_bytes
+from ckpt_cli.core.write.pipeline import held_limit, source_cache_bytes
 from ckpt_cli.errors import UsageError
 
 #: Orbax 0.12.8's default ``restore_concurrent_gb`` (StandardCheckpointHandler): 96 * 10**9.
@@ -191,14 +191,19 @@ def reshard_peak(
     total_bytes: int,
     chunk_bytes: Iterable[int] = (),
     memory_limit: int = RESHARD_MEMORY_LIMIT,
+    threads_: int | None = None,
 ) -> int:
     """Peak host RAM (the whole process's RSS) of ``ckpt reshard`` of an item of ``total_bytes``
-    whose stored chunks decode to ``chunk_bytes``, under ``--memory-limit``.
+    whose stored chunks decode to ``chunk_bytes``, under ``--memory-limit``, on ``threads_``
+    threads (else the process's count).
 
     - the process itself: the interpreter and the imports (``RESHARD_BASELINE``);
-    - the blocks in flight: the pipeline holds up to a quarter of the limit of values
-      (``Pipeline.limit``), with the decoded source chunks and the encoded output beside them
-      (``_BLOCK_COPIES`` times the values at the peak, the reads and writes interleaving);
+    - the blocks in flight: the pipeline holds up to a quarter of the limit of values, two
+      blocks a thread at most (``held_limit``), with the decoded source chunks and the encoded
+      output beside them
+      (``_BLOCK_COPIES`` times the values at the peak, the reads and writes interleaving),
+      and the threads' decoding and encoding buffers and reads in flight that the pipeline does
+      not count (``_WORKING``);
     - TensorStore's source cache (``source_cache_bytes``: an eighth of the limit, plus two
       decoded source chunks when they are read in slabs).
 
@@ -207,7 +212,7 @@ def reshard_peak(
     ``min(_ITEM_COPIES x total, blocks in flight + cache)``: it grows with a small item and
     the limit caps it.
     """
-    blocks = _BLOCK_COPIES * max(block_budget(memory_limit), memory_limit // 4)
+    blocks = round(_BLOCK_COPIES * held_limit(memory_limit, threads_=threads_)) + _WORKING
     held = blocks + source_cache_bytes(memory_limit, chunk_bytes)
     return RESHARD_BASELINE + min(round(_ITEM_COPIES * total_bytes), held)
 
@@ -216,9 +221,12 @@ def reshard_peak(
 #: of a reshard of a 1 MiB checkpoint measured 75-76 MiB (bench/bench_doctor.py, ``--sizes 1M``).
 RESHARD_BASELINE = 74 << 20
 #: The bytes held per byte of values in flight (a large item) and per byte of a small item
-#: (in flight whole), fitted on bench/bench_doctor.py (256 MiB .. 2 GiB, two meshes, 1 GiB limit;
-#: the same reshard measured up to a third apart from run to run).
-_BLOCK_COPIES = 2
+#: (in flight whole), and the working memory beside the blocks, fitted on bench/bench_doctor.py
+#: (256 MiB .. 2 GiB, two meshes, 1 GiB limit) with 8 blocks held (4 threads and more) and with
+#: 4 (2 threads): all twelve within 22 %; the same reshard measured up to a third apart from
+#: run to run.
+_BLOCK_COPIES = 1.5
+_WORKING = 144 << 20
 _ITEM_COPIES = 2.5
 
 

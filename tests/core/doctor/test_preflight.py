@@ -56,12 +56,18 @@ def test_the_reshard_peak_grows_with_a_small_item_and_the_limit_caps_it() -> Non
     # below the limit: the process plus the item 2.5 times (decoded/encoded beside the values)
     assert reshard_peak(64 * mib) == RESHARD_BASELINE + 160 * mib
     sizes = [mib * 2**k for k in range(16)]  # 1 MiB .. 32 GiB
-    peaks = [reshard_peak(n, (16 * mib,)) for n in sizes]
+    peaks = [reshard_peak(n, (16 * mib,), threads_=8) for n in sizes]
     assert peaks and all(a <= b for a, b in itertools.pairwise(peaks))
     assert peaks[0] < peaks[1] < peaks[2]  # a small item: it grows with the item
-    # above it: blocks in flight (a quarter of the 1 GiB limit, twice) + the source cache
-    # (an eighth, plus two 16 MiB chunks read in slabs), whatever the item's size
-    capped = RESHARD_BASELINE + 512 * mib + 128 * mib + 32 * mib
+    # above it: blocks in flight (a quarter of the 1 GiB limit, 1.5 times, and 144 MiB of
+    # working memory) + the source cache (an eighth, plus two 16 MiB chunks read in slabs),
+    # whatever the item's size
+    capped = RESHARD_BASELINE + 384 * mib + 144 * mib + 128 * mib + 32 * mib
     assert peaks[-1] == peaks[-2] == capped
-    assert reshard_peak(1 << 40, (), memory_limit=256 * mib) == RESHARD_BASELINE + 160 * mib
-    assert reshard_peak(1 << 40, (), memory_limit=256 * mib) < reshard_peak(1 << 40, ())
+    # one thread holds two blocks of 32 MiB (a sixteenth of the limit)
+    one = RESHARD_BASELINE + 96 * mib + 144 * mib + 128 * mib + 32 * mib
+    assert reshard_peak(1 << 40, (16 * mib,), threads_=1) == one
+    small = reshard_peak(1 << 40, (), memory_limit=256 * mib, threads_=8)
+    # a 256 MiB limit: 64 MiB of blocks 1.5 times, the working memory, a 32 MiB cache
+    assert small == RESHARD_BASELINE + 96 * mib + 144 * mib + 32 * mib
+    assert small < reshard_peak(1 << 40, (), threads_=8)

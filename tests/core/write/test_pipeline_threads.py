@@ -11,16 +11,24 @@ import pytest
 from ckpt_cli.core import threads
 from ckpt_cli.core.write.pipeline import Pipeline
 
+MIB = 1 << 20
 
-@pytest.mark.parametrize(("n", "depth"), [(1, 4), (4, 4), (12, 12)])
+
+@pytest.mark.parametrize(
+    ("n", "depth", "limit"),
+    [(1, 4, 64 * MIB), (2, 4, 128 * MIB), (4, 4, 256 * MIB), (12, 12, 256 * MIB)],
+)
 def test_blocks_in_flight_follow_the_threads(
-    n: int, depth: int, monkeypatch: pytest.MonkeyPatch
+    n: int, depth: int, limit: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """1 GiB limit: blocks of 32 MiB, two a thread, and never more than a quarter of the limit
+    (the bytes in flight do not grow past it with the threads)."""
     monkeypatch.setattr(threads, "_chosen", n)
     writer = SimpleNamespace(in_flight=8, memory_limit=1 << 30, slab_reads=True)
     pipe = Pipeline(writer, [], None)  # type: ignore[arg-type]
+    assert pipe.budget == 32 * MIB
     assert pipe.depth == depth
-    assert pipe.limit == (1 << 30) // 4  # the bytes in flight do not grow with the threads
+    assert pipe.limit == limit
 
 
 class _Read:
