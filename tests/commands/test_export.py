@@ -174,3 +174,28 @@ def test_text_names_the_files_written_and_shows_no_empty_column(cli, tmp_path: P
     assert renamed.code == 0, renamed.stderr
     assert renamed.stdout.splitlines()[0].split() == ["tensor", "array", "from", "operations"]
     assert "layers.0.weight  float32[64,16]  params.Dense_0.kernel  transpose" in renamed.stdout
+
+
+def test_export_to_tmpfs_writes_the_same_file_as_to_disk(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """On tmpfs the file is only sized before its blocks (not reserved): the same bytes, a file
+    the safetensors library loads, nothing left under a temporary name."""
+    import os
+    import shutil
+
+    import safetensors.numpy
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK):
+        pytest.skip("no writable /dev/shm here")
+    fast = Path(f"/dev/shm/ckpt-test-export-{os.getpid()}")
+    try:
+        for out in (tmp_path / "disk", fast):
+            r = cli("export", FIXTURES / "seed_mlp", out, "--params-only")
+            assert r.code == 0, r.stderr
+        on_disk, on_shm = tmp_path / "disk" / "model.safetensors", fast / "model.safetensors"
+        assert sorted(p.name for p in fast.iterdir()) == ["model.safetensors"]
+        assert on_shm.read_bytes() == on_disk.read_bytes()
+        tensors = safetensors.numpy.load_file(str(on_shm))
+        assert tensors and all(name.startswith("params.") for name in tensors)
+    finally:
+        shutil.rmtree(fast, ignore_errors=True)
