@@ -283,6 +283,23 @@ class Location:
         """This file's content in pieces of at most ``block_size`` bytes (streamed, not loaded)."""
         raise NotImplementedError
 
+    def scan(
+        self, start: int = 0, end: int | None = None, piece: int = 4 << 20
+    ) -> Iterator[memoryview]:
+        """This file's bytes ``[start, end)`` (to its end when ``end`` is None) in pieces of at
+        most ``piece`` bytes, each valid only until the next is asked for: a store may read
+        every piece into one buffer it reuses (a local disk does), so a caller that keeps a
+        piece copies it. A file shorter than ``end`` raises ``StorageError``."""
+        if end is None:
+            if start:
+                raise ValueError("scan: an open end needs start 0")
+            for block in self.iter_bytes(piece):
+                yield memoryview(block)
+            return
+        for a in range(start, end, piece):
+            (block,) = self.read_ranges([(self, a, min(end, a + piece))])
+            yield memoryview(block)
+
     def is_within(self, other: Location) -> bool:
         """Whether this location is ``other`` or lies below it (paths compared as given)."""
         raise NotImplementedError

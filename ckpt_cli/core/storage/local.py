@@ -13,6 +13,7 @@ import errno
 import os
 import shutil
 import stat as stat_mod
+import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -259,6 +260,52 @@ class LocalLocation(Location):
         except OSError as e:
             raise StorageError.from_error(f"cannot stat {self.path}", e) from None
 
+    def scan(
+        self, start: int = 0, end: int | None = None, piece: int = 4 << 20
+    ) -> Iterator[memoryview]:
+        # One buffer a thread, reused for every piece: a fresh ``bytes`` a read is a fresh
+        # mapping the kernel faults in, zeroes and unmaps (reading a reshard's 1 GiB output back
+        # for its CRC-32s: 0.58-0.79 s of CPU, two thirds of it those faults; 0.10 s reused).
+        # Pieces of at most 1 MiB: as fast as 4 or 8 MiB here, and a quarter of the memory
+        # a thread keeps.
+        if piece <= 0:
+            raise ValueError(f"scan: piece must be positive, not {piece}")
+        piece = min(piece, SCAN_PIECE)
+        buf = _take_buffer(piece)
+        try:
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            _give_buffer(buf)
+            raise NotFoundError(f"{self.path} does not exist") from None
+        except OSError as e:
+            _give_buffer(buf)
+            raise StorageError.from_error(f"cannot read {self.path}", e) from None
+        try:
+            view = memoryview(buf)
+            at = start
+            while end is None or at < end:
+                want = piece if end is None else min(piece, end - at)
+                got = 0
+                while got < want:
+                    n = os.preadv(fd, [view[got:want]], at + got)
+                    if not n:
+                        break
+                    got += n
+                if got < want and end is not None:
+                    raise StorageError(f"cannot read {self.path}: {got} bytes at {at}, not {want}")
+                if got:
+                    yield view[:got]
+                if got < want:
+                    return
+                at += got
+        except StorageError:
+            raise
+        except OSError as e:
+            raise StorageError.from_error(f"cannot read {self.path}", e) from None
+        finally:
+            os.close(fd)
+            _give_buffer(buf)
+
     def iter_bytes(self, block_size: int = 4 << 20) -> Iterator[bytes]:
         try:
             with open(self.path, "rb") as f:
@@ -390,3 +437,22 @@ def _entry(d: os.DirEntry[str]) -> Entry:
     is_link = stat_mod.S_ISLNK(st.st_mode)
     is_dir = d.is_dir(follow_symlinks=True) if is_link else stat_mod.S_ISDIR(st.st_mode)
     return Entry(d.name, is_dir, 0 if is_dir and not is_link else st.st_size, st.st_mtime, is_link)
+
+
+#: The largest piece ``LocalLocation.scan`` reads at once (its buffer a thread).
+SCAN_PIECE = 1 << 20
+#: One idle read buffer a thread, for ``LocalLocation.scan``.
+_idle = threading.local()
+
+
+def _take_buffer(size: int) -> bytearray:
+    """This thread's idle buffer when it holds ``size`` bytes, else a new one (a scan inside
+    another on one thread gets its own: the outer one holds the idle buffer meanwhile)."""
+    buf: bytearray | None = getattr(_idle, "buf", None)
+    _idle.buf = None
+    return buf if buf is not None and len(buf) >= size else bytearray(size)
+
+
+def _give_buffer(buf: bytearray) -> None:
+    if getattr(_idle, "buf", None) is None:
+        _idle.buf = buf
