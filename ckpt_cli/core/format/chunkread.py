@@ -109,35 +109,22 @@ def _zstd_stream_lib() -> Any:
 _STABLE_OUT = 1001
 
 
-class _Stream:
-    """A zstd decoding stream, freed with this object (a signal may stop ``__init__`` before
-    the stream is assigned: ``__del__`` then frees nothing and says nothing)."""
-
-    def __init__(self, lib: Any) -> None:
-        self.lib, self.ptr = lib, None
-        self.ptr = lib.ZSTD_createDStream()
-
-    def __del__(self) -> None:
-        ptr, self.ptr = getattr(self, "ptr", None), None
-        if ptr:
-            self.lib.ZSTD_freeDStream(ptr)
-
-
 #: One idle stream a thread, kept between chunks instead of a stream made and freed a chunk
 #: (its tables and window allocated, faulted in and zeroed again each time).
 _idle = threading.local()
 
 
-def _take_stream(lib: Any) -> _Stream:
+def _take_stream(lib: Any) -> codecs.Handle:
+    """This thread's idle zstd stream, reset, else a new one (freed with its object)."""
     stream = getattr(_idle, "stream", None)
     _idle.stream = None
     if stream is None or not stream.ptr:
-        stream = _Stream(lib)
+        stream = codecs.Handle(lib, "ZSTD_createDStream", "ZSTD_freeDStream")
     lib.ZSTD_initDStream(stream.ptr)
     return stream
 
 
-def _give_back(stream: _Stream) -> None:
+def _give_back(stream: codecs.Handle) -> None:
     if getattr(_idle, "stream", None) is None:
         _idle.stream = stream
 
@@ -206,7 +193,7 @@ class ChunkReader:
         self.start, self.end = self._payload(layout)
         self.pos = self.start
         self.lib: Any = _zstd_stream_lib() if layout.zstd else None
-        self.stream: _Stream | None = _take_stream(self.lib) if self.lib is not None else None
+        self.stream: codecs.Handle | None = _take_stream(self.lib) if self.lib is not None else None
         self.started = False  # whether the stream has been given any input
         self.pending: Any = None
         self.inbuf = _Buf(None, 0, 0)

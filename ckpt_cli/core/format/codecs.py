@@ -46,20 +46,20 @@ def _libzstd() -> Any:
     return lib
 
 
-class _Context:
-    """A zstd decompression context, freed with this object. A signal can stop ``__init__``
-    between the two assignments (Ctrl-C or SIGTERM raise where the call returns): ``__del__``
-    then has no context to free and says nothing (it printed a traceback after
-    "ckpt: interrupted")."""
+class Handle:
+    """A C object made by ``lib.<make>()`` and freed by ``lib.<free>(ptr)`` with this object
+    (a zstd context, a zstd stream). A signal can stop ``__init__`` before ``ptr`` is assigned
+    (Ctrl-C or SIGTERM raise where the call returns): ``__del__`` then has nothing to free and
+    says nothing (it printed a traceback after "ckpt: interrupted")."""
 
-    def __init__(self, lib: Any) -> None:
-        self.lib, self.dctx = lib, None
-        self.dctx = lib.ZSTD_createDCtx()
+    def __init__(self, lib: Any, make: str, free: str) -> None:
+        self.lib, self.free, self.ptr = lib, free, None
+        self.ptr = getattr(lib, make)()
 
     def __del__(self) -> None:
-        dctx, self.dctx = getattr(self, "dctx", None), None
-        if dctx:
-            self.lib.ZSTD_freeDCtx(dctx)
+        ptr, self.ptr = getattr(self, "ptr", None), None
+        if ptr:
+            getattr(self.lib, self.free)(ptr)
 
 
 #: One context a thread, made at its first decode and kept: ``ZSTD_decompress`` made and freed
@@ -70,8 +70,8 @@ _contexts = threading.local()
 def _dctx(lib: Any) -> Any:
     ctx = getattr(_contexts, "ctx", None)
     if ctx is None:
-        ctx = _contexts.ctx = _Context(lib)
-    return ctx.dctx
+        ctx = _contexts.ctx = Handle(lib, "ZSTD_createDCtx", "ZSTD_freeDCtx")
+    return ctx.ptr
 
 
 @functools.lru_cache(maxsize=1)

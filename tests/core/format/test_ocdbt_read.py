@@ -165,9 +165,10 @@ def test_a_context_stopped_while_made_is_dropped_without_a_word() -> None:
     sys.unraisablehook = unraisable.append
     try:
         with pytest.raises(KeyboardInterrupt):
-            codecs._Context(Stopped())
+            codecs.Handle(Stopped(), "ZSTD_createDCtx", "ZSTD_freeDCtx")
         gc.collect()
-        made = codecs._Context(type("Lib", (Stopped,), {"ZSTD_createDCtx": lambda self: 7})())
+        lib = type("Lib", (Stopped,), {"ZSTD_createDCtx": lambda self: 7})()
+        made = codecs.Handle(lib, "ZSTD_createDCtx", "ZSTD_freeDCtx")
         del made
         gc.collect()
     finally:
