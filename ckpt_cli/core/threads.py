@@ -23,7 +23,7 @@ import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ckpt_cli.errors import UsageError
 
@@ -224,3 +224,29 @@ def read_pool(n: int | None = None) -> Any:
     read (``arrays.LeafReader``, ``chunkread.read_rows``) and run what follows on them
     (``spec.ops.then``): threads named ``ckpt-read``. Its tasks never wait on one another."""
     return _named_pool("ckpt-read", n)
+
+
+_T = TypeVar("_T")
+
+
+class Spare(Generic[_T]):
+    """One idle object a thread, handed from one use to the next on that thread (a read
+    buffer, a zstd stream) instead of made and freed each time. ``take`` empties the slot, so
+    a use nested inside another on one thread finds nothing and makes its own; ``give`` keeps
+    an object only where the slot is empty."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def take(self) -> _T | None:
+        obj: _T | None = getattr(self._local, "obj", None)
+        self._local.obj = None
+        return obj
+
+    def give(self, obj: _T) -> None:
+        if self.held() is None:
+            self._local.obj = obj
+
+    def held(self) -> _T | None:
+        """This thread's idle object, left in place."""
+        return getattr(self._local, "obj", None)

@@ -4,11 +4,13 @@ TensorStore context built with it."""
 from __future__ import annotations
 
 import platform
+import threading
 from pathlib import Path
 
 import pytest
 
 from ckpt_cli.core import threads
+from ckpt_cli.core.threads import Spare
 from ckpt_cli.errors import UsageError
 
 V2_OWN = "0::/job.slice/run\n"
@@ -139,3 +141,21 @@ def test_a_command_run_tunes_the_allocator(monkeypatch: pytest.MonkeyPatch) -> N
     result = CliRunner().invoke(app, ["ls", str(FIXTURES / "seed_mlp")])
     assert result.exit_code == 0, result.output
     assert calls == [()]
+
+
+def test_a_spare_is_one_idle_object_a_thread() -> None:
+    spare: Spare[object] = Spare()
+    first, second = object(), object()
+    assert spare.take() is None
+    spare.give(first)
+    spare.give(second)  # the slot is full: the first stays
+    assert spare.held() is first
+    assert spare.take() is first
+    assert spare.take() is None  # taken: a nested use makes its own
+    spare.give(second)
+    seen: list[object | None] = []
+    other = threading.Thread(target=lambda: seen.append(spare.take()))
+    other.start()
+    other.join()
+    assert seen == [None]  # another thread has a slot of its own
+    assert spare.held() is second

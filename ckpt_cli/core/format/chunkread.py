@@ -10,12 +10,12 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ckpt_cli.core.format import codecs
+from ckpt_cli.core.threads import Spare
 from ckpt_cli.errors import StorageError
 
 #: Stored bytes fetched per range request while a chunk streams.
@@ -111,22 +111,16 @@ _STABLE_OUT = 1001
 
 #: One idle stream a thread, kept between chunks instead of a stream made and freed a chunk
 #: (its tables and window allocated, faulted in and zeroed again each time).
-_idle = threading.local()
+_idle_streams: Spare[codecs.Handle] = Spare()
 
 
 def _take_stream(lib: Any) -> codecs.Handle:
     """This thread's idle zstd stream, reset, else a new one (freed with its object)."""
-    stream = getattr(_idle, "stream", None)
-    _idle.stream = None
+    stream = _idle_streams.take()
     if stream is None or not stream.ptr:
         stream = codecs.Handle(lib, "ZSTD_createDStream", "ZSTD_freeDStream")
     lib.ZSTD_initDStream(stream.ptr)
     return stream
-
-
-def _give_back(stream: codecs.Handle) -> None:
-    if getattr(_idle, "stream", None) is None:
-        _idle.stream = stream
 
 
 #: Told of every range a ``FileValue`` read: (offset in the file, the bytes, valid only
@@ -277,7 +271,7 @@ class ChunkReader:
     def close(self) -> None:
         if self.stream is not None:
             stream, self.stream = self.stream, None
-            _give_back(stream)  # the next chunk's ``_take_stream`` resets it
+            _idle_streams.give(stream)  # the next chunk's ``_take_stream`` resets it
         self.pending = None
         if isinstance(self.kv, FileValue):
             self.kv.close()

@@ -13,7 +13,6 @@ import errno
 import os
 import shutil
 import stat as stat_mod
-import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -25,6 +24,7 @@ from ckpt_cli.core.storage.base import (
     NotACheckpointDirError,
 )
 from ckpt_cli.core.storage.options import StorageOptions
+from ckpt_cli.core.threads import Spare
 from ckpt_cli.errors import InvalidMetadataError, NotFoundError, StorageError
 
 
@@ -271,15 +271,15 @@ class LocalLocation(Location):
         if piece <= 0:
             raise ValueError(f"scan: piece must be positive, not {piece}")
         piece = min(piece, SCAN_PIECE)
-        buf = _take_buffer(piece)
         try:
             fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
-            _give_buffer(buf)
             raise NotFoundError(f"{self.path} does not exist") from None
         except OSError as e:
-            _give_buffer(buf)
             raise StorageError.from_error(f"cannot read {self.path}", e) from None
+        buf = _idle_buffers.take()
+        if buf is None or len(buf) < piece:
+            buf = bytearray(piece)
         try:
             view = memoryview(buf)
             at = start
@@ -304,7 +304,7 @@ class LocalLocation(Location):
             raise StorageError.from_error(f"cannot read {self.path}", e) from None
         finally:
             os.close(fd)
-            _give_buffer(buf)
+            _idle_buffers.give(buf)
 
     def iter_bytes(self, block_size: int = 4 << 20) -> Iterator[bytes]:
         try:
@@ -441,18 +441,6 @@ def _entry(d: os.DirEntry[str]) -> Entry:
 
 #: The largest piece ``LocalLocation.scan`` reads at once (its buffer a thread).
 SCAN_PIECE = 1 << 20
-#: One idle read buffer a thread, for ``LocalLocation.scan``.
-_idle = threading.local()
-
-
-def _take_buffer(size: int) -> bytearray:
-    """This thread's idle buffer when it holds ``size`` bytes, else a new one (a scan inside
-    another on one thread gets its own: the outer one holds the idle buffer meanwhile)."""
-    buf: bytearray | None = getattr(_idle, "buf", None)
-    _idle.buf = None
-    return buf if buf is not None and len(buf) >= size else bytearray(size)
-
-
-def _give_buffer(buf: bytearray) -> None:
-    if getattr(_idle, "buf", None) is None:
-        _idle.buf = buf
+#: One idle read buffer a thread, for ``LocalLocation.scan`` (a scan inside another on one
+#: thread makes its own: the outer one holds the idle buffer meanwhile).
+_idle_buffers: Spare[bytearray] = Spare()

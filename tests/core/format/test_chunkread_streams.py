@@ -49,7 +49,7 @@ def _window_bytes(stream: Any) -> int:
 
 
 def _fresh_thread_stream() -> None:
-    chunkread._idle.stream = None
+    chunkread._idle_streams.take()
 
 
 def _read(kv: Any, chunk: int, slabs: int = 1, stop_after: int | None = None) -> Any:
@@ -72,10 +72,10 @@ def test_a_whole_chunk_decodes_into_its_output_and_slabs_through_the_window(
     kv, x = stored
     _fresh_thread_stream()
     np.testing.assert_array_equal(_read(kv, 0), x[:CHUNK_ROWS])
-    direct = _window_bytes(chunkread._idle.stream)
+    direct = _window_bytes(chunkread._idle_streams.held())
     _fresh_thread_stream()
     np.testing.assert_array_equal(_read(kv, 0, slabs=4), x[:CHUNK_ROWS])
-    windowed = _window_bytes(chunkread._idle.stream)
+    windowed = _window_bytes(chunkread._idle_streams.held())
     # zstd level 1 on 2 MiB: a 512 KiB window and its blocks, allocated only for the slabs.
     assert windowed - direct >= 512 << 10, (direct, windowed)
 
@@ -95,19 +95,19 @@ def test_a_thread_keeps_its_stream_and_a_half_decoded_chunk_leaves_the_next_whol
     kv, x = stored
     _fresh_thread_stream()
     _read(kv, 0, slabs=4, stop_after=1)  # stopped a quarter in: the stream is mid-frame
-    kept = chunkread._idle.stream
+    kept = chunkread._idle_streams.held()
     assert kept is not None and kept.ptr
     np.testing.assert_array_equal(_read(kv, 1), x[CHUNK_ROWS : 2 * CHUNK_ROWS])
-    assert chunkread._idle.stream is kept  # the same stream, reset, not a new one
+    assert chunkread._idle_streams.held() is kept  # the same stream, reset, not a new one
     np.testing.assert_array_equal(_read(kv, 2, slabs=3), x[2 * CHUNK_ROWS :])
     np.testing.assert_array_equal(_read(kv, 0), x[:CHUNK_ROWS])  # stable again after slabs
-    assert chunkread._idle.stream is kept
+    assert chunkread._idle_streams.held() is kept
 
 
 def test_threads_decoding_at_once_each_use_their_own_stream(stored: tuple[Any, Any]) -> None:
     kv, x = stored
     wrong: list[tuple[int, int]] = []
-    streams: set[int] = set()
+    streams: list[Any] = []  # the streams themselves: ids of freed ones could repeat
 
     def work(t: int) -> None:
         for i in range(6):
@@ -115,7 +115,7 @@ def test_threads_decoding_at_once_each_use_their_own_stream(stored: tuple[Any, A
             got = _read(kv, chunk, slabs=1 + (t + i) % 3)
             if not np.array_equal(got, x[chunk * CHUNK_ROWS : (chunk + 1) * CHUNK_ROWS]):
                 wrong.append((t, chunk))
-        streams.add(id(chunkread._idle.stream))
+        streams.append(chunkread._idle_streams.held())
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
     for th in threads:
@@ -123,4 +123,5 @@ def test_threads_decoding_at_once_each_use_their_own_stream(stored: tuple[Any, A
     for th in threads:
         th.join()
     assert wrong == []
-    assert len(streams) == 4
+    assert len(streams) == 4 and None not in streams
+    assert len({id(s) for s in streams}) == 4

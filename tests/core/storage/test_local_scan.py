@@ -15,6 +15,7 @@ from ckpt_cli.core.digest.filesums import file_sums, range_checksum
 from ckpt_cli.core.digest.records import file_checksum
 from ckpt_cli.core.storage import local as local_mod
 from ckpt_cli.core.storage.local import SCAN_PIECE, LocalLocation
+from ckpt_cli.core.threads import Spare
 from ckpt_cli.errors import NotFoundError, StorageError
 
 SIZE = 3 * SCAN_PIECE + 12_345
@@ -122,19 +123,19 @@ def test_the_checksums_read_through_it_equal_zlib(
     data: tuple[LocalLocation, bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loc, raw = data
-    made: list[int] = []
-    real = local_mod._take_buffer
+    given: list[bytearray] = []  # kept: identities stay unique
 
-    def counted(size: int) -> bytearray:
-        buf = real(size)
-        made.append(id(buf))
-        return buf
+    class Counted(Spare[bytearray]):
+        def give(self, obj: bytearray) -> None:
+            given.append(obj)
+            super().give(obj)
 
-    monkeypatch.setattr(local_mod, "_take_buffer", counted)
+    monkeypatch.setattr(local_mod, "_idle_buffers", Counted())
     fs = file_checksum(loc)
     assert (fs.size, fs.crc32) == (SIZE, f"{zlib.crc32(raw):08x}")
     piece = range_checksum(loc.parent, "f.bin", 100, SIZE - 100)
     assert piece == ("f.bin", 100, SIZE - 200, zlib.crc32(raw[100:-100]))
-    assert made and len(set(made)) == 1  # one buffer for both passes, not one a piece
+    assert len(given) == 2  # one scan each
+    assert given[0] is given[1]  # one buffer for both passes, not one a piece
     sums = file_sums(loc.parent)
     assert sums["f.bin"].crc32 == f"{zlib.crc32(raw):08x}"
