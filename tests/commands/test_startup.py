@@ -64,7 +64,7 @@ def test_numpys_blas_pool_is_one_thread_unless_the_user_says(given: str | None, 
     if given is not None:
         env["OPENBLAS_NUM_THREADS"] = given
     code = (
-        f"import os, sys; sys.argv=['ckpt','verify',{str(FIXTURES / 'seed_mlp')!r}]\n"
+        f"import os, sys; sys.argv=['ckpt','verify','--deep',{str(FIXTURES / 'seed_mlp')!r}]\n"
         "from ckpt_cli.app import main\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
         "assert 'numpy' in sys.modules\n" + _BLAS_THREADS
     )

@@ -23,7 +23,6 @@ versions (one per batch of writes), each with its own root node. When a walk can
 
 from __future__ import annotations
 
-import posixpath
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from ckpt_cli.core.format.ocdbt import (
     VersionNodeRef,
     decode_node,
     decode_version_node,
+    item_file,
     read_manifest,
     read_values,
 )
@@ -232,14 +232,6 @@ def _walk_tensorstore(item: Location, files: dict[str, int]) -> ItemDatabases:
     return out
 
 
-def _rel(db: str, path: str) -> str:
-    """An item-relative file name from a path relative to database ``db``."""
-    out = posixpath.normpath(posixpath.join(db, path))
-    if out.startswith("../") or out == ".." or posixpath.isabs(out):
-        raise OcdbtFormatError("a data file path leads out of the item")
-    return out
-
-
 #: (database, node, whether its values are the live ones) for one level of the walk.
 _Todo = tuple[str, NodeRef, bool]
 
@@ -257,7 +249,7 @@ class _Decoded:
     def node_ref(self, db: str, node: NodeRef | VersionNodeRef) -> tuple[str, int, int]:
         """Note a node's bytes (a b-tree's, a version tree's) as referenced metadata: (file,
         offset, length)."""
-        file = _rel(db, node.path)
+        file = item_file(db, node.path)
         if self.files.get(file, -1) < node.offset + node.length:
             raise OcdbtFormatError("a node lies past the end of its file (or in none)")
         self.referenced.add(file)
@@ -287,7 +279,7 @@ class _Decoded:
             below += [(db, c, keep) for c in children]
             for key, v in values.items():
                 if not isinstance(v, bytes):
-                    v = (_rel(db, v[0]), v[1], v[2])
+                    v = (item_file(db, v[0]), v[1], v[2])
                     self.referenced.add(v[0])
                     if keep:
                         self.live.setdefault(v[0], []).append((v[1], v[1] + v[2]))

@@ -19,6 +19,7 @@ reports damage in its own words.
 
 from __future__ import annotations
 
+import posixpath
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +69,15 @@ class VersionNodeRef:
 Value = bytes | tuple[str, int, int]
 #: Fetches (path, offset, length) ranges, many at once: the bytes of each, in order.
 Fetch = Callable[[list[tuple[str, int, int]]], list[bytes]]
+
+
+def item_file(db: str, path: str) -> str:
+    """An item-relative file name from a path relative to database ``db`` (``""``: the item's
+    merged root, else ``ocdbt.process_N``); ``OcdbtFormatError`` where it leads out of the item."""
+    out = posixpath.normpath(posixpath.join(db, path))
+    if out.startswith("../") or out == ".." or posixpath.isabs(out):
+        raise OcdbtFormatError("a data file path leads out of the item")
+    return out
 
 
 class _Reader:
