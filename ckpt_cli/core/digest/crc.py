@@ -8,6 +8,7 @@ writer reading its output back and of ``cp`` costs a fraction of the read."""
 
 from __future__ import annotations
 
+import threading
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -44,26 +45,33 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
 
 def combine_py(crc1: int, crc2: int, len2: int) -> int:
     """zlib's ``crc32_combine`` (which Python's ``zlib`` does not expose): ``len2`` zero bytes
-    applied to ``crc1`` by squaring the one-zero-bit operator in GF(2)."""
-    if len2 <= 0:
-        return crc1
-    odd = [0xEDB88320] + [1 << n for n in range(31)]  # one zero bit
-    even = _gf2_square(odd)  # two zero bits
-    odd = _gf2_square(even)  # four zero bits
-    while True:
-        even = _gf2_square(odd)  # the first pass: one zero byte
-        if len2 & 1:
-            crc1 = _gf2_times(even, crc1)
-        len2 >>= 1
-        if not len2:
-            break
-        odd = _gf2_square(even)
-        if len2 & 1:
-            crc1 = _gf2_times(odd, crc1)
-        len2 >>= 1
-        if not len2:
-            break
+    applied to ``crc1``, one GF(2) operator per set bit of ``len2`` (``_zeros``), then ``crc2``
+    added. The operators are made once per process (zlib squares them again on every call:
+    4 ms a call on the TPU host, 0.5 s of a 6 GiB ``verify --deep`` without ISA-L)."""
+    for bit in range(len2.bit_length() if len2 > 0 else 0):
+        if len2 >> bit & 1:
+            crc1 = _gf2_times(_zeros(bit), crc1)
     return crc1 ^ crc2
+
+
+#: ``_ZEROS[k]``: the operator that appends ``2**k`` zero bytes to a CRC-32 (zlib's reflected
+#: polynomial), made by squaring the one-zero-bit operator.
+_ZEROS: list[list[int]] = []
+_ZEROS_LOCK = threading.Lock()
+
+
+def _zeros(k: int) -> list[int]:
+    if k < len(_ZEROS):
+        return _ZEROS[k]
+    with _ZEROS_LOCK:  # threads summing ranges at once: each operator appended once, in order
+        if not _ZEROS:
+            op = [0xEDB88320] + [1 << n for n in range(31)]  # one zero bit
+            for _ in range(3):
+                op = _gf2_square(op)  # two, four, eight zero bits: one zero byte
+            _ZEROS.append(op)
+        while len(_ZEROS) <= k:
+            _ZEROS.append(_gf2_square(_ZEROS[-1]))
+        return _ZEROS[k]
 
 
 def _gf2_times(matrix: list[int], vector: int) -> int:

@@ -36,6 +36,14 @@ OCDBT_CONFIG = {
     "manifest_kind": "single",
 }
 
+#: Bytes of chunks an OCDBT data file collects before TensorStore writes it (the ocdbt
+#: kvstore's ``target_data_file_size``; Orbax's ``ocdbt_target_data_file_size``). Without one,
+#: TensorStore keeps one data file write in flight per database and queues every chunk encoded
+#: meanwhile behind it; with one, a file that reaches it is written while the one before still
+#: is. TensorStore alone writing 6 GiB of zstd chunks on the 13-core host: 0.61 GiB/s with
+#: none, 0.71 with 64 MiB, 0.61 with 16 MiB (more, smaller files); 2 cores: 0.20-0.32 -> 0.42-0.45.
+DATA_FILE_BYTES = 64 << 20
+
 
 def _context(memory_limit: int) -> Any:
     from ckpt_cli.core.threads import WRITE_FILE_IO, ts_context
@@ -83,7 +91,13 @@ class ItemWriter:
         # plans refuse names that cannot be directories before any plain item is written.
         path = array_prefix(name)
         if self.use_ocdbt:
-            return {"driver": "ocdbt", "base": base, "config": OCDBT_CONFIG, "path": path}
+            return {
+                "driver": "ocdbt",
+                "base": base,
+                "config": OCDBT_CONFIG,
+                "path": path,
+                "target_data_file_size": DATA_FILE_BYTES,
+            }
         if why := unsafe_as_path(name):
             raise RefusedError(f"leaf {name!r} cannot be stored without OCDBT: {why}")
         return {**base, "path": base["path"] + path}

@@ -33,6 +33,31 @@ def test_crc32_combine_equals_the_crc32_of_the_joined_bytes(sizes: tuple[int, in
     assert combine_py(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)  # no isal
 
 
+@pytest.mark.parametrize("len2", [1, 8, 255, 32 << 20, (1 << 40) + 12345, (1 << 62) - 1])
+def test_combine_py_equals_isal_at_any_length(len2: int) -> None:
+    """The operators ``combine_py`` keeps from call to call give ISA-L's CRC for lengths no
+    test could hold in memory, called twice (the second call reuses them)."""
+    isal_zlib = pytest.importorskip("isal.isal_zlib")
+    for crc1, crc2 in ((0x12345678, 0x9ABCDEF0), (0xFFFFFFFF, 0)):
+        want = isal_zlib.crc32_combine(crc1, crc2, len2)
+        assert combine_py(crc1, crc2, len2) == want
+        assert combine_py(crc1, crc2, len2) == want
+
+
+def test_combine_py_from_threads_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight threads making the operators at once (none made yet) each get ISA-L's CRC."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ckpt_cli.core.digest import crc
+
+    isal_zlib = pytest.importorskip("isal.isal_zlib")
+    monkeypatch.setattr(crc, "_ZEROS", [])
+    lengths = [(1 << n) + n for n in range(20, 60, 5)]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda n: combine_py(0x1234, 0x5678, n), lengths))
+    assert got == [isal_zlib.crc32_combine(0x1234, 0x5678, n) for n in lengths]
+
+
 def findings(report: Any) -> list[tuple[str, str | None, str | None]]:
     return sorted((p.code, p.leaf, p.file) for p in report.problems)
 
