@@ -9,7 +9,7 @@ value (inline bytes, or a data file range), which the leaves are made of; every 
 the data files it references and its nodes' bytes. Superseded single-node versions are
 referenced, not decoded (as ``verify/ocdbt.scan_database`` does). Where this decoder stops (a
 numbered manifest, damage), TensorStore walks the item instead
-(``scan_database``), and says what is damaged.
+(``scan_with_tensorstore``), and says what is damaged.
 
 A data file below ``d/`` that no version of any database references is garbage. So are the
 bytes of a referenced data file that no value of the latest version and no node of any
@@ -193,7 +193,8 @@ def walk_cached(item: Location, files: dict[str, int]) -> ItemDatabases | None:
 
 
 def _walk_tensorstore(item: Location, files: dict[str, int]) -> ItemDatabases:
-    from ckpt_cli.core.verify.ocdbt import scan_database
+    # This walk's own decoder stopped already: TensorStore's, which says what it found.
+    from ckpt_cli.core.verify.ocdbt import scan_with_tensorstore
 
     out = ItemDatabases()
     dbs = databases(files)
@@ -201,7 +202,7 @@ def _walk_tensorstore(item: Location, files: dict[str, int]) -> ItemDatabases:
     live: dict[str, list[tuple[int, int]]] = {}
     scans_complete = True
     for db in dbs:
-        scan = scan_database(item, db, files.get)
+        scan = scan_with_tensorstore(item, db, files.get)
         scans_complete &= scan.complete and not scan.problems
         for ref, _ in scan.refs:
             referenced.add(ref.file)

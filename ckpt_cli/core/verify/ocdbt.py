@@ -4,11 +4,12 @@ A sound database is decoded here (``format/ocdbt.py``: each node's CRC-32C, magi
 height checked; each node inside its file), a level of nodes at a time in one batched read,
 without importing TensorStore (a tenth of a second of every ``verify``). Where that decoder
 stops (damage, a numbered manifest, a form it does not read) TensorStore walks the database
-instead, and its errors say what is damaged: ``tensorstore.ocdbt.dump`` decodes the manifest and, given a location, one version-tree or b-tree
-node; decoding checks the CRC-32C footer, so damage there surfaces as a ``DATA_LOSS`` error.
-Out-of-line values (chunks over ``max_inline_value_bytes``) carry no checksum: the walk only
-lists them as (file, offset, length) so the caller can check that each lies inside its file and,
-with recorded digests, that the bytes did not change.
+instead, and its errors say what is damaged: ``tensorstore.ocdbt.dump`` decodes the manifest
+and, given a location, one version-tree or b-tree node; decoding checks the CRC-32C footer, so
+damage there surfaces as a ``DATA_LOSS`` error. Out-of-line values (chunks over
+``max_inline_value_bytes``) carry no checksum: the walk only lists them as (file, offset,
+length) so the caller can check that each lies inside its file and, with recorded digests,
+that the bytes did not change.
 
 A location string is ``kind:base_path:relative_path:offset:length`` with both paths
 percent-encoded (tensorstore ``format/dump.cc``); ``base_path`` is relative to the database
@@ -19,9 +20,9 @@ from __future__ import annotations
 
 import posixpath
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from ckpt_cli.core.format.names import MANIFEST
@@ -227,7 +228,7 @@ def scan_decoded(item: Location, db: str, file_size: Callable[[str], int | None]
     return _DecodedScan(item, db, file_size).run()
 
 
-_Node = NodeRef | VersionNodeRef
+_Node = TypeVar("_Node", NodeRef, VersionNodeRef)
 
 
 class _DecodedScan:
@@ -242,7 +243,7 @@ class _DecodedScan:
         self.seen: set[Ref] = set()
         self.keys: dict[bytes, Ref | None] = {}
 
-    def node(self, kind: str, n: _Node) -> Ref:
+    def node(self, kind: str, n: NodeRef | VersionNodeRef) -> Ref:
         """Reference a node; it must lie inside its file."""
         r = Ref(kind, item_file(self.db, n.path), n.offset, n.length)
         size = self.file_size(r.file)
@@ -251,7 +252,7 @@ class _DecodedScan:
         self.refs[(r, None)] = None
         return r
 
-    def level(self, kind: str, nodes: list[_Node]) -> list[tuple[_Node, bytes]]:
+    def level(self, kind: str, nodes: Sequence[_Node]) -> list[tuple[_Node, bytes]]:
         """One level of nodes, each referenced, those not seen yet read in one batch."""
         todo = [(n, r) for n in nodes if (r := self.node(kind, n)) not in self.seen]
         self.seen.update(r for _, r in todo)
@@ -266,8 +267,7 @@ class _DecodedScan:
         roots = [r for r in inline[:-1] if r is not None]
         while level:  # the version tree: versions older than the manifest lists
             below: list[VersionNodeRef] = []
-            for v, encoded in self.level("versionnode", list(level)):
-                assert isinstance(v, VersionNodeRef)
+            for v, encoded in self.level("versionnode", level):
                 deeper, older = decode_version_node(encoded, v)
                 below += deeper
                 roots += [r for r in older if r is not None]
@@ -286,8 +286,7 @@ class _DecodedScan:
         """Walk b-trees a level at a time; ``keep``: their keys are the latest version's."""
         while level:
             below: list[NodeRef] = []
-            for n, encoded in self.level("btreenode", list(level)):
-                assert isinstance(n, NodeRef)
+            for n, encoded in self.level("btreenode", level):
                 children, values = decode_node(encoded, n)
                 below += children
                 for key, v in values.items():
