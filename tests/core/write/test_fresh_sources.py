@@ -1,0 +1,90 @@
+"""TensorStore encodes a stored leaf's blocks from the reader's arrays themselves (no copy of
+each block first); a source the pipeline knows nothing of is copied, as before."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ckpt_cli.core import threads
+from ckpt_cli.core.format.arrays import ArrayInfo, LeafReader
+from ckpt_cli.core.write.pipeline import Pipeline
+from ckpt_cli.core.write.types import ArrayOut, LeafOut
+
+ROWS, COLS, CHUNK = 16, 8, 4
+
+
+class _Spied:
+    """An output array whose writes are logged with the keywords the pipeline passed."""
+
+    def __init__(self, arr: Any, log: list[tuple[str, dict[str, Any]]], name: str) -> None:
+        self.arr, self.log, self.name = arr, log, name
+        self.dtype = arr.dtype
+
+    def __getitem__(self, region: Any) -> _Spied:
+        return _Spied(self.arr[region], self.log, self.name)
+
+    def write(self, values: Any, **kw: Any) -> Any:
+        self.log.append((self.name, kw))
+        return self.arr.write(values, **kw)
+
+
+def _array(dtype: Any, values: np.ndarray | None = None) -> Any:
+    import tensorstore as ts
+
+    spec = {"driver": "zarr", "kvstore": "memory://", "metadata": {"chunks": [CHUNK, COLS]}}
+    arr = ts.open(spec, create=True, dtype=dtype, shape=[ROWS, COLS]).result()
+    if values is not None:
+        arr.write(values).result()
+    return arr
+
+
+def _leaf(name: str, source: Any) -> LeafOut:
+    return LeafOut(
+        keypath=(name,),
+        key_types=(),
+        value_type="jax.Array",
+        array=ArrayOut("bfloat16", (ROWS, COLS), (CHUNK, COLS), zarr3=False),
+        source=source,
+        source_itemsize=4,
+    )
+
+
+def test_a_stored_leafs_blocks_are_referenced_and_other_sources_copied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tensorstore as ts
+
+    monkeypatch.setattr(threads, "_chosen", 2)
+    values = np.arange(ROWS * COLS, dtype=np.float32).reshape(ROWS, COLS)
+    stored = LeafReader(
+        _array(ts.float32, values), ArrayInfo("float32", (ROWS, COLS), (CHUNK, COLS), 2, None)
+    )
+
+    def made_here(region: tuple[slice, ...]) -> np.ndarray:
+        return values[region]  # a view of one array: must be copied before the next use
+
+    log: list[tuple[str, dict[str, Any]]] = []
+    outputs = {"stored": _array(ts.bfloat16), "other": _array(ts.bfloat16)}
+    writer = SimpleNamespace(
+        in_flight=8,
+        memory_limit=64 << 20,
+        slab_reads=True,
+        open_array=lambda leaf: SimpleNamespace(
+            result=lambda: _Spied(outputs[leaf.name], log, leaf.name)
+        ),
+        dest="memory://",
+    )
+    blocks = [(slice(r, r + CHUNK), slice(0, COLS)) for r in range(0, ROWS, CHUNK)]
+    jobs = [(_leaf("stored", stored.read), blocks), (_leaf("other", made_here), blocks)]
+    Pipeline(writer, jobs, None).run()  # type: ignore[arg-type]
+
+    by_leaf = {name: [kw for n, kw in log if n == name] for name in outputs}
+    assert len(by_leaf["stored"]) == len(by_leaf["other"]) == len(blocks)
+    assert all(kw == {"can_reference_source_data_indefinitely": True} for kw in by_leaf["stored"])
+    assert all(kw == {} for kw in by_leaf["other"])
+    for arr in outputs.values():
+        np.testing.assert_array_equal(arr.read().result().astype(np.float32), values)
