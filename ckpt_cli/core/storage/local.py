@@ -138,19 +138,22 @@ class LocalLocation(Location):
             rel = stack.pop()
             try:
                 with os.scandir(os.path.join(self.path, rel)) as it:
-                    children = [_entry(d) for d in it]
+                    # A directory is told by the listing's own type (no stat): only what is
+                    # yielded (files, symlinks) is stat'ed, for its size and time.
+                    dirs: list[os.DirEntry[str]] = []
+                    files: list[os.DirEntry[str]] = []
+                    for d in it:
+                        (dirs if d.is_dir(follow_symlinks=False) else files).append(d)
+                    children = [_entry(d) for d in files]
             except FileNotFoundError:
                 if not rel:
                     raise NotFoundError(f"{self.path} does not exist") from None
                 continue  # a subdirectory removed while we walk: nothing below it to report
             except OSError as e:
                 raise StorageError(f"cannot list {os.path.join(self.path, rel)}: {e}") from None
+            stack += [f"{rel}/{d.name}" if rel else d.name for d in dirs]
             for entry in children:
-                sub = f"{rel}/{entry.name}" if rel else entry.name
-                if entry.is_dir and not entry.is_symlink:
-                    stack.append(sub)
-                else:
-                    yield sub, entry
+                yield f"{rel}/{entry.name}" if rel else entry.name, entry
 
     def resolve(self) -> LocalLocation:
         return self._at(os.path.realpath(self.path))
