@@ -198,22 +198,23 @@ def reshard_peak(
     threads (else the process's count).
 
     - the process itself: the interpreter and the imports (``RESHARD_BASELINE``);
-    - the blocks in flight: the pipeline holds up to a quarter of the limit of values, two
-      blocks a thread at most (``held_limit``), with the decoded source chunks and the encoded
-      output beside them
+    - the blocks in flight: the pipeline holds up to a quarter of the limit of values (less
+      the cache's room past its eighth), two blocks a thread at most (``held_limit``), with the
+      decoded source chunks and the encoded output beside them
       (``_BLOCK_COPIES`` times the values at the peak, the reads and writes interleaving),
       and the threads' decoding and encoding buffers and reads in flight that the pipeline does
       not count (``_WORKING``);
-    - TensorStore's source cache (``source_cache_bytes``: an eighth of the limit, plus two
-      decoded source chunks when they are read in slabs).
+    - TensorStore's source cache (``source_cache_bytes``: an eighth of the limit, or two
+      decoded source chunks where those are read in parts and larger).
 
     An item smaller than that is in flight whole: each of its bytes about ``_ITEM_COPIES``
     times (values, decoded source, encoded output, partly overlapping), so
     ``min(_ITEM_COPIES x total, blocks in flight + cache)``: it grows with a small item and
     the limit caps it.
     """
-    blocks = round(_BLOCK_COPIES * held_limit(memory_limit, threads_=threads_)) + _WORKING
-    held = blocks + source_cache_bytes(memory_limit, chunk_bytes)
+    cache = source_cache_bytes(memory_limit, chunk_bytes)
+    blocks = held_limit(memory_limit, threads_=threads_, cache_bytes=cache)
+    held = round(_BLOCK_COPIES * blocks) + _WORKING + cache
     return RESHARD_BASELINE + min(round(_ITEM_COPIES * total_bytes), held)
 
 

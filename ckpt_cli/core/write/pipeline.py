@@ -23,8 +23,9 @@ the leaf is carried unchecked (``BlockDigests.unchecked``).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -35,6 +36,8 @@ from ckpt_cli.core.threads import threads
 from ckpt_cli.core.write.types import ArraySink, LeafOut, Region
 from ckpt_cli.errors import StorageError, first_line
 
+Pins = frozenset[tuple[str, tuple[int, ...]]]
+
 
 def block_budget(memory_limit: int, in_flight: int = 8) -> int:
     """Bytes of one block in flight: a block costs about three times its size (TensorStore's
@@ -43,16 +46,26 @@ def block_budget(memory_limit: int, in_flight: int = 8) -> int:
     return max(1 << 20, memory_limit // (4 * in_flight))
 
 
-def held_limit(memory_limit: int, in_flight: int = 8, threads_: int | None = None) -> int:
+def held_limit(
+    memory_limit: int, in_flight: int = 8, threads_: int | None = None, cache_bytes: int = 0
+) -> int:
     """Bytes of values the pipeline holds in its blocks in flight (``Pipeline.limit``): a
-    quarter of the limit, and no more than two blocks a thread (``threads_``, else the
-    process's count). On the 2-core machine more bought no time and cost memory (1 GiB
-    reshard, ``--threads 2``, 32 MiB blocks: 2.1-2.2 s with 4, 8 or 16 blocks held; 290, 380,
-    550 MiB peak). On the 13-core host fewer cost time (13 threads, 6 GiB: reshard 8.6-9.3 s
-    with 8 blocks, 9.3-9.5 s with 4; migrate 7.6-7.7 s and 8.9-9.0 s), so there it stays 8."""
+    quarter of the limit, less what the source cache holds past its eighth (``cache_bytes``:
+    room for two large source chunks, ``source_cache_bytes``), and no more than two blocks a
+    thread (``threads_``, else the process's count). On the 2-core machine more bought no time
+    and cost memory (1 GiB reshard, ``--threads 2``, 32 MiB blocks: 2.1-2.2 s with 4, 8 or 16
+    blocks held; 290, 380, 550 MiB peak). On the 13-core host fewer cost time (13 threads, 6
+    GiB: reshard 8.6-9.3 s with 8 blocks, 9.3-9.5 s with 4; migrate 7.6-7.7 s and 8.9-9.0 s),
+    so there it stays 8 at the default limit. Where large source chunks make the cache more
+    than its eighth, the blocks give that back, so the two together stay within 3/8 of the
+    limit: a reshard of 32 MiB chunks under ``--memory-limit 256MiB`` at 13 threads held 64 MiB
+    of blocks beside a 64 MiB cache and peaked at 419-481 MiB on 2 cores (the limit and 150 MiB
+    is 406), with 32 MiB of blocks 354-387; 128 MiB chunks under the default limit on the
+    13-core host peaked at 1,283-1,286 MiB, now 918-960."""
     budget = block_budget(memory_limit, in_flight)
     per_thread = 2 * max(1, threads() if threads_ is None else threads_) * budget
-    return max(budget, min(memory_limit // 4, per_thread))
+    share = memory_limit // 4 - max(0, cache_bytes - memory_limit // 8)
+    return max(budget, min(share, per_thread))
 
 
 def slab_budget(block_budget: int) -> int:
@@ -62,6 +75,26 @@ def slab_budget(block_budget: int) -> int:
 
 #: Slab reads of one large block in flight at once (the next ones start as each is consumed).
 SLABS_AHEAD = 2
+
+#: Source chunks larger than the reads that need them, decoding at once: TensorStore decodes
+#: such a chunk whole whatever part of it a read asks for, into its cache, which
+#: ``source_cache_bytes`` sizes for two of them (the one being read and the next).
+PINNED_CHUNKS = 2
+
+
+def pinned_chunks(leaf: LeafOut, region: Region, piece: int) -> Pins:
+    """The source chunks a read of ``region`` has TensorStore decode whole though it needs
+    only part of each: those of a leaf whose source chunks (``source_chunks``, in the
+    output's index space) are larger than ``piece``, the bytes one read returns. Empty where
+    every read is whole source chunks (decoded into the block, nothing held beside it)."""
+    size, chunks = leaf.source_chunk_bytes, leaf.source_chunks
+    if not size or not chunks or size <= piece or len(chunks) != len(region):
+        return frozenset()
+    spans = [
+        range(s.start // c, -(-s.stop // c)) if c else range(1)
+        for s, c in zip(region, chunks, strict=True)
+    ]
+    return frozenset((leaf.name, index) for index in itertools.product(*spans))
 
 
 def slab_source(memory_limit: int, source_chunk_bytes: int | None) -> bool:
@@ -73,15 +106,16 @@ def slab_source(memory_limit: int, source_chunk_bytes: int | None) -> bool:
 
 
 def source_cache_bytes(memory_limit: int, source_chunk_bytes: Iterable[int]) -> int:
-    """The writers' chunk cache for their sources: an eighth of the limit, plus (when a
-    decoded source chunk larger than a slab is read in slabs) room for two such chunks (the
-    one being read and the next, whose first slabs are already in flight), so each is decoded
-    once. At most an eighth plus half of the limit."""
+    """The writers' chunk cache for their sources: an eighth of the limit, or (when a decoded
+    source chunk larger than a slab is read in parts) room for two such chunks where that is
+    more (the one being read and the next, whose first reads are already in flight: no more
+    decode at once, ``PINNED_CHUNKS``), so each is decoded once. At most half of the limit;
+    what it holds past its eighth comes out of the blocks' share (``held_limit``)."""
     slab = slab_budget(block_budget(memory_limit))
     large = max(
         (n for n in source_chunk_bytes if n > slab and slab_source(memory_limit, n)), default=0
     )
-    return memory_limit // 8 + 2 * large
+    return max(memory_limit // 8, PINNED_CHUNKS * large)
 
 
 def leaf_regions(leaf: LeafOut, budget: int) -> Iterator[Region]:
@@ -189,14 +223,22 @@ class Pipeline:
         # their bytes stay under ``limit`` whatever the count.
         self.depth = max(1, writer.in_flight // 2, threads())
         self.budget = block_budget(writer.memory_limit, writer.in_flight)
-        self.limit = held_limit(writer.memory_limit, writer.in_flight)
+        # The sources' cache (``source_cache_bytes``, as the commands size it) where blocks
+        # are read in parts of source chunks; a scaled-out unit's cache is its eighth.
+        chunks = [a.source_chunk_bytes for a in self.arrays if a.source_chunk_bytes]
+        cache = source_cache_bytes(writer.memory_limit, chunks) if writer.slab_reads else 0
+        self.limit = held_limit(writer.memory_limit, writer.in_flight, cache_bytes=cache)
         self.opens: dict[int, Any] = {}
         self.slab = slab_budget(self.budget) if writer.slab_reads else None
-        #: (read, array, leaf, region, bytes, bytes held); writes: (commit, leaf, bytes,
-        #: bytes already reported, bytes held).
-        self.reads: deque[tuple[Any, Any, LeafOut, tuple[slice, ...], int, int]] = deque()
-        self.writes: deque[tuple[Any, LeafOut, int, int, int]] = deque()
+        #: (read, array, leaf, region, bytes, bytes held, source chunks pinned); writes:
+        #: (commit, leaf, bytes, bytes already reported, bytes held, source chunks pinned: a
+        #: block TensorStore copies itself holds them until its write is done).
+        self.reads: deque[tuple[Any, Any, LeafOut, tuple[slice, ...], int, int, Pins]] = deque()
+        self.writes: deque[tuple[Any, LeafOut, int, int, int, Pins]] = deque()
         self.held = 0
+        #: Source chunks decoding whole for the reads in flight (``pinned_chunks``), and how
+        #: many reads need each.
+        self.pinned: Counter[tuple[str, tuple[int, ...]]] = Counter()
         self.assembling: _Assembly | None = None  # the large block being read, for a drain
         self.copied = 0  # blocks TensorStore copied from the source by itself (``_Copy``)
 
@@ -215,16 +257,20 @@ class Pipeline:
                 # A block over the budget is one output chunk over it: read in slabs. A block
                 # within it is read whole, in one read (each source chunk decoded once when
                 # the block is made of whole source chunks, no slab copies).
-                if self.slab is not None and nbytes > self.budget and slabbed:
-                    read: Any = _Assembly(leaf, region, itemsize, self.slab)
+                held = elements * held_itemsize
+                slab = self.slab if nbytes > self.budget and slabbed else None
+                pins = pinned_chunks(leaf, region, slab or held)
+                self._room_to_pin(pins)
+                if slab is not None:
+                    read: Any = _Assembly(leaf, region, itemsize, slab)
                 elif (copy_from := self._copy_source(leaf, arr)) is not None:
                     read = _Copy(arr[region].write(copy_from[region]))
                     self.copied += 1
                 else:
                     read = leaf.source(region)
-                held = elements * held_itemsize
-                self.reads.append((read, arr, leaf, region, nbytes, held))
+                self.reads.append((read, arr, leaf, region, nbytes, held, pins))
                 self.held += held
+                self.pinned.update(pins)
                 self._make_room()
         while self.reads:
             self._start_write()
@@ -252,6 +298,25 @@ class Pipeline:
                 self._finish_write()
             else:
                 return
+
+    def _room_to_pin(self, pins: Pins) -> None:
+        """Before a read that decodes ``pins`` whole: wait (hand the oldest reads to their
+        writes, else finish the oldest write) until at most ``PINNED_CHUNKS`` such chunks
+        decode at once, counting these: the two the cache is sized for. Without it the reads
+        in flight (one a thread) could each decode a chunk of its own beside the cache."""
+        while pins and len(self.pinned.keys() | pins) > PINNED_CHUNKS:
+            if self.reads:
+                self._start_write()
+            elif self.writes:
+                self._finish_write()
+            else:
+                return
+
+    def _unpin(self, pins: Pins) -> None:
+        self.pinned.subtract(pins)
+        for key in pins:
+            if self.pinned[key] <= 0:
+                del self.pinned[key]
 
     def _digest(self, leaf: LeafOut, region: tuple[slice, ...], values: Any) -> None:
         """Add a block about to be written to its leaf's ``ld1`` (when one is expected)."""
@@ -291,10 +356,10 @@ class Pipeline:
     def _start_write(self) -> None:
         import numpy as np
 
-        fut, arr, leaf, region, nbytes, held = self.reads.popleft()
+        fut, arr, leaf, region, nbytes, held, pins = self.reads.popleft()
         reported = 0
         if isinstance(fut, _Copy):
-            self.writes.append((fut.write.commit, leaf, nbytes, reported, held))
+            self.writes.append((fut.write.commit, leaf, nbytes, reported, held, pins))
             return
         assembled = isinstance(fut, _Assembly)
         try:
@@ -309,6 +374,7 @@ class Pipeline:
             raise
         except Exception as e:
             raise _read_error(leaf, e) from None
+        self._unpin(pins)  # decoded: what the cache keeps of them is its own budget
         values = np.asarray(values)
         if values.dtype.name != arr.dtype.name:
             values = values.astype(arr.dtype.numpy_dtype)
@@ -323,10 +389,10 @@ class Pipeline:
             write = arr[region].write(values, can_reference_source_data_indefinitely=True)
         else:
             write = arr[region].write(values)
-        self.writes.append((write.commit, leaf, nbytes, reported, held))
+        self.writes.append((write.commit, leaf, nbytes, reported, held, frozenset()))
 
     def _finish_write(self) -> None:
-        fut, leaf, nbytes, reported, held = self.writes.popleft()
+        fut, leaf, nbytes, reported, held, pins = self.writes.popleft()
         try:
             fut.result()
         except Exception as e:
@@ -335,6 +401,7 @@ class Pipeline:
                 f"cannot write leaf {leaf.name!r} to {dest}", e, dest.describe_error(e)
             ) from None
         self.held -= held
+        self._unpin(pins)
         if self.on_bytes and nbytes > reported:
             self.on_bytes(nbytes - reported)
 

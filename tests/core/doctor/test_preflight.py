@@ -60,13 +60,17 @@ def test_the_reshard_peak_grows_with_a_small_item_and_the_limit_caps_it() -> Non
     assert peaks and all(a <= b for a, b in itertools.pairwise(peaks))
     assert peaks[0] < peaks[1] < peaks[2]  # a small item: it grows with the item
     # above it: blocks in flight (a quarter of the 1 GiB limit, 1.5 times, and 144 MiB of
-    # working memory) + the source cache (an eighth, plus two 16 MiB chunks read in slabs),
-    # whatever the item's size
-    capped = RESHARD_BASELINE + 384 * mib + 144 * mib + 128 * mib + 32 * mib
+    # working memory) + the source cache (an eighth, which holds two 16 MiB chunks read in
+    # parts), whatever the item's size
+    capped = RESHARD_BASELINE + 384 * mib + 144 * mib + 128 * mib
     assert peaks[-1] == peaks[-2] == capped
     # one thread holds two blocks of 32 MiB (a sixteenth of the limit)
-    one = RESHARD_BASELINE + 96 * mib + 144 * mib + 128 * mib + 32 * mib
+    one = RESHARD_BASELINE + 96 * mib + 144 * mib + 128 * mib
     assert reshard_peak(1 << 40, (16 * mib,), threads_=1) == one
+    # 32 MiB chunks under a 256 MiB limit: the cache holds two (64 MiB, past its eighth by
+    # 32), and the blocks' quarter gives those 32 MiB back
+    tight = reshard_peak(1 << 40, (32 * mib,), memory_limit=256 * mib, threads_=8)
+    assert tight == RESHARD_BASELINE + 48 * mib + 144 * mib + 64 * mib
     small = reshard_peak(1 << 40, (), memory_limit=256 * mib, threads_=8)
     # a 256 MiB limit: 64 MiB of blocks 1.5 times, the working memory, a 32 MiB cache
     assert small == RESHARD_BASELINE + 96 * mib + 144 * mib + 32 * mib
