@@ -36,7 +36,9 @@ from ckpt_cli.core.threads import threads
 from ckpt_cli.core.write.types import ArraySink, LeafOut, Region
 from ckpt_cli.errors import StorageError, first_line
 
-Pins = frozenset[tuple[str, tuple[int, ...]]]
+#: A source chunk: its output leaf's name and its index in the source's chunk grid.
+Pin = tuple[str, tuple[int, ...]]
+Pins = frozenset[Pin]
 
 
 def block_budget(memory_limit: int, in_flight: int = 8) -> int:
@@ -238,7 +240,7 @@ class Pipeline:
         self.held = 0
         #: Source chunks decoding whole for the reads in flight (``pinned_chunks``), and how
         #: many reads need each.
-        self.pinned: Counter[tuple[str, tuple[int, ...]]] = Counter()
+        self.pinned: Counter[Pin] = Counter()
         self.assembling: _Assembly | None = None  # the large block being read, for a drain
         self.copied = 0  # blocks TensorStore copied from the source by itself (``_Copy``)
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from ckpt_cli.core.storage import open_location
+from ckpt_cli.errors import NotFoundError
 
 
 def _reference(root: Path) -> dict[str, tuple[int, bool]]:
@@ -42,9 +45,5 @@ def test_walk_lists_files_and_symlinks_with_their_sizes(tmp_path: Path) -> None:
 
 
 def test_walk_of_a_removed_directory_says_it_is_not_there(tmp_path: Path) -> None:
-    import pytest
-
-    from ckpt_cli.errors import NotFoundError
-
     with pytest.raises(NotFoundError, match="does not exist"):
         list(open_location(str(tmp_path / "gone")).walk())
