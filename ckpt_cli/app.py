@@ -148,10 +148,19 @@ def main() -> None:
     # once numpy is imported) only burned CPU: 1.3 s of verify --deep's 14.4 s on 13 cores.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
-        _run()
-    except SystemExit as e:
-        signals.finished(_status(e.code))
-        raise
+        try:
+            _run()
+        except SystemExit as e:
+            signals.finished(_status(e.code))
+            raise
+    except Interrupted as late:
+        # The signal came after the command had ended (output written, its SystemExit on the
+        # way out) and before `finished` took over: the run ends as it would have, with its own
+        # code. Raised in the handler above, the interrupt's context is that SystemExit.
+        ended = late.__context__
+        code = _status(ended.code) if isinstance(ended, SystemExit) else 0
+        signals.finished(code)
+        sys.exit(code)
     signals.finished(0)
 
 

@@ -9,7 +9,8 @@ Four phases, each with its handler:
   past ``except Exception`` so the cleanup on the way out runs; a second signal during that
   cleanup stops the process at once;
 - once the run is over (``finished``): a signal while the interpreter joins threads and runs
-  exit callbacks ends the process with the run's own exit code;
+  exit callbacks ends the process with the run's own exit code (one that comes as the command's
+  exit passes ``app.main``, before ``finished`` is in, does the same there);
 - past the last exit callback (``ignore_at_exit``): ignored, so a late signal cannot turn a
   finished run into a death by signal.
 

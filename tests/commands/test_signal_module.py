@@ -85,3 +85,48 @@ def test_errors_raised_from_an_interrupt_are_not_printed_by_the_hooks() -> None:
     hook(ValueError, other, None)
     unraisable(SimpleNamespace(exc_value=other))
     assert printed == [other, other]
+
+
+AT_THE_END = r"""
+import os, signal, sys
+from ckpt_cli import app, signals
+
+def run():  # a command that wrote its output and exits with its own code
+    print("the output")
+    sys.stdout.flush()
+    sys.exit(int(sys.argv[2]))
+
+def once(function):
+    sent = []
+    def wrapped(*args):
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+        return function(*args)
+    return wrapped
+
+app._run = run
+# The signal lands in the handler that takes the run's SystemExit, before `finished` (in
+# `_status`) or while `finished` puts its handlers in: the window CI once hit (exit 1, nothing).
+if sys.argv[3] == "status":
+    app._status = once(app._status)
+else:
+    signals.finished = once(signals.finished)
+app.main()
+"""
+
+
+@pytest.mark.parametrize("where", ["status", "finished"])
+@pytest.mark.parametrize("code", [0, 3])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_as_the_run_ends_leaves_its_exit_code(sig: str, code: int, where: str) -> None:
+    """A signal after the command has ended (output written, SystemExit on its way out) but
+    before ``signals.finished`` took over: the run ends as it would have, with its own code and
+    nothing on stderr (not an uncaught Interrupted: exit 1 and no line)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", AT_THE_END, sig, str(code), where],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (code, "the output\n", "")
