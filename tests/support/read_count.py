@@ -1,4 +1,4 @@
-"""How many bytes TensorStore read from local files while a block of code ran, against the bytes
+"""How many bytes TensorStore (and ckpt's own decoders) read from local files while a block of code ran, against the bytes
 a checkpoint's array data takes on disk: a reader that decodes each stored chunk once reads each
 data file once (plus small OCDBT manifests and b-tree nodes)."""
 
@@ -20,11 +20,31 @@ def file_bytes_read() -> int:
 
 @contextlib.contextmanager
 def counting_reads() -> Iterator[list[int]]:
-    """Yields a list that holds, once the block ends, the bytes read inside it."""
+    """Yields a list that holds, once the block ends, the bytes read inside it (TensorStore's
+    and those ckpt's decoders read from the data files themselves), then the latter alone
+    (``chunkread.FileValue``)."""
+    import threading
+
+    from ckpt_cli.core.format import chunkread
+
     box: list[int] = []
+    direct = [0]
+    lock = threading.Lock()
+    real = chunkread.FileValue.read
+
+    def read(self: Any, key: str, byte_range: slice) -> Any:
+        got = real(self, key, byte_range)
+        with lock:
+            direct[0] += len(got.value)
+        return got
+
     before = file_bytes_read()
-    yield box
-    box.append(file_bytes_read() - before)
+    chunkread.FileValue.read = read  # type: ignore[method-assign]
+    try:
+        yield box
+    finally:
+        chunkread.FileValue.read = real  # type: ignore[method-assign]
+    box.extend([file_bytes_read() - before + direct[0], direct[0]])
 
 
 def stored_data_bytes(item: Path) -> int:

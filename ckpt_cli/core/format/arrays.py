@@ -351,57 +351,19 @@ class LeafReader:
     multi_chunk_blocks = True
 
     def __init__(self, array: Any, info: ArrayInfo) -> None:
+        from ckpt_cli.core.format.ownreads import OwnReads
+
         self.array = array
         self.info = info
-        self._layout: Any = False  # the chunks' streamable layout, once asked (None: none)
         self.locate: Any = None  # chunk key -> its place in a local file, or None (kvstore)
+        self.own = OwnReads(array, info)
 
     def read(self, block: tuple[slice, ...]) -> Any:
-        """A future of the block's values. Whole chunks of a leaf cut along its first axis, each
-        at least ``chunkread.ROWS_MIN_CHUNK_BYTES``, are decoded on the read pool straight
-        into the returned array (``chunkread.read_rows``): TensorStore decodes each chunk into
-        fresh memory of its own and copies it out, which on a many-core host costs more in page
-        faults than the decoding (docs/explanation/performance.md). Anything else, and any
-        read that fails there, goes to TensorStore (its values, its errors)."""
-        fut = self._read_rows(block)
+        """A future of the block's values: whole rows of large chunks, and parts of one large
+        chunk, decoded by ckpt itself (``ownreads``: a ``concurrent.futures.Future``); anything
+        else, and any read that fails there, by TensorStore (its values, its errors)."""
+        fut = self.own.read(block, self.locate)
         return fut if fut is not None else self.array[block].read()
-
-    def _read_rows(self, block: tuple[slice, ...]) -> Any:
-        import os
-
-        from ckpt_cli.core.format import chunkread
-
-        info = self.info
-        if info.decoded_chunk_bytes < chunkread.ROWS_MIN_CHUNK_BYTES:
-            return None
-        rows = chunkread.rows_region(info.shape, info.chunk_shape, block)
-        if rows is None or os.environ.get("CKPT_ROW_READS") == "0":
-            return None
-        if self._layout is False:
-            try:
-                metadata = self.array.spec().to_json()["metadata"]
-                kv = self.array.kvstore
-                self._layout = chunkread.chunk_layout(metadata, info) if kv is not None else None
-            except Exception:
-                self._layout = None
-        if self._layout is None:
-            return None
-        from ckpt_cli.core.threads import read_pool
-
-        return read_pool().submit(self._decode_rows, self._layout, rows, block)
-
-    def _decode_rows(self, layout: Any, rows: tuple[int, int], block: tuple[slice, ...]) -> Any:
-        import numpy as np
-
-        from ckpt_cli.core.format import chunkread
-
-        out = np.empty((rows[1] - rows[0], *self.info.shape[1:]), self.array.dtype.numpy_dtype)
-        try:
-            return chunkread.read_rows(
-                self.array.kvstore, layout, self.info.chunk_shape[0], rows, out, self.locate
-            )
-        except Exception:
-            return self.array[block].read().result()  # TensorStore's values, or its error
 
 
 class _UnmergedReader(LeafReader):

@@ -90,12 +90,12 @@ def test_whole_chunk_rows_decode_here_and_equal_tensorstore(
 
 
 def test_other_blocks_go_to_tensorstore(tmp_path: Path) -> None:
+    """Parts of several chunks; parts of one chunk are ``chunkparts``' (its own tests)."""
     arr, x = _array(tmp_path, "zarr", "zstd")
     reader = _reader(arr)
     others = [
-        (slice(0, 100), slice(0, COLS)),  # part of a chunk
-        (slice(0, CHUNK_ROWS), slice(0, 512)),  # part of each row
         (slice(256, 768), slice(0, COLS)),  # not on chunk boundaries
+        (slice(0, 2 * CHUNK_ROWS), slice(0, 512)),  # part of each row of two chunks
     ]
     for block in others:
         fut = reader.read(block)
@@ -109,7 +109,9 @@ def test_turned_off_and_small_chunks_go_to_tensorstore(
     arr, _ = _array(tmp_path, "zarr", "zstd")
     block = (slice(0, CHUNK_ROWS), slice(0, COLS))
     monkeypatch.setenv("CKPT_ROW_READS", "0")
+    monkeypatch.setenv("CKPT_PART_READS", "0")  # else the whole chunk is read as its one part
     assert not isinstance(_reader(arr).read(block), Future)
+    monkeypatch.delenv("CKPT_PART_READS")
     monkeypatch.delenv("CKPT_ROW_READS")
     monkeypatch.setattr(chunkread, "ROWS_MIN_CHUNK_BYTES", 4 << 20)  # chunks of 2 MiB
     assert not isinstance(_reader(arr).read(block), Future)

@@ -1,0 +1,106 @@
+"""Blocks of one leaf that ckpt decodes itself instead of TensorStore (``arrays.LeafReader``):
+
+- whole chunks of a leaf cut along its first axis, each at least
+  ``chunkread.ROWS_MIN_CHUNK_BYTES``, decoded on the read pool straight into the returned array
+  (``chunkread.read_rows``): TensorStore decodes each chunk into fresh memory of its own and
+  copies it out, which on a many-core host costs more in page faults than the decoding
+  (docs/explanation/performance.md). ``CKPT_ROW_READS=0`` turns it off;
+- a part of one such chunk (not all of it), copied from one pass over the chunk that the other
+  parts read share (``chunkparts``): TensorStore decodes the chunk whole into its cache for the
+  parts. ``CKPT_PART_READS=0`` turns it off.
+
+Only layouts that stream (``chunkread.chunk_layout``: zstd or none, what Orbax writes). A read
+that fails here is read by TensorStore, whose values or error the caller gets.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ckpt_cli.core.format import chunkread
+from ckpt_cli.core.format.chunkparts import ChunkParts
+
+Block = tuple[slice, ...]
+
+
+class OwnReads:
+    """The reads of one leaf (``array``, TensorStore's; ``info``, its header) that ckpt decodes
+    itself: ``read`` returns a future of the block's values, or None (TensorStore's to read)."""
+
+    def __init__(self, array: Any, info: Any) -> None:
+        self.array = array
+        self.info = info
+        self._layout: Any = False  # the chunks' streamable layout, once asked (None: none)
+        #: The passes over large chunks read in parts, once a part is read.
+        self.parts: ChunkParts | None = None
+
+    def read(self, block: Block, locate: Any) -> Any:
+        """``locate(chunk key)``: where a chunk lies in a local file, or None (the kvstore)."""
+        if self.info.decoded_chunk_bytes < chunkread.ROWS_MIN_CHUNK_BYTES or not self.info.shape:
+            return None
+        fut = self._rows(block, locate)
+        return fut if fut is not None else self._part(block, locate)
+
+    def layout(self) -> chunkread.ChunkLayout | None:
+        """The chunks' streamable layout (``chunkread.chunk_layout``), asked once, or None."""
+        if self._layout is False:
+            try:
+                metadata = self.array.spec().to_json()["metadata"]
+                kv = self.array.kvstore
+                self._layout = (
+                    chunkread.chunk_layout(metadata, self.info) if kv is not None else None
+                )
+            except Exception:
+                self._layout = None
+        layout: chunkread.ChunkLayout | None = self._layout
+        return layout
+
+    def _rows(self, block: Block, locate: Any) -> Any:
+        rows = chunkread.rows_region(self.info.shape, self.info.chunk_shape, block)
+        if rows is None or os.environ.get("CKPT_ROW_READS") == "0":
+            return None
+        layout = self.layout()
+        if layout is None:
+            return None
+        from ckpt_cli.core.threads import read_pool
+
+        return read_pool().submit(self._decode_rows, layout, rows, block, locate)
+
+    def _decode_rows(
+        self, layout: chunkread.ChunkLayout, rows: tuple[int, int], block: Block, locate: Any
+    ) -> Any:
+        import numpy as np
+
+        out = np.empty((rows[1] - rows[0], *self.info.shape[1:]), self.array.dtype.numpy_dtype)
+        try:
+            chunk_rows = self.info.chunk_shape[0]
+            return chunkread.read_rows(self.array.kvstore, layout, chunk_rows, rows, out, locate)
+        except Exception:
+            return self.array[block].read().result()  # TensorStore's values, or its error
+
+    def _part(self, block: Block, locate: Any) -> Any:
+        """A future of a block inside one large chunk, or None (several chunks, a region the
+        chunk's pass has dropped, a failed pass, a layout that does not stream)."""
+        if self.parts is None:
+            layout = self.layout()
+            if layout is None or os.environ.get("CKPT_PART_READS") == "0":
+                return None
+            info, dtype = self.info, self.array.dtype.numpy_dtype
+            kv = self.array.kvstore
+            self.parts = ChunkParts(kv, layout, info.shape, info.chunk_shape, dtype, locate)
+        claim = self.parts.claim(block)
+        if claim is None:
+            return None
+        from ckpt_cli.core.threads import read_pool
+
+        return read_pool().submit(self._decode_part, claim, block)
+
+    def _decode_part(self, claim: Any, block: Block) -> Any:
+        import numpy as np
+
+        out = np.empty([s.stop - s.start for s in block], self.array.dtype.numpy_dtype)
+        try:
+            return claim.fill(out)
+        except Exception:
+            return self.array[block].read().result()  # TensorStore's values, or its error
