@@ -211,3 +211,52 @@ def test_peak_memory_does_not_grow_with_the_checkpoint(cli: Any, tmp_path: Path)
     )
     written = cli("verify", tmp_path / "big-out", "--json")  # values: the other reshard tests
     assert written.code == 0 and written.json()["checked"]["arrays"] == 3, written.stdout
+
+
+SAVE_ONE_CHUNK = """
+import sys
+import numpy as np
+import orbax.checkpoint as ocp
+rows = int(sys.argv[2])
+w = np.random.default_rng(0).standard_normal((rows, 4096), dtype=np.float32)
+with ocp.CheckpointManager(sys.argv[1]) as mgr:  # numpy leaves: one stored chunk each
+    mgr.save(0, args=ocp.args.StandardSave({"params": {"w": w}}))
+    mgr.wait_until_finished()
+"""
+
+
+def test_a_chunk_larger_than_the_limit_is_never_held_whole(tmp_path: Path) -> None:
+    """A leaf saved by Orbax as one 64 MiB chunk, resharded to (2, 2) under --memory-limit
+    32MiB (no digests recorded, so TensorStore could copy the blocks itself): the peak RSS is
+    within 48 MiB of the same reshard of a 1 MiB one-chunk leaf, so neither the chunk nor a copy
+    of it was held (measured: 33 MiB above; TensorStore, which decodes such a chunk whole for
+    each part, ``CKPT_PART_READS=0``: 177 MiB above). The output holds the saved values."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
+    for name, rows in (("small", 64), ("big", 4096)):
+        subprocess.run(
+            [sys.executable, "-c", SAVE_ONE_CHUNK, str(tmp_path / name), str(rows)],
+            check=True,
+            env=env,
+            capture_output=True,
+        )
+
+    def peak(name: str) -> int:
+        args = ["reshard", str(tmp_path / name), str(tmp_path / f"{name}-out")]
+        args += ["--mesh", "data=2,model=2", "--rule", "*=[data, model]"]
+        args += ["--memory-limit", "32MiB", "--max-chunk-bytes", "4MiB", "--json"]
+        proc = subprocess.run(
+            [sys.executable, "-c", MEMORY_PROBE, *args],
+            check=True,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        return int(proc.stdout.strip().splitlines()[-1])
+
+    small, big = peak("small"), peak("big")
+    assert big - small < 48 * 2**20, (
+        f"peak RSS {small / 2**20:.0f} MiB for a 1 MiB chunk, {big / 2**20:.0f} MiB for 64 MiB"
+    )
+    want = np.random.default_rng(0).standard_normal((4096, 4096), dtype=np.float32)
+    got = read_values(tmp_path / "big-out")
+    assert np.array_equal(got["params.w"], want)

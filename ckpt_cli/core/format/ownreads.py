@@ -42,6 +42,21 @@ class OwnReads:
         fut = self._rows(block, locate)
         return fut if fut is not None else self._part(block, locate)
 
+    def reads_part(self, block: Block) -> bool:
+        """Whether ``read`` would copy ``block`` from a pass over the one large chunk it lies
+        in (not all of that chunk's rows): a writer then reads it here rather than have
+        TensorStore copy it, which decodes the chunk whole into its cache for each part."""
+        info = self.info
+        if info.decoded_chunk_bytes < chunkread.ROWS_MIN_CHUNK_BYTES or not info.shape:
+            return False
+        if os.environ.get("CKPT_PART_READS") == "0" or self.layout() is None:
+            return False
+        if chunkread.rows_region(info.shape, info.chunk_shape, block) is not None:
+            return False
+        first = [s.start // c for s, c in zip(block, info.chunk_shape, strict=True)]
+        last = [(s.stop - 1) // c for s, c in zip(block, info.chunk_shape, strict=True)]
+        return first == last
+
     def layout(self) -> chunkread.ChunkLayout | None:
         """The chunks' streamable layout (``chunkread.chunk_layout``), asked once, or None."""
         if self._layout is False:

@@ -265,7 +265,7 @@ class Pipeline:
                 self._room_to_pin(pins)
                 if slab is not None:
                     read: Any = _Assembly(leaf, region, itemsize, slab)
-                elif (copy_from := self._copy_source(leaf, arr)) is not None:
+                elif (copy_from := self._copy_source(leaf, arr, region)) is not None:
                     read = _Copy(arr[region].write(copy_from[region]))
                     self.copied += 1
                 else:
@@ -327,17 +327,21 @@ class Pipeline:
             start = tuple(s.start for s in region)
             self.digests.add(leaf.name, start, values, info.shape, info.dtype)
 
-    def _copy_source(self, leaf: LeafOut, arr: Any) -> Any:
+    def _copy_source(self, leaf: LeafOut, arr: Any, region: Region) -> Any:
         """The source array, when TensorStore may copy a block from it into ``arr`` itself
         (decoded source chunks straight into the output's chunks, no values array in between):
         a stored leaf read as it is, of the same dtype, whose values nobody needs to see here
-        (no digest to take); else None."""
+        (no digest to take), and not a part of one large source chunk (TensorStore would
+        decode that chunk whole for each part: the reader copies it from one pass over the
+        chunk, ``ownreads``); else None."""
         from ckpt_cli.core.format.arrays import LeafReader
 
         reader = _stored_reader(leaf)
         if type(reader) is not LeafReader or leaf.name in self.digests.collect:
             return None
         if leaf.name in self.digests.hashers or reader.array.dtype != arr.dtype:
+            return None
+        if reader.own.reads_part(region):
             return None
         return reader.array
 

@@ -221,3 +221,22 @@ def test_concurrent_claims_on_one_slab_copy_it_once_each(tmp_path: Path) -> None
     for b, fut in zip(blocks, futures, strict=True):
         assert np.array_equal(fut.result(), x[b]), b
     assert reader.own.parts.decoded == -(-512 // reader.own.parts.slab_rows)
+
+
+def test_reads_part_names_the_blocks_the_writers_leave_to_the_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``OwnReads.reads_part``: what a writer reads itself instead of letting TensorStore copy
+    the block (a part of one large chunk), and nothing else."""
+    shape, chunk = (1300, 1024), (512, 1024)
+    arr, _ = _array(tmp_path, shape, chunk, "zarr", "zstd")
+    own = _reader(arr, shape, chunk, 2).own
+    assert own.reads_part((slice(0, 256), slice(0, 512)))  # a part of chunk 0
+    assert own.reads_part((slice(1024, 1300), slice(0, 100)))  # of the padded edge chunk
+    assert not own.reads_part((slice(0, 512), slice(0, 1024)))  # all of it: whole rows
+    assert not own.reads_part((slice(500, 600), slice(0, 100)))  # over two chunks
+    monkeypatch.setenv("CKPT_PART_READS", "0")
+    assert not own.reads_part((slice(0, 256), slice(0, 512)))
+    monkeypatch.delenv("CKPT_PART_READS")
+    monkeypatch.setattr(chunkread, "ROWS_MIN_CHUNK_BYTES", 4 << 20)  # chunks of 2 MiB: small
+    assert not own.reads_part((slice(0, 256), slice(0, 512)))
