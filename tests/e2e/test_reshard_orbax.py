@@ -176,6 +176,18 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
 """
 
 
+def _peak_rss(args: list[str], env: dict[str, str]) -> int:
+    """The peak RSS in bytes of ``ckpt ARGS --json`` run in a process of its own."""
+    proc = subprocess.run(
+        [sys.executable, "-c", MEMORY_PROBE, *args, "--json"],
+        check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    return int(proc.stdout.strip().splitlines()[-1])
+
+
 def test_peak_memory_does_not_grow_with_the_checkpoint(cli: Any, tmp_path: Path) -> None:
     """The same reshard of a 32 MiB and of a 64 MiB checkpoint (one and two leaves of 32 MiB,
     added by ``migrate`` to a real Orbax step) under --memory-limit 16MiB: the peak RSS differs
@@ -196,14 +208,7 @@ def test_peak_memory_does_not_grow_with_the_checkpoint(cli: Any, tmp_path: Path)
     def peak(name: str) -> int:
         args = ["reshard", str(tmp_path / name), str(tmp_path / f"{name}-out"), "--mesh", "data=4"]
         args += ["--rule", "w*=[data]", "--memory-limit", "16MiB", "--max-chunk-bytes", "4MiB"]
-        proc = subprocess.run(
-            [sys.executable, "-c", MEMORY_PROBE, *args, "--json"],
-            check=True,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        return int(proc.stdout.strip().splitlines()[-1])
+        return _peak_rss(args, env)
 
     small, big = peak("small"), peak("big")
     assert big - small < 16 * 2**20, (
@@ -243,15 +248,8 @@ def test_a_chunk_larger_than_the_limit_is_never_held_whole(tmp_path: Path) -> No
     def peak(name: str) -> int:
         args = ["reshard", str(tmp_path / name), str(tmp_path / f"{name}-out")]
         args += ["--mesh", "data=2,model=2", "--rule", "*=[data, model]"]
-        args += ["--memory-limit", "32MiB", "--max-chunk-bytes", "4MiB", "--json"]
-        proc = subprocess.run(
-            [sys.executable, "-c", MEMORY_PROBE, *args],
-            check=True,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        return int(proc.stdout.strip().splitlines()[-1])
+        args += ["--memory-limit", "32MiB", "--max-chunk-bytes", "4MiB"]
+        return _peak_rss(args, env)
 
     small, big = peak("small"), peak("big")
     assert big - small < 48 * 2**20, (
