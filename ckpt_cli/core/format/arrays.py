@@ -355,14 +355,22 @@ class LeafReader:
 
         self.array = array
         self.info = info
-        self.locate: Any = None  # chunk key -> its place in a local file, or None (kvstore)
         self.own = OwnReads(array, info)
 
+    @property
+    def locate(self) -> Any:
+        """Chunk key -> its place in a local file, or None (the kvstore): set by the store."""
+        return self.own.locate
+
+    @locate.setter
+    def locate(self, where: Any) -> None:
+        self.own.locate = where
+
     def read(self, block: tuple[slice, ...]) -> Any:
-        """A future of the block's values: whole rows of large chunks, and parts of one large
-        chunk, decoded by ckpt itself (``ownreads``: a ``concurrent.futures.Future``); anything
+        """A future of the block's values: whole rows of large chunks, and parts of large
+        chunks, decoded by ckpt itself (``ownreads``: a ``concurrent.futures.Future``); anything
         else, and any read that fails there, by TensorStore (its values, its errors)."""
-        fut = self.own.read(block, self.locate)
+        fut = self.own.read(block)
         return fut if fut is not None else self.array[block].read()
 
 

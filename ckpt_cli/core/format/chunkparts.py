@@ -16,7 +16,7 @@ output blocks cut along the columns too) each find the band there, however their
 scheduled. A pass never goes back: a claim on rows the pass has dropped (a region read twice)
 gets None and is read by TensorStore (its cache), as is any read of a chunk whose pass failed.
 A chunk is decoded here at most once per pass; a new pass starts only after the last one
-finished.
+finished. A block over several chunks claims a piece of each (``claims``), all or none.
 
 Memory: the slabs (``SLAB_BYTES``, a row of the chunk at least) from the oldest not yet read
 whole to the newest decoded: a band of rows where reads go in C order, at most the chunk (what
@@ -26,6 +26,7 @@ callers are the readers of ``arrays.LeafReader``; it imports only ``chunkread`` 
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 from collections import Counter
@@ -36,6 +37,8 @@ from ckpt_cli.core.format.chunkread import ChunkLayout, ChunkReader, FileValue, 
 from ckpt_cli.errors import StorageError
 
 Block = tuple[slice, ...]
+#: Chunks one block may meet and still be read from their passes (more: TensorStore).
+MAX_PIECES = 64
 #: Decoded bytes of one slab of a pass (whole rows of the chunk; one row at least). 8 MiB
 #: first: a reshard of one 64 MiB chunk under ``--memory-limit 32MiB`` peaked at 115 MiB, with
 #: 2 MiB at 106 MiB, and larger chunks took the same time either way (2 cores).
@@ -149,6 +152,62 @@ class ChunkParts:
             for s, c, i in zip(block, self.chunk, index, strict=True)
         )
         return index if inside else None
+
+    def pieces(self, block: Block) -> list[tuple[tuple[int, ...], Block]] | None:
+        """The chunks ``block`` meets, each with the piece of the block inside it; None for an
+        empty block or one over more than ``MAX_PIECES`` chunks."""
+        if not self.chunk or len(block) != len(self.chunk):
+            return None
+        if any(s.stop <= s.start for s in block):
+            return None
+        spans = [
+            range(s.start // c, (s.stop - 1) // c + 1)
+            for s, c in zip(block, self.chunk, strict=True)
+        ]
+        if math.prod(len(r) for r in spans) > MAX_PIECES:
+            return None
+        return [
+            (
+                index,
+                tuple(
+                    slice(max(s.start, i * c), min(s.stop, (i + 1) * c))
+                    for s, i, c in zip(block, index, self.chunk, strict=True)
+                ),
+            )
+            for index in itertools.product(*spans)
+        ]
+
+    def only_part(self, block: Block) -> bool:
+        """Whether some chunk ``block`` meets is only partly inside it (then TensorStore would
+        decode that chunk whole for the part); False where it is whole chunks, or None."""
+        found = self.pieces(block)
+        return found is not None and any(
+            any(
+                s.start != i * c or s.stop != min((i + 1) * c, n)
+                for s, i, c, n in zip(piece, index, self.chunk, self.shape, strict=True)
+            )
+            for index, piece in found
+        )
+
+    def claims(self, block: Block) -> list[tuple[Block, Claim]] | None:
+        """A claim on every chunk ``block`` meets, each with the place of its piece in the
+        block; None (and no claim kept) when any of them cannot be served (``claim``)."""
+        found = self.pieces(block)
+        if found is None:
+            return None
+        out: list[tuple[Block, Claim]] = []
+        for _, piece in found:
+            claim = self.claim(piece)
+            if claim is None:
+                for _, taken in out:
+                    taken.drop()
+                return None
+            local = tuple(
+                slice(p.start - s.start, p.stop - s.start)
+                for p, s in zip(piece, block, strict=True)
+            )
+            out.append((local, claim))
+        return out
 
     def claim(self, block: Block) -> Claim | None:
         """Claim the slabs ``block`` needs from its chunk's pass (started here when the chunk

@@ -5,9 +5,10 @@
   (``chunkread.read_rows``): TensorStore decodes each chunk into fresh memory of its own and
   copies it out, which on a many-core host costs more in page faults than the decoding
   (docs/explanation/performance.md). ``CKPT_ROW_READS=0`` turns it off;
-- a part of one such chunk (not all of it), copied from one pass over the chunk that the other
-  parts read share (``chunkparts``): TensorStore decodes the chunk whole into its cache for the
-  parts. ``CKPT_PART_READS=0`` turns it off.
+- a block over such chunks, one of them only in part: each piece copied from one pass over its
+  chunk that the other reads of that chunk share (``chunkparts``; up to ``MAX_PIECES`` chunks a
+  block): TensorStore decodes each chunk whole into its cache for every part. A block of whole
+  chunks only is TensorStore's (no cache needed). ``CKPT_PART_READS=0`` turns it off.
 
 Only layouts that stream (``chunkread.chunk_layout``: zstd or none, what Orbax writes). A read
 that fails here is read by TensorStore, whose values or error the caller gets.
@@ -32,20 +33,22 @@ class OwnReads:
         self.array = array
         self.info = info
         self._layout: Any = False  # the chunks' streamable layout, once asked (None: none)
+        #: Chunk key -> its place in a local file, or None: chunks read through the kvstore.
+        self.locate: Any = None
         #: The passes over large chunks read in parts, once a part is read.
         self.parts: ChunkParts | None = None
 
-    def read(self, block: Block, locate: Any) -> Any:
-        """``locate(chunk key)``: where a chunk lies in a local file, or None (the kvstore)."""
+    def read(self, block: Block) -> Any:
+        """A future of ``block``'s values, or None (TensorStore's to read)."""
         if self.info.decoded_chunk_bytes < chunkread.ROWS_MIN_CHUNK_BYTES or not self.info.shape:
             return None
-        fut = self._rows(block, locate)
-        return fut if fut is not None else self._part(block, locate)
+        fut = self._rows(block)
+        return fut if fut is not None else self._part(block)
 
     def reads_part(self, block: Block) -> bool:
-        """Whether ``read`` would copy ``block`` from a pass over the one large chunk it lies
-        in (not all of that chunk's rows): a writer then reads it here rather than have
-        TensorStore copy it, which decodes the chunk whole into its cache for each part."""
+        """Whether ``read`` would copy ``block`` from passes over the large chunks it meets, one
+        of them only in part: a writer then reads it here rather than have TensorStore copy it,
+        which decodes such a chunk whole into its cache for each part."""
         info = self.info
         if info.decoded_chunk_bytes < chunkread.ROWS_MIN_CHUNK_BYTES or not info.shape:
             return False
@@ -53,9 +56,15 @@ class OwnReads:
             return False
         if chunkread.rows_region(info.shape, info.chunk_shape, block) is not None:
             return False
-        first = [s.start // c for s, c in zip(block, info.chunk_shape, strict=True)]
-        last = [(s.stop - 1) // c for s, c in zip(block, info.chunk_shape, strict=True)]
-        return first == last
+        return self._passes().only_part(block)
+
+    def _passes(self) -> ChunkParts:
+        if self.parts is None:
+            info, dtype = self.info, self.array.dtype.numpy_dtype
+            kv, layout = self.array.kvstore, self.layout()
+            assert layout is not None
+            self.parts = ChunkParts(kv, layout, info.shape, info.chunk_shape, dtype, self.locate)
+        return self.parts
 
     def layout(self) -> chunkread.ChunkLayout | None:
         """The chunks' streamable layout (``chunkread.chunk_layout``), asked once, or None."""
@@ -71,7 +80,7 @@ class OwnReads:
         layout: chunkread.ChunkLayout | None = self._layout
         return layout
 
-    def _rows(self, block: Block, locate: Any) -> Any:
+    def _rows(self, block: Block) -> Any:
         rows = chunkread.rows_region(self.info.shape, self.info.chunk_shape, block)
         if rows is None or os.environ.get("CKPT_ROW_READS") == "0":
             return None
@@ -80,42 +89,49 @@ class OwnReads:
             return None
         from ckpt_cli.core.threads import read_pool
 
-        return read_pool().submit(self._decode_rows, layout, rows, block, locate)
+        return read_pool().submit(self._decode_rows, layout, rows, block)
 
     def _decode_rows(
-        self, layout: chunkread.ChunkLayout, rows: tuple[int, int], block: Block, locate: Any
+        self, layout: chunkread.ChunkLayout, rows: tuple[int, int], block: Block
     ) -> Any:
         import numpy as np
 
         out = np.empty((rows[1] - rows[0], *self.info.shape[1:]), self.array.dtype.numpy_dtype)
         try:
             chunk_rows = self.info.chunk_shape[0]
-            return chunkread.read_rows(self.array.kvstore, layout, chunk_rows, rows, out, locate)
+            kv = self.array.kvstore
+            return chunkread.read_rows(kv, layout, chunk_rows, rows, out, self.locate)
         except Exception:
             return self.array[block].read().result()  # TensorStore's values, or its error
 
-    def _part(self, block: Block, locate: Any) -> Any:
-        """A future of a block inside one large chunk, or None (several chunks, a region the
-        chunk's pass has dropped, a failed pass, a layout that does not stream)."""
-        if self.parts is None:
-            layout = self.layout()
-            if layout is None or os.environ.get("CKPT_PART_READS") == "0":
-                return None
-            info, dtype = self.info, self.array.dtype.numpy_dtype
-            kv = self.array.kvstore
-            self.parts = ChunkParts(kv, layout, info.shape, info.chunk_shape, dtype, locate)
-        claim = self.parts.claim(block)
-        if claim is None:
+    def _part(self, block: Block) -> Any:
+        """A future of a block over large chunks, one of them only in part, or None (whole
+        chunks, a region a chunk's pass has dropped, a failed pass, a layout that does not
+        stream): TensorStore's to read."""
+        if self.layout() is None or os.environ.get("CKPT_PART_READS") == "0":
+            return None
+        parts = self._passes()
+        if not parts.only_part(block):
+            return None
+        claims = parts.claims(block)
+        if claims is None:
             return None
         from ckpt_cli.core.threads import read_pool
 
-        return read_pool().submit(self._decode_part, claim, block)
+        return read_pool().submit(self._decode_part, claims, block)
 
-    def _decode_part(self, claim: Any, block: Block) -> Any:
+    def _decode_part(self, claims: list[tuple[Block, Any]], block: Block) -> Any:
         import numpy as np
 
         out = np.empty([s.stop - s.start for s in block], self.array.dtype.numpy_dtype)
+        left = list(claims)
         try:
-            return claim.fill(out)
+            while left:
+                local, claim = left[0]
+                claim.fill(out[local])
+                left.pop(0)
+            return out
         except Exception:
+            for _, claim in left[1:]:
+                claim.drop()
             return self.array[block].read().result()  # TensorStore's values, or its error

@@ -1,9 +1,10 @@
 """Parts of a large chunk read from one pass over it (``LeafReader.read`` -> ``chunkparts``):
 the values TensorStore reads for every layout that streams, edge chunks and 1-D/3-D leaves
 included; each chunk decoded once whatever order the parts are read in, side by side or
-concurrently; slabs dropped once every value has been read; a region read twice, a block over
-two chunks and a failed pass go to TensorStore (its values, its error); ``CKPT_PART_READS=0``
-turns it off; and the writers read parts this way."""
+concurrently; slabs dropped once every value has been read; a block over several chunks gets
+each piece from its chunk's pass; a region read twice and a failed pass go to TensorStore (its
+values, its error), with no claim left behind; ``CKPT_PART_READS=0`` turns it off; and what the
+writers read this way rather than let TensorStore copy it."""
 
 from __future__ import annotations
 
@@ -161,7 +162,9 @@ def test_reads_in_c_order_keep_a_band_not_the_chunk(tmp_path: Path) -> None:
     assert max(kept) > 0 and kept[-1] == 0
 
 
-def test_a_region_read_twice_and_blocks_over_two_chunks_go_to_tensorstore(tmp_path: Path) -> None:
+def test_a_region_read_twice_goes_to_tensorstore_and_blocks_over_chunks_to_their_passes(
+    tmp_path: Path,
+) -> None:
     shape, chunk = (1300, 1024), (512, 1024)
     arr, x = _array(tmp_path, shape, chunk, "zarr", "zstd")
     reader = _reader(arr, shape, chunk, 2)
@@ -170,11 +173,30 @@ def test_a_region_read_twice_and_blocks_over_two_chunks_go_to_tensorstore(tmp_pa
     assert isinstance(fut, Future)
     assert np.array_equal(fut.result(), x[first])
     again = (slice(0, 128), slice(0, 512))  # rows the pass (not over) has dropped
-    over_two = (slice(500, 600), slice(0, 100))
-    for b in (again, over_two):
-        fut = reader.read(b)
-        assert not isinstance(fut, Future), b
-        assert np.array_equal(np.asarray(fut.result()), x[b]), b
+    fut = reader.read(again)
+    assert not isinstance(fut, Future)
+    assert np.array_equal(np.asarray(fut.result()), x[again])
+    # Over three chunks, each in part (the edge one padded): one piece from each pass.
+    over = (slice(500, 1100), slice(100, 300))
+    fut = reader.read(over)
+    assert isinstance(fut, Future)
+    assert np.array_equal(fut.result(), x[over])
+    # A block whose piece of chunk 0 can be served and whose piece of chunk 1 cannot (its top
+    # rows read whole and dropped): all of it from TensorStore, and the claim taken on chunk 0
+    # given back, so chunk 0's pass still ends once its values are read.
+    fresh = _reader(arr, shape, chunk, 2)
+    top_of_1 = (slice(512, 768), slice(0, 1024))
+    assert np.array_equal(fresh.read(top_of_1).result(), x[top_of_1])
+    mixed = (slice(400, 600), slice(0, 64))
+    fut = fresh.read(mixed)
+    assert not isinstance(fut, Future)
+    assert np.array_equal(np.asarray(fut.result()), x[mixed])
+    parts = fresh.own.parts
+    assert parts is not None and parts.refused == 1 and (0, 0) in parts.passes
+    for cols in (slice(0, 512), slice(512, 1024)):
+        block = (slice(0, 512), cols)  # all of chunk 0, in two parts
+        assert np.array_equal(fresh.read(block).result(), x[block])
+    assert (0, 0) not in parts.passes
 
 
 def test_turned_off_goes_to_tensorstore(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -227,16 +249,18 @@ def test_reads_part_names_the_blocks_the_writers_leave_to_the_pass(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``OwnReads.reads_part``: what a writer reads itself instead of letting TensorStore copy
-    the block (a part of one large chunk), and nothing else."""
-    shape, chunk = (1300, 1024), (512, 1024)
+    the block (parts of large chunks), and nothing else."""
+    shape, chunk = (1300, 1024), (512, 512)  # chunks of 1 MiB, two a row
     arr, _ = _array(tmp_path, shape, chunk, "zarr", "zstd")
     own = _reader(arr, shape, chunk, 2).own
-    assert own.reads_part((slice(0, 256), slice(0, 512)))  # a part of chunk 0
+    assert own.reads_part((slice(0, 256), slice(0, 512)))  # a part of chunk (0, 0)
     assert own.reads_part((slice(1024, 1300), slice(0, 100)))  # of the padded edge chunk
-    assert not own.reads_part((slice(0, 512), slice(0, 1024)))  # all of it: whole rows
-    assert not own.reads_part((slice(500, 600), slice(0, 100)))  # over two chunks
+    assert own.reads_part((slice(500, 600), slice(0, 1024)))  # parts of four chunks
+    assert not own.reads_part((slice(0, 512), slice(0, 512)))  # one whole chunk
+    assert not own.reads_part((slice(0, 1024), slice(0, 1024)))  # four whole chunks
+    assert not own.reads_part((slice(1024, 1300), slice(512, 1024)))  # the edge chunk, whole
     monkeypatch.setenv("CKPT_PART_READS", "0")
     assert not own.reads_part((slice(0, 256), slice(0, 512)))
     monkeypatch.delenv("CKPT_PART_READS")
-    monkeypatch.setattr(chunkread, "ROWS_MIN_CHUNK_BYTES", 4 << 20)  # chunks of 2 MiB: small
+    monkeypatch.setattr(chunkread, "ROWS_MIN_CHUNK_BYTES", 2 << 20)  # chunks of 1 MiB: small
     assert not own.reads_part((slice(0, 256), slice(0, 512)))

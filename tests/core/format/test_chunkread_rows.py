@@ -89,8 +89,9 @@ def test_whole_chunk_rows_decode_here_and_equal_tensorstore(
         assert np.array_equal(got.view(np.uint8), x[a:b].view(np.uint8)), (a, b)
 
 
-def test_other_blocks_go_to_tensorstore(tmp_path: Path) -> None:
-    """Parts of several chunks; parts of one chunk are ``chunkparts``' (its own tests)."""
+def test_parts_of_chunks_decode_here_too(tmp_path: Path) -> None:
+    """Blocks that are not whole full-width chunks: parts of one or several chunks, read from
+    passes over those chunks (``chunkparts``, its own tests), with TensorStore's values."""
     arr, x = _array(tmp_path, "zarr", "zstd")
     reader = _reader(arr)
     others = [
@@ -99,7 +100,7 @@ def test_other_blocks_go_to_tensorstore(tmp_path: Path) -> None:
     ]
     for block in others:
         fut = reader.read(block)
-        assert not isinstance(fut, Future), block
+        assert isinstance(fut, Future), block
         assert np.array_equal(np.asarray(fut.result()), x[block])
 
 
