@@ -63,8 +63,12 @@ class OwnReads:
             info, dtype = self.info, self.array.dtype.numpy_dtype
             kv, layout = self.array.kvstore, self.layout()
             assert layout is not None
-            self.parts = ChunkParts(kv, layout, info.shape, info.chunk_shape, dtype, self.locate)
+            self.parts = ChunkParts(kv, layout, info.shape, info.chunk_shape, dtype, self._where)
         return self.parts
+
+    def _where(self, key: str) -> Any:
+        """``locate(key)`` as the reader says now (it may be set after the passes are made)."""
+        return self.locate(key) if self.locate is not None else None
 
     def layout(self) -> chunkread.ChunkLayout | None:
         """The chunks' streamable layout (``chunkread.chunk_layout``), asked once, or None."""

@@ -264,3 +264,17 @@ def test_reads_part_names_the_blocks_the_writers_leave_to_the_pass(
     monkeypatch.delenv("CKPT_PART_READS")
     monkeypatch.setattr(chunkread, "ROWS_MIN_CHUNK_BYTES", 2 << 20)  # chunks of 1 MiB: small
     assert not own.reads_part((slice(0, 256), slice(0, 512)))
+
+
+def test_the_passes_ask_where_chunks_lie_as_the_reader_says_now(tmp_path: Path) -> None:
+    """``LeafReader.locate`` set after the passes were made (a writer asked ``reads_part``
+    first) is the one they use."""
+    shape, chunk = (1300, 1024), (512, 1024)
+    arr, x = _array(tmp_path, shape, chunk, "zarr", "zstd")
+    reader = _reader(arr, shape, chunk, 2)
+    block = (slice(0, 256), slice(0, 512))
+    assert reader.own.reads_part(block) and reader.own.parts is not None
+    asked: list[str] = []
+    reader.locate = lambda key: asked.append(key)  # None: read through the kvstore
+    assert np.array_equal(reader.read(block).result(), x[block])
+    assert asked == ["0.0"]
