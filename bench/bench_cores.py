@@ -5,6 +5,7 @@ Run from the repository root (any machine; no sockets, so the TPU host too)::
     .venv/bin/python bench/bench_cores.py                 # 1 GiB per layout
     .venv/bin/python bench/bench_cores.py --quick         # 64 MiB: a smoke run
     .venv/bin/python bench/bench_cores.py --gib 4 --threads 1,4,all --json bench/out/cores.json
+    .venv/bin/python bench/bench_cores.py --layouts one --leaf-mib 128 --env CKPT_PART_READS=0
 
 Two checkpoints of ``--gib`` GiB of float32 (random normal: zstd cannot shrink them) are saved
 by real Orbax once and cached under ``--workdir``:
@@ -91,8 +92,8 @@ CAST_SPEC = "rules:\n  - {op: cast, match: 'params\\..*', dtype: bfloat16}\n"
 ENV = bench_env(JAX_PLATFORMS="cpu")
 
 
-def ckpt(args: list[str]) -> Run:
-    return run_rss([PY, "-m", "ckpt_cli", *args], env=ENV)
+def ckpt(args: list[str], extra: dict[str, str] | None = None) -> Run:
+    return run_rss([PY, "-m", "ckpt_cli", *args], env={**ENV, **(extra or {})})
 
 
 def build(work: Path, layout: str, total: int, leaf: int) -> Path:
@@ -160,24 +161,35 @@ def contenders(root: Path, out: Path, spec: Path) -> dict[str, Any]:
 
 
 def sweep(
-    root: Path, work: Path, outdir: Path, counts: list[int], repeat: int
+    root: Path,
+    work: Path,
+    outdir: Path,
+    counts: list[int],
+    repeat: int,
+    variants: list[dict[str, str]],
 ) -> tuple[list[dict], dict]:
+    """Every ckpt contender at every thread count, once as it is and once under each of
+    ``variants`` (environment settings, ``--env``), in turn: the A/B of a switch in one run."""
     spec = work / "cast.yaml"
     spec.write_text(CAST_SPEC)
     rows: list[dict[str, Any]] = []
     same: dict[str, set[str]] = {"export": set(), "digest": set()}
     for name, (args, out) in contenders(root, outdir, spec).items():
         for n in counts:
-            clear = (lambda o=out: shutil.rmtree(o, ignore_errors=True)) if out else None
-            run = timed(lambda a=args, n=n: ckpt([*a, "--threads", str(n)]), repeat, clear)
-            rows.append({"contender": f"ckpt {name}", "threads": n, "run": run})
-            if name == "digest":
-                same["digest"].add(hashlib.sha256(run.out.encode()).hexdigest())
-            if name.startswith("export") and out is not None:
-                same["export"].add(tree_hash(out))
-            if out is not None:
-                shutil.rmtree(out, ignore_errors=True)
-            print(f"  {name} --threads {n}: {run.wall_s:.2f} s", flush=True)
+            for extra in [{}, *variants]:
+                clear = (lambda o=out: shutil.rmtree(o, ignore_errors=True)) if out else None
+                run = timed(
+                    lambda a=args, n=n, e=extra: ckpt([*a, "--threads", str(n)], e), repeat, clear
+                )
+                label = f"ckpt {name}" + "".join(f" [{k}={v}]" for k, v in extra.items())
+                rows.append({"contender": label, "threads": n, "run": run})
+                if name == "digest":
+                    same["digest"].add(hashlib.sha256(run.out.encode()).hexdigest())
+                if name.startswith("export") and out is not None:
+                    same["export"].add(tree_hash(out))
+                if out is not None:
+                    shutil.rmtree(out, ignore_errors=True)
+                print(f"  {label} --threads {n}: {run.wall_s:.2f} s", flush=True)
     return rows, {k: len(v) == 1 for k, v in same.items()}
 
 
@@ -215,7 +227,8 @@ def table(layout: str, rows: list[dict[str, Any]], nbytes: int) -> list[dict[str
     base = next(r["run"].wall_s for r in rows if r["contender"].startswith("orbax restore (w"))
     out = []
     print(f"\n{layout}: {nbytes / GIB:.2f} GiB of arrays; {CPUS} CPUs, load {os.getloadavg()}")
-    print(f"{'contender':<36}{'threads':>8}{'wall s':>9}{'cpu s':>8}{'cores':>7}"
+    w = max(36, *(len(r["contender"]) + 2 for r in rows))
+    print(f"{'contender':<{w}}{'threads':>8}{'wall s':>9}{'cpu s':>8}{'cores':>7}"
           f"{'RSS MiB':>9}{'GiB/s':>8}{'vs restore':>11}")  # fmt: skip
     for r in rows:
         run = r.get("run")
@@ -233,7 +246,7 @@ def table(layout: str, rows: list[dict[str, Any]], nbytes: int) -> list[dict[str
         }
         out.append(row)
         dash = "-"
-        print(f"{row['contender']:<36}{row['threads'] or dash!s:>8}{wall:>9.2f}"
+        print(f"{row['contender']:<{w}}{row['threads'] or dash!s:>8}{wall:>9.2f}"
               f"{row['cpu_s'] if run else dash!s:>8}{row['cores'] if run else dash!s:>7}"
               f"{row['rss_mib'] if run else dash!s:>9}{row['gib_s']:>8.2f}"
               f"{row['ratio_to_restore']:>10.2f}x")  # fmt: skip
@@ -249,6 +262,14 @@ def main() -> None:
     ap.add_argument("--leaf-mib", type=int, default=32, help="one-device leaf (= chunk) size")
     ap.add_argument("--repeat", type=int, default=1, help="runs per contender (median)")
     ap.add_argument("--workdir", default=str(REPO / "bench" / "out" / "cores"))
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="also run every ckpt contender with this set (e.g. CKPT_PART_READS=0: the "
+        "TensorStore route of a switch); repeatable, each a variant of its own",
+    )
     ap.add_argument("--json", dest="json_out", help="write every row here")
     ap.add_argument(
         "--outdir", help="where outputs are written (default WORKDIR/out; tmpfs keeps disk out)"
@@ -271,7 +292,8 @@ def main() -> None:
         nbytes = (total // leaf[layout]) * leaf[layout]
         cat(root)  # a hot page cache for everyone
         print(f"{layout}: {root}", flush=True)
-        rows, same = sweep(root, work, out, counts, a.repeat)
+        variants = [dict([e.split("=", 1)]) for e in a.env]
+        rows, same = sweep(root, work, out, counts, a.repeat, variants)
         rows = orbax_runs(root, out, a.repeat) + rows
         report["layouts"][layout] = {"rows": table(layout, rows, nbytes), "same_output": same}
         print(f"same output at every thread count: {same}")
