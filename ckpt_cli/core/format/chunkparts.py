@@ -79,7 +79,7 @@ class Claim:
     """One read's part of a chunk: the slabs it will copy from (``fill``)."""
 
     def __init__(self, parts: ChunkParts, index: tuple[int, ...], block: Block, p: _Pass):
-        self.parts, self.index, self.block, self.p = parts, index, block, p
+        self.parts, self.index, self.p = parts, index, p
         origin = parts.origin(index)
         self.local = tuple(
             slice(s.start - o, s.stop - o) for s, o in zip(block, origin, strict=True)

@@ -112,12 +112,9 @@ class OwnReads:
         """A future of a block over large chunks, one of them only in part, or None (whole
         chunks, a region a chunk's pass has dropped, a failed pass, a layout that does not
         stream): TensorStore's to read."""
-        if self.layout() is None or os.environ.get("CKPT_PART_READS") == "0":
+        if not self.reads_part(block):
             return None
-        parts = self._passes()
-        if not parts.only_part(block):
-            return None
-        claims = parts.claims(block)
+        claims = self._passes().claims(block)
         if claims is None:
             return None
         from ckpt_cli.core.threads import read_pool
