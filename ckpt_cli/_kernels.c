@@ -128,6 +128,27 @@ int ckpt_ld1_words(const unsigned char *words, size_t nwords, uint64_t u0, size_
   return taken;
 }
 
+/* ckpt_ld1_words over `nruns` runs of `run_words` whole words each: run r at byte
+ * `offsets[r]` of `base`, words u0s[r], u0s[r]+1... of the stream; out[0], out[1] are the
+ * sums of all runs (a box of a leaf cut on a later axis is such runs, one a row: in numpy
+ * each chunk of rows took nine calls, every one taking the GIL). Returns the path taken. */
+int ckpt_ld1_runs(const unsigned char *base, size_t nruns, const int64_t *offsets,
+                  const uint64_t *u0s, size_t run_words, size_t block_words, const uint64_t *a,
+                  const uint64_t *c, uint64_t m1, uint64_t m2, uint64_t seed1, uint64_t seed2,
+                  uint64_t *out, int path) {
+  uint64_t l1 = 0, l2 = 0, one[2];
+  int taken = 1;
+  for (size_t r = 0; r < nruns; r++) {
+    taken = ckpt_ld1_words(base + offsets[r], run_words, u0s[r], block_words, a, c, m1, m2,
+                           seed1, seed2, one, path);
+    l1 += one[0];
+    l2 += one[1];
+  }
+  out[0] = l1;
+  out[1] = l2;
+  return taken;
+}
+
 /* ---- trend's statistics of a block (ckpt_cli/core/trend/kernel.py) ---------------------- */
 #include <float.h>
 #include <math.h>

@@ -154,10 +154,16 @@ def _fold_phase(rows: Any, starts: Any, sel: Any, head: int, length: int) -> tup
     strided pass (``_fold_strided``), others in groups that stay in the cache."""
     import numpy as np
 
+    from ckpt_cli.core.digest.ld1_kernel import run_sums
+
     k = (length - head) // 8
     if k == 0:
         return 0, 0
     u0 = (starts[sel] + np.uint64(head)) >> np.uint64(3)
+    a, c = tables()
+    got = run_sums(rows, sel, head, k, u0, a, c, (M1, M2, SEED_R1, SEED_R2))
+    if got is not None:  # every run in one call of the compiled kernel: no GIL held
+        return got[0] & MASK, got[1] & MASK
     gaps = np.diff(sel)
     steps = np.diff(u0.astype(np.int64))
     if gaps.size == 0 or (np.all(gaps == gaps[0]) and np.all(steps == steps[0])):

@@ -34,6 +34,13 @@ def _words_fn() -> Any:
     return function("ckpt_ld1_words", args, ctypes.c_int)
 
 
+@functools.cache
+def _runs_fn() -> Any:
+    p, n, u64 = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint64
+    args = [p, n, p, p, n, n, p, p, u64, u64, u64, u64, p, ctypes.c_int]
+    return function("ckpt_ld1_runs", args, ctypes.c_int)
+
+
 #: The kernel's paths: the one the CPU runs fastest, then each one by name.
 PATHS = {"auto": 0, "c": 1, "avx512": 2}
 
@@ -68,6 +75,16 @@ def block_sums_on(rows: Any, a: Any, c: Any, m1: int, m2: int, path: str) -> tup
     return sums, {v: k for k, v in PATHS.items()}[taken]
 
 
+def _sums(fn: Any, head: tuple[Any, ...], a: Any, c: Any, keys: tuple[int, ...], path: str) -> Any:
+    """Call a weighed-sums kernel: its own leading arguments (``head``), then the tables, the
+    keys, the two sums out and the path; the two sums."""
+    import numpy as np
+
+    out = np.zeros(2, np.uint64)
+    fn(*head, a.size, a.ctypes.data, c.ctypes.data, *keys, out.ctypes.data, PATHS[path])
+    return int(out[0]), int(out[1])
+
+
 def word_sums(
     words: Any, u0: int, a: Any, c: Any, keys: tuple[int, int, int, int], path: str = "auto"
 ) -> tuple[int, int] | None:
@@ -75,25 +92,34 @@ def word_sums(
     of a leaf's stream, each block's sums weighed by its keys (``keys``: m1, m2 and the two
     seeds of the block keys): ``ld1_fold.fold_words`` in one call that holds no GIL. None:
     use numpy."""
-    import numpy as np
-
     fn = _words_fn()
     if fn is None or not words.flags.c_contiguous:
         return None
-    out = np.zeros(2, np.uint64)
-    m1, m2, s1, s2 = keys
-    fn(
-        words.ctypes.data,
-        words.size,
-        u0,
-        a.size,
-        a.ctypes.data,
-        c.ctypes.data,
-        m1,
-        m2,
-        s1,
-        s2,
-        out.ctypes.data,
-        PATHS[path],
-    )
-    return int(out[0]), int(out[1])
+    found: tuple[int, int] = _sums(fn, (words.ctypes.data, words.size, u0), a, c, keys, path)
+    return found
+
+
+def run_sums(
+    rows: Any,
+    sel: Any,
+    head: int,
+    k: int,
+    u0s: Any,
+    a: Any,
+    c: Any,
+    keys: tuple[int, int, int, int],
+    path: str = "auto",
+) -> tuple[int, int] | None:
+    """``word_sums`` of many runs in one call: ``k`` whole words of each row ``sel[r]`` of
+    ``rows`` (uint8, each row's bytes contiguous) from byte ``head`` on, words ``u0s[r]...``
+    of the stream; the sums of all of them. None: use numpy."""
+    import numpy as np
+
+    fn = _runs_fn()
+    if fn is None or rows.ndim != 2 or rows.strides[1] != 1 or rows.strides[0] < 0:
+        return None
+    offsets = np.asarray(sel, np.int64) * np.int64(rows.strides[0]) + np.int64(head)
+    u = np.ascontiguousarray(u0s, np.uint64)
+    head_args = (rows.ctypes.data, offsets.size, offsets.ctypes.data, u.ctypes.data, k)
+    found: tuple[int, int] = _sums(fn, head_args, a, c, keys, path)
+    return found

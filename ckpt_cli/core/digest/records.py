@@ -35,7 +35,7 @@ import hashlib
 import json
 import math
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, NotRequired, TypedDict
@@ -403,15 +403,27 @@ class BlockDigests:
         block: Any,
         shape: tuple[int, ...],
         dtype: str | None = None,
-    ) -> None:
+        later: bool = False,
+    ) -> Callable[[], None] | None:
+        """Take the ``ld1`` partial of a block about to be written (and feed the SHA-256 in
+        write order). ``later``: the partial is taken on the hashing pool while the caller
+        goes on; returns what absorbs it (waiting for it: call before ``block`` is reused),
+        or None when there is nothing to absorb."""
         if name in self.hashers:
             self.hashers[name].add(start, block, shape)
             self.shapes[name] = shape
         if name not in self.collect:
-            return
+            return None
+        if later:
+            from ckpt_cli.core.digest.ld1 import partial
+            from ckpt_cli.core.threads import hash_pool
+
+            fut = hash_pool().submit(partial, start, block, shape, dtype)
+            return lambda: self.absorb(name, fut.result())
         from ckpt_cli.core.digest.ld1_threads import partial_threaded
 
         self.absorb(name, partial_threaded(start, block, shape, dtype))
+        return None
 
     def absorb(self, name: str, box: Partial) -> None:
         """Merge a partial taken elsewhere (a worker's) into ``name``'s."""

@@ -88,3 +88,117 @@ def test_every_path_of_the_kernel_gives_numpys_sums(path: str, width: int) -> No
     if path != "auto":
         assert ld1_kernel.PATHS[taken] <= ld1_kernel.PATHS[path]
     assert np.array_equal(got, want), (path, taken)
+
+
+def _fold_words_numpy(words: np.ndarray, u0: int) -> tuple[int, int]:
+    """``fold_words`` with the kernel out of the way (its numpy route, block by block)."""
+    head = min(words.size, -u0 % BW)
+    l1, l2 = ld1_fold._fold_span(words[:head], u0)
+    rest = words[head:]
+    for i in range(0, rest.size, BW):
+        s1, s2 = ld1_fold._fold_span(rest[i : i + BW], u0 + head + i)
+        l1, l2 = l1 + s1, l2 + s2
+    return l1 & ld1_fold.MASK, l2 & ld1_fold.MASK
+
+
+@pytest.mark.parametrize("path", ["c", "auto"])
+@pytest.mark.parametrize(
+    ("runs", "k", "head", "step"),
+    [(5, 256, 0, 512), (40, 300, 3, 1000), (3, BW + 5, 5, 3 * BW), (7, 1, 0, 1), (6, 40, 1, -90)],
+)
+def test_runs_in_one_call_give_each_runs_sums(
+    path: str, runs: int, k: int, head: int, step: int
+) -> None:
+    """``ckpt_ld1_runs``: ``k`` whole words of every selected row from byte ``head`` on, each
+    run its own words of the stream (evenly spaced, crossing block boundaries, going back), the
+    sums of all runs; each run taken alone by the numpy route gives the same."""
+    rng = np.random.default_rng(runs * 1000 + k)
+    length = head + 8 * k + 3
+    rows = rng.integers(0, 256, (2 * runs, length), dtype=np.uint8)
+    sel = np.arange(0, 2 * runs, 2)  # every other row: the rows' own stride is not the runs'
+    u0s = np.array([10 * BW + 17 + r * step for r in range(runs)], np.uint64)
+    a, c = ld1_fold.tables()
+    keys = (ld1_fold.M1, ld1_fold.M2, ld1_fold.SEED_R1, ld1_fold.SEED_R2)
+    got = ld1_kernel.run_sums(rows, sel, head, k, u0s, a, c, keys, path)
+    assert got is not None
+    l1 = l2 = 0
+    for r, row in zip(u0s.tolist(), sel.tolist(), strict=True):
+        words = np.frombuffer(rows[row, head : head + 8 * k].tobytes(), "<u8")
+        s1, s2 = _fold_words_numpy(words, r)
+        l1, l2 = l1 + s1, l2 + s2
+    assert (got[0] & ld1_fold.MASK, got[1] & ld1_fold.MASK) == (
+        l1 & ld1_fold.MASK,
+        l2 & ld1_fold.MASK,
+    )
+
+
+@pytest.mark.parametrize(
+    ("shape", "origin", "box"),
+    [
+        ((4096, 1024), (0, 512), (2048, 512)),  # a reshard's (2, 4) block of a one-chunk leaf
+        ((4096, 1024), (2048, 0), (2048, 256)),
+        ((300, 1031), (3, 5), (290, 1000)),  # runs cut inside words
+        ((16, 40, 200), (4, 4, 21), (8, 30, 150)),  # 3-D: runs at two spacings, cut words
+        ((9, 70000), (1, 3), (5, 69990)),  # runs longer than a block of words
+    ],
+)
+def test_box_partials_are_numpys_and_take_the_kernel(
+    shape: tuple[int, ...],
+    origin: tuple[int, ...],
+    box: tuple[int, ...],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A box cut on a later axis hashes its runs in the kernel (one call a phase), and its
+    partial is the numpy route's to the bit."""
+    x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+    block = np.ascontiguousarray(
+        x[tuple(slice(o, o + n) for o, n in zip(origin, box, strict=True))]
+    )
+    calls: list[object] = []
+    real = ld1_kernel.run_sums
+
+    def counted(*a: object, **k: object) -> tuple[int, int] | None:
+        out = real(*a, **k)  # type: ignore[arg-type]
+        calls.append(out)
+        return out
+
+    monkeypatch.setattr(ld1_kernel, "run_sums", counted)
+    with_kernel = ld1.partial(origin, block, shape)
+    assert calls, "the box's runs did not reach the kernel"
+    assert all(c is not None for c in calls)
+    monkeypatch.setattr(ld1_kernel, "run_sums", lambda *a, **k: None)
+    numpy_route = ld1.partial(origin, block, shape)
+    assert _fields(with_kernel) == _fields(numpy_route)
+    whole = ld1.finish(
+        ld1.merge(
+            [with_kernel]
+            + [
+                ld1.partial(o, np.ascontiguousarray(x[sl]), shape)
+                for o, sl in _rest_of(shape, origin, box)
+            ]
+        )
+    )
+    assert whole == ld1.digest_array(x)
+
+
+def _rest_of(
+    shape: tuple[int, ...], origin: tuple[int, ...], box: tuple[int, ...]
+) -> list[tuple[tuple[int, ...], tuple[slice, ...]]]:
+    """Boxes that with ``box`` at ``origin`` cover the array once (peeled axis by axis)."""
+    out = []
+    lo = [0] * len(shape)
+    hi = list(shape)
+    for d in range(len(shape)):
+        for a, b in ((lo[d], origin[d]), (origin[d] + box[d], hi[d])):
+            if b > a:
+                sl = [slice(lo[e], hi[e]) for e in range(len(shape))]
+                sl[d] = slice(a, b)
+                out.append((tuple(s.start for s in sl), tuple(sl)))
+        lo[d], hi[d] = origin[d], origin[d] + box[d]
+    return out
+
+
+def _fields(p: ld1.Partial) -> tuple[object, ...]:
+    """A partial's sums, bytes and cut words as plain values (its fragments are arrays)."""
+    frags = tuple(np.asarray(f).tolist() for f in p.fragments)
+    return (p.dtype, p.shape, p.nbytes, p.lane1, p.lane2, p.covered, frags)

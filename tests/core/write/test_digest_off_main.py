@@ -1,0 +1,89 @@
+"""The writers take each block's ``ld1`` on the hashing pool while the main thread goes on
+reading and writing (``Pipeline._digest``): taken on the main thread, a reshard of 128 MiB
+chunks to (2, 4) on the 13-core host spent 3.4 of its 4.2 s there."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ckpt_cli.core import threads
+from ckpt_cli.core.digest import ld1
+from ckpt_cli.core.write.pipeline import Pipeline
+from ckpt_cli.errors import SourceDigestError
+
+ROWS, COLS = 256, 512
+CHUNK = (128, 128)  # output chunks that cut the rows: every block is a box of strided runs
+
+
+def _pipeline(values: np.ndarray, expect: str) -> Pipeline:
+    import tensorstore as ts
+
+    from ckpt_cli.core.write.types import ArrayOut, LeafOut
+
+    def source(region: tuple[slice, ...]) -> np.ndarray:
+        return values[region].copy()
+
+    leaf = LeafOut(
+        keypath=("w",),
+        key_types=(),
+        value_type="jax.Array",
+        array=ArrayOut("float32", (ROWS, COLS), CHUNK, zarr3=False),
+        source=source,  # type: ignore[arg-type]
+    )
+
+    def open_array(_: LeafOut) -> Any:
+        spec = {"driver": "zarr", "kvstore": "memory://", "metadata": {"chunks": list(CHUNK)}}
+        return ts.open(spec, create=True, dtype=ts.float32, shape=[ROWS, COLS])
+
+    writer = SimpleNamespace(
+        in_flight=8,
+        memory_limit=1 << 30,
+        slab_reads=False,
+        open_array=open_array,
+        dest="memory://",
+        fresh_sources=True,
+    )
+    regions = [
+        (slice(r, r + CHUNK[0]), slice(c, c + CHUNK[1]))
+        for r in range(0, ROWS, CHUNK[0])
+        for c in range(0, COLS, CHUNK[1])
+    ]
+    return Pipeline(writer, [(leaf, regions)], None, {"w": expect})  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def hashed_on(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads each block's partial was taken on."""
+    names: list[str] = []
+    real = ld1.partial
+
+    def recorded(*a: Any, **k: Any) -> ld1.Partial:
+        names.append(threading.current_thread().name)
+        return real(*a, **k)
+
+    monkeypatch.setattr(ld1, "partial", recorded)
+    monkeypatch.setattr(threads, "_chosen", 4)
+    return names
+
+
+def test_each_blocks_digest_is_taken_on_the_hashing_pool(hashed_on: list[str]) -> None:
+    values = np.random.default_rng(0).standard_normal((ROWS, COLS)).astype(np.float32)
+    pipe = _pipeline(values, ld1.digest_array(values))
+    hashed_on.clear()  # digest_array's own partial, taken here
+    pipe.run()  # the digest of the blocks written matches: no error
+    assert len(hashed_on) == (ROWS // CHUNK[0]) * (COLS // CHUNK[1])
+    assert all(name.startswith("ckpt-hash") for name in hashed_on), hashed_on
+
+
+def test_a_damaged_block_still_fails_the_run(hashed_on: list[str]) -> None:
+    values = np.random.default_rng(1).standard_normal((ROWS, COLS)).astype(np.float32)
+    want = ld1.digest_array(values)
+    values[200, 300] += 1.0  # one value in the last row band, in the third column block
+    with pytest.raises(SourceDigestError, match="the source is damaged"):
+        _pipeline(values, want).run()
+    assert hashed_on
