@@ -9,6 +9,7 @@ import functools
 import math
 import os
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, TypedDict
 
@@ -321,7 +322,8 @@ class _Stream:
         self.depth = max(4, self.limit // self.budget)
         self.on_bytes = on_bytes
         self.reads: deque[tuple[ExportTensor, tuple[int, ...], Any, int]] = deque()
-        self.writes: deque[tuple[Any, int]] = deque()
+        #: (the write, its bytes, what absorbs its block's ld1 partial taken meanwhile)
+        self.writes: deque[tuple[Any, int, Callable[[], None] | None]] = deque()
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-export-write")
         self.held = 0
         self.done = 0
@@ -425,12 +427,14 @@ class _Stream:
         if values.dtype != want:
             values = values.astype(want)
         block = np.asarray(values, order="C")
-        self.digests.add(t.name, start, block, t.shape, t.dtype)
-        self.writes.append((self.pool.submit(sink.write, t.name, start, block), nbytes))
+        absorb = self.digests.add(t.name, start, block, t.shape, t.dtype, later=True)
+        self.writes.append((self.pool.submit(sink.write, t.name, start, block), nbytes, absorb))
 
     def _finish_write(self) -> None:
-        fut, nbytes = self.writes.popleft()
+        fut, nbytes, absorb = self.writes.popleft()
         fut.result()
+        if absorb is not None:
+            absorb()
         self.held -= nbytes
         self.done += nbytes
         if self.on_bytes is not None:

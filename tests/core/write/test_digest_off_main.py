@@ -5,6 +5,7 @@ chunks to (2, 4) on the 13-core host spent 3.4 of its 4.2 s there."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,6 +16,7 @@ from ckpt_cli.core import threads
 from ckpt_cli.core.digest import ld1
 from ckpt_cli.core.write.pipeline import Pipeline
 from ckpt_cli.errors import SourceDigestError
+from tests.support.paths import FIXTURES
 
 ROWS, COLS = 256, 512
 CHUNK = (128, 128)  # output chunks that cut the rows: every block is a box of strided runs
@@ -87,3 +89,16 @@ def test_a_damaged_block_still_fails_the_run(hashed_on: list[str]) -> None:
     with pytest.raises(SourceDigestError, match="the source is damaged"):
         _pipeline(values, want).run()
     assert hashed_on
+
+
+def test_export_takes_its_blocks_partials_off_the_main_thread(
+    hashed_on: list[str], tmp_path: Path
+) -> None:
+    """``export`` writes each tensor's ld1 into the files: the blocks it reads whole (small
+    tensors) have their partials taken on the hashing pool while the next blocks are read."""
+    import ckpt_cli
+
+    ckpt_cli.execute(ckpt_cli.plan_export(FIXTURES / "seed_mlp", tmp_path / "pt"))
+    assert hashed_on
+    assert all(name.startswith("ckpt-hash") for name in hashed_on), hashed_on
+    assert ckpt_cli.verify(tmp_path / "pt", deep=True).ok
