@@ -86,3 +86,17 @@ def file_values_opened(monkeypatch: Any, module: Any) -> list[str]:
 
     monkeypatch.setattr(module, "FileValue", Spy)
     return opened
+
+
+def orbax_restore_params(root: Path) -> dict[str, Any]:
+    """Orbax's restore of step 0's ``params`` (a ``save_one_chunk_leaves`` layout, written by
+    ckpt or Orbax) as numpy arrays."""
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    with ocp.CheckpointManager(root, item_handlers=ocp.PyTreeCheckpointHandler()) as mgr:
+        meta = mgr.item_metadata(0)
+        args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), meta)
+        state = mgr.restore(0, args=ocp.args.PyTreeRestore(restore_args=args))
+    return dict(state["params"])

@@ -10,7 +10,8 @@
   block): TensorStore decodes each chunk whole into its cache for every part. A block of whole
   chunks only is TensorStore's (no cache needed). ``CKPT_PART_READS=0`` turns it off.
 
-Only layouts that stream (``chunkread.chunk_layout``: zstd or none, what Orbax writes). A read
+Both decode into buffers the writers hand back once TensorStore is done with a block
+(``buffers``). Only layouts that stream (``chunkread.chunk_layout``: zstd or none, what Orbax writes). A read
 that fails here is read by TensorStore, whose values or error the caller gets.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ckpt_cli.core.format import chunkread
+from ckpt_cli.core.format import buffers, chunkread
 from ckpt_cli.core.format.chunkparts import ChunkParts
 
 Block = tuple[slice, ...]
@@ -98,9 +99,7 @@ class OwnReads:
     def _decode_rows(
         self, layout: chunkread.ChunkLayout, rows: tuple[int, int], block: Block
     ) -> Any:
-        import numpy as np
-
-        out = np.empty((rows[1] - rows[0], *self.info.shape[1:]), self.array.dtype.numpy_dtype)
+        out = buffers.empty((rows[1] - rows[0], *self.info.shape[1:]), self.array.dtype.numpy_dtype)
         try:
             chunk_rows = self.info.chunk_shape[0]
             kv = self.array.kvstore
@@ -122,9 +121,7 @@ class OwnReads:
         return read_pool().submit(self._decode_part, claims, block)
 
     def _decode_part(self, claims: list[tuple[Block, Any]], block: Block) -> Any:
-        import numpy as np
-
-        out = np.empty([s.stop - s.start for s in block], self.array.dtype.numpy_dtype)
+        out = buffers.empty(tuple(s.stop - s.start for s in block), self.array.dtype.numpy_dtype)
         left = list(claims)
         try:
             while left:

@@ -12,18 +12,12 @@ import pytest
 
 from ckpt_cli.core.write.pipeline import block_budget
 from tests.support.cli import run_cli
-from tests.support.read_count import counting_reads, save_one_chunk_leaves, stored_data_bytes
-
-
-def _orbax_restore(root: Path) -> dict[str, np.ndarray]:
-    import jax
-    import orbax.checkpoint as ocp
-
-    with ocp.CheckpointManager(root, item_handlers=ocp.PyTreeCheckpointHandler()) as mgr:
-        meta = mgr.item_metadata(0)
-        args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), meta)
-        state = mgr.restore(0, args=ocp.args.PyTreeRestore(restore_args=args))
-    return dict(state["params"])
+from tests.support.read_count import (
+    counting_reads,
+    orbax_restore_params,
+    save_one_chunk_leaves,
+    stored_data_bytes,
+)
 
 
 def _reads_once_then_restores(
@@ -45,7 +39,7 @@ def _reads_once_then_restores(
         assert read[1] >= 7 << 20, read
     params = state["params"]
     assert isinstance(params, dict) and params
-    return params, _orbax_restore(tmp_path / "out")
+    return params, orbax_restore_params(tmp_path / "out")
 
 
 def test_reshard_reads_each_source_chunk_once(
