@@ -253,6 +253,14 @@ def table(layout: str, rows: list[dict[str, Any]], nbytes: int) -> list[dict[str
     return out
 
 
+def _env_setting(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` as a pair; anything else is the command line's error (exit 2)."""
+    name, eq, value = text.partition("=")
+    if not eq or not name or not name.replace("_", "").isalnum():
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE (e.g. CKPT_PART_READS=0)")
+    return name, value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gib", type=float, default=1.0, help="array bytes per layout")
@@ -266,6 +274,7 @@ def main() -> None:
         "--env",
         action="append",
         default=[],
+        type=_env_setting,
         metavar="NAME=VALUE",
         help="also run every ckpt contender with this set (e.g. CKPT_PART_READS=0: the "
         "TensorStore route of a switch); repeatable, each a variant of its own",
@@ -292,7 +301,7 @@ def main() -> None:
         nbytes = (total // leaf[layout]) * leaf[layout]
         cat(root)  # a hot page cache for everyone
         print(f"{layout}: {root}", flush=True)
-        variants = [dict([e.split("=", 1)]) for e in a.env]
+        variants = [dict([e]) for e in a.env]
         rows, same = sweep(root, work, out, counts, a.repeat, variants)
         rows = orbax_runs(root, out, a.repeat) + rows
         report["layouts"][layout] = {"rows": table(layout, rows, nbytes), "same_output": same}

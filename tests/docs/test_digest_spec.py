@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_cli.core.digest import ld1, ld1_fold
+from ckpt_cli.core.digest import ld1, ld1_fold, ld1_kernel
 from tests.support.ldigest_reference import (
     reference_digest,
     reference_text_digest,
@@ -211,24 +211,32 @@ SHORT_ROWS = [
 ]
 
 
+@pytest.mark.parametrize("route", ["kernel", "numpy"])
 @pytest.mark.parametrize(("dtype", "shape", "col_cuts", "row_cuts"), SHORT_ROWS)
 def test_boxes_of_short_rows_give_the_reference_digest(
     dtype: np.dtype[Any],
     shape: tuple[int, ...],
     col_cuts: int,
     row_cuts: int,
+    route: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The rows of a box: every run in one call of the compiled kernel (``run_sums``), or,
+    where it was not built, numpy's strided pass (``_fold_strided``); both the reference."""
     x = _values(dtype, shape, seed=sum(shape))
     strided: list[bool] = []
-    kernel = ld1_fold._fold_strided
+    real = ld1_fold._fold_strided if route == "numpy" else ld1_kernel.run_sums
 
     def counted(*args: Any) -> Any:
-        out = kernel(*args)
+        out = real(*args)
         strided.append(out is not None)
         return out
 
-    monkeypatch.setattr(ld1_fold, "_fold_strided", counted)
+    if route == "numpy":
+        monkeypatch.setattr(ld1_kernel, "run_sums", lambda *a: None)
+        monkeypatch.setattr(ld1_fold, "_fold_strided", counted)
+    else:
+        monkeypatch.setattr(ld1_kernel, "run_sums", counted)
     rows, cols = shape[0], shape[-1]
     parts = []
     for i in range(row_cuts):
