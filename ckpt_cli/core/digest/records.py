@@ -365,6 +365,10 @@ class _OrderedHasher:
         return self.hasher.hexdigest()
 
 
+#: The largest block whose partial ``BlockDigests.add(later=True)`` takes on one pool thread.
+LATER_MAX_BYTES = 64 << 20
+
+
 class BlockDigests:
     """Verify while writing: the ``ld1`` of the blocks a writer is about to write, for the
     leaves or tensors with an expected (carried) digest; ``check`` compares them.
@@ -408,13 +412,15 @@ class BlockDigests:
         """Take the ``ld1`` partial of a block about to be written (and feed the SHA-256 in
         write order). ``later``: the partial is taken on the hashing pool while the caller
         goes on; returns what absorbs it (waiting for it: call before ``block`` is reused),
-        or None when there is nothing to absorb."""
+        or None when there is nothing to absorb. A block over ``LATER_MAX_BYTES`` is hashed
+        now, in parts on the pool at once (one thread alone would take it long after its
+        write)."""
         if name in self.hashers:
             self.hashers[name].add(start, block, shape)
             self.shapes[name] = shape
         if name not in self.collect:
             return None
-        if later:
+        if later and getattr(block, "nbytes", 0) <= LATER_MAX_BYTES:
             from ckpt_cli.core.digest.ld1 import partial
             from ckpt_cli.core.threads import hash_pool
 

@@ -256,6 +256,12 @@ class Pipeline:
         self.copied = 0  # blocks TensorStore copied from the source by itself (``_Copy``)
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            buffers.clear()  # the free block buffers: for this run only
+
+    def _run(self) -> None:
         for i, (leaf, regions) in enumerate(self.jobs):
             assert leaf.array is not None and leaf.source is not None
             arr = self._opened(i)
@@ -289,7 +295,6 @@ class Pipeline:
             self._start_write()
         while self.writes:
             self._finish_write()
-        buffers.clear()
         self.digests.check()
 
     def _make_room(self) -> None:

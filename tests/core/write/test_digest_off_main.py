@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ckpt_cli.core import threads
-from ckpt_cli.core.digest import ld1
+from ckpt_cli.core.digest import ld1, ld1_threads
 from ckpt_cli.core.write.pipeline import Pipeline
 from ckpt_cli.errors import SourceDigestError
 from tests.support.paths import FIXTURES
@@ -69,6 +69,7 @@ def hashed_on(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return real(*a, **k)
 
     monkeypatch.setattr(ld1, "partial", recorded)
+    monkeypatch.setattr(ld1_threads, "partial", recorded)  # bound there at its import
     monkeypatch.setattr(threads, "_chosen", 4)
     return names
 
@@ -102,3 +103,19 @@ def test_export_takes_its_blocks_partials_off_the_main_thread(
     assert hashed_on
     assert all(name.startswith("ckpt-hash") for name in hashed_on), hashed_on
     assert ckpt_cli.verify(tmp_path / "pt", deep=True).ok
+
+
+def test_a_block_over_the_bound_is_hashed_at_once(
+    hashed_on: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A block larger than ``LATER_MAX_BYTES`` is not left to one pool thread: it is hashed
+    before its write starts (in parts on the pool where it is large enough for them)."""
+    from ckpt_cli.core.digest import records
+
+    monkeypatch.setattr(records, "LATER_MAX_BYTES", 32 << 10)  # the blocks here: 64 KiB
+    values = np.random.default_rng(2).standard_normal((ROWS, COLS)).astype(np.float32)
+    pipe = _pipeline(values, ld1.digest_array(values))
+    hashed_on.clear()
+    pipe.run()
+    assert len(hashed_on) == (ROWS // CHUNK[0]) * (COLS // CHUNK[1])
+    assert set(hashed_on) == {"MainThread"}  # 64 KiB: one part, taken by the caller
