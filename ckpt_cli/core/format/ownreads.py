@@ -11,8 +11,8 @@
   chunks only is TensorStore's (no cache needed). ``CKPT_PART_READS=0`` turns it off.
 
 Both decode into buffers the writers hand back once TensorStore is done with a block
-(``buffers``). Only layouts that stream (``chunkread.chunk_layout``: zstd or none, what Orbax writes). A read
-that fails here is read by TensorStore, whose values or error the caller gets.
+(``buffers``). Only layouts that stream (``chunkread.chunk_layout``: zstd or none, what Orbax
+writes). A read that fails here is read by TensorStore, whose values or error the caller gets.
 """
 
 from __future__ import annotations
