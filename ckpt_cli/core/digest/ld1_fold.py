@@ -150,8 +150,9 @@ def fold_runs(rows: Any, starts: Any, nbytes: int) -> tuple[int, int, list[Fragm
 
 def _fold_phase(rows: Any, starts: Any, sel: Any, head: int, length: int) -> tuple[int, int]:
     """Both sums over the whole words of the runs ``sel`` (indices, increasing), which all
-    start at the same offset in a word: evenly spaced runs (a box of a sharded leaf) in one
-    strided pass (``_fold_strided``), others in groups that stay in the cache."""
+    start at the same offset in a word: every run in one call of the compiled kernel
+    (``ld1_kernel.run_sums``) where it is built; else evenly spaced runs (a box of a sharded
+    leaf) in one strided pass (``_fold_strided``), others in groups that stay in the cache."""
     import numpy as np
 
     from ckpt_cli.core.digest.ld1_kernel import run_sums
