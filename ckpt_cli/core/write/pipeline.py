@@ -27,7 +27,7 @@ import itertools
 import math
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from ckpt_cli.core.digest.records import BlockDigests
 from ckpt_cli.core.format import buffers
@@ -42,6 +42,19 @@ Pin = tuple[str, tuple[int, ...]]
 Pins = frozenset[Pin]
 #: What absorbs a block's ``ld1`` partial into its leaf's (``BlockDigests.add``), or None.
 Absorb = Callable[[], None] | None
+
+
+class _Write(NamedTuple):
+    """A block's write in flight."""
+
+    commit: Any  # TensorStore's commit future
+    leaf: LeafOut
+    nbytes: int  # the block's bytes
+    reported: int  # of those, reported to progress already
+    held: int  # bytes counted against the limit until the write is done
+    pins: Pins  # source chunks a block TensorStore copies itself holds until then
+    absorb: Absorb  # the block's ``ld1`` partial, taken meanwhile on the hashing pool
+    kept: Any  # the values handed to TensorStore without a copy: offered back to ``buffers``
 
 
 def block_budget(memory_limit: int, in_flight: int = 8) -> int:
@@ -241,13 +254,9 @@ class Pipeline:
         self.limit = held_limit(writer.memory_limit, writer.in_flight, cache_bytes=cache)
         self.opens: dict[int, Any] = {}
         self.slab = slab_budget(self.budget) if writer.slab_reads else None
-        #: (read, array, leaf, region, bytes, bytes held, source chunks pinned); writes:
-        #: (commit, leaf, bytes, bytes already reported, bytes held, source chunks pinned: a
-        #: block TensorStore copies itself holds them until its write is done, what absorbs
-        #: the block's ``ld1`` partial taken meanwhile on the hashing pool, the values handed
-        #: to TensorStore without a copy: offered back to ``buffers`` once written).
+        #: (read, array, leaf, region, bytes, bytes held, source chunks pinned).
         self.reads: deque[tuple[Any, Any, LeafOut, tuple[slice, ...], int, int, Pins]] = deque()
-        self.writes: deque[tuple[Any, LeafOut, int, int, int, Pins, Absorb, Any]] = deque()
+        self.writes: deque[_Write] = deque()
         self.held = 0
         #: Source chunks decoding whole for the reads in flight (``pinned_chunks``), and how
         #: many reads need each.
@@ -386,7 +395,9 @@ class Pipeline:
         fut, arr, leaf, region, nbytes, held, pins = self.reads.popleft()
         reported = 0
         if isinstance(fut, _Copy):
-            self.writes.append((fut.write.commit, leaf, nbytes, reported, held, pins, None, None))
+            self.writes.append(
+                _Write(fut.write.commit, leaf, nbytes, reported, held, pins, None, None)
+            )
             return
         assembled = isinstance(fut, _Assembly)
         try:
@@ -419,7 +430,9 @@ class Pipeline:
         else:
             write = arr[region].write(values)
         del values
-        self.writes.append((write.commit, leaf, nbytes, reported, held, frozenset(), absorb, kept))
+        self.writes.append(
+            _Write(write.commit, leaf, nbytes, reported, held, frozenset(), absorb, kept)
+        )
 
     def _finish_write(self) -> None:
         fut, leaf, nbytes, reported, held, pins, absorb, values = self.writes.popleft()
@@ -450,7 +463,7 @@ class Pipeline:
             for r in reads
             if not isinstance(r, _Assembly)
         ]
-        pending += [f[0] for f in self.writes] + list(self.opens.values())
+        pending += [w.commit for w in self.writes] + list(self.opens.values())
         for fut in pending:
             if hasattr(fut, "result"):
                 with contextlib.suppress(Exception):
