@@ -381,7 +381,11 @@ class Pipeline:
             if j not in self.opens:
                 self.opens[j] = self.writer.open_array(self.arrays[j])
         try:
-            return self.opens.pop(i).result()
+            # Waited for in place, then taken: a signal during the wait leaves the create
+            # where ``drain_quietly`` waits for it before the caller deletes the tmp step.
+            opened = self.opens[i].result()
+            del self.opens[i]
+            return opened
         except Exception as e:
             raise StorageError.from_error(
                 f"cannot create leaf {self.arrays[i].name!r} in {self.writer.dest}",
@@ -435,14 +439,15 @@ class Pipeline:
         )
 
     def _finish_write(self) -> None:
-        fut, leaf, nbytes, reported, held, pins, absorb, values = self.writes.popleft()
         try:
-            fut.result()
-        except Exception as e:
+            self.writes[0].commit.result()  # in place: a signal meanwhile leaves it queued
+        except Exception as e:  # for ``drain_quietly`` to wait for
             dest = self.writer.dest
+            name = self.writes[0].leaf.name
             raise StorageError.from_error(
-                f"cannot write leaf {leaf.name!r} to {dest}", e, dest.describe_error(e)
+                f"cannot write leaf {name!r} to {dest}", e, dest.describe_error(e)
             ) from None
+        _, _, nbytes, reported, held, pins, absorb, values = self.writes.popleft()
         if absorb is not None:
             absorb()  # the block's values are held until their partial is taken
         if values is not None:
