@@ -94,7 +94,7 @@ class BlockSpy:
         monkeypatch.setattr(scan, "read_block", read_block)
         # A whole pass streams chunks larger than the budget; budgeted runs read blocks (their
         # cursor counts blocks): the reference pass reads blocks too.
-        monkeypatch.setattr(scan, "streamed_slabs", lambda *args, **kwargs: None)
+        monkeypatch.setattr(scan, "_chunk_streams", lambda *args, **kwargs: None)
 
 
 def test_rotations_read_every_block(big: Path, tmp_path: Path, monkeypatch: Any) -> None:

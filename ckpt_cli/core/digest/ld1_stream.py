@@ -41,12 +41,16 @@ _LITTLE = sys.byteorder == "little"
 
 
 class Stream:
-    """Both sums of the bytes ``[0, offset)`` of a leaf's stream, taken slab after slab."""
+    """Both sums of the bytes ``[start, offset)`` of a leaf's stream, taken slab after slab
+    (``start``, a whole word's first byte: where a chunk job's values begin; 0: the leaf's)."""
 
-    def __init__(self, dtype: str, shape: tuple[int, ...], itemsize: int) -> None:
+    def __init__(self, dtype: str, shape: tuple[int, ...], itemsize: int, start: int = 0) -> None:
+        if start % 8:
+            raise ValueError(f"a stream starts at a word's first byte, not at byte {start}")
         self.dtype, self.shape, self.itemsize = dtype, tuple(shape), itemsize
         self.nbytes = math.prod(shape) * itemsize
-        self.offset = 0  # bytes taken
+        self.start = start
+        self.offset = start  # the next byte to take
         self.l1 = self.l2 = 0
         self.carry = b""  # the bytes of the word the last slab cut
         self.as_is = dtype not in CODE_BITS  # a block's bytes are its digest bytes (if native)
@@ -77,6 +81,11 @@ class Stream:
         self.offset += raw.size
         return True
 
+    @property
+    def taken(self) -> int:
+        """Bytes taken so far."""
+        return self.offset - self.start
+
     def _fold(self, raw: Any, u0: int) -> None:
         s1, s2 = fold_words(raw, u0)
         self.l1, self.l2 = (self.l1 + s1) & MASK, (self.l2 + s2) & MASK
@@ -96,5 +105,5 @@ class Stream:
                 np.array([word], np.uint64),
                 np.array([mask], np.uint64),
             )
-        whole = Partial(self.dtype, self.shape, self.nbytes, self.l1, self.l2, self.offset, frags)
+        whole = Partial(self.dtype, self.shape, self.nbytes, self.l1, self.l2, self.taken, frags)
         return merge([whole])

@@ -25,7 +25,7 @@ kvstore, 1.0-1.1 s this way (the rest is zstd).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ArrayInfo
@@ -39,11 +39,12 @@ def chunk_slabs(
     dtype: Any,
     budget: int,
     locate: Callable[[str], Place | None] | None = None,
+    chunks: Iterable[tuple[int, ...]] | None = None,
 ) -> Iterator[tuple[tuple[int, ...], Any]]:
-    """(origin, values) of every C-order slab of every chunk, chunk after chunk in grid order;
-    each slab at most ``budget`` bytes (a row of the cut dimension at least), edge chunks
-    clipped to the array. ``locate(chunk key)``: where a chunk lies in a local file (read
-    from a mapping of it), or None (through ``kv``)."""
+    """(origin, values) of every C-order slab of every chunk (of ``chunks``, grid indices,
+    when given), chunk after chunk in grid order; each slab at most ``budget`` bytes (a row of
+    the cut dimension at least), edge chunks clipped to the array. ``locate(chunk key)``: where
+    a chunk lies in a local file (read from a mapping of it), or None (through ``kv``)."""
     import numpy as np
 
     from ckpt_cli.core.format.blocks import region_slabs
@@ -54,7 +55,7 @@ def chunk_slabs(
     # Stored bytes read per range: no more than a slab (a job holds a range two or three times
     # over: TensorStore's read, its bytes, the decoder's input), so a small budget bounds both.
     ranges = max(1 << 20, min(RANGE_BYTES, budget))
-    for index in np.ndindex(*info.chunk_grid):
+    for index in np.ndindex(*info.chunk_grid) if chunks is None else chunks:
         place = locate(layout.key(index)) if locate is not None else None
         reader = ChunkReader(FileValue(place) if place else kv, layout.key(index), layout, ranges)
         origin = tuple(i * c for i, c in zip(index, chunk, strict=True))

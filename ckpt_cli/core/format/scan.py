@@ -7,10 +7,12 @@ many small leaves overlap as well as the blocks of one large leaf, and memory st
 checkpoint's size. Blocks are consumed in submission order, which keeps each digest in C order.
 
 A leaf whose chunks are larger than the budget and stream here (``chunkstream``: range reads,
-zstd decoded as a stream, a slab at a time) is one job on a pool of ``threads()`` threads: the
-job reads, decodes, counts and hashes the whole leaf slab by slab (its ``ld1`` in parts on the
-hashing pool, ``digest/ld1_threads.py``), so as many such leaves as threads stream at once (a checkpoint
-saved from one device is only such leaves). A job holds a slab and a read range only while
+zstd decoded as a stream, a slab at a time) is read by jobs on a pool of ``threads()`` threads:
+a job reads, decodes, counts and hashes its part slab by slab (its ``ld1`` in parts on the
+hashing pool, ``digest/ld1_threads.py``), so as many such chunks as threads stream at once (a
+checkpoint saved from one device is only such leaves). A job is one chunk, each with its own
+``scan_acc.Acc`` that the leaf's takes when it is done, or the whole leaf where it is one chunk
+or a SHA-256 needs its values in order. A job holds a slab and a read range only while
 it runs (and ``ld1``'s scratch, at most twice the slab), and the pool runs ``threads()`` at
 once: ``threads() x 4 x budget`` (16 MiB a thread at verify's 4 MiB), beside the TensorStore reads in flight (``2 x threads()`` blocks, at most
 ``max(IN_FLIGHT_BYTES, 2 x threads() x budget)``). Jobs queued or done hold nothing, so they
@@ -27,13 +29,13 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.core.digest.ld1 import Partial, finish, merge
-from ckpt_cli.core.digest.ld1_stream import Stream
-from ckpt_cli.core.digest.records import ValueHasher, c_order_block
+from ckpt_cli.core.digest.ld1 import finish
+from ckpt_cli.core.digest.records import c_order_block
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader
 from ckpt_cli.core.format.blocks import cache_bytes, is_large, iter_blocks, stream_blocks
 from ckpt_cli.core.format.chunkread import Place, chunk_layout
 from ckpt_cli.core.format.chunkstream import chunk_slabs
+from ckpt_cli.core.format.scan_acc import Acc, LeafScan
 from ckpt_cli.core.threads import threads
 from ckpt_cli.errors import CkptError, StorageError, first_line
 
@@ -44,7 +46,6 @@ IN_FLIGHT = 8
 IN_FLIGHT_BYTES = 32 << 20
 OPEN_AHEAD = 8
 OPEN_CACHE_BYTES = 16 << 20
-_FLOAT_PREFIXES = ("bfloat16", "float")
 
 Block = tuple[slice, ...]
 #: Where a leaf's chunk (leaf name, chunk key) lies in a local file, when the caller knows.
@@ -65,22 +66,6 @@ class ScanTask:
     #: resuming where the last one stopped); a digest needs the whole range.
     start: int = 0
     stop: int | None = None
-
-
-@dataclass(frozen=True)
-class LeafScan:
-    name: str
-    nan: int
-    inf: int
-    digest: str | None
-    error: str | None
-    bytes: int
-    blocks: int
-    #: Every block of the task's range was read (False: the budget stopped it at ``next_block``).
-    complete: bool = True
-    next_block: int | None = None
-    #: ``ld1`` of the blocks read (a partial: a leaf split over units merges them, ``ld1_of``).
-    partial: Partial | None = None
 
 
 def ld1_of(scan: LeafScan) -> str | None:
@@ -131,81 +116,6 @@ def read_block(reader: LeafReader, block: Block) -> Any:
         )
         parts.append((local, reader.read(sub)))
     return _Assembled(tuple(sl.stop - sl.start for sl in block), parts)
-
-
-def _is_float(dtype_name: str) -> bool:
-    return dtype_name.startswith(_FLOAT_PREFIXES)
-
-
-class _Acc:
-    def __init__(self, task: ScanTask) -> None:
-        self.task = task
-        self.hasher = ValueHasher() if task.digest else None
-        info = task.info
-        self.ld1 = Partial(info.dtype, info.shape, info.nbytes) if task.ld1 else None
-        # Slabs that arrive in C order (a streamed leaf): one kernel call each, no merge.
-        self.stream = Stream(info.dtype, info.shape, info.itemsize) if task.ld1 else None
-        self.check_finite = _is_float(task.info.dtype)
-        self.nan = 0
-        self.inf = 0
-        self.error: str | None = None
-        self.bytes = 0
-        self.blocks = 0
-        self.next_block: int | None = None  # where a stopped leaf resumes
-
-    def add(self, block: Any, origin: tuple[int, ...]) -> None:
-        import numpy as np
-
-        x = np.asarray(block)
-        if self.ld1 is not None and not self._streamed(origin, x):
-            from ckpt_cli.core.digest.ld1_threads import partial_threaded
-
-            box = partial_threaded(origin, x, self.task.info.shape, self.task.info.dtype)
-            self.ld1 = merge([self.ld1, box])
-        if self.check_finite and x.size and not _all_finite(x):
-            finite = np.isfinite(x)
-            nan = int(np.count_nonzero(np.isnan(x)))
-            self.nan += nan
-            self.inf += int(x.size - np.count_nonzero(finite)) - nan
-        if self.hasher is not None:
-            self.hasher.update(x)
-
-    def _streamed(self, origin: tuple[int, ...], x: Any) -> bool:
-        """Whether the stream took the block (one that ``ld1_threads`` would not cut)."""
-        from ckpt_cli.core.digest.ld1_threads import pieces_for
-
-        if self.stream is None or pieces_for(x.nbytes, threads()) > 1:
-            return False
-        return self.stream.add(origin, x)
-
-    def result(self) -> LeafScan:
-        if self.ld1 is not None and self.stream is not None and self.stream.offset:
-            self.ld1 = merge([self.ld1, self.stream.partial()])
-            self.stream = None
-        whole = self.next_block is None and self.task.start == 0 and self.task.stop is None
-        digest = self.hasher.hexdigest() if self.hasher and self.error is None and whole else None
-        return LeafScan(
-            self.task.name,
-            self.nan,
-            self.inf,
-            digest,
-            self.error,
-            self.bytes,
-            self.blocks,
-            self.next_block is None,
-            self.next_block,
-            self.ld1 if self.error is None else None,
-        )
-
-
-def _all_finite(x: Any) -> bool:
-    """Whether a float block holds no NaN/Inf: min and max propagate both, and two SIMD
-    reductions cost less than the boolean mask ``isfinite`` allocates."""
-    import numpy as np
-
-    if x.dtype.kind != "f":  # ml_dtypes: numpy has no fast reductions for them
-        return bool(np.isfinite(x).all())
-    return bool(np.isfinite(x.min()) and np.isfinite(x.max()))
 
 
 def _blocks(task: ScanTask, reader: LeafReader, budget: int) -> Iterable[Block]:
@@ -282,7 +192,7 @@ def scan_leaves(
     with ThreadPoolExecutor(n, thread_name_prefix="ckpt-stream") as pool:
         try:
             for task, reader in open_readers(store, tasks, cache):
-                acc = _Acc(task)
+                acc = Acc(task)
                 if isinstance(reader, CkptError):
                     acc.error = reader.message
                     flight.end_leaf(acc)
@@ -307,7 +217,7 @@ class _InFlight:
     def __init__(
         self, on_bytes: Callable[[int], None] | None, count: int = IN_FLIGHT, limit: int = 0
     ) -> None:
-        self.pending: deque[tuple[_Acc, Any, int, tuple[int, ...]]] = deque()
+        self.pending: deque[tuple[Acc, Any, int, tuple[int, ...]]] = deque()
         self.bytes = 0
         self.on_bytes = on_bytes
         #: Reads (and streaming jobs) in flight at most, and their bytes.
@@ -317,11 +227,11 @@ class _InFlight:
     def cancel(self) -> None:
         self.stopping = True
 
-    def submit(self, acc: _Acc, fut: Any, nbytes: int, origin: tuple[int, ...] = ()) -> None:
+    def submit(self, acc: Acc, fut: Any, nbytes: int, origin: tuple[int, ...] = ()) -> None:
         self.pending.append((acc, fut, nbytes, origin))
         self.bytes += nbytes
 
-    def end_leaf(self, acc: _Acc) -> None:
+    def end_leaf(self, acc: Acc) -> None:
         self.pending.append((acc, None, 0, ()))
 
     def _take(self) -> LeafScan | None:
@@ -331,6 +241,8 @@ class _InFlight:
         self.bytes -= nbytes
         if isinstance(fut, _Streaming):
             fut.future.result()  # the job counted, hashed and reported its slabs itself
+            if fut.part is not acc:
+                acc.absorb(fut.part)
             return None
         if acc.error is None:
             try:
@@ -375,6 +287,19 @@ def streamed_slabs(
 ) -> Iterator[tuple[Any, Any]] | None:
     """(origin, values) of a leaf whose chunks exceed ``budget`` and can be streamed here
     (``chunkstream``), in C order when ``c_order`` (a digest); None: read through TensorStore."""
+    slabs = _chunk_streams(info, reader, budget, c_order, locate)
+    return None if slabs is None else slabs()
+
+
+def _chunk_streams(
+    info: ArrayInfo,
+    reader: LeafReader | CkptError,
+    budget: int,
+    c_order: bool,
+    locate: Callable[[str], Place | None] | None,
+) -> Callable[..., Iterator[tuple[Any, Any]]] | None:
+    """``chunk_slabs`` of the leaf bound to its store (call it with ``chunks=`` for some of
+    them), or None where ``streamed_slabs`` says None."""
     if type(reader) is not LeafReader or not is_large(info, budget):
         return None
     if c_order and any(g > 1 for g in info.chunk_grid[1:]):
@@ -386,19 +311,53 @@ def streamed_slabs(
         return None
     if layout is None or kv is None:
         return None
-    return chunk_slabs(kv, layout, info, reader.array.dtype.numpy_dtype, budget, locate)
+    dtype = reader.array.dtype.numpy_dtype
+    return functools.partial(chunk_slabs, kv, layout, info, dtype, budget, locate)
+
+
+def chunk_start(info: ArrayInfo, index: tuple[int, ...]) -> int | None:
+    """The byte where chunk ``index`` begins in the leaf's C-order stream when the chunk is one
+    run of it (every axis but the first whole) starting at a word's first byte; else None."""
+    if any(g > 1 for g in info.chunk_grid[1:]):
+        return None
+    start = index[0] * info.chunk_shape[0] * math.prod(info.shape[1:]) * info.itemsize
+    return None if start % 8 else start
+
+
+def _stream_jobs(
+    task: ScanTask,
+    reader: LeafReader,
+    budget: int,
+    acc: Acc,
+    locate: Callable[[str], Place | None] | None,
+) -> list[tuple[Acc, Iterator[tuple[Any, Any]]]] | None:
+    """The jobs that stream a leaf (each its ``Acc`` and slabs), or None (not streamed here).
+    One job when the leaf is one chunk or a SHA-256 needs its values in order; otherwise a job
+    a chunk, each with its own ``Acc`` (the leaf's takes them: ``Acc.absorb``), so the chunks
+    of one large leaf decode on every thread, not one after another on one."""
+    slabs = _chunk_streams(task.info, reader, budget, task.digest, locate)
+    if slabs is None:
+        return None
+    if task.digest or math.prod(task.info.chunk_grid) == 1:
+        return [(acc, slabs())]
+    return [
+        (Acc(task, chunk_start(task.info, index)), slabs(chunks=(index,)))
+        for index in itertools.product(*(range(g) for g in task.info.chunk_grid))
+    ]
 
 
 class _Streaming:
-    """A whole streamed leaf read by a job on the scan's pool (its ``_Acc`` filled there)."""
+    """A streamed leaf, or one chunk of it, read by a job on the scan's pool (``part``, its
+    ``Acc``, filled there: the leaf's own, or one the leaf's absorbs once the job is done)."""
 
-    def __init__(self, future: Any) -> None:
+    def __init__(self, future: Any, part: Acc) -> None:
         self.future = future
+        self.part = part
 
 
-def _stream_leaf(acc: _Acc, slabs: Iterator[tuple[Any, Any]], flight: _InFlight) -> None:
-    """Read, decode, count and hash a streamed leaf slab by slab (runs on the scan's pool;
-    the leaf's ``_Acc`` is touched by this job only until the scan takes it)."""
+def _stream_leaf(acc: Acc, slabs: Iterator[tuple[Any, Any]], flight: _InFlight) -> None:
+    """Read, decode, count and hash a streamed leaf, or one chunk of it, slab by slab (runs on
+    the scan's pool; ``acc`` is touched by this job only until the scan takes it)."""
     try:
         for origin, values in slabs:
             if flight.stopping:
@@ -446,21 +405,23 @@ def _read_task(
     task: ScanTask,
     reader: LeafReader,
     budget: int,
-    acc: _Acc,
+    acc: Acc,
     flight: _InFlight,
     stop: Callable[[int], bool] | None,
     pool: Any = None,
     locate: Callable[[str], Place | None] | None = None,
 ) -> Generator[LeafScan, None, bool]:
     """Submit the reads of one task's blocks, yielding the leaves completed meanwhile; returns
-    whether ``stop`` ended the scan. A leaf streamed here whole is one job on ``pool``."""
+    whether ``stop`` ended the scan. A leaf streamed here whole is jobs on ``pool``
+    (``_stream_jobs``)."""
     whole = stop is None and task.start == 0 and task.stop is None
     if pool is not None and whole and task.blocks is None:
-        slabs = streamed_slabs(task.info, reader, budget, task.digest, locate)
-        if slabs is not None:
-            job = _Streaming(pool.submit(_stream_leaf, acc, slabs, flight))
-            flight.submit(acc, job, 0)  # its memory is the pool's: see the module's docstring
-            yield from flight.drain(flight.count, flight.limit)
+        jobs = _stream_jobs(task, reader, budget, acc, locate)
+        if jobs is not None:
+            for part, slabs in jobs:
+                job = _Streaming(pool.submit(_stream_leaf, part, slabs, flight), part)
+                flight.submit(acc, job, 0)  # its memory is the pool's: the module's docstring
+                yield from flight.drain(flight.count, flight.limit)
             return False
     for index, (read, origin, nbytes) in enumerate(_reads(task, reader, budget, whole)):
         if index < task.start:

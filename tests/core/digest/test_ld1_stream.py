@@ -126,3 +126,21 @@ def test_a_stream_stopped_early_does_not_finish() -> None:
     assert s.add((0,), x[:33])
     with pytest.raises(ValueError, match="cover"):
         ld1.finish(s.partial())
+
+
+def test_streams_started_at_words_merge_to_the_leafs_digest() -> None:
+    """A leaf's rows taken by three streams that start where their rows start (a chunk job
+    each, ``scan._stream_jobs``), the last ending inside a word: their partials merge."""
+    x = np.random.default_rng(9).standard_normal((24, 7)).astype(np.float16)  # 14-byte rows
+    parts = []
+    for a, b in [(0, 8), (8, 16), (16, 24)]:  # row 8 starts at byte 112, row 16 at 224
+        s = Stream("float16", x.shape, 2, start=a * 14)
+        assert s.add((a, 0), x[a:b])
+        assert s.taken == (b - a) * 14
+        parts.append(s.partial())
+    assert [p.covered for p in parts] == [112, 112, 112]
+    assert ld1.finish(ld1.merge(parts[::-1])) == reference_digest(x)
+    s = Stream("float16", x.shape, 2, start=112)
+    assert not s.add((0, 0), x[:8])  # not where this stream starts
+    with pytest.raises(ValueError, match="word's first byte"):
+        Stream("float16", x.shape, 2, start=14)
