@@ -91,16 +91,16 @@ def test_the_tensorstore_context_follows_the_threads() -> None:
 
 
 def test_the_contexts_ckpt_creates_use_the_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The source and writer contexts of verify, export, reshard and import take the number."""
+    """The source and writer contexts of verify, export, reshard and import take the number
+    (import writes through ``item._context`` too)."""
     from ckpt_cli.core.format.arrays import cached_context
-    from ckpt_cli.core.safetensors import export_run, import_run
+    from ckpt_cli.core.safetensors import export_run
     from ckpt_cli.core.write import item
 
     monkeypatch.setattr(threads, "_chosen", 3)
     for ctx in (
         cached_context(1 << 20),
         export_run._context(1 << 20),
-        import_run._write_context(),
         item._context(1 << 20),
     ):
         assert ctx.spec.to_json()["data_copy_concurrency"] == {"limit": 3}

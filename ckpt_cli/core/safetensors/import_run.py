@@ -117,12 +117,10 @@ def _write_item(
         # process starts with: blocks get three quarters of a writer's share, so the
         # default limit of 256 MiB keeps peak RSS under 300 MB.
         memory_limit=plan.write.memory_limit * 3 // 4,
-        context=_write_context(),
         fresh_sources=True,  # each block is read into a new array (SafetensorsReader)
     )
     expect = _carried(plan)
     item.write_arrays(outs, on_bytes, expect)
-    sync_tree(dest)
     item.write_metadata(outs)
     if expect:
         from ckpt_cli.core.digest.filesums import record_digests
@@ -158,40 +156,6 @@ def _history(plan: ImportPlan) -> dict[str, Any]:
         "spec_file": plan.spec.path if plan.spec else None,
         "spec_sha256": plan.spec.sha256 if plan.spec else None,
     }
-
-
-def _write_context() -> Any:
-    """TensorStore's context for the step's arrays: as ``ItemWriter``'s, but without an
-    ``fsync`` after each of its writes (``file_io_sync``): every OCDBT commit would otherwise
-    wait for the disk, hundreds of times for a large model. ``sync_tree`` syncs them all once
-    the arrays are written, before the step is committed and renamed."""
-    from ckpt_cli.core.threads import WRITE_FILE_IO, ts_context
-
-    return ts_context(
-        file_io=WRITE_FILE_IO, file_io_sync=False, cache_pool={"total_bytes_limit": 0}
-    )
-
-
-def sync_tree(dest: Any) -> None:
-    """``fsync`` every file and directory under a local ``dest`` (object stores: nothing to do;
-    their writes are durable when acknowledged)."""
-    import os
-
-    from ckpt_cli.core.storage.local import LocalLocation
-    from ckpt_cli.errors import StorageError
-
-    if not isinstance(dest, LocalLocation):
-        return
-    try:
-        for parent, _, files in os.walk(dest.path):
-            for name in [*files, "."]:
-                fd = os.open(os.path.join(parent, name), os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-    except OSError as e:
-        raise StorageError.from_error(f"cannot sync {dest}", e) from None
 
 
 def _reader(expr: ops.Node, ctx: ImportContext) -> Any:

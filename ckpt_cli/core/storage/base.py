@@ -242,6 +242,11 @@ class Location:
     def make_dirs(self) -> None:
         raise NotImplementedError
 
+    def sync_tree(self) -> None:
+        """Make every file and directory under this one durable before a writer commits it
+        (writers' TensorStore writes skip a sync each: ``write.item``). Object stores: nothing
+        to do; a write is durable when it is acknowledged."""
+
     def make_dirs_undoable(self) -> Callable[[], None]:
         """``make_dirs``, returning the undo of a write that then failed: it removes the
         directories this call created, deepest first, while they are still empty (a write

@@ -341,6 +341,26 @@ class LocalLocation(Location):
                 os.unlink(tmp)
             raise StorageError.from_error(f"cannot write {self.path}", e) from None
 
+    def sync_tree(self) -> None:
+        # Every file, then every directory (its entries), ``WRITE_FILE_IO`` syncs in flight as
+        # TensorStore's own were. 4096 files of 64 KiB on this project's disk: 0.61 s one by
+        # one, 0.23-0.26 s with 32 in flight.
+        from concurrent.futures import ThreadPoolExecutor
+
+        from ckpt_cli.core.threads import WRITE_FILE_IO
+
+        files: list[str] = []
+        dirs: list[str] = []
+        for parent, _, names in os.walk(self.path, onerror=_raise):
+            files += (os.path.join(parent, n) for n in names)
+            dirs.append(parent)
+        try:
+            with ThreadPoolExecutor(WRITE_FILE_IO, thread_name_prefix="ckpt-sync") as pool:
+                list(pool.map(_sync_path, files))
+                list(pool.map(_sync_path, dirs))
+        except OSError as e:
+            raise StorageError.from_error(f"cannot sync {self.path}", e) from None
+
     def write_stream(self, pieces: Iterable[bytes], size: int) -> None:
         parent = os.path.dirname(self.path)
         tmp = os.path.join(parent, f".{os.path.basename(self.path)}.tmp-{os.getpid()}")
@@ -447,3 +467,15 @@ SCAN_PIECE = 1 << 20
 #: One idle read buffer a thread, for ``LocalLocation.scan`` (a scan inside another on one
 #: thread makes its own: the outer one holds the idle buffer meanwhile).
 _idle_buffers: Spare[bytearray] = Spare()
+
+
+def _sync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _raise(e: OSError) -> None:
+    raise StorageError.from_error(f"cannot list {e.filename}", e)

@@ -142,6 +142,9 @@ class StepWriter:
             self.tmp.child(WRITING_MARKER if self.in_place else OWNER_FILE).delete_file()
             if before_marker is not None:
                 before_marker()
+            # Every file on disk before the marker says the step is whole: the arrays'
+            # TensorStore writes are not synced one by one (``item._context``).
+            self.tmp.sync_tree()
             self.tmp.child(COMMIT_MARKER).write_bytes(
                 f"Checkpoint commit was successful to {self.final}".encode()
             )
