@@ -143,7 +143,7 @@ class StepWriter:
             if before_marker is not None:
                 before_marker()
             # Every file on disk before the marker says the step is whole: the arrays'
-            # TensorStore writes are not synced one by one (``item._context``).
+            # TensorStore writes are not synced one by one (``item.writer_context``).
             self.tmp.sync_tree()
             self.tmp.child(COMMIT_MARKER).write_bytes(
                 f"Checkpoint commit was successful to {self.final}".encode()

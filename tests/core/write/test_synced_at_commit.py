@@ -1,5 +1,5 @@
 """A written step is synced once, at its commit: TensorStore writes the arrays without an
-``fsync`` each (``file_io_sync`` off in ``item._context``), then ``StepWriter.commit`` syncs
+``fsync`` each (``file_io_sync`` off in ``item.writer_context``), then ``StepWriter.commit`` syncs
 every file and directory of the tmp step before the commit marker; a sync that fails leaves no
 step and says so in one line."""
 
@@ -21,7 +21,17 @@ SHARDED = FIXTURES / "sharded_4x2"
 def test_the_writers_context_leaves_the_sync_to_the_commit() -> None:
     from ckpt_cli.core.write import item
 
-    assert item._context(1 << 20).spec.to_json()["file_io_sync"] is False
+    assert item.writer_context(1 << 20).spec.to_json()["file_io_sync"] is False
+
+
+def test_a_worker_process_syncs_each_write(tmp_path: Path) -> None:
+    """A ``--workers`` process may run on another host: the driver's sync at the commit would
+    not reach its writes, so it keeps TensorStore's sync after each one."""
+    from ckpt_cli.core.write.distributed import WriteUnit, _RunState
+
+    unit = WriteUnit("run", 0, tmp_path.as_uri(), True, 1 << 26, ())
+    spec = _RunState(unit).writer.context.spec.to_json()
+    assert spec["file_io_sync"] is True and "data_copy_concurrency" in spec
 
 
 def _spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
