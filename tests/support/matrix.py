@@ -109,7 +109,8 @@ def value_sha256s(item: Any) -> dict[str, str | None]:
     """SHA-256 of every array value of an opened item (``ckpt_cli.open(...).item()``), read by
     ckpt through TensorStore in one batch of scans, by leaf name."""
     from ckpt_cli.core.format.arrays import ItemStore
-    from ckpt_cli.core.format.scan import ScanTask, scan_leaves
+    from ckpt_cli.core.format.scan import scan_leaves
+    from ckpt_cli.core.format.scan_acc import ScanTask
 
     store = ItemStore(item.ref.location, item.report.zarr_format == 3)
     tasks = [

@@ -26,12 +26,8 @@ from ckpt_cli.core.format.blocks import (
     region_slabs,
     stream_blocks,
 )
-from ckpt_cli.core.format.scan import (
-    ScanTask,
-    open_readers,
-    read_block,
-    streamed_slabs,
-)
+from ckpt_cli.core.format.scan import open_readers, read_block, streamed_slabs
+from ckpt_cli.core.format.scan_acc import ScanTask
 from ckpt_cli.core.inspect import Leaf
 from ckpt_cli.errors import CkptError, first_line
 

@@ -70,13 +70,8 @@ def _digest_item(
     ``locator`` places it); smaller chunks through TensorStore."""
     from ckpt_cli.core.format.arrays import ItemStore, cached_context
     from ckpt_cli.core.format.blocks import cache_bytes, is_large
-    from ckpt_cli.core.format.scan import (
-        OPEN_CACHE_BYTES,
-        SCAN_BLOCK_BYTES,
-        ScanTask,
-        ld1_of,
-        scan_leaves,
-    )
+    from ckpt_cli.core.format.scan import OPEN_CACHE_BYTES, SCAN_BLOCK_BYTES, ld1_of, scan_leaves
+    from ckpt_cli.core.format.scan_acc import ScanTask
 
     leaves: dict[str, LeafDigest] = {}
     for leaf in report.leaves:

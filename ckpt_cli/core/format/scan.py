@@ -26,7 +26,6 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.digest.ld1 import finish
@@ -35,7 +34,7 @@ from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader
 from ckpt_cli.core.format.blocks import cache_bytes, is_large, iter_blocks, stream_blocks
 from ckpt_cli.core.format.chunkread import Place, chunk_layout
 from ckpt_cli.core.format.chunkstream import chunk_slabs
-from ckpt_cli.core.format.scan_acc import Acc, LeafScan
+from ckpt_cli.core.format.scan_acc import Acc, Block, LeafScan, ScanTask
 from ckpt_cli.core.threads import threads
 from ckpt_cli.errors import CkptError, StorageError, first_line
 
@@ -47,25 +46,8 @@ IN_FLIGHT_BYTES = 32 << 20
 OPEN_AHEAD = 8
 OPEN_CACHE_BYTES = 16 << 20
 
-Block = tuple[slice, ...]
 #: Where a leaf's chunk (leaf name, chunk key) lies in a local file, when the caller knows.
 Locate = Callable[[str, str], Place | None]
-
-
-@dataclass(frozen=True)
-class ScanTask:
-    """One leaf to read: all of it (``blocks`` None) or the given blocks."""
-
-    name: str
-    info: ArrayInfo
-    database: str = ""
-    digest: bool = False  # hash the values (needs the whole leaf, read in C order)
-    ld1: bool = False  # the ``ld1`` partial of the blocks read (any order, any blocks)
-    blocks: tuple[Block, ...] | None = None
-    #: Read only blocks ``start`` <= i < ``stop`` of the leaf's block sequence (a budgeted run
-    #: resuming where the last one stopped); a digest needs the whole range.
-    start: int = 0
-    stop: int | None = None
 
 
 def ld1_of(scan: LeafScan) -> str | None:

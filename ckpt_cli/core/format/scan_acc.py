@@ -1,5 +1,6 @@
-"""What a scan gathers of one leaf (``Acc``) and tells of it (``LeafScan``): NaN and Inf
-counts, the C-order SHA-256, the ``ld1`` partial of the blocks read, bytes and blocks.
+"""What a scan is asked of one leaf (``ScanTask``), gathers of it (``Acc``) and tells of it
+(``LeafScan``): NaN and Inf counts, the C-order SHA-256, the ``ld1`` partial of the blocks
+read, bytes and blocks.
 
 A leaf streamed as several chunk jobs at once (``scan._stream_jobs``) has an ``Acc`` per job,
 each with its own ``ld1`` stream starting where its chunk starts in the leaf's C-order stream;
@@ -19,9 +20,27 @@ from ckpt_cli.core.digest.records import ValueHasher
 from ckpt_cli.core.threads import threads
 
 if TYPE_CHECKING:
-    from ckpt_cli.core.format.scan import ScanTask
+    from ckpt_cli.core.format.arrays import ArrayInfo
 
 _FLOAT_PREFIXES = ("bfloat16", "float")
+
+Block = tuple[slice, ...]
+
+
+@dataclass(frozen=True)
+class ScanTask:
+    """One leaf to read: all of it (``blocks`` None) or the given blocks."""
+
+    name: str
+    info: ArrayInfo
+    database: str = ""
+    digest: bool = False  # hash the values (needs the whole leaf, read in C order)
+    ld1: bool = False  # the ``ld1`` partial of the blocks read (any order, any blocks)
+    blocks: tuple[Block, ...] | None = None
+    #: Read only blocks ``start`` <= i < ``stop`` of the leaf's block sequence (a budgeted run
+    #: resuming where the last one stopped); a digest needs the whole range.
+    start: int = 0
+    stop: int | None = None
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,8 @@ from ckpt_cli.core.digest.records import (
     same_values,
 )
 from ckpt_cli.core.format.arrays import ArrayInfo
-from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES, ScanTask, ld1_of, scan_leaves
-from ckpt_cli.core.format.scan_acc import LeafScan
+from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES, ld1_of, scan_leaves
+from ckpt_cli.core.format.scan_acc import LeafScan, ScanTask
 from ckpt_cli.core.verify.budget import chunk_key, subset_of
 from ckpt_cli.core.verify.gate import chunk_locator, local_ocdbt
 from ckpt_cli.core.verify.types import DataResult, ItemFacts, NonFinite, SampleInfo, SampleSpec

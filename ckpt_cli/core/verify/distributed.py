@@ -29,8 +29,8 @@ from ckpt_cli.core.digest.records import FileSum, Wanted, file_checksum, string_
 from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.blocks import block_shape, iter_blocks
-from ckpt_cli.core.format.scan import ScanTask, scan_leaves
-from ckpt_cli.core.format.scan_acc import LeafScan
+from ckpt_cli.core.format.scan import scan_leaves
+from ckpt_cli.core.format.scan_acc import LeafScan, ScanTask
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.verify.deep import _data_files, _done, _take_scan, _take_sums, deep_item
 from ckpt_cli.core.verify.types import DataResult, ItemFacts
