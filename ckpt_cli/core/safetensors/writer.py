@@ -31,6 +31,7 @@ from ckpt_cli.core.safetensors.blocks import check_contiguous, flat_offset
 from ckpt_cli.core.safetensors.dtypes import itemsize, numpy_dtype, numpy_dtype_name
 from ckpt_cli.core.safetensors.header import TensorEntry
 from ckpt_cli.core.safetensors.plan import ShardFile
+from ckpt_cli.core.storage.writeback import libc_function, start_writeback
 from ckpt_cli.errors import StorageError
 
 TMP_MARK = ".ckpt-tmp-"
@@ -215,41 +216,8 @@ class SafetensorsWriter:
         spans.insert(i, (a, b))
 
 
-_SYNC_FILE_RANGE_WRITE = 2
 #: ``f_type`` of tmpfs (``TMPFS_MAGIC``): reserving its blocks allocates and zeroes memory.
 _TMPFS_MAGIC = 0x01021994
-_libc_fns: dict[str, Any] = {}
-
-
-def _libc(name: str, argtypes: list[Any]) -> Any:
-    """The C library's function ``name`` (Linux only; ``None`` elsewhere or where it lacks it),
-    looked up once."""
-    if name not in _libc_fns:
-        _libc_fns[name] = None
-        if sys.platform.startswith("linux"):
-            import ctypes
-            import ctypes.util
-
-            try:
-                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-                fn = getattr(libc, name)
-                fn.argtypes = argtypes
-                fn.restype = ctypes.c_int
-                _libc_fns[name] = fn
-            except (OSError, AttributeError):
-                pass
-    return _libc_fns[name]
-
-
-def start_writeback(fd: int, start: int, end: int) -> None:
-    """Ask the kernel to start writing ``[start, end)`` of ``fd`` back, without waiting
-    (Linux ``sync_file_range(SYNC_FILE_RANGE_WRITE)``); elsewhere, nothing: the final ``fsync``
-    does it all. Durability comes from that ``fsync`` either way."""
-    import ctypes
-
-    fn = _libc("sync_file_range", [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint])
-    if fn is not None and end > start:
-        fn(fd, start, end - start, _SYNC_FILE_RANGE_WRITE)  # a hint: errors ignored
 
 
 class _Refused(Exception):
@@ -362,7 +330,7 @@ def _fallocate(fd: int, size: int) -> bool:
     (or the platform) has no such call. Other errors (a full disk) are raised."""
     import ctypes
 
-    fn = _libc("fallocate", [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64])
+    fn = libc_function("fallocate", [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64])
     if fn is None:
         return False
     while fn(fd, 0, 0, size) != 0:
@@ -379,7 +347,7 @@ def _is_tmpfs(fd: int) -> bool:
     """Whether ``fd`` lies on tmpfs (``fstatfs``'s ``f_type``; 64-bit Linux only)."""
     import ctypes
 
-    fn = _libc("fstatfs", [ctypes.c_int, ctypes.c_void_p])
+    fn = libc_function("fstatfs", [ctypes.c_int, ctypes.c_void_p])
     if fn is None or ctypes.sizeof(ctypes.c_long) != 8:
         return False
     buf = ctypes.create_string_buffer(256)  # struct statfs is 120 bytes; f_type comes first

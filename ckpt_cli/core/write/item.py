@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ckpt_cli.core.digest.records import BlockDigests
 from ckpt_cli.core.format.names import COMMIT_MARKER, TREE_METADATA, array_prefix, unsafe_as_path
@@ -21,6 +21,9 @@ from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.pipeline import Pipeline, block_budget, leaf_regions
 from ckpt_cli.core.write.types import ArrayOut, LeafOut, Region
 from ckpt_cli.errors import RefusedError
+
+if TYPE_CHECKING:
+    from ckpt_cli.core.storage.writeback import Writeback
 
 STANDARD_HANDLER = (
     "orbax.checkpoint._src.handlers.standard_checkpoint_handler.StandardCheckpointHandler"
@@ -152,7 +155,12 @@ class ItemWriter:
     ) -> BlockDigests:
         """Fill the given chunk-aligned regions of each leaf from its source (the arrays exist,
         or are created here unless ``assume_metadata``), all in one pipeline."""
-        pipe = Pipeline(self, list(jobs), on_bytes, expect)
+        from ckpt_cli.core.storage.writeback import writeback_for
+
+        # The kernel writes the finished files back as the write goes: the step's one sync
+        # before its marker (``writer_context``) then has little left to wait for.
+        writeback = writeback_for(self.dest)
+        pipe = Pipeline(self, list(jobs), _feeding(writeback, on_bytes), expect)
         try:
             pipe.run()
             return pipe.digests
@@ -160,6 +168,8 @@ class ItemWriter:
             pipe.drain_quietly()
             raise
         finally:
+            if writeback is not None:
+                writeback.close()
             self.dest.refresh()  # TensorStore wrote objects that a cached listing does not know
 
     def write_metadata(self, leaves: Sequence[LeafOut], custom_metadata: Any = None) -> None:
@@ -206,6 +216,21 @@ class ItemWriter:
         self.dest.child(COMMIT_MARKER).write_bytes(
             f"Checkpoint commit was successful to {self.dest}".encode()
         )
+
+
+def _feeding(
+    writeback: Writeback | None, on_bytes: Callable[[int], None] | None
+) -> Callable[[int], None] | None:
+    """``on_bytes`` that also tells ``writeback`` of the bytes written."""
+    if writeback is None:
+        return on_bytes
+
+    def fed(nbytes: int) -> None:
+        writeback.wrote(nbytes)
+        if on_bytes is not None:
+            on_bytes(nbytes)
+
+    return fed
 
 
 def _tree_entry(leaf: LeafOut) -> dict[str, Any]:
