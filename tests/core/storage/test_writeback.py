@@ -100,13 +100,14 @@ def test_only_local_directories_get_one(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="sync_file_range is Linux's")
 def test_the_hint_is_the_kernels_sync_file_range(tmp_path: Path) -> None:
-    assert writeback.libc_function("sync_file_range", []) is not None
     path = _write(tmp_path / "f", 1 << 20)
     fd = os.open(path, os.O_RDONLY)
     try:
         writeback.start_writeback(fd, 0, 1 << 20)  # returns at once; errors are ignored
     finally:
         os.close(fd)
+    fn = writeback._libc_fns["sync_file_range"]  # looked up by that call, with its argtypes
+    assert fn is not None and len(fn.argtypes) == 4
 
 
 def test_a_reshard_hints_its_data_files_before_the_commit(  # type: ignore[no-untyped-def]
