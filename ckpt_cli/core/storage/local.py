@@ -343,20 +343,26 @@ class LocalLocation(Location):
 
     def sync_tree(self) -> None:
         # Every file, then every directory (its entries), ``WRITE_FILE_IO`` syncs in flight as
-        # TensorStore's own were. 4096 files of 64 KiB on this project's disk: 0.61 s one by
-        # one, 0.23-0.26 s with 32 in flight.
-        from concurrent.futures import ThreadPoolExecutor
+        # TensorStore's own were, and no more than four times that queued: memory stays flat
+        # however many files. 4096 files of 64 KiB on this project's disk: 0.61 s one by one,
+        # 0.23-0.26 s with 32 in flight.
+        from collections import deque
+        from concurrent.futures import Future, ThreadPoolExecutor
 
         from ckpt_cli.core.threads import WRITE_FILE_IO
 
-        files: list[str] = []
         dirs: list[str] = []
-        for parent, _, names in os.walk(self.path, onerror=_raise):
-            files += (os.path.join(parent, n) for n in names)
-            dirs.append(parent)
+        queued: deque[Future[None]] = deque()
         try:
             with ThreadPoolExecutor(WRITE_FILE_IO, thread_name_prefix="ckpt-sync") as pool:
-                list(pool.map(_sync_path, files))
+                for parent, _, names in os.walk(self.path, onerror=_raise):
+                    dirs.append(parent)
+                    for name in names:
+                        queued.append(pool.submit(_sync_path, os.path.join(parent, name)))
+                        if len(queued) >= 4 * WRITE_FILE_IO:
+                            queued.popleft().result()
+                while queued:
+                    queued.popleft().result()
                 list(pool.map(_sync_path, dirs))
         except OSError as e:
             raise StorageError.from_error(f"cannot sync {self.path}", e) from None

@@ -69,7 +69,9 @@ class Writeback:
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self.hinted: set[tuple[str, int]] = set()  # (path, inode): a replaced file is new
+        #: Inodes hinted: a file replaced under its name is a new one. (A number the file
+        #: system reuses after a delete is missed: the final sync has it.)
+        self.hinted: set[int] = set()
         self.passes = 0
         self._pending = 0
         self._files = 0
@@ -105,10 +107,10 @@ class Writeback:
                     dirs.append(entry.path)
                     continue
                 files += 1
-                key = (entry.path, entry.inode())  # no stat: the listing has the inode
-                if entry.name.endswith(TS_PARTIAL_SUFFIX) or key in self.hinted:
+                inode = entry.inode()  # no stat: the listing has it
+                if entry.name.endswith(TS_PARTIAL_SUFFIX) or inode in self.hinted:
                     continue
-                self.hinted.add(key)
+                self.hinted.add(inode)
                 _hint(entry.path)
         self._files = files
 

@@ -47,6 +47,24 @@ def _spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return synced
 
 
+def test_sync_tree_syncs_each_file_and_directory_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More files than it queues at once (four per sync in flight), in nested directories."""
+    from ckpt_cli.core.storage.local import LocalLocation
+    from ckpt_cli.core.threads import WRITE_FILE_IO
+
+    wanted = {str(tmp_path)}
+    for i in range(5 * WRITE_FILE_IO):
+        sub = tmp_path / f"a{i % 3}" / f"b{i % 2}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"f{i}").write_bytes(b"x")
+        wanted |= {str(sub / f"f{i}"), str(sub), str(sub.parent)}
+    synced = _spy(monkeypatch)
+    LocalLocation(str(tmp_path)).sync_tree()
+    assert len(synced) == len(wanted) and set(synced) == wanted
+
+
 @pytest.mark.parametrize(
     "args",
     [
