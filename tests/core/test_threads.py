@@ -101,7 +101,7 @@ def test_the_contexts_ckpt_creates_use_the_threads(monkeypatch: pytest.MonkeyPat
     for ctx in (
         cached_context(1 << 20),
         export_run._context(1 << 20),
-        item.writer_context(1 << 20),
+        item.writer_context(),
     ):
         assert ctx.spec.to_json()["data_copy_concurrency"] == {"limit": 3}
 

@@ -11,6 +11,7 @@ Durability comes from the final sync either way; these are hints, and their erro
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -94,6 +95,12 @@ class Writeback:
 
     def _pass(self) -> None:
         self.passes += 1
+        # A hint: nothing of it may reach the user (a thread's error prints a traceback).
+        with contextlib.suppress(OSError):
+            self._files = self._hint_new()
+
+    def _hint_new(self) -> int:
+        """Hint every finished file not hinted yet; returns how many files the tree holds."""
         files = 0
         dirs = [self.root]
         while dirs:
@@ -112,7 +119,7 @@ class Writeback:
                     continue
                 self.hinted.add(inode)
                 _hint(entry.path)
-        self._files = files
+        return files
 
 
 def _hint(path: str) -> None:

@@ -39,7 +39,7 @@ from ckpt_cli.core.executor import Executor
 from ckpt_cli.core.format.arrays import ItemStore, cached_context
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
-from ckpt_cli.core.write.item import OCDBT_CONFIG, ItemWriter, writer_context
+from ckpt_cli.core.write.item import OCDBT_CONFIG, ItemWriter
 from ckpt_cli.core.write.pipeline import block_budget, leaf_regions
 from ckpt_cli.core.write.types import ArrayOut, LeafOut, Region, SourcePlan
 from ckpt_cli.errors import StorageError, UnsupportedError
@@ -233,7 +233,7 @@ class _RunState:
             slab_reads=False,
             # Each write synced here: the driver's sync at the commit reaches only the writes
             # of its own host (Dask workers may run on others).
-            context=writer_context(unit.memory_limit, sync_each_write=True),
+            sync_each_write=True,
         )
         self.cache = cached_context(unit.memory_limit // 8)
         self.storage = unit.storage

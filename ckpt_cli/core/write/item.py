@@ -48,7 +48,7 @@ OCDBT_CONFIG = {
 DATA_FILE_BYTES = 64 << 20
 
 
-def writer_context(memory_limit: int, *, sync_each_write: bool = False) -> Any:
+def writer_context(*, sync_each_write: bool = False) -> Any:
     """Encoding on this process's threads; no cache: the writer's blocks are written once.
     No ``fsync`` after each of TensorStore's writes (``file_io_sync``): each OCDBT commit would
     wait for the disk, hundreds of times for a large model, one at a time. ``StepWriter.commit``
@@ -76,7 +76,7 @@ class ItemWriter:
         in_flight: int = 8,
         database: str | None = None,
         assume_metadata: bool = False,
-        context: Any = None,
+        sync_each_write: bool = False,
         fresh_sources: bool = False,
         slab_reads: bool = True,
     ) -> None:
@@ -94,7 +94,10 @@ class ItemWriter:
         self.in_flight = in_flight
         #: Blocks larger than a slab read from their source slab by slab (``pipeline.py``).
         self.slab_reads = slab_reads
-        self.context = context if context is not None else writer_context(memory_limit)
+        #: TensorStore syncs each write (``writer_context``): a worker process whose writes
+        #: the driver's sync at the commit does not reach; no write-back hints then.
+        self.sync_each_write = sync_each_write
+        self.context = writer_context(sync_each_write=sync_each_write)
 
     def _kvstore(self, name: str) -> dict[str, Any]:
         base = (self.dest.child(self.database) if self.database else self.dest).kvstore_spec()
@@ -159,7 +162,7 @@ class ItemWriter:
 
         # The kernel writes the finished files back as the write goes: the step's one sync
         # before its marker (``writer_context``) then has little left to wait for.
-        writeback = writeback_for(self.dest)
+        writeback = None if self.sync_each_write else writeback_for(self.dest)
         pipe = Pipeline(self, list(jobs), _feeding(writeback, on_bytes), expect)
         try:
             pipe.run()

@@ -93,6 +93,29 @@ def test_a_tree_removed_meanwhile_is_no_error(
     assert wb.passes == 1 and calls == []
 
 
+def test_an_error_in_a_pass_stays_in_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread's exception would print a traceback: a pass's file system errors end the pass
+    quietly, and the next one runs."""
+    _write(tmp_path / "a", 1)
+    raised: list[str] = []
+
+    def failing(path: str) -> None:
+        raised.append(path)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(writeback, "_hint", failing)
+    hooked: list[object] = []
+    monkeypatch.setattr("threading.excepthook", hooked.append)
+    wb = writeback.Writeback(str(tmp_path))
+    wb.wrote(writeback.EVERY)
+    wb.close()
+    _write(tmp_path / "b", 1)
+    wb.wrote(writeback.EVERY)
+    wb.close()
+    assert wb.passes == 2 and hooked == []
+    assert [os.path.basename(p) for p in raised] == ["a", "b"]
+
+
 def test_only_local_directories_get_one(tmp_path: Path) -> None:
     assert isinstance(writeback.writeback_for(LocalLocation(str(tmp_path))), writeback.Writeback)
     assert writeback.writeback_for(object()) is None

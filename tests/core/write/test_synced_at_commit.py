@@ -21,17 +21,29 @@ SHARDED = FIXTURES / "sharded_4x2"
 def test_the_writers_context_leaves_the_sync_to_the_commit() -> None:
     from ckpt_cli.core.write import item
 
-    assert item.writer_context(1 << 20).spec.to_json()["file_io_sync"] is False
+    assert item.writer_context().spec.to_json()["file_io_sync"] is False
 
 
-def test_a_worker_process_syncs_each_write(tmp_path: Path) -> None:
+def test_a_worker_process_syncs_each_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A ``--workers`` process may run on another host: the driver's sync at the commit would
-    not reach its writes, so it keeps TensorStore's sync after each one."""
+    not reach its writes, so it keeps TensorStore's sync after each one (and asks for no
+    write-back: each write is on disk when it is done)."""
+    from ckpt_cli.core.storage import writeback
     from ckpt_cli.core.write.distributed import WriteUnit, _RunState
+    from ckpt_cli.core.write.item import ItemWriter
 
     unit = WriteUnit("run", 0, tmp_path.as_uri(), True, 1 << 26, ())
-    spec = _RunState(unit).writer.context.spec.to_json()
+    worker = _RunState(unit).writer
+    spec = worker.context.spec.to_json()
     assert spec["file_io_sync"] is True and "data_copy_concurrency" in spec
+
+    asked: list[object] = []
+    monkeypatch.setattr(writeback, "writeback_for", lambda loc: asked.append(loc))
+    worker.write_regions([])
+    assert asked == []
+    driver = ItemWriter(worker.dest, use_ocdbt=True, use_zarr3=False, memory_limit=1 << 26)
+    driver.write_regions([])
+    assert asked == [worker.dest]
 
 
 def _spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
