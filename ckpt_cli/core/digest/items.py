@@ -69,7 +69,7 @@ def _digest_item(
     whole chunk in memory, no TensorStore copy of it; read from its data file where
     ``locator`` places it); smaller chunks through TensorStore."""
     from ckpt_cli.core.format.arrays import ItemStore, cached_context
-    from ckpt_cli.core.format.blocks import cache_bytes, is_large
+    from ckpt_cli.core.format.blocks import cache_bytes, streams
     from ckpt_cli.core.format.scan import OPEN_CACHE_BYTES, SCAN_BLOCK_BYTES, ld1_of, scan_leaves
     from ckpt_cli.core.format.scan_acc import ScanTask
 
@@ -87,8 +87,8 @@ def _digest_item(
     slab = max(1 << 20, min(SCAN_BLOCK_BYTES, memory_limit // (8 * threads())))
     if tasks:
         # The places cost a structure pass (0.5 s for 10,000 leaves): only where a chunk streams.
-        streams = locator is not None and any(is_large(t.info, slab) for t in tasks)
-        locate = locator(report.ref) if locator is not None and streams else None
+        streamed = locator is not None and any(streams(t.info, slab) for t in tasks)
+        locate = locator(report.ref) if locator is not None and streamed else None
         cache = cache_bytes((t.info for t in tasks), slab)
         store = ItemStore(
             report.ref.location,

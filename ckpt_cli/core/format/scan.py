@@ -5,8 +5,11 @@ NaN and Inf, and feeds the C-order digest. Reads are TensorStore futures (decodi
 thread pool), at most ``IN_FLIGHT`` blocks and ``IN_FLIGHT_BYTES`` at a time across leaves, so
 many small leaves overlap as well as the blocks of one large leaf, and memory stays flat in the
 checkpoint's size. Blocks are consumed in submission order, which keeps each digest in C order.
+Where no SHA-256 needs the values in order, a job on the scan's pool waits for each block and
+counts and hashes it into an ``Acc`` of its own, which the leaf's absorbs in that order: the
+counting runs on every thread, not on the one that takes the blocks.
 
-A leaf whose chunks are larger than the budget and stream here (``chunkstream``: range reads,
+A leaf whose chunks are at least the budget and stream here (``chunkstream``: range reads,
 zstd decoded as a stream, a slab at a time) is read by jobs on a pool of ``threads()`` threads:
 a job reads, decodes, counts and hashes its part slab by slab (its ``ld1`` in parts on the
 hashing pool, ``digest/ld1_threads.py``), so as many such chunks as threads stream at once (a
@@ -31,7 +34,7 @@ from typing import Any
 from ckpt_cli.core.digest.ld1 import finish
 from ckpt_cli.core.digest.records import c_order_block
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader
-from ckpt_cli.core.format.blocks import cache_bytes, is_large, iter_blocks, stream_blocks
+from ckpt_cli.core.format.blocks import cache_bytes, iter_blocks, stream_blocks, streams
 from ckpt_cli.core.format.chunkread import Place, chunk_layout
 from ckpt_cli.core.format.chunkstream import chunk_slabs
 from ckpt_cli.core.format.scan_acc import Acc, Block, LeafScan, ScanTask
@@ -192,6 +195,18 @@ def scan_leaves(
             flight.cancel()
 
 
+def _count_block(acc: Acc, fut: Any, origin: tuple[int, ...], nbytes: int) -> None:
+    """Wait for one block TensorStore reads (or take its error) and count it into ``acc``."""
+    try:
+        if isinstance(fut, BaseException):
+            raise fut
+        acc.add(fut.result(), origin)
+        acc.bytes += nbytes
+        acc.blocks += 1
+    except Exception as e:
+        acc.error = first_line(e)
+
+
 class _InFlight:
     """The reads submitted and not yet taken, in submission order; a leaf's end is an entry
     without a future."""
@@ -227,14 +242,7 @@ class _InFlight:
                 acc.absorb(fut.part)
             return None
         if acc.error is None:
-            try:
-                if isinstance(fut, BaseException):
-                    raise fut
-                acc.add(fut.result(), origin)
-                acc.bytes += nbytes
-                acc.blocks += 1
-            except Exception as e:
-                acc.error = first_line(e)
+            _count_block(acc, fut, origin, nbytes)
         if self.on_bytes is not None:
             self.on_bytes(nbytes)
         return None
@@ -267,7 +275,7 @@ def streamed_slabs(
     c_order: bool = False,
     locate: Callable[[str], Place | None] | None = None,
 ) -> Iterator[tuple[Any, Any]] | None:
-    """(origin, values) of a leaf whose chunks exceed ``budget`` and can be streamed here
+    """(origin, values) of a leaf whose chunks are at least ``budget`` and can be streamed here
     (``chunkstream``), in C order when ``c_order`` (a digest); None: read through TensorStore."""
     slabs = _chunk_streams(info, reader, budget, c_order, locate)
     return None if slabs is None else slabs()
@@ -282,7 +290,7 @@ def _chunk_streams(
 ) -> Callable[..., Iterator[tuple[Any, Any]]] | None:
     """``chunk_slabs`` of the leaf bound to its store (call it with ``chunks=`` for some of
     them), or None where ``streamed_slabs`` says None."""
-    if type(reader) is not LeafReader or not is_large(info, budget):
+    if type(reader) is not LeafReader or not streams(info, budget):
         return None
     if c_order and any(g > 1 for g in info.chunk_grid[1:]):
         return None  # chunk after chunk would not be the leaf's C order
@@ -354,12 +362,23 @@ def _stream_leaf(acc: Acc, slabs: Iterator[tuple[Any, Any]], flight: _InFlight) 
         acc.error = first_line(e)
 
 
+def _take_block(
+    part: Acc, fut: Any, origin: tuple[int, ...], nbytes: int, flight: _InFlight
+) -> None:
+    """Wait for one block TensorStore reads, then count and hash it into ``part`` (runs on
+    the scan's pool, so the blocks of many leaves are counted on every thread, not in turn on
+    the one that takes them; the leaf's ``Acc`` absorbs ``part`` in submission order)."""
+    _count_block(part, fut, origin, nbytes)
+    if flight.on_bytes is not None:
+        flight.on_bytes(nbytes)
+
+
 _Read = tuple[Callable[[], Any], tuple[int, ...], int]
 
 
 def _reads(task: ScanTask, reader: LeafReader, budget: int, whole: bool) -> Iterator[_Read]:
     """(submit the read, block origin, bytes) of every block of the task, in order. A chunk
-    larger than the budget is streamed only in a ``whole`` pass of the leaf: a budgeted run
+    of the budget or more is streamed only in a ``whole`` pass of the leaf: a budgeted run
     (``--max-duration``, ``--rotate``) counts its cursor in the leaf's blocks, not in slabs."""
     streamed = None
     if task.blocks is None and whole:
@@ -414,6 +433,9 @@ def _read_task(
             acc.next_block = index
             return True
         fut = read()
+        if pool is not None and not task.digest and not isinstance(fut, _Done):
+            part = Acc(task, None)  # counted and hashed on the pool: ``_take_block``
+            fut = _Streaming(pool.submit(_take_block, part, fut, origin, nbytes, flight), part)
         flight.submit(acc, fut, nbytes, origin)
         # A streamed slab is decoded already: holding it would only hold memory.
         done = isinstance(fut, _Done)

@@ -167,12 +167,12 @@ def _tapped_files(facts: ItemFacts, budget: int, sha256: bool) -> set[str]:
     """Data files whose bytes are mostly chunks the scan streams from the file itself
     (``chunk_locator``): their CRC-32s are summed from the decoder's reads (``ReadTaps``) and
     the bytes it did not read, after the scan. The others are read and summed beside it."""
-    from ckpt_cli.core.format.blocks import is_large
+    from ckpt_cli.core.format.blocks import streams
 
     streamed = {
         name.encode()
         for name, (info, _) in facts.arrays.items()
-        if is_large(info, budget) and not (sha256 and any(g > 1 for g in info.chunk_grid[1:]))
+        if streams(info, budget) and not (sha256 and any(g > 1 for g in info.chunk_grid[1:]))
     }
     read: dict[str, int] = {}
     for key, ref in facts.keys.items():

@@ -5,8 +5,6 @@ leaf's, give what one job gives, whatever the chunks' alignment or grid; a SHA-2
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -14,13 +12,14 @@ import pytest
 
 from ckpt_cli.core import threads
 from ckpt_cli.core.format import scan
-from ckpt_cli.core.format.arrays import ItemStore
-from ckpt_cli.core.format.resolve import resolve_items
-from ckpt_cli.core.inspect.item import inspect_item
-from ckpt_cli.core.storage import open_location
 from ckpt_cli.errors import StorageError
 from tests.support.ldigest_reference import reference_digest
-from tests.support.sharded import read_values
+from tests.support.scans import (
+    assert_scans_match,
+    count_stream_jobs,
+    save_on_mesh,
+    scan_report,
+)
 
 #: Every chunk of the fixture is larger than this: all of them stream.
 BUDGET = 16
@@ -32,13 +31,8 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Any]
     at a word), ``odd`` in 8 chunks of 18 bytes (most start inside a word), ``grid`` a 4 x 2
     grid of chunks (no chunk is one run of the leaf), ``repl`` replicated (Orbax writes it in
     8 chunks of 20 bytes), ``one`` a single chunk."""
-    import jax
-    import jax.numpy as jnp
-    import orbax.checkpoint as ocp
-    from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))
     rng = np.random.default_rng(11)
     rows = rng.standard_normal((64, 48)).astype(np.float32)
     rows[3, 5], rows[20, 1], rows[60, 0] = np.nan, -np.inf, np.inf  # chunks 0, 2 and 7
@@ -49,43 +43,14 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Any]
         "repl": (rng.standard_normal(40).astype(np.float32), P()),
         "one": (rng.standard_normal((3, 7)).astype(np.float32), P()),
     }
-    state = {
-        k: jax.device_put(jnp.asarray(x), NamedSharding(mesh, p)) for k, (x, p) in values.items()
-    }
-    root = tmp_path_factory.mktemp("chunks") / "root"
-    with ocp.CheckpointManager(root) as mgr:
-        mgr.save(0, args=ocp.args.StandardSave(state))
-        mgr.wait_until_finished()
-    report = inspect_item(resolve_items(open_location(str(root)), None)[0])
+    report, read = save_on_mesh(tmp_path_factory.mktemp("chunks") / "root", values)
     grids = {x.name: x.array.chunk_grid for x in report.leaves if x.array is not None}
     assert grids == {"rows": (8, 1), "odd": (8, 1), "grid": (4, 2), "repl": (8,), "one": (1, 1)}
-    return report, read_values(root / "0")
+    return report, read
 
 
 def _scan(report: Any, digest: bool = False) -> dict[str, scan.LeafScan]:
-    store = ItemStore(report.ref.location, report.zarr_format == 3)
-    tasks = [
-        scan.ScanTask(x.name, x.array, x.database, digest=digest, ld1=True)
-        for x in report.leaves
-        if x.array is not None
-    ]
-    assert tasks
-    return {s.name: s for s in scan.scan_leaves(store, tasks, BUDGET)}
-
-
-def _jobs(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
-    """Streaming jobs run, by leaf."""
-    jobs: Counter[str] = Counter()
-    lock = threading.Lock()
-    real = scan._stream_leaf
-
-    def counted(acc: Any, slabs: Any, flight: Any) -> None:
-        with lock:
-            jobs[acc.task.name] += 1
-        real(acc, slabs, flight)
-
-    monkeypatch.setattr(scan, "_stream_leaf", counted)
-    return jobs
+    return scan_report(report, BUDGET, digest)
 
 
 def test_a_leaf_of_many_chunks_streams_a_job_a_chunk(
@@ -93,7 +58,7 @@ def test_a_leaf_of_many_chunks_streams_a_job_a_chunk(
 ) -> None:
     report, _ = saved
     monkeypatch.setattr(threads, "_chosen", 4)
-    jobs = _jobs(monkeypatch)
+    jobs = count_stream_jobs(monkeypatch)
     scans = _scan(report)
     assert dict(jobs) == {"rows": 8, "odd": 8, "grid": 8, "repl": 8, "one": 1}
     assert list(scans) == ["grid", "odd", "one", "repl", "rows"]  # each once, in task order
@@ -108,11 +73,7 @@ def test_chunk_jobs_give_the_leafs_digest_and_counts(
     monkeypatch.setattr(threads, "_chosen", n)
     scans = _scan(report)
     assert scans.keys() == {"rows", "odd", "grid", "repl", "one"}
-    for name, s in scans.items():
-        x = values[name]
-        assert scan.ld1_of(s) == reference_digest(x), name
-        assert (s.nan, s.inf) == (int(np.isnan(x).sum()), int(np.isinf(x).sum())), name
-        assert s.bytes == x.nbytes, name
+    assert_scans_match(scans, values)
     assert (scans["rows"].nan, scans["rows"].inf) == (1, 2)
     assert scans["rows"].blocks == 64 * 12  # 16-byte slabs, 12 a row, over the 8 jobs
 
@@ -124,7 +85,7 @@ def test_a_sha256_keeps_the_leaf_one_job(
     2-D grid is not streamed at all: chunk after chunk is not its C order)."""
     report, values = saved
     monkeypatch.setattr(threads, "_chosen", 4)
-    jobs = _jobs(monkeypatch)
+    jobs = count_stream_jobs(monkeypatch)
     scans = _scan(report, digest=True)
     assert dict(jobs) == {"rows": 1, "odd": 1, "repl": 1, "one": 1}
     for name in ("rows", "odd", "grid", "repl"):
