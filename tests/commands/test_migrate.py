@@ -260,16 +260,18 @@ def test_unused_rules_are_allowed_on_request(cli, tmp_path: Path) -> None:  # ty
     assert int(read_values(tmp_path / "out")["step"]) == 3
 
 
-def test_failure_in_the_data_leaves_no_step(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    spec = spec_file(tmp_path, r"""
+@pytest.mark.parametrize(("dtype", "value"), [("float16", "1.0e+6"), ("bfloat16", "3.4e+38")])
+def test_failure_in_the_data_leaves_no_step(cli, tmp_path: Path, dtype: str, value: str) -> None:  # type: ignore[no-untyped-def]
+    """A float32 value that rounds to Inf in the target dtype (bfloat16: found by its bits)."""
+    spec = spec_file(tmp_path, rf"""
         rules:
-          - {op: set, match: 'params\.Dense_1\.bias', value: 1.0e+6}
-          - {op: cast, match: 'params\..*', dtype: float16}
+          - {{op: set, match: 'params\.Dense_1\.bias', value: {value}}}
+          - {{op: cast, match: 'params\..*', dtype: {dtype}}}
     """)  # fmt: skip
     out = tmp_path / "out"
     r = cli("migrate", SEED, out, "--spec", spec)
     assert r.code == 3 and "rule 2 (cast): cannot cast leaf 'params.Dense_1.bias'" in r.stderr
-    assert "beyond the range of float16" in r.stderr
+    assert f"beyond the range of {dtype}" in r.stderr
     assert not out.exists()  # the run made it: nothing is left that was not there before
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ckpt_cli.core.digest.ld1 import Partial, merge
 from ckpt_cli.core.digest.ld1_stream import Stream
 from ckpt_cli.core.digest.records import ValueHasher
+from ckpt_cli.core.format.dtypes import all_finite
 from ckpt_cli.core.threads import threads
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ class Acc:
 
             box = partial_threaded(origin, x, self.task.info.shape, self.task.info.dtype)
             self.ld1 = merge([self.ld1, box])
-        if self.check_finite and x.size and not _all_finite(x):
+        if self.check_finite and x.size and not all_finite(x):
             finite = np.isfinite(x)
             nan = int(np.count_nonzero(np.isnan(x)))
             self.nan += nan
@@ -142,16 +143,3 @@ class Acc:
             self.error = scan.error
         if self.ld1 is not None and scan.partial is not None:
             self.ld1 = merge([self.ld1, scan.partial])
-
-
-def _all_finite(x: Any) -> bool:
-    """Whether a float block holds no NaN/Inf: min and max propagate both, and two SIMD
-    reductions cost less than the boolean mask ``isfinite`` allocates. ``bfloat16``
-    (ml_dtypes, whose ``isfinite`` is a Python-registered loop) by its exponent bits."""
-    import numpy as np
-
-    if x.dtype.name == "bfloat16":  # NaN/Inf: all exponent bits set; two reductions, no copy
-        return int(x.view(np.int16).max()) < 0x7F80 and int(x.view(np.uint16).max()) < 0xFF80
-    if x.dtype.kind != "f":  # ml_dtypes: numpy has no fast reductions for them
-        return bool(np.isfinite(x).all())
-    return bool(np.isfinite(x.min()) and np.isfinite(x.max()))

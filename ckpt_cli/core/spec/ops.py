@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.dtypes import all_finite
 from ckpt_cli.core.spec.initializers import Initializer, generate, numpy_dtype
 from ckpt_cli.errors import RefusedError
 
@@ -209,7 +210,7 @@ class Cast(Unary):
                 raise self._refuse(f"values {lo}..{hi} do not fit {self.dtype}")
         with np.errstate(over="ignore", invalid="ignore"):
             out = x.astype(target)
-        if is_float(self.dtype) and is_float(self.inner.dtype) and x.size:
+        if is_float(self.dtype) and is_float(self.inner.dtype) and not all_finite(out):
             finite = np.isfinite(out)
             if not finite.all():
                 overflow = ~finite & np.isfinite(x)

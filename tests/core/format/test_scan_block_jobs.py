@@ -18,6 +18,7 @@ import pytest
 
 from ckpt_cli.core import threads
 from ckpt_cli.core.format import scan, scan_acc
+from ckpt_cli.core.format.dtypes import all_finite
 from ckpt_cli.errors import StorageError
 from tests.support.ldigest_reference import reference_digest
 from tests.support.scans import (
@@ -164,10 +165,10 @@ def test_bfloat16_non_finite_found_by_its_bits(bad: int) -> None:
     """Every NaN and Inf, of either sign, in a contiguous block and a strided view; finite
     extremes (largest, smallest subnormal, signed zeros) are not."""
     finite = _bf16([FINITE_BITS[i % len(FINITE_BITS)] for i in range(48)], (6, 8))
-    assert scan_acc._all_finite(finite) and bool(np.isfinite(finite).all())
+    assert all_finite(finite) and bool(np.isfinite(finite).all())
     block = finite.copy()
     block.view(np.uint16)[4, 6] = bad
     assert not math.isfinite(float(block[4, 6]))
-    assert not scan_acc._all_finite(block)
-    assert not scan_acc._all_finite(block[::2, ::3])  # row 4, column 6: in the view
-    assert scan_acc._all_finite(block[1::2, :])  # row 4 left out
+    assert not all_finite(block)
+    assert not all_finite(block[::2, ::3])  # row 4, column 6: in the view
+    assert all_finite(block[1::2, :])  # row 4 left out
