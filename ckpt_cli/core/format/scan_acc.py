@@ -97,7 +97,7 @@ class Acc:
 
             box = partial_threaded(origin, x, self.task.info.shape, self.task.info.dtype)
             self.ld1 = merge([self.ld1, box])
-        if self.check_finite and x.size and not all_finite(x):
+        if self.check_finite and not all_finite(x):
             finite = np.isfinite(x)
             nan = int(np.count_nonzero(np.isnan(x)))
             self.nan += nan

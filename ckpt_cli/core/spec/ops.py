@@ -211,12 +211,10 @@ class Cast(Unary):
         with np.errstate(over="ignore", invalid="ignore"):
             out = x.astype(target)
         if is_float(self.dtype) and is_float(self.inner.dtype) and not all_finite(out):
-            finite = np.isfinite(out)
-            if not finite.all():
-                overflow = ~finite & np.isfinite(x)
-                if overflow.any():
-                    worst = float(np.abs(x[overflow].astype(np.float64)).max())
-                    raise self._refuse(f"{worst:g} is beyond the range of {self.dtype}")
+            overflow = ~np.isfinite(out) & np.isfinite(x)  # NaN/Inf carried over are no overflow
+            if overflow.any():
+                worst = float(np.abs(x[overflow].astype(np.float64)).max())
+                raise self._refuse(f"{worst:g} is beyond the range of {self.dtype}")
         return out
 
     def _refuse(self, why: str) -> RefusedError:
