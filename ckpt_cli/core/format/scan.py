@@ -34,7 +34,13 @@ from typing import Any
 from ckpt_cli.core.digest.ld1 import finish
 from ckpt_cli.core.digest.records import c_order_block
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader
-from ckpt_cli.core.format.blocks import cache_bytes, iter_blocks, stream_blocks, streams
+from ckpt_cli.core.format.blocks import (
+    cache_bytes,
+    is_large,
+    iter_blocks,
+    stream_blocks,
+    streams,
+)
 from ckpt_cli.core.format.chunkread import Place, chunk_layout
 from ckpt_cli.core.format.chunkstream import chunk_slabs
 from ckpt_cli.core.format.scan_acc import Acc, Block, LeafScan, ScanTask
@@ -274,10 +280,13 @@ def streamed_slabs(
     budget: int,
     c_order: bool = False,
     locate: Callable[[str], Place | None] | None = None,
+    at_budget: bool = False,
 ) -> Iterator[tuple[Any, Any]] | None:
-    """(origin, values) of a leaf whose chunks are at least ``budget`` and can be streamed here
-    (``chunkstream``), in C order when ``c_order`` (a digest); None: read through TensorStore."""
-    slabs = _chunk_streams(info, reader, budget, c_order, locate)
+    """(origin, values) of a leaf whose chunks exceed ``budget`` (or fill it, ``at_budget``:
+    the scan, ``blocks.streams``) and can be streamed here (``chunkstream``), in C order when
+    ``c_order`` (a digest); None: read through TensorStore. A caller that streams on one thread
+    (``diff``) leaves chunks of exactly the budget to TensorStore's parallel reads."""
+    slabs = _chunk_streams(info, reader, budget, c_order, locate, at_budget)
     return None if slabs is None else slabs()
 
 
@@ -287,10 +296,12 @@ def _chunk_streams(
     budget: int,
     c_order: bool,
     locate: Callable[[str], Place | None] | None,
+    at_budget: bool,
 ) -> Callable[..., Iterator[tuple[Any, Any]]] | None:
     """``chunk_slabs`` of the leaf bound to its store (call it with ``chunks=`` for some of
     them), or None where ``streamed_slabs`` says None."""
-    if type(reader) is not LeafReader or not streams(info, budget):
+    large = streams(info, budget) if at_budget else is_large(info, budget)
+    if type(reader) is not LeafReader or not large:
         return None
     if c_order and any(g > 1 for g in info.chunk_grid[1:]):
         return None  # chunk after chunk would not be the leaf's C order
@@ -325,7 +336,7 @@ def _stream_jobs(
     One job when the leaf is one chunk or a SHA-256 needs its values in order; otherwise a job
     a chunk, each with its own ``Acc`` (the leaf's takes them: ``Acc.absorb``), so the chunks
     of one large leaf decode on every thread, not one after another on one."""
-    slabs = _chunk_streams(task.info, reader, budget, task.digest, locate)
+    slabs = _chunk_streams(task.info, reader, budget, task.digest, locate, at_budget=True)
     if slabs is None:
         return None
     if task.digest or math.prod(task.info.chunk_grid) == 1:
@@ -382,7 +393,7 @@ def _reads(task: ScanTask, reader: LeafReader, budget: int, whole: bool) -> Iter
     (``--max-duration``, ``--rotate``) counts its cursor in the leaf's blocks, not in slabs."""
     streamed = None
     if task.blocks is None and whole:
-        streamed = streamed_slabs(task.info, reader, budget, c_order=task.digest)
+        streamed = streamed_slabs(task.info, reader, budget, task.digest, at_budget=True)
     if streamed is not None:
         try:
             for origin, values in streamed:

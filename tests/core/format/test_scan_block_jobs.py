@@ -18,6 +18,7 @@ import pytest
 
 from ckpt_cli.core import threads
 from ckpt_cli.core.format import scan, scan_acc
+from ckpt_cli.core.format.arrays import ItemStore
 from ckpt_cli.core.format.dtypes import all_finite
 from ckpt_cli.errors import StorageError
 from tests.support.ldigest_reference import reference_digest
@@ -158,6 +159,25 @@ def test_a_chunk_that_fills_a_block_streams(
     assert scans["rows"].blocks == 8  # a chunk a block either way
     assert scan.ld1_of(scans["rows"]) == reference_digest(values["rows"])
     assert (scans["rows"].nan, scans["rows"].inf) == (1, 2)
+
+
+def test_other_streaming_callers_leave_a_budget_sized_chunk_to_tensorstore(
+    saved: tuple[Any, dict[str, Any]],
+) -> None:
+    """``streamed_slabs`` streams a chunk of exactly the budget only for the scan
+    (``at_budget``); ``diff``, which streams a pair on one thread, keeps TensorStore's
+    parallel reads for it, and streams a chunk over the budget as before."""
+    report, values = saved
+    store = ItemStore(report.ref.location, report.zarr_format == 3)
+    rows = next(x for x in report.leaves if x.name == "rows")
+    task = scan.ScanTask(rows.name, rows.array, rows.database)
+    ((_, reader),) = list(scan.open_readers(store, [task]))
+    assert scan.streamed_slabs(rows.array, reader, 1536) is None
+    assert scan.streamed_slabs(rows.array, reader, 1535) is not None
+    slabs = scan.streamed_slabs(rows.array, reader, 1536, at_budget=True)
+    assert slabs is not None
+    got = np.concatenate([v for _, v in slabs])
+    np.testing.assert_array_equal(got, values["rows"])
 
 
 @pytest.mark.parametrize("bad", NON_FINITE_BITS)
