@@ -136,6 +136,7 @@ def migrate_leaves(
                 source_chunks=ops.source_chunks(leaf.expr) if leaf.expr is not None else None,
                 source_chunk_bytes=_largest_source_chunk(leaf.expr),
                 source_itemsize=_source_itemsize(leaf.expr),
+                fresh_blocks=leaf.expr is not None and ops.fresh_blocks(leaf.expr),
                 plan=recipe,
             )
         )

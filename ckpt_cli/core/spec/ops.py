@@ -392,6 +392,18 @@ class Python(Whole):
         return out.astype(numpy_dtype(self.dtype), copy=False)
 
 
+def fresh_blocks(expr: Node) -> bool:
+    """Whether every block ``expr.fetch`` gives is an array that nothing else holds or changes
+    afterwards, so TensorStore may encode from it without a copy: a stored leaf's read (decoded
+    into a new array, or TensorStore's own result), generated values, a cast (``astype``
+    copies), a block copied out of a held whole value; a transpose, slice, resize or concat
+    of such blocks. Any other node: False (its blocks are copied)."""
+    if isinstance(expr, Source | Init | Const | Cast | Whole):
+        return True
+    parts = isinstance(expr, Transpose | Slice | Resize | Concat)
+    return parts and all(fresh_blocks(n) for n in expr.inputs)
+
+
 def source_chunks(expr: Node) -> tuple[int, ...] | None:
     """The source chunking a node's regions line up with (for blocks that decode each stored
     chunk once), when its values come from one source leaf without an offset."""

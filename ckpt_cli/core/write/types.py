@@ -162,6 +162,10 @@ class LeafOut:
     #: values (a cast from float32 to bfloat16: 4; an average of two float32 leaves: 8); None:
     #: the output's own itemsize. The pipeline counts a block in flight at the larger of the two.
     source_itemsize: int | None = None
+    #: Whether every block ``source`` hands over is a new array that nothing else refers to or
+    #: changes afterwards (a cast's, a stored leaf's read): TensorStore then encodes from it
+    #: instead of copying it first.
+    fresh_blocks: bool = False
     #: How a worker of a scaled-out run rebuilds ``source`` (None: this process only).
     plan: SourcePlan | None = None
 

@@ -1,11 +1,13 @@
 """TensorStore encodes a stored leaf's blocks from the reader's arrays themselves (no copy of
-each block first); a source the pipeline knows nothing of is copied, as before."""
+each block first), and a leaf's whose source says its blocks are its own (``fresh_blocks``: a
+migrate's cast); a source the pipeline knows nothing of is copied, as before."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -42,7 +44,7 @@ def _array(dtype: Any, values: np.ndarray | None = None) -> Any:
     return arr
 
 
-def _leaf(name: str, source: Any) -> LeafOut:
+def _leaf(name: str, source: Any, fresh: bool = False) -> LeafOut:
     return LeafOut(
         keypath=(name,),
         key_types=(),
@@ -50,6 +52,7 @@ def _leaf(name: str, source: Any) -> LeafOut:
         array=ArrayOut("bfloat16", (ROWS, COLS), (CHUNK, COLS), zarr3=False),
         source=source,
         source_itemsize=4,
+        fresh_blocks=fresh,
     )
 
 
@@ -67,8 +70,11 @@ def test_a_stored_leafs_blocks_are_referenced_and_other_sources_copied(
     def made_here(region: tuple[slice, ...]) -> np.ndarray:
         return values[region]  # a view of one array: must be copied before the next use
 
+    def cast_here(region: tuple[slice, ...]) -> np.ndarray:
+        return values[region].astype(ml_dtypes.bfloat16)  # a new array each block
+
     log: list[tuple[str, dict[str, Any]]] = []
-    outputs = {"stored": _array(ts.bfloat16), "other": _array(ts.bfloat16)}
+    outputs = {name: _array(ts.bfloat16) for name in ("stored", "other", "cast")}
     writer = SimpleNamespace(
         in_flight=8,
         memory_limit=64 << 20,
@@ -79,12 +85,17 @@ def test_a_stored_leafs_blocks_are_referenced_and_other_sources_copied(
         dest="memory://",
     )
     blocks = [(slice(r, r + CHUNK), slice(0, COLS)) for r in range(0, ROWS, CHUNK)]
-    jobs = [(_leaf("stored", stored.read), blocks), (_leaf("other", made_here), blocks)]
+    jobs = [
+        (_leaf("stored", stored.read), blocks),
+        (_leaf("other", made_here), blocks),
+        (_leaf("cast", cast_here, fresh=True), blocks),
+    ]
     Pipeline(writer, jobs, None).run()  # type: ignore[arg-type]
 
     by_leaf = {name: [kw for n, kw in log if n == name] for name in outputs}
-    assert len(by_leaf["stored"]) == len(by_leaf["other"]) == len(blocks)
-    assert all(kw == {"can_reference_source_data_indefinitely": True} for kw in by_leaf["stored"])
+    assert len(by_leaf["stored"]) == len(by_leaf["other"]) == len(by_leaf["cast"]) == len(blocks)
+    referenced = by_leaf["stored"] + by_leaf["cast"]
+    assert all(kw == {"can_reference_source_data_indefinitely": True} for kw in referenced)
     assert all(kw == {} for kw in by_leaf["other"])
     for arr in outputs.values():
         np.testing.assert_array_equal(arr.read().result().astype(np.float32), values)
