@@ -1,10 +1,12 @@
 """Reads of whole large chunks decode here (``LeafReader.read`` -> ``chunkread.read_rows``):
 the values TensorStore reads, for every layout that streams and for edge chunks; any other block
 goes to TensorStore; a damaged chunk gets TensorStore's own error; ``CKPT_ROW_READS=0`` turns
-it off."""
+it off. A block of several chunks is decoded a chunk a task, all at once on the read pool, into
+one buffer made when the first of them starts."""
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,8 @@ import numpy as np
 import pytest
 import tensorstore as ts
 
-from ckpt_cli.core.format import chunkread
+from ckpt_cli.core import threads
+from ckpt_cli.core.format import buffers, chunkread
 from ckpt_cli.core.format.arrays import ArrayInfo, LeafReader
 
 ROWS, COLS, CHUNK_ROWS = 1300, 1024, 512  # chunks of 2 MiB (float32): the edge one padded
@@ -187,3 +190,66 @@ def test_writers_read_whole_chunks_from_the_data_files(
             want = want.astype(ml_dtypes.bfloat16)
         got = np.asarray(restored["params"][name])
         assert got.dtype == want.dtype and np.array_equal(got, want), name
+
+
+def _spy_rows(monkeypatch: pytest.MonkeyPatch, before: Any) -> list[tuple[tuple[int, int], int]]:
+    """Record each ``read_rows`` call (its rows, its thread), calling ``before(rows)`` first."""
+    calls: list[tuple[tuple[int, int], int]] = []
+    real = chunkread.read_rows
+
+    def spy(kv: Any, layout: Any, chunk_rows: int, rows: Any, out: Any, locate: Any) -> Any:
+        calls.append((rows, threading.get_ident()))
+        before(rows)
+        return real(kv, layout, chunk_rows, rows, out, locate)
+
+    monkeypatch.setattr(chunkread, "read_rows", spy)
+    return calls
+
+
+def test_a_block_of_several_chunks_is_decoded_a_chunk_a_thread_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arr, x = _array(tmp_path, "zarr", "zstd")
+    monkeypatch.setattr(threads, "_chosen", 5)  # a pool of its own
+    together = threading.Barrier(3, timeout=10)  # passes only when all three parts run at once
+    calls = _spy_rows(monkeypatch, lambda rows: together.wait())
+    got = _reader(arr).read((slice(0, ROWS), slice(0, COLS))).result()
+    assert sorted(rows for rows, _ in calls) == [(0, 512), (512, 1024), (1024, ROWS)]
+    assert len({thread for _, thread in calls}) == 3 and not together.broken
+    assert np.array_equal(got.view(np.uint8), x.view(np.uint8))
+
+
+def test_a_part_that_fails_leaves_the_block_to_tensorstore(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arr, x = _array(tmp_path, "zarr", "zstd")
+    monkeypatch.setattr(threads, "_chosen", 2)
+
+    def fail_the_middle(rows: tuple[int, int]) -> None:
+        if rows == (512, 1024):
+            raise OSError("a read that failed")
+
+    calls = _spy_rows(monkeypatch, fail_the_middle)
+    got = _reader(arr).read((slice(0, ROWS), slice(0, COLS))).result()
+    assert len(calls) == 3
+    assert np.array_equal(np.asarray(got).view(np.uint8), x.view(np.uint8))
+
+
+def test_the_blocks_buffer_is_made_when_its_first_part_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arr, x = _array(tmp_path, "zarr", "zstd")
+    monkeypatch.setattr(threads, "_chosen", 1)
+    made: list[tuple[int, ...]] = []
+    real = buffers.empty
+    monkeypatch.setattr(
+        buffers, "empty", lambda shape, dtype: made.append(shape) or real(shape, dtype)
+    )
+    gate = threading.Event()
+    busy = threads.read_pool().submit(gate.wait, 30)  # the pool's one thread, held
+    fut = _reader(arr).read((slice(0, 2 * CHUNK_ROWS), slice(0, COLS)))
+    assert made == [] and not fut.done()  # queued: no memory held yet
+    gate.set()
+    got = fut.result()
+    assert busy.result() is True and made == [(2 * CHUNK_ROWS, COLS)]
+    assert np.array_equal(got.view(np.uint8), x[: 2 * CHUNK_ROWS].view(np.uint8))
