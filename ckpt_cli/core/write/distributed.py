@@ -65,6 +65,8 @@ class UnitLeaf:
     sha256: bool = False
     #: ``LeafOut.source_itemsize``: the worker's pipeline counts a cast's source values too.
     source_itemsize: int | None = None
+    #: ``LeafOut.fresh_blocks``: the worker hands TensorStore the blocks without a copy.
+    fresh_blocks: bool = False
 
     @property
     def name(self) -> str:
@@ -211,6 +213,7 @@ def _unit_leaf(leaf: LeafOut, regions: list[Region]) -> UnitLeaf:
         leaf.source_chunks,
         tuple(regions),
         source_itemsize=leaf.source_itemsize,
+        fresh_blocks=leaf.fresh_blocks,
     )
 
 
@@ -277,6 +280,7 @@ def run_write_unit(unit: WriteUnit) -> UnitDone:
             source=part.plan.build(store),
             source_chunks=part.source_chunks,
             source_itemsize=part.source_itemsize,
+            fresh_blocks=part.fresh_blocks,
         )
         jobs.append((leaf, part.regions))
     wanted = BlockDigests(

@@ -99,3 +99,35 @@ def test_a_stored_leafs_blocks_are_referenced_and_other_sources_copied(
     assert all(kw == {} for kw in by_leaf["other"])
     for arr in outputs.values():
         np.testing.assert_array_equal(arr.read().result().astype(np.float32), values)
+
+
+def test_a_scaled_out_worker_hands_over_a_fresh_leafs_blocks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """A worker of ``--workers``/``--executor`` rebuilds each leaf from its unit: the leaf's
+    ``fresh_blocks`` travels with it, so its pipeline hands the blocks over as the driver's."""
+    from ckpt_cli.core.write.distributed import WriteUnit, _unit_leaf, run_write_unit
+    from ckpt_cli.core.write.item import ItemWriter
+
+    seen: list[LeafOut] = []
+
+    def capture(self: Any, jobs: list[tuple[LeafOut, Any]], expect: Any = None) -> Any:
+        seen.extend(leaf for leaf, _ in jobs)
+        return SimpleNamespace(partials={}, sha256_found=dict)
+
+    monkeypatch.setattr(ItemWriter, "write_regions", capture)
+    plan = SimpleNamespace(source=tmp_path.as_uri(), source_zarr3=False, build=lambda store: id)
+    for fresh in (False, True):
+        leaf = LeafOut(
+            keypath=("w",),
+            key_types=(),
+            value_type="jax.Array",
+            array=ArrayOut("bfloat16", (ROWS, COLS), (CHUNK, COLS), zarr3=False),
+            source=id,
+            plan=plan,  # type: ignore[arg-type]
+            fresh_blocks=fresh,
+        )
+        part = _unit_leaf(leaf, [(slice(0, CHUNK), slice(0, COLS))])
+        assert part.fresh_blocks is fresh
+        run_write_unit(WriteUnit(f"fresh-{fresh}", 0, tmp_path.as_uri(), True, 1 << 26, (part,)))
+    assert [leaf.fresh_blocks for leaf in seen] == [False, True]
