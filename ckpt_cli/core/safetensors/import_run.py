@@ -98,6 +98,7 @@ def _leaf_outs(plan: ImportPlan, ctx: ImportContext) -> list[LeafOut]:
             source=_reader(leaf.expr, ctx),
             sharding=leaf.sharding,
             write_shape=leaf.write_shape,
+            fresh_blocks=True,  # each block is read into a new array (SafetensorsReader)
         )
         for leaf in plan.leaves
     ] + empties
@@ -117,7 +118,6 @@ def _write_item(
         # process starts with: blocks get three quarters of a writer's share, so the
         # default limit of 256 MiB keeps peak RSS under 300 MB.
         memory_limit=plan.write.memory_limit * 3 // 4,
-        fresh_sources=True,  # each block is read into a new array (SafetensorsReader)
     )
     expect = _carried(plan)
     item.write_arrays(outs, on_bytes, expect)

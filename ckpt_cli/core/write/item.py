@@ -77,13 +77,9 @@ class ItemWriter:
         database: str | None = None,
         assume_metadata: bool = False,
         sync_each_write: bool = False,
-        fresh_sources: bool = False,
         slab_reads: bool = True,
     ) -> None:
         self.dest = dest
-        #: Every block a source returns is a new array nobody modifies afterwards: TensorStore
-        #: may keep a reference instead of a copy (``Pipeline``).
-        self.fresh_sources = fresh_sources
         #: A sub-database (``ocdbt.process_<id>``) to write chunks into, merged later; its
         #: arrays are opened with the metadata the driver already stored (``assume_metadata``).
         self.database = database

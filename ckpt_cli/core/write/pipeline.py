@@ -428,8 +428,7 @@ class Pipeline:
         # four runs a side: 7.70-8.14 s against 8.07-9.21, system CPU 23-31 s against 38-47,
         # peak RSS 767-815 MiB against 813-942.
         kept = None  # TensorStore copies the block: nothing to hand back
-        fresh = leaf.fresh_blocks or getattr(self.writer, "fresh_sources", False)
-        if assembled or fresh or _stored_reader(leaf):
+        if assembled or leaf.fresh_blocks or _stored_reader(leaf):
             write = arr[region].write(values, can_reference_source_data_indefinitely=True)
             kept = values
         else:

@@ -36,6 +36,7 @@ def _pipeline(values: np.ndarray, expect: str) -> Pipeline:
         value_type="jax.Array",
         array=ArrayOut("float32", (ROWS, COLS), CHUNK, zarr3=False),
         source=source,  # type: ignore[arg-type]
+        fresh_blocks=True,
     )
 
     def open_array(_: LeafOut) -> Any:
@@ -48,7 +49,6 @@ def _pipeline(values: np.ndarray, expect: str) -> Pipeline:
         slab_reads=False,
         open_array=open_array,
         dest="memory://",
-        fresh_sources=True,
     )
     regions = [
         (slice(r, r + CHUNK[0]), slice(c, c + CHUNK[1]))

@@ -72,6 +72,7 @@ def test_a_cast_counts_its_source_values_against_the_limit(
         array=ArrayOut("bfloat16", (rows, cols), (chunk_rows, cols), zarr3=False),
         source=source,  # type: ignore[arg-type]
         source_itemsize=4,
+        fresh_blocks=True,
     )
 
     def open_array(_: LeafOut) -> object:
@@ -89,7 +90,6 @@ def test_a_cast_counts_its_source_values_against_the_limit(
         slab_reads=False,
         open_array=open_array,
         dest="memory://",
-        fresh_sources=True,
     )
     pipe = Pipeline(
         writer,
