@@ -47,3 +47,29 @@ def app_commands() -> set[str]:
     names = set(group.commands)  # type: ignore[attr-defined]
     assert names, "the Typer app registers no command"
     return names
+
+
+TRACEBACK = "Traceback (most recent call last):"
+
+
+def ckpt_failure(stderr: str) -> str | None:
+    """ckpt's own internal error in ``stderr`` (its ``ckpt: internal error`` line, or a
+    traceback through a frame of ``ckpt_cli``: a thread of ckpt's that died), or None.
+
+    A traceback with no frame of ckpt's is not the command's: in-process runs share
+    ``sys.stderr`` with what other tests left running, e.g. a TensorStore future an Orbax call
+    awaited in an asyncio loop that has closed since; it completes later and TensorStore's
+    thread prints ``RuntimeError: Event loop is closed`` (asyncio frames only) into whatever
+    captures ``sys.stderr`` at that moment (seen once in a clean-clone CI, during a fuzz run)."""
+    for line in stderr.splitlines():
+        if line.startswith("ckpt: internal error"):
+            return line
+    for chunk in stderr.split(TRACEBACK)[1:]:
+        block = []
+        for line in chunk.splitlines()[1:]:
+            block.append(line)
+            if line and not line[0].isspace():
+                break  # the exception's own line ends the traceback
+        if any(line.lstrip().startswith("File ") and "ckpt_cli" in line for line in block):
+            return TRACEBACK + "\n" + "\n".join(block)
+    return None
