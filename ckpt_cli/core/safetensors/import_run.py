@@ -98,7 +98,7 @@ def _leaf_outs(plan: ImportPlan, ctx: ImportContext) -> list[LeafOut]:
             source=_reader(leaf.expr, ctx),
             sharding=leaf.sharding,
             write_shape=leaf.write_shape,
-            fresh_blocks=True,  # each block is read into a new array (SafetensorsReader)
+            fresh_blocks=ops.fresh_blocks(leaf.expr),
         )
         for leaf in plan.leaves
     ] + empties

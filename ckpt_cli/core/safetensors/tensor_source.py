@@ -15,6 +15,7 @@ from ckpt_cli.core.spec import ops
 class TensorSource(ops.Node):
     """A tensor of a safetensors file: any region is read with positioned reads."""
 
+    fresh = True  # each region read into a new array (``SafetensorsReader.read_box``)
     path: str
     tensor: str
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
 from ckpt_cli.core.format.dtypes import all_finite
@@ -116,6 +116,10 @@ class EvalContext:
 class Node:
     shape: tuple[int, ...]
     dtype: str
+    #: Whether every block ``fetch`` gives is an array that nothing else holds or changes
+    #: afterwards, so a writer may hand it to TensorStore without a copy (``fresh_blocks``);
+    #: None: as its inputs' blocks are (it hands them on, or copies them).
+    fresh: ClassVar[bool | None] = False
 
     @property
     def inputs(self) -> tuple[Node, ...]:
@@ -142,6 +146,7 @@ class Node:
 
 @dataclass(frozen=True, eq=False)
 class Source(Node):
+    fresh = True  # decoded into a new array, or TensorStore's own result
     name: str
     info: ArrayInfo
     database: str
@@ -157,6 +162,7 @@ def source_reads(exprs: Mapping[str, Node | None]) -> dict[str, Source]:
 
 @dataclass(frozen=True, eq=False)
 class Init(Node):
+    fresh = True
     init: Initializer
     key_name: str  # the leaf name that keys the random values
 
@@ -166,6 +172,7 @@ class Init(Node):
 
 @dataclass(frozen=True, eq=False)
 class Const(Node):
+    fresh = True
     value: float | int | bool
 
     def fetch(self, region: Region, ctx: EvalContext) -> Any:
@@ -185,6 +192,7 @@ class Unary(Node):
 
 @dataclass(frozen=True, eq=False)
 class Cast(Unary):
+    fresh = True  # ``astype`` copies
     rounding: str | None
     label: str  # "rule 3 (cast)", for errors found in the data
     leaf: str
@@ -226,6 +234,7 @@ class Cast(Unary):
 
 @dataclass(frozen=True, eq=False)
 class Resize(Unary):
+    fresh = None
     init: Initializer | None
     key_name: str
 
@@ -276,6 +285,7 @@ def _local(box: Region, region: Region) -> Region:
 
 @dataclass(frozen=True, eq=False)
 class Transpose(Unary):
+    fresh = None
     axes: tuple[int, ...]
 
     def fetch(self, region: Region, ctx: EvalContext) -> Any:
@@ -293,6 +303,7 @@ class Transpose(Unary):
 
 @dataclass(frozen=True, eq=False)
 class Slice(Unary):
+    fresh = None
     axis: int
     start: int
 
@@ -305,6 +316,7 @@ class Slice(Unary):
 
 @dataclass(frozen=True, eq=False)
 class Concat(Node):
+    fresh = None
     parts: tuple[Node, ...]
     axis: int
 
@@ -341,6 +353,8 @@ def _as_dtype(dtype: str) -> Callable[[Any], Any]:
 @dataclass(frozen=True, eq=False)
 class Whole(Unary):
     """Base of the nodes that compute their whole value at once (held while the leaf is written)."""
+
+    fresh = True  # each block a copy out of the held value
 
     @property
     def whole(self) -> bool:
@@ -393,15 +407,11 @@ class Python(Whole):
 
 
 def fresh_blocks(expr: Node) -> bool:
-    """Whether every block ``expr.fetch`` gives is an array that nothing else holds or changes
-    afterwards, so TensorStore may encode from it without a copy: a stored leaf's read (decoded
-    into a new array, or TensorStore's own result), generated values, a cast (``astype``
-    copies), a block copied out of a held whole value; a transpose, slice, resize or concat
-    of such blocks. Any other node: False (its blocks are copied)."""
-    if isinstance(expr, Source | Init | Const | Cast | Whole):
-        return True
-    parts = isinstance(expr, Transpose | Slice | Resize | Concat)
-    return parts and all(fresh_blocks(n) for n in expr.inputs)
+    """Whether every block ``expr.fetch`` gives is its own (``Node.fresh``, through the nodes
+    that hand their inputs' blocks on): TensorStore may then encode from it without a copy."""
+    if expr.fresh is None:
+        return all(fresh_blocks(n) for n in expr.inputs)
+    return expr.fresh
 
 
 def source_chunks(expr: Node) -> tuple[int, ...] | None:
