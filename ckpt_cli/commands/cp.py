@@ -12,6 +12,7 @@ from ckpt_cli.commands._command import Command, JsonOutput, Writer
 from ckpt_cli.commands._complete import complete_root_at_step
 from ckpt_cli.commands._context import run_context, write_plan
 from ckpt_cli.commands._output import note, warn
+from ckpt_cli.errors import Interrupted
 
 if TYPE_CHECKING:
     from ckpt_cli.core.copy.execute import CopyResult
@@ -50,6 +51,15 @@ CpStepsOpt = Annotated[
     ),
 ]
 CpLatestOpt = Annotated[bool, typer.Option("--latest", help="Copy the latest committed step.")]
+UnfinishedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--unfinished",
+        help="Also copy the selected steps a save or deletion did not finish (uncommitted, v1 "
+        "partial saves), as they are: never given a commit marker, so they stay unfinished "
+        "at the destination. Tmp dirs are never copied.",
+    ),
+]
 CpVerifyOpt = Annotated[
     bool,
     typer.Option(
@@ -81,6 +91,7 @@ def cp(
     step: CpStepOpt = None,
     steps: CpStepsOpt = None,
     latest: CpLatestOpt = False,
+    unfinished: UnfinishedOpt = False,
     verify: CpVerifyOpt = False,
     concurrency: ConcurrencyOpt = 16,
     dry_run: CpDryRunOpt = False,
@@ -94,6 +105,9 @@ def cp(
     without `commit_success.txt` gets one (Orbax #394). Files stream in pieces, several at
     once. Rerun after a kill: files already at the destination with the right size and
     checksum are kept, the rest is copied; committed steps there are checked, never changed.
+    Interrupted (Ctrl-C, SIGTERM), it says which steps it copied and keeps the files of the
+    step it was copying where no reader takes them for a step (a tmp dir; in a bucket the step
+    without commit_success.txt), for the rerun to resume.
     Unfinished and uncommitted source steps are not copied. Checkpointer saves side by side
     (`ckpt_dir/state`) are copied save by save (`DST/state`); step options do not apply.
 
@@ -101,8 +115,6 @@ def cp(
     3 not a checkpoint, unreadable, or refused (a different step at the destination).
     """
     from ckpt_cli.commands import cp_text as render
-    from ckpt_cli.commands._write_text import cleanup_notes
-    from ckpt_cli.core.copy.execute import execute_copy
     from ckpt_cli.core.copy.plan import plan_copy
 
     run = run_context(ctx, json_out)
@@ -115,25 +127,36 @@ def cp(
         verify=verify,
         concurrency=concurrency,
         storage=run.storage,
+        unfinished=unfinished,
     )
-
-    def execute(plan: CopyPlan, on_progress: ProgressFn | None) -> CopyResult:
-        result = execute_copy(plan, on_progress)
-        for message in cleanup_notes(result.uploads):
-            note(message)
-        for message in result.uploads.failed:
-            warn(message)
-        return result
-
     write_plan(
         run,
         plan,
-        execute,
+        _execute,
         dry_run=dry_run,
         print_plan=render.print_plan,
         print_result=render.print_result,
         warnings=plan.warnings,
     )
+
+
+def _execute(plan: CopyPlan, on_progress: ProgressFn | None) -> CopyResult:
+    """The copy, then its notes on open uploads cleaned up; interrupted, what it leaves."""
+    from ckpt_cli.commands import cp_text as render
+    from ckpt_cli.commands._write_text import cleanup_notes
+    from ckpt_cli.core.copy.execute import execute_copy, left_behind
+
+    try:
+        result = execute_copy(plan, on_progress)
+    except Interrupted:
+        # Kept, not removed: a rerun resumes the unfinished step from what it holds.
+        note(render.interrupted_note(left_behind(plan)))
+        raise
+    for message in cleanup_notes(result.uploads):
+        note(message)
+    for message in result.uploads.failed:
+        warn(message)
+    return result
 
 
 def _json() -> JsonOutput:

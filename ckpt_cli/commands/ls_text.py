@@ -14,9 +14,10 @@ from ckpt_cli.commands._text import (
     table_lines,
     use_color,
 )
+from ckpt_cli.core.format.names import DELETION_RECORD, TMP_MARKER
 from ckpt_cli.core.listing import RootListing, StepInfo
 
-_STATUS = {"committed": "green", "incomplete": "yellow", "uncommitted": "red"}
+_STATUS = {"committed": "green", "incomplete": "yellow", "uncommitted": "red", "partial": "yellow"}
 
 
 def print_listing(listing: RootListing, extra: list[str] | None = None) -> None:
@@ -28,7 +29,6 @@ def print_listing(listing: RootListing, extra: list[str] | None = None) -> None:
         when = s.committed_at.astimezone().strftime("%Y-%m-%d %H:%M")
         if s.time_source == "mtime":
             when += " (mtime)"
-        metrics = ", ".join(f"{k}={_metric(v)}" for k, v in (s.metrics or {}).items())
         rows.append(
             [
                 (_label(s, listing.root), ""),
@@ -36,9 +36,9 @@ def print_listing(listing: RootListing, extra: list[str] | None = None) -> None:
                 (when, ""),
                 (human_age(s.committed_at), ""),
                 (human_bytes(s.size_bytes), ""),
-                (",".join(s.items), ""),
+                (",".join([*s.items, *(f"{d} (deleting)" for d in s.deleting)]), ""),
                 (",".join(sorted(set(s.formats.values()))), ""),
-                (metrics, ""),
+                _metrics_cell(s),
             ]
         )
     # Metrics last: the column that grows, wrapped at spaces (or each step a block) when the
@@ -71,12 +71,30 @@ def print_listing(listing: RootListing, extra: list[str] | None = None) -> None:
         if s.pinned is not None:
             note = f": {s.pinned.note}" if s.pinned.note else ""
             texts.append(f"pinned {s.step}{note} (prune keeps it; `ckpt unpin` releases it)")
+    texts += _tier_lines(listing.steps)
     if listing.root_metadata and listing.root_metadata.get("custom_metadata"):
         texts.append(f"root metadata: {json.dumps(listing.root_metadata['custom_metadata'])}")
     texts += extra or []
     for text in texts:
         out += said(text, color)
     emit(out, color)
+
+
+def _tier_lines(steps: tuple[StepInfo, ...]) -> list[str]:
+    """One line per local tier among the steps (committed, whole for their host only)."""
+    by_note: dict[str, list[StepInfo]] = {}
+    for s in steps:
+        if s.local_tier is not None:
+            looks = "looks like the " if s.local_tier.marker == "single-writer" else ""
+            by_note.setdefault(looks + s.local_tier.describe(), []).append(s)
+    out = []
+    for note, group in by_note.items():
+        if all(s.numbered for s in group):
+            what = ("steps " if len(group) > 1 else "step ") + ", ".join(str(s.step) for s in group)
+        else:
+            what = ", ".join(_what(s) for s in group)
+        out.append(f"{what}: {note}")
+    return out
 
 
 def _kind_column(
@@ -105,8 +123,21 @@ def warnings(listing: RootListing) -> list[str]:
     out = [f"step {s.step}: {s.problem}" for s in listing.steps if s.problem]
     if listing.ignored:
         out.append(f"not steps, ignored: {', '.join(listing.ignored)}")
-    out += [_uncommitted_hint(s, listing.root) for s in listing.steps if s.status == "uncommitted"]
+    for s in listing.steps:
+        if s.status == "uncommitted" and s.path.startswith(("s3://", "gs://")):
+            out.append(_uncommitted_hint(s, listing.root))
+        elif s.status != "committed" and s.reason and TMP_MARKER not in s.name:
+            out.append(f"{_what(s)} is {s.status}: {s.reason}")
+        if s.deleting:
+            out.append(
+                f"{_what(s)}: item {', '.join(s.deleting)} is being deleted "
+                f"({DELETION_RECORD}): Orbax restores the step without it"
+            )
     return out
+
+
+def _what(s: StepInfo) -> str:
+    return f"step {s.step}" if s.numbered else f"save {s.name}"
 
 
 def _uncommitted_hint(s: StepInfo, root: str) -> str:
@@ -139,7 +170,19 @@ def _uncommitted_save_hint(s: StepInfo) -> str:
     )
 
 
+_NONFINITE = {"nan": "NaN", "inf": "Inf", "-inf": "-Inf"}
+
+
+def _metrics_cell(s: StepInfo) -> tuple[str, str]:
+    """``loss=0.31, acc=0.9``; red when a metric is NaN or Inf (a diverged run), spelt as
+    diff's notes spell them."""
+    shown = [(k, _metric(v)) for k, v in (s.metrics or {}).items()]
+    diverged = any(v in _NONFINITE.values() for _, v in shown)
+    return ", ".join(f"{k}={v}" for k, v in shown), "red" if diverged else ""
+
+
 def _metric(value: object) -> str:
     if isinstance(value, float):
-        return f"{value:.4g}"
+        text = f"{value:.4g}"
+        return _NONFINITE.get(text, text)
     return str(value)

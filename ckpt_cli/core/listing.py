@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -19,6 +20,7 @@ from ckpt_cli.core.format.discovery import (
     step_items,
     step_ref,
 )
+from ckpt_cli.core.format.emergency import LocalTier, is_local_root_entry
 from ckpt_cli.core.format.metadata import (
     FLAGS_TAIL_BYTES,
     StepMetadata,
@@ -37,7 +39,9 @@ from ckpt_cli.core.format.names import (
     parse_step_name,
 )
 from ckpt_cli.core.format.pins import PIN_FILE, Pin, PinJSON, read_pin
+from ckpt_cli.core.format.tiers import listed_local_tier
 from ckpt_cli.core.schema import JSONValue
+from ckpt_cli.core.schema.finite import NonFinite, split_nonfinite
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.storage.base import Entry
 from ckpt_cli.errors import CkptError, NotACheckpointError, NotFoundError
@@ -56,17 +60,36 @@ class StepJSON(TypedDict):
     step: int | None
     name: str
     path: str
-    status: Literal["committed", "incomplete", "uncommitted"]
+    status: Literal["committed", "incomplete", "uncommitted", "partial"]
+    #: schema 4: why the step is not committed (the writer's evidence), null when it is.
+    reason: str | None
+    #: schema 4: items a deletion record names (being deleted; the step restores without them)
+    deleting: list[str]
     latest: bool
     committed_at: str
     time_source: TimeSource
     size_bytes: int
     items: list[str]
-    metrics: JSONValue
+    metrics: JSONValue  # NaN/Inf as null (JSON has neither): ``metrics_nonfinite`` says which
+    #: schema 5: each NaN/Inf metric -> ``"nan"``, ``"inf"`` or ``"-inf"`` (``{}``: none)
+    metrics_nonfinite: dict[str, NonFinite]
     formats: dict[str, str]
     problem: str | None
     pinned: PinJSON | None
     kind: EntryKind
+    #: schema 6: the step is one host's local tier of Orbax's emergency checkpointing (only
+    #: that host's shards are stored in it); null for any other step.
+    local_tier: StepTierJSON | None
+
+
+class StepTierJSON(TypedDict):
+    """A local tier: what marks it (``process-metadata``: Orbax's marker item;
+    ``single-writer``: the chunks of the p2p manager's, which writes none), whose shards."""
+
+    marker: Literal["process-metadata", "single-writer"]
+    process: int | None
+    devices: list[int] | None
+    note: str
 
 
 class LsJSON(TypedDict):
@@ -100,31 +123,55 @@ class StepInfo:
     numbered: bool = True
     pinned: Pin | None = None  # ``ckpt pin``: prune always keeps the step
     kind: EntryKind = "step"
+    reason: str | None = None  # why it is not committed (``evidence.judge``)
+    deleting: tuple[str, ...] = ()  # items being deleted (a deletion record)
+    #: One host's local tier of Orbax's emergency checkpointing (``format/tiers``).
+    local_tier: LocalTier | None = None
 
     def to_json(self) -> StepJSON:
+        metrics, nonfinite = split_nonfinite(self.metrics)
         return {
             "step": self.step if self.numbered else None,
             "name": self.name,
             "path": self.path,
             "status": self.status,
+            "reason": self.reason,
+            "deleting": list(self.deleting),
             "latest": self.latest,
             "committed_at": self.committed_at.isoformat(),
             "time_source": self.time_source,
             "size_bytes": self.size_bytes,
             "items": list(self.items),
-            "metrics": self.metrics,
+            "metrics": metrics,
+            "metrics_nonfinite": nonfinite,
             "formats": self.formats,
             "problem": self.problem,
             "pinned": self.pinned.to_json() if self.pinned else None,
             "kind": self.kind,
+            "local_tier": _tier_json(self.local_tier),
         }
+
+
+def _tier_json(tier: LocalTier | None) -> StepTierJSON | None:
+    if tier is None:
+        return None
+    looks = "looks like the " if tier.marker == "single-writer" else ""
+    return {
+        "marker": tier.marker,
+        "process": tier.process,
+        "devices": list(tier.devices) if tier.devices is not None else None,
+        "note": looks + tier.describe(),
+    }
 
 
 @dataclass(frozen=True)
 class RootListing:
     #: 2: a step saved without a CheckpointManager has ``"step": null`` (1 said integer, and
-    #: printed null all the same). 3: each entry's ``kind`` (step, save, flax).
-    SCHEMA_VERSION: ClassVar[int] = 3
+    #: printed null all the same). 3: each entry's ``kind`` (step, save, flax). 4: status
+    #: ``partial`` (a v1 partial save), each entry's ``reason`` and ``deleting``. 5: a NaN/Inf
+    #: metric is null, ``metrics_nonfinite`` says which (Orbax writes ``{"loss": NaN}``). 6:
+    #: each entry's ``local_tier`` (one host's shards of Orbax's emergency checkpointing).
+    SCHEMA_VERSION: ClassVar[int] = 6
 
     root: str
     steps: tuple[StepInfo, ...]
@@ -195,7 +242,7 @@ def _step_info_from_listing(ref: StepRef) -> StepInfo:
     """
     loc = ref.location
     marker = next(e for e in ref.children if e.name == COMMIT_MARKER)
-    items = step_items(loc, ref.children, None)
+    items = [i for i in step_items(loc, ref.children, None) if i not in ref.deleting]
     formats: dict[str, str] = {}
     metrics = None
     problem = None
@@ -231,6 +278,8 @@ def _step_info_from_listing(ref: StepRef) -> StepInfo:
         problem=problem,
         pinned=read_pin(loc, ref.children),
         kind=_kind(ref),
+        deleting=ref.deleting,
+        local_tier=_local_tier(ref, meta),
     )
 
 
@@ -247,6 +296,8 @@ def step_info(ref: StepRef, from_listing: bool = False) -> StepInfo:
     listing (see ``_step_info_from_listing``); prune keeps the exact commit timestamps.
     """
     loc = ref.location
+    if ref.status == "partial":
+        return _partial_info(ref)
     # A directory taken for a step without a marker of its own (several Checkpointer saves
     # side by side) has no marker time to take from the listing: read it like a local step.
     if (
@@ -267,6 +318,9 @@ def step_info(ref: StepRef, from_listing: bool = False) -> StepInfo:
         committed_at = datetime.fromtimestamp(loc.mtime(), tz=timezone.utc)
         source = "mtime"
     items = step_items(loc, ref.children, meta.item_handlers if meta else None)
+    items = [i for i in items if i not in ref.deleting]
+    if not ref.committed:  # an unfinished save or a deletion's leftover: what is there only
+        items = [i for i in items if i in ref.child_names]
     formats: dict[str, str] = {}
     metrics = None
     try:
@@ -290,6 +344,43 @@ def step_info(ref: StepRef, from_listing: bool = False) -> StepInfo:
         problem=problem,
         pinned=read_pin(loc, ref.children),
         kind=_kind(ref),
+        reason=ref.reason,
+        deleting=ref.deleting,
+        local_tier=_local_tier(ref, meta),
+    )
+
+
+def _local_tier(ref: StepRef, meta: StepMetadata | None) -> LocalTier | None:
+    """The local tier a committed step is (only its host's shards stored): still committed."""
+    if not ref.committed:
+        return None
+    handlers = meta.item_handlers if meta else None
+    confirm = not ref.location.requires_commit_marker  # local tiers live on local disks
+    try:
+        return listed_local_tier(ref.location, ref.children, handlers, confirm)
+    except CkptError:
+        return None
+
+
+def _partial_info(ref: StepRef) -> StepInfo:
+    """A v1 partial save in progress: its age (the newest file in it), its size, its reason;
+    no items or metrics (they live in its pending saves until ``finalize`` merges them)."""
+    loc = ref.location
+    newest = loc.mtime()
+    with contextlib.suppress(CkptError):
+        newest = max([newest, *(e.mtime for _, e in loc.walk())])
+    return StepInfo(
+        step=ref.step,
+        name=ref.name,
+        path=str(loc),
+        status=ref.status,
+        committed_at=datetime.fromtimestamp(newest, tz=timezone.utc),
+        time_source="mtime",
+        size_bytes=loc.du(),
+        items=(),
+        metrics=None,
+        formats={},
+        reason=ref.reason,
     )
 
 
@@ -352,6 +443,7 @@ def _ignored(location: Location, entries: Sequence[Entry], steps: set[str]) -> t
         and e.name not in steps
         and e.name != "metadata"
         and not e.name.startswith(".")
+        and not is_local_root_entry(e.name)  # the emergency managers' files beside the steps
         and not (location.requires_commit_marker and location.child(e.name, TOMBSTONE).is_file())
         and (location.requires_commit_marker or location.child(e.name).exists())  # not vanished
     )

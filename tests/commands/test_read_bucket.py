@@ -127,10 +127,23 @@ def test_mark_committed_refuses_a_damaged_step(cli: Any, s3: S3, s3_prefix: str)
     ]
 
 
-def test_mark_committed_needs_one_step(cli: Any, s3: S3) -> None:
-    result = cli("verify", s3.fixture("seed_mlp"), "--mark-committed")
-    assert result.code == 2
-    assert "--step" in result.stderr
+def test_mark_committed_of_a_root_stamps_each_clean_step(cli: Any, s3: S3, s3_prefix: str) -> None:
+    """A root copied without its markers: every step that checks clean gets one; a damaged
+    step is left without (and the run exits 1)."""
+    url = s3.put_dir(
+        FIXTURES / "seed_mlp",
+        s3_prefix,
+        skip=lambda rel: (
+            rel.endswith("commit_success.txt")
+            or (rel.startswith("300/") and "/ocdbt.process_0/d/" in f"/{rel}")
+        ),
+    )
+    result = cli("verify", url, "--deep", "--mark-committed", "--json")
+    assert result.code == 1
+    assert sorted(result.json()["marked_committed"]) == [f"{url}/400", f"{url}/500"]
+    status = {s["step"]: s["status"] for s in cli("ls", url, "--json").json()["steps"]}
+    assert status == {300: "uncommitted", 400: "committed", 500: "committed"}
+    assert cli("verify", url, "--latest", "--mark-committed").code == 2
 
 
 def test_dead_endpoint_fails_with_one_line(cli: Any, s3: S3) -> None:

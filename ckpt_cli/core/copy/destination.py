@@ -134,11 +134,14 @@ def dest_state(
     source: Location,
     destination: Location,
     entries: dict[str, bool],
+    *,
+    marker: bool = True,
 ) -> StepCopy:
-    """One source step against what the destination holds under its name."""
+    """One source step against what the destination holds under its name; ``marker`` False:
+    an unfinished step copied as it is, never given the commit marker it lacks."""
     objects = source_objects(source)
     has_marker = any(o.rel == COMMIT_MARKER for o in objects)
-    add_marker = destination.requires_commit_marker and not has_marker
+    add_marker = marker and destination.requires_commit_marker and not has_marker
     target = destination.child(name)
     in_place = destination.requires_commit_marker
     leftovers = []

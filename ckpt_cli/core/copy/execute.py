@@ -18,7 +18,9 @@ while it streams; the last piece is held back until the check passes, so a file 
 never completed at the destination, and its step gets no markers (its other files are removed).
 
 Interrupts: ``Interrupted`` (SIGINT/SIGTERM) stops every copy at its next piece; what was
-written stays as an unfinished ckpt write, which the next run resumes.
+written stays as an unfinished ckpt write, which the next run resumes: locally a tmp dir no
+reader takes for a step, in a bucket a step without ``commit_success.txt`` (uncommitted).
+``left_behind`` says afterwards which steps are committed and where the unfinished ones are.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.claim import claim_root
 from ckpt_cli.core.write.uploads import UploadCleanup, abort_under_claim
-from ckpt_cli.errors import DigestMismatchError, RefusedError
+from ckpt_cli.errors import CkptError, DigestMismatchError, RefusedError
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,38 @@ def execute_copy(plan: CopyPlan, on_progress: ProgressFn | None = None) -> CopyR
             result=result.to_json(),
         )
     return result
+
+
+@dataclass(frozen=True)
+class CopyLeft:
+    """What a stopped copy left at the destination, from a fresh listing: the planned steps
+    committed there now, and where each unfinished one is kept for a rerun to resume (a tmp
+    dir locally, the uncommitted step itself in a bucket)."""
+
+    planned: int
+    committed: tuple[str, ...]
+    unfinished: tuple[tuple[str, Location], ...]
+
+
+def left_behind(plan: CopyPlan) -> CopyLeft:
+    """After ``execute_copy`` stopped (an interrupt): each planned step as the destination holds
+    it now. Listings only; a step that cannot be told (its listing failed) is left out."""
+    destination = plan.destination
+    committed: list[str] = []
+    unfinished: list[tuple[str, Location]] = []
+    with contextlib.suppress(CkptError):
+        destination.refresh()
+        entries = dest_entries(destination)
+        for s in plan.steps:
+            try:
+                now = dest_state(s.step, s.name, s.source, destination, entries)
+            except CkptError:
+                continue
+            if now.state == "present":
+                committed.append(s.name)
+            elif now.state == "resume":
+                unfinished.append((s.name, now.write_to))
+    return CopyLeft(len(plan.steps), tuple(committed), tuple(unfinished))
 
 
 def _outcome(jobs: list[StepJob], runner: _Runner, seconds: float) -> CpOutcomeJSON:

@@ -15,7 +15,6 @@ gets one, as Orbax writes on GCS: without it the copy is uncommitted (Orbax #394
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, TypedDict
 
@@ -35,13 +34,15 @@ from ckpt_cli.core.format.discovery import (
     detect,
     legacy_msgpack_error,
     list_saves,
+    step_ref,
 )
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
     ROOT_METADATA_DIR,
+    TMP_MARKER,
     parse_step_name,
 )
-from ckpt_cli.core.step_ranges import StepSelection
+from ckpt_cli.core.step_ranges import StepSelection, split_at
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.errors import (
     CkptError,
@@ -189,13 +190,12 @@ class CopyPlan:
 
 
 def _split_at(src: str) -> tuple[str, str | None]:
-    """``ROOT@STEPS`` -> (ROOT, STEPS) unless a path of that very name exists."""
-    import os
-
-    path, at, tail = src.rpartition("@")
-    if at and path and re.fullmatch(r"[\d,\-\s]+", tail) and not os.path.exists(src):
-        return path, tail
-    return src, None
+    """``ROOT@STEPS`` -> (ROOT, STEPS) unless a path of that very name exists (the one rule,
+    ``step_ranges.split_at``); a copy takes whole steps, so ``ROOT@STEP:ITEM`` is refused."""
+    path, steps, item = split_at(src)
+    if item is not None:
+        raise UsageError(f"{src} names an item ({item}): cp copies whole steps (ROOT@STEPS)")
+    return path, steps
 
 
 def plan_copy(
@@ -208,10 +208,13 @@ def plan_copy(
     verify: bool = False,
     concurrency: int = 16,
     storage: StorageOptions | None = None,
+    unfinished: bool = False,
 ) -> CopyPlan:
     """What ``ckpt cp SRC DST`` would copy (reads listings only): ``steps`` by number,
     ``step_ranges`` as ``--steps`` (``"100-300,500"``), ``latest``, or a ``ROOT@STEPS`` source;
-    ``verify`` and ``concurrency`` are how ``execute_copy`` will copy."""
+    ``verify`` and ``concurrency`` are how ``execute_copy`` will copy. ``unfinished``: also the
+    selected steps a save or deletion has not finished (uncommitted, partial), copied as they
+    are, never given a commit marker; unfinished saves in tmp dirs never."""
     if concurrency < 1:
         raise UsageError(f"--concurrency {concurrency}: at least 1 file at a time")
     from ckpt_cli.core.copy.select import combine
@@ -222,11 +225,15 @@ def plan_copy(
     destination = open_location(dst, storage)
     if source == destination or destination.is_within(source) or source.is_within(destination):
         raise UsageError(f"{dst} and {path} overlap: copy into a directory outside the source")
-    chosen, skipped, root_files = _sources(source, selection)
-    warnings: list[str] = []
+    chosen, skipped, root_files, as_is = _sources(source, selection, unfinished)
+    warnings = [f"{name}: {why}; copied as it is, without a commit marker" for name, why in as_is]
     entries = dest_entries(destination)
     root_files = [with_dest(o, destination) for o in root_files]
-    planned = tuple(dest_state(n, name, loc, destination, entries) for n, name, loc in chosen)
+    unmarked = {name for name, _ in as_is}
+    planned = tuple(
+        dest_state(n, name, loc, destination, entries, marker=name not in unmarked)
+        for n, name, loc in chosen
+    )
     for o in root_files:
         if o.dest_size is not None and o.dest_size != o.size:
             warnings.append(f"{destination}/{o.rel} differs from the source's: kept as it is")
@@ -241,25 +248,27 @@ Chosen = tuple[int | None, str, Location]
 
 
 def _sources(
-    source: Location, selection: StepSelection
-) -> tuple[list[Chosen], list[tuple[str, str]], list[CopyObject]]:
-    """The steps (or saves) of ``source`` to copy, those selected but not copied and why, and
-    the root's own metadata files."""
+    source: Location, selection: StepSelection, unfinished: bool = False
+) -> tuple[list[Chosen], list[tuple[str, str]], list[CopyObject], list[tuple[str, str]]]:
+    """The steps (or saves) of ``source`` to copy, those selected but not copied and why, the
+    root's own metadata files, and the unfinished steps copied as they are (with ``unfinished``)
+    and why each is not committed."""
     found = detect(source)
     if found.kind in ("legacy", "item"):
         raise _not_a_run(source, found.kind)
     if found.kind == "step":
         saves = list_saves(source, found.entries)
         if saves:
-            return _saves(source, saves, selection), _not_copied(saves, selection), []
+            return _saves(source, saves, selection), _not_copied(saves, selection), [], []
         if not selection.everything:
             raise UsageError(f"{source} is a step directory: the step options do not apply")
-        return [_lone_step(source, found)], [], []
+        return [_lone_step(source, found)], [], [], []
     all_steps = found.steps or []
-    chosen: list[Chosen] = [
-        (s.step, s.name, s.location) for s in _choose(source, all_steps, selection)
-    ]
-    return chosen, _not_copied(all_steps, selection), _root_files(source)
+    picked = _choose(source, all_steps, selection, unfinished)
+    chosen: list[Chosen] = [(s.step, s.name, s.location) for s in picked]
+    as_is = [(s.name, _why_not_copied(s)) for s in picked if not s.committed]
+    skipped = [(n, w) for n, w in _not_copied(all_steps, selection) if n not in dict(as_is)]
+    return chosen, skipped, _root_files(source), as_is
 
 
 def _saves(source: Location, saves: list[StepRef], selection: StepSelection) -> list[Chosen]:
@@ -294,15 +303,17 @@ def _not_a_run(source: Location, kind: str) -> CkptError:
 def _lone_step(source: Location, found: Detected) -> Chosen:
     """A step directory given as the source: copied when committed."""
     parsed = parse_step_name(source.name)
-    names = frozenset(e.name for e in found.entries)
     if parsed is not None and parsed.tmp:
         raise NotACheckpointError(
             f"{source} is an unfinished save", hint="copy only committed steps"
         )
-    if source.requires_commit_marker and COMMIT_MARKER not in names:
+    ref = step_ref(source, found.entries)
+    if not ref.committed:
         raise NotACheckpointError(
-            f"{source} is uncommitted (no {COMMIT_MARKER})",
-            hint=f"if it is whole, `ckpt verify {source} --mark-committed` first",
+            f"{source} is {ref.status}: {ref.reason}",
+            hint=f"if it is whole, `ckpt verify {source} --mark-committed` first"
+            if ref.stampable
+            else "copy only committed steps",
         )
     return (parsed.step if parsed else None, source.name, source)
 
@@ -310,13 +321,20 @@ def _lone_step(source: Location, found: Detected) -> Chosen:
 def _not_copied(steps: list[StepRef], selection: StepSelection) -> list[tuple[str, str]]:
     """The selected steps that are not committed, and why they are not copied."""
     return [
-        (
-            s.name,
-            "unfinished save" if s.status == "incomplete" else f"uncommitted (no {COMMIT_MARKER})",
-        )
+        (s.name, _why_not_copied(s))
         for s in steps
         if not s.committed and (selection.everything or selection.matches(s.step))
     ]
+
+
+def _why_not_copied(s: StepRef) -> str:
+    """A skipped step's reason: the two every release has seen in the same words (a tmp dir, an
+    object-store step without its marker), else its state and its writer's evidence."""
+    if s.status == "incomplete" and TMP_MARKER in s.name:
+        return "unfinished save"
+    if s.status == "uncommitted" and s.location.requires_commit_marker:
+        return f"uncommitted (no {COMMIT_MARKER})"
+    return f"{s.status}: {s.reason}" if s.reason else s.status
 
 
 def _root_files(source: Location) -> list[CopyObject]:
@@ -329,8 +347,13 @@ def _root_files(source: Location) -> list[CopyObject]:
     ]
 
 
-def _choose(root: Location, steps: list[StepRef], sel: StepSelection) -> list[StepRef]:
-    committed = [s for s in steps if s.committed]
+def _choose(
+    root: Location, steps: list[StepRef], sel: StepSelection, unfinished: bool = False
+) -> list[StepRef]:
+    # With ``unfinished``: the steps a save or deletion left unfinished too, never a tmp dir.
+    committed = [
+        s for s in steps if s.committed or (unfinished and s.status in ("uncommitted", "partial"))
+    ]
     if sel.everything:
         if not committed:
             raise NotACheckpointError(
@@ -346,7 +369,7 @@ def _choose(root: Location, steps: list[StepRef], sel: StepSelection) -> list[St
         matches = [s for s in steps if s.step == n]
         if not matches:
             raise NotFoundError(f"step {n} not found in {root}", hint=f"committed steps: {have}")
-        if not any(s.committed for s in matches):
+        if not any(s in committed for s in matches):
             raise NotACheckpointError(
                 f"step {n} of {root} is {matches[0].status} ({matches[0].name})",
                 hint="cp copies committed steps only",

@@ -30,7 +30,7 @@ def uncompared(steps: list[StepUsage]) -> list[Slot]:
     for si, s in enumerate(steps):
         for ii, item in enumerate(s.items):
             for leaf in item.leaves:
-                if leaf.logical_bytes is not None:
+                if leaf.logical_bytes is not None and not leaf.partial:
                     seen[(item.name, leaf.name, leaf.dtype, leaf.shape)].append((si, ii, leaf.name))
     out = []
     for slots in seen.values():

@@ -1,6 +1,8 @@
 """Attribute an OCDBT item's bytes to its leaves, and find the bytes no version reads.
 
-One walk of every database of the item (the merged root and every ``ocdbt.process_N``),
+One walk of every database of the item (the merged root and every per-process database,
+whatever its name: ``ocdbt.process_<id>``, ``ocdbt.process_replica_<id>``, a v1 partial save's
+renamed ``ocdbt.process_0<uuid hex>``; ``format/ocdbt.item_databases``),
 decoded here (``format/ocdbt.py``): every manifest in one batched read, then the b-tree nodes
 of every version a level at a time, each node read once, with the version tree nodes that hold
 the versions older than a manifest lists (more than 16 commits); ``walk_items`` walks many
@@ -11,11 +13,12 @@ referenced, not decoded (as ``verify/ocdbt.scan_database`` does). Where this dec
 numbered manifest, damage), TensorStore walks the item instead
 (``scan_with_tensorstore``), and says what is damaged.
 
-A data file below ``d/`` that no version of any database references is garbage. So are the
+A data file of a database (below its ``d/``, or its split ``ocdbt_meta/`` and ``ocdbt_data/``:
+``format/ocdbt.database_of``) that no version of any database references is garbage. So are the
 bytes of a referenced data file that no value of the latest version and no node of any
 version covers: the values only older versions read (a rewrite in place leaves them). The
 latest version is the merged root's where there is one (what Orbax and TensorStore open; the
-per-process databases are where its data files live), else each ``ocdbt.process_N``'s. The
+per-process databases are where its data files live), else each per-process database's. The
 b-tree nodes of older versions are metadata, not garbage: every Orbax save commits several
 versions (one per batch of writes), each with its own root node. When a walk cannot finish
 (damage), no garbage is reported for the item: never a false alarm.
@@ -23,19 +26,21 @@ versions (one per batch of writes), each with its own root node. When a walk can
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ckpt_cli.core.format.names import MANIFEST
+from ckpt_cli.core.format.names import MANIFEST, is_process_db
 from ckpt_cli.core.format.ocdbt import (
+    DATA_DIRS,
     MAX_HEIGHT,
     NodeRef,
     OcdbtFormatError,
     Value,
     VersionNodeRef,
+    database_of,
     decode_node,
     decode_version_node,
+    item_databases,
     item_file,
     read_manifest,
     read_values,
@@ -43,10 +48,6 @@ from ckpt_cli.core.format.ocdbt import (
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import CkptError
 
-_PROCESS_MANIFEST = re.compile(r"(ocdbt\.process_\d+)/" + re.escape(MANIFEST))
-_DATA_FILE = re.compile(r"(?:ocdbt\.process_\d+/)?d/[^/]+")
-#: A per-process manifest anywhere below a path: group 1, its item's directory ("" or "…/").
-_MERGED_BESIDE = re.compile(r"((?:.*/)?)ocdbt\.process_\d+/" + re.escape(MANIFEST))
 #: (item-relative file, offset, length)
 Range = tuple[str, int, int]
 #: Where this decoder stops (damage, a form it does not read), or a read fails.
@@ -66,10 +67,7 @@ class ItemDatabases:
 
 def databases(files: Iterable[str]) -> list[str]:
     """The databases of an item, as ``scan_database`` labels them: ``""`` for the merged root."""
-    names = set(files)
-    out = [""] if MANIFEST in names else []
-    out += sorted(m.group(1) for n in names if (m := _PROCESS_MANIFEST.fullmatch(n)))
-    return out
+    return item_databases(list(files))
 
 
 def is_ocdbt(files: Iterable[str]) -> bool:
@@ -83,15 +81,32 @@ NODE_FILE_BYTES = 1 << 20
 FIRST_READ_BYTES = 32 << 20
 
 
+def _beside(rel: str) -> str | None:
+    """The item directory ("" or ending in "/") of a per-process database's manifest ``rel``
+    (a path below ``du``'s path); None for any other file."""
+    head, _, name = rel.rpartition("/")
+    if name != MANIFEST or not is_process_db(head.rpartition("/")[2]):
+        return None
+    item = head.rpartition("/")[0]
+    return item + "/" if item else ""
+
+
 def item_dirs(files: Iterable[str]) -> set[str]:
     """The directories of the OCDBT items among ``files`` ("" or ending in "/")."""
     out = set()
     for rel in files:
-        if (m := _MERGED_BESIDE.fullmatch(rel)) is not None:
-            out.add(m.group(1))
+        if (item := _beside(rel)) is not None:
+            out.add(item)
         elif rel.rpartition("/")[2] == MANIFEST:
             out.add(rel[: -len(MANIFEST)])
     return out
+
+
+def _merged_node_file(rel: str, merged: set[str]) -> bool:
+    """Whether ``rel`` is a data file of the merged root of an item of ``merged``."""
+    head, _, name = rel.rpartition("/")
+    item, _, data_dir = head.rpartition("/")
+    return bool(name) and data_dir in DATA_DIRS and (item + "/" if item else "") in merged
 
 
 def first_reads(files: dict[str, int]) -> list[str]:
@@ -101,15 +116,12 @@ def first_reads(files: dict[str, int]) -> list[str]:
     per-process databases), which the walk reads next: read whole in the same wave, they cost
     no round trip of their own (three reads a step in one wave, not two waves)."""
     merged = {
-        m.group(1)
-        for rel in files
-        if (m := _MERGED_BESIDE.fullmatch(rel)) and m.group(1) + MANIFEST in files
+        item for rel in files if (item := _beside(rel)) is not None and item + MANIFEST in files
     }
     out = [rel for rel in files if rel.rpartition("/")[2] == MANIFEST]
     budget = FIRST_READ_BYTES
     for rel, size in files.items():
-        head, sep, name = rel.rpartition("d/")
-        if sep and "/" not in name and head in merged and size <= min(NODE_FILE_BYTES, budget):
+        if size <= min(NODE_FILE_BYTES, budget) and _merged_node_file(rel, merged):
             out.append(rel)
             budget -= size
     return out
@@ -147,13 +159,13 @@ def _garbage(
     """Fill ``out``'s garbage from what the walks referenced; False (nothing filled) for a
     damaged item: a directory of data files without its manifest, or a node or value past the
     end of its file (or in a missing one), whose unreferenced bytes are no garbage to delete."""
-    holders = {name.rpartition("d/")[0].rstrip("/") for name in files if _DATA_FILE.fullmatch(name)}
+    holders = {db for name in files if (db := database_of(name)) is not None}
     if not holders <= set(dbs) or any(
         files.get(file, -1) < max(end for _, end in spans) for file, spans in live.items()
     ):
         return False
     for name, size in sorted(files.items()):
-        if not _DATA_FILE.fullmatch(name):
+        if database_of(name) is None:
             continue
         if name not in referenced:
             out.unreferenced.append(name)
@@ -343,7 +355,7 @@ class _ItemWalk:
         the deferred latest versions where a data file is still unreferenced."""
         while True:
             if not self.todo and not self.versions and self.later:
-                data = [n for n in self.files if _DATA_FILE.fullmatch(n)]
+                data = [n for n in self.files if database_of(n) is not None]
                 if not self.walk.referenced.issuperset(data):
                     self.todo = self.later
                 self.later = []

@@ -22,6 +22,7 @@ from ckpt_cli.core.du.ocdbt import (
     walk_cached,
     walk_item,
 )
+from ckpt_cli.core.du.tier import local_tier_leaves
 from ckpt_cli.core.du.types import (
     DuReport,
     Garbage,
@@ -178,7 +179,7 @@ def item_usage(
         fmt = "ocdbt"
         dbs = (walked or {}).get(str(item)) or walk_item(item, files)
         leaves = _leaves_ocdbt(item, dbs.values, files)
-        exact, note = dbs.exact, dbs.note
+        exact, (leaves, note) = dbs.exact, local_tier_leaves(item, dbs.values, leaves, dbs.note)
         for rel in dbs.unreferenced:
             garbage.append(
                 Garbage(

@@ -125,6 +125,10 @@ class LeafUsage:
     logical_bytes: int | None  # dtype size x elements; None when the header is unreadable
     dtype: str | None = None
     shape: tuple[int, ...] | None = None
+    #: Only some chunks stored by design (one host's local tier of Orbax's emergency
+    #: checkpointing): ``logical_bytes`` are those of the chunks stored; never read by
+    #: ``--deep`` (no whole leaf to compare). Not part of the JSON.
+    partial: bool = field(default=False, compare=False)
 
     def to_json(self) -> LeafUsageJSON:
         return {

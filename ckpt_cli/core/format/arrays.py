@@ -18,6 +18,7 @@ from ckpt_cli.core.format.headers import DirectReader
 from ckpt_cli.core.format.names import (
     array_prefix,
     chunk_index_from_key,
+    is_process_db,
     split_key,
     unsafe_as_path,
 )
@@ -62,6 +63,16 @@ class ArrayInfo:
     @property
     def num_chunks(self) -> int:
         return math.prod(self.chunk_grid)
+
+    def chunk_box(self, index: tuple[int, ...]) -> tuple[slice, ...]:
+        """The region the chunk at ``index`` covers (cut at the array's edge)."""
+        return tuple(
+            slice(i * c, min((i + 1) * c, s))
+            for i, c, s in zip(index, self.chunk_shape, self.shape, strict=True)
+        )
+
+    def chunk_nbytes(self, index: tuple[int, ...]) -> int:
+        return math.prod(int(b.stop) - int(b.start) for b in self.chunk_box(index)) * self.itemsize
 
     @property
     def decode_shape(self) -> tuple[int, ...]:
@@ -163,9 +174,8 @@ class ItemStore:
         self.use_zarr3 = use_zarr3
         children = {e.name: e for e in item.list()}
         self.merged = "manifest.ocdbt" in children
-        self.process_dbs = sorted(
-            n for n, e in children.items() if e.is_dir and n.startswith("ocdbt.process_")
-        )
+        #: Per-process databases, whatever their id (``names.is_process_db``).
+        self.process_dbs = sorted(n for n, e in children.items() if e.is_dir and is_process_db(n))
         if self.merged:
             self.layout = "ocdbt"
         elif self.process_dbs:
@@ -324,6 +334,15 @@ class ItemStore:
         if self.locate is not None:
             reader.locate = functools.partial(self.locate, name)
         return reader
+
+    def database_keys(self) -> list[bytes]:
+        """Every key (headers and chunks) of a merged OCDBT item's database, in one listing."""
+        label, spec = self._base_specs()[0]
+        kv = self._kvstore(label, spec)
+        try:
+            return [bytes(k) for k in kv.list().result()]
+        except Exception as e:
+            raise StorageError(f"cannot list {self.item}: {self.item.describe_error(e)}") from None
 
     def chunk_keys(self, label: str, name: str) -> list[bytes]:
         """Chunk keys of one leaf in one database (header excluded), prefix-listed."""

@@ -8,9 +8,11 @@ markers are in ``names.py``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
+from ckpt_cli.core.format.evidence import Status as Status
+from ckpt_cli.core.format.evidence import Verdict, judge, root_writes_in_place
 from ckpt_cli.core.format.items import ItemKind, holds_arrays
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
@@ -38,7 +40,6 @@ from ckpt_cli.errors import (
 )
 
 Kind = Literal["root", "step", "item", "legacy"]
-Status = Literal["committed", "uncommitted", "incomplete"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,12 @@ class StepRef:
     status: Status
     prefix: str | None
     children: tuple[Entry, ...]
+    #: Why the step is not committed, from its writer's evidence (``evidence.judge``).
+    reason: str | None = None
+    #: Items a deletion record names: being deleted, the step restores without them.
+    deleting: tuple[str, ...] = ()
+    #: Whole but for its commit marker (``Verdict.stampable``).
+    stampable: bool = False
 
     @property
     def committed(self) -> bool:
@@ -95,16 +102,27 @@ def _holds_item(loc: Location) -> bool:
 
 
 def step_status(location: Location, name: StepName, names: frozenset[str]) -> Status:
+    """The state a step's name and marker alone tell (``evidence.judge`` reads the rest)."""
     if name.tmp:
         return "incomplete"
+    if name.partial:
+        return "partial"
     if location.requires_commit_marker and COMMIT_MARKER not in names:
         return "uncommitted"
     return "committed"
 
 
+def _judged(ref: StepRef, parsed: StepName, in_place: str | None) -> StepRef:
+    v: Verdict = judge(ref.location, parsed, ref.children, in_place)
+    return replace(
+        ref, status=v.status, reason=v.reason, deleting=v.deleting, stampable=v.stampable
+    )
+
+
 def list_steps(root: Location, entries: list[Entry] | None = None) -> list[StepRef]:
-    """Every step and unfinished save directly under ``root``, sorted by step then name."""
-    steps: list[StepRef] = []
+    """Every step, unfinished save and partial save directly under ``root``, sorted by step
+    then name, each with its state from its writer's evidence (``evidence.judge``)."""
+    found: list[tuple[StepRef, StepName]] = []
     for entry in entries if entries is not None else root.list():
         if not entry.is_dir or entry.name.startswith("."):
             continue
@@ -122,10 +140,21 @@ def list_steps(root: Location, entries: list[Entry] | None = None) -> list[StepR
         if TOMBSTONE in names:
             continue  # a step prune has begun to delete (object stores): trash, not a step
         # A tmp dir may be empty (the save died at once); a finished name must hold a step.
-        if not parsed.tmp and not _looks_like_step(loc, names, children):
+        unfinished = parsed.tmp or parsed.partial
+        if not unfinished and not _looks_like_step(loc, names, children):
             continue
         status = step_status(loc, parsed, names)
-        steps.append(StepRef(parsed.step, entry.name, loc, status, parsed.prefix, tuple(children)))
+        ref = StepRef(parsed.step, entry.name, loc, status, parsed.prefix, tuple(children))
+        found.append((ref, parsed))
+    found.sort(key=lambda f: f[0].step)
+    in_place = None
+    if not root.requires_commit_marker and any(
+        not f[1].tmp and not f[1].partial and COMMIT_MARKER not in f[0].child_names for f in found
+    ):
+        in_place = root_writes_in_place(
+            [(r.location, r.children) for r, p in found if not p.tmp and not p.partial]
+        )
+    steps = [_judged(r, p, in_place) for r, p in found]
     steps.sort(key=lambda s: (s.step, s.status != "committed", s.name))
     return steps
 
@@ -135,17 +164,41 @@ def step_ref(location: Location, entries: Sequence[Entry]) -> StepRef:
     listing (a name that is no step name: step 0, no prefix). On an object store it is
     committed only with its ``commit_success.txt``: Orbax writes that marker into a
     Checkpointer's save directory as into a manager's step (``CommitFileTemporaryPath``)."""
-    parsed = parse_step_name(location.name)
+    parsed = parse_step_name(location.name) or StepName(0, None, False)
     names = frozenset(e.name for e in entries)
-    status = step_status(location, parsed or StepName(0, None, False), names)
-    return StepRef(
-        parsed.step if parsed else 0,
-        location.name,
-        location,
-        status,
-        parsed.prefix if parsed else None,
-        tuple(entries),
-    )
+    status = step_status(location, parsed, names)
+    ref = StepRef(parsed.step, location.name, location, status, parsed.prefix, tuple(entries))
+    in_place = None
+    if status == "committed" and COMMIT_MARKER not in names and not parsed.tmp:
+        in_place = _siblings_in_place(location)
+    return _judged(ref, parsed, in_place)
+
+
+def _siblings_in_place(step: Location) -> str | None:
+    """The evidence that the root holding ``step`` writes in place (``root_writes_in_place``),
+    from the nearest steps with a marker: asked only of a step given by its path that has
+    no marker of its own."""
+    root = step.parent
+    try:
+        siblings = [
+            (parsed.step, e.name)
+            for e in root.list()
+            if e.is_dir
+            and e.name != step.name
+            and (parsed := parse_step_name(e.name)) is not None
+            and not parsed.tmp
+            and not parsed.partial
+        ]
+        # The newest few: a root whose writer writes in place has markers there (a root of
+        # an older release has none anywhere, and is not listed step by step).
+        for _, name in sorted(siblings, reverse=True)[:3]:
+            loc = root.child(name)
+            children = loc.list()
+            if any(c.name == COMMIT_MARKER for c in children):
+                return root_writes_in_place([(loc, children)]) or None
+    except CkptError:
+        return None
+    return None
 
 
 def list_saves(location: Location, entries: Sequence[Entry]) -> list[StepRef] | None:
@@ -198,6 +251,13 @@ def detect(location: Location) -> Detected:
         )
     entries = location.list()
     names = frozenset(e.name for e in entries)
+    parsed = parse_step_name(location.name)
+    if parsed is not None and parsed.partial:
+        raise NotACheckpointError(
+            f"{location} is a v1 partial save not finalized: no reader restores it until "
+            "ocp.partial.finalize makes it a step",
+            hint=f"finalize it with Orbax, or see it with `ckpt ls {location.parent}`",
+        )
     if looks_like_item(names):
         # A single-item Checkpointer writes _CHECKPOINT_METADATA into the item itself.
         return Detected("step" if STEP_METADATA in names else "item", entries)

@@ -27,15 +27,18 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Literal
 
+from ckpt_cli.core.format.emergency import is_process_metadata_handler
 from ckpt_cli.core.format.names import (
     ARRAY_ITEM_DIR,
     COMMIT_MARKER,
     MANIFEST,
     TREE_METADATA,
     is_grain_handler,
+    is_process_db,
     json_item_files,
     looks_like_item,
 )
+from ckpt_cli.core.format.ocdbt import DATA_DIRS
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import CkptError
 
@@ -134,7 +137,7 @@ def holds_arrays(names: Collection[str]) -> bool:
     unlike an item of strings and scalars-free leaves (a Keras ``model_config``): what makes
     it the step's state rather than its configuration."""
     held = content(names)
-    if MANIFEST in held or "d" in held or any(n.startswith("ocdbt.process_") for n in held):
+    if MANIFEST in held or held & DATA_DIRS or any(is_process_db(n) for n in held):
         return True
     return any(n not in _TREE_ONLY for n in held)
 
@@ -142,6 +145,12 @@ def holds_arrays(names: Collection[str]) -> bool:
 def describe(kind: ItemKind, handler: str | None) -> str:
     """One phrase for an item that holds nothing ckpt reads (``empty``/``unknown``)."""
     by = f" ({handler})" if handler else ""
+    if is_process_metadata_handler(handler):
+        return (
+            "process metadata of Orbax's emergency checkpoint manager (device ids per process): "
+            "this step is one host's local tier, holding only that host's shards; carried "
+            "byte for byte"
+        )
     if kind == "empty":
         return f"empty item{by}: nothing saved, checked for existence only, carried as it is"
     return (

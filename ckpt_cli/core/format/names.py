@@ -16,6 +16,11 @@ from ckpt_cli.core.regex import PatternError, Regex, glob_regex
 
 TMP_MARKER = ".orbax-checkpoint-tmp"
 COMMIT_MARKER = "commit_success.txt"
+#: The suffix of a v1 partial save until ``ocp.partial.finalize`` renames it (``3.partial_save``).
+PARTIAL_SUFFIX = ".partial_save"
+#: Orbax 0.12's record of a checkpointable being deleted (v1 ``delete(..., checkpointable_name)``):
+#: readers skip the item it names; loading that item raises ``DeletionInProgressError``.
+DELETION_RECORD = "_CHECKPOINT_DELETION"
 #: Object stores: put into a step before prune removes its marker; the step is trash from then on.
 TOMBSTONE = ".ckpt-deleting"
 #: Object stores: put into a step a ckpt writer writes in place; removed right before the marker.
@@ -64,6 +69,19 @@ ROOT_METADATA_DIR = "metadata"
 ROOT_METADATA = "_ROOT_METADATA"
 METRICS_ITEM = "metrics"
 MANIFEST = "manifest.ocdbt"
+#: A per-process OCDBT database directory: Orbax's own pattern (0.12.8
+#: ``serialization/ocdbt_process_spec.py``), ``ocdbt.process_<id>`` or, for replica-separate
+#: folders, ``ocdbt.process_replica_<id>``, the id alphanumeric: a process index, a custom id
+#: (``override_ocdbt_process_id``: a single controller such as Pathways), a v1 partial save's
+#: renamed database (``ocdbt.process_0<uuid hex>``), ckpt's own workers' (``ocdbt.process_w<hex>``).
+PROCESS_DB_RE = re.compile(r"ocdbt\.process_(?:replica_)?[A-Za-z0-9]+")
+
+
+def is_process_db(name: str) -> bool:
+    """Whether a directory name is a per-process OCDBT database's (``PROCESS_DB_RE``)."""
+    return PROCESS_DB_RE.fullmatch(name) is not None
+
+
 #: Where ``ArrayCheckpointHandler`` (``ArraySave``) keeps its one array: ``<item>/checkpoint/``.
 ARRAY_ITEM_DIR = "checkpoint"
 LEGACY_MSGPACK_RE = re.compile(r"^checkpoint(_\d+)?$")
@@ -89,15 +107,25 @@ class StepName:
     prefix: str | None
     tmp: bool
     tmp_suffix: str | None = None  # the counter/timestamp of the older tmp naming eras
+    #: A v1 partial save not yet finalized (``<name>.partial_save``): never a restorable step.
+    partial: bool = False
 
 
 def parse_step_name(name: str) -> StepName | None:
-    """Parse a step directory name in any Orbax naming scheme; None when it is not one."""
+    """Parse a step directory name in any Orbax naming scheme; None when it is not one.
+
+    ``N.partial_save`` is a v1 partial save of step N (``partial``); a tmp dir of one
+    (``N.partial_save.orbax-checkpoint-tmp``) is an unfinished save like any tmp dir."""
     if TMP_MARKER in name:
-        m = _TMP_STEP_RE.match(name)
+        m = _TMP_STEP_RE.match(name.replace(PARTIAL_SUFFIX + TMP_MARKER, TMP_MARKER, 1))
         if not m:
             return None
         return StepName(int(m.group(2)), m.group(1), True, m.group(3))
+    if name.endswith(PARTIAL_SUFFIX):
+        inner = parse_step_name(name[: -len(PARTIAL_SUFFIX)])
+        if inner is None or inner.tmp or inner.partial:
+            return None
+        return StepName(inner.step, inner.prefix, False, partial=True)
     if m := _PLAIN_STEP_RE.match(name):
         return StepName(int(m.group(1)), None, False)
     if m := _PREFIXED_STEP_RE.match(name):
@@ -112,7 +140,7 @@ def step_dir_name(step: int, like: str | None = None) -> str:
     or when ``like`` is no step name. A step name shows its padding only by a leading zero
     (``1234`` with a fixed length of 4 reads as unpadded), so only such names give a width."""
     parsed = parse_step_name(like) if like is not None else None
-    if parsed is None or parsed.tmp:
+    if parsed is None or parsed.tmp or parsed.partial:
         return str(step)
     assert like is not None
     digits = like[len(parsed.prefix) + 1 :] if parsed.prefix is not None else like
@@ -179,9 +207,37 @@ def compile_leaf_pattern(pattern: str, place: str) -> Regex:
         ) from None
 
 
+#: A plain name: components joined by single dots, none holding a glob or regex operator.
+_PLAIN = r"[^.*?\[\]()|^$+\\{}]+"
+PLAIN_NAME_RE = re.compile(rf"{_PLAIN}(?:\.{_PLAIN})*")
+
+
+def is_plain_pattern(pattern: str) -> bool:
+    """Whether a pattern is a plain name (``PLAIN_NAME_RE``; ``re:...`` never is)."""
+    return not pattern.startswith("re:") and PLAIN_NAME_RE.fullmatch(pattern) is not None
+
+
+def filter_source(pattern: str) -> str:
+    """The RE2 source of a selection pattern (``--filter``), searched in a name: a plain name
+    (``PLAIN_NAME_RE``: ``params``, ``Dense_0.kernel``) matches where it stands as whole
+    components, bounded by the start or end of the name, a ``.`` or a ``/`` (Haiku's
+    ``mlp/~/linear_0``, file paths): ``params`` finds ``params.w`` and ``opt_state.mu.params.w``,
+    never ``opt_state.hyperparams.lr``. Globs and regexes are ``leaf_pattern_source``'s."""
+    if is_plain_pattern(pattern):
+        import re2
+
+        return f"(?:^|[./]){re2.escape(pattern)}(?:[./]|\\z)"
+    return leaf_pattern_source(pattern)
+
+
 def compile_filter(pattern: str | None, option: str = "--filter") -> Regex | None:
-    """A ``--filter`` pattern (None: every leaf); regexes are searched anywhere in the name."""
-    return None if pattern is None else compile_leaf_pattern(pattern, option)
+    """A selection pattern (None: every leaf) to search in a name (``filter_source``): every
+    ``--filter`` (and ``--match``, its old name) compiles here."""
+    if pattern is None:
+        return None
+    if is_plain_pattern(pattern):
+        return Regex(filter_source(pattern))
+    return compile_leaf_pattern(pattern, option)
 
 
 def literal_name(pattern: str) -> str | None:

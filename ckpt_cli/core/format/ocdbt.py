@@ -15,16 +15,23 @@ nodes: reading those nodes level by level, all of a level at once, costs a handf
 GETs and no import of TensorStore. Anything unexpected (a numbered manifest, a bad checksum, an
 unknown compression) raises ``OcdbtFormatError``; callers then read through TensorStore, which
 reports damage in its own words.
+
+An item's databases: the merged root at the item directory, and per-process databases in
+directories ``names.is_process_db`` names. A database keeps its nodes and out-of-line values in
+``d/``, or (Orbax's ``store_ocdbt_metadata_and_values_separately``, 0.12.x
+``serialization/tensorstore_utils.py``) its b-tree and version nodes in ``ocdbt_meta/`` and its
+values in ``ocdbt_data/``: ``database_of`` tells a data file of any of them.
 """
 
 from __future__ import annotations
 
 import posixpath
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from ckpt_cli.core.format.codecs import crc32c_matches, zstd_decompress
+from ckpt_cli.core.format.names import MANIFEST, is_process_db
 
 MANIFEST_MAGIC = 0x0CDB3A2A
 BTREE_MAGIC = 0x0CDB20DE
@@ -32,6 +39,42 @@ VERSION_MAGIC = 0x0CDB1234
 #: Offset and length of a version's root when its tree is empty (TensorStore's "missing").
 _MISSING = (1 << 64) - 1
 MAX_HEIGHT = 64
+
+
+#: The directories of a database that hold its data files: TensorStore's default ``d/``, and
+#: Orbax's split ones (nodes in ``ocdbt_meta/``, values in ``ocdbt_data/``).
+DATA_DIRS = frozenset({"d", "ocdbt_meta", "ocdbt_data"})
+
+
+def database_of(rel: str) -> str | None:
+    """The database holding ``rel`` (item-relative) as a data file: ``""`` for the item's
+    merged root, else its per-process directory; None where ``rel`` is no data file."""
+    parts = rel.split("/")
+    if len(parts) == 2 and parts[0] in DATA_DIRS:
+        return ""
+    if len(parts) == 3 and parts[1] in DATA_DIRS and is_process_db(parts[0]):
+        return parts[0]
+    return None
+
+
+def database_files(rel: str) -> str | None:
+    """The database ``rel`` (item-relative) is a file of, its manifest or a data file:
+    ``""`` for the merged root, else its per-process directory; None for any other file."""
+    if rel == MANIFEST:
+        return ""
+    head, _, name = rel.partition("/")
+    if name == MANIFEST and is_process_db(head):
+        return head
+    return database_of(rel)
+
+
+def item_databases(files: Collection[str]) -> list[str]:
+    """The databases of an item whose files (item-relative) are ``files``, those with a
+    manifest: ``""`` for the merged root first, then the per-process ones, sorted."""
+    dbs = {
+        db for rel in files if rel.endswith(MANIFEST) and (db := database_files(rel)) is not None
+    }
+    return sorted(dbs)
 
 
 class OcdbtFormatError(ValueError):
@@ -73,7 +116,8 @@ Fetch = Callable[[list[tuple[str, int, int]]], list[bytes]]
 
 def item_file(db: str, path: str) -> str:
     """An item-relative file name from a path relative to database ``db`` (``""``: the item's
-    merged root, else ``ocdbt.process_N``); ``OcdbtFormatError`` where it leads out of the item."""
+    merged root, else a per-process directory); ``OcdbtFormatError`` where it leads out of the
+    item."""
     out = posixpath.normpath(posixpath.join(db, path))
     if out.startswith("../") or out == ".." or posixpath.isabs(out):
         raise OcdbtFormatError("a data file path leads out of the item")

@@ -11,10 +11,11 @@ from ckpt_cli.core.format.discovery import (
     latest_committed,
     legacy_msgpack_error,
     step_items,
+    step_ref,
 )
 from ckpt_cli.core.format.items import item_kind
 from ckpt_cli.core.format.metadata import read_step_metadata
-from ckpt_cli.core.format.names import parse_step_name
+from ckpt_cli.core.format.names import DELETION_RECORD, parse_step_name
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import NotACheckpointError, NotFoundError, SeveralItemsError, UsageError
 
@@ -36,8 +37,9 @@ def find_step(root: Location, steps: list[StepRef], step: int | None) -> StepRef
     if committed:
         return committed[0]
     if matches:
+        why = f": {matches[0].reason}" if matches[0].reason else ""
         raise NotACheckpointError(
-            f"step {step} of {root} is {matches[0].status} ({matches[0].name})",
+            f"step {step} of {root} is {matches[0].status} ({matches[0].name}){why}",
             hint=f"pass the directory {matches[0].location} itself to look inside anyway",
         )
     have = ", ".join(str(s.step) for s in steps if s.committed) or "none"
@@ -74,17 +76,25 @@ def _resolve(location: Location, step: int | None, item: str | None) -> ItemRef 
         return ItemRef(location, name, parsed.step if parsed else None, location.parent, None)
     if kind == "root":
         root = location
-        step_ref = find_step(root, found.steps or [], step)
-        step_loc, children = step_ref.location, list(step_ref.children)
-        step_num: int | None = step_ref.step
+        ref = find_step(root, found.steps or [], step)
+        step_loc, children = ref.location, list(ref.children)
+        step_num: int | None = ref.step
+        deleting = ref.deleting
     else:
         parsed = parse_step_name(location.name)
         step_num = parsed.step if parsed else None
         if step is not None and step != step_num:
             raise UsageError(f"{location} is a step directory; --step {step} does not apply to it")
         step_loc, children = location, entries
+        deleting = step_ref(location, entries).deleting
     meta = read_step_metadata(step_loc)
-    items = step_items(step_loc, children, meta.item_handlers)
+    items = [i for i in step_items(step_loc, children, meta.item_handlers) if i not in deleting]
+    if item in deleting:
+        raise NotACheckpointError(
+            f"item {item!r} of {step_loc} is being deleted ({DELETION_RECORD}): Orbax refuses "
+            "to load it (DeletionInProgressError) and restores the step without it",
+            hint=f"items: {', '.join(items) or 'none'}",
+        )
     if not items:
         raise NotACheckpointError(f"{step_loc} holds no items")
     if item is ALL_ITEMS:

@@ -27,6 +27,7 @@ from typing import TypedDict
 from typing_extensions import NotRequired
 
 from ckpt_cli.core.format.discovery import Detected
+from ckpt_cli.core.format.evidence import is_deletion_leftover
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
     ROOT_METADATA_DIR,
@@ -140,6 +141,7 @@ class PruneResult:
             "clean": plan["clean"],
             "untouched": plan["untouched"],
             "freed_bytes": plan["freed_bytes"],
+            "warnings": plan["warnings"],
             "dry_run": self.dry_run,
             "outcome": self.outcome.to_json() if self.outcome else None,
         }
@@ -359,7 +361,7 @@ def _why_unsafe(
     recognised = {
         "step": parsed is not None and not parsed.tmp,
         "tmp": parsed is not None
-        and (parsed.tmp or is_partial_write(loc))
+        and (parsed.tmp or is_partial_write(loc) or is_deletion_leftover(loc))
         and tmp_min_age is not None,
         "trash": r.name.startswith(TRASH_PREFIX) or is_tombstoned(loc),
     }[r.kind]

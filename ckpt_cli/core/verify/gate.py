@@ -12,6 +12,7 @@ from ckpt_cli.core.format.discovery import ItemRef
 from ckpt_cli.core.format.items import step_handler
 from ckpt_cli.core.format.metadata import read_step_metadata
 from ckpt_cli.core.format.scan import Locate
+from ckpt_cli.core.format.tiers import partial_leaf_message, tier_of_step_dir
 from ckpt_cli.core.verify.structure import check_item
 from ckpt_cli.core.verify.types import ItemFacts
 from ckpt_cli.errors import CkptError, RefusedError
@@ -28,10 +29,14 @@ def _structure(ref: ItemRef) -> ItemFacts:
     boundary = ref.root or ref.step_location or ref.location
     is_step = ref.location == ref.step_location
     handler = None
+    tier = None
     if ref.step_location is not None and not is_step:
         handlers = read_step_metadata(ref.step_location).item_handlers
         handler = step_handler(handlers, ref.name) if isinstance(handlers, dict) else None
-    return check_item(ref.location, ".", boundary, is_step, handler)
+        # One host's local tier of Orbax's emergency checkpointing: other hosts' chunks are
+        # missing by design, not damage (``require_sound_source`` says so instead).
+        tier = tier_of_step_dir(ref.step_location)
+    return check_item(ref.location, ".", boundary, is_step, handler, tier)
 
 
 def item_locator(ref: ItemRef) -> Locate | None:
@@ -56,6 +61,14 @@ def require_sound_source(ref: ItemRef) -> ItemFacts:
     the structure pass's facts (``chunk_locator`` finds the chunks in them)."""
     facts = _structure(ref)
     bad = [p for p in facts.problems if p.severity == "error" or p.code in _REFUSED_WARNINGS]
+    if not bad and facts.tier is not None and facts.partial:
+        # Whole leaves are what a writer writes: a leaf held here only in part is refused
+        # as what it is, never called damage.
+        leaf = sorted(facts.partial)[0]
+        raise RefusedError(
+            f"{partial_leaf_message(leaf, facts.tier)}: nothing written",
+            hint="a writer reads whole leaves; give it the persistent tier's step",
+        )
     if not bad:
         return facts
     first = bad[0]

@@ -13,7 +13,9 @@ that the bytes did not change.
 
 A location string is ``kind:base_path:relative_path:offset:length`` with both paths
 percent-encoded (tensorstore ``format/dump.cc``); ``base_path`` is relative to the database
-directory: the merged root of an Orbax item points into ``ocdbt.process_N/``.
+directory: the merged root of an Orbax item points into its per-process databases
+(``ocdbt.process_<id>/``, ``format/names.is_process_db``), into their ``d/`` or, saved with
+metadata and values apart, their ``ocdbt_meta/`` and ``ocdbt_data/``.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ class Ref:
 class OcdbtScan:
     """One database: the keys of its latest version and every reference of every version."""
 
-    db: str  # "" for the item's merged root, else "ocdbt.process_N"
+    db: str  # "" for the item's merged root, else its per-process directory
     keys: dict[bytes, Ref | None]  # latest version: key -> its out-of-line value (None: inline)
     refs: tuple[tuple[Ref, bytes | None], ...]  # (reference, key of a value reference)
     problems: tuple[Problem, ...]

@@ -8,12 +8,21 @@ recorded digests.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any
 
 from ckpt_cli.core.digest.records import DIGEST_FILE, STATE_FILE, DigestRecord, read_digests
 from ckpt_cli.core.format.arrays import ItemStore
+from ckpt_cli.core.format.emergency import (
+    GLOBAL_PROCESS_METADATA,
+    MESH_METADATA,
+    PROCESS_METADATA_FILES,
+    PROCESS_METADATA_ITEM,
+    LocalTier,
+    is_process_metadata_handler,
+    parse_process_metadata,
+)
 from ckpt_cli.core.format.items import classify
 from ckpt_cli.core.format.metadata import (
     TreeMetadata,
@@ -33,6 +42,7 @@ from ckpt_cli.core.format.names import (
     split_key,
     storage_dir,
 )
+from ckpt_cli.core.format.ocdbt import database_files, database_of
 from ckpt_cli.core.format.sharding import read_shardings
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.verify import checks
@@ -61,11 +71,13 @@ def check_item(
     boundary: Location,
     item_is_step: bool = False,
     handler: str | None = None,
+    tier: LocalTier | None = None,
 ) -> ItemFacts:
-    """Every structure check of one item (``handler``: the one its step recorded); never
-    raises for damage, only records problems. An empty item, or one of a handler ckpt does
-    not know, is checked for what its listing shows (links, unreadable entries) alone."""
-    facts = ItemFacts(shown_as, handler=handler)
+    """Every structure check of one item (``handler``: the one its step recorded; ``tier``:
+    the local tier of Orbax's emergency checkpointing its step is, or may be); never raises
+    for damage, only records problems. An empty item, or one of a handler ckpt does not
+    know, is checked for what its listing shows (links, unreadable entries) alone."""
+    facts = ItemFacts(shown_as, handler=handler, tier=tier)
     inv = take_inventory(item, boundary, shown_as)
     facts.inventory = inv
     facts.problems.extend(inv.problems)
@@ -73,6 +85,8 @@ def check_item(
     known = {COMMIT_MARKER, DIGEST_FILE, STATE_FILE} | ({STEP_METADATA} if item_is_step else set())
     if TREE_METADATA in inv.sizes:
         _check_pytree(item, facts, known)
+    elif _is_process_metadata(item.name, handler, inv.sizes):
+        _check_process_metadata(item, facts, known)
     elif json_files := json_item_files(inv.sizes):
         # A JsonSave item (`metadata`), the metrics item, or grain's one file per process.
         facts.kind = "json"
@@ -99,6 +113,28 @@ def check_item(
         checks.check_record_files(facts)
     facts.problems = _dedupe(facts.problems)
     return facts
+
+
+def _is_process_metadata(name: str, handler: str | None, files: Collection[str]) -> bool:
+    """The ``process_metadata`` item of Orbax's emergency managers' local tier."""
+    if handler is not None:
+        return is_process_metadata_handler(handler)
+    return name == PROCESS_METADATA_ITEM and set(files) >= PROCESS_METADATA_FILES
+
+
+def _check_process_metadata(item: Location, facts: ItemFacts, known: set[str]) -> None:
+    """Its two JSON files: device ids per process, and the mesh's (``parse_process_metadata``)."""
+    facts.kind = "json"
+    global_raw = _parse_json(item, GLOBAL_PROCESS_METADATA, facts)
+    mesh_raw = _parse_json(item, MESH_METADATA, facts)
+    if global_raw is not None and mesh_raw is not None:
+        _parsed(
+            facts,
+            GLOBAL_PROCESS_METADATA,
+            lambda: parse_process_metadata(global_raw, mesh_raw),
+            None,
+        )
+    _flag_unknown(facts, known | PROCESS_METADATA_FILES, lambda rel: False)
 
 
 def _read_record(item: Location, facts: ItemFacts) -> DigestRecord | None:
@@ -166,14 +202,15 @@ def _metadata_files_parse(item: Location, facts: ItemFacts) -> bool:
 def _scan_databases(
     item: Location, facts: ItemFacts, store: ItemStore, leaf_of: dict[str, str]
 ) -> tuple[list[OcdbtScan], set[str], set[str], bool]:
-    """Walk the item's OCDBT databases: their problems and keys go to ``facts``; returns the
-    scans, the data files they reference, the leaves whose chunks point past a file's end, and
-    whether the keys were all read."""
+    """Walk the item's OCDBT databases (the merged root, every per-process one whatever its
+    name): their problems and keys go to ``facts``; returns the scans, the data files they
+    reference, the leaves whose chunks point past a file's end, and whether the keys were all
+    read."""
     inv = facts.inventory
     assert inv is not None
     scans: list[OcdbtScan] = []
     referenced: set[str] = set()
-    if MANIFEST in inv.sizes or any(rel.startswith("d/") for rel in inv.sizes):
+    if MANIFEST in inv.sizes or any(database_of(rel) == "" for rel in inv.sizes):
         scans.append(scan_database(item, "", inv.size))
     scans.extend(scan_database(item, db, inv.size) for db in store.process_dbs)
     for scan in scans:
@@ -231,14 +268,16 @@ def _check_tree(
         scans, referenced, broken, complete = _scan_databases(item, facts, store, leaf_of)
     if complete:
         checks.check_arrays(facts, tree, shardings, array_metas, broken)
-    known_dirs = {db for db in store.process_dbs}
+    # Unreferenced data files are named only where every database was read to its end: a
+    # damaged one may reference files its walk never reached.
+    trust_refs = complete and bool(scans) and all(s.complete for s in scans)
     _flag_unknown(
         facts,
         known | {TREE_METADATA, "_sharding", "_strings.json", MANIFEST},
         lambda rel: (
             _is_process_file(rel)
             or (store.layout == "zarr" and _in_array(rel, facts.arrays_seen, store, tree))
-            or _ocdbt_file(rel, known_dirs, referenced, facts, complete and bool(scans))
+            or _ocdbt_file(rel, referenced, facts, trust_refs)
         ),
     )
 
@@ -282,26 +321,28 @@ def _is_process_file(rel: str) -> bool:
     return len(parts) == 2 and parts[0] == "array_metadatas" and bool(_PROCESS_FILE.match(parts[1]))
 
 
-def _ocdbt_file(
-    rel: str, dbs: set[str], referenced: set[str], facts: ItemFacts, trust_refs: bool
-) -> bool:
-    """Whether ``rel`` is a file of an OCDBT database; unreferenced data files are flagged."""
-    parts = rel.split("/")
-    in_db = (len(parts) == 2 and parts[0] == "d") or (
-        len(parts) >= 2
-        and parts[0] in dbs
-        and (parts[1:] == [MANIFEST] or (len(parts) == 3 and parts[1] == "d"))
-    )
-    if not in_db:
+def _ocdbt_file(rel: str, referenced: set[str], facts: ItemFacts, trust_refs: bool) -> bool:
+    """Whether ``rel`` is a file of an OCDBT database (its manifest, a data file in ``d/`` or
+    the split ``ocdbt_meta/``, ``ocdbt_data/``; ``format/ocdbt.database_files``), or any file a
+    database references (Orbax reads it: never called unknown). Data files no version of any
+    database references are flagged, as ``du`` counts them garbage."""
+    if rel in referenced:
+        return True
+    db = database_files(rel)
+    if db is None:
         return False
-    # Per-process databases hold tree nodes that lost a commit race to another write of the
-    # same save (found on clean saves of the v1 API): Orbax's own leftovers, not damage. Only
-    # the database at the item root, which a save writes once, is held to every file.
-    if parts[-1] != MANIFEST and trust_refs and rel not in referenced and parts[0] == "d":
+    if database_of(rel) is not None and trust_refs:
+        if db:
+            # A per-process database of a clean save can hold one: the tree nodes of a write
+            # that lost a commit race to another write of the same save (v1 API, jax.Array and
+            # NumPy leaves together), which TensorStore retried and never referenced. Dead
+            # weight (what ``du`` counts as garbage), named, but no problem: never a false alarm.
+            facts.unreferenced.append(rel)
+            return True
         facts.add(
             "unreferenced-file",
-            f"OCDBT data file {rel} is referenced by no version of its database: it is dead "
-            "weight (a left-over of an interrupted write?); it can be deleted",
+            f"OCDBT data file {rel} is referenced by no version of any database of the item: "
+            "nothing reads it, it is dead weight (an interrupted write?); it can be deleted",
             file=rel,
         )
     return True

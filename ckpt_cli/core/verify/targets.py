@@ -7,7 +7,7 @@ included: a step subdirectory that holds none of an item's files is reported, no
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ckpt_cli.core.format.discovery import (
     StepRef,
@@ -15,13 +15,16 @@ from ckpt_cli.core.format.discovery import (
     legacy_msgpack_error,
     list_saves,
     list_steps,
+    step_ref,
 )
+from ckpt_cli.core.format.emergency import LocalTier, is_local_root_entry
 from ckpt_cli.core.format.items import is_noop_handler, step_handler
 from ckpt_cli.core.format.metadata import read_step_metadata
 from ckpt_cli.core.format.names import (
     CKPT_ROOT_FILES,
     CKPT_STEP_FILES,
     COMMIT_MARKER,
+    DELETION_RECORD,
     ROOT_METADATA,
     ROOT_METADATA_DIR,
     STEP_METADATA,
@@ -35,10 +38,11 @@ from ckpt_cli.core.format.names import (
 )
 from ckpt_cli.core.format.pins import PIN_FILE
 from ckpt_cli.core.format.resolve import find_step
+from ckpt_cli.core.format.tiers import step_local_tier, tier_of_step_dir
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.core.verify.problems import Problem, problem
 from ckpt_cli.core.verify.types import CheckedKind, VerifyOptions
-from ckpt_cli.errors import CkptError, InvalidMetadataError, UsageError
+from ckpt_cli.errors import CkptError, InvalidMetadataError, NotFoundError, UsageError
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,8 @@ class ItemTarget:
     is_step: bool = False
     #: The handler the step recorded for the item (``_CHECKPOINT_METADATA``), if any.
     handler: str | None = None
+    #: The local tier of Orbax's emergency checkpointing the item's step is (or may be).
+    tier: LocalTier | None = None
 
 
 @dataclass
@@ -63,6 +69,8 @@ class Targets:
     problems: list[Problem] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)
     unfinished: list[str] = field(default_factory=list)
+    #: Why each unfinished entry is skipped: its state and the writer's evidence.
+    why_unfinished: dict[str, str] = field(default_factory=dict)
     #: The steps ``--mark-committed`` marks once the check is clean.
     step_locations: list[Location] = field(default_factory=list)
 
@@ -83,14 +91,21 @@ def find_targets(location: Location, options: VerifyOptions) -> Targets:
         _check_markable(location, kind, options, entries)
     out = Targets(kind)
     if kind == "root":
-        selected = _select_steps(location, entries, options, out.problems, out.unfinished)
+        selected = _select_steps(location, entries, options, out)
         if location.parallel_reads > 1 and len(selected) > 1:  # one round of requests, not N
             location.prefetch([ref.location.child(STEP_METADATA) for ref in selected])
         for ref in selected:
             out.step_locations.append(ref.location)
             out.steps.append(ref.step)
             out.items.extend(
-                _check_step(ref.location, ref.name, ref.step, list(ref.children), out.problems)
+                _check_step(
+                    ref.location,
+                    ref.name,
+                    ref.step,
+                    list(ref.children),
+                    out.problems,
+                    ref.deleting,
+                )
             )
     elif kind == "step":
         parsed = parse_step_name(location.name)
@@ -99,13 +114,44 @@ def find_targets(location: Location, options: VerifyOptions) -> Targets:
             out.problems.append(_tmp_problem(location.name, "."))
         out.steps = [step] if step is not None else []
         out.step_locations = [location]
-        out.items = _check_step(location, ".", step, entries, out.problems)
+        ref = step_ref(location, entries)
+        stamping = options.mark_committed and ref.stampable
+        if not ref.committed and not stamping and not (parsed is not None and parsed.tmp):
+            out.problems.append(_not_committed_problem(ref))
+        # What a stopped deletion left holds no item by design: its missing items are not
+        # problems of their own (the cause is reported above).
+        leftover = ref.status == "incomplete"
+        out.items = _check_step(
+            location, ".", step, entries, out.problems, ref.deleting, expect_items=not leftover
+        )
     else:
         parsed = parse_step_name(location.parent.name)
         if TMP_MARKER in location.name:
             out.problems.append(_tmp_problem(location.name, "."))
-        out.items = [ItemTarget(location, ".", parsed.step if parsed else None, location.name)]
+        tier = tier_of_step_dir(location.parent) if parsed is not None else None
+        out.items = [
+            ItemTarget(location, ".", parsed.step if parsed else None, location.name, tier=tier)
+        ]
+    if options.item is not None:
+        out.items = _only_item(location, kind, out.items, options.item)
     return out
+
+
+def _only_item(
+    location: Location, kind: CheckedKind, items: list[ItemTarget], item: str
+) -> list[ItemTarget]:
+    """``--item``: the targets of that name (one per step checked); none is an error naming
+    the items there are (the step's own findings are still reported)."""
+    if kind == "item":
+        raise UsageError(f"--item applies to a root or a step; {location} is an item")
+    kept = [t for t in items if t.name == item]
+    if not kept:
+        names = sorted({t.name for t in items})
+        raise NotFoundError(
+            f"item {item!r} not found in {location}",
+            hint=f"its items: {', '.join(names)}" if names else "run `ckpt ls` on it",
+        )
+    return kept
 
 
 def _tmp_problem(name: str, shown: str) -> Problem:
@@ -119,14 +165,14 @@ def _tmp_problem(name: str, shown: str) -> Problem:
 
 
 def _select_steps(
-    root: Location,
-    entries: list[Entry],
-    options: VerifyOptions,
-    problems: list[Problem],
-    unfinished: list[str],
+    root: Location, entries: list[Entry], options: VerifyOptions, out: Targets
 ) -> list[StepRef]:
+    problems, unfinished = out.problems, out.unfinished
     steps = list_steps(root, entries)
     unfinished.extend(s.name for s in steps if not s.committed)
+    out.why_unfinished.update(
+        {s.name: f"{s.status}: {s.reason or 'not committed'}" for s in steps if not s.committed}
+    )
     step_names = {s.name for s in steps}
     for e in entries:
         if e.name == ROOT_METADATA_DIR and e.is_dir:
@@ -136,7 +182,13 @@ def _select_steps(
                 problems,
                 optional=True,
             )
-        elif e.name not in step_names and not (e.name in CKPT_ROOT_FILES and not e.is_dir):
+        elif (
+            e.name not in step_names
+            and not (e.name in CKPT_ROOT_FILES and not e.is_dir)
+            # the MTC replicator's files and the p2p manager's restore directory, beside the
+            # steps of a local tier (``format/emergency``)
+            and not is_local_root_entry(e.name)
+        ):
             problems.append(
                 problem(
                     "unknown-file",
@@ -145,11 +197,17 @@ def _select_steps(
                     file=e.name,
                 )
             )
-    if options.step is not None and options.mark_committed:
-        found = [s for s in steps if s.step == options.step and s.status != "incomplete"]
+    if options.mark_committed:
+        # The committed steps, and those a marker would make whole: every one of them (the
+        # one-time stamp older steps need when a writer switches to commit-file mode), or --step.
+        found = [
+            s for s in steps if (s.committed or s.stampable) and options.step in (None, s.step)
+        ]
+        if options.step is not None and not found:
+            _refuse_unstampable(find_any(root, steps, options.step))
         if found:
-            unfinished[:] = [n for n in unfinished if n != found[0].name]
-            return found[:1]
+            unfinished[:] = [n for n in unfinished if n not in {s.name for s in found}]
+            return found if options.step is None else found[:1]
     if options.step is not None:
         return [find_step(root, steps, options.step)]
     if options.latest:
@@ -216,8 +274,25 @@ def _before_step_metadata(step_loc: Location, entries: list[Entry]) -> bool:
     return found
 
 
+def _not_committed_problem(ref: StepRef) -> Problem:
+    """A step given by its path that no reader configured like its writer restores: an error,
+    whatever its files say."""
+    return problem(
+        "uncommitted",
+        f"step {ref.name} is {ref.status}: {ref.reason}",
+        file=".",
+    )
+
+
 def _check_step(
-    step_loc: Location, shown: str, step: int | None, entries: list[Entry], problems: list[Problem]
+    step_loc: Location,
+    shown: str,
+    step: int | None,
+    entries: list[Entry],
+    problems: list[Problem],
+    deleting: tuple[str, ...] = (),
+    *,
+    expect_items: bool = True,
 ) -> list[ItemTarget]:
     names = {e.name for e in entries}
     # Checkpointer saves side by side (``ckpt_dir/state``, ``ckpt_dir/other``): each save is a
@@ -231,29 +306,22 @@ def _check_step(
     if looks_like_item(names):
         # A single-item Checkpointer writes the item straight into the step directory.
         return [ItemTarget(step_loc, shown, step, "default", is_step=True)]
-    expected = set(handlers) if isinstance(handlers, dict) else set()
+    # An item being deleted (Orbax's deletion record): readers skip it, and so does the check.
+    expected = (set(handlers) if isinstance(handlers, dict) else set()) - set(deleting)
+    tier = step_local_tier(step_loc, entries, handlers)
     targets = []
     for e in entries:
+        if e.name in deleting:
+            continue
         rel = _join(shown, e.name)
         if not e.is_dir:
             _check_step_file(e.name, rel, problems)
-            continue
-        if e.is_symlink:
-            problems.append(
-                problem(
-                    "symlink-outside",
-                    f"{rel} is a symlink: ckpt does not read an item through a link (it may "
-                    "lead out of the checkpoint), a writer refuses it; replace it by the "
-                    "directory",
-                    file=rel,
-                )
-            )
-        elif TMP_MARKER in e.name:
-            problems.append(_tmp_problem(rel, rel))
+        elif e.is_symlink or TMP_MARKER in e.name:
+            problems.append(_symlink_problem(rel) if e.is_symlink else _tmp_problem(rel, rel))
         elif e.name in expected or _holds_an_item(step_loc.child(e.name)):
-            is_save = e.name in saves
             handler = step_handler(handlers, e.name) if isinstance(handlers, dict) else None
-            targets.append(ItemTarget(step_loc.child(e.name), rel, step, e.name, is_save, handler))
+            item = ItemTarget(step_loc.child(e.name), rel, step, e.name, e.name in saves, handler)
+            targets.append(replace(item, tier=tier))
         else:
             problems.append(
                 problem(
@@ -273,8 +341,18 @@ def _check_step(
         targets.append(
             ItemTarget(step_loc.child(name), _join(shown, name), step, name, False, handler)
         )
-    _check_listed_items(shown, expected - names - empty, problems)
+    if expect_items:
+        _check_listed_items(shown, expected - names - empty, problems)
     return targets
+
+
+def _symlink_problem(rel: str) -> Problem:
+    return problem(
+        "symlink-outside",
+        f"{rel} is a symlink: ckpt does not read an item through a link (it may lead out of "
+        "the checkpoint), a writer refuses it; replace it by the directory",
+        file=rel,
+    )
 
 
 def _step_handlers(
@@ -313,10 +391,18 @@ def _step_handlers(
     return handlers
 
 
+def find_any(root: Location, steps: list[StepRef], step: int) -> StepRef:
+    """Step ``step`` of a root whatever its state (the one ``find_step`` names when it
+    refuses); ``find_step``'s error when there is none."""
+    matches = [s for s in steps if s.step == step]
+    return matches[0] if matches else find_step(root, steps, step)
+
+
 def _check_step_file(name: str, rel: str, problems: list[Problem]) -> None:
     """A file in a step directory: one Orbax or ckpt writes, or an unknown one."""
-    # PIN_FILE: ckpt pin; V1_MARKER: the v1 API's own file
-    known = (STEP_METADATA, COMMIT_MARKER, PIN_FILE, V1_MARKER, *CKPT_STEP_FILES)
+    # PIN_FILE: ckpt pin; V1_MARKER: the v1 API's own file; DELETION_RECORD: Orbax's
+    # record of an item being deleted (readers skip that item)
+    known = (STEP_METADATA, COMMIT_MARKER, PIN_FILE, V1_MARKER, DELETION_RECORD, *CKPT_STEP_FILES)
     if name not in known:
         problems.append(
             problem(
@@ -357,9 +443,10 @@ def _check_markable(
 ) -> None:
     if options.sample is not None:
         raise UsageError("--mark-committed needs every chunk checked: drop --sample")
-    if (kind == "root" and options.step is None) or kind not in ("root", "step"):
+    if kind not in ("root", "step") or (kind == "root" and options.latest):
         raise UsageError(
-            "--mark-committed marks one step: give a root with --step N, or the step itself",
+            "--mark-committed marks the steps of a root (or one with --step N), or the step "
+            "given itself",
             hint=f"{location} is a {kind}",
         )
     saves = list_saves(location, entries) if kind == "step" else None
@@ -374,3 +461,18 @@ def _check_markable(
     parsed = parse_step_name(location.name) if kind == "step" else None
     if parsed is not None and parsed.tmp:
         raise UsageError(f"{location} is an unfinished save: it cannot be marked committed")
+    if kind == "step":
+        _refuse_unstampable(step_ref(location, entries))
+
+
+def _refuse_unstampable(ref: StepRef) -> None:
+    """A step a marker must not make restorable: its save never finished, it is a partial
+    save, or a deletion's leftover (``--mark-committed`` stamps a whole step only)."""
+    if ref.status in ("committed",) or ref.stampable:
+        return
+    from ckpt_cli.errors import RefusedError
+
+    raise RefusedError(
+        f"step {ref.name} is {ref.status}: {ref.reason}",
+        hint="--mark-committed stamps a whole step that lacks only its commit_success.txt",
+    )
