@@ -55,6 +55,12 @@ demo: $(STAMP)
 	$(CKPT) ls fixtures/matrix/0.4.3/linen_trainstate/ckpt
 	$(CKPT) inspect fixtures/matrix/0.12.8/composite/ckpt --flat
 	$(CKPT) diff fixtures/matrix/0.4.3/composite/ckpt@1:arr fixtures/matrix/0.12.8/composite/ckpt@1:arr
+	@echo "== Orbax 0.12's newest states, from saves and deletions killed inside Orbax's own code: a commit-file run (steps 3, 4 never finished), why each is not committed, what prune keeps"
+	$(CKPT) ls fixtures/orbax012/states/commit_file
+	$(CKPT) prune fixtures/orbax012/states/commit_file --keep-last 1 --dry-run
+	@echo "   a deletion in progress (step 2: the optimizer item being deleted; step 4: what a stopped step deletion left) and v1 partial saves"
+	$(CKPT) ls fixtures/orbax012/states/deletion
+	$(CKPT) ls fixtures/orbax012/states/partial
 	@echo "== a flax.nnx step of three items (model, optimizer, and grain's data_iter): one item's tree, the step's training state"
 	rm -rf demo_runs/nnx
 	$(PY) examples/nnx_step.py demo_runs/nnx
@@ -91,11 +97,11 @@ demo: $(STAMP)
 	$(CKPT) verify $(DEMO) --latest --sample 25% --seed 1 --json | $(PY) -m json.tool | head -n 30
 	@echo "== ckpt diff: what changed between two steps (exit 1: they differ)"
 	$(CKPT) diff $(DEMO)@500 $(DEMO)@600 --filter 'params.*' || true
-	@echo "== Ctrl-C in the middle of verify --deep (a 256 MiB leaf): exit 130, no verdict on unread data"
+	@echo "== Ctrl-C in the middle of verify --deep (a 256 MiB leaf, sent once it is reading it): exit 130, no verdict on unread data"
 	test -d demo_runs/big || $(PY) tests/support/make_big.py demo_runs/big 256
-	timeout --preserve-status -s INT 3 $(CKPT) verify demo_runs/big --deep; echo "exit $$?"
+	$(PY) tests/support/interrupts.py INT verify demo_runs/big --deep
 	@echo "== the same with SIGTERM, as timeout and schedulers stop jobs: exit 143"
-	timeout --preserve-status 3 $(CKPT) verify demo_runs/big --deep; echo "exit $$?"
+	$(PY) tests/support/interrupts.py TERM verify demo_runs/big --deep
 	@echo "== a byte flipped in a data file: only the recorded digests see it"
 	$(CKPT) verify fixtures/damaged/flipped-byte || true
 	$(CKPT) verify fixtures/damaged/flipped-byte --deep || true

@@ -247,6 +247,7 @@ def verify(
     seed: int | None = None,
     step: int | None = None,
     latest: bool = False,
+    item: str | None = None,
     strict: bool = False,
     fail_on_nonfinite: bool = False,
     mark_committed: bool = False,
@@ -254,9 +255,9 @@ def verify(
     on_progress: ProgressFn | None = None,
     storage: StorageOptions | None = None,
 ) -> VerifyReport:
-    """Check a root (all committed steps, or ``step``/``latest``), a step, an item or
-    safetensors (a file, index or Hugging Face folder), exactly as ``ckpt verify`` does, and
-    return its report (``report.ok``, ``report.problems``, ``report.to_json()`` = ``ckpt verify
+    """Check a root (all committed steps, or ``step``/``latest``), a step (``item``: only that
+    item of each step), an item or safetensors (a file, index or Hugging Face folder), exactly
+    as ``ckpt verify`` does, and return its report (``report.ok``, ``report.problems``, ``report.to_json()`` = ``ckpt verify
     --json``). Damage is reported, never raised.
 
     ``deep`` decodes every chunk; ``record`` stores digests after a clean deep pass;
@@ -273,6 +274,7 @@ def verify(
     options = VerifyOptions(
         step=step,
         latest=latest,
+        item=item,
         deep=deep,
         record=record,
         sample=sample,
@@ -334,6 +336,7 @@ def plan_prune(
     policy: Policy | None = None,
     *,
     keep_last: int | None = None,
+    keep_last_finite: int | None = None,
     keep_every: int | None = None,
     keep_steps: Iterable[int] | None = None,
     keep_within: timedelta | None = None,

@@ -164,9 +164,45 @@ def main() -> None:
     signals.finished(0)
 
 
+def closest_option(typed: str, names: list[str]) -> list[str]:
+    """The option of ``names`` an unknown ``typed`` most likely meant, as a list of one, or
+    none: the one option it starts or that starts it (``--steps``/``--step``,
+    ``--fil``/``--filter``), else the closest by spelling, dashes aside (``--stpe``). Click's
+    own guess also offered hidden options and unrelated ones (``trend --filter`` once suggested
+    ``--item``)."""
+    import difflib
+
+    bare = {n.lstrip("-"): n for n in names if n.startswith("--")}
+    word = typed.lstrip("-")
+    if len(word) >= 3:
+        prefixed = [
+            n for b, n in bare.items() if (len(b) >= 3 and word.startswith(b)) or b.startswith(word)
+        ]
+        if len(prefixed) == 1:
+            return prefixed
+    close = difflib.get_close_matches(word, list(bare), n=1, cutoff=0.75)
+    return [bare[close[0]]] if close else []
+
+
+def _own_suggestion(e: typer.TyperException) -> None:
+    """An unknown option's suggestion, from the command's own visible options only
+    (``closest_option``)."""
+    typed, ctx = getattr(e, "option_name", None), getattr(e, "ctx", None)
+    if not isinstance(typed, str) or ctx is None or not hasattr(e, "possibilities"):
+        return
+    names = [
+        name
+        for param in ctx.command.get_params(ctx)
+        if not getattr(param, "hidden", False)
+        for name in (*param.opts, *param.secondary_opts)
+    ]
+    setattr(e, "possibilities", closest_option(typed, names))  # noqa: B010 - not a TyperException field
+
+
 def _usage_error(e: typer.TyperException, json_mode: bool) -> None:
     """A command line Click could not parse: one line on stderr naming the help to read (with
     --json also the error document), exit 2."""
+    _own_suggestion(e)
     message = (e.format_message().strip().splitlines() or [type(e).__name__])[0]
     error = {"code": CODE_USAGE, "message": message, "hint": "see `ckpt COMMAND --help`"}
     line = f"ckpt: error: {message}"

@@ -178,11 +178,52 @@ class UnsupportedError(CkptError, NotImplementedError):
     code = "unsupported"
 
 
+#: The top-level modules the ``orbax`` extra installs: a path that needs one (``--target``
+#: calls the user's JAX code) says so through ``require_orbax_extra``, never a bare
+#: ``No module named 'jax'`` (exit 70).
+ORBAX_EXTRA_MODULES = frozenset({"jax", "jaxlib", "flax", "optax", "orbax"})
+ORBAX_EXTRA_HINT = "pip install 'ckpt-orbax[orbax]'"
+
+
+def missing_extra_module(e: ImportError) -> str | None:
+    """The module of the ``orbax`` extra whose absence ``e`` reports, or None."""
+    name = (e.name or "").split(".")[0]
+    return name if name in ORBAX_EXTRA_MODULES else None
+
+
+def require_orbax_extra(what: str, *modules: str) -> None:
+    """Import ``modules`` (default: jax), so that the caller's own ``import jax`` that follows
+    finds it loaded. One of the ``orbax`` extra's missing, or failing to import: an
+    ``UnsupportedError`` (exit 3) saying that ``what`` needs it and how to install it."""
+    import importlib
+
+    for module in modules or ("jax",):
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            missing = missing_extra_module(e)
+            if missing is not None:
+                why = f"{missing}, which is not installed"
+            elif module.split(".")[0] in ORBAX_EXTRA_MODULES:  # installed, but broken
+                why = f"{module}, which cannot be imported ({first_line(e)})"
+            else:
+                raise
+            raise UnsupportedError(f"{what} needs {why}", hint=ORBAX_EXTRA_HINT) from None
+
+
 class RefusedError(CkptError):
     """A request ckpt will not carry out as asked: no confirmation, an unsafe change, or a plan
     that cannot work."""
 
     code = "refused"
+
+
+class NonFiniteError(RefusedError):
+    """A writer met NaN/Inf in the values it was to write (exit 3, nothing committed): a run
+    that diverged is not silently averaged, exported, migrated or resharded
+    (``--allow-nonfinite`` writes them as they are)."""
+
+    code = "nonfinite"
 
 
 class DigestMismatchError(CkptError):

@@ -11,6 +11,11 @@ import shutil
 from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# pytest-xdist's workers (`make test` runs -n 2) start with COLUMNS=80 and LINES=24 set; a pipe
+# honours COLUMNS (``text_width``), so ckpt in a test would wrap where a script's pipe does not.
+# The tests that want a width set it themselves (tests/support/terminal.py).
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 import pytest
 

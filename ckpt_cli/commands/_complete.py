@@ -2,8 +2,9 @@
 
 Typer's completion (``ckpt --install-completion`` / ``--show-completion`` for bash, zsh and fish)
 calls these with the command line parsed so far: once a root is on the line (the command's
-PATH, SRC or ROOT argument, or ROOT@ in diff), ``--step`` completes its committed steps and
-``--item`` the items of the chosen step. They list directories only (no array data, no JAX), and
+PATH, SRC or ROOT argument, ROOT@STEP included), ``--step`` completes its committed steps and
+``--item`` the items of the chosen step (``--step``, ROOT@STEP, else the latest); ``ROOT@``
+completes to ``ROOT@STEP``. They list directories only (no array data, no JAX), and
 stay silent on any error: a completion never prints a traceback into the shell.
 """
 
@@ -23,7 +24,9 @@ def _root_on_line(ctx: Any) -> str | None:
     for name in _PATH_PARAMS:
         value = params.get(name)
         if isinstance(value, str) and value:
-            return value.rpartition("@")[0] if "@" in value and name == "a" else value
+            from ckpt_cli.core.step_ranges import split_at
+
+            return split_at(value)[0]
     # An option still waiting for its value (``--step <TAB>``) stops Click's parsing before the
     # arguments are set: read the line the shell handed over instead.
     import os
@@ -78,7 +81,7 @@ def complete_item(ctx: typer.Context, incomplete: str) -> list[str]:
         location = open_location(path, storage_options(ctx))
         found = detect(location)
         steps = found.steps or []
-        step = (getattr(ctx, "params", None) or {}).get("step")
+        step = (getattr(ctx, "params", None) or {}).get("step") or _step_on_line(ctx)
         ref = next((s for s in steps if s.step == step and s.committed), None)
         ref = ref or latest_committed(steps)
         if ref is None:
@@ -89,8 +92,22 @@ def complete_item(ctx: typer.Context, incomplete: str) -> list[str]:
     return [i for i in items if i.startswith(incomplete) and i != "metrics"]
 
 
+def _step_on_line(ctx: Any) -> int | None:
+    """The step a ROOT@STEP argument names, if one does."""
+    from ckpt_cli.core.step_ranges import split_at
+
+    params = getattr(ctx, "params", None) or {}
+    for name in _PATH_PARAMS:
+        value = params.get(name)
+        steps = split_at(value)[1] if isinstance(value, str) else None
+        if steps is not None and steps.strip().isdigit():
+            return int(steps)
+    return None
+
+
 def complete_root_at_step(ctx: typer.Context, incomplete: str) -> list[str]:
-    """``ROOT@`` completes to ``ROOT@STEP`` for each committed step (diff's arguments)."""
+    """``ROOT@`` completes to ``ROOT@STEP`` for each committed step (the path of every command
+    that takes a step)."""
     root, at, partial = incomplete.rpartition("@")
     if not at:
         return []

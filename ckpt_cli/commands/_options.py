@@ -8,6 +8,11 @@ binary (1024), ``KB``/``MB``/``GB``/``TB`` decimal (1000), a plain number is byt
 matter and a fraction is allowed (``1.5G``). Size options are parsed while the command line is
 read (Typer ``parser=``), so a command receives bytes.
 
+``ROOT@STEP`` is ``ROOT --step STEP`` wherever a command takes a step (``ROOT@STEP:ITEM`` adds
+``--item ITEM`` where it takes an item; ``trend`` and ``average`` take ``ROOT@RANGES`` as
+``--steps``): ``at_step`` and ``at_steps`` read it, by the one rule of ``diff`` and ``cp``
+(``core/step_ranges.split_at``: a path of that very name that exists stays a path).
+
 Nothing here imports the core at module level: ``ckpt --help`` stays light.
 """
 
@@ -18,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
-from ckpt_cli.commands._complete import complete_item, complete_step
+from ckpt_cli.commands._complete import complete_item, complete_root_at_step, complete_step
 from ckpt_cli.errors import OptionValueError, UsageError
 
 if TYPE_CHECKING:
@@ -139,6 +144,16 @@ MEMORY_LIMIT = size_default("1GiB")
 UNIT_BYTES = size_default("256MiB")
 
 
+AllowNonfiniteOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-nonfinite",
+        help="Write NaN/Inf values as they are. Without it a writer refuses a leaf holding "
+        "any (exit 3, nothing written): the source's run had diverged.",
+    ),
+]
+
+
 def write_options(
     run: Run,
     max_chunk_bytes: int,
@@ -146,6 +161,7 @@ def write_options(
     zarr3: bool | None,
     compression: str,
     ocdbt: bool,
+    allow_nonfinite: bool = False,
 ) -> WriteOptions:
     """The options of a writer (reshard, migrate, import) from its command line, and how its
     work scales from its run (``run.scale``; none: this process)."""
@@ -161,6 +177,7 @@ def write_options(
         ocdbt=ocdbt,
         executor=scale.executor,
         unit_bytes=scale.unit_bytes,
+        allow_nonfinite=allow_nonfinite,
     )
 
 
@@ -170,6 +187,16 @@ PathArg = Annotated[
     str,
     typer.Argument(
         help="A CheckpointManager root, a step directory or an item directory.", show_default=False
+    ),
+]
+#: The path of a command that takes ``--step`` (and ``--item``).
+StepPathArg = Annotated[
+    str,
+    typer.Argument(
+        help="A CheckpointManager root, a step directory or an item directory; ROOT@STEP "
+        "names a step of a root (as --step), ROOT@STEP:ITEM an item of it (as --item).",
+        show_default=False,
+        autocompletion=complete_root_at_step,
     ),
 ]
 StepOpt = Annotated[
@@ -194,10 +221,11 @@ ItemOpt = Annotated[
         autocompletion=complete_item,
     ),
 ]
-#: The help of every option taking a leaf pattern (``--filter``, ``trend --match``).
+#: The help of every option taking a leaf pattern (``--filter``).
 LEAF_PATTERN_HELP = (
-    "Only leaves whose dotted name matches: a glob (`params.*kernel`, the whole name), a "
-    "regular expression searched in the name (`^opt_state\\.`), or `re:REGEX`. "
+    "Only leaves whose dotted name matches: a name (`params`, `Dense_0.kernel`: whole "
+    "components, so `params` is not `hyperparams`), a glob (`params.*kernel`, the whole name), "
+    "a regular expression searched in the name (`^opt_state\\.`), or `re:REGEX`. "
     "Patterns: docs/reference/layouts.md#leaf-patterns."
 )
 FilterOpt = Annotated[
@@ -210,15 +238,87 @@ FilterOpt = Annotated[
         metavar="PATTERN",
     ),
 ]
+#: ``--filter``'s old name in ``trend`` and ``average``: hidden, kept for scripts, the same.
+MatchAliasOpt = Annotated[
+    str | None,
+    typer.Option("--match", "-m", hidden=True, show_default=False, metavar="PATTERN"),
+]
 JsonOpt = Annotated[
     bool,
     typer.Option("--json", help="Print one JSON document on stdout (no colour, no progress)."),
 ]
 
+
+def filter_or_match(filter_: str | None, match: str | None) -> str | None:
+    """The one pattern of ``--filter`` and its old name ``--match`` (both given: the same)."""
+    if filter_ is not None and match is not None and filter_ != match:
+        raise UsageError(
+            f"--filter {filter_!r} and --match {match!r} (its old name) differ: give --filter"
+        )
+    return filter_ if filter_ is not None else match
+
+
+def at_step(
+    path: str,
+    step: int | None,
+    item: str | None = None,
+    *,
+    items: bool = True,
+    flag: str = "--step",
+) -> tuple[str, int | None, str | None]:
+    """``ROOT@N`` as (ROOT, N): the path, ``--step`` and ``--item`` a command reads, with
+    ``ROOT@N:ITEM`` naming the item too (``items``: the command takes ``--item``). A step (or
+    item) named both ways and differently is a usage error naming both (the step's ``flag``)."""
+    from ckpt_cli.core.step_ranges import split_at
+
+    root, steps, named = split_at(path)
+    if steps is None:
+        return path, step, item
+    if not steps.strip().isdigit():
+        raise UsageError(
+            f"{path} names the steps {steps}: this command reads one step",
+            hint=f"name one: ROOT@N or {flag} N",
+        )
+    number = int(steps)
+    if step is not None and step != number:
+        raise UsageError(f"{path} names step {number}, {flag} says {step}: give one of them")
+    if named is not None and not items:
+        raise UsageError(f"{path} names an item ({named}): this command takes a step, ROOT@N")
+    return root, number, _one_item(path, named, item)
+
+
+def at_steps(
+    path: str, steps: str | None, item: str | None = None
+) -> tuple[str, str | None, str | None]:
+    """``ROOT@RANGES`` as (ROOT, RANGES): the path, ``--steps`` and ``--item`` of a command
+    choosing several steps (``trend``, ``average``); named both ways and differently: a usage
+    error naming both."""
+    from ckpt_cli.core.step_ranges import split_at
+
+    root, named, named_item = split_at(path)
+    if named is None:
+        return path, steps, item
+    if steps is not None and steps.replace(" ", "") != named.replace(" ", ""):
+        raise UsageError(f"{path} names the steps {named}, --steps says {steps}: give one of them")
+    return root, named, _one_item(path, named_item, item)
+
+
+def _one_item(path: str, named: str | None, item: str | None) -> str | None:
+    if named is not None and item is not None and named != item:
+        raise UsageError(f"{path} names the item {named!r}, --item says {item!r}: give one of them")
+    return named if named is not None else item
+
+
 # --- the writers (reshard, migrate) and scale-out -----------------------------------------------
 
 SourceArg = Annotated[
-    str, typer.Argument(help="Source: a root, step or item directory.", show_default=False)
+    str,
+    typer.Argument(
+        help="Source: a root, step or item directory; ROOT@STEP names a step of a root (as "
+        "--step), ROOT@STEP:ITEM an item of it.",
+        show_default=False,
+        autocompletion=complete_root_at_step,
+    ),
 ]
 MaxChunkBytesOpt = Annotated[
     int,

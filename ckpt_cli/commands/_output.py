@@ -1,7 +1,7 @@
 """Where output goes: the consoles, JSON documents, warnings, and the one progress bar.
 
 Data goes to stdout, hints, warnings and progress to stderr. A JSON document is a result's own
-``to_json()``. Progress of every long operation arrives as ``core.progress.Progress`` events and
+``to_json()``, written as strict JSON (no bare NaN or Infinity: ``core.schema.finite``). Progress of every long operation arrives as ``core.progress.Progress`` events and
 is shown by one Rich bar on stderr, only when stderr is a terminal and the output is not JSON.
 """
 
@@ -35,10 +35,29 @@ def stderr_console() -> Console:
 
 def emit_json(result: Document) -> None:
     """Print ``result.to_json()`` as one document on stdout."""
+    _write_document(result.to_json())
+
+
+def _write_document(doc: Any) -> None:
+    """One document on stdout, strict JSON: a NaN or Inf that reached it (its result should
+    have written it null with ``<key>_nonfinite`` beside, ``core.schema.finite``) is written
+    null and named in a warning, never as the bare ``NaN``/``Infinity`` that JSON parsers
+    outside Python refuse."""
     # Indented for a person at a terminal; compact for pipes, where indent=2 would push json
     # onto its slow pure-Python encoder (7x slower on 10,000 leaves, bench/).
     indent = 2 if sys.stdout.isatty() else None
-    sys.stdout.write(json.dumps(result.to_json(), indent=indent, default=str) + "\n")
+    try:
+        text = json.dumps(doc, indent=indent, default=str, allow_nan=False)
+    except ValueError:
+        from ckpt_cli.core.schema.finite import split_nonfinite
+
+        doc, where = split_nonfinite(doc)
+        if not where:
+            raise
+        shown = ", ".join(sorted(where)[:3]) + (", ..." if len(where) > 3 else "")
+        warn(f"{len(where)} NaN/Inf value(s) written as null (JSON has neither): {shown}")
+        text = json.dumps(doc, indent=indent, default=str, allow_nan=False)
+    sys.stdout.write(text + "\n")
 
 
 def warn(message: str) -> None:
@@ -142,6 +161,4 @@ def emit_error(version: int, error: Mapping[str, Any], result: object = None) ->
     (``CkptError.result``, a refused prune's plan) or nothing, with ``ok`` false and the error;
     ``version`` is the failed command's ``schema_version``."""
     doc: dict[str, Any] = dict(result) if isinstance(result, Mapping) else {}
-    doc = {"schema_version": version, **doc, "ok": False, "error": error}
-    indent = 2 if sys.stdout.isatty() else None
-    sys.stdout.write(json.dumps(doc, indent=indent, default=str) + "\n")
+    _write_document({"schema_version": version, **doc, "ok": False, "error": error})

@@ -2,7 +2,8 @@
 
 **Layout** (``table``, ``wrap``): text that fits the terminal. Tables fold instead of cutting
 words, text is wrapped at spaces. Every renderer builds plain cells; these functions lay them out
-for a width (the terminal's) or for none (a pipe: one line per row, never wrapped, never padded).
+for a width (the terminal's, or ``COLUMNS`` through a pipe) or for none (a pipe without
+``COLUMNS``: one line per row, never wrapped, never padded).
 Nothing here cuts a word or a name: a column that does not fit is wrapped at spaces, and when even
 that cannot fit, each row becomes a small block (its key on one line, the other columns indented
 below it). Trailing spaces are never written. Styles are applied after the layout, through a
@@ -23,6 +24,7 @@ data, never decide, and never build JSON (a result's JSON is its own ``to_json()
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -249,9 +251,13 @@ def table(
 
 def text_width() -> int | None:
     """Columns the text must fit: the terminal's (``COLUMNS`` overrides its size, as for every
-    tool); through a pipe none: lines are never wrapped for a script or a log."""
+    tool); through a pipe ``COLUMNS`` when it is set (``COLUMNS=100 ckpt ls | less``), else
+    none: lines are never wrapped for a script or a log."""
     if sys.stdout.isatty():
         return max(20, shutil.get_terminal_size().columns)
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return max(20, int(columns))
     return None
 
 

@@ -10,6 +10,7 @@ import typer
 from ckpt_cli.commands import _options as o
 from ckpt_cli.commands._command import Command, JsonOutput, Writer
 from ckpt_cli.commands._context import run_context, write_plan
+from ckpt_cli.errors import UsageError
 
 if TYPE_CHECKING:
     from ckpt_cli.commands._context import Run
@@ -23,12 +24,18 @@ AverageDestArg = Annotated[
         show_default=False,
     ),
 ]
-StepsOpt = Annotated[
+AverageSourceArg = Annotated[
     str,
+    typer.Argument(
+        help="Source: a root; SRC@400,500,600 names the steps (as --steps).", show_default=False
+    ),
+]
+StepsOpt = Annotated[
+    str | None,
     typer.Option(
         "--steps",
         help="Committed steps to average, in order (the last one gives every other leaf): "
-        "400,500,600.",
+        "400,500,600 (or SRC@400,500,600).",
         show_default=False,
         metavar="A,B,C",
     ),
@@ -52,11 +59,12 @@ EmaOpt = Annotated[
         metavar="DECAY",
     ),
 ]
-MatchOpt = Annotated[
+AverageFilterOpt = Annotated[
     str | None,
     typer.Option(
-        "--match",
-        help="Average only the float leaves whose name matches (the rest: the last step's). "
+        "--filter",
+        "-f",
+        help="Average only the float leaves whose name matches (the rest: the last step's): "
         + o.LEAF_PATTERN_HELP.split(": ", 1)[1],
         show_default=False,
         metavar="PATTERN",
@@ -81,12 +89,13 @@ StepOutOpt = Annotated[
 
 def average(
     ctx: typer.Context,
-    src: Annotated[str, typer.Argument(help="Source: a root.", show_default=False)],
+    src: AverageSourceArg,
     dst: AverageDestArg,
-    steps: StepsOpt,
+    steps: StepsOpt = None,
     weights: WeightsOpt = None,
     ema: EmaOpt = None,
-    match: MatchOpt = None,
+    filter_: AverageFilterOpt = None,
+    match: o.MatchAliasOpt = None,
     optimizer: OptimizerOpt = "carry",
     item: o.ItemOpt = None,
     step_out: StepOutOpt = None,
@@ -95,6 +104,7 @@ def average(
     zarr3: o.Zarr3Opt = None,
     compression: o.CompressionOpt = "zstd",
     ocdbt: o.OcdbtOpt = True,
+    allow_nonfinite: o.AllowNonfiniteOpt = False,
     dry_run: o.PlanOnlyOpt = False,
     json_out: o.JsonOpt = False,
     threads: o.ThreadsOpt = o.THREADS,
@@ -108,33 +118,43 @@ def average(
     statistics, EMA copies) becomes the weighted mean of its values at --steps, computed in
     float32 (float64 for float64 leaves) and cast back to its dtype.
 
-    Every other leaf (the step counter, RNG keys, integer leaves, leaves --match leaves out)
-    is the last listed step's; optimizer state is carried from it or dropped (--optimizer).
-    Streams block by block under --memory-limit; the new step records the steps and weights
-    in its ckpt_history; the source is never modified; the step is written under a tmp name
-    and renamed when complete. A leaf whose shape or dtype differs between the steps is a
-    usage error (exit 2) naming it; nothing is written.
+    Every other leaf (the step counter, RNG keys, integer leaves, leaves --filter leaves out) is
+    the last listed step's; optimizer state is carried from it or dropped (--optimizer). Streams
+    block by block under --memory-limit; the new step records the steps and weights in its
+    ckpt_history; the source is never modified; the step is written under a tmp name and renamed
+    when complete. A leaf whose shape or dtype differs between the steps is a usage error (exit
+    2) naming it; nothing is written.
     """
-    from ckpt_cli.core.average.plan import parse_steps, parse_weights, plan_average
+    from ckpt_cli.core.average.plan import parse_weights, plan_average
     from ckpt_cli.core.scale import ScaleOptions
 
+    src, numbers, item = _source_steps(src, steps, item)
     scale = ScaleOptions.from_flags(executor, workers, scheduler, force_split, unit_bytes, threads)
     run = run_context(ctx, json_out, scale, start=not dry_run)
-    write = o.write_options(run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt)
-    plan = plan_average(
-        src,
-        dst,
-        parse_steps(steps),
-        weights=None if weights is None else parse_weights(weights),
-        ema=ema,
-        match=match,
-        optimizer=optimizer,
-        item=item,
-        step_out=step_out,
-        write=write,
-        storage=run.storage,
+    write = o.write_options(
+        run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, allow_nonfinite
     )
+    plan = plan_average(
+        src, dst, numbers, weights=None if weights is None else parse_weights(weights), ema=ema,
+        match=o.filter_or_match(filter_, match), optimizer=optimizer, item=item,
+        step_out=step_out, write=write, storage=run.storage,
+    )  # fmt: skip
     _write(run, plan, dry_run)
+
+
+def _source_steps(
+    src: str, steps: str | None, item: str | None
+) -> tuple[str, list[int], str | None]:
+    """The source root, the steps to average in order (--steps or SRC@A,B,C) and --item."""
+    from ckpt_cli.core.average.plan import parse_steps
+
+    src, steps, item = o.at_steps(src, steps, item)
+    if steps is None:
+        raise UsageError(
+            "average needs the steps to average",
+            hint="name them: --steps 400,500,600 or SRC@400,500,600",
+        )
+    return src, parse_steps(steps), item
 
 
 def _write(run: Run, plan: AveragePlan, dry_run: bool) -> None:
@@ -188,5 +208,6 @@ COMMAND = Command(
         "runs/exp7 runs/exp7-avg --steps 600,900,1000",
         "runs/exp7 avg --steps 600,900,1000 --weights 1,2,3 --dry-run",
         "runs/exp7 ema --steps 900,1000 --ema 0.9 --optimizer drop",
+        "runs/exp7@600,900,1000 swa --filter params --dry-run",
     ),
 )

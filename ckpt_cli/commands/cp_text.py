@@ -4,7 +4,7 @@ was copied and what was found whole at the destination."""
 from __future__ import annotations
 
 from ckpt_cli.commands._text import emit, human_bytes, painter, say, table_lines, use_color
-from ckpt_cli.core.copy.execute import CopyResult
+from ckpt_cli.core.copy.execute import CopyLeft, CopyResult
 from ckpt_cli.core.copy.plan import CopyPlan
 
 _STATE = {"new": ("new", "green"), "resume": ("resume", "yellow"), "present": ("present", "")}
@@ -59,3 +59,18 @@ def print_result(result: CopyResult) -> None:
         say(f"{o['verified_objects']} files matched their recorded digests", color)
     for item in o["unverified_items"]:
         say(f"no recorded file checksums in {item}: its files were not checked", color, "yellow")
+
+
+def interrupted_note(left: CopyLeft) -> str:
+    """What an interrupted copy says on stderr: the steps copied, the unfinished ones kept (and
+    where) for a rerun to resume."""
+    text = f"interrupted: {len(left.committed)} of {left.planned} steps copied"
+    if not left.unfinished:
+        return text + "; no step is half-written; a rerun copies the rest"
+    names = ", ".join(name for name, _ in left.unfinished)
+    where = ", ".join(str(loc) for _, loc in left.unfinished)
+    bucket = any(loc.requires_commit_marker for _, loc in left.unfinished)
+    how = " (uncommitted: no commit_success.txt)" if bucket else ""
+    if len(left.unfinished) == 1:
+        return f"{text}; the partial step {names} is kept in {where}{how} so a rerun resumes it"
+    return f"{text}; the partial steps {names} are kept in {where}{how} so a rerun resumes them"

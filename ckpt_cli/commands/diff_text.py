@@ -1,5 +1,5 @@
-"""Text of ``ckpt diff``: both sides, a table of the leaves that differ (all with ``--all``),
-and the verdict."""
+"""Text of ``ckpt diff``: both sides, a table of the leaves that differ or hold NaN or Inf (all
+with ``--all``), and the verdict, which says how many equal leaves the table leaves out."""
 
 from __future__ import annotations
 
@@ -19,8 +19,20 @@ from ckpt_cli.core.diff import STATUSES, DiffReport, LeafDiff
 _LABEL = {"only_a": "only in A", "only_b": "only in B"}
 
 
+_NONFINITE = {"nan": "NaN", "inf": "Inf"}
+
+
 def _fmt(x: float | None) -> str:
-    return "" if x is None else f"{x:.3g}"
+    if x is None:
+        return ""
+    text = f"{x:.3g}"
+    return _NONFINITE.get(text, text)
+
+
+def _shown(d: LeafDiff, show_all: bool) -> bool:
+    """A row of the table: a leaf not equal, or one holding NaN or Inf (equal NaN at the same
+    places is still NaN: a diverged step must not read as a clean one), or every leaf."""
+    return show_all or not d.equal or d.has_nonfinite
 
 
 def _row(d: LeafDiff) -> list[tuple[str, str]]:
@@ -30,7 +42,7 @@ def _row(d: LeafDiff) -> list[tuple[str, str]]:
     shape = shape_str(d.shape_a if d.shape_a is not None else d.shape_b)
     if d.shape_a is not None and d.shape_b is not None and d.shape_a != d.shape_b:
         shape = f"{shape_str(d.shape_a)} → {shape_str(d.shape_b)}"
-    colour = "green" if d.equal else "red"
+    colour = ("yellow" if d.has_nonfinite else "green") if d.equal else "red"
     mismatched = f"{d.mismatched}/{d.elements}" if d.elements else ""
     return [
         (d.name, ""),
@@ -65,15 +77,34 @@ def print_report(report: DiffReport, show_all: bool) -> None:
             color,
         )
     for pair in pairs:
-        shown = [d for d in pair.leaves if show_all or not d.equal]
+        shown = [d for d in pair.leaves if _shown(d, show_all)]
         if len(pairs) > 1:
             verdict = "equal" if all(d.equal for d in pair.leaves) else "different"
+            held = sum(1 for d in pair.leaves if d.has_nonfinite)
+            if held:
+                verdict += f" ({_which(pair.leaves)} in {plural(held, 'leaf', 'leaves')})"
             say(f"item {pair.a.name}: {verdict}", color)
         if shown:
             emit(table_lines(HEADERS, [_row(d) for d in shown], paint, wrap_last=True), color)
     for label, names in (("A", report.items_only_a), ("B", report.items_only_b)):
         for name in names:
             say(f"item {name}: only in {label}", color)
+    _verdict(report, show_all, color)
+
+
+def _which(leaves: tuple[LeafDiff, ...]) -> str:
+    """``NaN``, ``Inf`` or ``NaN or Inf``: what the leaves' non-finite values are."""
+    counts = [d.nonfinite for d in leaves if d.nonfinite]
+    nan = any(c.nan_a or c.nan_b for c in counts)
+    inf = any(c.inf_a or c.inf_b for c in counts)
+    return "NaN or Inf" if nan and inf else "Inf" if inf else "NaN"
+
+
+def _verdict(report: DiffReport, show_all: bool, color: bool) -> None:
+    """``EQUAL``/``DIFFERENT``, the tolerance, the leaves by status, the leaves holding NaN or
+    Inf on each side, and the equal leaves the table leaves out (the counts add up to the
+    rows shown)."""
+    paint = painter(color)
     counts = ", ".join(
         f"{report.count(s)} {_LABEL.get(s, s.replace('_', ' '))}"
         for s in STATUSES
@@ -88,6 +119,13 @@ def print_report(report: DiffReport, show_all: bool) -> None:
     if report.ignored:
         tol += f"; {report.ignored} ignored (--ignore)"
     rest = f" ({tol}): {plural(len(report.all_leaves), 'leaf', 'leaves')}: {counts or 'none'}"
+    leaves = report.all_leaves
+    sides = [sum(1 for d in leaves if d.nonfinite and d.nonfinite.side(i)) for i in (0, 1)]
+    if any(sides):
+        rest += f"; {_which(leaves)} in {sides[0]} of A's leaves, {sides[1]} of B's"
+    hidden = sum(1 for d in leaves if not _shown(d, show_all))
+    if hidden and hidden < len(leaves):  # a table was printed: say what it leaves out
+        rest += f"; {plural(hidden, 'equal leaf', 'equal leaves')} not shown (--all)"
     # Wrapped at spaces like every other line: a narrow terminal must not fold it mid-word.
     first, *more = wrap(word + rest, text_width(), indent="  ")
     emit(

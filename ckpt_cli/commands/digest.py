@@ -15,6 +15,7 @@ from ckpt_cli.commands._options import (
     MemoryLimitOpt,
     StepOpt,
     ThreadsOpt,
+    at_step,
 )
 from ckpt_cli.commands._output import emit_json, warn
 from ckpt_cli.errors import EXIT_PROBLEMS
@@ -22,8 +23,8 @@ from ckpt_cli.errors import EXIT_PROBLEMS
 DigestPathArg = Annotated[
     str,
     typer.Argument(
-        help="A root (its latest step, or --step), a step (every item), an item directory, or "
-        "a safetensors file, index or directory of shards.",
+        help="A root (its latest step, or --step; ROOT@STEP as --step), a step (every item), an "
+        "item directory, or a safetensors file, index or directory of shards.",
         show_default=False,
     ),
 ]
@@ -51,6 +52,7 @@ def digest(
     from ckpt_cli.core.digest.safetensors import digest_any
     from ckpt_cli.core.scale import ScaleOptions
 
+    path, step, _ = at_step(path, step, items=False)
     run = run_context(ctx, json_out, ScaleOptions(threads=threads))
     with run.progress() as on_progress:
         report = digest_any(path, step, run.storage, memory_limit, on_progress)

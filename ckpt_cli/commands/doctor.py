@@ -9,7 +9,7 @@ import typer
 
 from ckpt_cli.commands._command import Command, JsonOutput
 from ckpt_cli.commands._context import run_context
-from ckpt_cli.commands._options import ItemOpt, JsonOpt, PathArg, StepOpt
+from ckpt_cli.commands._options import ItemOpt, JsonOpt, StepOpt, StepPathArg, at_step
 from ckpt_cli.commands._output import emit_json
 from ckpt_cli.errors import EXIT_PROBLEMS
 
@@ -67,7 +67,7 @@ WriteSpecOpt = Annotated[
 
 def doctor(
     ctx: typer.Context,
-    path: PathArg,
+    path: StepPathArg,
     target: TargetOpt = None,
     like: LikeOpt = None,
     mesh: RestoreMeshOpt = None,
@@ -100,6 +100,7 @@ def doctor(
     from ckpt_cli.core.doctor import diagnose, fix_text
 
     run = run_context(ctx, json_out)
+    path, step, item = at_step(path, step, item)
     diagnosis = diagnose(
         path,
         target=target,

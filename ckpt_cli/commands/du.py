@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 from types import ModuleType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,10 +15,23 @@ from ckpt_cli.commands._options import (
     THREADS,
     JsonOpt,
     MemoryLimitOpt,
-    PathArg,
     ThreadsOpt,
+    at_step,
 )
 from ckpt_cli.commands._output import emit_json
+
+if TYPE_CHECKING:
+    from ckpt_cli.core.storage import Location, StorageOptions
+
+
+DuPathArg = Annotated[
+    str,
+    typer.Argument(
+        help="A CheckpointManager root, a step directory or an item directory; ROOT@STEP "
+        "names a step of a root, ROOT@STEP:ITEM an item of it.",
+        show_default=False,
+    ),
+]
 
 
 class By(str, Enum):
@@ -41,7 +54,7 @@ TopOpt = Annotated[
     typer.Option(
         "--top",
         min=0,
-        help="Show the N largest rows (0: all). Text only.",
+        help="Show the N largest rows (0: all; steps stay in step order). Text only.",
     ),
 ]
 
@@ -58,7 +71,7 @@ DeepOpt = Annotated[
 
 def du(
     ctx: typer.Context,
-    path: PathArg,
+    path: DuPathArg,
     by: ByOpt = None,
     top: TopOpt = 20,
     deep: DeepOpt = False,
@@ -81,12 +94,13 @@ def du(
     from ckpt_cli.commands import du_text as render
     from ckpt_cli.core.du import disk_usage
     from ckpt_cli.core.scale import ScaleOptions
-    from ckpt_cli.core.storage import open_location
 
     run = run_context(ctx, json_out, ScaleOptions(threads=threads))
+    root, step, item = at_step(path, None)
+    location = _location(root, step, item, run.storage)
     with run.progress() as on_progress:
         report = disk_usage(
-            open_location(path, run.storage),
+            location,
             deep=deep,
             memory_limit=memory_limit,
             on_progress=on_progress,
@@ -94,7 +108,23 @@ def du(
     if json_out:
         emit_json(report)
     else:
-        render.print_report(report, by.value if by else None, top, path)
+        # ROOT@STEP is not the report's path: its hints name the step directory itself.
+        render.print_report(report, by.value if by else None, top, path if step is None else None)
+
+
+def _location(root: str, step: int | None, item: str | None, storage: StorageOptions) -> Location:
+    """PATH, or for ROOT@STEP (ROOT@STEP:ITEM) that step (item) of the root."""
+    from ckpt_cli.core.storage import open_location
+
+    location = open_location(root, storage)
+    if step is None:
+        return location
+    from ckpt_cli.core.format.discovery import list_steps
+    from ckpt_cli.core.format.resolve import find_step, resolve_item
+
+    if item is not None:
+        return resolve_item(location, step, item).location
+    return find_step(location, list_steps(location), step).location
 
 
 def _json() -> JsonOutput:

@@ -1,15 +1,32 @@
-"""Text of ``ckpt du``: a table sorted by size with bars (80 columns), then the garbage."""
+"""Text of ``ckpt du``: a table with bars (steps in step order, items and leaves largest first),
+then the garbage. Names are never cut: the name column is as wide as the longest name; on a
+terminal too narrow for it, a longer name stands alone on its line, its figures below it."""
 
 from __future__ import annotations
 
-from ckpt_cli.commands._text import emit, human_bytes, painter, plural, use_color, wrap
+from ckpt_cli.commands._text import (
+    emit,
+    human_bytes,
+    painter,
+    plural,
+    text_width,
+    use_color,
+    wrap,
+)
 from ckpt_cli.core.du.types import LEFTOVER_KINDS, UNLISTED_KINDS, DuReport, Garbage, ratio
 
 WIDTH = 80
 NAME = 31
 BAR = 12
+#: The columns after the name: size, %, the bar, logical, ratio, and the spaces between them.
+FIGURES = 9 + 1 + 6 + 1 + BAR + 1 + 9 + 1 + 6
 #: One row: its label, stored bytes, logical bytes (None: unknown or not arrays).
 Row = tuple[str, int, int | None]
+
+
+def _width() -> int:
+    """Where prose lines wrap: 80 columns, or a narrower terminal's (``COLUMNS``)."""
+    return min(WIDTH, text_width() or WIDTH)
 
 
 def default_by(report: DuReport) -> str:
@@ -17,7 +34,8 @@ def default_by(report: DuReport) -> str:
 
 
 def rows(report: DuReport, by: str) -> list[Row]:
-    """The table's rows, largest first (ties by label)."""
+    """The table's rows: steps in the report's order (by step number: a run reads as a
+    timeline), items and leaves largest first (ties by label)."""
     out: list[Row] = []
     several_steps = len(report.steps) > 1
     for s in report.steps:
@@ -35,16 +53,17 @@ def rows(report: DuReport, by: str) -> list[Row]:
                 parts = [step] if several_steps else []
                 parts += [i.name] if several_items else []
                 out.append((" ".join([*parts, leaf.name or "''"]), leaf.bytes, leaf.logical_bytes))
-    out.sort(key=lambda r: (-r[1], r[0]))
+    if by != "step":
+        out.sort(key=lambda r: (-r[1], r[0]))
     return out
 
 
-def _cut(text: str, width: int) -> str:
-    """``text`` in ``width`` columns: the middle elided, both ends kept."""
-    if len(text) <= width:
-        return text
-    keep = width - 1
-    return text[: keep // 2] + "…" + text[len(text) - (keep - keep // 2) :]
+def _largest(all_rows: list[Row], top: int) -> list[Row]:
+    """The ``top`` largest rows (0: all), in the order of ``all_rows``."""
+    if not top or len(all_rows) <= top:
+        return all_rows
+    keep = set(sorted(range(len(all_rows)), key=lambda i: (-all_rows[i][1], i))[:top])
+    return [r for i, r in enumerate(all_rows) if i in keep]
 
 
 def _bar(part: int, whole: int) -> str:
@@ -52,20 +71,36 @@ def _bar(part: int, whole: int) -> str:
     return ("█" * (eighths // 8) + ("▏▎▍▌▋▊▉"[eighths % 8 - 1] if eighths % 8 else "")).ljust(BAR)
 
 
-def table(report: DuReport, by: str, top: int) -> list[str]:
-    """The header and rows: each line at most 80 columns."""
+def name_width(labels: list[str], by: str, width: int | None) -> int:
+    """The name column: at least ``NAME``, as wide as the longest label; on a terminal
+    (``width``) no wider than the figures leave room for (a longer label then has a line of
+    its own)."""
+    longest = max([len(by), *(len(label) for label in labels)])
+    if width is None:
+        return max(NAME, longest)
+    return max(len(by), min(max(NAME, longest), width - 1 - FIGURES))
+
+
+def table(report: DuReport, by: str, top: int, width: int | None = None) -> list[str]:
+    """The header and rows, fitting ``width`` columns (None, a pipe: as wide as the names),
+    every name whole."""
     all_rows = rows(report, by)
-    shown = all_rows[:top] if top else all_rows
+    shown = _largest(all_rows, top)
+    name = name_width([label for label, _, _ in shown], by, width)
     whole = report.total_bytes
-    lines = [f"{by:<{NAME}} {'size':>9} {'%':>6} {'':<{BAR}} {'logical':>9} {'ratio':>6}"]
+    lines = [f"{by:<{name}} {'size':>9} {'%':>6} {'':<{BAR}} {'logical':>9} {'ratio':>6}"]
     for label, size, logical in shown:
         r = ratio(size, logical)
-        lines.append(
-            f"{_cut(label, NAME):<{NAME}} {human_bytes(size):>9} "
+        figures = (
+            f"{human_bytes(size):>9} "
             f"{100 * size / whole if whole else 0:>5.1f}% {_bar(size, whole)} "
             f"{human_bytes(logical) if logical is not None else '-':>9} "
             f"{f'{r:.2f}' if r is not None else '-':>6}"
         )
+        if len(label) > name:  # never cut: the name alone, its figures on the next line
+            lines += [label, f"{'':<{name}} {figures}"]
+        else:
+            lines.append(f"{label:<{name}} {figures}")
     if len(all_rows) > len(shown):
         lines.append(f"... {plural(len(all_rows) - len(shown), 'more row')} (--top 0 shows all)")
     return lines
@@ -85,7 +120,7 @@ def summary(report: DuReport) -> list[str]:
             f"; besides, {plural(len(unlisted), 'open upload')} "
             f"{human_bytes(sum(g.bytes for g in unlisted))}"
         )
-    return wrap(text, WIDTH)
+    return wrap(text, _width())
 
 
 def _as_typed(text: str, report: DuReport, typed: str | None) -> str:
@@ -117,10 +152,10 @@ def garbage_lines(
         files = f", {plural(g.files, 'file')}" if g.files > 1 else ""
         path = _below(g.path, report.path) if report else g.path
         text = f"{human_bytes(g.bytes)} {g.kind}{files}: {path}"
-        out += wrap(text, WIDTH, first="  ", indent="    ")
+        out += wrap(text, _width(), first="  ", indent="    ")
         if i + 1 == len(ordered) or ordered[i + 1].hint != g.hint:
             hint = _as_typed(g.hint, report, typed) if report else g.hint
-            out += wrap("-> " + hint, WIDTH, first="    ", indent="       ")
+            out += wrap("-> " + hint, _width(), first="    ", indent="       ")
     return out
 
 
@@ -138,7 +173,7 @@ def _uncompared(report: DuReport, typed: str | None) -> list[str]:
             f"compared; `ckpt du {path} --deep` reads and compares them (or `ckpt verify "
             f"{path} --deep --record` records digests once)"
         )
-    return wrap(("duplicates: " if not report.duplicates else "  ") + text, WIDTH, indent="    ")
+    return wrap(("duplicates: " if not report.duplicates else "  ") + text, _width(), indent="    ")
 
 
 def duplicate_lines(report: DuReport, top: int, typed: str | None = None) -> list[str]:
@@ -150,7 +185,7 @@ def duplicate_lines(report: DuReport, top: int, typed: str | None = None) -> lis
     out = wrap(
         f"duplicates: {plural(len(dups), 'leaf', 'leaves')} stored again in several steps; "
         f"one copy each would save {human_bytes(report.duplicate_bytes)}",
-        WIDTH,
+        _width(),
         indent="    ",
     )
     shown = dups[:top] if top else dups
@@ -159,7 +194,7 @@ def duplicate_lines(report: DuReport, top: int, typed: str | None = None) -> lis
         leaf = d.leaf or "''"
         out += wrap(
             f"{human_bytes(d.saved_bytes)} {d.item} {leaf} (steps {steps})",
-            WIDTH,
+            _width(),
             first="  ",
             indent="    ",
         )
@@ -174,9 +209,9 @@ def notes(report: DuReport, typed: str | None = None) -> list[str]:
         for s in report.steps
         for i in s.items
         if i.note
-        for line in wrap(f"note: {_as_typed(i.path, report, typed)}: {i.note}", WIDTH)
+        for line in wrap(f"note: {_as_typed(i.path, report, typed)}: {i.note}", _width())
     ]
-    return out + [line for note in report.notes for line in wrap(f"note: {note}", WIDTH)]
+    return out + [line for note in report.notes for line in wrap(f"note: {note}", _width())]
 
 
 def print_report(report: DuReport, by: str | None, top: int, typed: str | None = None) -> None:
@@ -184,8 +219,8 @@ def print_report(report: DuReport, by: str | None, top: int, typed: str | None =
     color = use_color()
     paint = painter(color)
     by = by or default_by(report)
-    out = [paint(_cut(report.path, WIDTH), "bold")]
-    out += [paint(line, "") for line in table(report, by, top)]
+    out = [paint(report.path, "bold")]
+    out += [paint(line, "") for line in table(report, by, top, text_width())]
     out += [paint(line, "") for line in summary(report)]
     style = "yellow" if report.garbage else ""
     out += [paint(line, style) for line in garbage_lines(report.garbage, report, typed)]

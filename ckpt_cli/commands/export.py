@@ -33,7 +33,8 @@ MaxShardSizeOpt = Annotated[
 ExportSourceArg = Annotated[
     str,
     typer.Argument(
-        help="Source: a root, step or item directory (local, s3:// or gs://).",
+        help="Source: a root, step or item directory (local, s3:// or gs://); ROOT@STEP names "
+        "a step of a root (as --step), ROOT@STEP:ITEM an item of it.",
         show_default=False,
     ),
 ]
@@ -89,6 +90,7 @@ def export(
     step: o.StepOpt = None,
     item: o.ItemOpt = None,
     memory_limit: o.MemoryLimitOpt = o.EXCHANGE_MEMORY_LIMIT,
+    allow_nonfinite: o.AllowNonfiniteOpt = False,
     dry_run: o.PlanOnlyOpt = False,
     json_out: o.JsonOpt = False,
     threads: o.ThreadsOpt = o.THREADS,
@@ -108,6 +110,7 @@ def export(
     from ckpt_cli.core.write.memory import bound_allocator
 
     run = run_context(ctx, json_out, ScaleOptions(threads=threads))
+    src, step, item = o.at_step(src, step, item)
     if format_ != "safetensors":
         raise UsageError(f"--format {format_!r}: the format ckpt exports is safetensors")
     # Blocks under 32 MiB come from (and return to) one heap that keeps freed memory for the
@@ -127,6 +130,7 @@ def export(
         item=item,
         memory_limit=memory_limit,
         storage=run.storage,
+        allow_nonfinite=allow_nonfinite,
     )
     _write(run, plan, dry_run)
 

@@ -29,7 +29,9 @@ ImportSourceArg = Annotated[
 ImportDestArg = Annotated[
     str,
     typer.Argument(
-        help="Destination CheckpointManager root (created if missing).", show_default=False
+        help="Destination CheckpointManager root (created if missing); ROOT@STEP names the "
+        "step to write (as --step), ROOT@STEP:ITEM the item too.",
+        show_default=False,
     ),
 ]
 ImportStepOpt = Annotated[
@@ -71,6 +73,7 @@ def import_(
     zarr3: ImportZarr3Opt = False,
     compression: o.CompressionOpt = "zstd",
     ocdbt: o.OcdbtOpt = True,
+    allow_nonfinite: o.AllowNonfiniteOpt = False,
     dry_run: o.PlanOnlyOpt = False,
     json_out: o.JsonOpt = False,
     threads: o.ThreadsOpt = o.THREADS,
@@ -87,8 +90,11 @@ def import_(
     from ckpt_cli.core.scale import ScaleOptions
     from ckpt_cli.core.write.memory import bound_allocator
 
+    dst, step, item = o.at_step(dst, step, item)
     run = run_context(ctx, json_out, ScaleOptions(threads=threads))
-    write = o.write_options(run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt)
+    write = o.write_options(
+        run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, allow_nonfinite
+    )
     bound_allocator()
     plan = plan_import(
         src,

@@ -13,8 +13,9 @@ from ckpt_cli.commands._options import (
     FilterOpt,
     ItemOpt,
     JsonOpt,
-    PathArg,
     StepOpt,
+    StepPathArg,
+    at_step,
 )
 from ckpt_cli.commands._output import emit_json, warn
 from ckpt_cli.errors import UsageError
@@ -40,7 +41,7 @@ LayoutOpt = Annotated[
 
 def inspect(
     ctx: typer.Context,
-    path: PathArg,
+    path: StepPathArg,
     step: StepOpt = None,
     item: ItemOpt = None,
     flat: FlatOpt = False,
@@ -68,6 +69,7 @@ def inspect(
     from ckpt_cli.core.storage import open_location
 
     run = run_context(ctx, json_out)
+    path, step, item = at_step(path, step, item)
     if _inspect_safetensors(run, path, step, item, layout, filter_, stats, json_out):
         return
     location = open_location(path, run.storage)

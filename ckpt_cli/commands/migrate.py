@@ -79,6 +79,7 @@ def migrate(
     zarr3: o.Zarr3Opt = None,
     compression: o.CompressionOpt = "zstd",
     ocdbt: o.OcdbtOpt = True,
+    allow_nonfinite: o.AllowNonfiniteOpt = False,
     record_digests: RecordDigestsOpt = None,
     dry_run: o.PlanOnlyOpt = False,
     json_out: o.JsonOpt = False,
@@ -102,23 +103,16 @@ def migrate(
     from ckpt_cli.core.scale import ScaleOptions
 
     scale = ScaleOptions.from_flags(executor, workers, scheduler, force_split, unit_bytes, threads)
+    src, step, item = o.at_step(src, step, item)
     run = run_context(ctx, json_out, scale, start=not dry_run)
-    write = o.write_options(run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt)
-    plan = plan_migration(
-        src,
-        dst,
-        spec,
-        target=target,
-        allow_python=allow_python,
-        allow_unused=allow_unused,
-        allow_mismatch=allow_mismatch,
-        step=step,
-        item=item,
-        step_out=step_out,
-        write=write,
-        record_digests=record_digests,
-        storage=run.storage,
+    write = o.write_options(
+        run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, allow_nonfinite
     )
+    plan = plan_migration(
+        src, dst, spec, target=target, allow_python=allow_python, allow_unused=allow_unused,
+        allow_mismatch=allow_mismatch, step=step, item=item, step_out=step_out, write=write,
+        record_digests=record_digests, storage=run.storage,
+    )  # fmt: skip
     _write(run, plan, dry_run)
 
 

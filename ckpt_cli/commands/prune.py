@@ -37,6 +37,16 @@ def _count(flag: str, help_: str) -> Any:
 
 KeepLastOpt = Annotated[int | None, _count("--keep-last", "Keep the N newest steps.")]
 
+KeepLastFiniteOpt = Annotated[
+    int | None,
+    _count(
+        "--keep-last-finite",
+        "Keep the N newest steps whose metrics are all finite numbers (no NaN, no inf): what "
+        "survives a run that diverged. Judged by the metrics only; a root whose steps record "
+        "none is refused.",
+    ),
+]
+
 KeepEveryOpt = Annotated[
     int | None, _count("--keep-every", "Keep steps divisible by N (Orbax keep_period).")
 ]
@@ -130,6 +140,7 @@ def prune(
     ctx: typer.Context,
     root: o.RootArg,
     keep_last: KeepLastOpt = None,
+    keep_last_finite: KeepLastFiniteOpt = None,
     keep_every: KeepEveryOpt = None,
     keep_step: KeepStepOpt = None,
     keep_within: KeepWithinOpt = None,
@@ -150,23 +161,24 @@ def prune(
     """Delete the steps that no retention rule keeps; show the plan first.
 
     Rules are OR-ed: a step is kept if any rule keeps it, and the plan shows why. The newest
-    committed step is always kept; a command without any rule is refused. Unfinished saves are
-    removed only with --clean-tmp, and only once idle for --tmp-min-age (so are the multipart
-    uploads a killed writer left open in a bucket, never while a live writer holds the root);
-    trash left by an interrupted prune is always removed. Steps are renamed to a hidden trash
-    name first, then deleted. A symlinked step is never deleted. On a terminal prune asks before deleting; else it
-    needs --yes; answering no deletes nothing and exits 0. Exit codes: 0 done (or nothing to do,
-    or declined), 2 bad options, 3 refused (no terminal to ask on and no --yes, another prune
-    running) or a deletion failed, 130/143 interrupted.
+    committed step is always kept; a command without any rule is refused. A NaN metric ranks worst;
+    the plan warns when a rule keeps only NaN steps (--keep-last-finite N keeps healthy ones).
+    Unfinished saves are removed only with --clean-tmp, and only once idle for --tmp-min-age (so are
+    the multipart uploads a killed writer left open in a bucket, never while a live writer holds the
+    root); trash left by an interrupted prune is always removed. Steps are renamed to a hidden trash
+    name first, then deleted. A symlinked step is never deleted. On a terminal prune asks before
+    deleting; else it needs --yes; answering no deletes nothing and exits 0. Exit codes: 0 done (or
+    nothing to do, or declined), 2 bad options, 3 refused (no terminal to ask on and no --yes,
+    another prune running) or a deletion failed, 130/143 interrupted.
     """
     from ckpt_cli.core.prune.policy import Policy, parse_duration
     from ckpt_cli.core.storage import open_location
 
     within = parse_duration(keep_within, option="--keep-within") if keep_within else None
     policy = Policy.from_rules(
-        keep_last=keep_last, keep_every=keep_every, keep_steps=keep_step, keep_within=within,
-        keep_hourly=keep_hourly, keep_daily=keep_daily, keep_weekly=keep_weekly,
-        keep_monthly=keep_monthly, keep_best=keep_best, metric=metric,
+        keep_last=keep_last, keep_last_finite=keep_last_finite, keep_every=keep_every,
+        keep_steps=keep_step, keep_within=within, keep_hourly=keep_hourly, keep_daily=keep_daily,
+        keep_weekly=keep_weekly, keep_monthly=keep_monthly, keep_best=keep_best, metric=metric,
         mode=mode.value if mode is not None else None, keep_missing_metric=keep_missing_metric,
     )  # fmt: skip
     min_age = parse_duration(tmp_min_age, option="--tmp-min-age")
@@ -336,9 +348,9 @@ def _ask(question: str) -> bool:
 def _json() -> JsonOutput:
     """What ``--json`` prints (loaded when asked: ``ckpt --help`` imports no core module)."""
     from ckpt_cli.core.prune.execute import PruneJSON
-    from ckpt_cli.core.schema import SCHEMA_VERSION
+    from ckpt_cli.core.prune.plan import PrunePlan
 
-    return JsonOutput((PruneJSON,), SCHEMA_VERSION)
+    return JsonOutput((PruneJSON,), PrunePlan.SCHEMA_VERSION)
 
 
 def _renderer() -> ModuleType:
@@ -367,5 +379,6 @@ COMMAND = Command(
     examples=(
         "runs/exp7 --keep-last 3 --keep-every 1000 --dry-run",
         "runs/exp7 --keep-best 2 --metric loss --mode min --yes",
+        "runs/exp7 --keep-last 2 --keep-last-finite 2 --dry-run",
     ),
 )

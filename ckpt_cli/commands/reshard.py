@@ -60,6 +60,7 @@ def reshard(
     zarr3: o.Zarr3Opt = None,
     compression: o.CompressionOpt = "zstd",
     ocdbt: o.OcdbtOpt = True,
+    allow_nonfinite: o.AllowNonfiniteOpt = False,
     dry_run: o.PlanOnlyOpt = False,
     json_out: o.JsonOpt = False,
     threads: o.ThreadsOpt = o.THREADS,
@@ -81,8 +82,11 @@ def reshard(
     from ckpt_cli.core.scale import ScaleOptions
 
     scale = ScaleOptions.from_flags(executor, workers, scheduler, force_split, unit_bytes, threads)
+    src, step, item = o.at_step(src, step, item)
     run = run_context(ctx, json_out, scale, start=not dry_run)
-    write = o.write_options(run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt)
+    write = o.write_options(
+        run, max_chunk_bytes, memory_limit, zarr3, compression, ocdbt, allow_nonfinite
+    )
     plan = plan_reshard(
         src,
         dst,
@@ -148,6 +152,6 @@ COMMAND = Command(
     examples=(
         "runs/exp7 runs/exp7-4x2 --mesh data=4,model=2 --rules r.yaml",
         "runs/exp7 out --mesh data=8 --rule '*kernel=[data, null]'",
-        "runs/exp7 out --like runs/other --dry-run",
+        "runs/exp7 runs/exp7-like --like runs/other --dry-run",
     ),
 )

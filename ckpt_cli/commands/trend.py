@@ -10,18 +10,20 @@ import typer
 from ckpt_cli.commands._command import Command, JsonOutput
 from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import (
-    LEAF_PATTERN_HELP,
     THREADS,
     UNIT_BYTES,
     ExecutorOpt,
+    FilterOpt,
     ForceSplitOpt,
     ItemOpt,
     JsonOpt,
-    PathArg,
+    MatchAliasOpt,
     SchedulerOpt,
     ThreadsOpt,
     UnitBytesOpt,
     WorkersOpt,
+    at_steps,
+    filter_or_match,
 )
 from ckpt_cli.commands._output import emit_json, note, warn
 from ckpt_cli.errors import EXIT_PROBLEMS
@@ -39,14 +41,12 @@ TrendStepsOpt = Annotated[
         metavar="RANGES",
     ),
 ]
-MatchOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--match",
-        "-m",
-        help=LEAF_PATTERN_HELP,
+TrendPathArg = Annotated[
+    str,
+    typer.Argument(
+        help="A CheckpointManager root (ROOT@RANGES: those steps, as --steps; ROOT@RANGES:ITEM "
+        "adds --item), a step directory or an item directory.",
         show_default=False,
-        metavar="PATTERN",
     ),
 ]
 CheckOpt = Annotated[
@@ -125,10 +125,11 @@ ReadAllOpt = Annotated[
 
 def trend(
     ctx: typer.Context,
-    path: PathArg,
+    path: TrendPathArg,
     steps: TrendStepsOpt = None,
     item: ItemOpt = None,
-    match: MatchOpt = None,
+    filter_: FilterOpt = None,
+    match: MatchAliasOpt = None,
     group: GroupOpt = "part",
     check: CheckOpt = False,
     html: HtmlOpt = None,
@@ -166,8 +167,10 @@ def trend(
     from ckpt_cli.core.trend.run import trend as run_trend
     from ckpt_cli.core.trend.types import TrendOptions
 
+    path, steps, item = at_steps(path, steps, item)
+    pattern = filter_or_match(filter_, match)
     options = TrendOptions(
-        steps, item, match, explode, vanish, norm_jump, dead_units=dead_units, read_all=read_all
+        steps, item, pattern, explode, vanish, norm_jump, dead_units=dead_units, read_all=read_all
     )
     scale = ScaleOptions.from_flags(executor, workers, scheduler, force_split, unit_bytes, threads)
     _check_group(group)
@@ -234,7 +237,7 @@ COMMAND = Command(
     renderer=_renderer,
     examples=(
         "runs/exp7",
-        "runs/exp7 --steps 500- --match 'params.*kernel' --json",
+        "runs/exp7 --steps 500- --filter params --json",
         "runs/exp7 --check",
         "runs/exp7 --group module --html trend.html",
     ),

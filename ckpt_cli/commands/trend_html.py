@@ -28,15 +28,23 @@ svg{display:block}.axis{fill:#666;font-size:10px}
 
 def page(report: TrendReport, group: str = "part") -> str:
     """The whole page; ``group`` as ``--group`` groups the leaves."""
-    from ckpt_cli.commands.trend_text import groups, metric_series, summary_line
+    from ckpt_cli.commands.trend_text import (
+        divergence_lines,
+        groups,
+        metric_series,
+        summary_line,
+    )
 
     ids = leaf_ids(report.leaves)
+    verdict = [" ".join(line.strip() for line in divergence_lines(report, None))]
+    verdict = [v for v in verdict if v]
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>ckpt trend: {escape(report.root)}</title>",
         f"<style>{_CSS}</style></head><body>",
         f"<h1>ckpt trend</h1><p>{escape(summary_line(report))}</p>",
+        *[f'<p class="error" id="divergence">{escape(line)}</p>' for line in verdict],
         "<h2>Findings</h2>",
     ]
     if report.findings:
@@ -71,33 +79,35 @@ def _group(
 ) -> list[str]:
     """A group's heading, its norm and update ratio over the steps (all its leaves as one),
     and a row per leaf (its name without ``prefix``)."""
-    from ckpt_cli.commands.trend_text import group_series
+    from ckpt_cli.commands.trend_text import group_nonfinite, group_series
 
     under = f", under <code>{escape(prefix)}</code>" if prefix else ""
     n = f"{len(leaves)} leaf" if len(leaves) == 1 else f"{len(leaves)} leaves"
     norms, ratios = group_series(report.steps, leaves)
+    bad = group_nonfinite(report.steps, leaves)
     steps = list(report.steps)
     out = [
         f"<h2>{escape(title)}</h2><p>{n}{under}</p>",
         '<div class="group">'
-        f"<figure>{_chart(steps, norms, 360, 120, f'{title} norm')}"
+        f"<figure>{_chart(steps, norms, 360, 120, f'{title} norm', bad)}"
         "<figcaption>norm of the group</figcaption></figure>"
-        f"<figure>{_chart(steps, ratios, 360, 120, f'{title} update ratio')}"
+        f"<figure>{_chart(steps, ratios, 360, 120, f'{title} update ratio', bad)}"
         "<figcaption>update ratio of the group</figcaption></figure></div>",
         "<table><tr><th>leaf</th><th>dtype</th><th>shape</th><th>norm</th>"
         '<th class="num">last</th><th>update ratio</th><th class="num">last</th></tr>',
     ]
     for lf in leaves:
         row = [s.step for s in lf.steps]
+        flags = [s.nonfinite > 0 for s in lf.steps]
         last = lf.steps[-1]
         out.append(
             f'<tr id="{ids[lf.name]}"><td><code title="{escape(lf.name)}">'
             f"{escape(lf.name[len(prefix) :])}</code></td>"
             f"<td>{escape(lf.dtype)}</td><td>{escape(str(list(lf.shape)))}</td>"
-            f"<td>{_chart(row, [s.norm for s in lf.steps], 160, 36, 'norm')}</td>"
-            f'<td class="num">{_num(last.norm)}</td>'
-            f"<td>{_chart(row, [s.update_ratio for s in lf.steps], 160, 36, 'ratio')}</td>"
-            f'<td class="num">{_num(last.update_ratio)}</td></tr>'
+            f"<td>{_chart(row, [s.norm for s in lf.steps], 160, 36, 'norm', flags)}</td>"
+            f'<td class="num">{_num(last.norm, last.nonfinite)}</td>'
+            f"<td>{_chart(row, [s.update_ratio for s in lf.steps], 160, 36, 'ratio', flags)}</td>"
+            f'<td class="num">{_num(last.update_ratio, last.nonfinite)}</td></tr>'
         )
     out.append("</table>")
     return out
@@ -111,30 +121,48 @@ def write_html(report: TrendReport, path: str, group: str = "part") -> None:
     LocalLocation(str(Path(path))).write_bytes(data, create_parents=False)
 
 
-def _num(v: float | None) -> str:
+def _num(v: float | None, nonfinite: int = 0) -> str:
+    if nonfinite:
+        return "nan"
     return "-" if v is None else f"{v:.4g}"
 
 
 def _chart(
-    steps: Sequence[int], values: Sequence[float | None], width: int, height: int, label: str
+    steps: Sequence[int],
+    values: Sequence[float | None],
+    width: int,
+    height: int,
+    label: str,
+    bad: Sequence[bool] | None = None,
 ) -> str:
     """A line over the steps (gaps where a value is missing or not finite), scaled to the
-    series' own range; small charts have no axis labels."""
-    pts = [(s, v) for s, v in zip(steps, values, strict=True) if v is not None and math.isfinite(v)]
+    series' own range; a step whose values are NaN/Inf (``bad``, or a NaN value itself) gets a
+    red ``nonfinite`` mark across the chart, never a point on the zero line; small charts have
+    no axis labels."""
+    marks, pts = _split_nonfinite(steps, values, bad)
     big = height > 60
     pad = 28 if big else 2
     svg = [
         f'<svg role="img" aria-label="{escape(label)}" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">'
     ]
+    s0, s1 = (min(steps), max(steps)) if steps else (0, 0)
+
+    def x_of(s: int) -> float:
+        return pad + (width - 2 * pad) * ((s - s0) / (s1 - s0) if s1 > s0 else 0.5)
+
+    for s in marks:
+        svg.append(
+            f'<line class="nonfinite" x1="{x_of(s):.1f}" y1="{pad}" x2="{x_of(s):.1f}" '
+            f'y2="{height - pad}" stroke="#ff1744" stroke-width="2" stroke-dasharray="3,2">'
+            f"<title>step {s}: NaN/Inf</title></line>"
+        )
     if pts:
         lo, hi = min(v for _, v in pts), max(v for _, v in pts)
-        s0, s1 = min(steps), max(steps)
 
         def xy(s: int, v: float) -> str:
-            x = pad + (width - 2 * pad) * ((s - s0) / (s1 - s0) if s1 > s0 else 0.5)
             y = height - pad - (height - 2 * pad) * ((v - lo) / (hi - lo) if hi > lo else 0.5)
-            return f"{x:.1f},{y:.1f}"
+            return f"{x_of(s):.1f},{y:.1f}"
 
         line = " ".join(xy(s, v) for s, v in pts)
         svg.append(f'<polyline fill="none" stroke="#1565c0" stroke-width="1.5" points="{line}"/>')
@@ -154,6 +182,25 @@ def _chart(
             )
     svg.append("</svg>")
     return "".join(svg)
+
+
+def _split_nonfinite(
+    steps: Sequence[int], values: Sequence[float | None], bad: Sequence[bool] | None
+) -> tuple[list[int], list[tuple[int, float]]]:
+    """The steps to mark as NaN/Inf (``bad``, or a value that is NaN/Inf itself), and the
+    points to draw (every finite value at another step)."""
+    flags = list(bad) if bad is not None else [False] * len(values)
+    marks = [
+        s
+        for s, v, b in zip(steps, values, flags, strict=True)
+        if b or (v is not None and not math.isfinite(v))
+    ]
+    pts = [
+        (s, v)
+        for s, v in zip(steps, values, strict=True)
+        if v is not None and math.isfinite(v) and s not in marks
+    ]
+    return marks, pts
 
 
 def _color(ratio: float | None, lo: float, hi: float, nonfinite: bool) -> str:
@@ -195,7 +242,10 @@ def _heatmap(report: TrendReport, leaves: Sequence[LeafTrend], ids: dict[str, st
         )
         for s in lf.steps:
             fill = _color(s.update_ratio, lo, hi, s.nonfinite > 0)
-            tip = f"{lf.name} @ {s.step}: update ratio {_num(s.update_ratio)}, norm {_num(s.norm)}"
+            tip = (
+                f"{lf.name} @ {s.step}: update ratio {_num(s.update_ratio, s.nonfinite)}, "
+                f"norm {_num(s.norm, s.nonfinite)}"
+            )
             if s.nonfinite:
                 tip += f", {s.nonfinite} NaN/Inf"
             # An update of exactly 0 is a white cell: outlined, or it would not show.

@@ -32,19 +32,28 @@ def scale_line(scale: Scale) -> str:
     return f"{scale.units} units on {scale.workers} {scale.executor} workers"
 
 
-def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:
+#: A step whose values (or metric) are NaN/Inf in a sparkline: never a bar, which would read as
+#: a value (an all-NaN leaf drawn at the bottom reads as a collapse to zero).
+NONFINITE_MARK = "×"
+
+
+def sparkline(
+    values: Sequence[float | None], width: int = SPARK_WIDTH, bad: Sequence[bool] | None = None
+) -> str:
     """One character per value scaled between the series' least and greatest (``·`` for a
-    missing one); a flat series is a flat line."""
+    missing one, ``×`` where ``bad`` says the step holds NaN/Inf, as a NaN value itself); a
+    flat series is a flat line."""
+    flags = list(bad) if bad is not None else [False] * len(values)
     if len(values) > width:
         picks = [round(i * (len(values) - 1) / (width - 1)) for i in range(width)]
-        values = [values[i] for i in picks]
+        values, flags = [values[i] for i in picks], [flags[i] for i in picks]
     known = [v for v in values if v is not None and math.isfinite(v)]
-    if not known:
-        return "·" * len(values)
-    lo, hi = min(known), max(known)
+    lo, hi = (min(known), max(known)) if known else (0.0, 0.0)
     out = []
-    for v in values:
-        if v is None or not math.isfinite(v):
+    for v, flag in zip(values, flags, strict=True):
+        if flag or (v is not None and not math.isfinite(v)):
+            out.append(NONFINITE_MARK)
+        elif v is None:
             out.append("·")
         elif hi == lo:
             out.append(BARS[0])
@@ -67,8 +76,33 @@ def common_prefix(names: Sequence[str]) -> str:
     return "".join(c + "." for c in parts[0][:shared])
 
 
-def _num(v: float | None) -> str:
+def _num(v: float | None, nonfinite: int = 0) -> str:
+    """A figure; ``nan`` for one of values holding NaN/Inf (``nonfinite``), ``-`` for none."""
+    if nonfinite:
+        return "nan"
     return "-" if v is None else f"{v:.4g}"
+
+
+def divergence_lines(report: TrendReport, width: int | None) -> list[str]:
+    """The run's verdict on NaN/Inf: the first step with any, the last without, where it
+    started (nothing when every value is finite)."""
+    d = report.divergence
+    if d is None:
+        return []
+    shown = ", ".join(d.leaves[:4]) + (
+        f", ... ({len(d.leaves)} leaves)" if len(d.leaves) > 4 else ""
+    )
+    resume = (
+        f"last step without: {d.last_finite_step} (resume from it)"
+        if d.last_finite_step is not None
+        else "no listed step before it is finite"
+    )
+    return wrap(
+        f"diverged: NaN/Inf from step {d.first_step} on (in {shown}); {resume}; steps with "
+        f"NaN/Inf: {', '.join(map(str, d.steps))}",
+        width,
+        indent="  ",
+    )
 
 
 def summary_line(report: TrendReport) -> str:
@@ -104,25 +138,26 @@ def report_lines(report: TrendReport, width: int | None, group: str = "part") ->
             )
     else:
         lines.append("findings: none")
+    lines += divergence_lines(report, width)
     for name, series in metric_series(report).items():
-        finite = [v for v in series if v is not None]
-        lines.append(f"metric {name}: {sparkline(series)} {_num(finite[0])} -> {_num(finite[-1])}")
+        known = [v for v in series if v is not None]
+        ends = (_metric(known[0]), _metric(known[-1])) if known else ("-", "-")
+        lines.append(f"metric {name}: {sparkline(series)} {ends[0]} -> {ends[1]}")
     for title, prefix, leaves in groups(report, group):
         lines.append("")
         under = f", under {prefix}" if prefix and prefix != title + "." else ""
         lines.append(f"{title} ({plural(len(leaves), 'leaf', 'leaves')}{under})")
         rows = []
         for lf in leaves:
-            norms = [s.norm for s in lf.steps]
-            ratios = [s.update_ratio for s in lf.steps]
+            bad = [s.nonfinite > 0 for s in lf.steps]
             last = lf.steps[-1]
             rows.append(
                 [
                     (lf.name[len(prefix) :], ""),
-                    (sparkline(norms), ""),
-                    (_num(last.norm), ""),
-                    (sparkline(ratios), ""),
-                    (_num(last.update_ratio), ""),
+                    (sparkline([s.norm for s in lf.steps], bad=bad), ""),
+                    (_num(last.norm, last.nonfinite), ""),
+                    (sparkline([s.update_ratio for s in lf.steps], bad=bad), ""),
+                    (_num(last.update_ratio, last.nonfinite), ""),
                 ]
             )
         lines += [
@@ -193,15 +228,35 @@ def group_series(
     squares: dict[int, float] = {}
     updates: dict[int, float] = {}
     before: dict[int, float] = {}
+    bad = group_nonfinite(steps, leaves)
     for lf in leaves:
         for prev, cur in zip((None, *lf.steps), lf.steps, strict=False):
-            squares[cur.step] = squares.get(cur.step, 0.0) + cur.norm**2
-            if prev is not None and cur.update_norm is not None:
+            if cur.norm is not None:
+                squares[cur.step] = squares.get(cur.step, 0.0) + cur.norm**2
+            if prev is not None and prev.norm is not None and cur.update_norm is not None:
                 updates[cur.step] = updates.get(cur.step, 0.0) + cur.update_norm**2
                 before[cur.step] = before.get(cur.step, 0.0) + prev.norm**2
-    norms = [math.sqrt(squares[s]) if s in squares else None for s in steps]
-    ratios = [math.sqrt(updates[s] / before[s]) if before.get(s) else None for s in steps]
+    # A step where any leaf of the group holds NaN/Inf has no group figure (not the finite
+    # leaves' alone): the charts mark it.
+    norms = [
+        math.sqrt(squares[s]) if s in squares and not b else None
+        for s, b in zip(steps, bad, strict=True)
+    ]
+    ratios = [
+        math.sqrt(updates[s] / before[s]) if before.get(s) and not b else None
+        for s, b in zip(steps, bad, strict=True)
+    ]
     return norms, ratios
+
+
+def group_nonfinite(steps: Sequence[int], leaves: Sequence[LeafTrend]) -> list[bool]:
+    """Whether any leaf of the group holds NaN/Inf at each step."""
+    bad = {s.step for lf in leaves for s in lf.steps if s.nonfinite}
+    return [s in bad for s in steps]
+
+
+def _metric(v: float) -> str:
+    return "nan" if math.isnan(v) else _num(v)
 
 
 def metric_series(report: TrendReport) -> dict[str, list[float | None]]:
@@ -217,6 +272,7 @@ def metric_series(report: TrendReport) -> dict[str, list[float | None]]:
         series: list[float | None] = []
         for step in report.steps:
             v = by_step.get(step, {}).get(name)
+            # NaN/Inf stays itself: the series marks it, never takes it for a missing value.
             series.append(float(v) if isinstance(v, int | float) else None)
         out[name] = series
     return out

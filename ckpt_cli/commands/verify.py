@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ckpt_cli.commands._command import Command, JsonOutput
-from ckpt_cli.commands._complete import complete_step
+from ckpt_cli.commands._complete import complete_item, complete_step
 from ckpt_cli.commands._context import run_context
 from ckpt_cli.commands._options import (
     THREADS,
@@ -16,12 +16,13 @@ from ckpt_cli.commands._options import (
     ExecutorOpt,
     ForceSplitOpt,
     JsonOpt,
-    PathArg,
     SchedulerOpt,
     SizeParser,
+    StepPathArg,
     ThreadsOpt,
     UnitBytesOpt,
     WorkersOpt,
+    at_step,
 )
 from ckpt_cli.commands._output import emit_json, note, warn
 from ckpt_cli.errors import EXIT_PROBLEMS, UsageError
@@ -39,6 +40,18 @@ VerifyStepOpt = Annotated[
         show_default=False,
         metavar="N",
         autocompletion=complete_step,
+    ),
+]
+
+VerifyItemOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--item",
+        "-i",
+        help="Check only this item of each step checked (default: every item).",
+        show_default=False,
+        metavar="NAME",
+        autocompletion=complete_item,
     ),
 ]
 
@@ -102,9 +115,11 @@ MarkCommittedOpt = Annotated[
     bool,
     typer.Option(
         "--mark-committed",
-        help="After a clean deep check of the one step (a root with --step N, or a step), "
-        "put its commit_success.txt: for steps copied to a bucket without it (Orbax #394). "
-        "Refused (nothing written, exit 1) when the check finds errors.",
+        help="After a clean deep check, put commit_success.txt into each checked step that "
+        "lacks it: every step of a root (the one-time stamp older steps need when a writer "
+        "switches to commit-file mode), one with --step N, or the step given; for steps "
+        "copied to a bucket without it (Orbax #394). A step with errors is not marked (exit "
+        "1); a save that never finished (null commit timestamp) is refused (exit 3).",
     ),
 ]
 
@@ -138,8 +153,9 @@ JunitOpt = Annotated[
 
 def verify(
     ctx: typer.Context,
-    path: PathArg,
+    path: StepPathArg,
     step: VerifyStepOpt = None,
+    item: VerifyItemOpt = None,
     latest: LatestOpt = False,
     deep: DeepOpt = False,
     record: RecordOpt = False,
@@ -182,9 +198,10 @@ def verify(
     from ckpt_cli.core.storage import open_location
     from ckpt_cli.core.verify.run import verify_path
 
+    path, step, item = at_step(path, step, item)
     options = _verify_options(
         step, latest, deep, record, sample, seed, strict, fail_on_nonfinite, mark_committed,
-        max_duration, rotate, upgrade,
+        max_duration, rotate, upgrade, item,
     )  # fmt: skip
     scale = ScaleOptions.from_flags(executor, workers, scheduler, force_split, unit_bytes, threads)
     if _verify_safetensors(ctx, path, options, scale, json_out, junit):
@@ -236,6 +253,7 @@ def _verify_options(
     max_duration: str | None,
     rotate: bool,
     upgrade: bool = False,
+    item: str | None = None,
 ) -> VerifyOptions:
     """What to check, from the command line."""
     from ckpt_cli.core.verify.types import VerifyOptions
@@ -244,9 +262,12 @@ def _verify_options(
         raise UsageError(
             f"--latest and --step {step} both choose the step to check: give one of them"
         )
+    if mark_committed and item is not None:
+        raise UsageError(f"--mark-committed needs every item checked: drop --item {item}")
     return VerifyOptions(
         step=step,
         latest=latest,
+        item=item,
         deep=deep,
         record=record,
         upgrade=upgrade,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from ckpt_cli.commands._text import (
@@ -17,6 +18,7 @@ from ckpt_cli.commands._text import (
     use_color,
     wrap,
 )
+from ckpt_cli.core.format.names import TMP_MARKER
 from ckpt_cli.core.storage.local import LocalLocation
 from ckpt_cli.core.verify.problems import Problem
 from ckpt_cli.core.verify.types import ItemCheck, VerifyReport
@@ -110,6 +112,38 @@ def _digests(item: ItemCheck) -> str:
     return _DIGESTS.get(item.digests, item.digests)
 
 
+def _say_unfinished(report: VerifyReport, color: bool) -> None:
+    """The unfinished saves a root's check skipped, and why each (a tmp dir needs no word)."""
+    if not report.unfinished:
+        return
+    say(
+        f"{plural(len(report.unfinished), 'unfinished save')} skipped: "
+        f"{', '.join(report.unfinished)} (not checkpoints until committed)",
+        color,
+        indent="  ",
+    )
+    for name in report.unfinished:
+        why = report.unfinished_why.get(name, "")
+        if why and TMP_MARKER not in name:
+            say(f"{name}: {why}", color, "dim", indent="    ")
+
+
+def _say_divergence(report: VerifyReport, color: bool) -> None:
+    """The run's verdict on NaN/Inf: its first step with any, the last without."""
+    d = report.divergence
+    if d is None:
+        return
+    resume = (
+        f"last step without: {d.last_finite_step} (resume from it)"
+        if d.last_finite_step is not None
+        else "no checked step before it is finite"
+    )
+    leaves = plural(len(d.leaves), "leaf", "leaves")
+    say(
+        f"diverged: NaN/Inf from step {d.first_step} on ({leaves} there); {resume}", color, "yellow"
+    )
+
+
 def print_report(report: VerifyReport) -> None:
     color = use_color()
     paint = painter(color)
@@ -119,13 +153,10 @@ def print_report(report: VerifyReport) -> None:
     for item in report.items:
         if item.note is not None:
             say(f"note: {item.path}: {item.note}", color, "dim", indent="  ")
-    if report.unfinished:
-        say(
-            f"{plural(len(report.unfinished), 'unfinished save')} skipped: "
-            f"{', '.join(report.unfinished)} (not checkpoints until committed)",
-            color,
-            indent="  ",
-        )
+        # One host's local tier (a p2p one without a marker is a warning, said below).
+        if item.tier is not None and item.tier.marker == "process-metadata":
+            say(f"note: {item.path}: {item.tier.note}", color, "dim", indent="  ")
+    _say_unfinished(report, color)
     c = report.coverage
     if c is not None and c.budget_s is not None:
         share = 100 * c.bytes / max(1, c.of_bytes)
@@ -155,9 +186,15 @@ def print_report(report: VerifyReport) -> None:
             indent="  ",
         )
     if report.problems:
-        emit(problem_lines(report.problems, paint, text_width()), color)
-    counts = f"{plural(report.errors, 'error')}, {plural(report.warnings, 'warning')}"
+        emit(problem_lines(grouped(report.problems), paint, text_width()), color)
+    _say_divergence(report, color)
     verdict = paint("OK", "green") if report.ok else paint("FAILED", "red")
+    emit([verdict + paint(_verdict_rest(report), "")], color)
+
+
+def _verdict_rest(report: VerifyReport) -> str:
+    """What follows OK or FAILED: the counts, and what a clean deep pass could not see."""
+    counts = f"{plural(report.errors, 'error')}, {plural(report.warnings, 'warning')}"
     if report.ok and not report.warnings:
         rest = ": no problems found"
         if report.level == "deep" and any(i.digests == "absent" for i in report.items):
@@ -169,7 +206,10 @@ def print_report(report: VerifyReport) -> None:
             )
     else:
         rest = f": {counts}"
-    emit([verdict + paint(rest, "")], color)
+    if report.ok and report.divergence is not None:
+        # The bytes are intact and the values are not: say both (--fail-on-nonfinite fails).
+        rest = f" (bytes intact; values NaN/Inf from step {report.divergence.first_step}){rest}"
+    return rest
 
 
 def messages(report: VerifyReport, json_out: bool, mark_committed: bool) -> list[tuple[str, str]]:
@@ -197,7 +237,12 @@ def messages(report: VerifyReport, json_out: bool, mark_committed: bool) -> list
             if not scale.split
             else ("note", f"{scale.units} units on {scale.workers} {scale.executor} workers")
         )
-    if mark_committed and not report.marked_committed:
+    if mark_committed and report.kind == "root":
+        if report.errors:
+            out.append(("warning", "steps with errors were not marked committed"))
+        elif not report.marked_committed:
+            out.append(("note", "every checked step already has its commit_success.txt"))
+    elif mark_committed and not report.marked_committed:
         out.append(("warning", "not marked committed: the check found errors; nothing was written"))
     return out
 
@@ -256,6 +301,31 @@ def _suite(
 
 
 INDENT = "  "
+
+
+def grouped(problems: Iterable[Problem]) -> list[Problem]:
+    """The problems as a person reads them: a leaf's ``nonfinite`` warnings of several steps
+    are one, naming the steps (a diverged run of 12 leaves over 4 steps: 12 blocks, not 48)."""
+    out: list[Problem] = []
+    seen: dict[tuple[str, str | None], int] = {}
+    steps: dict[int, list[int]] = {}
+    for p in problems:
+        key = (p.code, p.leaf)
+        if p.code != "nonfinite" or p.step is None or key not in seen:
+            if p.code == "nonfinite" and p.step is not None:
+                seen[key] = len(out)
+                steps[len(out)] = [p.step]
+            out.append(p)
+        else:
+            steps[seen[key]].append(p.step)
+    for i, at in steps.items():
+        if len(at) > 1:
+            first = out[i]
+            rest = first.message.removeprefix(f"{first.leaf} ")
+            steps_at = ", ".join(map(str, at))
+            message = f"{first.leaf}: NaN/Inf at steps {steps_at}; at step {at[0]} it {rest}"
+            out[i] = replace(first, message=message)
+    return out
 
 
 def problem_lines(problems: Iterable[Problem], paint: Paint, width: int | None) -> list[str]:

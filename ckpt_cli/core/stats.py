@@ -21,6 +21,7 @@ from ckpt_cli.core.format.blocks import (
     iter_blocks,
     stream_blocks,
 )
+from ckpt_cli.core.format.tiers import partial_leaf_refusal
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.errors import StorageError
 
@@ -140,6 +141,9 @@ def leaf_stats(
         try:
             acc.add(fut.result())
         except Exception as e:
+            # One host's local tier of Orbax's emergency checkpointing: not damage, refused.
+            if (refusal := partial_leaf_refusal(store.item, name)) is not None:
+                raise refusal from None
             raise StorageError(
                 f"cannot read leaf {name!r}: {str(e).splitlines()[0]}",
                 hint="run `ckpt verify` on it",

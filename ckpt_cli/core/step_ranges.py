@@ -1,14 +1,32 @@
 """Step selections: ``--steps 100-300,500,700-`` as the commands that choose among a root's
-steps take it (``cp``, ``trend``). A utility below every read and write operation."""
+steps take it (``cp``, ``trend``), and ``ROOT@STEPS[:ITEM]``, the suffix every command that
+takes a step reads (``split_at``). A utility below every read and write operation."""
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
 from ckpt_cli.errors import UsageError
 
 _PART_RE = re.compile(r"^\s*(\d*)\s*-\s*(\d*)\s*$|^\s*(\d+)\s*$")
+#: What follows the last ``@`` of ``ROOT@STEPS[:ITEM]``: step numbers, ranges and commas, and
+#: after a colon an item's plain name.
+_AT_RE = re.compile(r"(?P<steps>[\d,\-\s]+)(?::(?P<item>[^/\\:@]+))?")
+
+
+def split_at(path: str) -> tuple[str, str | None, str | None]:
+    """``ROOT@STEPS`` -> (ROOT, STEPS, None) and ``ROOT@STEPS:ITEM`` -> (ROOT, STEPS, ITEM),
+    where STEPS is step numbers (``6``, ``100-300,500``; ``parse_steps`` reads them); anything
+    else, or a path of that very name that exists (a directory may hold an ``@``), is the
+    path itself: (path, None, None). The rule of ``diff``, ``cp`` and every command that takes
+    a step (``commands/_options.at_step``)."""
+    head, at, tail = path.rpartition("@")
+    m = _AT_RE.fullmatch(tail)
+    if not at or not head or m is None or os.path.exists(path):
+        return path, None, None
+    return head, m.group("steps"), m.group("item")
 
 
 @dataclass(frozen=True)

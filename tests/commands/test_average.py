@@ -1,7 +1,7 @@
 """``ckpt average`` through the real entry point, on steps saved by the installed Orbax: the
 averaged step restored by Orbax (into the user's abstract state) equals numpy's (weighted) mean
 of the restored steps; bfloat16 and float64 leaves; integer leaves, PRNG keys and optimizer
-state taken from the last step; ``--match``, ``--weights``, ``--ema``; ``--optimizer drop``
+state taken from the last step; ``--filter``, ``--weights``, ``--ema``; ``--optimizer drop``
 on a linen TrainState and on an nnx model + optimizer; one training step resumes from the
 output; every bad request is one line with its exit code and nothing written."""
 
@@ -135,12 +135,12 @@ def test_steps_are_weighed_in_the_order_listed(
     assert int(got["counter"]) == 60
 
 
-def test_match_limits_the_averaged_leaves(
+def test_filter_limits_the_averaged_leaves(
     cli: Any, mixed: tuple[Path, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     root, saved = mixed
     out = tmp_path / "avg"
-    r = cli("average", root, out, "--steps", "10,20,30", "--match", "params.dense.*", "--json")
+    r = cli("average", f"{root}@10,20,30", out, "--filter", "params.dense", "--json")
     assert r.code == 0, r.stderr
     averaged = [leaf["name"] for leaf in r.json()["leaves"] if leaf["action"] == "average"]
     assert averaged == ["params.dense.kernel"]
@@ -322,7 +322,9 @@ def test_step_out_and_root_slash_n_name_the_step(
         (["--steps", "10,10"], "lists step 10 twice"),
         (["--steps", "10;20"], "step numbers separated by commas"),
         (["--steps", "10,20", "--optimizer", "reset"], "use carry or drop"),
-        (["--steps", "10,20", "--match", "(x"], "is not a valid pattern"),
+        (["--steps", "10,20", "--filter", "(x"], "--filter '(x' is not a valid pattern"),
+        (["--steps", "10,20", "--match", "(x"], "--filter '(x' is not a valid pattern"),
+        ([], "average needs the steps to average"),
     ],
 )
 def test_bad_requests_are_one_line_exit_2_and_write_nothing(

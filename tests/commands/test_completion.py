@@ -96,3 +96,14 @@ def test_bash_itself_completes_steps() -> None:
         ["bash", "--norc", "--noprofile", "-c", probe], env=env, capture_output=True, text=True
     )
     assert out.stdout.split() == ["300", "400", "500"], out.stderr
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completes_root_at_step_wherever_a_step_is_taken(shell: str) -> None:
+    at = [f"{SEED}@300", f"{SEED}@400", f"{SEED}@500"]
+    for command in ("inspect", "verify", "doctor", "reshard"):
+        assert _values(shell, complete(shell, f"ckpt {command} {SEED}@")) == at, command
+    assert _values(shell, complete(shell, f"ckpt inspect {SEED}@4")) == [f"{SEED}@400"]
+    # The item of the step a ROOT@STEP names.
+    items = _values(shell, complete(shell, f"ckpt verify {COMPOSITE}@2 --item "))
+    assert items == ["extra", "state"]

@@ -266,6 +266,61 @@ def test_sigterm_mid_copy_exits_143_and_the_rerun_finishes(
     assert bucket_tree(s3, s3_prefix, tmp_path) == tree(src)
 
 
+@pytest.mark.moto_only
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_interrupted_copy_says_which_partial_step_it_keeps_and_the_rerun_resumes_it(
+    cli: Any, s3: S3, s3_prefix: str, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Ctrl-C or SIGTERM while step 400 is being copied (its first data object held at the
+    server): the steps done are committed, step 400's files stay in ckpt's tmp dir, which no
+    reader takes for a step, and stderr says so and where, since a rerun resumes from them."""
+    from tests.support.interrupts import EXIT_FOR, interrupt
+
+    for n in (100, 200, 300, 400, 500):
+        s3.put_dir(FIXTURES / "seed_mlp" / "300", f"{s3_prefix}/src/{n}")
+    src, dst = f"s3://{BUCKET}/{s3_prefix}/src", tmp_path / "dst"
+    held, sent = threading.Event(), threading.Event()
+
+    def hold_a_data_read_of_400(method: str, path: str) -> None:
+        ours = method == "GET" and f"/{s3_prefix}/src/400/" in path and "/d/" in path
+        if ours and not held.is_set():
+            held.set()
+            sent.wait(30)
+            time.sleep(0.3)  # the signal has landed: this copy stops at its next piece
+
+    def others_committed_400_held(pid: int) -> bool:
+        done = all((dst / str(n)).is_dir() for n in (100, 200, 300, 500))
+        if held.is_set() and done:
+            sent.set()
+            return True
+        return False
+
+    s3.server.before_request = hold_a_data_read_of_400
+    run = interrupt(["cp", src, dst], sig, started=others_committed_400_held, settle_s=0.05)
+    s3.server.before_request = None
+    assert run.code == EXIT_FOR[sig], run.describe()
+    lines = run.stderr.strip().splitlines()
+    assert lines[-1] == "ckpt: interrupted", run.describe()
+    said = next((x for x in lines if x.startswith("ckpt: interrupted: ")), "")
+    kept = next(dst.glob("400.orbax-checkpoint-tmp-*"))
+    assert said == (
+        f"ckpt: interrupted: 4 of 5 steps copied; the partial step 400 is kept in {kept} "
+        "so a rerun resumes it"
+    ), run.describe()
+    assert any(p.is_file() for p in kept.rglob("*"))
+    listed = cli("ls", dst, "--json").json()["steps"]
+    assert [s["step"] for s in listed if s["status"] == "committed"] == [100, 200, 300, 500]
+
+    again = cli("cp", src, dst, "--json")
+    assert again.code == 0, again.stderr
+    doc = again.json()
+    assert {s["name"]: s["state"] for s in doc["steps"]}["400"] == "resume"
+    assert not list(dst.glob("*.orbax-checkpoint-tmp*"))
+    step = tree(FIXTURES / "seed_mlp" / "300")
+    for n in (100, 200, 300, 400, 500):
+        assert tree(dst / str(n)) == step, n
+
+
 def test_verify_against_the_record_in_a_bucket(
     cli: Any, s3: S3, s3_prefix: str, tmp_path: Path
 ) -> None:

@@ -23,7 +23,7 @@ def test_same_values_in_other_layouts_are_equal(cli) -> None:  # type: ignore[no
         r = cli("diff", FIXTURES / a, FIXTURES / b, "--json")
         assert r.code == 0, r.stdout
         doc = r.json()
-        assert doc["schema_version"] == 4 and doc["equal"] is True
+        assert doc["schema_version"] == 5 and doc["equal"] is True
         assert doc["leaves"]
         assert all(leaf["status"] == "equal" for leaf in doc["leaves"])
         assert all(leaf["max_abs_diff"] in (0.0, None) for leaf in doc["leaves"])
@@ -128,7 +128,7 @@ def test_structure_reports_a_reshard_for_another_mesh(cli, tmp_path: Path) -> No
         r = cli("diff", "--structure", src, dst, "--json")
         assert r.code == 1, r.stdout  # --structure: a layout change is a difference
         doc = r.json()
-        assert doc["schema_version"] == 4 and doc["equal"] is False
+        assert doc["schema_version"] == 5 and doc["equal"] is False
         assert doc["summary"]["sharding_changed"] == 3 and doc["summary"]["equal"] == 1
         assert _sharding_notes(doc) == notes
         text = cli("diff", "--structure", src, dst)
@@ -159,3 +159,75 @@ def test_structure_of_a_step_against_itself_is_equal(cli) -> None:  # type: igno
     assert r.code == 0, r.stdout
     doc = r.json()
     assert doc["summary"]["sharding_changed"] == 0 and doc["summary"]["equal"] == 4
+
+
+# --- a run that diverged: NaN from step 5 on (fixtures/diverged) ---------------------------------
+
+DIVERGED = FIXTURES.parent / "diverged" / "linen"
+
+
+def _strict_json(text: str) -> Any:
+    """The document, parsed as JavaScript's and Go's parsers would: no NaN, no Infinity."""
+    import json
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"not JSON: {token}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _rows(stdout: str) -> dict[str, str]:
+    """The table's rows by leaf name (the first column)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("leaf "))
+    return {line.split()[0]: line for line in lines[start + 1 : -1]}
+
+
+def test_finite_against_nan_says_nan_never_inf(cli) -> None:  # type: ignore[no-untyped-def]
+    """Step 4 against step 5: strict JSON; each NaN leaf's largest difference is null with
+    ``"nan"`` beside (not ``Infinity`` and a relative 0), and its NaN counted on B's side."""
+    r = cli("diff", f"{DIVERGED}@4", f"{DIVERGED}@5", "--json")
+    assert r.code == 1, r.stderr
+    leaves = {x["name"]: x for x in _strict_json(r.stdout)["leaves"]}
+    kernel = leaves["params.hidden.kernel"]
+    assert kernel["status"] == "different" and kernel["mismatched"] == 32
+    assert (kernel["max_abs_diff"], kernel["max_abs_diff_nonfinite"]) == (None, "nan")
+    assert (kernel["max_rel_diff"], kernel["max_rel_diff_nonfinite"]) == (None, "nan")
+    assert kernel["nonfinite"]["b"] == {"nan": 32, "inf": 0}
+    assert kernel["nonfinite"]["a"] == {"nan": 0, "inf": 0}
+    nan_leaves = [x for x in leaves.values() if x["max_abs_diff_nonfinite"] == "nan"]
+    assert len(nan_leaves) == 12
+    text = cli("diff", f"{DIVERGED}@4", f"{DIVERGED}@5")
+    row = _rows(text.stdout)["params.hidden.kernel"].split()
+    assert row[4:] == ["NaN", "NaN", "32/32", "32", "NaN", "in", "B"], row
+    assert " inf " not in text.stdout.lower()
+
+
+def test_nan_at_the_same_places_is_shown_not_hidden_as_equal(cli) -> None:  # type: ignore[no-untyped-def]
+    """Steps 6 and 7, NaN in the same 12 leaves: those leaves are equal (NaN at the same
+    places), listed with their NaN all the same, never as a plain equal with 0.0."""
+    r = cli("diff", f"{DIVERGED}@6", f"{DIVERGED}@7", "--json")
+    leaves = {x["name"]: x for x in _strict_json(r.stdout)["leaves"]}
+    kernel = leaves["params.hidden.kernel"]
+    assert kernel["status"] == "equal" and kernel["max_abs_diff"] is None
+    assert kernel["nonfinite"] == {
+        "a": {"nan": 32, "inf": 0},
+        "b": {"nan": 32, "inf": 0},
+        "both_nan": 32,
+    }
+    assert kernel["message"] == "both NaN at the same 32 places"
+    text = cli("diff", f"{DIVERGED}@6", f"{DIVERGED}@7").stdout
+    rows = _rows(text)
+    assert "both NaN at the same 32 places" in rows["params.hidden.kernel"]
+    assert sum("both NaN at the same" in row for row in rows.values()) == 12
+    assert "NaN in 12 of A's leaves, 12 of B's" in text
+
+
+def test_the_verdict_counts_the_rows_it_leaves_out(cli) -> None:  # type: ignore[no-untyped-def]
+    """The verdict's leaves add up to the table's rows and the equal leaves not shown."""
+    text = cli("diff", f"{DIVERGED}@4", f"{DIVERGED}@5").stdout
+    verdict = text.splitlines()[-1]
+    assert verdict.startswith("DIFFERENT") and "16 leaves: 1 equal, 15 different" in verdict
+    assert len(_rows(text)) == 15 and "1 equal leaf not shown (--all)" in verdict
+    every = cli("diff", f"{DIVERGED}@4", f"{DIVERGED}@5", "--all").stdout
+    assert len(_rows(every)) == 16 and "not shown" not in every

@@ -63,7 +63,7 @@ def test_a_step_equals_its_export_through_the_same_spec(cli, tmp_path: Path) -> 
     r = cli("diff", MLP, out, "--spec", SPEC, "--json")
     assert r.code == 0, r.stdout + r.stderr
     doc = r.json()
-    assert doc["schema_version"] == 4 and doc["equal"] is True and doc["spec"] == str(SPEC)
+    assert doc["schema_version"] == 5 and doc["equal"] is True and doc["spec"] == str(SPEC)
     assert (doc["a"]["format"], doc["b"]["format"]) == ("orbax", "safetensors")
     assert doc["a"]["step"] == 500
     assert sorted(x["name"] for x in doc["leaves"]) == ["layers.0.bias", "layers.0.weight", "layers.1.bias", "layers.1.weight"]  # fmt: skip

@@ -34,17 +34,17 @@ def test_json_totals_equal_the_files(cli: Any) -> None:
     assert doc["garbage"] == []
 
 
-def test_text_is_sorted_with_bars_and_fits_80_columns(
+def test_text_is_sorted_with_bars_and_keeps_the_title_whole(
     cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Paths as typed (relative here), leaf names and the title cut to the columns."""
+    """Paths in hints as typed (relative here); the title, longer than 80 columns, whole."""
     root = tmp_path / "a-run-with-a-rather-long-directory-name-to-overflow-the-column"
     shutil.copytree(FIXTURES / "with_tmp", root)
     monkeypatch.chdir(root.parent)
     r = cli("du", root.name, "--by", "leaf", "--top", "0")
     assert r.code == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert lines and all(len(line) <= 80 for line in lines), [x for x in lines if len(x) > 80]
+    assert lines[0] == str(root) and "…" not in r.stdout
     table = lines[2 : lines.index(next(x for x in lines if x.startswith("total ")))]
     assert len(table) == 6  # 2 steps x 3 leaves
     assert set(table[0]) & set("█▉▊▋▌▍▎▏")  # a bar
@@ -55,6 +55,67 @@ def test_text_is_sorted_with_bars_and_fits_80_columns(
     assert garbage[0].startswith("garbage: 17.6 KiB in 4 places")
     assert "  4.4 KiB tmp-save, 12 files: 3.orbax-checkpoint-tmp" in garbage
     assert "--clean-tmp" in " ".join(garbage)
+
+
+def _leaf_labels(doc: Any) -> list[str]:
+    """``du --by leaf`` labels of a root of several steps: ``STEP LEAF``."""
+    return [
+        f"{s['step']} {leaf['name']}"
+        for s in doc["steps"]
+        for item in s["items"]
+        for leaf in item["leaves"]
+    ]
+
+
+def test_piped_text_never_cuts_a_leaf_name(cli: Any) -> None:
+    """Through a pipe (no width to fit) every ``STEP LEAF`` label is whole, longer ones than the
+    default column (31) included, and the figures stay aligned after the longest."""
+    root = FIXTURES / "seed_mlp"
+    labels = _leaf_labels(cli("du", root, "--json").json())
+    assert max(len(label) for label in labels) > 31
+    r = cli("du", root, "--by", "leaf", "--top", "0")
+    assert r.code == 0, r.stderr
+    assert "…" not in r.stdout
+    rows = r.stdout.splitlines()[2 : 2 + len(labels)]
+    assert sorted(" ".join(row.split()[:2]) for row in rows) == sorted(labels)
+    assert len({len(row) for row in rows}) == 1, rows  # one name column, as wide as the longest
+
+
+def test_on_an_80_column_terminal_names_stay_whole_and_lines_fit(tmp_path: Path) -> None:
+    """A name longer than the room the figures leave stands on its own line, its figures on
+    the next: every line fits, no name is cut."""
+    from tests.support.terminal import run_on_terminal
+
+    root = FIXTURES / "seed_mlp"
+    screen = run_on_terminal(["du", root, "--by", "leaf", "--top", "0"], 80)
+    assert screen.code == 0, screen.text + screen.stderr
+    assert not screen.too_wide(), screen.too_wide()
+    assert "…" not in screen.text
+    narrow = run_on_terminal(["du", root, "--by", "leaf", "--top", "0"], 60)
+    assert narrow.code == 0 and not narrow.too_wide(), narrow.text
+    for leaf in ("500 opt_state.0.mu.Dense_0.kernel", "300 params.Dense_1.bias"):
+        assert leaf in narrow.lines, narrow.text
+
+
+def test_steps_are_listed_in_step_order_and_leaves_by_size(cli: Any, tmp_path: Path) -> None:
+    """A run is a timeline: steps by number whatever their sizes (--top keeps the largest, in
+    that order); items and leaves, where size is the question, largest first."""
+    root = tmp_path / "run"
+    shutil.copytree(FIXTURES / "seed_mlp", root)
+    (root / "400" / "notes.bin").write_bytes(os.urandom(100_000))  # 400: the largest step
+    sizes = {s["step"]: s["bytes"] for s in cli("du", root, "--json").json()["steps"]}
+    assert max(sizes, key=lambda k: sizes[k]) == 400 and sizes[300] > sizes[500]
+    r = cli("du", root)
+    assert r.code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [line.split()[0] for line in lines[2:5]] == ["300", "400", "500"], r.stdout
+    top = cli("du", root, "--top", "2").stdout.splitlines()
+    assert [line.split()[0] for line in top[2:4]] == ["300", "400"], top
+    assert top[4] == "... 1 more row (--top 0 shows all)"
+    leaves = cli("du", root / "500" / "default", "--top", "0").stdout.splitlines()[2:17]
+    sizes_shown = [line.split()[1:3] for line in leaves]
+    in_bytes = [float(n) * {"B": 1, "KiB": 1024}[unit] for n, unit in sizes_shown]
+    assert in_bytes == sorted(in_bytes, reverse=True), leaves
 
 
 def test_top_limits_the_rows_and_says_how_many_are_left(cli: Any) -> None:

@@ -14,13 +14,15 @@ def test_ls_json_shape_seed(cli) -> None:  # type: ignore[no-untyped-def]
     r = cli("ls", FIXTURES / "seed_mlp", "--json")
     assert r.code == 0, r.stderr
     doc = r.json()
-    assert doc["schema_version"] == 3
+    assert doc["schema_version"] == 6
     assert doc["root"] == str(FIXTURES / "seed_mlp")
     assert [s["step"] for s in doc["steps"]] == [300, 400, 500]
     assert doc["latest_step"] == 500
     assert [s["latest"] for s in doc["steps"]] == [False, False, True]
     for s in doc["steps"]:
         assert s["status"] == "committed"
+        assert s["reason"] is None and s["deleting"] == []
+        assert s["local_tier"] is None
         assert s["kind"] == "step"
         assert s["items"] == ["default"]
         assert s["formats"] == {"default": "ocdbt+zarr2"}

@@ -307,6 +307,25 @@ def test_step_out_and_step_destination(cli, tmp_path: Path) -> None:  # type: ig
     assert again.code == 3 and "already exists" in again.stderr
 
 
+def test_an_existing_destination_step_is_refused_before_any_plan(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The destination is checked first: one line on stderr, exit 3, no plan on stdout (text,
+    --json and --dry-run alike); the step named by --step-out too."""
+    spec = spec_file(tmp_path, r"rules: [{op: drop, match: rng}]")
+    out = tmp_path / "out"
+    assert cli("migrate", SEED, out, "--spec", spec).code == 0
+    assert cli("migrate", SEED, out, "--spec", spec, "--step-out", "9").code == 0
+    for step, extra in (("500", []), ("500", ["--dry-run"]), ("9", ["--step-out", "9"])):
+        again = cli("migrate", SEED, out, "--spec", spec, *extra)
+        assert again.code == 3, again.stderr
+        assert again.stdout == "", again.stdout
+        assert again.stderr.splitlines() == [
+            f"ckpt: error: {out / step} already exists (choose another destination; ckpt "
+            "never overwrites a step)"
+        ]
+    doc = cli("migrate", SEED, out, "--spec", spec, "--json")
+    assert doc.code == 3 and set(doc.json()) == {"schema_version", "ok", "error"}
+
+
 def test_text_plan(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     spec = spec_file(tmp_path, r"""
         rules:

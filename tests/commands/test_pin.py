@@ -25,6 +25,7 @@ PIN_KEYS = {
     "changed",
     "note",
     "pinned_at",
+    "previous",
 }
 
 
@@ -76,7 +77,36 @@ def test_pin_twice_updates_the_note(world: World, cli) -> None:  # type: ignore[
     assert cli("pin", world.good, "400").code == 0
     again = one_json_document(cli("pin", world.good, "400", "--note", "n2", "--json").stdout)
     assert again["changed"] is True and again["note"] == "n2"
+    assert again["previous"]["note"] is None and again["previous"]["pinned_at"]
     assert json.loads((world.good / "400" / PIN_FILE).read_text())["note"] == "n2"
+
+
+def test_another_note_replaces_the_pin_and_says_what_it_replaced(world: World, cli) -> None:  # type: ignore[no-untyped-def]
+    """Nothing is lost silently: the note replaced, who pinned it and when, on stderr and as
+    ``previous`` in the JSON document."""
+    first = one_json_document(cli("pin", world.good, "400", "-m", "best eval", "--json").stdout)
+    assert first["previous"] is None
+    old = json.loads((world.good / "400" / PIN_FILE).read_text())
+    r = cli("pin", world.good, "400", "--note", "paper")
+    assert r.code == 0, r.stderr
+    assert r.stdout == f"pinned step 400 of {world.good} (paper)\n"
+    assert r.stderr.splitlines() == [
+        f'ckpt: replaced note "best eval" (pinned by {old["by"]} at {old["pinned_at"]})'
+    ]
+    doc = one_json_document(cli("pin", world.good, "400", "--note", "v3", "--json").stdout)
+    assert doc["note"] == "v3" and doc["previous"]["note"] == "paper"
+    assert doc["previous"]["by"] == old["by"]
+    gone = one_json_document(cli("unpin", world.good, "400", "--json").stdout)
+    assert gone["pinned"] is False and gone["previous"]["note"] == "v3"
+
+
+def test_pinning_again_without_a_note_keeps_the_pin(world: World, cli) -> None:  # type: ignore[no-untyped-def]
+    assert cli("pin", world.good, "400", "--note", "best eval").code == 0
+    before = (world.good / "400" / PIN_FILE).read_bytes()
+    r = cli("pin", world.good, "400")
+    assert r.code == 0 and r.stderr == "", r.stderr
+    assert r.stdout == f"already pinned step 400 of {world.good} (best eval)\n"
+    assert (world.good / "400" / PIN_FILE).read_bytes() == before
 
 
 def test_prune_keeps_a_pinned_step_with_the_reason(world: World, cli) -> None:  # type: ignore[no-untyped-def]

@@ -64,7 +64,7 @@ def test_json_plan_shape(cli, root: Path) -> None:  # type: ignore[no-untyped-de
     assert r.code == 0, r.stderr
     assert "--keep-step 12345: no committed step 12345" in r.stderr
     doc = r.json()
-    assert doc["schema_version"] == 1 and doc["dry_run"] is True and doc["outcome"] is None
+    assert doc["schema_version"] == 2 and doc["dry_run"] is True and doc["outcome"] is None
     assert [(k["step"], k["reasons"]) for k in doc["keep"]] == [
         (100, ["step 100"]),
         (400, ["last 2"]),
@@ -413,8 +413,8 @@ def test_prune_plan_shows_the_metric_values(world: World, cli) -> None:  # type:
     args = ["prune", world.composite, "--keep-best", "1", "--metric", "loss", "--mode", "min"]
     doc = one_json_document(cli(*args, "--dry-run", "--json").stdout)
     ranked = {e["step"]: e["metric"] for e in [*doc["keep"], *doc["delete"]]}
-    assert ranked[4] == {"name": "loss", "value": 0.2, "rank": 1}
-    assert ranked[2] == {"name": "loss", "value": 0.3, "rank": 2}
+    assert ranked[4] == {"name": "loss", "value": 0.2, "value_nonfinite": None, "rank": 1}
+    assert ranked[2] == {"name": "loss", "value": 0.3, "value_nonfinite": None, "rank": 2}
     text = cli(*args, "--dry-run")
     assert text.code == 0
     rows = {line.split()[0]: line for line in text.stdout.splitlines() if line.strip()}

@@ -183,6 +183,33 @@ def test_piped_output_is_plain(name: str) -> None:
         assert any(n in line for line in lines), n
 
 
+def test_piped_ls_fits_columns_when_it_is_set() -> None:
+    """``COLUMNS=60 ckpt ls RUN | less``: the table fits the width asked for, as on a terminal
+    that wide (the metrics below each step, none dropped); without ``COLUMNS``, one line a
+    step, however long."""
+    root = FIXTURES / "composite_best"
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    wide = subprocess.run(
+        [CKPT, "ls", str(root)], capture_output=True, text=True, check=False, env=env
+    )
+    assert wide.returncode == 0, wide.stderr
+    assert max(len(line) for line in wide.stdout.splitlines()) > 60, wide.stdout
+    narrow = subprocess.run(
+        [CKPT, "ls", str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**env, "COLUMNS": "60"},
+    )
+    assert narrow.returncode == 0, narrow.stderr
+    lines = narrow.stdout.splitlines()
+    too_wide = [x for x in lines if len(x) > 60 and len(x.split()) > 1]
+    assert not too_wide, narrow.stdout
+    assert not re.search(r"\x1b\[", narrow.stdout)
+    for name in _ls_names(_json(["ls", str(root)])):
+        assert any(name in line for line in lines), (name, narrow.stdout)
+
+
 @pytest.mark.parametrize("columns", [40, 60, 72, 80])
 def test_diff_never_breaks_a_leaf_name(columns: int) -> None:
     """``opt_state.1`` and every other leaf name stay whole on one line however narrow the

@@ -149,6 +149,27 @@ def test_bad_requests(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-d
     assert again.code == 3 and "already exists" in again.stderr
 
 
+def test_an_existing_destination_step_is_refused_before_any_plan(cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The destination is checked first: one line on stderr, exit 3, no plan on stdout (text,
+    --json and --dry-run alike), nothing written."""
+    src, out = FIXTURES / "seed_mlp", tmp_path / "out"
+    assert cli("reshard", src, out, "--mesh", "data=2").code == 0
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    for extra in ([], ["--dry-run"]):
+        again = cli("reshard", src, out, "--mesh", "data=2", *extra)
+        assert again.code == 3, again.stderr
+        assert again.stdout == "", again.stdout
+        assert again.stderr.splitlines() == [
+            f"ckpt: error: {out / '500'} already exists (choose another destination; ckpt "
+            "never overwrites a step)"
+        ]
+    doc = cli("reshard", src, out, "--mesh", "data=2", "--json")
+    assert doc.code == 3
+    assert set(doc.json()) == {"schema_version", "ok", "error"}
+    assert doc.json()["error"]["code"] == "refused"
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+
+
 def test_failed_read_leaves_no_step(cli, fixture_copy, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     src = fixture_copy("seed_mlp")
     # seed_mlp's big chunks live out of line in ocdbt.process_0/d/: remove them.

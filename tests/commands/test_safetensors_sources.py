@@ -101,7 +101,7 @@ def test_verify_nan_warns_and_fails_when_asked(cli, tmp_path: Path) -> None:  # 
     save_file({"w": np.array([1.0, np.nan], np.float32)}, str(path))
     r = cli("verify", path, "--deep", "--json")
     assert r.code == 0 and r.json()["nonfinite"] == [
-        {"item": "nan.safetensors", "leaf": "w", "nan": 1, "inf": 0}
+        {"item": "nan.safetensors", "leaf": "w", "nan": 1, "inf": 0, "step": None}
     ]
     assert cli("verify", path, "--deep", "--fail-on-nonfinite").code == 1
     assert cli("verify", path, "--deep", "--strict").code == 1

@@ -27,10 +27,10 @@ def test_json_is_the_documented_shape(cli, trend_runs: TrendRuns) -> None:  # ty
     r = cli("trend", trend_runs.diverged, "--json")
     assert r.code == 0, r.stderr  # without --check, findings do not fail the command
     doc = r.json()
-    assert doc["schema_version"] == TrendReport.SCHEMA_VERSION == 3
+    assert doc["schema_version"] == TrendReport.SCHEMA_VERSION == 4
     assert set(doc) == {
         "schema_version", "root", "item", "steps", "leaves", "metrics", "findings",
-        "thresholds", "skipped_reads", "scale", "ok",
+        "divergence", "thresholds", "skipped_reads", "scale", "ok",
     }  # fmt: skip
     assert doc["scale"] is None  # not asked to scale out
     assert doc["steps"] == list(range(1, STEPS + 1)) and doc["item"] == "default"
@@ -50,7 +50,12 @@ def test_json_is_the_documented_shape(cli, trend_runs: TrendRuns) -> None:  # ty
     assert doc["thresholds"] == {
         "explode": 10.0, "vanish": 10.0, "norm_jump": 4.0, "dead_units": 1,
     }  # fmt: skip
-    assert doc["metrics"][-1] == {"step": STEPS, "metrics": {"loss": None}}  # NaN: null
+    # NaN: null, and which it was beside it
+    assert doc["metrics"][-1] == {
+        "step": STEPS,
+        "metrics": {"loss": None},
+        "metrics_nonfinite": {"loss": "nan"},
+    }
     json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
 
 
@@ -100,9 +105,9 @@ def test_sparklines_and_prefixes() -> None:
     assert common_prefix(["a.b", "a.b.c"]) == "a."  # every name keeps its last part
 
 
-def test_match_item_and_a_fixture_release(cli) -> None:  # type: ignore[no-untyped-def]
+def test_filter_item_and_a_fixture_release(cli) -> None:  # type: ignore[no-untyped-def]
     r = cli(
-        "trend", FIXTURES / "seed_mlp", "--match", "params.*kernel", "--item", "default", "--json"
+        "trend", FIXTURES / "seed_mlp", "--filter", "params.*kernel", "--item", "default", "--json"
     )
     assert r.code == 0, r.stderr
     doc = r.json()
@@ -118,8 +123,9 @@ def test_match_item_and_a_fixture_release(cli) -> None:  # type: ignore[no-untyp
     [
         (["--steps", "x"], 2, "--steps 'x' is not a list of steps"),
         (["--steps", "99"], 3, "step 99 is not a committed step"),
-        (["--match", "("], 2, "not a valid pattern"),
-        (["--match", "nothing"], 3, "no leaf of"),
+        (["--filter", "("], 2, "--filter '(' is not a valid pattern"),
+        (["--filter", "nothing"], 3, "no leaf of"),
+        (["--match", "nothing"], 3, "no leaf of"),  # --filter's old name, hidden
         (["--explode", "0.5"], 2, "--explode"),
         (["--dead-units", "0"], 2, "--dead-units"),
         (["--group", "layer"], 2, "--group 'layer' is not a grouping"),

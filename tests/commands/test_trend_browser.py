@@ -125,3 +125,24 @@ def test_the_checks_catch_a_page_that_errs_and_fetches(tmp_path: Path) -> None:
     assert any("Uncaught ReferenceError" in line for line in seen.console), seen.console
     assert seen.requests == ["http://example.com/x.png"]
     assert _dom(seen.dom).resources == ["http://example.com/x.png"]
+
+
+#: The colour of a NaN/Inf step's mark across a curve.
+NONFINITE_MARK = (0xFF, 0x17, 0x44)
+
+
+def test_the_browser_marks_nan_steps_on_every_curve(  # type: ignore[no-untyped-def]
+    cli, trend_runs: TrendRuns, page: Path, tmp_path: Path
+) -> None:
+    """Every curve of a leaf (or group, or metric) at a step holding NaN/Inf has a red mark
+    there, drawn by the browser, and the verdict heads the page: no curve drops to zero."""
+    doc = cli("trend", trend_runs.diverged, "--json").json()
+    bad = [(lf["name"], s["step"]) for lf in doc["leaves"] for s in lf["steps"] if s["nonfinite"]]
+    assert bad
+    seen = browser.visit(page, tmp_path)
+    html = seen.dom
+    assert html.count('class="nonfinite"') >= 2 * len(bad)  # each leaf's norm and ratio
+    assert 'id="divergence"' in html and f"from step {NAN_STEP} on" in html
+    png = tmp_path / "marks.png"
+    browser.screenshot(page, png, tmp_path, 1100, 2400)
+    assert browser.count_pixels(png, NONFINITE_MARK) > 50

@@ -98,12 +98,14 @@ def test_flipped_byte_caught_by_a_full_sample(cli) -> None:  # type: ignore[no-u
 def test_json_document_shape(cli) -> None:  # type: ignore[no-untyped-def]
     doc = cli("verify", DAMAGED / "truncated-data-file", "--json").json()
     assert (
-        doc["schema_version"] == 6
-    )  # 2: problems carry leaves; 3: rotation.warnings; 4: scale; 5: notes; 6: safetensors
+        doc["schema_version"] == 8
+    )  # 2: problems carry leaves; 3: rotation.warnings; 4: scale; 5: notes; 6: safetensors;
+    # 7: unfinished_why; 8: local_tiers
+    assert doc["local_tiers"] == []
     assert isinstance(doc["ok"], bool) and isinstance(doc["checked"], dict)
     assert doc["problems"]
     for p in doc["problems"]:
-        assert set(p) == {"severity", "code", "leaf", "leaves", "file", "message"}
+        assert set(p) == {"severity", "code", "leaf", "leaves", "file", "message", "step"}
         assert p["severity"] in ("error", "warning")
     truncated = next(p for p in doc["problems"] if p["code"] == "data-file-truncated")
     assert truncated["file"].startswith("500/default/ocdbt.process_0/d/")
@@ -213,7 +215,7 @@ def test_nonfinite_is_a_warning_unless_asked(cli, fixture_copy) -> None:  # type
     assert r.code == 0
     doc = r.json()
     assert doc["nonfinite"] == [
-        {"item": "0/default", "leaf": "params.Dense_0.kernel", "nan": 1, "inf": 2}
+        {"item": "0/default", "leaf": "params.Dense_0.kernel", "nan": 1, "inf": 2, "step": 0}
     ]
     assert [p["severity"] for p in doc["problems"] if p["code"] == "nonfinite"] == ["warning"]
     assert cli("verify", root, "--deep", "--fail-on-nonfinite").code == 1

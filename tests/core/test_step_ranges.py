@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_cli.core.step_ranges import parse_steps
+from ckpt_cli.core.step_ranges import parse_steps, split_at
 from ckpt_cli.errors import UsageError
 
 
@@ -25,3 +25,14 @@ def test_a_bad_list_names_the_option_it_came_from() -> None:
         parse_steps("3-1", "ROOT@STEPS")
     with pytest.raises(UsageError, match="--steps 'x' is not a list of steps"):
         parse_steps("x")
+
+
+def test_split_at_reads_steps_and_an_item_after_the_last_at(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert split_at("runs/exp7@6") == ("runs/exp7", "6", None)
+    assert split_at("runs/exp7@6:state") == ("runs/exp7", "6", "state")
+    assert split_at("gs://b/me@x/run@100-300,500") == ("gs://b/me@x/run", "100-300,500", None)
+    for whole in ("runs/exp7", "user@host", "@6", "run@6:", "run@6:a/b", "run@v2"):
+        assert split_at(whole) == (whole, None, None), whole
+    odd = tmp_path / "run@6"
+    odd.mkdir()  # a directory of that very name is that directory
+    assert split_at(str(odd)) == (str(odd), None, None)

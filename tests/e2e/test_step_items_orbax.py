@@ -215,7 +215,7 @@ def test_diff_compares_item_by_item(cli, tmp_path: Path) -> None:  # type: ignor
     same = cli("diff", src, src, "--json")
     assert same.code == 0, same.stderr
     doc = same.json()
-    assert doc["schema_version"] == 4 and doc["equal"]
+    assert doc["schema_version"] == 5 and doc["equal"]
     assert [i["item"] for i in doc["items"]] == ["model", "optimizer"]
     assert all(i["leaves"] for i in doc["items"])
 

@@ -10,7 +10,7 @@ The ``$ `` lines of ``console`` blocks are commands (a line ending in ``\\`` con
 next); the lines after one, up to the next ``$ ``, are its documented stdout (a line ``...``
 stands for lines left out). A trailing comment saying ``exit N`` documents a non-zero exit code.
 :func:`run_command` runs one through bash, as written, with ``ckpt`` and ``python`` meaning this
-checkout and this interpreter, no terminal and ``COLUMNS=80``; :func:`first_mismatch` runs a
+checkout and this interpreter, no terminal and no ``COLUMNS``; :func:`first_mismatch` runs a
 page's and compares, after :func:`normalized` masks what changes from run to run.
 
 With ``CKPT_UPDATE_DOCS=1`` in the environment, :func:`first_mismatch` does not stop at a shown
@@ -231,7 +231,17 @@ def _commands_of(page: Path, body: list[tuple[int, str]]) -> list[Command]:
 
 
 #: What would make a command's output differ from the page's: forced colour, a debug traceback.
-_UNSET = ("FORCE_COLOR", "CLICOLOR_FORCE", "CKPT_DEBUG", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
+#: ``COLUMNS`` too: a pipe honours it (``text_width``), and the pages show what a pipe prints
+#: without it (``--help`` then lays itself out for 80 columns, Rich's width off a terminal).
+_UNSET = (
+    "FORCE_COLOR",
+    "CLICOLOR_FORCE",
+    "CKPT_DEBUG",
+    "TTY_COMPATIBLE",
+    "TTY_INTERACTIVE",
+    "COLUMNS",
+    "LINES",
+)
 
 
 def run_command(
@@ -240,11 +250,11 @@ def run_command(
     """Run one documented command through bash in ``workdir``: ``ckpt`` is this checkout's
     (``python -m ckpt_cli`` with the repository first on the path), ``python`` this interpreter.
     Output is what a reader's pipe gets, the same on every machine: no terminal (stdout and
-    stderr are pipes), ``COLUMNS=80``, ``TZ=UTC``, no forced colour."""
+    stderr are pipes), no ``COLUMNS`` (``--help`` at 80 columns), ``TZ=UTC``, no forced colour."""
     env = {k: v for k, v in os.environ.items() if k not in _UNSET}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    env.update(COLUMNS="80", TZ="UTC", CKPT_DOCS_PYTHON=sys.executable)
+    env.update(TZ="UTC", CKPT_DOCS_PYTHON=sys.executable)
     prelude = 'ckpt() { "$CKPT_DOCS_PYTHON" -m ckpt_cli "$@"; }\nset -o pipefail\n'
     return subprocess.run(
         ["bash", "-c", prelude + command.text],

@@ -4,6 +4,10 @@ A run starts in its own session (so Ctrl-C can be sent to its whole process grou
 included, as a terminal does), waits until the process has read ``STARTED_BYTES`` of data (from
 ``/proc/PID/io``: imports read far less, so the work itself has begun), then sends the signal:
 SIGINT to the group (Ctrl-C), SIGTERM to the process (``timeout``, ``kill``, a scheduler).
+
+``python tests/support/interrupts.py INT|TERM ARGS...`` (``make demo``): run ``ckpt ARGS``, send
+the signal as soon as its work has begun, print what it printed and ``exit N``. A fixed delay
+(``timeout 3``) interrupts nothing on a machine fast enough to finish first.
 """
 
 from __future__ import annotations
@@ -231,3 +235,22 @@ def assert_stopped_cleanly(run: Interrupted) -> None:
     for line in lines:
         assert "error" not in line and "Traceback" not in line, run.describe()
     assert not run.survivors, f"processes left running: {run.survivors}\n{run.describe()}"
+
+
+def main(argv: list[str]) -> int:
+    """The command line of the module docstring."""
+    sig = signal.Signals[f"SIG{argv[0]}"]
+    try:
+        run = interrupt(argv[1:], sig, settle_s=0.0)
+    except AssertionError as e:  # finished before the signal, or never started
+        print(e, file=sys.stderr)
+        return 1
+    sys.stderr.write(run.stderr)
+    sys.stderr.flush()
+    sys.stdout.write(run.stdout)
+    print(f"exit {run.code}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

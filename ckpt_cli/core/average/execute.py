@@ -51,6 +51,8 @@ def execute(plan: AveragePlan, on_progress: ProgressFn | None = None) -> WriteRe
         on_progress=on_progress,
         step=plan.step_out,
         skip_items=frozenset(plan.dropped_items),
+        sources=f"the average of steps {', '.join(map(str, plan.steps))} of "
+        f"{plan.source.root or plan.source.location}",
     )
     record = has_digests(plan.source.location)
     return WriteResult(plan, out, seconds, digests_of(out.path, plan.destination, record))

@@ -4,7 +4,7 @@ the new step goes.
 ``plan_average`` reads metadata only. The last step listed is the base: its items, tree, chunks
 and sharding are the new step's, and every leaf that is not averaged is its value. A leaf is
 averaged when it is a floating-point array (float16/32/64, bfloat16, float8), is no optimizer
-state, RNG state or step counter, and matches ``--match`` when one is given. Optimizer state is
+state, RNG state or step counter, and matches ``--filter`` when one is given. Optimizer state is
 carried from the base or dropped (``optimizer``). Coefficients: normalised ``weights`` (equal by
 default), or with ``ema`` = d the exponential moving average over the steps in the order listed,
 e_1 = x_1, e_k = d * e_(k-1) + (1 - d) * x_k, i.e. x_1 weighs d^(n-1), x_k (k >= 2) weighs
@@ -30,7 +30,7 @@ from ckpt_cli.core.reshard.plan import ReshardLayout, plan_like
 from ckpt_cli.core.state import telling_name
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.memory import bound_allocator
-from ckpt_cli.core.write.rewrite import WrittenJSON, prepare_destination
+from ckpt_cli.core.write.rewrite import WrittenJSON, check_new_step
 from ckpt_cli.core.write.types import WriteOptions
 from ckpt_cli.errors import UsageError
 
@@ -221,7 +221,7 @@ def plan_average(
     coef = coefficients(len(steps), weights, ema)
     if optimizer not in ("carry", "drop"):
         raise UsageError(f"--optimizer {optimizer!r}: use carry or drop")
-    pattern = compile_filter(match, "--match")
+    pattern = compile_filter(match)
     write = write or WriteOptions()
     bound_allocator()
     src = _open(source, storage)
@@ -244,7 +244,7 @@ def plan_average(
         # The step's other items are copied: its optimizer items are not, as without --item.
         others = resolve_items(base[0].step_location or src) if base[0].step is not None else []
         dropped += [r.name for r in others if r.name != item and _optimizer_item(r.name)]
-    prepare_destination(dest, items[0].source)  # refused before the plan is shown
+    check_new_step(dest, items[0].source, steps[-1] if out_step is None else out_step)
     report = items[0].report
     return AveragePlan(
         source=items[0].source,
@@ -346,7 +346,7 @@ def _check_same(
         where = f"item {base.ref.name}: " if base.ref.name not in ("default", "state") else ""
         raise UsageError(
             f"{where}leaf {leaf.name} {why}: these steps cannot be averaged; nothing written",
-            hint="list steps of the same model, or --match only the leaves they share",
+            hint="list steps of the same model, or --filter only the leaves they share",
         )
 
 

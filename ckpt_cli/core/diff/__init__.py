@@ -2,7 +2,14 @@
 
 Leaves only in A, only in B, dtype or shape changed, and for arrays present in both with the same
 shape: equal, or how far apart (max absolute and relative difference, elements outside
-``|a - b| <= atol + rtol * |b|``, numpy's ``allclose`` rule). NaN equals NaN at the same place.
+``|a - b| <= atol + rtol * |b|``, numpy's ``allclose`` rule). NaN equals NaN at the same place
+(a faithful copy of a diverged step is equal to it), and never silently: each leaf whose values
+were read counts the NaN and Inf of each side (``NonFiniteCounts``) and its note says where they
+are (``both NaN at the same 32 places``, ``32 NaN in B``). A NaN against a number makes the
+largest difference NaN, an Inf against anything else Inf: ``max_abs`` and ``max_rel`` are then
+that float, written ``null`` in JSON with ``max_abs_diff_nonfinite`` saying which
+(``core.schema.finite``); a leaf NaN on both sides everywhere has no difference to measure
+(``max_abs`` None).
 A dtype change counts as different unless ``compare_cast``: then both sides are compared as
 float64 (exact for every dtype up to 32 bits; int64 beyond 2**53 rounds), complex ones as
 complex128 (both parts count; the distance is ``|a - b|``). Blocks follow A's
@@ -22,7 +29,7 @@ saying what changed (``mesh data=4,model=2 -> data=2,model=4; chunks 4x2 of [2,2
 This module holds what diff reports (``DiffReport``, ``LeafDiff``, their JSON documents);
 ``items.py`` resolves the two sides and pairs their items and leaves (``diff_paths``,
 ``diff_items``), ``values.py`` compares two leaves: structure and layout, then values streamed
-block by block.
+block by block, each pair of blocks compared by ``compare.py``.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from typing import ClassVar, TypedDict
 
 from ckpt_cli.core.format.discovery import ItemRef
 from ckpt_cli.core.format.sharding import Shape
+from ckpt_cli.core.schema.finite import NonFinite, finite_or_none, nonfinite_kind
 
 DIFF_BLOCK_BYTES = 16 << 20
 MEMORY_LIMIT = 1 << 30
@@ -72,6 +80,20 @@ class ToleranceJSON(TypedDict):
     rtol: float
 
 
+class SideNonFiniteJSON(TypedDict):
+    nan: int
+    inf: int  # +Inf and -Inf
+
+
+class LeafNonFiniteJSON(TypedDict):
+    """The NaN and Inf values of each side of a leaf whose values were read (v5), and how many
+    places are NaN on both (equal there)."""
+
+    a: SideNonFiniteJSON
+    b: SideNonFiniteJSON
+    both_nan: int
+
+
 class LeafDiffJSON(TypedDict):
     name: str
     status: str
@@ -79,8 +101,14 @@ class LeafDiffJSON(TypedDict):
     shape: list[Shape | None]
     elements: int
     mismatched: int
+    #: null when no values were compared, or when it is NaN/Inf: then the ``_nonfinite`` key
+    #: beside it says which (v5; a NaN against a number makes it ``"nan"``)
     max_abs_diff: float | None
+    max_abs_diff_nonfinite: NonFinite | None
     max_rel_diff: float | None
+    max_rel_diff_nonfinite: NonFinite | None
+    #: v5: null when the values were not read (structure, a dtype change, not an array)
+    nonfinite: LeafNonFiniteJSON | None
     message: str | None
 
 
@@ -122,6 +150,52 @@ class DiffJSON(TypedDict):
 
 
 @dataclass(frozen=True)
+class NonFiniteCounts:
+    """NaN and Inf (either sign) values of side A and side B of a leaf, and the places NaN on
+    both."""
+
+    nan_a: int = 0
+    inf_a: int = 0
+    nan_b: int = 0
+    inf_b: int = 0
+    both_nan: int = 0
+
+    def side(self, i: int) -> int:
+        """Non-finite values of side A (0) or B (1)."""
+        return (self.nan_a + self.inf_a, self.nan_b + self.inf_b)[i]
+
+    @property
+    def any(self) -> bool:
+        return bool(self.side(0) or self.side(1))
+
+    def phrase(self) -> str | None:
+        """Where they are, in words (``both NaN at the same 32 places``, ``32 NaN in B``);
+        None when both sides are finite."""
+        if not self.any:
+            return None
+        parts = []
+        if self.nan_a == self.nan_b == self.both_nan > 0:
+            parts.append(f"both NaN at the same {_places(self.both_nan)}")
+        else:
+            parts += [f"{n} NaN in {s}" for n, s in ((self.nan_a, "A"), (self.nan_b, "B")) if n]
+            if self.both_nan:
+                parts.append(f"{self.both_nan} of them at the same places")
+        parts += [f"{n} Inf in {s}" for n, s in ((self.inf_a, "A"), (self.inf_b, "B")) if n]
+        return ", ".join(parts)
+
+    def to_json(self) -> LeafNonFiniteJSON:
+        return {
+            "a": {"nan": self.nan_a, "inf": self.inf_a},
+            "b": {"nan": self.nan_b, "inf": self.inf_b},
+            "both_nan": self.both_nan,
+        }
+
+
+def _places(n: int) -> str:
+    return "place" if n == 1 else f"{n} places"
+
+
+@dataclass(frozen=True)
 class LeafDiff:
     name: str
     status: Status
@@ -131,13 +205,21 @@ class LeafDiff:
     shape_b: tuple[int, ...] | None = None
     elements: int = 0
     mismatched: int = 0  # elements outside the tolerance (NaN against a number included)
+    #: NaN (a NaN against a number) or Inf (an Inf against anything else) where it is one.
     max_abs: float | None = None
     max_rel: float | None = None
     message: str | None = None
+    #: NaN and Inf of each side; None when the values were not read.
+    nonfinite: NonFiniteCounts | None = None
 
     @property
     def equal(self) -> bool:
         return self.status == "equal"
+
+    @property
+    def has_nonfinite(self) -> bool:
+        """A side holds NaN or Inf: worth showing, equal or not."""
+        return self.nonfinite is not None and self.nonfinite.any
 
     def to_json(self) -> LeafDiffJSON:
         return {
@@ -150,8 +232,11 @@ class LeafDiff:
             ],
             "elements": self.elements,
             "mismatched": self.mismatched,
-            "max_abs_diff": self.max_abs,
-            "max_rel_diff": self.max_rel,
+            "max_abs_diff": finite_or_none(self.max_abs),
+            "max_abs_diff_nonfinite": nonfinite_kind(self.max_abs),
+            "max_rel_diff": finite_or_none(self.max_rel),
+            "max_rel_diff_nonfinite": nonfinite_kind(self.max_rel),
+            "nonfinite": None if self.nonfinite is None else self.nonfinite.to_json(),
             "message": self.message,
         }
 
@@ -175,8 +260,10 @@ class DiffReport:
     ignore: tuple[str, ...] = ()
     ignored: int = 0
     #: 2: structure_only (--structure). 3: items, items_only_a, items_only_b. 4: each side's
-    #: format; spec, ignore, ignored (safetensors sides, --spec, --ignore).
-    SCHEMA_VERSION: ClassVar[int] = 4
+    #: format; spec, ignore, ignored (safetensors sides, --spec, --ignore). 5: each leaf's
+    #: ``nonfinite`` counts, ``max_abs_diff_nonfinite`` and ``max_rel_diff_nonfinite`` (a NaN
+    #: or Inf difference is null beside them, no longer a bare ``Infinity``).
+    SCHEMA_VERSION: ClassVar[int] = 5
 
     @property
     def pairs(self) -> tuple[DiffReport, ...]:

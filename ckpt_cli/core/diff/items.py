@@ -15,7 +15,8 @@ from ckpt_cli.core.diff import (
     DiffReport,
     LeafDiff,
 )
-from ckpt_cli.core.diff.values import Compare, Job, compared, decided, diff_structure, stream_jobs
+from ckpt_cli.core.diff.compare import Compare
+from ckpt_cli.core.diff.values import Job, compared, decided, diff_structure, stream_jobs
 from ckpt_cli.core.format.arrays import ItemStore, cached_context
 from ckpt_cli.core.format.blocks import (
     cache_bytes,
@@ -26,6 +27,7 @@ from ckpt_cli.core.format.resolve import resolve_item, resolve_trees
 from ckpt_cli.core.format.scan import (
     OPEN_CACHE_BYTES,
 )
+from ckpt_cli.core.format.tiers import partial_leaf_refusal
 from ckpt_cli.core.inspect import ItemReport, Leaf
 from ckpt_cli.core.inspect.item import inspect_item
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
@@ -245,6 +247,8 @@ def _diff_leaves(
         held = max(budget, min(DIFF_IN_FLIGHT_BYTES, memory_limit // 16))
         stream_jobs(sa, sb, jobs, on_bytes, budget, held, (cache_a, cache_b))
     for job in jobs:
+        if job.error is not None:
+            _refuse_local_tier((ra, rb), job.x.name)
         out[job.index] = compared(job)
     both = {} if structure_only else {x.name: x for x, _ in common}
     streamed = {job.x.name for job in jobs if job.streamed}
@@ -253,6 +257,14 @@ def _diff_leaves(
         for d in out
         if d is not None
     )
+
+
+def _refuse_local_tier(reports: tuple[ItemReport, ItemReport], leaf: str) -> None:
+    """A leaf only partly stored on a side that is one host's local tier of Orbax's emergency
+    checkpointing: refused as such (not a difference, not damage)."""
+    for report in reports:
+        if (refusal := partial_leaf_refusal(report.ref.location, leaf)) is not None:
+            raise refusal
 
 
 def _diff_files(a: ItemRef, b: ItemRef, name_filter: str | None) -> tuple[LeafDiff, ...]:

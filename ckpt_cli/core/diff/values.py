@@ -1,7 +1,7 @@
 """Two leaves compared: names, kinds, dtypes, shapes and layouts (``diff_structure``,
 ``sharding_changes``), then values, block pairs of both sides read in flight together and compared
-(``Compare``: max absolute and relative difference, elements outside the tolerance, NaN equal at
-the same place)."""
+(``compare.Compare``: max absolute and relative difference, elements outside the tolerance, the
+NaN and Inf of each side, NaN equal at the same place)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,12 @@ from ckpt_cli.core.diff import (
     DIFF_IN_FLIGHT,
     DIFF_IN_FLIGHT_BYTES,
     LeafDiff,
+    NonFiniteCounts,
     Status,
 )
+from ckpt_cli.core.diff.compare import Compare as Compare  # safetensors.parity imports it here
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore, LeafReader
-from ckpt_cli.core.format.blocks import (
-    block_shape,
-    is_large,
-    iter_blocks,
-    region_slabs,
-    stream_blocks,
-)
+from ckpt_cli.core.format.blocks import block_shape, is_large, iter_blocks, stream_blocks
 from ckpt_cli.core.format.scan import open_readers, read_block, streamed_slabs
 from ckpt_cli.core.format.scan_acc import ScanTask
 from ckpt_cli.core.inspect import Leaf
@@ -95,9 +91,10 @@ def decided(x: Leaf, y: Leaf, compare_cast: bool) -> LeafDiff | None:
     if x.is_array != y.is_array or (not x.is_array and x.value_type != y.value_type):
         return _result(x, y, "kind_changed", message=f"{x.value_type} vs {y.value_type}")
     if not x.is_array:
+        counts = _json_counts(x, y)
         if x.value == y.value:
-            return _result(x, y, "equal")
-        return _result(x, y, "different", message=_both_values(x, y))
+            return _result(x, y, "equal", nonfinite=counts, message=counts and counts.phrase())
+        return _result(x, y, "different", message=_both_values(x, y), nonfinite=counts)
     if x.shape != y.shape:
         return _result(x, y, "shape_changed")
     if x.dtype != y.dtype and not compare_cast:
@@ -108,6 +105,21 @@ def decided(x: Leaf, y: Leaf, compare_cast: bool) -> LeafDiff | None:
             message="values not compared (pass --compare-cast to compare them as float64)",
         )
     return None
+
+
+#: A JSON value's text (``Leaf.value``) that is NaN or Inf: what Python's ``json`` writes, as
+#: Orbax's JsonCheckpointHandler does for a NaN metric (``{"loss": NaN}``).
+_JSON_NONFINITE = {"NaN": "nan", "Infinity": "inf", "-Infinity": "inf"}
+
+
+def _json_counts(x: Leaf, y: Leaf) -> NonFiniteCounts | None:
+    """A JSON leaf's NaN or Inf on each side (a diverged run's metric); None for other
+    leaves that are not arrays."""
+    if x.value_type != "json":
+        return None
+    a, b = (_JSON_NONFINITE.get(v.value or "") for v in (x, y))
+    flags = (a == "nan", a == "inf", b == "nan", b == "inf", a == b == "nan")
+    return NonFiniteCounts(*(int(f) for f in flags))
 
 
 @dataclass
@@ -127,18 +139,26 @@ def compared(job: Job) -> LeafDiff:
     assert x.array is not None
     if job.error is not None:
         return _result(x, y, "error", message=job.error)
-    status = "equal" if acc.mismatched == 0 else "different"
-    note = f"compared as float64 ({x.dtype} vs {y.dtype})" if x.dtype != y.dtype else None
-    return _result(
-        x,
-        y,
-        status,
-        elements=x.array.size,
-        mismatched=acc.mismatched,
-        max_abs=acc.max_abs,
-        max_rel=acc.max_rel,
-        message=note,
-    )
+    return _result(x, y, **value_fields(acc, x.array.size, x.dtype, y.dtype))
+
+
+def value_fields(
+    acc: Compare, elements: int, dtype_a: str | None, dtype_b: str | None
+) -> dict[str, Any]:
+    """What a pair of arrays whose values were compared says (``LeafDiff``'s fields but its
+    name, dtypes and shapes): the status, the figures, the NaN and Inf, and the note."""
+    counts = acc.counts()
+    notes = [f"compared as float64 ({dtype_a} vs {dtype_b})"] if dtype_a != dtype_b else []
+    notes += [p for p in (counts.phrase(),) if p]
+    return {
+        "status": "equal" if acc.mismatched == 0 else "different",
+        "elements": elements,
+        "mismatched": acc.mismatched,
+        "max_abs": acc.max_abs,
+        "max_rel": acc.max_rel,
+        "nonfinite": counts,
+        "message": "; ".join(notes) or None,
+    }
 
 
 def stream_jobs(
@@ -218,7 +238,7 @@ def _compare_streamed(
     return True
 
 
-# The blocks read of a pair of arrays, and the element-wise comparison applied to each pair.
+# The blocks read of a pair of arrays (``compare.Compare`` compares each pair).
 
 
 def pair_blocks(a: ArrayInfo, b: ArrayInfo, budget: int) -> Any:
@@ -234,124 +254,3 @@ def pair_blocks(a: ArrayInfo, b: ArrayInfo, budget: int) -> Any:
     if math.prod(lcm) * max(a.itemsize, b.itemsize) <= 4 * budget:
         return iter_blocks(a, block_shape(replace(a, chunk_shape=lcm), budget))
     return iter_blocks(a, block_shape(a, budget))
-
-
-class Compare:
-    """Running totals of one pair of arrays compared block by block: elements outside the
-    tolerance, the largest absolute and relative difference."""
-
-    def __init__(self, atol: float, rtol: float, exact_ints: bool) -> None:
-        self.atol = atol
-        self.rtol = rtol
-        self.exact_ints = exact_ints
-        self.mismatched = 0
-        self.max_abs = 0.0
-        self.max_rel = 0.0
-
-    def add(self, a: Any, b: Any) -> None:
-        import numpy as np
-
-        a, b = np.asarray(a), np.asarray(b)
-        if a.ndim == 0 and b.ndim == 0:
-            a, b = a.reshape(1), b.reshape(1)  # so that a tile of them is an array too
-        if a.shape != b.shape or not a.size:
-            self._values(a, b)
-            return
-        # Equal bits are equal values (the same NaN too): most blocks of most diffs are
-        # unchanged, and one integer comparison costs far less than the float64 pass.
-        same = a.dtype == b.dtype and a.dtype.itemsize in (1, 2, 4, 8)
-        bits = f"u{a.dtype.itemsize}" if same else None
-        for tile in layout_tiles(a, b):
-            x, y = a[tile], b[tile]
-            if bits is not None and np.array_equal(x.view(bits), y.view(bits)):
-                continue
-            # The float64 temporaries of the value pass stay small whatever the block.
-            for part in value_parts(x.shape):
-                self._values(x[part], y[part])
-
-    def _values(self, a: Any, b: Any) -> None:
-        """Fold in one pair of (small) blocks whose bits differ: the float64 pass."""
-        import numpy as np
-
-        exact = self.exact_ints and a.dtype.kind in "iub" and not (self.atol or self.rtol)
-        if exact:
-            # Integers compare in their own dtype: float64 would round int64 beyond 2**53.
-            neq = a != b
-            self.mismatched += int(np.count_nonzero(neq))
-            a, b = a[neq], b[neq]
-        if a.dtype.kind == "c" or b.dtype.kind == "c":
-            # Complex values differ in their imaginary parts too: compared as complex128, the
-            # distance is |a - b|; NaN equals NaN part by part.
-            af, bf = a.astype(np.complex128), b.astype(np.complex128)
-            same = _same(af.real, bf.real) & _same(af.imag, bf.imag)
-        else:
-            af, bf = a.astype(np.float64), b.astype(np.float64)
-            same = _same(af, bf)
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            diff = np.where(same, 0.0, np.abs(af - bf))
-            if not exact:
-                ok = same | (diff <= self.atol + self.rtol * np.abs(bf))
-                self.mismatched += int(np.count_nonzero(~ok))
-            if not diff.size:
-                return
-            bad = ~np.isfinite(diff)  # NaN against a number, Inf against a finite value
-            self.max_abs = max(self.max_abs, math.inf if bad.any() else float(diff.max()))
-            # Equal values have no relative difference: a NaN or Inf on both sides would make
-            # 0 / |b| NaN and hide the block's largest relative difference.
-            rel = ~bad & ~same & (bf != 0)
-            if rel.any():
-                self.max_rel = max(self.max_rel, float((diff[rel] / np.abs(bf[rel])).max()))
-
-
-#: Elements of one tile when the two blocks' layouts differ (a transposed view against a C-order
-#: block), and its extent along A's contiguous axis: both sides' tiles stay in the CPU's caches.
-#: One comparison over a whole 8 MiB float32 block took 7-8 ms, tiles of 512 x 64 2.8-3.0 ms
-#: (a [4096, 512] band; tiles of 32 x 1024 or 256 x 128 took 4-10 ms).
-LAYOUT_TILE_ELEMENTS = 1 << 15
-LAYOUT_TILE_RUN = 512
-#: Elements compared at once in the float64 pass (its temporaries: a few MiB at most).
-VALUE_PART_ELEMENTS = 1 << 18
-
-
-def _fast_axis(x: Any) -> int | None:
-    """The axis along which ``x``'s elements are adjacent in memory (smallest stride among the
-    axes longer than 1); None for fewer than two such axes."""
-    axes = [d for d in range(x.ndim) if x.shape[d] > 1]
-    if len(axes) < 2:
-        return None
-    return min(axes, key=lambda d: abs(x.strides[d]))
-
-
-def layout_tiles(a: Any, b: Any) -> list[tuple[slice, ...]]:
-    """Boxes covering two blocks of one shape: the whole block when their elements lie in the
-    same order, else tiles of ``LAYOUT_TILE_RUN`` along A's contiguous axis by what fits
-    ``LAYOUT_TILE_ELEMENTS`` along B's, so neither side is read a cache line per element."""
-    import itertools
-
-    whole = tuple(slice(0, n) for n in a.shape)
-    p, q = _fast_axis(a), _fast_axis(b)
-    if p is None or q is None or p == q:
-        return [whole]
-    rest = math.prod(n for d, n in enumerate(a.shape) if d not in (p, q))
-    rows = LAYOUT_TILE_RUN
-    cols = max(1, LAYOUT_TILE_ELEMENTS // (rows * rest))
-    tiles = []
-    for i, j in itertools.product(range(0, a.shape[p], rows), range(0, a.shape[q], cols)):
-        box = list(whole)
-        box[p], box[q] = slice(i, min(i + rows, a.shape[p])), slice(j, min(j + cols, a.shape[q]))
-        tiles.append(tuple(box))
-    return tiles
-
-
-def value_parts(shape: tuple[int, ...]) -> list[tuple[slice, ...]]:
-    """C-order slabs of ``shape`` of ``VALUE_PART_ELEMENTS`` elements at most (one row of the
-    cut axis at least)."""
-    if math.prod(shape) <= VALUE_PART_ELEMENTS:
-        return [tuple(slice(0, n) for n in shape)]
-    return region_slabs(tuple(slice(0, n) for n in shape), 1, VALUE_PART_ELEMENTS)
-
-
-def _same(a: Any, b: Any) -> Any:
-    import numpy as np
-
-    return (a == b) | (np.isnan(a) & np.isnan(b))

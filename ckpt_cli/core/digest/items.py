@@ -98,9 +98,20 @@ def _digest_item(
         for scan in scan_leaves(store, tasks, slab, on_bytes, locate=locate):
             info = infos[scan.name]
             digest = ld1_of(scan)
+            if digest is None and scan.error is not None:
+                _refuse_local_tier(report.ref.location, scan.name)
             problem = None if digest else _problem(scan.error)
             leaves[scan.name] = LeafDigest(scan.name, info.dtype, info.shape, digest, problem)
     return ItemDigests(report.ref.name, str(report.ref.location), sorted_leaves(leaves))
+
+
+def _refuse_local_tier(item: Any, leaf: str) -> None:
+    """A leaf only partly stored in one host's local tier of Orbax's emergency checkpointing:
+    refused as such (not damage to restore from a copy)."""
+    from ckpt_cli.core.format.tiers import partial_leaf_refusal
+
+    if (refusal := partial_leaf_refusal(item, leaf)) is not None:
+        raise refusal
 
 
 def _problem(error: str | None) -> str:

@@ -69,6 +69,8 @@ class LeafDigestJSON(TypedDict):
     shape: list[int]
     sha256: NotRequired[str]  # version 1
     ld1: NotRequired[str]  # version 2
+    #: NaN and Inf values the leaf holds, where the run that recorded it counted them
+    nonfinite: NotRequired[int]
 
 
 class FileSumJSON(TypedDict):
@@ -98,6 +100,8 @@ class LeafDigest:
     shape: tuple[int, ...]
     digest: str | None  # SHA-256 hex
     ld1: str | None = None
+    #: NaN and Inf values among the leaf's (None: not counted by what recorded it)
+    nonfinite: int | None = None
 
     def to_json(self, version: int) -> LeafDigestJSON:
         out: LeafDigestJSON = {"dtype": self.dtype, "shape": list(self.shape)}
@@ -105,6 +109,8 @@ class LeafDigest:
             out["sha256"] = self.digest
         if version == 2 and self.ld1 is not None:
             out["ld1"] = self.ld1
+        if self.nonfinite is not None:
+            out["nonfinite"] = self.nonfinite
         return out
 
 
@@ -196,6 +202,7 @@ def read_digests(item: Location) -> DigestRecord | None:
                 tuple(int(x) for x in d["shape"]),
                 str(d[key]) if version == 1 else None,
                 str(d[key]) if version == 2 else None,
+                _count(d.get("nonfinite")),
             )
             for name, d in raw["leaves"].items()
         }
@@ -208,6 +215,11 @@ def read_digests(item: Location) -> DigestRecord | None:
         ) from None
     tool, created = str(raw.get("tool", "")), str(raw.get("created_at", ""))
     return DigestRecord(leaves, files, tool, created, int(version))
+
+
+def _count(value: Any) -> int | None:
+    """A recorded count (``nonfinite``): a non-negative integer, else None (not recorded)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def record_of(

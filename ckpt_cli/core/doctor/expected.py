@@ -13,7 +13,7 @@ from ckpt_cli.core.inspect import ItemReport
 from ckpt_cli.core.inspect.item import inspect_item
 from ckpt_cli.core.safetensors.tree import EMPTY_TYPES
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
-from ckpt_cli.errors import RefusedError
+from ckpt_cli.errors import RefusedError, require_orbax_extra
 
 
 class Tree(NamedTuple):
@@ -45,6 +45,7 @@ def stored_tree(report: ItemReport) -> Tree:
 
 def target_tree(ref: str) -> Tree:
     """``--target MODULE:FN``: the function's abstract state, named as Orbax names it."""
+    require_orbax_extra("--target")
     import jax
 
     from ckpt_cli.core.spec.target import call_target, flatten_abstract

@@ -28,7 +28,7 @@ from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.format.sharding import MeshSpec
 from ckpt_cli.core.inspect import ItemReport, Leaf
 from ckpt_cli.core.write.pipeline import held_limit, source_cache_bytes
-from ckpt_cli.errors import UsageError
+from ckpt_cli.errors import UsageError, require_orbax_extra
 
 #: Orbax 0.12.8's default ``restore_concurrent_gb`` (StandardCheckpointHandler): 96 * 10**9.
 ORBAX_RESTORE_CONCURRENT_BYTES = 96 * 10**9
@@ -307,6 +307,7 @@ def _kept_spec(leaf: Leaf, axes: set[str]) -> tuple[Any, ...]:
 
 def target_placements(target: str) -> dict[str, Placement]:
     """The shardings the ``--target`` function's abstract state names (imports jax)."""
+    require_orbax_extra("--target")
     import jax
 
     from ckpt_cli.core.spec.target import call_target, key_name

@@ -19,6 +19,7 @@ from ckpt_cli.core.format.names import (
     ROOT_METADATA_DIR,
     STEP_METADATA,
     TREE_METADATA,
+    is_process_db,
 )
 from ckpt_cli.core.storage import Location
 from ckpt_cli.errors import InvalidMetadataError
@@ -206,6 +207,10 @@ def legacy_array_tree(item: Location, names: frozenset[str] | None = None) -> Tr
     if TREE_METADATA in names:
         return None
     ocdbt = MANIFEST in names
+    if ocdbt and any(is_process_db(n) or n == "array_metadatas" for n in names):
+        # Per-process databases came with 0.5, which writes _METADATA into every PyTree
+        # item: such an item without it is damaged, not 0.4's ArraySave.
+        return None
     if ocdbt:
         zarr3 = False  # 0.4.x, the only releases that wrote it so, had zarr2 alone
     elif ARRAY_ITEM_LEAF in names and item.child(ARRAY_ITEM_LEAF).is_dir():

@@ -22,12 +22,11 @@ import json
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TypedDict
+from typing import ClassVar, TypedDict
 
 from ckpt_cli._version import __version__
 from ckpt_cli.core.format.discovery import StepRef, list_steps
 from ckpt_cli.core.format.names import parse_step_name
-from ckpt_cli.core.schema import SCHEMA_VERSION
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.errors import CkptError, NotFoundError, RefusedError
 
@@ -89,7 +88,8 @@ def read_pin(step: Location, children: tuple[Entry, ...] | list[Entry] | None = 
 
 
 class PinResultJSON(TypedDict):
-    """``ckpt pin --json`` / ``ckpt unpin --json``: what changed."""
+    """``ckpt pin --json`` / ``ckpt unpin --json``: what changed; ``previous``: the pin the step
+    had before the command (the one a new note replaced, the one unpin removed), or null."""
 
     schema_version: int
     ok: bool
@@ -100,6 +100,7 @@ class PinResultJSON(TypedDict):
     changed: bool
     note: str | None
     pinned_at: str | None
+    previous: PinJSON | None
 
 
 @dataclass(frozen=True)
@@ -110,10 +111,19 @@ class PinResult:
     pinned: bool  # after the command
     changed: bool  # whether the command changed anything
     pin: Pin | None
+    previous: Pin | None = None  # the step's pin before the command
+
+    #: 2: ``previous``, the pin the command replaced or removed.
+    SCHEMA_VERSION: ClassVar[int] = 2
+
+    @property
+    def replaced(self) -> Pin | None:
+        """The pin a new one replaced (another note), or None."""
+        return self.previous if self.changed and self.pinned else None
 
     def to_json(self) -> PinResultJSON:
         return {
-            "schema_version": SCHEMA_VERSION,
+            "schema_version": self.SCHEMA_VERSION,
             "ok": True,
             "root": self.root,
             "step": self.step,
@@ -122,6 +132,7 @@ class PinResult:
             "changed": self.changed,
             "note": self.pin.note if self.pin else None,
             "pinned_at": self.pin.pinned_at if self.pin else None,
+            "previous": self.previous.to_json() if self.previous else None,
         }
 
 
@@ -153,9 +164,13 @@ def _committed_step(root: Location, entries: list[Entry], step: int) -> StepRef:
 
 def pin_step(root: Location, step: int, note: str | None, entries: list[Entry]) -> PinResult:
     """Pin a committed step of ``root`` (``entries``: the root's listing). The caller holds the
-    root's prune lock, so that no prune plans and deletes around the write."""
+    root's prune lock, so that no prune plans and deletes around the write. A step pinned
+    already keeps its pin when ``note`` is None or the same; another note replaces it (the
+    result's ``previous`` says what it replaced)."""
     ref = _committed_step(root, entries, step)
     old = read_pin(ref.location)
+    if old is not None and old.note != UNREADABLE_NOTE and (not note or old.note == note):
+        return PinResult(str(root), ref.step, str(ref.location), True, False, old, old)
     pin = Pin(
         note or None,
         datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -170,12 +185,10 @@ def pin_step(root: Location, step: int, note: str | None, entries: list[Entry]) 
         "by": pin.by,
         "tool": pin.tool,
     }
-    if old is not None and old.note == pin.note and old.note != UNREADABLE_NOTE:
-        return PinResult(str(root), ref.step, str(ref.location), True, False, old)
     pin_file = ref.location.child(PIN_FILE)
     pin_file.write_bytes((json.dumps(doc, indent=1) + "\n").encode())
     _confirm_still_committed(root, ref, pin_file)
-    return PinResult(str(root), ref.step, str(ref.location), True, True, pin)
+    return PinResult(str(root), ref.step, str(ref.location), True, True, pin, old)
 
 
 def _confirm_still_committed(root: Location, ref: StepRef, pin_file: Location) -> None:
@@ -210,5 +223,6 @@ def unpin_step(root: Location, step: int, entries: list[Entry]) -> PinResult:
     loc = ref.location.child(PIN_FILE)
     if not loc.is_file():
         return PinResult(str(root), ref.step, str(ref.location), False, False, None)
+    old = read_pin(ref.location)
     loc.delete_file()
-    return PinResult(str(root), ref.step, str(ref.location), False, True, None)
+    return PinResult(str(root), ref.step, str(ref.location), False, True, None, old)

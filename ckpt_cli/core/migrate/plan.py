@@ -47,7 +47,7 @@ from ckpt_cli.core.spec.tree import (
 )
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.memory import bound_allocator
-from ckpt_cli.core.write.rewrite import WrittenJSON
+from ckpt_cli.core.write.rewrite import WrittenJSON, check_new_step
 from ckpt_cli.core.write.types import WriteOptions
 from ckpt_cli.errors import RefusedError, UsageError
 
@@ -324,12 +324,8 @@ def plan_migration(
     parsed = spec if isinstance(spec, MigrationSpec) else load_spec(spec)
     functions = _python_functions(parsed, allow_python)
     refs = resolve_trees(_open(source, storage), step, item)
-    if target is not None and len(refs) > 1:
-        raise UsageError(
-            f"--target compares one item; {refs[0].step_location} holds "
-            f"{', '.join(r.name for r in refs)}",
-            hint="choose the item to compare with --item NAME",
-        )
+    check_new_step(dest, refs[0], out_step)  # refused before any plan is shown
+    _check_one_item_for_target(target, refs)
     reports = [inspect_item(ref) for ref in refs]
     skipped: list[Skip] = []
     items, unused = apply_spec_items(
@@ -358,6 +354,16 @@ def plan_migration(
     if target is None:
         return plan
     return replace(plan, differences=compare_target(plan.abstract(), abstract_state(target)))
+
+
+def _check_one_item_for_target(target: str | None, refs: list[ItemRef]) -> None:
+    """``--target`` describes one item: a step of several is a usage error naming them."""
+    if target is not None and len(refs) > 1:
+        raise UsageError(
+            f"--target compares one item; {refs[0].step_location} holds "
+            f"{', '.join(r.name for r in refs)}",
+            hint="choose the item to compare with --item NAME",
+        )
 
 
 def _python_functions(spec: MigrationSpec, allow_python: bool) -> dict[str, Callable[..., Any]]:

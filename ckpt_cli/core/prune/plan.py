@@ -12,7 +12,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Literal, TypedDict
+from typing import Annotated, ClassVar, Literal, TypedDict
 
 from typing_extensions import NotRequired
 
@@ -20,11 +20,18 @@ from ckpt_cli.core.format.discovery import Detected, detect
 from ckpt_cli.core.format.names import (
     COMMIT_MARKER,
     PRUNE_LOCK,
+    TMP_MARKER,
     TOMBSTONE,
     WRITING_MARKER,
     parse_step_name,
 )
 from ckpt_cli.core.listing import StepInfo, list_root
+from ckpt_cli.core.prune.finite import (
+    Judgement,
+    divergence_warnings,
+    nonfinite_metrics,
+    require_metrics,
+)
 from ckpt_cli.core.prune.policy import (
     MetricJSON,
     MetricRank,
@@ -34,8 +41,9 @@ from ckpt_cli.core.prune.policy import (
     keep_reasons,
     metric_ranks,
     rough_duration,
+    rule_keeps,
 )
-from ckpt_cli.core.schema import SCHEMA_VERSION
+from ckpt_cli.core.schema.finite import NonFinite
 from ckpt_cli.core.storage import Entry, Location
 from ckpt_cli.errors import CkptError, NotACheckpointError, UsageError
 
@@ -58,6 +66,7 @@ class Leftover:
     size_bytes: int
     modified_at: datetime
     symlink: bool = False
+    reason: str | None = None  # what the writer's evidence says it is (``evidence.judge``)
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,13 @@ class PolicyJSON(PolicyRulesJSON):
     tmp_min_age: str | None
 
 
+NonfiniteMetricsJSON = Annotated[
+    dict[str, NonFinite] | None,
+    "the step's metrics that are NaN or infinite, by dotted name: {} when every number in its "
+    "metrics is finite, null when it records no number",
+]
+
+
 class KeptJSON(TypedDict):
     step: int
     name: str
@@ -84,6 +100,7 @@ class KeptJSON(TypedDict):
     committed_at: str | None
     reasons: list[str]
     metric: MetricJSON | None
+    metrics_nonfinite: NonfiniteMetricsJSON
 
 
 class RemovalJSON(TypedDict):
@@ -92,6 +109,7 @@ class RemovalJSON(TypedDict):
     path: str
     committed_at: NotRequired[str | None]
     metric: NotRequired[MetricJSON | None]
+    metrics_nonfinite: NotRequired[NonfiniteMetricsJSON]
     kind: NotRequired[Literal["tmp", "trash"]]
     size_bytes: int
 
@@ -115,6 +133,12 @@ class PrunePlanJSON(TypedDict):
     clean: list[RemovalJSON]
     untouched: list[UntouchedJSON]
     freed_bytes: int
+    warnings: Annotated[
+        list[str],
+        "what the plan keeps that a person may not mean to: a rule that keeps only steps with "
+        "NaN or infinite metrics while the newest finite step goes, a --keep-last-finite that "
+        "finds fewer finite steps than it asks for",
+    ]
 
 
 @dataclass(frozen=True)
@@ -125,6 +149,7 @@ class KeptStep:
     reasons: tuple[str, ...]
     committed_at: datetime | None = None
     metric: MetricRank | None = None  # with --keep-best: the value it was ranked by
+    nonfinite: Judgement = None  # its NaN/infinite metrics; () all finite; None records none
 
     def to_json(self) -> KeptJSON:
         return {
@@ -134,6 +159,7 @@ class KeptStep:
             "committed_at": _iso(self.committed_at),
             "reasons": [*self.reasons],
             "metric": self.metric.to_json() if self.metric else None,
+            "metrics_nonfinite": _nonfinite_json(self.nonfinite),
         }
 
 
@@ -148,6 +174,7 @@ class Removal:
     step: int | None = None
     committed_at: datetime | None = None  # steps only
     metric: MetricRank | None = None  # steps, with --keep-best: the value it was ranked by
+    nonfinite: Judgement = None  # steps: as ``KeptStep.nonfinite``
 
     def to_json(self) -> RemovalJSON:
         # A step shows when it was committed and its metric, a leftover its kind: before
@@ -159,6 +186,7 @@ class Removal:
                 "path": self.path,
                 "committed_at": _iso(self.committed_at),
                 "metric": self.metric.to_json() if self.metric else None,
+                "metrics_nonfinite": _nonfinite_json(self.nonfinite),
                 "size_bytes": self.size_bytes,
             }
         return {
@@ -172,6 +200,10 @@ class Removal:
 
 def _iso(t: datetime | None) -> str | None:
     return t.isoformat() if t else None
+
+
+def _nonfinite_json(judged: Judgement) -> dict[str, NonFinite] | None:
+    return None if judged is None else dict(judged)
 
 
 @dataclass(frozen=True)
@@ -188,6 +220,10 @@ class Untouched:
 
 @dataclass(frozen=True)
 class PrunePlan:
+    #: 2: ``warnings``; each step's ``metrics_nonfinite``; ``metric.value_nonfinite``;
+    #: ``policy.keep_last_finite``.
+    SCHEMA_VERSION: ClassVar[int] = 2
+
     root: str
     policy: Policy
     keep: tuple[KeptStep, ...]
@@ -195,6 +231,7 @@ class PrunePlan:
     clean: tuple[Removal, ...]  # unfinished saves and trash
     untouched: tuple[Untouched, ...]
     tmp_min_age: timedelta | None  # None: unfinished saves are not cleaned
+    warnings: tuple[str, ...] = ()  # a rule keeping only non-finite steps (``finite.py``)
     #: The root itself, when the plan was made from it (``plan_prune_root``): where to execute.
     location: Location | None = field(default=None, compare=False, repr=False)
 
@@ -209,7 +246,7 @@ class PrunePlan:
     def to_json(self) -> PrunePlanJSON:
         """The plan as ``ckpt prune --dry-run --json`` prints it."""
         return {
-            "schema_version": SCHEMA_VERSION,
+            "schema_version": self.SCHEMA_VERSION,
             "ok": True,
             "root": self.root,
             "policy": {
@@ -222,6 +259,7 @@ class PrunePlan:
             "clean": [r.to_json() for r in self.clean],
             "untouched": [u.to_json() for u in self.untouched],
             "freed_bytes": self.freed_bytes,
+            "warnings": [*self.warnings],
         }
 
 
@@ -240,11 +278,15 @@ def plan_prune(
             hint="add --keep-last N, --keep-every N, --keep-within 7d, --keep-daily N, "
             "--keep-best N --metric NAME --mode min|max ...; see `ckpt prune --help`",
         )
+    committed = [s for s in scan.steps if s.status == "committed"]
+    if policy.keep_last_finite:
+        require_metrics(committed, scan.root)
     keep, delete = _steps_fate(scan, policy, now)
+    kept = frozenset(k.name for k in keep)
+    rules = rule_keeps(committed, policy, now)
+    warnings = divergence_warnings(committed, rules, kept, policy.keep_last_finite)
     untouched = [
-        Untouched(s.name, s.path, "uncommitted: a save may still be in progress")
-        for s in scan.steps
-        if s.status != "committed"
+        Untouched(s.name, s.path, _not_committed(s)) for s in scan.steps if s.status != "committed"
     ]
     clean = _leftovers(scan, now, clean_tmp, tmp_min_age, untouched)
     untouched += [
@@ -258,7 +300,16 @@ def plan_prune(
         clean=tuple(clean),
         untouched=tuple(untouched),
         tmp_min_age=tmp_min_age if clean_tmp else None,
+        warnings=tuple(warnings),
     )
+
+
+def _not_committed(s: StepInfo) -> str:
+    """Why prune skips a step no rule may count: neither kept as a restorable step nor
+    deleted (it may be a save in progress, or data a marker would make a step again)."""
+    if s.reason:
+        return f"{s.status}, skipped: {s.reason}"
+    return f"{s.status}, skipped: a save may still be in progress"
 
 
 def _steps_fate(
@@ -281,12 +332,12 @@ def _steps_fate(
             why = (s.pinned.reason, *why)
         if not why and s.name in scan.symlinks:
             why = (SYMLINK_KEPT,)
-        rank = ranks.get(s.name)
+        rank, judged = ranks.get(s.name), nonfinite_metrics(s.metrics)
         if why:
-            keep.append(KeptStep(s.step, s.name, s.path, why, s.committed_at, rank))
+            keep.append(KeptStep(s.step, s.name, s.path, why, s.committed_at, rank, judged))
         else:
             delete.append(
-                Removal("step", s.name, s.path, s.size_bytes, s.step, s.committed_at, rank)
+                Removal("step", s.name, s.path, s.size_bytes, s.step, s.committed_at, rank, judged)
             )
     return keep, delete
 
@@ -308,7 +359,10 @@ def _leftovers(
     for t in scan.tmp:
         age = now - t.modified_at
         if not clean_tmp:
-            untouched.append(Untouched(t.name, t.path, "unfinished save (--clean-tmp removes it)"))
+            what = t.reason if t.reason and TMP_MARKER not in t.name else "unfinished save"
+            if "--clean-tmp" not in what:
+                what += " (--clean-tmp removes it)"
+            untouched.append(Untouched(t.name, t.path, what))
         elif t.symlink:
             untouched.append(Untouched(t.name, t.path, SYMLINK_KEPT))
         elif age < tmp_min_age:
@@ -376,6 +430,7 @@ def scan_root(root: Location, detected: Detected | None = None) -> RootScan:
             s.size_bytes,
             modified_at(root.child(s.name)),
             s.name in symlinks,
+            s.reason,
         )
         for s in listing.steps
         if s.status == "incomplete" or _partial(root, s)

@@ -4,18 +4,20 @@ Rules are OR-ed, as in restic's ``forget`` and Orbax's preservation policies: a 
 any rule keeps it, and every kept step carries the reasons that kept it. The newest committed step
 (highest step number, as ``latest_committed``) is always kept. Time rules use each step's commit
 time in UTC. Time buckets follow restic: walk the steps newest first and keep the newest step of
-each distinct bucket until N buckets are kept; buckets without a step do not count.
+each distinct bucket until N buckets are kept; buckets without a step do not count. A NaN or
+infinite metric ranks below every finite value in either mode (``finite.py``).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
+from ckpt_cli.core.prune.finite import nonfinite_metrics, number
+from ckpt_cli.core.schema.finite import NonFinite, nonfinite_kind
 from ckpt_cli.errors import UsageError
 
 if TYPE_CHECKING:
@@ -93,6 +95,7 @@ _BUCKETS: tuple[tuple[str, Callable[[datetime], str]], ...] = (
 
 _COUNTS = (
     "keep_last",
+    "keep_last_finite",
     "keep_every",
     "keep_hourly",
     "keep_daily",
@@ -106,6 +109,7 @@ class PolicyRulesJSON(TypedDict):
     """The rules of a policy; the plan adds its clean-up of unfinished saves (``PolicyJSON``)."""
 
     keep_last: int | None
+    keep_last_finite: int | None
     keep_every: int | None
     keep_hourly: int | None
     keep_daily: int | None
@@ -125,6 +129,7 @@ class PolicyRules(TypedDict, total=False):
     ``RULES`` names them; a test holds this, ``Policy`` and ``PolicyRulesJSON`` to one list."""
 
     keep_last: int | None
+    keep_last_finite: int | None
     keep_every: int | None
     keep_steps: Iterable[int] | None
     keep_within: timedelta | None
@@ -143,6 +148,8 @@ class Policy:
     """What to keep. Counts of 0 and ``None`` mean the rule is off."""
 
     keep_last: int = 0
+    # The N newest steps whose metrics are all finite: what survives a run that diverged.
+    keep_last_finite: int = 0
     keep_every: int = 0
     keep_steps: frozenset[int] = field(default_factory=frozenset)
     keep_within: timedelta | None = None
@@ -201,6 +208,7 @@ class Policy:
         # The counts in _COUNTS' order; 0 (off) shows as null.
         return {
             "keep_last": self.keep_last or None,
+            "keep_last_finite": self.keep_last_finite or None,
             "keep_every": self.keep_every or None,
             "keep_hourly": self.keep_hourly or None,
             "keep_daily": self.keep_daily or None,
@@ -220,23 +228,35 @@ RULES: tuple[str, ...] = tuple(f.name for f in fields(Policy))
 
 
 class MetricJSON(TypedDict):
-    """The value ``--keep-best`` ranked a step by, and its rank (1 = best; null: no value)."""
+    """The value ``--keep-best`` ranked a step by, and its rank (1 = best). ``value`` is null
+    when the step lacks the metric and when it is NaN or infinite; ``value_nonfinite`` tells
+    them apart (``"nan"``, ``"inf"``, ``"-inf"``; null for a finite or absent value). ``rank``
+    is null for both: a non-finite value ranks below every finite one and is never kept as
+    best."""
 
     name: str
     value: float | None
+    value_nonfinite: NonFinite | None
     rank: int | None
 
 
 @dataclass(frozen=True)
 class MetricRank:
-    """A step's value of the ``--keep-best`` metric and its rank among the steps (1 = best)."""
+    """A step's value of the ``--keep-best`` metric (None: absent; NaN and infinities as they
+    are) and its rank among the steps with a finite value (1 = best)."""
 
     name: str
     value: float | None
     rank: int | None
 
+    @property
+    def nonfinite(self) -> NonFinite | None:
+        return None if self.value is None else nonfinite_kind(self.value)
+
     def to_json(self) -> MetricJSON:
-        return {"name": self.name, "value": self.value, "rank": self.rank}
+        kind = self.nonfinite
+        value = None if kind else self.value
+        return {"name": self.name, "value": value, "value_nonfinite": kind, "rank": self.rank}
 
 
 class Candidate(Protocol):
@@ -256,11 +276,26 @@ class Candidate(Protocol):
 
 
 def metric_value(metrics: dict[str, Any] | None, name: str) -> float | None:
-    """A finite number under ``name``; anything else (absent, NaN, inf, text, bool) is missing."""
-    value = (metrics or {}).get(name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
+    """The number under ``name``, NaN and infinities included; anything else (absent, text,
+    bool) is missing."""
+    return number((metrics or {}).get(name))
+
+
+#: One rule keeping one step: the rule as given (``--keep-last 2``; ``latest`` for the newest
+#: step), the step, and the reason the plan shows.
+Grant = tuple[str, Candidate, str]
+
+#: The rules that pick steps without looking at them: the ones that can keep only the steps
+#: past a divergence (``rule_keeps``).
+_BLIND_RULES = (
+    "--keep-last ",
+    "--keep-every ",
+    "--keep-within ",
+    "--keep-hourly ",
+    "--keep-daily ",
+    "--keep-weekly ",
+    "--keep-monthly ",
+)
 
 
 def keep_reasons(
@@ -270,45 +305,78 @@ def keep_reasons(
 
     Steps absent from the result are the ones the policy deletes.
     """
-    by_step = sorted(steps, key=lambda s: (s.step, s.committed_at, s.name))
     reasons: dict[str, list[str]] = {}
-
-    def keep(s: Candidate, why: str) -> None:
+    for _, s, why in _grants(steps, policy, now):
         reasons.setdefault(s.name, []).append(why)
+    return {name: tuple(why) for name, why in reasons.items()}
 
+
+def rule_keeps(steps: Sequence[Candidate], policy: Policy, now: datetime) -> dict[str, list[str]]:
+    """The steps each counting or time rule keeps, by the rule as given (``--keep-last 2``):
+    the rules that pick steps without looking at them, which can keep only the steps past a
+    divergence. Not ``latest`` (always kept), ``--keep-step`` (chosen by number),
+    ``--keep-best`` or ``--keep-last-finite`` (which look at the metrics)."""
+    out: dict[str, list[str]] = {}
+    for rule, s, _ in _grants(steps, policy, now):
+        if rule.startswith(_BLIND_RULES) and s.name not in out.setdefault(rule, []):
+            out[rule].append(s.name)
+    return out
+
+
+def _grants(steps: Sequence[Candidate], policy: Policy, now: datetime) -> list[Grant]:
+    """Every (rule, step, reason) of the policy over ``steps``, rule by rule."""
+    by_step = sorted(steps, key=lambda s: (s.step, s.committed_at, s.name))
+    out: list[Grant] = []
     if by_step:
-        keep(by_step[-1], LATEST)
+        out.append((LATEST, by_step[-1], LATEST))
     if policy.keep_last:
-        for s in by_step[-policy.keep_last :]:
-            keep(s, f"last {policy.keep_last}")
+        rule = f"--keep-last {policy.keep_last}"
+        out += [(rule, s, f"last {policy.keep_last}") for s in by_step[-policy.keep_last :]]
+    if policy.keep_last_finite:
+        out += _last_finite(by_step, policy.keep_last_finite)
     for s in by_step:
         if policy.keep_every and s.step % policy.keep_every == 0:
-            keep(s, f"every {policy.keep_every}")
+            out.append((f"--keep-every {policy.keep_every}", s, f"every {policy.keep_every}"))
         if s.step in policy.keep_steps:
-            keep(s, f"step {s.step}")
+            out.append(("--keep-step", s, f"step {s.step}"))
         if policy.keep_within is not None and now - s.committed_at <= policy.keep_within:
-            keep(s, f"within {format_duration(policy.keep_within)}")
+            within = format_duration(policy.keep_within)
+            out.append((f"--keep-within {within}", s, f"within {within}"))
+    out += _buckets(steps, policy)
+    if policy.keep_best and policy.metric:
+        out += _keep_best(by_step, policy, policy.metric)
+    return out
 
+
+def _last_finite(by_step: list[Candidate], n: int) -> list[Grant]:
+    """The ``n`` newest steps whose metrics are all finite; steps that record none are not
+    counted (they cannot be judged)."""
+    finite = [s for s in by_step if nonfinite_metrics(s.metrics) == ()]
+    return [(f"--keep-last-finite {n}", s, f"last {n} finite") for s in finite[-n:]]
+
+
+def _buckets(steps: Sequence[Candidate], policy: Policy) -> list[Grant]:
+    """Restic's time buckets: the newest step of each of the last N buckets that have one."""
     newest_first = sorted(steps, key=lambda s: (s.committed_at, s.step, s.name), reverse=True)
+    out: list[Grant] = []
     for label, bucket_of in _BUCKETS:
-        left = getattr(policy, f"keep_{label}")
+        left = count = getattr(policy, f"keep_{label}")
         last: str | None = None
         for s in newest_first:
             if left <= 0:
                 break
             bucket = bucket_of(s.committed_at.astimezone(timezone.utc))
             if bucket != last:
-                keep(s, f"{label} {bucket}")
+                out.append((f"--keep-{label} {count}", s, f"{label} {bucket}"))
                 last, left = bucket, left - 1
-
-    if policy.keep_best and policy.metric:
-        _keep_best(by_step, policy, policy.metric, keep)
-    return {name: tuple(why) for name, why in reasons.items()}
+    return out
 
 
 def metric_ranks(steps: Sequence[Candidate], policy: Policy) -> dict[str, MetricRank]:
-    """With ``keep_best``: every step's value of the metric and its rank (1 = best; None when
-    the value is missing or not a finite number), by directory name."""
+    """With ``keep_best``: every step's value of the metric and its rank (1 = best), by
+    directory name. Only finite values are ranked: a NaN or infinite value, in either mode,
+    ranks below every finite one (rank None, its value kept as it is); an absent value has
+    neither value nor rank."""
     if not (policy.keep_best and policy.metric):
         return {}
     metric = policy.metric
@@ -316,8 +384,8 @@ def metric_ranks(steps: Sequence[Candidate], policy: Policy) -> dict[str, Metric
     out: dict[str, MetricRank] = {}
     for s in steps:
         value = metric_value(s.metrics, metric)
-        if value is None:
-            out[s.name] = MetricRank(metric, None, None)
+        if value is None or nonfinite_kind(value):
+            out[s.name] = MetricRank(metric, value, None)
             continue
         # Best first; on a tie the newer step wins, as Orbax's stable sort does.
         ranked.append((value if policy.mode == "min" else -value, -s.step, s))
@@ -327,16 +395,16 @@ def metric_ranks(steps: Sequence[Candidate], policy: Policy) -> dict[str, Metric
     return out
 
 
-def _keep_best(
-    by_step: list[Candidate],
-    policy: Policy,
-    metric: str,
-    keep: Callable[[Candidate, str], None],
-) -> None:
+def _keep_best(by_step: list[Candidate], policy: Policy, metric: str) -> list[Grant]:
+    """The best steps; with ``keep_missing_metric`` the steps without the metric too (a NaN is
+    not missing: the run recorded it, and it is the worst value there is)."""
     ranks = metric_ranks(by_step, policy)
+    rule = f"--keep-best {policy.keep_best}"
+    out: list[Grant] = []
     for s in by_step:
         rank = ranks[s.name]
-        if rank.rank is None and policy.keep_missing_metric:
-            keep(s, f"no {metric} metric")
+        if rank.value is None and policy.keep_missing_metric:
+            out.append((rule, s, f"no {metric} metric"))
         elif rank.rank is not None and rank.rank <= policy.keep_best:
-            keep(s, f"best {policy.keep_best} by {metric} ({policy.mode})")
+            out.append((rule, s, f"best {policy.keep_best} by {metric} ({policy.mode})"))
+    return out

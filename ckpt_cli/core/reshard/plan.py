@@ -35,7 +35,7 @@ from ckpt_cli.core.reshard.rules import Rule, inline_rule, load_rules, parse_rul
 from ckpt_cli.core.state import item_keypath, mirrored, parameter_index
 from ckpt_cli.core.storage import Location, StorageOptions, open_location
 from ckpt_cli.core.write.memory import bound_allocator
-from ckpt_cli.core.write.rewrite import WrittenJSON
+from ckpt_cli.core.write.rewrite import WrittenJSON, check_new_step
 from ckpt_cli.core.write.types import WriteOptions
 from ckpt_cli.errors import NotFoundError, RefusedError, UsageError
 
@@ -245,8 +245,11 @@ def plan_reshard(
         )
     write = write or WriteOptions()
     bound_allocator()
+    refs = resolve_trees(_open(source, storage), step, item)
+    dest = _open(destination, storage)
+    check_new_step(dest, refs[0])  # refused before any plan is shown
     items = _plan_items(
-        resolve_trees(_open(source, storage), step, item),
+        refs,
         mesh,
         rules_file,
         rules,
@@ -263,7 +266,7 @@ def plan_reshard(
         source=ref,
         report=report,
         layout=layout,
-        destination=_open(destination, storage),
+        destination=dest,
         write=write,
         zarr3=report.zarr_format == 3 if write.zarr3 is None else write.zarr3,
         operation={

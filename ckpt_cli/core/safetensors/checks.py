@@ -65,6 +65,7 @@ def refuse_options(options: VerifyOptions) -> None:
         for name, on in (
             (f"--step {options.step}", options.step is not None),
             ("--latest", options.latest),
+            (f"--item {options.item}", options.item is not None),
             ("--record", options.record),
             ("--upgrade", options.upgrade),
             ("--sample", options.sample is not None),

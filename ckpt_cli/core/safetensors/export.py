@@ -155,6 +155,8 @@ class ExportPlan:
     spec: str | None
     unused_rules: tuple[str, ...]
     memory_limit: int = 256 << 20
+    #: Write NaN/Inf as they are (``--allow-nonfinite``); else a tensor holding any is refused.
+    allow_nonfinite: bool = False
     #: The source item as inspected (its arrays are opened when the plan is executed).
     report: ItemReport | None = field(default=None, compare=False, repr=False)
 
@@ -209,6 +211,7 @@ def plan_export(
     item: str | None = None,
     memory_limit: int = 256 << 20,
     storage: StorageOptions | None = None,
+    allow_nonfinite: bool = False,
 ) -> ExportPlan:
     """Plan exporting one item of ``source`` (a root, step or item; local or a bucket) to the
     new local directory ``out``: ``spec`` (a file or a parsed migrate spec) maps names and
@@ -234,7 +237,9 @@ def plan_export(
         provenance=provenance,
         allow_unused=allow_unused,
     )
-    return dataclasses.replace(plan, memory_limit=memory_limit, report=report)
+    return dataclasses.replace(
+        plan, memory_limit=memory_limit, report=report, allow_nonfinite=allow_nonfinite
+    )
 
 
 def plan_export_item(

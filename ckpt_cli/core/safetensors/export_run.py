@@ -29,6 +29,7 @@ from ckpt_cli.core.safetensors.export_slabs import (
 from ckpt_cli.core.safetensors.ld1 import LD1_KEY, encode, expected, fill_headers
 from ckpt_cli.core.spec import ops
 from ckpt_cli.core.threads import threads
+from ckpt_cli.core.write.finite import check_finite
 from ckpt_cli.errors import RefusedError
 
 
@@ -141,7 +142,8 @@ def _execute(
         )
         ctx = ops.EvalContext(store, {})
         digests = BlockDigests(expected(plan.metadata), [t.name for t in plan.tensors])
-        stream = _Stream(ctx, memory_limit, on_bytes, digests, locate)
+        label = None if plan.allow_nonfinite else f"{report.ref.location}"
+        stream = _Stream(ctx, memory_limit, on_bytes, digests, locate, label)
         with SafetensorsSink(tmp, plan.files) as sink, contextlib.closing(stream):
             # The writer thread stops (closing) before the sink closes its files (abort).
             by_name = {t.name: t for t in plan.tensors}
@@ -309,10 +311,13 @@ class _Stream:
         on_bytes: Any,
         digests: BlockDigests,
         locate: Locate | None = None,
+        finite_label: str | None = None,
     ) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self.ctx = ctx
+        #: NaN/Inf refused, the error naming this source (None: ``--allow-nonfinite``).
+        self.finite_label = finite_label
         self.locate = locate  # where streamed chunks lie in local files (verify's references)
         self.digests = digests  # verify while writing: tensors with a carried ld1
         self.budget = _budget(memory_limit)
@@ -394,7 +399,8 @@ class _Stream:
         slabs = streamed_slabs(source.info, reader, slab, c_order=True, locate=where)
         if slabs is None:
             return None
-        return SlabJob(t.name, slabs, casts, t.shape, t.dtype, t.name in self.digests.collect)
+        ld1 = t.name in self.digests.collect
+        return SlabJob(t.name, slabs, casts, t.shape, t.dtype, ld1, self.finite_label)
 
     def _finish_job(self) -> None:
         from ckpt_cli.errors import CkptError, StorageError, first_line
@@ -427,6 +433,7 @@ class _Stream:
         if values.dtype != want:
             values = values.astype(want)
         block = np.asarray(values, order="C")
+        check_finite(t.name, self.finite_label, block)
         absorb = self.digests.add(t.name, start, block, t.shape, t.dtype, later=True)
         self.writes.append((self.pool.submit(sink.write, t.name, start, block), nbytes, absorb))
 

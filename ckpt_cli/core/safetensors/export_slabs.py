@@ -23,6 +23,7 @@ from typing import Any
 
 from ckpt_cli.core.digest.ld1 import Partial
 from ckpt_cli.core.spec import ops
+from ckpt_cli.core.write.finite import check_finite
 
 #: Slabs of a streamed tensor: large enough that Python's work per slab is noise, small
 #: enough that every thread holds one under the memory limit.
@@ -84,8 +85,10 @@ class SlabJob:
         shape: tuple[int, ...],
         dtype: str,
         ld1: bool,
+        finite_label: str | None = None,
     ) -> None:
         self.name = name
+        self._finite_label = finite_label  # NaN/Inf refused (``write.finite``)
         self._slabs = slabs
         self._casts = casts
         self._shape = shape
@@ -114,6 +117,7 @@ class SlabJob:
                 for cast in self._casts:
                     values = cast._cast(values)
                 block = np.ascontiguousarray(values, want)
+                check_finite(self.name, self._finite_label, block)
                 if self._ld1:
                     box = partial(origin, block, self._shape, self._dtype)
                     found = box if found is None else merge([found, box])

@@ -118,6 +118,7 @@ def _write_item(
         # process starts with: blocks get three quarters of a writer's share, so the
         # default limit of 256 MiB keeps peak RSS under 300 MB.
         memory_limit=plan.write.memory_limit * 3 // 4,
+        finite_label=None if plan.write.allow_nonfinite else plan.source,
     )
     expect = _carried(plan)
     item.write_arrays(outs, on_bytes, expect)

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ckpt_cli.errors import RefusedError
+from ckpt_cli.errors import RefusedError, require_orbax_extra
 
 TREE_KEY = "ckpt.tree"
 #: The ``__metadata__`` key naming the item ``ckpt export`` read: ``ckpt import`` writes under it.
@@ -147,6 +147,7 @@ def _damaged(why: str) -> RefusedError:
 def target_containers(tree: Any) -> Containers:
     """The leaves and empty nodes of an abstract state as Orbax's StandardSave records them
     (imports jax): a node without children is a leaf (``tree_utils.is_empty_or_leaf``)."""
+    require_orbax_extra("--target")
     import jax
 
     from ckpt_cli.core.spec.target import key_name

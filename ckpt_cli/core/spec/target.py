@@ -16,7 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from ckpt_cli.errors import RefusedError, UsageError
+from ckpt_cli.errors import (
+    ORBAX_EXTRA_HINT,
+    RefusedError,
+    UsageError,
+    missing_extra_module,
+    require_orbax_extra,
+)
 
 Abstract = dict[str, tuple[tuple[int, ...] | None, str]]
 
@@ -62,7 +68,11 @@ def import_function(ref: str, what: str) -> Callable[..., Any]:
     try:
         mod = importlib.import_module(module)
     except Exception as e:
-        raise RefusedError(f"{what} {ref}: cannot import {module}: {_first(e)}") from None
+        # The user's module needs JAX (or Flax, Orbax) and ckpt was installed without them.
+        hint = ORBAX_EXTRA_HINT if isinstance(e, ImportError) and missing_extra_module(e) else None
+        raise RefusedError(
+            f"{what} {ref}: cannot import {module}: {_first(e)}", hint=hint
+        ) from None
     fn = getattr(mod, name, None)
     if not callable(fn):
         raise RefusedError(f"{what} {ref}: {module} has no function {name!r}")
@@ -76,6 +86,7 @@ def abstract_state(ref: str) -> Abstract:
 
 def call_target(ref: str) -> Any:
     """Import and call the ``--target`` function: the abstract tree it returns."""
+    require_orbax_extra("--target")  # before the user's module, which imports jax itself
     fn = import_function(ref, "--target")
     try:
         return fn()
@@ -109,6 +120,7 @@ def flatten_abstract(
     ``typed_keys`` itself (``key<fry>`` of its shape, as ``inspect`` names a stored one).
     ``empty``, when given, receives the names of the empty nodes (``None``, optax's
     ``EmptyState``, ``()``, ``{}``, ``[]``), which are then not leaves."""
+    require_orbax_extra("--target")
     import jax
     import numpy as np
 

@@ -21,6 +21,7 @@ from typing import Any
 from ckpt_cli.core.storage.etags import s3_tag
 from ckpt_cli.core.storage.objstore import ObjectInfo, ObjectStore, OpenUpload, Page
 from ckpt_cli.core.storage.options import StorageOptions
+from ckpt_cli.core.storage.redirects import install_redirect_guard
 from ckpt_cli.core.storage.sigv4 import Credentials, Presigner, parse_list_page
 from ckpt_cli.errors import StorageError, UnsupportedError
 
@@ -108,6 +109,7 @@ class S3Store(ObjectStore):
                         **({"signature_version": UNSIGNED} if anonymous else {}),
                     ),
                 )
+                install_redirect_guard(self._client, self.endpoint)
             return self._client
 
     def list_page(

@@ -60,8 +60,17 @@ def _zero(leaf: LeafTrend) -> list[Finding]:
     return [Finding("zero", "warning", leaf.name, leaf.steps[0].step, f"all zeros {span}")]
 
 
+#: Name components of settings an optimizer keeps constant by design (``optax.inject_hyperparams``
+#: stores its learning rate and the like under ``hyperparams``): never ``frozen``.
+_SETTINGS = frozenset({"hyperparams", "hyperparams_states"})
+
+
 def _frozen(leaf: LeafTrend) -> list[Finding]:
-    # NaN/Inf is a change of its own (and a finding of its own): such a leaf is not frozen.
+    # NaN/Inf is a change of its own (and a finding of its own): such a leaf is not frozen. A
+    # scalar (a learning rate, a schedule's constant) or an optimizer's setting is constant
+    # by design: only a tensor that the run should have moved is.
+    if not leaf.shape or _SETTINGS & set(leaf.name.split(".")):
+        return []
     updates = [s.update_norm for s in leaf.steps if s.update_norm is not None]
     if not updates or any(u != 0 for u in updates) or any(s.nonfinite for s in leaf.steps):
         return []
@@ -138,8 +147,8 @@ def _ratios(leaf: LeafTrend, explode: float, vanish: float) -> list[Finding]:
 def _jumps(leaf: LeafTrend, factor: float) -> list[Finding]:
     out = []
     for prev, cur in _pairs(leaf):
-        if prev.nonfinite or cur.nonfinite or prev.norm <= 0 or cur.norm <= 0:
-            continue
+        if prev.norm is None or cur.norm is None or prev.norm <= 0 or cur.norm <= 0:
+            continue  # NaN/Inf (no norm) is a finding of its own
         grow = cur.norm / prev.norm
         if grow > factor or grow * factor < 1:
             out.append(

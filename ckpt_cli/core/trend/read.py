@@ -282,7 +282,17 @@ def _block(
     return out
 
 
+class LeafUnreadable(StorageError):
+    """A leaf's values could not be read at some step (``leaf``: its name)."""
+
+    def __init__(self, leaf: str, message: str, hint: str) -> None:
+        super().__init__(message, hint=hint)
+        self.leaf = leaf
+
+
 def _unreadable(name: str, e: Exception) -> StorageError:
-    return StorageError(
-        f"cannot read leaf {name!r}: {first_line(e)}", hint="run `ckpt verify --deep` on the step"
+    return LeafUnreadable(
+        name,
+        f"cannot read leaf {name!r}: {first_line(e)}",
+        hint="run `ckpt verify --deep` on the step",
     )

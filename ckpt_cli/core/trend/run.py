@@ -16,6 +16,7 @@ from dataclasses import replace
 from ckpt_cli.core.executor import Executor, ExecutorSpec
 from ckpt_cli.core.format.arrays import ItemStore, cached_context
 from ckpt_cli.core.format.blocks import cache_bytes
+from ckpt_cli.core.format.tiers import partial_leaf_refusal
 from ckpt_cli.core.progress import ByteProgress, ProgressFn
 from ckpt_cli.core.scale import DEFAULT_UNIT_BYTES
 from ckpt_cli.core.threads import threads
@@ -47,12 +48,16 @@ def trend(
         executor = None
     scale = None
     accs: list[list[Acc]] | None = None
-    if executor is not None:
-        accs, scale = read_scaled(plan, segs, same, executor, unit_bytes, done)
-    if accs is None:
-        accs, dead = _read_here(plan, segs, same, done)
-    else:
-        dead = [_dead_units(a) for a in accs]
+    try:
+        if executor is not None:
+            accs, scale = read_scaled(plan, segs, same, executor, unit_bytes, done)
+        if accs is None:
+            accs, dead = _read_here(plan, segs, same, done)
+        else:
+            dead = [_dead_units(a) for a in accs]
+    except read.LeafUnreadable as e:
+        _refuse_local_tier(plan, e.leaf)
+        raise
     metrics = tuple((r.step, r.metrics) for r in plan.steps if r.metrics)
     report = TrendReport(
         plan.root,
@@ -66,6 +71,14 @@ def trend(
         scale,
     )
     return replace(report, findings=findings(report))
+
+
+def _refuse_local_tier(plan: TrendPlan, leaf: str) -> None:
+    """A leaf only partly stored at a step that is one host's local tier of Orbax's emergency
+    checkpointing: refused as such (not damage); otherwise the read error stands."""
+    for step in plan.steps:
+        if (refusal := partial_leaf_refusal(step.ref.location, leaf)) is not None:
+            raise refusal from None
 
 
 def _read_here(
@@ -120,18 +133,22 @@ def _rows(
     rows: dict[str, list[StepStats]] = {leaf.name: [] for leaf in plan.leaves}
     for (name, seg), seg_accs, seg_dead in zip(segs, accs, dead, strict=True):
         prev_norm: float | None = None
+        prev_bad = False
         for i, ((step, _, _), acc) in enumerate(zip(seg, seg_accs, strict=True)):
             units = seg_dead[i]
-            upd = acc.update if i else None
+            # A statistic of values holding NaN/Inf is not a number (null, the count beside
+            # it), never the figure of the finite part: an all-NaN leaf has no norm of 0.
+            bad = acc.nonfinite > 0
+            upd = acc.update if i and not bad and not prev_bad else None
             upd_norm = math.sqrt(upd) if upd is not None else None
             ratio = upd_norm / prev_norm if upd_norm is not None and prev_norm else None
             rows[name].append(
                 StepStats(
                     step,
-                    acc.norm,
-                    acc.rms,
-                    acc.max_abs,
-                    acc.mean,
+                    None if bad else acc.norm,
+                    None if bad else acc.rms,
+                    None if bad else acc.max_abs,
+                    None if bad else acc.mean,
                     acc.zero_fraction,
                     acc.nonfinite,
                     upd_norm,
@@ -140,7 +157,7 @@ def _rows(
                     None if units is None or not i else units[1],
                 )
             )
-            prev_norm = acc.norm
+            prev_norm, prev_bad = (None if bad else acc.norm), bad
     return tuple(
         LeafTrend(leaf.name, leaf.part, leaf.dtype, leaf.shape, tuple(rows[leaf.name]))
         for leaf in plan.leaves

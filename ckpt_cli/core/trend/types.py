@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal, TypedDict, cast
 
 from ckpt_cli.core.scale import ReadScaleJSON, Scale
 from ckpt_cli.core.schema import JSONValue
+from ckpt_cli.core.schema.finite import Divergence, DivergenceJSON, find_divergence
 
 if TYPE_CHECKING:
     from ckpt_cli.core.format.arrays import ArrayInfo
@@ -96,9 +97,10 @@ class TrendPlan:
 
 class StepStatsJSON(TypedDict):
     step: int
-    norm: float
+    #: schema 4: null when the leaf holds NaN/Inf at the step (``nonfinite`` counts them)
+    norm: float | None
     rms: float | None
-    max_abs: float
+    max_abs: float | None
     mean: float | None
     zeros: float
     nonfinite: int
@@ -118,7 +120,9 @@ class LeafTrendJSON(TypedDict):
 
 class StepMetricsJSON(TypedDict):
     step: int
-    metrics: dict[str, JSONValue]
+    metrics: dict[str, JSONValue]  # NaN/Inf as null (schema 4: ``metrics_nonfinite`` says which)
+    #: schema 4: each metric that is NaN/Inf at the step: ``"nan"``, ``"inf"`` or ``"-inf"``
+    metrics_nonfinite: dict[str, str]
 
 
 class TrendFindingJSON(TypedDict):
@@ -144,6 +148,8 @@ class TrendJSON(TypedDict):
     leaves: list[LeafTrendJSON]
     metrics: list[StepMetricsJSON]
     findings: list[TrendFindingJSON]
+    #: schema 4: where the run's values stopped being finite (null: they never did)
+    divergence: DivergenceJSON | None
     thresholds: ThresholdsJSON
     skipped_reads: int
     scale: ReadScaleJSON | None
@@ -155,12 +161,14 @@ class StepStats:
     """One leaf at one step; ``update_*`` against the previous listed step holding the leaf
     with the same shape (None at the first). ``dead_units``: units (along the last axis) all 0,
     ``new_dead_units``: those of them not all 0 at that previous step (None for a leaf of fewer
-    than two dimensions, and ``new_dead_units`` at the first step)."""
+    than two dimensions, and ``new_dead_units`` at the first step). A leaf holding NaN/Inf
+    (``nonfinite``) has no norm, rms, max_abs or mean (None), and no update against or from
+    it."""
 
     step: int
-    norm: float
+    norm: float | None
     rms: float | None
-    max_abs: float
+    max_abs: float | None
     mean: float | None
     zeros: float
     nonfinite: int
@@ -211,8 +219,9 @@ class Finding:
 class TrendReport:
     #: 1: the first version. 2: ``dead_units``, ``new_dead_units`` per step, the ``dead``
     #: finding and its threshold, ``skipped_reads``. 3: ``scale`` (how a run asked to scale
-    #: out read).
-    SCHEMA_VERSION: ClassVar[int] = 3
+    #: out read). 4: statistics of a leaf holding NaN/Inf are null (``nonfinite`` beside
+    #: them), ``divergence``, metrics' ``metrics_nonfinite``.
+    SCHEMA_VERSION: ClassVar[int] = 4
 
     root: str
     item: str
@@ -234,6 +243,16 @@ class TrendReport:
     def leaf(self, name: str) -> LeafTrend:
         return next(lf for lf in self.leaves if lf.name == name)
 
+    @property
+    def divergence(self) -> Divergence | None:
+        """Where the run's values stopped being finite (None: they never did)."""
+        bad: dict[int, list[str]] = {}
+        for lf in self.leaves:
+            for s in lf.steps:
+                if s.nonfinite:
+                    bad.setdefault(s.step, []).append(lf.name)
+        return find_divergence(self.steps, bad)
+
     def to_json(self) -> TrendJSON:
         o = self.options
         return {
@@ -242,8 +261,12 @@ class TrendReport:
             "item": self.item,
             "steps": list(self.steps),
             "leaves": [lf.to_json() for lf in self.leaves],
-            "metrics": [{"step": s, "metrics": _finite(m)} for s, m in self.metrics],
+            "metrics": [
+                {"step": s, "metrics": _finite(m), "metrics_nonfinite": nonfinite_of(m)}
+                for s, m in self.metrics
+            ],
             "findings": [f.to_json() for f in self.findings],
+            "divergence": None if self.divergence is None else self.divergence.to_json(),
             "thresholds": {
                 "explode": o.explode,
                 "vanish": o.vanish,
@@ -254,6 +277,17 @@ class TrendReport:
             "scale": None if self.scale is None else self.scale.to_json(),
             "ok": self.ok,
         }
+
+
+def nonfinite_of(metrics: dict[str, JSONValue]) -> dict[str, str]:
+    """Each NaN/Inf metric and which it is (``nan``, ``inf``, ``-inf``)."""
+    import math
+
+    return {
+        k: "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+        for k, v in metrics.items()
+        if isinstance(v, float) and not math.isfinite(v)
+    }
 
 
 def _finite(metrics: dict[str, JSONValue]) -> dict[str, JSONValue]:

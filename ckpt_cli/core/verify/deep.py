@@ -88,14 +88,7 @@ def deep_item(
         rest = [rel for rel in files if rel not in tapped]
         sums = [] if stop else _submit_sums(pool, facts, rest, progress)
         tasks = [
-            ScanTask(
-                name,
-                facts.arrays[name][0],
-                facts.arrays[name][1],
-                digest=want_digests.sha256,
-                ld1=want_digests.ld1,
-                start=first_block if i == first_leaf else 0,
-            )
+            _task(facts, name, want_digests, budget, first_block if i == first_leaf else 0)
             for i, name in enumerate(names)
             if i >= first_leaf
         ]
@@ -106,7 +99,7 @@ def deep_item(
                 _take_scan(facts, result, scan, facts.arrays[scan.name][0])
                 if scan.complete and scan.error is None:
                     result.leaves_complete += 1
-                    result.chunks_decoded += facts.arrays[scan.name][0].num_chunks
+                    result.chunks_decoded += _stored_count(facts, scan.name)
                 elif not scan.complete and scan.next_block is not None:
                     result.resume_at = (names.index(scan.name), scan.next_block)
         if stop is not None:
@@ -119,6 +112,29 @@ def deep_item(
 
         result.digests[name] = string_digest(value)
     return result
+
+
+def _task(facts: ItemFacts, name: str, want: Wanted, budget: int, start: int) -> ScanTask:
+    """The scan of one leaf: all of it, or of a local tier's partial leaf the chunks stored
+    (each in slabs under ``budget``), with no digest (a digest is of a whole leaf)."""
+    info, label = facts.arrays[name]
+    present = facts.partial.get(name)
+    if present is None:
+        return ScanTask(name, info, label, digest=want.sha256, ld1=want.ld1, start=start)
+    from ckpt_cli.core.format.blocks import region_slabs
+
+    blocks = tuple(
+        slab
+        for index in sorted(present)
+        for slab in region_slabs(info.chunk_box(index), info.itemsize, budget)
+    )
+    return ScanTask(name, info, label, blocks=blocks, start=start)
+
+
+def _stored_count(facts: ItemFacts, name: str) -> int:
+    """Chunks of a leaf stored: all of its grid, or a partial leaf's stored ones."""
+    present = facts.partial.get(name)
+    return facts.arrays[name][0].num_chunks if present is None else len(present)
 
 
 def _file_workers(facts: ItemFacts) -> int:
@@ -272,7 +288,8 @@ def _take_scan(facts: ItemFacts, result: DataResult, scan: LeafScan, info: Array
             "run had diverged when this step was saved; resume from an earlier step",
             leaf=scan.name,
         )
-    got = LeafDigest(info.dtype, info.shape, scan.digest, ld1_of(scan))
+    # The record says how many NaN/Inf the leaf holds (prune, trend read it without a pass).
+    got = LeafDigest(info.dtype, info.shape, scan.digest, ld1_of(scan), scan.nan + scan.inf)
     if got.digest is None and got.ld1 is None:
         return
     result.digests[scan.name] = got
@@ -318,10 +335,13 @@ def sample_items(
     disjoint subsets (``spec.subset``; ``names``: the items' names, which with the leaf and the
     chunk index decide a chunk's subset); check the files that hold them."""
     leaves = [
-        (i, name, info) for i, f in enumerate(items) for name, (info, _) in sorted(f.arrays.items())
+        (i, name, info, _stored(f.partial.get(name)))
+        for i, f in enumerate(items)
+        for name, (info, _) in sorted(f.arrays.items())
     ]
-    counts = [info.num_chunks for _, _, info in leaves]
-    total_chunks, total_bytes = sum(counts), sum(info.nbytes for _, _, info in leaves)
+    counts = [info.num_chunks if p is None else len(p) for _, _, info, p in leaves]
+    total_chunks = sum(counts)
+    total_bytes = sum(items[i].array_bytes(name) for i, name, _, _ in leaves)
     if spec.subset is not None:
         chosen = _subset_chunks(leaves, spec.subset, names)
         k = sum(len(v) for v in chosen.values())
@@ -342,7 +362,7 @@ def sample_items(
         tasks: list[ScanTask] = []
         files: set[str] = set()
         for li, idxs in sorted(chosen.items()):
-            item_index, name, info = leaves[li]
+            item_index, name, info, _ = leaves[li]
             if item_index != i:
                 continue
             blocks = tuple(_chunk_block(info, idx) for idx in idxs)
@@ -363,7 +383,13 @@ def sample_items(
     return results, SampleInfo(seed, k, total_chunks, sampled_bytes, total_bytes, subset)
 
 
-_Leaves = list[tuple[int, str, ArrayInfo]]  # (item index, leaf name, array) in sample order
+#: (item index, leaf name, array, the chunks stored of a local tier's partial leaf, else None:
+#: every chunk of its grid) in sample order
+_Leaves = list[tuple[int, str, ArrayInfo, tuple[tuple[int, ...], ...] | None]]
+
+
+def _stored(present: frozenset[tuple[int, ...]] | None) -> tuple[tuple[int, ...], ...] | None:
+    return None if present is None else tuple(sorted(present))
 
 
 def _subset_chunks(
@@ -372,9 +398,10 @@ def _subset_chunks(
     """leaf position -> the chunk indices in the n-th of t disjoint subsets."""
     n, t = subset
     chosen: dict[int, list[tuple[int, ...]]] = {}
-    for li, (i, name, info) in enumerate(leaves):
+    for li, (i, name, info, present) in enumerate(leaves):
         item_name = names[i] if names else ""
-        for index in itertools.product(*(range(g) for g in info.chunk_grid)):
+        every = itertools.product(*(range(g) for g in info.chunk_grid))
+        for index in every if present is None else present:
             if subset_of(chunk_key(item_name, name, index), t) == n:
                 chosen.setdefault(li, []).append(index)
     return chosen
@@ -390,8 +417,9 @@ def _random_chunks(
     start, p = 0, 0
     for li, count in enumerate(counts):
         while p < len(picks) and picks[p] < start + count:
-            grid = leaves[li][2].chunk_grid
-            chosen.setdefault(li, []).append(_unravel(picks[p] - start, grid))
+            grid, present = leaves[li][2].chunk_grid, leaves[li][3]
+            k = picks[p] - start
+            chosen.setdefault(li, []).append(_unravel(k, grid) if present is None else present[k])
             p += 1
         start += count
     return chosen
@@ -420,6 +448,6 @@ def _chunk_block(info: ArrayInfo, index: tuple[int, ...]) -> tuple[slice, ...]:
 
 def item_bytes(facts: ItemFacts, want_digests: Wanted) -> int:
     """Bytes an item's deep pass reports to progress: arrays, plus files when checksummed."""
-    arrays = sum(info.nbytes for info, _ in facts.arrays.values())
+    arrays = sum(facts.array_bytes(name) for name in facts.arrays)
     files = facts.inventory.total_bytes if (want_digests and facts.inventory) else 0
     return arrays + files

@@ -44,6 +44,11 @@ CODES: dict[str, tuple[Severity, str]] = {
     "unreferenced-file": ("warning", "an OCDBT data file that no version references"),
     "symlink-outside": ("warning", "a symlink leads outside the checkpoint"),
     "tmp-dir": ("error", "an unfinished save (a *.orbax-checkpoint-tmp* directory)"),
+    "uncommitted": (
+        "error",
+        "a step no reader configured like its writer restores (no commit marker, a null commit "
+        "timestamp, a partial save, a deletion's leftover or an invalid deletion record)",
+    ),
     "step-metadata-missing": ("warning", "a step has no _CHECKPOINT_METADATA"),
     "item-missing": ("error", "an item named in _CHECKPOINT_METADATA has no directory"),
     "nonfinite": ("warning", "a floating-point leaf holds NaN or Inf"),
@@ -69,6 +74,9 @@ class ProblemJSON(TypedDict):
     leaves: list[str]
     file: str | None
     message: str
+    #: schema 8: the step of the checked root the problem is in (null: the root itself, or
+    #: a path that is no step)
+    step: int | None
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,7 @@ class Problem:
     #: Every leaf it hurts when there are several (a data file holds chunks of many); ``leaf``
     #: is then the first of them.
     leaves: tuple[str, ...] = ()
+    step: int | None = None  # the step it is in (``run`` sets it)
 
     def to_json(self) -> ProblemJSON:
         return {
@@ -92,6 +101,7 @@ class Problem:
             "leaves": list(self.leaves) if self.leaves else ([self.leaf] if self.leaf else []),
             "file": self.file,
             "message": self.message,
+            "step": self.step,
         }
 
 

@@ -25,9 +25,10 @@ from ckpt_cli.core.storage import Location
 from ckpt_cli.core.storage.locks import holder_command, holder_of, take_lock
 from ckpt_cli.core.verify.deep import deep_item, item_bytes, sample_items
 from ckpt_cli.core.verify.distributed import DEFAULT_SCAN_UNIT_BYTES, deep_item_scaled
-from ckpt_cli.core.verify.problems import escalate
+from ckpt_cli.core.verify.problems import Problem, escalate
 from ckpt_cli.core.verify.structure import check_item, item_metadata_files
-from ckpt_cli.core.verify.targets import ItemTarget, find_targets
+from ckpt_cli.core.verify.targets import ItemTarget, Targets, find_targets
+from ckpt_cli.core.verify.tier import tier_check
 from ckpt_cli.core.verify.timebox import budgeted_deep
 from ckpt_cli.core.verify.types import (
     Coverage,
@@ -151,17 +152,17 @@ def _verify(
     ]
     top = [escalate(p, options.strict, options.fail_on_nonfinite) for p in problems]
     marked: tuple[str, ...] = ()
-    clean = not any(p.severity == "error" for c in checks for p in (*top, *c.problems))
-    if options.mark_committed and clean and found.step_locations:
-        marked = tuple(_mark_committed(s) for s in found.step_locations)
+    if options.mark_committed:
+        marked = tuple(_mark_committed(s) for s in _clean_steps(found, checks, top))
     return VerifyReport(
         path=str(location),
         kind=kind,
         level=level,
         items=tuple(checks),
-        problems=tuple(top) + tuple(p for c in checks for p in c.problems),
+        problems=_with_steps(found, top, checks),
         steps=tuple(found.steps),
         unfinished=tuple(found.unfinished),
+        unfinished_why=dict(found.why_unfinished),
         sample=sample,
         coverage=coverage,
         rotation=rotation,
@@ -217,11 +218,13 @@ def _item_check(
         chunks=f.chunks,
         files=len(f.inventory.sizes) if f.inventory else 0,
         digests=digests,
-        problems=tuple(item_problems),
+        problems=tuple(replace(p, step=t.step) for p in item_problems),
         nonfinite=tuple(r.nonfinite) if r else (),
         bytes_decoded=r.bytes_decoded if r else 0,
         chunks_decoded=r.chunks_decoded if r else 0,
         handler=f.handler,
+        tier=tier_check(f, level, digests == "recorded"),
+        unreferenced=tuple(f.unreferenced),
     )
 
 
@@ -237,7 +240,7 @@ def _check_items(
         for i, t in enumerate(targets):
             if on_progress:
                 on_progress(Progress("structure", t.shown_as, i, total))
-            facts.append(check_item(t.location, t.shown_as, location, t.is_step, t.handler))
+            facts.append(check_item(t.location, t.shown_as, location, t.is_step, t.handler, t.tier))
         if on_progress:
             on_progress(Progress("structure", None, total, total))
         return facts
@@ -247,7 +250,9 @@ def _check_items(
     workers = max(1, min(total, location.parallel_reads // 4))
     with ThreadPoolExecutor(workers) as pool:
         futures = {
-            pool.submit(check_item, t.location, t.shown_as, location, t.is_step, t.handler): i
+            pool.submit(
+                check_item, t.location, t.shown_as, location, t.is_step, t.handler, t.tier
+            ): i
             for i, t in enumerate(targets)
         }
         out: dict[int, ItemFacts] = {}
@@ -285,7 +290,7 @@ def _full_coverage(
     sample: SampleInfo | None,
     elapsed: float,
 ) -> Coverage:
-    sizes = sum(sum(info.nbytes for info, _ in f.arrays.values()) for f in facts)
+    sizes = sum(sum(f.array_bytes(n) for n in f.arrays) for f in facts)
     done = sum(r.bytes_decoded for r in results if r)
     whole = sum(len(f.arrays) for f in facts)
     leaves = sum(r.leaves_complete for r in results if r) if sample is None else 0
@@ -313,7 +318,7 @@ def _data_level(
     if level == "structure":
         return [None] * len(facts), None, None
     if options.sample is not None:
-        total = sum(sum(i.nbytes for i, _ in f.arrays.values()) for f in facts)
+        total = sum(sum(f.array_bytes(n) for n in f.arrays) for f in facts)
         if options.sample.subset is not None:
             total //= options.sample.subset[1]
         elif options.sample.percent:
@@ -333,7 +338,7 @@ def _data_level(
     with contextlib.ExitStack() as stack:
         executor, scale = _deep_executor(stack, scaling, total)
         for f, want in zip(facts, wants, strict=True):
-            if executor is None:
+            if executor is None or f.partial:  # a local tier's partial leaves: read here
                 r = deep_item(f, want, options.budget, on_bytes)
             else:
                 r = deep_item_scaled(
@@ -375,6 +380,44 @@ def _digest_state(f: ItemFacts, level: str) -> str:
     if f.record is None:
         return "absent"
     return {"structure": "sizes-checked", "sample": "sampled"}.get(level, "checked")
+
+
+def _with_steps(found: Targets, top: list[Problem], checks: list[ItemCheck]) -> tuple[Problem, ...]:
+    """Every problem, root and step ones first, each carrying its step: an item's is the
+    item's; one found on the way (a step's file) the step its path starts with."""
+    by_name = (
+        {loc.name: n for loc, n in zip(found.step_locations, found.steps, strict=True)}
+        if found.kind == "root"
+        else {}
+    )
+    lone = found.steps[0] if found.kind != "root" and len(found.steps) == 1 else None
+
+    def step_of(p: Problem) -> int | None:
+        first = (p.file or "").split("/", 1)[0]
+        return by_name.get(first, lone)
+
+    out = [replace(p, step=step_of(p)) for p in top]
+    out += [p for c in checks for p in c.problems]  # each carries its item's step already
+    return tuple(out)
+
+
+def _clean_steps(found: Targets, checks: list[ItemCheck], top: list[Problem]) -> list[Location]:
+    """The checked steps with no error: of a root, each step on its own (one damaged step
+    does not hold back the stamp of the others; a problem of the root itself holds back none);
+    a step given itself, only when the whole check is clean."""
+    if found.kind != "root":
+        clean = not any(p.severity == "error" for c in checks for p in (*top, *c.problems))
+        return found.step_locations if clean else []
+    out = []
+    for loc, number in zip(found.step_locations, found.steps, strict=True):
+        if loc.child(COMMIT_MARKER).is_file():
+            continue  # nothing to stamp: a root's report names only the steps stamped now
+        prefix = loc.name + "/"
+        mine = [p for p in top if p.file is not None and (p.file + "/").startswith(prefix)]
+        mine += [p for c in checks if c.step == number for p in c.problems]
+        if not any(p.severity == "error" for p in mine):
+            out.append(loc)
+    return out
 
 
 def _mark_committed(step: Location) -> str:

@@ -14,9 +14,11 @@ from typing import Any, ClassVar, Literal, TypedDict
 
 from ckpt_cli.core.digest.records import DigestRecord, FileSum, LeafDigest
 from ckpt_cli.core.format.arrays import ArrayInfo, ItemStore
+from ckpt_cli.core.format.emergency import LocalTier
 from ckpt_cli.core.format.names import chunk_key
 from ckpt_cli.core.format.scan import SCAN_BLOCK_BYTES
 from ckpt_cli.core.scale import ReadScaleJSON, Scale
+from ckpt_cli.core.schema.finite import Divergence, DivergenceJSON, find_divergence
 from ckpt_cli.core.verify.inventory import Inventory
 from ckpt_cli.core.verify.ocdbt import Ref
 from ckpt_cli.core.verify.problems import Problem, ProblemJSON, problem
@@ -67,6 +69,11 @@ class CheckedJSON(TypedDict):
     bytes_decoded: int
     digests: dict[str, str]
     unfinished_saves: list[str]
+    #: schema 7: why each unfinished save is skipped (its state and its writer's evidence)
+    unfinished_why: dict[str, str]
+    #: schema 8: data files of per-process databases that nothing references (what ``du``
+    #: counts as garbage; a clean save can leave them): named, never a problem
+    unreferenced_files: list[str]
     coverage: CoverageJSON | None
     rotation: RotationJSON | None
     sample: SampleJSON | None
@@ -77,6 +84,7 @@ class NonFiniteJSON(TypedDict):
     leaf: str
     nan: int
     inf: int
+    step: int | None  # schema 8
 
 
 class SummaryJSON(TypedDict):
@@ -99,6 +107,7 @@ class VerifyJSON(TypedDict):
     checked: CheckedJSON
     summary: SummaryJSON
     nonfinite: list[NonFiniteJSON]
+    divergence: DivergenceJSON | None
     recorded: list[str]
     marked_committed: list[str]
     elapsed_s: float
@@ -107,6 +116,8 @@ class VerifyJSON(TypedDict):
     problems: list[ProblemJSON]
     #: schema 5: items named without their contents checked (empty, unknown handler).
     notes: list[NoteJSON]
+    #: schema 8: the items of one host's local tier of Orbax's emergency checkpointing.
+    local_tiers: list[LocalTierJSON]
 
 
 @dataclass(frozen=True)
@@ -120,6 +131,8 @@ class SampleSpec:
 class VerifyOptions:
     step: int | None = None
     latest: bool = False
+    #: --item: check only the item of this name in each step checked.
+    item: str | None = None
     deep: bool = False
     record: bool = False
     #: --upgrade (with --record): a version-1 (SHA-256) record is checked, then replaced by
@@ -159,6 +172,22 @@ class ItemFacts:
     inventory: Inventory | None = None
     chunks: int = 0
     problems: list[Problem] = field(default_factory=list)
+    #: The local tier of Orbax's emergency checkpointing the item's step is (or may be), and
+    #: the leaves that hold only this host's chunks there by design: leaf -> chunks stored.
+    tier: LocalTier | None = None
+    partial: dict[str, frozenset[tuple[int, ...]]] = field(default_factory=dict)
+    #: Data files of its per-process databases that nothing references (dead weight a clean
+    #: save can leave; ``du``'s garbage): named, never a problem.
+    unreferenced: list[str] = field(default_factory=list)
+    tier_devices: frozenset[int] | None = None  # the host's devices, where they could be told
+
+    def array_bytes(self, name: str) -> int:
+        """Bytes a full read of a readable array decodes: its stored chunks for a partial one."""
+        info = self.arrays[name][0]
+        present = self.partial.get(name)
+        if present is None:
+            return info.nbytes
+        return sum(info.chunk_nbytes(index) for index in present)
 
     def add(
         self, code: str, message: str, leaf: str | None = None, file: str | None = None
@@ -273,6 +302,9 @@ class ItemCheck:
     bytes_decoded: int = 0
     chunks_decoded: int = 0
     handler: str | None = None  # the one the step recorded
+    tier: TierCheck | None = None  # the item is one host's local tier (schema 8)
+    #: Data files of its per-process databases nothing references (dead weight, no problem)
+    unreferenced: tuple[str, ...] = ()
 
     @property
     def note(self) -> str | None:
@@ -285,6 +317,48 @@ class ItemCheck:
 
     def note_json(self) -> NoteJSON:
         return {"item": self.path, "kind": self.kind, "handler": self.handler, "note": self.note}
+
+
+class LocalTierJSON(TypedDict):
+    """An item of one host's local tier of Orbax's emergency checkpointing (schema 8): leaves
+    that lack the chunks other hosts hold are partial by design, not damage."""
+
+    item: str
+    #: ``process-metadata``: Orbax's marker item says so (certain); ``single-writer``: only the
+    #: chunks suggest it (the p2p manager writes no marker), reported with a warning.
+    marker: Literal["process-metadata", "single-writer"]
+    process: int | None
+    devices: list[int] | None
+    partial_leaves: list[str]
+    #: Chunks the partial leaves store here, of all their chunks.
+    chunks_stored: int
+    of_chunks: int
+    note: str
+
+
+@dataclass(frozen=True)
+class TierCheck:
+    """What verify found of an item of a local tier (``verify/tier.py`` builds it)."""
+
+    marker: Literal["process-metadata", "single-writer"]
+    process: int | None
+    devices: tuple[int, ...] | None
+    partial_leaves: tuple[str, ...]
+    chunks_stored: int
+    of_chunks: int
+    note: str
+
+    def to_json(self, item: str) -> LocalTierJSON:
+        return {
+            "item": item,
+            "marker": self.marker,
+            "process": self.process,
+            "devices": list(self.devices) if self.devices is not None else None,
+            "partial_leaves": list(self.partial_leaves),
+            "chunks_stored": self.chunks_stored,
+            "of_chunks": self.of_chunks,
+            "note": self.note,
+        }
 
 
 class NoteJSON(TypedDict):
@@ -314,14 +388,18 @@ class VerifyReport:
     path: str
     #: 2: problems name every leaf they hurt (leaves); 3: rotation.warnings; 4: scale (the
     #: split decision of a scaled-out deep pass); 5: notes (items named, not read); 6: kind
-    #: ``safetensors`` (a file, index or folder of shards: one item per file).
-    SCHEMA_VERSION: ClassVar[int] = 6
+    #: ``safetensors`` (a file, index or folder of shards: one item per file). 7:
+    #: ``unfinished_why`` (each unfinished save's state and why), problem code ``uncommitted``.
+    #: 8: ``local_tiers`` (items of one host's local tier of Orbax's emergency checkpointing),
+    #: each problem's and non-finite leaf's ``step``, ``divergence``, ``unreferenced_files``.
+    SCHEMA_VERSION: ClassVar[int] = 8
     kind: CheckedKind
     level: Level
     items: tuple[ItemCheck, ...]
     problems: tuple[Problem, ...]  # all of them: root, step and item problems
     steps: tuple[int, ...] = ()
     unfinished: tuple[str, ...] = ()
+    unfinished_why: dict[str, str] = field(default_factory=dict)
     sample: SampleInfo | None = None
     coverage: Coverage | None = None
     rotation: Rotation | None = None
@@ -330,6 +408,16 @@ class VerifyReport:
     elapsed_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
     scale: Scale | None = None
+
+    @property
+    def divergence(self) -> Divergence | None:
+        """Where the checked steps' values stopped being finite (None: all finite, or values
+        not read)."""
+        bad: dict[int, list[str]] = {}
+        for i in self.items:
+            if i.step is not None and i.nonfinite:
+                bad.setdefault(i.step, []).extend(n.leaf for n in i.nonfinite)
+        return find_divergence(self.steps, bad)
 
     @property
     def errors(self) -> int:
@@ -356,6 +444,14 @@ class VerifyReport:
             "bytes_decoded": sum(i.bytes_decoded for i in self.items),
             "digests": {i.path: i.digests for i in self.items},
             "unfinished_saves": list(self.unfinished),
+            "unfinished_why": {
+                n: self.unfinished_why[n] for n in self.unfinished if n in self.unfinished_why
+            },
+            "unreferenced_files": [
+                rel if i.path in ("", ".") else f"{i.path}/{rel}"
+                for i in self.items
+                for rel in i.unreferenced
+            ],
             "coverage": self.coverage.to_json() if self.coverage else None,
             "rotation": self.rotation.to_json() if self.rotation else None,
             "sample": None
@@ -380,14 +476,16 @@ class VerifyReport:
             "checked": self.checked_json(),
             "summary": {"errors": self.errors, "warnings": self.warnings},
             "nonfinite": [
-                {"item": i.path, "leaf": n.leaf, "nan": n.nan, "inf": n.inf}
+                {"item": i.path, "leaf": n.leaf, "nan": n.nan, "inf": n.inf, "step": i.step}
                 for i in self.items
                 for n in i.nonfinite
             ],
+            "divergence": self.divergence.to_json() if self.divergence else None,
             "recorded": list(self.recorded),
             "marked_committed": list(self.marked_committed),
             "elapsed_s": round(self.elapsed_s, 3),
             "scale": self.scale.to_json() if self.scale else None,
             "problems": [p.to_json() for p in self.problems],
             "notes": [i.note_json() for i in self.items if i.note is not None],
+            "local_tiers": [i.tier.to_json(i.path) for i in self.items if i.tier is not None],
         }

@@ -23,6 +23,7 @@ commit, otherwise it is merged and any chunk it shares with a retry holds equal 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import socket
@@ -90,6 +91,8 @@ class WriteUnit:
     leaves: tuple[UnitLeaf, ...]
     #: How the worker reaches the destination and the sources (the driver's options).
     storage: StorageOptions = field(default_factory=StorageOptions)
+    #: The writer's ``finite_label``: NaN/Inf refused (None: written as they are).
+    finite_label: str | None = None
 
     @property
     def nbytes(self) -> int:
@@ -152,6 +155,7 @@ def plan_write_units(
     memory_limit: int,
     unit_bytes: int,
     run: str | None = None,
+    finite_label: str | None = None,
 ) -> Iterator[WriteUnit]:
     """Cut the blocks of every array leaf into units of about ``unit_bytes``, in leaf order,
     each yielded as it is cut (the executor submits it at once). A leaf whose plan cannot be
@@ -163,15 +167,12 @@ def plan_write_units(
     sent = 0
     current: list[UnitLeaf] = []
     size = 0
+    blank = WriteUnit(run, 0, str(dest), use_ocdbt, memory_limit, (), dest.options, finite_label)
 
     def flush() -> None:
         nonlocal current, size
         if current:
-            units.append(
-                WriteUnit(
-                    run, len(units), str(dest), use_ocdbt, memory_limit, (*current,), dest.options
-                )
-            )
+            units.append(dataclasses.replace(blank, index=len(units), leaves=(*current,)))
         current, size = [], 0
 
     for leaf in leaves:
@@ -237,6 +238,7 @@ class _RunState:
             # Each write synced here: the driver's sync at the commit reaches only the writes
             # of its own host (Dask workers may run on others).
             sync_each_write=True,
+            finite_label=unit.finite_label,
         )
         self.cache = cached_context(unit.memory_limit // 8)
         self.storage = unit.storage
@@ -329,6 +331,7 @@ def write_arrays_scaled(
             # A worker runs ``units_per_worker`` units at once: each gets its share.
             memory_limit=max(1 << 20, item.memory_limit // executor.units_per_worker),
             unit_bytes=unit_bytes,
+            finite_label=item.finite_label,
         ),
         digests,
     )

@@ -78,8 +78,12 @@ class ItemWriter:
         assume_metadata: bool = False,
         sync_each_write: bool = False,
         slab_reads: bool = True,
+        finite_label: str | None = None,
     ) -> None:
         self.dest = dest
+        #: Refuse NaN/Inf in a floating-point leaf's values (``NonFiniteError``), naming the
+        #: source as this says (``step 5 of ROOT``); None: write whatever the values are.
+        self.finite_label = finite_label
         #: A sub-database (``ocdbt.process_<id>``) to write chunks into, merged later; its
         #: arrays are opened with the metadata the driver already stored (``assume_metadata``).
         self.database = database

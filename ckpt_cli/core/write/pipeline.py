@@ -34,6 +34,7 @@ from ckpt_cli.core.format import buffers
 from ckpt_cli.core.format.blocks import aligned_block, iter_blocks, region_slabs
 from ckpt_cli.core.format.dtypes import dtype_itemsize
 from ckpt_cli.core.threads import threads
+from ckpt_cli.core.write.finite import check_finite, floating
 from ckpt_cli.core.write.types import ArraySink, LeafOut, Region
 from ckpt_cli.errors import StorageError, first_line
 
@@ -369,6 +370,8 @@ class Pipeline:
         reader = _stored_reader(leaf)
         if type(reader) is not LeafReader or leaf.name in self.digests.collect:
             return None
+        if self.writer.finite_label is not None and floating(arr.dtype):
+            return None  # its values are checked for NaN/Inf on their way
         if leaf.name in self.digests.hashers or reader.array.dtype != arr.dtype:
             return None
         if reader.own.reads_part(region):
@@ -420,6 +423,8 @@ class Pipeline:
         values = np.asarray(values)
         if values.dtype.name != arr.dtype.name:
             values = values.astype(arr.dtype.numpy_dtype)
+        # Refused before it is written: nothing is committed (the caller removes the tmp step).
+        check_finite(leaf.name, self.writer.finite_label, values)
         absorb = self._digest(leaf, region, values)
         # A source that hands over fresh arrays (never modified afterwards: a stored leaf's
         # reader, or a writer told so), and a block assembled from slabs here, let TensorStore

@@ -166,10 +166,12 @@ def run_write(
     on_progress: ProgressFn | None = None,
     step: int | None = None,
     skip_items: frozenset[str] = frozenset(),
+    sources: str | None = None,
 ) -> tuple[StepOutput, float]:
     """``write_items`` with ``options`` (``zarr3``: the output zarr version, resolved): the
-    executor opened when it scales out, progress as ``label`` bytes of the arrays. Returns the
-    output and the seconds it took."""
+    executor opened when it scales out, progress as ``label`` bytes of the arrays; NaN/Inf
+    refused unless ``options.allow_nonfinite``, the error naming ``sources`` (default: the
+    source step). Returns the output and the seconds it took."""
     started = time.monotonic()
     total = sum(_array_bytes(item.leaves) for item in items)
     declined = _declined_split(items, dst, options, total)
@@ -190,10 +192,30 @@ def run_write(
             unit_bytes=options.unit_bytes,
             check_destination=False,
             skip_items=skip_items,
+            finite_label=None if options.allow_nonfinite else (sources or _source_of(items)),
         )
     if declined is not None:
         out = replace(out, scale=declined)
     return out, time.monotonic() - started
+
+
+def _layout(
+    use_ocdbt: bool, use_zarr3: bool, memory_limit: int, finite_label: str | None
+) -> dict[str, Any]:
+    """The keyword arguments of each item's ``ItemWriter``."""
+    return dict(
+        use_ocdbt=use_ocdbt,
+        use_zarr3=use_zarr3,
+        memory_limit=memory_limit,
+        finite_label=finite_label,
+    )
+
+
+def _source_of(items: Sequence[ItemOut]) -> str:
+    """The source step as an error names it: ``step 5 of /runs/exp7``."""
+    src = items[0].source
+    where = src.root or src.step_location or src.location
+    return f"step {src.step} of {where}" if src.step is not None else str(src.location)
 
 
 def _declined_split(
@@ -229,6 +251,19 @@ def prepare_destination(dst: Location, src: ItemRef) -> None:
             hint="write to a new directory; ckpt never modifies its source",
         )
     check_destination_root(dst)
+
+
+def check_new_step(dst: Location, src: ItemRef, step: int | None = None) -> None:
+    """What writing ``src`` as step ``step`` (default: the source's number) of the root
+    ``dst`` would refuse about the destination, checked when the plan is made, so that a
+    refusal comes before any plan is shown: a destination ``prepare_destination`` refuses, a
+    step of the new step's name already there. ``write_items`` checks again as it writes."""
+    prepare_destination(dst, src)
+    if step is None:
+        step = src.step if src.step is not None else 0
+    refusal = _step_writer(src, dst, step, {}).refusal()
+    if refusal is not None:
+        raise refusal
 
 
 def check_destination_root(dst: Location) -> None:
@@ -274,6 +309,7 @@ def write_items(
     unit_bytes: int = DEFAULT_UNIT_BYTES,
     check_destination: bool = True,
     skip_items: frozenset[str] = frozenset(),
+    finite_label: str | None = None,
 ) -> StepOutput:
     """Write ``items`` (of one source step) as step ``step`` (default: the source's number) of
     the root ``dst``, named as the source step is (``step_dir_name``), its other items copied;
@@ -295,7 +331,7 @@ def write_items(
     writer.begin()
     try:
         source_meta = read_step_metadata(src.step_location) if src.step_location else None
-        layout = {"use_ocdbt": use_ocdbt, "use_zarr3": use_zarr3, "memory_limit": memory_limit}
+        layout = _layout(use_ocdbt, use_zarr3, memory_limit, finite_label)
         handlers = source_meta.item_handlers if source_meta else None
         stats, records, unchecked = _write_each(
             items, writer, top, layout, executor, unit_bytes, on_bytes, handlers

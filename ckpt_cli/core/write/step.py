@@ -18,7 +18,7 @@ from ckpt_cli.core.format.names import (
 from ckpt_cli.core.storage import Location
 from ckpt_cli.core.write.claim import OWNER_FILE, WriteClaim, claim_root, read_owner
 from ckpt_cli.core.write.item import STANDARD_HANDLER
-from ckpt_cli.errors import NotFoundError, StorageError
+from ckpt_cli.errors import NotFoundError, RefusedError, StorageError
 
 
 class StepWriter:
@@ -65,23 +65,32 @@ class StepWriter:
             raise
 
     def _begin(self) -> None:
-        from ckpt_cli.errors import RefusedError
-
         assert self._claim is not None
         owner = self._claim.owner.to_text().encode()
         if self.in_place and self._left_by_ckpt():
             # An earlier ckpt write that died (we hold the root: no ckpt writer is alive).
             self.final.delete_tree(first=(COMMIT_MARKER,))
         if self.final.exists():
-            raise RefusedError(  # a refusal (exit 3), scripts see code "refused"
-                f"{self.final} already exists",
-                hint="choose another destination; ckpt never overwrites a step",
-            )
+            raise self._taken()
         if not self.in_place:
             self._remove_dead_leftovers()
         self.tmp.make_dirs()
         self._started = True
         self.tmp.child(WRITING_MARKER if self.in_place else OWNER_FILE).write_bytes(owner)
+
+    def refusal(self) -> RefusedError | None:
+        """Why ``begin`` would refuse this step, asked before anything is shown or written:
+        the destination holds a step of its name (but a dead ckpt write in a bucket, which
+        ``begin`` clears). ``begin`` checks again under the root's claim."""
+        if not self.final.exists() or (self.in_place and self._left_by_ckpt()):
+            return None
+        return self._taken()
+
+    def _taken(self) -> RefusedError:
+        return RefusedError(  # a refusal (exit 3), scripts see code "refused"
+            f"{self.final} already exists",
+            hint="choose another destination; ckpt never overwrites a step",
+        )
 
     def _remove_dead_leftovers(self) -> None:
         """Tmp dirs of this step that a ckpt writer made (they hold its owner record): under

@@ -197,6 +197,9 @@ class ArraySink(Protocol):
     def in_flight(self) -> int: ...
 
     @property
+    def finite_label(self) -> str | None: ...
+
+    @property
     def slab_reads(self) -> bool: ...
 
     def open_array(self, leaf: LeafOut) -> Any: ...
@@ -219,6 +222,9 @@ class WriteOptions:
     ocdbt: bool = True
     executor: ExecutorSpec = field(default_factory=ExecutorSpec)
     unit_bytes: int = 256 << 20
+    #: Write NaN/Inf values as they are (``--allow-nonfinite``); by default a writer refuses
+    #: them (``NonFiniteError``, nothing committed).
+    allow_nonfinite: bool = False
 
     def __post_init__(self) -> None:
         if self.max_chunk_bytes * 4 > self.memory_limit:

@@ -1,4 +1,4 @@
-"""``core.diff.values.Compare``: blocks compared in tiles (a transposed view against a C-order
+"""``core.diff.compare.Compare``: blocks compared in tiles (a transposed view against a C-order
 block, values that differ) give the figures of one float64 pass over the whole pair."""
 
 from __future__ import annotations
@@ -10,26 +10,30 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from ckpt_cli.core.diff import values
-from ckpt_cli.core.diff.values import Compare, layout_tiles, value_parts
+from ckpt_cli.core.diff import compare as values
+from ckpt_cli.core.diff.compare import Compare, layout_tiles, value_parts
 
 
-def reference(a: Any, b: Any, atol: float, rtol: float) -> tuple[int, float, float]:
-    """Mismatched count, max abs and max rel difference by numpy, the whole pair at once."""
+def reference(a: Any, b: Any, atol: float, rtol: float) -> tuple[int, str, str]:
+    """Mismatched count, max abs and max rel difference by numpy, the whole pair at once: a
+    NaN difference (NaN against a number) makes both NaN, else an Inf one makes both Inf."""
     af, bf = np.asarray(a).astype(np.float64), np.asarray(b).astype(np.float64)
     same = (af == bf) | (np.isnan(af) & np.isnan(bf))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         diff = np.where(same, 0.0, np.abs(af - bf))
-        ok = same | (diff <= atol + rtol * np.abs(bf))
+        ok = same | (np.isfinite(diff) & (diff <= atol + rtol * np.abs(bf)))
         bad = ~np.isfinite(diff)
-        max_abs = math.inf if bad.any() else float(diff.max(initial=0.0))
+        worst = math.nan if np.isnan(diff).any() else math.inf if bad.any() else None
+        max_abs = worst if worst is not None else float(diff.max(initial=0.0))
         rel = ~bad & ~same & (bf != 0)
         max_rel = float((diff[rel] / np.abs(bf[rel])).max()) if rel.any() else 0.0
-    return int(np.count_nonzero(~ok)), max_abs, max_rel
+        max_rel = worst if worst is not None else max_rel
+    return int(np.count_nonzero(~ok)), repr(max_abs), repr(max_rel)
 
 
-def figures(acc: Compare) -> tuple[int, float, float]:
-    return acc.mismatched, acc.max_abs, acc.max_rel
+def figures(acc: Compare) -> tuple[int, str, str]:
+    """As ``reference`` gives them (``repr``: NaN compares equal to NaN)."""
+    return acc.mismatched, repr(acc.max_abs), repr(acc.max_rel)
 
 
 @pytest.fixture
@@ -51,7 +55,7 @@ def test_a_transposed_view_against_its_copy_in_tiles(axes: tuple[int, ...]) -> N
     assert len(layout_tiles(a, b)) > 1
     acc = Compare(0.0, 0.0, True)
     acc.add(a, b)
-    assert figures(acc) == (0, 0.0, 0.0)
+    assert figures(acc) == (0, "0.0", "0.0")
     b = b.copy()
     flat = b.reshape(-1)
     flat[[0, 17, flat.size // 2, flat.size - 1]] += np.float32(0.5)
@@ -82,7 +86,7 @@ def test_tiles_of_casts_ints_and_nan_at_the_same_place() -> None:
     assert acc.mismatched == 1
     scalar = Compare(0.0, 0.0, True)
     scalar.add(np.float32(2.0), np.float32(2.5))
-    assert figures(scalar) == (1, 0.5, 0.2)
+    assert figures(scalar) == (1, "0.5", "0.2")
 
 
 def test_value_parts_cover_a_block_once() -> None:

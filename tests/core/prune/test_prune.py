@@ -76,6 +76,7 @@ def test_plan_keep_delete_and_freed_bytes() -> None:
         "committed_at": "2024-03-15T11:00:00+00:00",
         "reasons": ["latest", "last 2"],
         "metric": None,  # the --keep-best value: no such rule here
+        "metrics_nonfinite": None,  # it records no metrics
     }
     assert doc["delete"][0] == {
         "step": 1,
@@ -83,9 +84,11 @@ def test_plan_keep_delete_and_freed_bytes() -> None:
         "path": "/r/1",
         "committed_at": "2024-03-15T07:00:00+00:00",
         "metric": None,
+        "metrics_nonfinite": None,
         "size_bytes": 1,
     }
     assert doc["freed_bytes"] == 6 and doc["policy"]["keep_last"] == 2
+    assert doc["schema_version"] == 2 and doc["warnings"] == []
 
 
 def test_plan_refuses_an_empty_policy() -> None:
@@ -115,7 +118,7 @@ def test_plan_uncommitted_steps_are_untouched_and_never_latest() -> None:
     assert [(k.step, k.reasons) for k in plan.keep] == [(2, ("latest", "last 1"))]
     assert [r.step for r in plan.delete] == [1]
     assert [(u.name, u.why) for u in plan.untouched] == [
-        ("3", "uncommitted: a save may still be in progress")
+        ("3", "uncommitted, skipped: a save may still be in progress")
     ]
 
 

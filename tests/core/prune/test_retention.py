@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -16,29 +15,7 @@ from ckpt_cli.core.prune.policy import (
     rough_duration,
 )
 from ckpt_cli.errors import EXIT_USAGE, UsageError
-
-NOW = datetime(2024, 3, 15, 12, 0, tzinfo=timezone.utc)
-
-
-@dataclass(frozen=True)
-class S:
-    step: int
-    committed_at: datetime
-    metrics: dict[str, Any] | None = field(default=None)
-
-    @property
-    def name(self) -> str:
-        return str(self.step)
-
-
-def hourly_steps(n: int, *, every: timedelta = timedelta(hours=1), start: int = 100) -> list[S]:
-    """Steps start, start+100, ... committed ``every`` apart, the newest at NOW."""
-    return [S(start + 100 * i, NOW - every * (n - 1 - i)) for i in range(n)]
-
-
-def kept(steps: list[S], policy: Policy, now: datetime = NOW) -> set[int]:
-    return {int(name) for name in keep_reasons(steps, policy, now)}
-
+from tests.support.retention_steps import NOW, S, hourly_steps, kept
 
 STEPS = hourly_steps(10)  # 100 .. 1000, one hour apart
 
@@ -180,8 +157,9 @@ def test_keep_best_tie_prefers_the_newer_step() -> None:
 def test_keep_best_missing_metric_kept_by_default_and_droppable() -> None:
     steps = with_loss([0.4, None, 0.1, float("nan"), "n/a", True, 0.3, 0.6])
     reasons = keep_reasons(steps, Policy(keep_best=1, metric="loss", mode="min"), NOW)
-    # None, NaN, text and bool are all "missing"; kept with the reason saying so.
-    assert set(reasons) == {"20", "30", "40", "50", "60", "80"}
+    # None, text and bool are "missing"; kept with the reason saying so. A NaN is not missing:
+    # it is the worst value there is, and goes (step 40).
+    assert set(reasons) == {"20", "30", "50", "60", "80"}
     assert reasons["20"] == ("no loss metric",)
     dropped = Policy(keep_best=1, metric="loss", mode="min", keep_missing_metric=False)
     assert kept(steps, dropped) == {30, 80}
@@ -299,7 +277,7 @@ def test_the_rules_are_named_once_by_policys_fields() -> None:
     import ckpt_cli
     from ckpt_cli.core.prune.policy import RULES, PolicyRules, PolicyRulesJSON
 
-    assert len(RULES) == 12 and RULES[0] == "keep_last"
+    assert len(RULES) == 13 and RULES[:2] == ("keep_last", "keep_last_finite")
     assert tuple(PolicyRules.__annotations__) == RULES
     assert set(PolicyRulesJSON.__annotations__) == set(RULES)
     keywords = [

@@ -58,20 +58,20 @@ def restored(root: Path, step: int) -> dict[str, np.ndarray]:
 
 
 def expected(values: dict[int, dict[str, np.ndarray]]) -> dict[str, list[dict[str, Any]]]:
-    """Each leaf's rows as numpy computes them over the finite values, in float64."""
+    """Each leaf's rows as numpy computes them, in float64; a leaf holding any NaN/Inf has no
+    norm, rms, max_abs or mean (None), and no update against or from it."""
     out: dict[str, list[dict[str, Any]]] = {}
     prev: dict[str, np.ndarray] = {}
     for step in sorted(values):
         for name, raw in values[step].items():
             x = raw.astype(np.float64)
-            finite = x[np.isfinite(x)]
-            norm = float(np.sqrt(np.sum(finite**2)))
+            bad = not np.isfinite(x).all()
             row: dict[str, Any] = {
                 "step": step,
-                "norm": norm,
-                "rms": float(np.sqrt(np.mean(finite**2))) if finite.size else None,
-                "max_abs": float(np.max(np.abs(finite))) if finite.size else 0.0,
-                "mean": float(np.mean(finite)) if finite.size else None,
+                "norm": None if bad else float(np.sqrt(np.sum(x**2))),
+                "rms": None if bad or not x.size else float(np.sqrt(np.mean(x**2))),
+                "max_abs": None if bad else (float(np.max(np.abs(x))) if x.size else 0.0),
+                "mean": None if bad or not x.size else float(np.mean(x)),
                 "zeros": float(np.mean(x == 0)),
                 "nonfinite": int(np.sum(~np.isfinite(x))),
                 "update_norm": None,
@@ -82,14 +82,14 @@ def expected(values: dict[int, dict[str, np.ndarray]]) -> dict[str, list[dict[st
             if x.ndim >= 2:  # units: the last axis; dead: every value 0 (NaN is not 0)
                 dead = np.all(raw.reshape(-1, raw.shape[-1]) == 0, axis=0)
                 row["dead_units"] = int(dead.sum())
-            if name in prev:
+            if name in prev and not bad and np.isfinite(prev[name]).all():
                 d = x - prev[name]
-                row["update_norm"] = float(np.sqrt(np.sum(d[np.isfinite(d)] ** 2)))
+                row["update_norm"] = float(np.sqrt(np.sum(d**2)))
                 before = out[name][-1]["norm"]
                 row["update_ratio"] = row["update_norm"] / before if before else None
-                if x.ndim >= 2:
-                    was = np.all(prev[name].reshape(-1, x.shape[-1]) == 0, axis=0)
-                    row["new_dead_units"] = int((dead & ~was).sum())
+            if name in prev and x.ndim >= 2:
+                was = np.all(prev[name].reshape(-1, x.shape[-1]) == 0, axis=0)
+                row["new_dead_units"] = int((dead & ~was).sum())
             out.setdefault(name, []).append(row)
             prev[name] = x
     return out

@@ -82,8 +82,11 @@ def test_record_writes_reference_ld1_and_deep_catches_changed_values(fixture_cop
     leaves = doc["leaves"]
     assert isinstance(leaves, dict) and leaves
     for name, d in leaves.items():
-        assert set(d) == {"dtype", "shape", "ld1"}
-        assert d["ld1"] == reference_digest(_leaf(_item(root), name).read().result())
+        assert set(d) == {"dtype", "shape", "ld1", "nonfinite"}
+        values = _leaf(_item(root), name).read().result()
+        assert d["ld1"] == reference_digest(values)
+        want = int((~np.isfinite(values)).sum()) if values.dtype.kind == "f" else 0
+        assert d["nonfinite"] == want
     assert _verify(root, deep=True).ok
     _change_values(_item(root))
     assert "digest-mismatch" in _codes(_verify(root, deep=True))

@@ -77,7 +77,8 @@ def test_reshard_blocks_are_copied_inside_tensorstore(
     # source array into the output array itself, no values array in between; same values. But
     # not a part of a source chunk of 4 MiB or more (params.w's 8 MiB chunk here): TensorStore
     # would decode that chunk whole for each part, so ckpt copies it from one pass over the
-    # chunk (``ownreads``), unless CKPT_PART_READS=0.
+    # chunk (``ownreads``), unless CKPT_PART_READS=0. Only with --allow-nonfinite: by default a
+    # writer sees every float block's values, to refuse NaN/Inf (``write.finite``).
     from ckpt_cli.core.write import pipeline
 
     monkeypatch.setenv("CKPT_PART_READS", parts)
@@ -97,7 +98,7 @@ def test_reshard_blocks_are_copied_inside_tensorstore(
     monkeypatch.setattr(pipeline.Pipeline, "run", spy)
     monkeypatch.setattr(pipeline.Pipeline, "_finish_write", spy_finish)
     args = ["reshard", "--mesh", "data=8", "--rule", "params.*=[data, null]"]
-    args += ["--max-chunk-bytes", "1MiB", "--memory-limit", "32MiB"]
+    args += ["--max-chunk-bytes", "1MiB", "--memory-limit", "32MiB", "--allow-nonfinite"]
     params, restored = _reads_once_then_restores(tmp_path, args, capsys)
     for name, value in params.items():
         assert np.array_equal(restored[name], value), name

@@ -46,6 +46,7 @@ def _pipeline(values: np.ndarray, expect: str) -> Pipeline:
     writer = SimpleNamespace(
         in_flight=8,
         memory_limit=1 << 30,
+        finite_label=None,
         slab_reads=False,
         open_array=open_array,
         dest="memory://",

@@ -73,7 +73,12 @@ def test_a_request_cut_by_a_signal_is_still_drained(where: str) -> None:
         return SimpleNamespace(result=lambda: _Array(fut.result(), log))
 
     writer = SimpleNamespace(
-        in_flight=8, memory_limit=1 << 30, slab_reads=False, open_array=open_array, dest="memory://"
+        in_flight=8,
+        memory_limit=1 << 30,
+        finite_label=None,
+        slab_reads=False,
+        open_array=open_array,
+        dest="memory://",
     )
     pipe = Pipeline(writer, [(leaf, [(slice(0, 64), slice(0, 64))])], None)  # type: ignore[arg-type]
     with pytest.raises(KeyboardInterrupt):

@@ -78,6 +78,7 @@ def test_a_stored_leafs_blocks_are_referenced_and_other_sources_copied(
     writer = SimpleNamespace(
         in_flight=8,
         memory_limit=64 << 20,
+        finite_label=None,
         slab_reads=True,
         open_array=lambda leaf: SimpleNamespace(
             result=lambda: _Spied(outputs[leaf.name], log, leaf.name)

@@ -80,7 +80,9 @@ def test_the_pipeline_sizes_its_blocks_with_the_sources_cache(
         source_chunks=(8192, 1024),
         source_chunk_bytes=32 * MIB,
     )
-    writer = SimpleNamespace(in_flight=8, memory_limit=256 * MIB, slab_reads=slab_reads)
+    writer = SimpleNamespace(
+        in_flight=8, memory_limit=256 * MIB, finite_label=None, slab_reads=slab_reads
+    )
     assert Pipeline(writer, [(leaf, [])], None).limit == limit  # type: ignore[arg-type]
 
 
@@ -118,6 +120,7 @@ def test_no_more_than_two_large_source_chunks_decode_at_once(
     writer = SimpleNamespace(
         in_flight=8,
         memory_limit=64 * MIB,
+        finite_label=None,
         slab_reads=True,
         open_array=lambda _: SimpleNamespace(result=lambda: out),
         dest="memory://",

@@ -24,7 +24,7 @@ def test_blocks_in_flight_follow_the_threads(
     """1 GiB limit: blocks of 32 MiB, two a thread, and never more than a quarter of the limit
     (the bytes in flight do not grow past it with the threads)."""
     monkeypatch.setattr(threads, "_chosen", n)
-    writer = SimpleNamespace(in_flight=8, memory_limit=1 << 30, slab_reads=True)
+    writer = SimpleNamespace(in_flight=8, memory_limit=1 << 30, finite_label=None, slab_reads=True)
     pipe = Pipeline(writer, [], None)  # type: ignore[arg-type]
     assert pipe.budget == 32 * MIB
     assert pipe.depth == depth
@@ -87,6 +87,7 @@ def test_a_cast_counts_its_source_values_against_the_limit(
     writer = SimpleNamespace(
         in_flight=8,
         memory_limit=16 * block_f32,
+        finite_label=None,
         slab_reads=False,
         open_array=open_array,
         dest="memory://",
@@ -196,6 +197,7 @@ def test_over_the_limit_the_oldest_write_finishes_before_more_reads_are_waited_f
     writer = SimpleNamespace(
         in_flight=8,
         memory_limit=16 * block,
+        finite_label=None,
         slab_reads=False,
         open_array=lambda _: opened,
         dest="memory://",
