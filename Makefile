@@ -49,6 +49,12 @@ demo: $(STAMP)
 	$(CKPT) trend $(DEMO) --json > demo_runs/trend-1.json
 	$(CKPT) trend $(DEMO) --workers 2 --force-split --unit-bytes 4KiB --json > demo_runs/trend-w2.json
 	$(PY) -c "import json, sys; a, b = (json.load(open(f)) for f in sys.argv[1:]); print('scale:', b['scale']); a.pop('scale'); b.pop('scale'); print('the same document as one process') if a == b else sys.exit('trend --workers 2 differs')" demo_runs/trend-1.json demo_runs/trend-w2.json
+	@echo "== a run that diverged (real Orbax saves; NaN from step 5): trend's verdict, verify --deep one block per leaf, a writer refuses NaN (exit 3), prune warns and keeps the last finite steps"
+	$(CKPT) trend fixtures/diverged/linen | grep -E '^(trend|findings|diverged|metric)'
+	$(CKPT) verify fixtures/diverged/linen --deep | tail -n 5
+	$(CKPT) export fixtures/diverged/linen demo_runs/diverged-export --step 6; echo "exit $$?"
+	$(CKPT) prune fixtures/diverged/linen --keep-last 2 --dry-run
+	$(CKPT) prune fixtures/diverged/linen --keep-last-finite 2 --dry-run
 	@echo "== a sharded checkpoint: which device holds which block"
 	$(CKPT) inspect fixtures/ckpts/sharded_4x2 --layout params.w
 	@echo "== checkpoints of other Orbax releases: a root of 0.4.3 (steps without step metadata), a Composite save of 0.12.8 (state + JSON + ArraySave)"
