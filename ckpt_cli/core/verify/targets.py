@@ -114,16 +114,7 @@ def find_targets(location: Location, options: VerifyOptions) -> Targets:
             out.problems.append(_tmp_problem(location.name, "."))
         out.steps = [step] if step is not None else []
         out.step_locations = [location]
-        ref = step_ref(location, entries)
-        stamping = options.mark_committed and ref.stampable
-        if not ref.committed and not stamping and not (parsed is not None and parsed.tmp):
-            out.problems.append(_not_committed_problem(ref))
-        # What a stopped deletion left holds no item by design: its missing items are not
-        # problems of their own (the cause is reported above).
-        leftover = ref.status == "incomplete"
-        out.items = _check_step(
-            location, ".", step, entries, out.problems, ref.deleting, expect_items=not leftover
-        )
+        out.items = _check_lone_step(location, entries, options, out.problems)
     else:
         parsed = parse_step_name(location.parent.name)
         if TMP_MARKER in location.name:
@@ -272,6 +263,28 @@ def _before_step_metadata(step_loc: Location, entries: list[Entry]) -> bool:
             return False
         found = True
     return found
+
+
+def _check_lone_step(
+    location: Location, entries: list[Entry], options: VerifyOptions, problems: list[Problem]
+) -> list[ItemTarget]:
+    """A step given by its path: its state first (a step no reader restores is an error, whatever
+    its files say), then its items."""
+    parsed = parse_step_name(location.name)
+    ref = step_ref(location, entries)
+    stamping = options.mark_committed and ref.stampable
+    # A directory of saves side by side has no state of its own: each save is checked.
+    saves = bool(list_saves(location, entries))
+    tmp = parsed is not None and parsed.tmp
+    if not ref.committed and not stamping and not tmp and not saves:
+        problems.append(_not_committed_problem(ref))
+    # What a stopped deletion left holds no item by design: its missing items are not
+    # problems of their own (the cause is reported above).
+    leftover = ref.status == "incomplete"
+    step = parsed.step if parsed else None
+    return _check_step(
+        location, ".", step, entries, problems, ref.deleting, expect_items=not leftover
+    )
 
 
 def _not_committed_problem(ref: StepRef) -> Problem:
