@@ -36,6 +36,8 @@ def cli(cli):  # type: ignore[no-untyped-def]
         return cli(*args, *more)
 
     return run
+
+
 distributed = pytest.importorskip("distributed")
 
 RULES = "params.*=[data]"
