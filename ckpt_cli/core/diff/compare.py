@@ -147,9 +147,8 @@ def nonfinite_counts(x: Any) -> tuple[int, int]:
     return int(np.count_nonzero(nan)), int(np.count_nonzero(np.isinf(x) & ~nan))
 
 
-#: 2-byte floats, by dtype name: the exponent bits, all ones exactly for NaN and Inf. numpy's
-#: float16 and ml_dtypes' bfloat16 ufuncs are slow (``isfinite`` over 8M bfloat16 values took
-#: 9.3 ms, the mask and max of their bits 1.8 ms, against 2.8 ms to compare them bit for bit).
+#: 2-byte floats, by dtype name: the exponent bits, all ones exactly for NaN and Inf. Read by
+#: their bits: numpy's float16 and ml_dtypes' bfloat16 ufuncs are far slower than a mask.
 _EXPONENT_BITS = {"float16": 0x7C00, "bfloat16": 0x7F80}
 
 
